@@ -1,0 +1,118 @@
+//! Configuration and construction.
+
+use std::sync::Arc;
+
+use wfcontract::CommandKind;
+
+use crate::builtin;
+use crate::dispatch::{Handler, Handlers};
+use crate::scheduler::Scheduler;
+
+/// The default throughput budget: events a process may consume in one turn before its peers get
+/// theirs. 32 balances latency and throughput for mixed workloads; 8-16 favour latency with many
+/// small processes, 64-128 favour throughput for message-heavy ones.
+pub const DEFAULT_BUDGET: usize = 32;
+
+/// Scheduler settings. Build one with [`Builder`].
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) workers: usize,
+    pub(crate) budget: usize,
+    pub(crate) thread_name: String,
+}
+
+/// Configures and starts a [`Scheduler`].
+pub struct Builder {
+    config: Config,
+    handlers: Handlers,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("config", &self.config)
+            .field("handlers", &self.handlers.registered().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Why a scheduler could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A setting is out of range.
+    #[error("invalid scheduler setting: {0}")]
+    Invalid(String),
+    /// The OS refused a thread.
+    #[error("could not start a scheduler thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder::new()
+    }
+}
+
+impl Builder {
+    /// Defaults: one worker per core, a budget of [`DEFAULT_BUDGET`] events, and the built-in
+    /// handlers for `sleep`, `log`, `send`, `join` and `cancel`.
+    pub fn new() -> Builder {
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut handlers = Handlers::new();
+        builtin::register(&mut handlers);
+        Builder {
+            config: Config {
+                workers,
+                budget: DEFAULT_BUDGET,
+                thread_name: "wfhost-worker".into(),
+            },
+            handlers,
+        }
+    }
+
+    /// Worker threads. Default: the number of cores (`std::thread::available_parallelism`).
+    pub fn workers(mut self, workers: usize) -> Builder {
+        self.config.workers = workers;
+        self
+    }
+
+    /// Events a process may consume per turn before it goes to the back of the queue (a step with
+    /// no events counts as one). Default: [`DEFAULT_BUDGET`].
+    pub fn budget(mut self, events: usize) -> Builder {
+        self.config.budget = events;
+        self
+    }
+
+    /// Name prefix of the worker threads (`<prefix>-<index>`). Default: `wfhost-worker`.
+    pub fn thread_name(mut self, prefix: impl Into<String>) -> Builder {
+        self.config.thread_name = prefix.into();
+        self
+    }
+
+    /// Handles commands of `kind` with `handler`, replacing any built-in one.
+    pub fn handler(mut self, kind: CommandKind, handler: impl Handler) -> Builder {
+        self.handlers.set(kind, Arc::new(handler));
+        self
+    }
+
+    /// Handles commands of `kind` with a shared handler.
+    pub fn handler_arc(mut self, kind: CommandKind, handler: Arc<dyn Handler>) -> Builder {
+        self.handlers.set(kind, handler);
+        self
+    }
+
+    /// Starts the worker threads.
+    pub fn build(self) -> Result<Scheduler, BuildError> {
+        if self.config.workers == 0 {
+            return Err(BuildError::Invalid(
+                "workers must be at least 1".into(),
+            ));
+        }
+        if self.config.budget == 0 {
+            return Err(BuildError::Invalid(
+                "the budget must be at least 1 event".into(),
+            ));
+        }
+        Scheduler::start(self.config, self.handlers)
+    }
+}

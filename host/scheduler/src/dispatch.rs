@@ -1,0 +1,146 @@
+//! Command dispatch: after a step, each yield goes to the handler registered for its kind.
+//!
+//! Handlers run on the worker thread, right after the step, so they must not block: a handler
+//! either answers at once ([`Context::complete`]) or hands the work to another thread (a timer, a
+//! pool, an async runtime) together with a [`Completer`], which finishes the yield later from
+//! anywhere.
+
+use std::sync::Arc;
+
+use wfcontract::{Command, CommandError, CommandKind, ErrorKind, Payload, Pid, Tag};
+
+use crate::handle::SchedulerHandle;
+use crate::slot::Slot;
+
+/// One yielded command, addressed to a handler.
+#[derive(Debug)]
+pub struct Request {
+    /// The process that yielded it.
+    pub pid: Pid,
+    /// The tag to complete.
+    pub tag: Tag,
+    /// What it asks for.
+    pub command: Command,
+}
+
+/// Carries out one kind of command. See the module docs for the threading rules.
+pub trait Handler: Send + Sync + 'static {
+    /// Starts (and possibly finishes) the command. A panic here fails the requesting process.
+    fn handle(&self, request: Request, cx: &Context<'_>);
+
+    /// Called once at scheduler shutdown, after the workers have stopped: stop threads, drop
+    /// pending work.
+    fn shutdown(&self) {}
+}
+
+impl<F> Handler for F
+where
+    F: Fn(Request, &Context<'_>) + Send + Sync + 'static,
+{
+    fn handle(&self, request: Request, cx: &Context<'_>) {
+        self(request, cx)
+    }
+}
+
+/// What a handler can do while it handles a request.
+#[derive(Debug)]
+pub struct Context<'a> {
+    pub(crate) handle: &'a SchedulerHandle,
+    pub(crate) slot: &'a Arc<Slot>,
+}
+
+impl Context<'_> {
+    /// The scheduler, to send, spawn, cancel or complete other yields.
+    pub fn scheduler(&self) -> &SchedulerHandle {
+        self.handle
+    }
+
+    /// The requesting process.
+    pub fn pid(&self) -> Pid {
+        self.slot.pid
+    }
+
+    /// Completes yield `tag` of the requesting process now.
+    pub fn complete(&self, tag: Tag, result: Result<Payload, CommandError>) {
+        self.handle.shared.complete_slot(self.slot, tag, result);
+    }
+
+    /// A handle that completes yield `tag` of the requesting process later, from any thread.
+    pub fn completer(&self, tag: Tag) -> Completer {
+        Completer {
+            handle: self.handle.clone(),
+            slot: Arc::clone(self.slot),
+            tag,
+        }
+    }
+}
+
+/// Completes one yield, once, from any thread. Dropping it without completing leaves the process
+/// waiting (until it is cancelled).
+#[derive(Debug)]
+#[must_use = "a yield that is never completed leaves its process waiting"]
+pub struct Completer {
+    handle: SchedulerHandle,
+    slot: Arc<Slot>,
+    tag: Tag,
+}
+
+impl Completer {
+    /// The process waiting for this completion.
+    pub fn pid(&self) -> Pid {
+        self.slot.pid
+    }
+
+    /// The tag being completed.
+    pub fn tag(&self) -> Tag {
+        self.tag
+    }
+
+    /// Delivers the result. If the process has finished meanwhile, the result is dropped.
+    pub fn complete(self, result: Result<Payload, CommandError>) {
+        self.handle
+            .shared
+            .complete_slot(&self.slot, self.tag, result);
+    }
+}
+
+/// The handler table, indexed by [`CommandKind::index`].
+pub(crate) struct Handlers {
+    table: [Option<Arc<dyn Handler>>; CommandKind::ALL.len()],
+}
+
+impl Handlers {
+    pub(crate) fn new() -> Handlers {
+        Handlers {
+            table: Default::default(),
+        }
+    }
+
+    pub(crate) fn set(&mut self, kind: CommandKind, handler: Arc<dyn Handler>) {
+        self.table[kind.index()] = Some(handler);
+    }
+
+    pub(crate) fn get(&self, kind: CommandKind) -> Option<&Arc<dyn Handler>> {
+        self.table[kind.index()].as_ref()
+    }
+
+    pub(crate) fn registered(&self) -> impl Iterator<Item = CommandKind> + '_ {
+        CommandKind::ALL
+            .into_iter()
+            .filter(|kind| self.table[kind.index()].is_some())
+    }
+
+    pub(crate) fn shutdown_all(&self) {
+        for handler in self.table.iter().flatten() {
+            handler.shutdown();
+        }
+    }
+}
+
+/// The error a process sees for a command this scheduler has no handler for.
+pub(crate) fn unknown_command(kind: CommandKind) -> CommandError {
+    CommandError::new(
+        ErrorKind::UnknownCommand,
+        format!("this host has no handler for command '{}'", kind.name()),
+    )
+}

@@ -1,0 +1,352 @@
+//! The scheduler's public operations, callable from any thread (including from handlers and from
+//! inside a process's step).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
+
+use crate::counters::{Counter, Counters};
+use crate::process::{Process, ProcessError, ProcessResult};
+use crate::shared::{child_failed, Shared};
+use crate::slot::{Notice, Slot, Start};
+
+/// Why a scheduler operation was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The pid never named a process, or its process has finished.
+    #[error("no process {0}: it never existed or has already finished")]
+    NoSuchProcess(Pid),
+    /// A stop was requested: the scheduler accepts no new processes.
+    #[error("the scheduler is shutting down and accepts no new processes")]
+    ShuttingDown,
+}
+
+/// A cheap, cloneable reference to a running scheduler.
+#[derive(Clone)]
+pub struct SchedulerHandle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for SchedulerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerHandle")
+            .field("workers", &self.shared.config.workers)
+            .field("live", &self.live())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A process to start, with its options. See [`SchedulerHandle::spawn_with`].
+pub struct Spawn {
+    process: Box<dyn Process>,
+    method: String,
+    input: Payload,
+    parent: Option<Pid>,
+    notices: Vec<Notice>,
+}
+
+impl std::fmt::Debug for Spawn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spawn")
+            .field("method", &self.method)
+            .field("parent", &self.parent)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Spawn {
+    /// Entry point `method` of `process`, with `input`.
+    pub fn new(process: impl Process, method: impl Into<String>, input: Payload) -> Spawn {
+        Spawn::boxed(Box::new(process), method, input)
+    }
+
+    /// As [`Spawn::new`], for an already boxed process.
+    pub fn boxed(process: Box<dyn Process>, method: impl Into<String>, input: Payload) -> Spawn {
+        Spawn {
+            process,
+            method: method.into(),
+            input,
+            parent: None,
+            notices: Vec::new(),
+        }
+    }
+
+    /// Links the new process to `parent`: its result is kept after it ends until the parent joins
+    /// it, and when the parent ends first, the child is cancelled.
+    pub fn parent(mut self, parent: Pid) -> Spawn {
+        self.parent = Some(parent);
+        self
+    }
+
+    /// Sends `(pid, result)` on `sender` when the process ends.
+    pub fn notify(mut self, sender: Sender<(Pid, ProcessResult)>) -> Spawn {
+        self.notices.push(Notice::Channel(sender));
+        self
+    }
+}
+
+/// Waits for the result of one process.
+#[derive(Debug)]
+pub struct ProcessHandle {
+    pid: Pid,
+    receiver: Receiver<(Pid, ProcessResult)>,
+}
+
+impl ProcessHandle {
+    /// The process's pid.
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Blocks until the process ends and returns its result.
+    pub fn wait(self) -> ProcessResult {
+        self.receiver
+            .recv()
+            .map(|(_, result)| result)
+            .unwrap_or_else(|_| Err(lost(self.pid)))
+    }
+
+    /// Waits at most `timeout`; `None` if the process is still running.
+    pub fn wait_timeout(&self, timeout: Duration) -> Option<ProcessResult> {
+        match self.receiver.recv_timeout(timeout) {
+            Ok((_, result)) => Some(result),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => Some(Err(lost(self.pid))),
+        }
+    }
+
+    /// The channel the result arrives on, for `crossbeam_channel::select!`.
+    pub fn receiver(&self) -> &Receiver<(Pid, ProcessResult)> {
+        &self.receiver
+    }
+}
+
+fn lost(pid: Pid) -> ProcessError {
+    ProcessError::new(format!("process {pid} was dropped without a result"))
+}
+
+impl SchedulerHandle {
+    /// Starts entry point `method` of `process` with `input`. The process runs on the workers; its
+    /// `init` runs at its first turn.
+    pub fn spawn(
+        &self,
+        process: impl Process,
+        method: impl Into<String>,
+        input: Payload,
+    ) -> Result<Pid, Error> {
+        self.spawn_with(Spawn::new(process, method, input))
+    }
+
+    /// As [`spawn`](Self::spawn), returning a handle to wait for the result.
+    pub fn spawn_handle(
+        &self,
+        process: impl Process,
+        method: impl Into<String>,
+        input: Payload,
+    ) -> Result<ProcessHandle, Error> {
+        let (sender, receiver) = crossbeam_channel::bounded(1);
+        let pid = self.spawn_with(Spawn::new(process, method, input).notify(sender))?;
+        Ok(ProcessHandle { pid, receiver })
+    }
+
+    /// Starts a process with options.
+    pub fn spawn_with(&self, spawn: Spawn) -> Result<Pid, Error> {
+        let shared = &self.shared;
+        if shared.stopping.load(Ordering::Acquire) {
+            return Err(Error::ShuttingDown);
+        }
+        let pid = shared.next_pid();
+        let Spawn {
+            process,
+            method,
+            input,
+            mut parent,
+            notices,
+        } = spawn;
+        if let Some(parent_pid) = parent {
+            // The link exists only while the parent lives; a parent that already ended cannot
+            // join, so the child is not retained for it.
+            let linked = shared.table.get(&parent_pid).is_some_and(|entry| {
+                let mut exit = entry.value().exit.lock();
+                !exit.finished && exit.children.insert(pid)
+            });
+            if !linked {
+                parent = None;
+            }
+        }
+        let slot = Slot::new(pid, parent, process, Start { method, input }, notices);
+        shared.live.fetch_add(1, Ordering::AcqRel);
+        shared.table.insert(pid, Arc::clone(&slot));
+        shared.bump(Counter::Spawn);
+        // A stop that began after the check above may have missed this process: cancel it too.
+        if shared.stopping.load(Ordering::Acquire) {
+            let _ = slot.inbox.lock().push(Event::cancel());
+        }
+        shared.schedule(slot, true);
+        Ok(pid)
+    }
+
+    /// Sends a message from the host ([`Pid::HOST`]) to `to`.
+    pub fn send(&self, to: Pid, message: Payload) -> Result<(), Error> {
+        self.send_from(Pid::HOST, to, message)
+    }
+
+    /// Sends a message to `to` on behalf of `from`. Messages from one sender to one receiver
+    /// arrive in the order they were sent.
+    pub fn send_from(&self, from: Pid, to: Pid, message: Payload) -> Result<(), Error> {
+        self.shared
+            .deliver_to(to, Event::message(from, message))
+            .map_err(|_| Error::NoSuchProcess(to))
+    }
+
+    /// Delivers a cancel to `pid`, ahead of any queued messages. The process decides what to do;
+    /// see [`terminate`](Self::terminate) for ending it regardless.
+    pub fn cancel(&self, pid: Pid) -> Result<(), Error> {
+        self.shared
+            .deliver_to(pid, Event::cancel())
+            .map_err(|_| Error::NoSuchProcess(pid))
+    }
+
+    /// Ends `pid` at its next turn without stepping it again: it fails with `reason`. A step in
+    /// progress is not interrupted.
+    pub fn terminate(&self, pid: Pid, reason: impl Into<String>) -> Result<(), Error> {
+        let slot = self
+            .shared
+            .table
+            .get(&pid)
+            .map(|e| Arc::clone(e.value()))
+            .ok_or(Error::NoSuchProcess(pid))?;
+        self.shared
+            .request_termination(&slot, reason.into())
+            .map_err(|_| Error::NoSuchProcess(pid))
+    }
+
+    /// Completes yield `tag` of process `pid`, from any thread.
+    pub fn complete_yield(
+        &self,
+        pid: Pid,
+        tag: Tag,
+        result: Result<Payload, CommandError>,
+    ) -> Result<(), Error> {
+        self.shared
+            .deliver_to(pid, Event::completion(tag, result))
+            .map_err(|_| Error::NoSuchProcess(pid))
+    }
+
+    /// Completes yield `tag` of `watcher` with the result of `target` once it ends (at once if it
+    /// already ended and its result is retained). A failed target completes it with a
+    /// `child-failed` error; an unknown one with `no-such-process`. When `watcher` is the target's
+    /// parent, this is a join: the retained result is released afterwards.
+    pub fn join(&self, target: Pid, watcher: Pid, tag: Tag) {
+        let shared = &self.shared;
+        let slot = shared.table.get(&target).map(|e| Arc::clone(e.value()));
+        let Some(slot) = slot else {
+            let error = no_such_process(target);
+            let _ = shared.deliver_to(watcher, Event::completion(tag, Err(error)));
+            return;
+        };
+        let reaps = slot.parent == Some(watcher);
+        let ready = {
+            let mut exit = slot.exit.lock();
+            if !exit.finished {
+                exit.watchers.push(Notice::Process {
+                    pid: watcher,
+                    tag,
+                    reaps,
+                });
+                return;
+            }
+            if reaps {
+                exit.retained = false;
+                exit.result.take()
+            } else {
+                exit.result.clone()
+            }
+        };
+        if reaps {
+            shared.reap(watcher, target);
+        }
+        let result = match ready {
+            Some(Ok(payload)) => Ok(payload),
+            Some(Err(error)) => Err(child_failed(target, &error)),
+            None => Err(no_such_process(target)),
+        };
+        let _ = shared.deliver_to(watcher, Event::completion(tag, result));
+    }
+
+    /// Sends `(pid, result)` on `sender` when `pid` ends.
+    pub fn watch(&self, pid: Pid, sender: Sender<(Pid, ProcessResult)>) -> Result<(), Error> {
+        let slot = self
+            .shared
+            .table
+            .get(&pid)
+            .map(|e| Arc::clone(e.value()))
+            .ok_or(Error::NoSuchProcess(pid))?;
+        let mut exit = slot.exit.lock();
+        if exit.finished {
+            return match exit.result.clone() {
+                Some(result) => {
+                    let _ = sender.send((pid, result));
+                    Ok(())
+                }
+                None => Err(Error::NoSuchProcess(pid)),
+            };
+        }
+        exit.watchers.push(Notice::Channel(sender));
+        Ok(())
+    }
+
+    /// Begins stopping without waiting: no new processes are accepted and every live process is
+    /// cancelled. Safe anywhere, including inside a step. [`Scheduler::shutdown`] finishes the job;
+    /// [`Scheduler::wait_for_stop`] lets the owner learn that a stop was requested.
+    ///
+    /// [`Scheduler::shutdown`]: crate::Scheduler::shutdown
+    /// [`Scheduler::wait_for_stop`]: crate::Scheduler::wait_for_stop
+    pub fn request_stop(&self) {
+        let shared = &self.shared;
+        if shared.stopping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let live: Vec<Arc<Slot>> = shared.table.iter().map(|e| Arc::clone(e.value())).collect();
+        for slot in live {
+            let _ = shared.deliver(&slot, Event::cancel());
+        }
+        let _guard = shared.stop_signal.lock();
+        shared.stop_condvar.notify_all();
+    }
+
+    /// True once a stop has been requested.
+    pub fn is_stopping(&self) -> bool {
+        self.shared.stopping.load(Ordering::Acquire)
+    }
+
+    /// Processes that have not ended.
+    pub fn live(&self) -> usize {
+        self.shared.live.load(Ordering::Acquire)
+    }
+
+    /// The number of worker threads.
+    pub fn workers(&self) -> usize {
+        self.shared.config.workers
+    }
+
+    /// Activity so far.
+    pub fn counters(&self) -> Counters {
+        self.shared.counters.sum()
+    }
+
+    /// Workers parked right now.
+    pub fn parked_workers(&self) -> usize {
+        self.shared.idle.sleeping()
+    }
+}
+
+fn no_such_process(pid: Pid) -> CommandError {
+    CommandError::new(
+        ErrorKind::NoSuchProcess,
+        format!("no process {pid}: it never existed or has already finished"),
+    )
+}

@@ -1,0 +1,108 @@
+//! The contract between the scheduler and the processes it runs.
+
+use wfcontract::{Event, Payload, Pid, StepOutput};
+
+/// A state machine the scheduler can run: native Rust, or a WebAssembly instance in `wfhost`.
+///
+/// The scheduler calls [`init`](Process::init) once, then [`step`](Process::step) each time there
+/// are new events (the first step may have none), until the step's status is final; then
+/// [`close`](Process::close) exactly once. At most one thread calls into a process at a time, so
+/// implementations need no internal locking.
+///
+/// `step` should be a pure function of the process's state and the events it is given: everything
+/// else it needs (time, randomness, other processes) it asks for with a yielded command. That is
+/// what lets a host journal the events and replay a process after a crash.
+pub trait Process: Send + 'static {
+    /// Prepares entry point `method` with `input`. An error fails the process before its first step.
+    fn init(&mut self, ctx: &InitContext, method: &str, input: Payload) -> Result<(), ProcessError>;
+
+    /// Advances the state machine with `events`, writing the status and any yields into `out`,
+    /// which arrives reset (status `Wait`, no yields). An error fails the process.
+    fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError>;
+
+    /// Releases resources. Called exactly once, after the final step, on cancellation timeout, or
+    /// at shutdown; never concurrently with `init` or `step`.
+    fn close(&mut self) {}
+}
+
+/// What a process learns about itself when it starts.
+#[derive(Clone, Debug)]
+pub struct InitContext {
+    pub(crate) pid: Pid,
+    pub(crate) parent: Option<Pid>,
+}
+
+impl InitContext {
+    /// A context for driving a process by hand (in tests, or in a host that is not a scheduler).
+    pub fn new(pid: Pid, parent: Option<Pid>) -> InitContext {
+        InitContext { pid, parent }
+    }
+
+    /// The process's own pid.
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// The process that spawned it with a parent link, if any.
+    pub fn parent(&self) -> Option<Pid> {
+        self.parent
+    }
+}
+
+/// Why a process failed: its own failure, a panic, a trap, a termination.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ProcessError {
+    message: String,
+}
+
+impl ProcessError {
+    /// An error with this message.
+    pub fn new(message: impl Into<String>) -> ProcessError {
+        ProcessError {
+            message: message.into(),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// How a process ended: its result payload, or why it failed.
+pub type ProcessResult = Result<Payload, ProcessError>;
+
+/// The events of one step, in delivery order. Iterating moves them out.
+#[derive(Debug)]
+pub struct Events<'a> {
+    inner: std::vec::Drain<'a, Event>,
+}
+
+impl<'a> Events<'a> {
+    /// Drains `events` (all of it, even if not fully iterated).
+    pub fn new(events: &'a mut Vec<Event>) -> Events<'a> {
+        Events {
+            inner: events.drain(..),
+        }
+    }
+
+    /// The events not yet iterated.
+    pub fn as_slice(&self) -> &[Event] {
+        self.inner.as_slice()
+    }
+}
+
+impl Iterator for Events<'_> {
+    type Item = Event;
+
+    fn next(&mut self) -> Option<Event> {
+        self.inner.next()
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+impl ExactSizeIterator for Events<'_> {}

@@ -1,0 +1,178 @@
+//! Run queues: one local queue per worker, one global injector, and stealing between them.
+//!
+//! Each worker owns a crossbeam-deque [`Worker`] that it pushes to and pops from, plus a one-entry
+//! `next` slot holding the process it woke most recently. The slot is the LIFO end: a process woken
+//! by the one that just ran (the receiver of a message, say) runs next, while its data is still in
+//! cache. The deque is FIFO for the owner, so a process that used up its budget goes to the tail
+//! and its peers get their turn; a LIFO deque would hand the same process straight back.
+//!
+//! The global [`Injector`] takes submissions from outside the workers (new processes, wakes by the
+//! timer or other threads). Thieves take from the head of other workers' deques.
+
+use std::sync::Arc;
+
+use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+
+use crate::slot::Slot;
+
+/// A process ready to run.
+pub(crate) type Task = Arc<Slot>;
+
+/// A worker runs its `next` slot at most this many times in a row before taking from its deque, so
+/// two processes that keep waking each other cannot starve the rest of the queue.
+const MAX_NEXT_STREAK: u32 = 3;
+
+/// Taking from the global queue moves one process plus up to this many more into the local deque,
+/// so a worker that found the global queue non-empty does not come back for each item.
+pub(crate) const GLOBAL_BATCH: usize = 16;
+
+/// A worker's own queue. Lives on the worker thread (see `worker.rs`).
+pub(crate) struct Local {
+    pub(crate) deque: Worker<Task>,
+    next: Option<Task>,
+    next_streak: u32,
+}
+
+impl Local {
+    pub(crate) fn new(deque: Worker<Task>) -> Local {
+        Local {
+            deque,
+            next: None,
+            next_streak: 0,
+        }
+    }
+
+    /// Makes `task` the next to run. Returns true if another task was displaced into the deque,
+    /// where idle workers could steal it (so the caller should wake one).
+    pub(crate) fn push_next(&mut self, task: Task) -> bool {
+        match self.next.replace(task) {
+            Some(displaced) => {
+                self.deque.push(displaced);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Queues `task` behind everything already queued here.
+    pub(crate) fn push_back(&mut self, task: Task) {
+        self.deque.push(task);
+    }
+
+    /// The next task: the `next` slot (within its streak limit), else the head of the deque.
+    pub(crate) fn pop(&mut self) -> Option<Task> {
+        if let Some(task) = self.next.take() {
+            if self.next_streak < MAX_NEXT_STREAK {
+                self.next_streak += 1;
+                return Some(task);
+            }
+            self.deque.push(task);
+        }
+        self.next_streak = 0;
+        self.deque.pop()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.next.is_none() && self.deque.is_empty()
+    }
+
+    /// Empties the queue (at shutdown), so the tasks' references are released.
+    pub(crate) fn clear(&mut self) {
+        self.next = None;
+        while self.deque.pop().is_some() {}
+    }
+}
+
+/// The queues every thread can reach.
+pub(crate) struct Queues {
+    global: Injector<Task>,
+    stealers: Box<[Stealer<Task>]>,
+}
+
+/// Outcome of a search of the shared queues.
+#[must_use]
+pub(crate) enum Found {
+    Global(Task),
+    Stolen(Task),
+    Nothing,
+}
+
+impl Queues {
+    pub(crate) fn new(stealers: Vec<Stealer<Task>>) -> Queues {
+        Queues {
+            global: Injector::new(),
+            stealers: stealers.into_boxed_slice(),
+        }
+    }
+
+    pub(crate) fn push_global(&self, task: Task) {
+        self.global.push(task);
+    }
+
+    /// Takes one task from the global queue and moves a fair share of the rest into `local`: the
+    /// queue's length divided among the workers, at most [`GLOBAL_BATCH`] (Go's `globrunqget`).
+    pub(crate) fn pop_global(&self, local: &Worker<Task>) -> Option<Task> {
+        let share = (self.global.len() / self.stealers.len()).min(GLOBAL_BATCH);
+        let wanted = local.len() + share;
+        let task = loop {
+            match self.global.steal_batch_with_limit_and_pop(local, share + 1) {
+                Steal::Success(task) => break task,
+                Steal::Empty => return None,
+                Steal::Retry => std::hint::spin_loop(),
+            }
+        };
+        // crossbeam moves about half of what is there per call; top up to the share.
+        while local.len() < wanted {
+            match self.global.steal_batch_with_limit(local, wanted - local.len()) {
+                Steal::Success(()) => {}
+                Steal::Empty => break,
+                Steal::Retry => std::hint::spin_loop(),
+            }
+        }
+        Some(task)
+    }
+
+    /// Steals half of the first non-empty victim's deque (from a random start), keeping one task
+    /// to run and moving the rest into `local`.
+    pub(crate) fn steal(&self, me: usize, local: &Worker<Task>) -> Option<Task> {
+        let n = self.stealers.len();
+        let start = fastrand::usize(..n);
+        for i in 0..n {
+            let victim = (start + i) % n;
+            if victim == me {
+                continue;
+            }
+            let stealer = &self.stealers[victim];
+            loop {
+                let half = stealer.len().div_ceil(2).max(1);
+                match stealer.steal_batch_with_limit_and_pop(local, half) {
+                    Steal::Success(task) => return Some(task),
+                    Steal::Empty => break,
+                    Steal::Retry => std::hint::spin_loop(),
+                }
+            }
+        }
+        None
+    }
+
+    /// Global first, then the other workers.
+    pub(crate) fn search(&self, me: usize, local: &Worker<Task>) -> Found {
+        if let Some(task) = self.pop_global(local) {
+            return Found::Global(task);
+        }
+        match self.steal(me, local) {
+            Some(task) => Found::Stolen(task),
+            None => Found::Nothing,
+        }
+    }
+
+    /// True when some queue that an idle worker could take from is non-empty.
+    pub(crate) fn has_work(&self) -> bool {
+        !self.global.is_empty() || self.stealers.iter().any(|s| !s.is_empty())
+    }
+
+    /// Drops every queued task (at shutdown).
+    pub(crate) fn clear_global(&self) {
+        while !matches!(self.global.steal(), Steal::Empty) {}
+    }
+}

@@ -1,0 +1,197 @@
+//! The owner of a scheduler's threads: start and shut down.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_deque::Worker as Deque;
+
+use crate::builder::{BuildError, Builder, Config};
+use crate::dispatch::Handlers;
+use crate::handle::SchedulerHandle;
+use crate::process::ProcessError;
+use crate::queue::Queues;
+use crate::shared::Shared;
+use crate::slot::Slot;
+use crate::worker;
+
+/// Runs processes on a fixed pool of worker threads. Dereferences to [`SchedulerHandle`] for the
+/// operations; dropping it shuts down with a grace period of [`DEFAULT_GRACE`].
+pub struct Scheduler {
+    handle: SchedulerHandle,
+    threads: Vec<JoinHandle<()>>,
+    done: bool,
+}
+
+/// The grace period of an implicit shutdown (on drop).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+/// What a shutdown did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Processes live when the shutdown began.
+    pub live_at_start: usize,
+    /// Processes that finished within the grace period.
+    pub finished_in_grace: usize,
+    /// Processes still live at the deadline, closed without finishing.
+    pub closed: usize,
+    /// True when shutdown was called from a worker thread of this scheduler: it only requested the
+    /// stop (a worker cannot wait for itself), and the workers exit once they run dry.
+    pub detached: bool,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.handle.fmt(f)
+    }
+}
+
+impl std::ops::Deref for Scheduler {
+    type Target = SchedulerHandle;
+
+    fn deref(&self) -> &SchedulerHandle {
+        &self.handle
+    }
+}
+
+impl Scheduler {
+    /// A builder with the defaults.
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+
+    pub(crate) fn start(config: Config, handlers: Handlers) -> Result<Scheduler, BuildError> {
+        let deques: Vec<Deque<Task>> = (0..config.workers).map(|_| Deque::new_fifo()).collect();
+        let queues = Queues::new(deques.iter().map(Deque::stealer).collect());
+        let shared = Arc::new(Shared::new(config, queues, handlers));
+        let mut scheduler = Scheduler {
+            handle: SchedulerHandle {
+                shared: Arc::clone(&shared),
+            },
+            threads: Vec::with_capacity(deques.len()),
+            done: false,
+        };
+        for (index, deque) in deques.into_iter().enumerate() {
+            let shared = Arc::clone(&shared);
+            let thread = std::thread::Builder::new()
+                .name(format!("{}-{index}", shared.config.thread_name))
+                .spawn(move || worker::run(shared, index, deque));
+            match thread {
+                Ok(thread) => scheduler.threads.push(thread),
+                // Dropping `scheduler` stops the workers already started.
+                Err(error) => return Err(BuildError::Thread(error)),
+            }
+        }
+        Ok(scheduler)
+    }
+
+    /// A cloneable handle, for other threads and for handlers.
+    pub fn handle(&self) -> &SchedulerHandle {
+        &self.handle
+    }
+
+    /// Blocks until some thread calls [`SchedulerHandle::request_stop`], or `timeout` passes.
+    /// Returns true if a stop was requested.
+    pub fn wait_for_stop(&self, timeout: Option<Duration>) -> bool {
+        let shared = &self.handle.shared;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut guard = shared.stop_signal.lock();
+        while !shared.stopping.load(Ordering::Acquire) {
+            match deadline {
+                Some(deadline) => {
+                    if shared.stop_condvar.wait_until(&mut guard, deadline).timed_out() {
+                        return shared.stopping.load(Ordering::Acquire);
+                    }
+                }
+                None => shared.stop_condvar.wait(&mut guard),
+            }
+        }
+        true
+    }
+
+    /// Stops: refuses new processes, cancels every live one, waits up to `grace` for them to
+    /// finish, then stops the workers and closes whatever is left (each process is closed exactly
+    /// once). Safe to call from inside a step: it then only requests the stop (see
+    /// [`ShutdownReport::detached`]).
+    pub fn shutdown(mut self, grace: Duration) -> ShutdownReport {
+        self.shutdown_inner(grace)
+    }
+
+    fn shutdown_inner(&mut self, grace: Duration) -> ShutdownReport {
+        self.done = true;
+        let shared = Arc::clone(&self.handle.shared);
+        let live_at_start = shared.live.load(Ordering::Acquire);
+        self.handle.request_stop();
+        if worker::on_worker(&shared) {
+            // Joining would wait for this very thread. Let the workers finish on their own.
+            shared.shutdown.store(true, Ordering::Release);
+            shared.idle.shutdown();
+            self.threads.clear();
+            return ShutdownReport {
+                live_at_start,
+                detached: true,
+                ..ShutdownReport::default()
+            };
+        }
+
+        let deadline = Instant::now() + grace;
+        {
+            let mut guard = shared.stop_signal.lock();
+            while shared.live.load(Ordering::Acquire) > 0 {
+                if shared
+                    .stop_condvar
+                    .wait_until(&mut guard, deadline)
+                    .timed_out()
+                {
+                    break;
+                }
+            }
+        }
+        let remaining = shared.live.load(Ordering::Acquire);
+
+        shared.shutdown.store(true, Ordering::Release);
+        shared.idle.shutdown();
+        for thread in self.threads.drain(..) {
+            if thread.join().is_err() {
+                tracing::error!("a worker thread panicked outside a process");
+            }
+        }
+        shared.handlers.shutdown_all();
+
+        // The workers are gone: nobody else touches a process body now.
+        let leftover: Vec<Arc<Slot>> = shared.table.iter().map(|e| Arc::clone(e.value())).collect();
+        let mut closed = 0;
+        for slot in leftover {
+            let mut body = slot.body.lock();
+            if body.process.is_some() {
+                closed += 1;
+                shared.finish(
+                    &slot,
+                    &mut body,
+                    Err(ProcessError::new(
+                        "the host shut down before the process finished",
+                    )),
+                );
+            }
+        }
+        shared.table.clear();
+        shared.queues.clear_global();
+        ShutdownReport {
+            live_at_start,
+            finished_in_grace: live_at_start.saturating_sub(remaining),
+            closed,
+            detached: false,
+        }
+    }
+}
+
+use crate::queue::Task;
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        if !self.done {
+            self.shutdown_inner(DEFAULT_GRACE);
+        }
+    }
+}

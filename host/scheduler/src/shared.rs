@@ -1,0 +1,236 @@
+//! The state every thread of one scheduler shares, and the operations on it that everything else
+//! is built from: deliver an event, schedule a process, finish a process.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
+use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
+
+use crate::builder::Config;
+use crate::counters::{Counter, CounterSet};
+use crate::dispatch::Handlers;
+use crate::inbox::Closed;
+use crate::park::Idle;
+use crate::process::{ProcessError, ProcessResult};
+use crate::queue::{Queues, Task};
+use crate::slot::{Body, Notice, Slot};
+use crate::state::Notify;
+use crate::worker;
+
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    /// Every process that has not ended, plus ended ones whose result is retained for a parent.
+    pub(crate) table: DashMap<Pid, Arc<Slot>, FxBuildHasher>,
+    next_pid: AtomicU64,
+    /// Processes that have not ended.
+    pub(crate) live: AtomicUsize,
+    pub(crate) queues: Queues,
+    pub(crate) idle: Idle,
+    pub(crate) handlers: Handlers,
+    pub(crate) counters: CounterSet,
+    /// Set once a stop is requested: no new processes, every live one is cancelled.
+    pub(crate) stopping: AtomicBool,
+    /// Set when the workers must exit.
+    pub(crate) shutdown: AtomicBool,
+    /// Signalled when a stop is requested, and when `live` drops to zero while stopping.
+    pub(crate) stop_signal: parking_lot::Mutex<()>,
+    pub(crate) stop_condvar: parking_lot::Condvar,
+}
+
+impl Shared {
+    pub(crate) fn new(config: Config, queues: Queues, handlers: Handlers) -> Shared {
+        Shared {
+            counters: CounterSet::new(config.workers),
+            config,
+            table: DashMap::with_hasher(FxBuildHasher),
+            next_pid: AtomicU64::new(1),
+            live: AtomicUsize::new(0),
+            queues,
+            idle: Idle::new(),
+            handlers,
+            stopping: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            stop_signal: parking_lot::Mutex::new(()),
+            stop_condvar: parking_lot::Condvar::new(),
+        }
+    }
+
+    pub(crate) fn next_pid(&self) -> Pid {
+        Pid(self.next_pid.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub(crate) fn bump(&self, counter: Counter) {
+        self.counters.bump(worker::current_index(self), counter);
+    }
+
+    /// Queues a process that just became `Ready`. On one of this scheduler's workers a woken
+    /// process goes to the worker's `next` slot and a spawned one to its deque; from any other
+    /// thread, to the global queue.
+    pub(crate) fn schedule(&self, task: Task, spawned: bool) {
+        let task = match worker::with_local_task(self, task, |local, task| {
+            if spawned {
+                local.push_back(task);
+                true
+            } else {
+                local.push_next(task)
+            }
+        }) {
+            Ok(true) => return self.idle.notify_one(),
+            Ok(false) => return,
+            Err(task) => task,
+        };
+        self.queues.push_global(task);
+        self.idle.notify_one();
+    }
+
+    /// Pushes `event` into the process's inbox and wakes it if it was waiting.
+    pub(crate) fn deliver(&self, slot: &Arc<Slot>, event: Event) -> Result<(), Closed> {
+        slot.inbox.lock().push(event)?;
+        if slot.state.notify() == Notify::Schedule {
+            self.schedule(Arc::clone(slot), false);
+        }
+        Ok(())
+    }
+
+    /// Delivers `event` to `pid`, or says there is no such process.
+    pub(crate) fn deliver_to(&self, pid: Pid, event: Event) -> Result<(), Closed> {
+        match self.table.get(&pid) {
+            Some(entry) => self.deliver(entry.value(), event),
+            None => Err(Closed),
+        }
+    }
+
+    /// Completes a yield; if the process has finished meanwhile, the result is dropped.
+    pub(crate) fn complete_slot(
+        &self,
+        slot: &Arc<Slot>,
+        tag: Tag,
+        result: Result<Payload, CommandError>,
+    ) {
+        let _ = self.deliver(slot, Event::completion(tag, result));
+    }
+
+    /// Ends `terminate`d processes and ones whose next turn never comes: see `terminate`.
+    pub(crate) fn request_termination(&self, slot: &Arc<Slot>, reason: String) -> Result<(), Closed> {
+        slot.inbox.lock().terminate(reason)?;
+        if slot.state.notify() == Notify::Schedule {
+            self.schedule(Arc::clone(slot), false);
+        }
+        Ok(())
+    }
+
+    /// Ends a process: closes it (exactly once: the body gives it up), refuses further events,
+    /// tells its watchers, and deals with its children. Called by the worker that owns the process
+    /// (state `Running`), or at shutdown once the workers have stopped.
+    pub(crate) fn finish(&self, slot: &Arc<Slot>, body: &mut Body, result: ProcessResult) {
+        body.start = None;
+        if let Some(mut process) = body.process.take() {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| process.close())) {
+                tracing::warn!(pid = %slot.pid, "close panicked: {}", panic_message(&*panic));
+            }
+        }
+        slot.inbox.lock().close();
+        slot.state.complete();
+        if let Err(error) = &result {
+            tracing::debug!(pid = %slot.pid, %error, "process failed");
+        }
+
+        let (notices, children, keep, reaped) = {
+            let mut exit = slot.exit.lock();
+            exit.finished = true;
+            let notices = std::mem::take(&mut exit.watchers);
+            let reaped = notices
+                .iter()
+                .any(|n| matches!(n, Notice::Process { reaps: true, .. }));
+            if reaped {
+                exit.retained = false;
+            }
+            if exit.retained {
+                exit.result = Some(result.clone());
+            }
+            let children = std::mem::take(&mut exit.children);
+            (notices, children, exit.retained, reaped)
+        };
+        match (keep, reaped, slot.parent) {
+            (true, _, _) => {}
+            (false, true, Some(parent)) => self.reap(parent, slot.pid),
+            (false, _, _) => {
+                self.table.remove(&slot.pid);
+            }
+        }
+        for notice in notices {
+            self.notify_exit(notice, slot.pid, &result);
+        }
+        for child in children {
+            self.orphan(child);
+        }
+        self.bump(Counter::Completion);
+        if self.live.fetch_sub(1, Ordering::AcqRel) == 1 && self.stopping.load(Ordering::Acquire) {
+            let _guard = self.stop_signal.lock();
+            self.stop_condvar.notify_all();
+        }
+    }
+
+    /// Tells one watcher that `pid` ended with `result`.
+    pub(crate) fn notify_exit(&self, notice: Notice, pid: Pid, result: &ProcessResult) {
+        match notice {
+            Notice::Process { pid: watcher, tag, .. } => {
+                let result = match result {
+                    Ok(payload) => Ok(payload.clone()),
+                    Err(error) => Err(child_failed(pid, error)),
+                };
+                let _ = self.deliver_to(watcher, Event::completion(tag, result));
+            }
+            Notice::Channel(sender) => {
+                // The receiver may have stopped listening; that is its choice.
+                let _ = sender.send((pid, result.clone()));
+            }
+        }
+    }
+
+    /// The parent of `child` ended: stop retaining the child's result, and cancel the child if it
+    /// is still running, so no process outlives the workflow that started it.
+    fn orphan(&self, child: Pid) {
+        let Some(slot) = self.table.get(&child).map(|e| Arc::clone(e.value())) else {
+            return;
+        };
+        let finished = {
+            let mut exit = slot.exit.lock();
+            exit.retained = false;
+            exit.result = None;
+            exit.finished
+        };
+        if finished {
+            self.table.remove(&child);
+        } else {
+            let _ = self.deliver(&slot, Event::cancel());
+        }
+    }
+
+    /// Reaps a finished child whose parent joined it.
+    pub(crate) fn reap(&self, parent: Pid, child: Pid) {
+        self.table.remove(&child);
+        if let Some(entry) = self.table.get(&parent) {
+            entry.value().exit.lock().children.remove(&child);
+        }
+    }
+}
+
+/// The error a watcher sees when the process it watched failed.
+pub(crate) fn child_failed(pid: Pid, error: &ProcessError) -> CommandError {
+    CommandError::new(ErrorKind::ChildFailed, format!("process {pid} failed: {error}"))
+}
+
+/// The message of a caught panic.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s
+    } else {
+        "a panic without a message"
+    }
+}

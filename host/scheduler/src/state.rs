@@ -1,0 +1,155 @@
+//! The lifecycle of one process, in one atomic byte.
+//!
+//! ```text
+//!            start_running            park(Blocked|Idle)
+//!   Ready ─────────────────▶ Running ───────────────────▶ Blocked / Idle
+//!     ▲                        │  │                              │
+//!     │        requeue         │  │ complete                     │ notify (event arrived)
+//!     └────────────────────────┘  ▼                              │
+//!     ▲                        Complete                          │
+//!     └──────────────────────────────────────────────────────────┘
+//! ```
+//!
+//! Invariants:
+//! - A process is in a run queue exactly when it is `Ready`, and only the thread that moved it to
+//!   `Ready` pushes it; so it is queued at most once, and [`State::start_running`] succeeds for the
+//!   one worker that pops it. At most one worker steps a process at a time.
+//! - An event pushed while the process is `Running` sets `NOTIFIED`; the worker cannot then park the
+//!   process (the compare-exchange from plain `Running` fails), so it steps again or requeues. This is
+//!   the wakeup flag that keeps a completion racing a step from being lost.
+//!
+//! Producers always push the event into the inbox (under its mutex) before calling
+//! [`State::notify`]; the worker always checks the inbox (under the same mutex) after its last step
+//! and before [`State::park`]. The mutex orders those two, and the atomic orders the rest.
+
+use crate::sync::{AtomicU8, Ordering};
+
+const MASK: u8 = 0b0111;
+pub(crate) const READY: u8 = 0;
+pub(crate) const RUNNING: u8 = 1;
+pub(crate) const BLOCKED: u8 = 2;
+pub(crate) const IDLE: u8 = 3;
+pub(crate) const COMPLETE: u8 = 4;
+/// Set on `RUNNING` when an event arrives during the step.
+const NOTIFIED: u8 = 0b1000;
+
+/// What a producer must do after [`State::notify`].
+#[must_use]
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Notify {
+    /// The process went from `Blocked`/`Idle` to `Ready`: the caller must queue it.
+    Schedule,
+    /// Nothing: it is queued, running (and now flagged) or complete.
+    Nothing,
+}
+
+/// The outcome of [`State::park`].
+#[must_use]
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Park {
+    /// The process is now `Blocked` or `Idle`; the worker must drop it.
+    Parked,
+    /// An event arrived during the step: the flag is cleared, the process is still `Running`.
+    Notified,
+}
+
+#[derive(Debug)]
+pub(crate) struct State(AtomicU8);
+
+impl State {
+    pub(crate) fn new() -> State {
+        State(AtomicU8::new(READY))
+    }
+
+    pub(crate) fn load(&self) -> u8 {
+        self.0.load(Ordering::Acquire) & MASK
+    }
+
+    /// `Ready → Running`, by the worker that popped the process. False if it was not `Ready`
+    /// (which the queue invariant rules out; the caller then leaves it alone).
+    pub(crate) fn start_running(&self) -> bool {
+        // Acquire: the previous runner's writes to the process body (released by `park`/`requeue`)
+        // are visible to this one.
+        self.0
+            .compare_exchange(READY, RUNNING, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Called by a producer after pushing an event into the inbox.
+    pub(crate) fn notify(&self) -> Notify {
+        // A plain read first: under many producers the line stays shared while the process is
+        // already queued or flagged, instead of bouncing for a compare-exchange that changes nothing.
+        let mut current = self.0.load(Ordering::Acquire);
+        loop {
+            let next = match current & MASK {
+                BLOCKED | IDLE => READY,
+                RUNNING if current & NOTIFIED == 0 => RUNNING | NOTIFIED,
+                _ => return Notify::Nothing,
+            };
+            // AcqRel: pairs with the worker's `park`, so whichever of the two comes second in the
+            // atomic's order sees the other's transition.
+            match self
+                .0
+                .compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) if next == READY => return Notify::Schedule,
+                Ok(_) => return Notify::Nothing,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// `Running → target` (`BLOCKED` or `IDLE`) unless an event arrived during the step.
+    pub(crate) fn park(&self, target: u8) -> Park {
+        debug_assert!(target == BLOCKED || target == IDLE);
+        // Release: publishes the step's writes to the next worker that runs the process.
+        match self
+            .0
+            .compare_exchange(RUNNING, target, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Park::Parked,
+            Err(actual) => {
+                debug_assert_eq!(actual, RUNNING | NOTIFIED);
+                // Only this worker moves the process out of RUNNING|NOTIFIED, and producers never
+                // touch it in that state, so a plain store is enough to clear the flag.
+                self.0.store(RUNNING, Ordering::Release);
+                Park::Notified
+            }
+        }
+    }
+
+    /// `Running → Ready`, before the worker pushes the process back onto a run queue.
+    pub(crate) fn requeue(&self) {
+        // Release: publishes the step's writes to whichever worker pops it next.
+        self.0.store(READY, Ordering::Release);
+    }
+
+    /// `Running → Complete`. Final: producers find nothing to do from here on.
+    pub(crate) fn complete(&self) {
+        self.0.store(COMPLETE, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_during_a_step_prevents_parking_once() {
+        let s = State::new();
+        assert!(s.start_running());
+        assert_eq!(s.notify(), Notify::Nothing);
+        assert_eq!(s.notify(), Notify::Nothing);
+        assert_eq!(s.park(BLOCKED), Park::Notified);
+        assert_eq!(s.park(IDLE), Park::Parked);
+        assert_eq!(s.load(), IDLE);
+        assert_eq!(s.notify(), Notify::Schedule);
+        assert_eq!(s.notify(), Notify::Nothing);
+        assert_eq!(s.load(), READY);
+        assert!(s.start_running());
+        assert!(!s.start_running());
+        s.complete();
+        assert_eq!(s.notify(), Notify::Nothing);
+        assert_eq!(s.load(), COMPLETE);
+    }
+}

@@ -1,0 +1,369 @@
+//! The worker loop: find a ready process, give it one turn, repeat; spin and park when idle.
+
+use std::cell::RefCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossbeam_deque::Worker as Deque;
+use wfcontract::{Event, Status, StepOutput, Yield};
+
+use crate::counters::Counter;
+use crate::dispatch::{unknown_command, Context, Request};
+use crate::handle::SchedulerHandle;
+use crate::park::{Unpark, SPIN_ROUNDS, SPIN_TIGHT};
+use crate::process::{Events, InitContext, ProcessError};
+use crate::queue::{Found, Local, Task};
+use crate::shared::{panic_message, Shared};
+use crate::slot::{Body, Slot};
+use crate::state::{Park, BLOCKED, IDLE};
+
+/// Every this many turns a worker takes from the global queue before its own, so that new
+/// submissions are seen even when the local queue never empties (Go and tokio use 61 too: a prime,
+/// so the check does not fall into step with periodic workloads).
+const GLOBAL_POLL_INTERVAL: u32 = 61;
+
+/// What a worker thread keeps where code running on it (handlers, scheduler calls from inside a
+/// step) can reach it.
+struct Current {
+    /// The scheduler this thread works for (its `Shared`'s address).
+    scheduler: usize,
+    index: usize,
+    local: Local,
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Current>> = const { RefCell::new(None) };
+}
+
+fn id(shared: &Shared) -> usize {
+    shared as *const Shared as usize
+}
+
+/// The index of the current worker, if this thread is one of `shared`'s workers.
+pub(crate) fn current_index(shared: &Shared) -> Option<usize> {
+    CURRENT.with(|current| {
+        current
+            .try_borrow()
+            .ok()
+            .and_then(|c| c.as_ref().filter(|c| c.scheduler == id(shared)).map(|c| c.index))
+    })
+}
+
+/// True when the calling thread is one of `shared`'s workers.
+pub(crate) fn on_worker(shared: &Shared) -> bool {
+    current_index(shared).is_some()
+}
+
+pub(crate) struct Worker {
+    handle: SchedulerHandle,
+    index: usize,
+    tick: u32,
+    /// The events of the current step; reused.
+    events: Vec<Event>,
+    /// The output of the current step; reused.
+    out: StepOutput,
+}
+
+/// The thread body of worker `index`.
+pub(crate) fn run(shared: Arc<Shared>, index: usize, deque: Deque<Task>) {
+    CURRENT.with(|current| {
+        *current.borrow_mut() = Some(Current {
+            scheduler: id(&shared),
+            index,
+            local: Local::new(deque),
+        })
+    });
+    let mut worker = Worker {
+        handle: SchedulerHandle { shared },
+        index,
+        tick: 0,
+        events: Vec::new(),
+        out: StepOutput::new(),
+    };
+    worker.run();
+    if let Some(mut current) = CURRENT.with(|current| current.borrow_mut().take()) {
+        current.local.clear();
+    }
+}
+
+impl Worker {
+    fn shared(&self) -> &Shared {
+        &self.handle.shared
+    }
+
+    fn run(&mut self) {
+        while !self.shared().shutdown.load(Ordering::Acquire) {
+            self.tick = self.tick.wrapping_add(1);
+            let task = match self.next_local() {
+                Some(task) => task,
+                None => match self.search() {
+                    Some(task) => task,
+                    None => return,
+                },
+            };
+            self.turn(task);
+        }
+    }
+
+    /// From this worker's own queue, with the periodic look at the global queue first.
+    fn next_local(&mut self) -> Option<Task> {
+        let global_first = self.tick % GLOBAL_POLL_INTERVAL == 0;
+        let shared = Arc::clone(&self.handle.shared);
+        let (task, from_global) = CURRENT.with(|current| {
+            let mut current = current.borrow_mut();
+            let local = &mut current.as_mut().expect("worker context").local;
+            if global_first {
+                if let Some(task) = shared.queues.pop_global(&local.deque) {
+                    return (Some(task), true);
+                }
+            }
+            if let Some(task) = local.pop() {
+                return (Some(task), false);
+            }
+            let task = shared.queues.pop_global(&local.deque);
+            let found = task.is_some();
+            (task, found)
+        });
+        if from_global {
+            self.bump(Counter::GlobalPop);
+        }
+        task
+    }
+
+    /// Spins over the global queue and the other workers' queues, then parks. `None` at shutdown.
+    fn search(&mut self) -> Option<Task> {
+        let shared = Arc::clone(&self.handle.shared);
+        shared.idle.begin_search();
+        loop {
+            for round in 0..SPIN_ROUNDS {
+                if shared.shutdown.load(Ordering::Acquire) {
+                    shared.idle.end_search();
+                    return None;
+                }
+                let found = CURRENT.with(|current| {
+                    let current = current.borrow();
+                    let local = &current.as_ref().expect("worker context").local;
+                    shared.queues.search(self.index, &local.deque)
+                });
+                let task = match found {
+                    Found::Global(task) => {
+                        self.bump(Counter::GlobalPop);
+                        task
+                    }
+                    Found::Stolen(task) => {
+                        self.bump(Counter::Steal);
+                        task
+                    }
+                    Found::Nothing => {
+                        if round < SPIN_TIGHT {
+                            for _ in 0..(1 << round) {
+                                std::hint::spin_loop();
+                            }
+                        } else {
+                            std::thread::yield_now();
+                        }
+                        continue;
+                    }
+                };
+                if shared.idle.end_search() {
+                    shared.idle.notify_one();
+                }
+                return Some(task);
+            }
+            self.bump(Counter::Park);
+            let local_empty = CURRENT.with(|current| {
+                current
+                    .borrow()
+                    .as_ref()
+                    .expect("worker context")
+                    .local
+                    .is_empty()
+            });
+            debug_assert!(local_empty, "a worker with local work does not park");
+            match shared.idle.park(|| shared.queues.has_work()) {
+                Unpark::Search => continue,
+                Unpark::Shutdown => return None,
+            }
+        }
+    }
+
+    fn bump(&self, counter: Counter) {
+        self.shared().counters.bump(Some(self.index), counter);
+    }
+
+    /// One turn of one process: init if new, then step while it has events and budget.
+    fn turn(&mut self, slot: Task) {
+        if !slot.state.start_running() {
+            debug_assert!(false, "queued process {} was not Ready", slot.pid);
+            return;
+        }
+        let mut budget = self.shared().config.budget;
+        // A step with no events is due after init and after `Continue`.
+        let mut step_without_events = false;
+        loop {
+            let status = {
+                let mut body = slot.body.lock();
+                if body.start.is_some() {
+                    if let Err(error) = self.init(&slot, &mut body) {
+                        return self.shared().finish(&slot, &mut body, Err(error));
+                    }
+                    step_without_events = true;
+                }
+                let (count, terminate) = {
+                    let mut inbox = slot.inbox.lock();
+                    match inbox.take_terminate() {
+                        Some(reason) => (0, Some(reason)),
+                        None => (inbox.drain_into(&mut self.events, budget), None),
+                    }
+                };
+                if let Some(reason) = terminate {
+                    self.events.clear();
+                    return self
+                        .shared()
+                        .finish(&slot, &mut body, Err(ProcessError::new(reason)));
+                }
+                if count == 0 && !step_without_events {
+                    None
+                } else {
+                    budget = budget.saturating_sub(count.max(1));
+                    match self.step(&slot, &mut body) {
+                        Ok(status) => Some(status),
+                        Err(error) => {
+                            return self.shared().finish(&slot, &mut body, Err(error));
+                        }
+                    }
+                }
+            };
+            step_without_events = false;
+            let target = match status {
+                Some(Status::Done(result)) => return self.finish_with(&slot, Ok(result)),
+                Some(Status::Failed(message)) => {
+                    return self.finish_with(&slot, Err(ProcessError::new(message)))
+                }
+                Some(Status::Continue) => {
+                    step_without_events = true;
+                    if budget == 0 {
+                        return self.requeue(slot);
+                    }
+                    continue;
+                }
+                Some(Status::Idle) => IDLE,
+                Some(Status::Wait) | None => BLOCKED,
+            };
+            // Park unless events are waiting; an event that lands between the check and the park
+            // sets the wakeup flag, which makes the park fail (see `state.rs`).
+            loop {
+                if !slot.inbox.lock().is_empty() {
+                    break;
+                }
+                match slot.state.park(target) {
+                    Park::Parked => return,
+                    Park::Notified => continue,
+                }
+            }
+            if budget == 0 {
+                return self.requeue(slot);
+            }
+        }
+    }
+
+    fn init(&mut self, slot: &Slot, body: &mut Body) -> Result<(), ProcessError> {
+        let start = body.start.take().expect("checked by the caller");
+        let process = body.process.as_mut().expect("present until finished");
+        let ctx = InitContext::new(slot.pid, slot.parent);
+        let method = start.method;
+        match catch_unwind(AssertUnwindSafe(|| process.init(&ctx, &method, start.input))) {
+            Ok(result) => result,
+            Err(panic) => Err(ProcessError::new(format!(
+                "init of entry point '{method}' panicked: {}",
+                panic_message(&*panic)
+            ))),
+        }
+    }
+
+    /// Steps the process with the drained events and dispatches its yields.
+    fn step(&mut self, slot: &Arc<Slot>, body: &mut Body) -> Result<Status, ProcessError> {
+        let process = body.process.as_mut().expect("present until finished");
+        self.out.reset();
+        let events = Events::new(&mut self.events);
+        let out = &mut self.out;
+        let result = catch_unwind(AssertUnwindSafe(|| process.step(events, out)));
+        self.events.clear();
+        self.bump(Counter::Step);
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err(error),
+            Err(panic) => {
+                return Err(ProcessError::new(format!(
+                    "step panicked: {}",
+                    panic_message(&*panic)
+                )))
+            }
+        }
+        let status = std::mem::replace(&mut self.out.status, Status::Wait);
+        let mut yields = std::mem::take(&mut self.out.yields);
+        let dispatched = self.dispatch(slot, &mut yields);
+        yields.clear();
+        self.out.yields = yields;
+        dispatched.map(|()| status)
+    }
+
+    /// Hands each yield to its handler. A handler that panics fails the process.
+    fn dispatch(&self, slot: &Arc<Slot>, yields: &mut Vec<Yield>) -> Result<(), ProcessError> {
+        let cx = Context {
+            handle: &self.handle,
+            slot,
+        };
+        for Yield { tag, command } in yields.drain(..) {
+            let kind = command.kind();
+            let Some(handler) = self.shared().handlers.get(kind) else {
+                if kind.expects_completion() {
+                    cx.complete(tag, Err(unknown_command(kind)));
+                }
+                continue;
+            };
+            let request = Request {
+                pid: slot.pid,
+                tag,
+                command,
+            };
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| handler.handle(request, &cx))) {
+                return Err(ProcessError::new(format!(
+                    "the handler for command '{}' panicked: {}",
+                    kind.name(),
+                    panic_message(&*panic)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn finish_with(&self, slot: &Arc<Slot>, result: Result<wfcontract::Payload, ProcessError>) {
+        let mut body = slot.body.lock();
+        self.shared().finish(slot, &mut body, result);
+    }
+
+    /// Budget used up: to the back of the local queue, so peers get their turn.
+    fn requeue(&self, slot: Task) {
+        slot.state.requeue();
+        let pushed = with_local_task(self.shared(), slot, |local, task| local.push_back(task));
+        debug_assert!(pushed.is_ok(), "a worker always has its local queue");
+        self.shared().idle.notify_one();
+    }
+}
+
+/// Runs `f(local, task)` if this thread is one of `shared`'s workers; otherwise returns the task.
+pub(crate) fn with_local_task<R>(
+    shared: &Shared,
+    task: Task,
+    f: impl FnOnce(&mut Local, Task) -> R,
+) -> Result<R, Task> {
+    CURRENT.with(|current| match current.try_borrow_mut() {
+        Ok(mut current) => match current.as_mut() {
+            Some(current) if current.scheduler == id(shared) => Ok(f(&mut current.local, task)),
+            _ => Err(task),
+        },
+        Err(_) => Err(task),
+    })
+}

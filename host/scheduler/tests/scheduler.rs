@@ -1,0 +1,786 @@
+//! Behaviour of the scheduler with native processes: exact counts, no sleeps as synchronisation.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use common::{de, pc, Proc, PATIENCE};
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use parking_lot::Mutex;
+use wfcontract::{
+    CallRequest, Command, CommandKind, ErrorKind, EventKind, Payload, Pid, SendRequest, Status,
+    Tag,
+};
+use wfhost_scheduler::{
+    Completer, Error, ProcessResult, Scheduler, SchedulerHandle, Spawn, DEFAULT_BUDGET,
+};
+
+fn call(name: &str) -> Command {
+    Command::Call(CallRequest {
+        name: name.into(),
+        input: Payload::empty(),
+    })
+}
+
+/// A scheduler whose `call` handler hands every completer to the test.
+fn with_gate(workers: usize) -> (Scheduler, Receiver<Completer>) {
+    let (tx, rx) = unbounded();
+    let tx = Mutex::new(tx);
+    let scheduler = Scheduler::builder()
+        .workers(workers)
+        .handler(CommandKind::Call, move |req: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>| {
+            tx.lock().send(cx.completer(req.tag)).unwrap();
+        })
+        .build()
+        .unwrap();
+    (scheduler, rx)
+}
+
+/// Occupies the only worker of a one-worker scheduler until `release` is called, so the test can
+/// arrange queues and inboxes while nothing runs.
+struct HeldWorker {
+    barrier: Arc<Barrier>,
+}
+
+impl HeldWorker {
+    fn hold(scheduler: &Scheduler) -> HeldWorker {
+        assert_eq!(scheduler.workers(), 1);
+        let barrier = Arc::new(Barrier::new(2));
+        let (inside_tx, inside_rx) = unbounded();
+        let in_step = Arc::clone(&barrier);
+        let blocker = Proc::new((), move |_, _, _, out| {
+            inside_tx.send(()).unwrap();
+            in_step.wait();
+            out.status = Status::Done(Payload::empty());
+        });
+        scheduler.spawn(blocker, "hold", Payload::empty()).unwrap();
+        inside_rx.recv_timeout(PATIENCE).unwrap();
+        HeldWorker { barrier }
+    }
+
+    fn release(self) {
+        self.barrier.wait();
+    }
+}
+
+fn collect(rx: &Receiver<(Pid, ProcessResult)>, n: usize) -> Vec<ProcessResult> {
+    (0..n)
+        .map(|i| {
+            rx.recv_timeout(PATIENCE)
+                .unwrap_or_else(|_| panic!("only {i} of {n} processes finished"))
+                .1
+        })
+        .collect()
+}
+
+#[test]
+fn smoke_hundred_thousand_processes_sum_exactly() {
+    const N: u64 = 100_000;
+    let scheduler = Scheduler::builder().build().unwrap();
+    let (tx, rx) = unbounded();
+    for i in 0..N {
+        // Two steps each: one that asks to run again, one that answers.
+        let process = Proc::new(0u8, |turns, env, _, out| {
+            *turns += 1;
+            out.status = if *turns == 1 {
+                Status::Continue
+            } else {
+                Status::Done(pc(&(de::<u64>(&env.input) * 2)))
+            };
+        });
+        scheduler
+            .spawn_with(Spawn::new(process, "double", pc(&i)).notify(tx.clone()))
+            .unwrap();
+    }
+    let sum: u64 = collect(&rx, N as usize)
+        .into_iter()
+        .map(|r| de::<u64>(&r.unwrap()))
+        .sum();
+    assert_eq!(sum, N * (N - 1));
+    let counters = scheduler.counters();
+    assert_eq!(counters.spawns, N);
+    assert_eq!(counters.completions, N);
+    assert_eq!(counters.steps, 2 * N);
+    assert_eq!(scheduler.live(), 0);
+}
+
+/// A ring member: its first message names the next member; every later one is the token, carrying
+/// the hops still to go after this one.
+fn ring_member(finished: Sender<()>) -> Proc<(Option<Pid>, u64)> {
+    Proc::new((None, 0u64), move |(next, handled), _, events, out| {
+        out.status = Status::Idle;
+        for event in events {
+            match event.kind {
+                EventKind::Message => match *next {
+                    None => *next = Some(de(&event.data)),
+                    Some(to) => {
+                        *handled += 1;
+                        let remaining: u64 = de(&event.data);
+                        if remaining == 0 {
+                            finished.send(()).unwrap();
+                        } else {
+                            let message = pc(&(remaining - 1));
+                            out.push(Tag(1), Command::Send(SendRequest { to, message }));
+                        }
+                    }
+                },
+                EventKind::YieldComplete => assert_eq!(event.error, None),
+                EventKind::Cancel => {
+                    out.status = Status::Done(pc(handled));
+                    return;
+                }
+            }
+        }
+    })
+}
+
+#[test]
+fn ring_of_a_thousand_passes_a_million_hops_exactly() {
+    const MEMBERS: usize = 1_000;
+    const HOPS: u64 = 1_000_000;
+    let scheduler = Scheduler::builder().build().unwrap();
+    let (done_tx, done_rx) = unbounded();
+    let (finished_tx, finished_rx) = unbounded();
+    let pids: Vec<Pid> = (0..MEMBERS)
+        .map(|_| {
+            let spawn = Spawn::new(ring_member(finished_tx.clone()), "member", Payload::empty());
+            scheduler.spawn_with(spawn.notify(done_tx.clone())).unwrap()
+        })
+        .collect();
+    for (i, pid) in pids.iter().enumerate() {
+        scheduler.send(*pid, pc(&pids[(i + 1) % MEMBERS])).unwrap();
+    }
+    scheduler.send(pids[0], pc(&(HOPS - 1))).unwrap();
+    finished_rx.recv_timeout(PATIENCE).expect("the token went round");
+
+    let report = scheduler.shutdown(PATIENCE);
+    assert_eq!(report.finished_in_grace, MEMBERS);
+    let hops: u64 = collect(&done_rx, MEMBERS)
+        .into_iter()
+        .map(|r| de::<u64>(&r.unwrap()))
+        .sum();
+    assert_eq!(hops, HOPS);
+}
+
+#[test]
+fn eight_producers_keep_their_order_and_lose_nothing() {
+    const PRODUCERS: u8 = 8;
+    const EACH: u64 = 100_000;
+    const TOTAL: u64 = PRODUCERS as u64 * EACH;
+    let scheduler = Scheduler::builder().build().unwrap();
+    let receiver = Proc::new(
+        ([0u64; PRODUCERS as usize], 0u64, 0u64),
+        |(next, total, out_of_order), _, events, out| {
+            out.status = Status::Idle;
+            for event in events {
+                let (producer, seq): (u8, u64) = de(&event.data);
+                if next[producer as usize] != seq {
+                    *out_of_order += 1;
+                }
+                next[producer as usize] = seq + 1;
+                *total += 1;
+            }
+            if *total == TOTAL {
+                out.status = Status::Done(pc(&(*total, *out_of_order)));
+            }
+        },
+    );
+    let handle = scheduler
+        .spawn_handle(receiver, "receive", Payload::empty())
+        .unwrap();
+    let pid = handle.pid();
+    std::thread::scope(|scope| {
+        for producer in 0..PRODUCERS {
+            let scheduler = scheduler.handle().clone();
+            scope.spawn(move || {
+                for seq in 0..EACH {
+                    scheduler.send(pid, pc(&(producer, seq))).unwrap();
+                }
+            });
+        }
+    });
+    let result = handle.wait_timeout(PATIENCE).expect("all messages arrived");
+    assert_eq!(de::<(u64, u64)>(&result.unwrap()), (TOTAL, 0));
+}
+
+#[test]
+fn stampede_never_steps_one_process_twice_at_once() {
+    const PROCESSES: usize = 16;
+    const PRODUCERS: usize = 8;
+    const MESSAGES_EACH: usize = 20_000;
+    const PER_PROCESS: u64 = (PRODUCERS * MESSAGES_EACH / PROCESSES) as u64;
+    // Every message is answered by a yield that another thread completes, so completions race
+    // the steps as well as messages.
+    let (completers_tx, completers_rx) = unbounded::<Completer>();
+    let completers_tx = Mutex::new(completers_tx);
+    let scheduler = Scheduler::builder()
+        .handler(CommandKind::Call, move |req: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>| {
+            completers_tx.lock().send(cx.completer(req.tag)).unwrap();
+        })
+        .build()
+        .unwrap();
+    let completing: Vec<_> = (0..2)
+        .map(|_| {
+            let rx = completers_rx.clone();
+            std::thread::spawn(move || {
+                for completer in rx {
+                    completer.complete(Ok(Payload::empty()));
+                }
+            })
+        })
+        .collect();
+    drop(completers_rx);
+
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = unbounded();
+    let pids: Vec<Pid> = (0..PROCESSES)
+        .map(|_| {
+            let in_step = AtomicBool::new(false);
+            let overlaps = Arc::clone(&overlaps);
+            let process = Proc::new((0u64, 0u64), move |(messages, completions), _, events, out| {
+                if in_step.swap(true, Ordering::AcqRel) {
+                    overlaps.fetch_add(1, Ordering::Relaxed);
+                }
+                for event in events {
+                    match event.kind {
+                        EventKind::Message => {
+                            *messages += 1;
+                            out.push(Tag(*messages), call("echo"));
+                        }
+                        EventKind::YieldComplete => *completions += 1,
+                        EventKind::Cancel => {}
+                    }
+                }
+                out.status = if *messages == PER_PROCESS && *completions == PER_PROCESS {
+                    Status::Done(pc(&(*messages, *completions)))
+                } else {
+                    Status::Idle
+                };
+                in_step.store(false, Ordering::Release);
+            });
+            let spawn = Spawn::new(process, "stampede", Payload::empty()).notify(tx.clone());
+            scheduler.spawn_with(spawn).unwrap()
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        for producer in 0..PRODUCERS {
+            let scheduler = scheduler.handle().clone();
+            let pids = &pids;
+            scope.spawn(move || {
+                for i in 0..MESSAGES_EACH {
+                    let pid = pids[(i + producer) % PROCESSES];
+                    scheduler.send(pid, Payload::empty()).unwrap();
+                }
+            });
+        }
+    });
+    for result in collect(&rx, PROCESSES) {
+        assert_eq!(de::<(u64, u64)>(&result.unwrap()), (PER_PROCESS, PER_PROCESS));
+    }
+    assert_eq!(overlaps.load(Ordering::Relaxed), 0);
+    scheduler.shutdown(Duration::from_secs(1));
+    for thread in completing {
+        thread.join().unwrap();
+    }
+}
+
+#[test]
+fn a_million_completions_race_steps_without_a_lost_wakeup() {
+    const PROCESSES: u64 = 1_000;
+    const EACH: u64 = 1_000;
+    const IN_FLIGHT: u64 = 8;
+    let (completers_tx, completers_rx) = unbounded::<Completer>();
+    let completers_tx = Mutex::new(completers_tx);
+    let scheduler = Scheduler::builder()
+        .handler(CommandKind::Call, move |req: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>| {
+            completers_tx.lock().send(cx.completer(req.tag)).unwrap();
+        })
+        .build()
+        .unwrap();
+    let completing: Vec<_> = (0..3)
+        .map(|_| {
+            let rx = completers_rx.clone();
+            std::thread::spawn(move || {
+                for completer in rx {
+                    completer.complete(Ok(Payload::empty()));
+                }
+            })
+        })
+        .collect();
+    drop(completers_rx);
+
+    let (tx, rx) = unbounded();
+    for _ in 0..PROCESSES {
+        // Keeps IN_FLIGHT calls outstanding until EACH have completed.
+        let process = Proc::new((0u64, 0u64), |(issued, completed), env, events, out| {
+            for event in events {
+                assert_eq!(event.kind, EventKind::YieldComplete);
+                *completed += 1;
+            }
+            let target = if env.first { IN_FLIGHT } else { *completed + IN_FLIGHT };
+            while *issued < target.min(EACH) {
+                *issued += 1;
+                out.push(Tag(*issued), call("echo"));
+            }
+            out.status = if *completed == EACH {
+                Status::Done(pc(completed))
+            } else {
+                Status::Wait
+            };
+        });
+        let spawn = Spawn::new(process, "race", Payload::empty()).notify(tx.clone());
+        scheduler.spawn_with(spawn).unwrap();
+    }
+    let total: u64 = collect(&rx, PROCESSES as usize)
+        .into_iter()
+        .map(|r| de::<u64>(&r.unwrap()))
+        .sum();
+    assert_eq!(total, PROCESSES * EACH);
+    scheduler.shutdown(Duration::from_secs(1));
+    for thread in completing {
+        thread.join().unwrap();
+    }
+}
+
+/// Counts the messages a process sees before its cancel; `pause_at_first` holds the step at the
+/// first message until the test lets it go.
+fn count_until_cancel(pause_at_first: Option<(Sender<()>, Arc<Barrier>)>) -> Proc<u64> {
+    Proc::new(0u64, move |seen, _, events, out| {
+        out.status = Status::Idle;
+        for event in events {
+            match event.kind {
+                EventKind::Message => {
+                    *seen += 1;
+                    if let (1, Some((at_first, resume))) = (*seen, &pause_at_first) {
+                        at_first.send(()).unwrap();
+                        resume.wait();
+                    }
+                }
+                EventKind::Cancel => {
+                    out.status = Status::Done(pc(seen));
+                    return;
+                }
+                EventKind::YieldComplete => {}
+            }
+        }
+    })
+}
+
+#[test]
+fn cancel_overtakes_ten_thousand_queued_messages() {
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let handle = scheduler
+        .spawn_handle(count_until_cancel(None), "count", Payload::empty())
+        .unwrap();
+    // Nothing runs while the backlog and then the cancel are queued.
+    let held = HeldWorker::hold(&scheduler);
+    for _ in 0..10_000 {
+        scheduler.send(handle.pid(), Payload::empty()).unwrap();
+    }
+    scheduler.cancel(handle.pid()).unwrap();
+    held.release();
+    let seen: u64 = de(&handle.wait_timeout(PATIENCE).unwrap().unwrap());
+    // The control lane is drained first: the cancel leads the first batch.
+    assert_eq!(seen, 0);
+}
+
+#[test]
+fn cancel_during_a_backlog_lets_at_most_one_budget_through() {
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let (at_first_tx, at_first_rx) = unbounded();
+    let resume = Arc::new(Barrier::new(2));
+    let process = count_until_cancel(Some((at_first_tx, Arc::clone(&resume))));
+    let handle = scheduler
+        .spawn_handle(process, "count", Payload::empty())
+        .unwrap();
+    let held = HeldWorker::hold(&scheduler);
+    for _ in 0..10_000 {
+        scheduler.send(handle.pid(), Payload::empty()).unwrap();
+    }
+    held.release();
+    // The cancel lands while the first batch is being stepped.
+    at_first_rx.recv_timeout(PATIENCE).unwrap();
+    scheduler.cancel(handle.pid()).unwrap();
+    resume.wait();
+    let seen: u64 = de(&handle.wait_timeout(PATIENCE).unwrap().unwrap());
+    // The batch in progress finishes; the next one starts with the cancel.
+    assert_eq!(seen, DEFAULT_BUDGET as u64);
+}
+
+#[test]
+fn a_process_over_budget_goes_behind_its_peers() {
+    const BACKLOG: u64 = 1_000;
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let log = Arc::new(Mutex::new(Vec::<char>::new()));
+    let logger = |name: char, expect: u64| {
+        let log = Arc::clone(&log);
+        Proc::new(0u64, move |seen, _, events, out| {
+            out.status = Status::Idle;
+            for _ in events {
+                *seen += 1;
+                log.lock().push(name);
+            }
+            if *seen == expect {
+                out.status = Status::Done(Payload::empty());
+            }
+        })
+    };
+    let a = scheduler.spawn_handle(logger('a', BACKLOG), "a", Payload::empty()).unwrap();
+    let b = scheduler.spawn_handle(logger('b', 1), "b", Payload::empty()).unwrap();
+    let held = HeldWorker::hold(&scheduler);
+    // A gets a backlog and is queued first; B gets one message.
+    for _ in 0..BACKLOG {
+        scheduler.send(a.pid(), Payload::empty()).unwrap();
+    }
+    scheduler.send(b.pid(), Payload::empty()).unwrap();
+    held.release();
+    a.wait_timeout(PATIENCE).unwrap().unwrap();
+    b.wait_timeout(PATIENCE).unwrap().unwrap();
+    let log = log.lock();
+    assert_eq!(log.len() as u64, BACKLOG + 1);
+    // One budget of A's messages, then A goes behind B.
+    assert_eq!(log.iter().position(|name| *name == 'b'), Some(DEFAULT_BUDGET));
+}
+
+#[test]
+fn a_panicking_step_fails_only_its_process() {
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let boom = Proc::new((), |_, _, _, _| panic!("boom"));
+    let failed = scheduler.spawn_handle(boom, "boom", Payload::empty()).unwrap();
+    let err = failed.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert_eq!(err.message(), "step panicked: boom");
+    // The single worker survived and runs the next process.
+    let fine = Proc::new((), |_, _, _, out| out.status = Status::Done(pc(&7u8)));
+    let ok = scheduler.spawn_handle(fine, "fine", Payload::empty()).unwrap();
+    assert_eq!(de::<u8>(&ok.wait_timeout(PATIENCE).unwrap().unwrap()), 7);
+}
+
+#[test]
+fn a_panicking_init_or_handler_fails_its_process() {
+    struct BadInit;
+    impl wfhost_scheduler::Process for BadInit {
+        fn init(
+            &mut self,
+            _: &wfhost_scheduler::InitContext,
+            method: &str,
+            _: Payload,
+        ) -> Result<(), wfhost_scheduler::ProcessError> {
+            panic!("no entry point {method}")
+        }
+        fn step(
+            &mut self,
+            _: wfhost_scheduler::Events<'_>,
+            _: &mut wfcontract::StepOutput,
+        ) -> Result<(), wfhost_scheduler::ProcessError> {
+            unreachable!()
+        }
+    }
+    let scheduler = Scheduler::builder()
+        .workers(1)
+        .handler(CommandKind::Call, |_: wfhost_scheduler::Request, _: &wfhost_scheduler::Context<'_>| panic!("handler bug"))
+        .build()
+        .unwrap();
+    let init = scheduler.spawn_handle(BadInit, "start", Payload::empty()).unwrap();
+    assert_eq!(
+        init.wait_timeout(PATIENCE).unwrap().unwrap_err().message(),
+        "init of entry point 'start' panicked: no entry point start"
+    );
+    let calls = Proc::new((), |_, _, _, out| out.push(Tag(1), call("x")));
+    let handler = scheduler.spawn_handle(calls, "calls", Payload::empty()).unwrap();
+    assert_eq!(
+        handler.wait_timeout(PATIENCE).unwrap().unwrap_err().message(),
+        "the handler for command 'call' panicked: handler bug"
+    );
+}
+
+#[test]
+fn an_unknown_command_completes_with_an_error_the_process_sees() {
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let process = Proc::new((), |_, env, events, out| {
+        if env.first {
+            out.push(Tag(9), Command::Now);
+            return;
+        }
+        let event = events.into_iter().next().unwrap();
+        let error = event.error.unwrap();
+        assert_eq!((event.tag, error.kind), (Tag(9), ErrorKind::UnknownCommand));
+        out.status = Status::Done(Payload::to_json(&error.message).unwrap());
+    });
+    let handle = scheduler.spawn_handle(process, "now", Payload::empty()).unwrap();
+    let message: String = de(&handle.wait_timeout(PATIENCE).unwrap().unwrap());
+    assert_eq!(message, "this host has no handler for command 'now'");
+}
+
+#[test]
+fn sending_to_an_unknown_or_finished_pid_is_an_error() {
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    assert_eq!(
+        scheduler.send(Pid(424242), Payload::empty()),
+        Err(Error::NoSuchProcess(Pid(424242)))
+    );
+    let quick = Proc::new((), |_, _, _, out| out.status = Status::Done(Payload::empty()));
+    let handle = scheduler.spawn_handle(quick, "quick", Payload::empty()).unwrap();
+    let pid = handle.pid();
+    handle.wait_timeout(PATIENCE).unwrap().unwrap();
+    assert_eq!(scheduler.send(pid, Payload::empty()), Err(Error::NoSuchProcess(pid)));
+    assert_eq!(scheduler.cancel(pid), Err(Error::NoSuchProcess(pid)));
+
+    // A process sending to a finished pid gets the error as a completion.
+    let sender = Proc::new((), move |_, env, events, out| {
+        if env.first {
+            let message = Payload::empty();
+            out.push(Tag(1), Command::Send(SendRequest { to: pid, message }));
+            return;
+        }
+        let error = events.into_iter().next().unwrap().error.unwrap();
+        out.status = Status::Done(pc(&(error.kind == ErrorKind::NoSuchProcess)));
+    });
+    let handle = scheduler.spawn_handle(sender, "send", Payload::empty()).unwrap();
+    assert!(de::<bool>(&handle.wait_timeout(PATIENCE).unwrap().unwrap()));
+}
+
+/// A parent that joins the child named in its input, whether it already finished or not.
+fn joiner() -> Proc<()> {
+    Proc::new((), |_, _, events, out| {
+        out.status = Status::Idle;
+        for event in events {
+            match event.kind {
+                EventKind::Message => {
+                    out.push(Tag(5), Command::Join(de(&event.data)));
+                    out.status = Status::Wait;
+                }
+                EventKind::YieldComplete => {
+                    out.status = Status::Done(match event.into_result() {
+                        Ok(data) => data,
+                        Err(error) => Payload::to_json(&error.to_string()).unwrap(),
+                    });
+                    return;
+                }
+                EventKind::Cancel => {}
+            }
+        }
+    })
+}
+
+#[test]
+fn a_parent_joins_its_child_before_or_after_the_child_finished() {
+    let (scheduler, gates) = with_gate(2);
+    for late in [false, true] {
+        let parent = scheduler.spawn_handle(joiner(), "parent", Payload::empty()).unwrap();
+        let child = Proc::new((), |_, env, _, out| {
+            if env.first {
+                out.push(Tag(1), call("gate"));
+            } else {
+                out.status = Status::Done(pc(&99u32));
+            }
+        });
+        let (tx, rx) = unbounded();
+        let spawn = Spawn::new(child, "child", Payload::empty()).parent(parent.pid()).notify(tx);
+        let child = scheduler.spawn_with(spawn).unwrap();
+        let gate = gates.recv_timeout(PATIENCE).unwrap();
+        if late {
+            gate.complete(Ok(Payload::empty()));
+            rx.recv_timeout(PATIENCE).unwrap().1.unwrap();
+            // Finished, but retained for its parent.
+            scheduler.send(parent.pid(), pc(&child)).unwrap();
+        } else {
+            scheduler.send(parent.pid(), pc(&child)).unwrap();
+            gate.complete(Ok(Payload::empty()));
+        }
+        assert_eq!(de::<u32>(&parent.wait_timeout(PATIENCE).unwrap().unwrap()), 99);
+    }
+    // Joined children are reaped: nothing is left behind.
+    assert_eq!(scheduler.live(), 0);
+}
+
+#[test]
+fn a_failed_child_is_an_error_value_for_its_parent() {
+    let scheduler = Scheduler::builder().workers(2).build().unwrap();
+    let parent = scheduler.spawn_handle(joiner(), "parent", Payload::empty()).unwrap();
+    let child = Proc::new((), |_, _, _, out| out.status = Status::Failed("out of stock".into()));
+    let spawn = Spawn::new(child, "child", Payload::empty()).parent(parent.pid());
+    let child = scheduler.spawn_with(spawn).unwrap();
+    scheduler.send(parent.pid(), pc(&child)).unwrap();
+    let message: String = de(&parent.wait_timeout(PATIENCE).unwrap().unwrap());
+    assert_eq!(message, format!("process {child} failed: out of stock (child-failed)"));
+}
+
+#[test]
+fn joining_an_unknown_pid_is_an_error() {
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let parent = scheduler.spawn_handle(joiner(), "parent", Payload::empty()).unwrap();
+    scheduler.send(parent.pid(), pc(&Pid(777))).unwrap();
+    let message: String = de(&parent.wait_timeout(PATIENCE).unwrap().unwrap());
+    assert_eq!(
+        message,
+        "no process <777>: it never existed or has already finished (no-such-process)"
+    );
+}
+
+#[test]
+fn sleeps_run_on_the_timer_and_complete_in_deadline_order() {
+    let scheduler = Scheduler::builder().workers(2).build().unwrap();
+    let (tx, rx) = unbounded();
+    let start = Instant::now();
+    for millis in [30u64, 10, 20] {
+        let tx = tx.clone();
+        let process = Proc::new((), move |_, env, _, out| {
+            if env.first {
+                out.push(Tag(1), Command::Sleep(Duration::from_millis(millis)));
+            } else {
+                tx.send(millis).unwrap();
+                out.status = Status::Done(Payload::empty());
+            }
+        });
+        scheduler.spawn(process, "sleep", Payload::empty()).unwrap();
+    }
+    let order: Vec<u64> = (0..3).map(|_| rx.recv_timeout(PATIENCE).unwrap()).collect();
+    assert_eq!(order, [10, 20, 30]);
+    assert!(start.elapsed() >= Duration::from_millis(30));
+}
+
+#[test]
+fn a_stop_requested_inside_a_step_does_not_deadlock() {
+    let scheduler = Scheduler::builder().workers(2).build().unwrap();
+    let handle: SchedulerHandle = scheduler.handle().clone();
+    let stopper = Proc::new((), move |_, _, events, out| {
+        if events.as_slice().iter().any(|e| e.kind == EventKind::Cancel) {
+            out.status = Status::Done(Payload::empty());
+        } else {
+            handle.request_stop();
+            out.status = Status::Idle;
+        }
+    });
+    let stopped = scheduler.spawn_handle(stopper, "stop", Payload::empty()).unwrap();
+    assert!(scheduler.wait_for_stop(Some(PATIENCE)));
+    assert_eq!(
+        scheduler.spawn(Proc::new((), |_, _, _, _| {}), "late", Payload::empty()),
+        Err(Error::ShuttingDown)
+    );
+    let report = scheduler.shutdown(PATIENCE);
+    assert_eq!((report.closed, report.detached), (0, false));
+    stopped.wait_timeout(PATIENCE).unwrap().unwrap();
+}
+
+#[test]
+fn shutdown_called_inside_a_step_detaches_instead_of_joining_itself() {
+    let owner: Arc<Mutex<Option<Scheduler>>> = Arc::new(Mutex::new(None));
+    let scheduler = Scheduler::builder().workers(2).build().unwrap();
+    let (tx, rx) = unbounded();
+    let inside = Arc::clone(&owner);
+    let process = Proc::new((), move |_, _, _, out| {
+        if let Some(scheduler) = inside.lock().take() {
+            tx.send(scheduler.shutdown(Duration::from_secs(1))).unwrap();
+        }
+        out.status = Status::Done(Payload::empty());
+    });
+    let handle = scheduler.handle().clone();
+    *owner.lock() = Some(scheduler);
+    handle.spawn(process, "shutdown", Payload::empty()).unwrap();
+    let report = rx.recv_timeout(PATIENCE).unwrap();
+    assert!(report.detached);
+    assert!(handle.is_stopping());
+}
+
+fn blocked_forever(closes: Arc<AtomicU64>, honour_cancel: bool) -> Proc<()> {
+    Proc::new((), move |_, env, events, out| {
+        out.status = Status::Wait;
+        if env.first {
+            out.push(Tag(1), call("never"));
+        }
+        if honour_cancel && events.as_slice().iter().any(|e| e.kind == EventKind::Cancel) {
+            out.status = Status::Done(Payload::empty());
+        }
+    })
+    .on_close(move |_| {
+        closes.fetch_add(1, Ordering::Relaxed);
+    })
+}
+
+#[test]
+fn shutdown_with_ten_thousand_blocked_processes_keeps_its_deadline() {
+    const N: usize = 10_000;
+    for honour_cancel in [false, true] {
+        // The `call` handler drops the completer: the processes stay blocked.
+        let scheduler = Scheduler::builder()
+            .handler(CommandKind::Call, |_: wfhost_scheduler::Request, _: &wfhost_scheduler::Context<'_>| {})
+            .build()
+            .unwrap();
+        let closes = Arc::new(AtomicU64::new(0));
+        let (tx, rx) = unbounded();
+        for _ in 0..N {
+            let process = blocked_forever(Arc::clone(&closes), honour_cancel);
+            let spawn = Spawn::new(process, "block", Payload::empty()).notify(tx.clone());
+            scheduler.spawn_with(spawn).unwrap();
+        }
+        let grace = Duration::from_millis(if honour_cancel { 60_000 } else { 200 });
+        let started = Instant::now();
+        let report = scheduler.shutdown(grace);
+        assert!(started.elapsed() < grace + Duration::from_secs(30));
+        assert_eq!(report.live_at_start, N);
+        let results = collect(&rx, N);
+        if honour_cancel {
+            assert_eq!((report.finished_in_grace, report.closed), (N, 0));
+            assert!(results.iter().all(Result::is_ok));
+        } else {
+            assert_eq!((report.finished_in_grace, report.closed), (0, N));
+            let err = results[0].as_ref().unwrap_err();
+            assert_eq!(err.message(), "the host shut down before the process finished");
+        }
+        assert_eq!(closes.load(Ordering::Relaxed), N as u64, "close runs exactly once");
+    }
+}
+
+#[test]
+fn no_starvation_of_a_new_process_behind_endless_requeuers() {
+    let scheduler = Scheduler::builder().workers(2).build().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    for _ in 0..(4 * scheduler.workers()) {
+        let stop = Arc::clone(&stop);
+        let spinner = Proc::new((), move |_, _, events, out| {
+            let cancelled = events.as_slice().iter().any(|e| e.kind == EventKind::Cancel);
+            out.status = if cancelled || stop.load(Ordering::Relaxed) {
+                Status::Done(Payload::empty())
+            } else {
+                Status::Continue
+            };
+        });
+        scheduler.spawn(spinner, "spin", Payload::empty()).unwrap();
+    }
+    let newcomer = Proc::new((), |_, _, _, out| out.status = Status::Done(pc(&1u8)));
+    let handle = scheduler.spawn_handle(newcomer, "new", Payload::empty()).unwrap();
+    let result = handle.wait_timeout(PATIENCE);
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(de::<u8>(&result.expect("the newcomer ran").unwrap()), 1);
+    assert!(scheduler.counters().steps > 0);
+}
+
+#[test]
+fn terminate_ends_a_process_without_stepping_it_again() {
+    let (scheduler, gates) = with_gate(1);
+    let steps = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&steps);
+    let process = Proc::new((), move |_, env, _, out| {
+        counted.fetch_add(1, Ordering::Relaxed);
+        if env.first {
+            out.push(Tag(1), call("gate"));
+        }
+    });
+    let handle = scheduler.spawn_handle(process, "t", Payload::empty()).unwrap();
+    let gate = gates.recv_timeout(PATIENCE).unwrap();
+    scheduler.terminate(handle.pid(), "terminated: grace period over").unwrap();
+    let err = handle.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert_eq!(err.message(), "terminated: grace period over");
+    gate.complete(Ok(Payload::empty()));
+    assert_eq!(steps.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn builder_refuses_zero_workers_or_budget() {
+    let err = Scheduler::builder().workers(0).build().unwrap_err();
+    assert_eq!(err.to_string(), "invalid scheduler setting: workers must be at least 1");
+    let err = Scheduler::builder().budget(0).build().unwrap_err();
+    assert_eq!(err.to_string(), "invalid scheduler setting: the budget must be at least 1 event");
+}

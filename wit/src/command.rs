@@ -1,0 +1,191 @@
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::time::Duration;
+use serde::{Deserialize, Serialize};
+
+use crate::{Payload, Pid};
+
+/// A request from a process to its host, carried by a [`Yield`](crate::Yield).
+///
+/// Every source of nondeterminism a workflow needs (time, randomness, other processes, the outside
+/// world) is a command, so that a process's `step` stays a pure function of the events it is given.
+/// Each command documents what its completion's `data` holds; errors arrive as a
+/// [`CommandError`](crate::CommandError).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Completes, with no data, once the duration has passed.
+    Sleep(Duration),
+    /// Writes a log record to the host's log. Never completes: it expects no answer.
+    Log(LogRecord),
+    /// Queues a message for another process. Completes with no data once queued, or with
+    /// `no-such-process` when the target is unknown or finished.
+    Send(SendRequest),
+    /// Starts a child process. Completes with the child's [`Pid`] (postcard).
+    Spawn(SpawnRequest),
+    /// Completes with the result of the given process once it finishes, or with `child-failed`.
+    Join(Pid),
+    /// Delivers a cancel to the given process. Completes with no data once delivered.
+    Cancel(Pid),
+    /// Runs a host command that the embedding application registered. Completes with its result.
+    Call(CallRequest),
+    /// Completes with the host's wall-clock time as nanoseconds since the Unix epoch (postcard u64).
+    Now,
+    /// Completes with 64 random bits from the host (postcard u64).
+    Random,
+}
+
+/// The argument of [`Command::Send`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SendRequest {
+    /// The receiver.
+    pub to: Pid,
+    /// The message.
+    pub message: Payload,
+}
+
+/// The argument of [`Command::Spawn`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnRequest {
+    /// The module to start, by the name the host loaded it under; `None` for the spawner's own.
+    pub module: Option<String>,
+    /// The entry point to run.
+    pub entry: String,
+    /// The entry point's input.
+    pub input: Payload,
+}
+
+/// The argument of [`Command::Call`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallRequest {
+    /// The host command's registered name, such as `inventory.reserve`.
+    pub name: String,
+    /// Its input.
+    pub input: Payload,
+}
+
+/// A structured log record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRecord {
+    /// Severity.
+    pub level: Level,
+    /// The message.
+    pub message: String,
+    /// Structured key/value fields, passed through to the host's log.
+    pub fields: Vec<Field>,
+}
+
+/// One structured field of a [`LogRecord`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Field {
+    /// The field's name.
+    pub key: String,
+    /// The field's value, already formatted.
+    pub value: String,
+}
+
+/// Log severity, lowest first.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Level {
+    /// Very detailed tracing.
+    Trace,
+    /// Debugging detail.
+    Debug,
+    /// Normal progress.
+    Info,
+    /// Something unexpected that the workflow handled.
+    Warn,
+    /// Something failed.
+    Error,
+}
+
+/// The kind of a [`Command`], without its arguments: what handlers are registered for.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CommandKind {
+    /// [`Command::Sleep`].
+    Sleep,
+    /// [`Command::Log`].
+    Log,
+    /// [`Command::Send`].
+    Send,
+    /// [`Command::Spawn`].
+    Spawn,
+    /// [`Command::Join`].
+    Join,
+    /// [`Command::Cancel`].
+    Cancel,
+    /// [`Command::Call`].
+    Call,
+    /// [`Command::Now`].
+    Now,
+    /// [`Command::Random`].
+    Random,
+}
+
+impl CommandKind {
+    /// Every kind, in declaration order (the order of [`CommandKind::index`]).
+    pub const ALL: [CommandKind; 9] = [
+        CommandKind::Sleep,
+        CommandKind::Log,
+        CommandKind::Send,
+        CommandKind::Spawn,
+        CommandKind::Join,
+        CommandKind::Cancel,
+        CommandKind::Call,
+        CommandKind::Now,
+        CommandKind::Random,
+    ];
+
+    /// A dense index in `0..ALL.len()`, for handler tables.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The kebab-case name, as in the WIT.
+    pub fn name(self) -> &'static str {
+        match self {
+            CommandKind::Sleep => "sleep",
+            CommandKind::Log => "log",
+            CommandKind::Send => "send",
+            CommandKind::Spawn => "spawn",
+            CommandKind::Join => "join",
+            CommandKind::Cancel => "cancel",
+            CommandKind::Call => "call",
+            CommandKind::Now => "now",
+            CommandKind::Random => "random",
+        }
+    }
+
+    /// False for commands that are never completed (only [`Command::Log`]).
+    pub fn expects_completion(self) -> bool {
+        !matches!(self, CommandKind::Log)
+    }
+}
+
+impl Command {
+    /// This command's kind.
+    pub fn kind(&self) -> CommandKind {
+        match self {
+            Command::Sleep(_) => CommandKind::Sleep,
+            Command::Log(_) => CommandKind::Log,
+            Command::Send(_) => CommandKind::Send,
+            Command::Spawn(_) => CommandKind::Spawn,
+            Command::Join(_) => CommandKind::Join,
+            Command::Cancel(_) => CommandKind::Cancel,
+            Command::Call(_) => CommandKind::Call,
+            Command::Now => CommandKind::Now,
+            Command::Random => CommandKind::Random,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_indices_are_dense_and_in_order() {
+        for (i, kind) in CommandKind::ALL.iter().enumerate() {
+            assert_eq!(kind.index(), i);
+        }
+    }
+}

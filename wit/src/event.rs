@@ -1,0 +1,133 @@
+use alloc::string::String;
+use serde::{Deserialize, Serialize};
+
+use crate::{Payload, Pid, Tag};
+
+/// What an [`Event`] tells the process.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EventKind {
+    /// A command the process yielded has finished: `tag` names the yield, and either `data` holds
+    /// its result or `error` says why it failed.
+    YieldComplete,
+    /// A message from another process (or from the host when `from` is [`Pid::HOST`]).
+    Message,
+    /// The process is asked to stop. It may still yield clean-up commands; the host terminates it
+    /// if it has not finished within the host's grace period.
+    Cancel,
+}
+
+/// Something that happened to a process, delivered to its next `step`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// What happened.
+    pub kind: EventKind,
+    /// For `YieldComplete`, the tag of the completed yield; zero otherwise.
+    pub tag: Tag,
+    /// For `Message`, the sender; [`Pid::HOST`] otherwise.
+    pub from: Pid,
+    /// The result of the command, or the message.
+    pub data: Payload,
+    /// Set when the command failed; `data` is then empty.
+    pub error: Option<CommandError>,
+}
+
+impl Event {
+    /// The completion of the yield tagged `tag`.
+    pub fn completion(tag: Tag, result: Result<Payload, CommandError>) -> Event {
+        let (data, error) = match result {
+            Ok(data) => (data, None),
+            Err(error) => (Payload::empty(), Some(error)),
+        };
+        Event {
+            kind: EventKind::YieldComplete,
+            tag,
+            from: Pid::HOST,
+            data,
+            error,
+        }
+    }
+
+    /// A message from `from`.
+    pub fn message(from: Pid, data: Payload) -> Event {
+        Event {
+            kind: EventKind::Message,
+            tag: Tag(0),
+            from,
+            data,
+            error: None,
+        }
+    }
+
+    /// A request to stop.
+    pub fn cancel() -> Event {
+        Event {
+            kind: EventKind::Cancel,
+            tag: Tag(0),
+            from: Pid::HOST,
+            data: Payload::empty(),
+            error: None,
+        }
+    }
+
+    /// The completion as a `Result`, consuming the event.
+    pub fn into_result(self) -> Result<Payload, CommandError> {
+        match self.error {
+            Some(error) => Err(error),
+            None => Ok(self.data),
+        }
+    }
+}
+
+/// The class of a [`CommandError`], for code that reacts differently to each.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ErrorKind {
+    /// The host has no handler for this command (or no host command of this name).
+    UnknownCommand,
+    /// The target pid never existed or its process has finished.
+    NoSuchProcess,
+    /// The awaited work was cancelled, or the process itself was cancelled.
+    Cancelled,
+    /// A joined process failed; the message is its failure.
+    ChildFailed,
+    /// The command ran and failed; the message says why.
+    Failed,
+    /// The command's arguments were unusable (unknown entry point, unknown module, bad input).
+    InvalidInput,
+    /// The host cannot take the command now (shutting down, or a limit is reached).
+    Unavailable,
+}
+
+impl ErrorKind {
+    /// The kebab-case name, as in the WIT.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::UnknownCommand => "unknown-command",
+            ErrorKind::NoSuchProcess => "no-such-process",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::ChildFailed => "child-failed",
+            ErrorKind::Failed => "failed",
+            ErrorKind::InvalidInput => "invalid-input",
+            ErrorKind::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// Why a yielded command failed, as the process sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
+#[error("{message} ({})", kind.name())]
+pub struct CommandError {
+    /// The class of failure.
+    pub kind: ErrorKind,
+    /// What went wrong, for a human.
+    pub message: String,
+}
+
+impl CommandError {
+    /// A new error of `kind`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> CommandError {
+        CommandError {
+            kind,
+            message: message.into(),
+        }
+    }
+}
