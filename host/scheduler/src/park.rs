@@ -116,7 +116,6 @@ impl Idle {
     }
 
     /// How many workers are parked now.
-    #[cfg(not(loom))]
     pub(crate) fn sleeping(&self) -> usize {
         self.sleeping.load(Ordering::Relaxed)
     }
