@@ -18,9 +18,12 @@ pub struct Yield {
 pub enum Status {
     /// Step me again soon, even with no new events (a long computation giving others a turn).
     Continue,
-    /// Waiting for completions of yielded commands (a message or cancel also wakes the process).
+    /// Waiting for completions of yielded commands: any event (a completion, a message, a cancel)
+    /// wakes the process.
     Wait,
-    /// Waiting for a message (a completion or cancel also wakes the process).
+    /// Waiting only for a message: a message or a cancel wakes the process. Completions that arrive
+    /// meanwhile do not; they are delivered with the next step. Use it when no outstanding yield is
+    /// awaited (a sent message's acknowledgement, say), so the process is not stepped just for that.
     Idle,
     /// Finished with this result.
     Done(Payload),

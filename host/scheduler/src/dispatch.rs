@@ -7,9 +7,9 @@
 
 use std::sync::Arc;
 
-use wfcontract::{Command, CommandError, CommandKind, ErrorKind, Payload, Pid, Tag};
+use wfcontract::{Command, CommandError, CommandKind, ErrorKind, Event, Payload, Pid, Tag};
 
-use crate::handle::SchedulerHandle;
+use crate::handle::{Error, SchedulerHandle, Spawn};
 use crate::slot::Slot;
 
 /// One yielded command, addressed to a handler.
@@ -47,6 +47,8 @@ where
 pub struct Context<'a> {
     pub(crate) handle: &'a SchedulerHandle,
     pub(crate) slot: &'a Arc<Slot>,
+    /// Set when a yield is completed inline, so the worker knows to look at the inbox again.
+    pub(crate) completed_inline: &'a std::cell::Cell<bool>,
 }
 
 impl Context<'_> {
@@ -62,7 +64,21 @@ impl Context<'_> {
 
     /// Completes yield `tag` of the requesting process now.
     pub fn complete(&self, tag: Tag, result: Result<Payload, CommandError>) {
-        self.handle.shared.complete_slot(self.slot, tag, result);
+        // The process is `Running` on this very worker, which checks its inbox after dispatching
+        // the yields: no wake-up is needed, only the event.
+        let _ = self
+            .slot
+            .inbox
+            .lock()
+            .push(Event::completion(tag, result));
+        self.completed_inline.set(true);
+    }
+
+    /// Spawns a child of the requesting process: as [`SchedulerHandle::spawn_with`] with
+    /// [`Spawn::parent`] set to it, without looking the parent up.
+    pub fn spawn_child(&self, spawn: Spawn) -> Result<Pid, Error> {
+        let spawn = spawn.parent(self.slot.pid);
+        self.handle.shared.spawn(spawn, Some(self.slot))
     }
 
     /// A handle that completes yield `tag` of the requesting process later, from any thread.

@@ -8,10 +8,10 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
 
-use crate::counters::{Counter, Counters};
+use crate::counters::Counters;
 use crate::process::{Process, ProcessError, ProcessResult};
 use crate::shared::{child_failed, Shared};
-use crate::slot::{Notice, Slot, Start};
+use crate::slot::{Notice, Slot};
 
 /// Why a scheduler operation was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -41,11 +41,11 @@ impl std::fmt::Debug for SchedulerHandle {
 
 /// A process to start, with its options. See [`SchedulerHandle::spawn_with`].
 pub struct Spawn {
-    process: Box<dyn Process>,
-    method: String,
-    input: Payload,
-    parent: Option<Pid>,
-    notices: Vec<Notice>,
+    pub(crate) process: Box<dyn Process>,
+    pub(crate) method: String,
+    pub(crate) input: Payload,
+    pub(crate) parent: Option<Pid>,
+    pub(crate) notices: Vec<Notice>,
 }
 
 impl std::fmt::Debug for Spawn {
@@ -154,39 +154,7 @@ impl SchedulerHandle {
 
     /// Starts a process with options.
     pub fn spawn_with(&self, spawn: Spawn) -> Result<Pid, Error> {
-        let shared = &self.shared;
-        if shared.stopping.load(Ordering::Acquire) {
-            return Err(Error::ShuttingDown);
-        }
-        let pid = shared.next_pid();
-        let Spawn {
-            process,
-            method,
-            input,
-            mut parent,
-            notices,
-        } = spawn;
-        if let Some(parent_pid) = parent {
-            // The link exists only while the parent lives; a parent that already ended cannot
-            // join, so the child is not retained for it.
-            let linked = shared.table.get(&parent_pid).is_some_and(|entry| {
-                let mut exit = entry.value().exit.lock();
-                !exit.finished && exit.children.insert(pid)
-            });
-            if !linked {
-                parent = None;
-            }
-        }
-        let slot = Slot::new(pid, parent, process, Start { method, input }, notices);
-        shared.live.fetch_add(1, Ordering::AcqRel);
-        shared.table.insert(pid, Arc::clone(&slot));
-        shared.bump(Counter::Spawn);
-        // A stop that began after the check above may have missed this process: cancel it too.
-        if shared.stopping.load(Ordering::Acquire) {
-            let _ = slot.inbox.lock().push(Event::cancel());
-        }
-        shared.schedule(slot, true);
-        Ok(pid)
+        self.shared.spawn(spawn, None)
     }
 
     /// Sends a message from the host ([`Pid::HOST`]) to `to`.

@@ -1,9 +1,13 @@
 //! A process's event queue: many producers, one consumer (the worker stepping the process).
 //!
-//! Two lanes. The control lane holds cancels and yield completions: answers the process is
-//! waiting on, bounded by what it asked for. The mailbox holds messages, which other processes can
-//! pile up without bound. A turn drains control first, so a cancel is never stuck behind a backlog
-//! of messages: at most one budget of messages is delivered before it.
+//! Three lanes, drained in this order: signals (cancels), completions of the process's own yields
+//! (bounded by what it asked for), and the mailbox of messages (which other processes can pile up
+//! without bound). So a cancel is never stuck behind a backlog of messages: at most one budget of
+//! messages is delivered before it.
+//!
+//! What wakes a waiting process depends on what it waits for (see `state.rs`): a `Blocked` process
+//! (status `Wait`) wakes for any event; an `Idle` one (status `Idle`, waiting for messages) wakes
+//! for messages and cancels, and finds any completions that arrived meanwhile at its next step.
 //!
 //! Both lanes sit behind one mutex, so a drain sees a consistent snapshot and "empty" is exact.
 //! Events from one producer keep their order: each producer pushes under the mutex, in program order.
@@ -18,7 +22,8 @@ pub(crate) struct Closed;
 
 #[derive(Debug, Default)]
 pub(crate) struct Inbox {
-    control: VecDeque<Event>,
+    signals: VecDeque<Event>,
+    completions: VecDeque<Event>,
     mailbox: VecDeque<Event>,
     /// Set by `terminate`: the next turn ends the process without stepping it.
     terminate: Option<String>,
@@ -27,16 +32,25 @@ pub(crate) struct Inbox {
 }
 
 impl Inbox {
-    /// Queues an event in its lane.
-    pub(crate) fn push(&mut self, event: Event) -> Result<(), Closed> {
+    /// Queues an event in its lane. Returns whether it wakes an `Idle` process.
+    pub(crate) fn push(&mut self, event: Event) -> Result<bool, Closed> {
         if self.closed {
             return Err(Closed);
         }
-        match event.kind {
-            EventKind::Message => self.mailbox.push_back(event),
-            EventKind::YieldComplete | EventKind::Cancel => self.control.push_back(event),
-        }
-        Ok(())
+        Ok(match event.kind {
+            EventKind::Cancel => {
+                self.signals.push_back(event);
+                true
+            }
+            EventKind::Message => {
+                self.mailbox.push_back(event);
+                true
+            }
+            EventKind::YieldComplete => {
+                self.completions.push_back(event);
+                false
+            }
+        })
     }
 
     /// Asks the next turn to end the process with `reason` instead of stepping it.
@@ -53,25 +67,38 @@ impl Inbox {
         self.terminate.take()
     }
 
-    /// Moves up to `budget` events into `out`, control lane first. Returns how many.
+    /// Moves up to `budget` events into `out`: signals, then completions, then messages. Returns
+    /// how many.
     pub(crate) fn drain_into(&mut self, out: &mut Vec<Event>, budget: usize) -> usize {
-        let from_control = self.control.len().min(budget);
-        out.extend(self.control.drain(..from_control));
-        let from_mailbox = self.mailbox.len().min(budget - from_control);
-        out.extend(self.mailbox.drain(..from_mailbox));
-        from_control + from_mailbox
+        let mut left = budget;
+        for lane in [&mut self.signals, &mut self.completions, &mut self.mailbox] {
+            while left > 0 {
+                let Some(event) = lane.pop_front() else {
+                    break;
+                };
+                out.push(event);
+                left -= 1;
+            }
+        }
+        budget - left
     }
 
     /// True when a turn would find nothing to do.
     pub(crate) fn is_empty(&self) -> bool {
-        self.control.is_empty() && self.mailbox.is_empty() && self.terminate.is_none()
+        self.completions.is_empty() && !self.wakes_idle()
+    }
+
+    /// True when something is queued that wakes an `Idle` process.
+    pub(crate) fn wakes_idle(&self) -> bool {
+        !self.signals.is_empty() || !self.mailbox.is_empty() || self.terminate.is_some()
     }
 
     /// Refuses further events and frees the queued ones.
     pub(crate) fn close(&mut self) {
         self.closed = true;
         self.terminate = None;
-        self.control = VecDeque::new();
+        self.signals = VecDeque::new();
+        self.completions = VecDeque::new();
         self.mailbox = VecDeque::new();
     }
 }
@@ -86,7 +113,7 @@ mod tests {
     }
 
     #[test]
-    fn control_lane_overtakes_a_message_backlog() {
+    fn signals_overtake_a_message_backlog() {
         let mut inbox = Inbox::default();
         for n in 0..10_000 {
             inbox.push(message(n)).unwrap();
@@ -100,17 +127,27 @@ mod tests {
     }
 
     #[test]
-    fn budget_spans_both_lanes_and_keeps_order() {
+    fn budget_spans_the_lanes_and_keeps_order() {
         let mut inbox = Inbox::default();
-        inbox.push(message(1)).unwrap();
-        inbox.push(Event::completion(Tag(7), Ok(Payload::empty()))).unwrap();
-        inbox.push(message(2)).unwrap();
+        assert_eq!(inbox.push(message(1)), Ok(true));
+        assert_eq!(inbox.push(Event::completion(Tag(7), Ok(Payload::empty()))), Ok(false));
+        assert_eq!(inbox.push(message(2)), Ok(true));
         let mut out = Vec::new();
         assert_eq!(inbox.drain_into(&mut out, 2), 2);
         assert_eq!((out[0].tag, out[1].from), (Tag(7), Pid(1)));
         assert!(!inbox.is_empty());
         assert_eq!(inbox.drain_into(&mut out, 2), 1);
         assert!(inbox.is_empty());
+    }
+
+    #[test]
+    fn completions_alone_do_not_wake_an_idle_process() {
+        let mut inbox = Inbox::default();
+        inbox.push(Event::completion(Tag(1), Ok(Payload::empty()))).unwrap();
+        assert!(!inbox.is_empty());
+        assert!(!inbox.wakes_idle());
+        inbox.push(Event::cancel()).unwrap();
+        assert!(inbox.wakes_idle());
     }
 
     #[test]

@@ -47,7 +47,7 @@ fn loom_an_event_racing_the_end_of_a_step_is_never_stranded() {
             let process = Arc::clone(&process);
             thread::spawn(move || {
                 process.inbox.lock().push(message()).unwrap();
-                process.state.notify() == Notify::Schedule
+                process.state.notify(true) == Notify::Schedule
             })
         };
         let stepped_again = end_of_turn(&process);
@@ -73,7 +73,7 @@ fn loom_two_producers_schedule_a_parked_process_exactly_once() {
                 let schedules = Arc::clone(&schedules);
                 thread::spawn(move || {
                     process.inbox.lock().push(message()).unwrap();
-                    if process.state.notify() == Notify::Schedule {
+                    if process.state.notify(true) == Notify::Schedule {
                         schedules.fetch_add(1, Ordering::Relaxed);
                     }
                 })

@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use rustc_hash::FxBuildHasher;
 use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
 
 use crate::builder::Config;
@@ -16,14 +15,19 @@ use crate::inbox::Closed;
 use crate::park::Idle;
 use crate::process::{ProcessError, ProcessResult};
 use crate::queue::{Queues, Task};
-use crate::slot::{Body, Notice, Slot};
+use crate::handle::{Error, Spawn};
+use crate::slot::{Body, Notice, PidHash, Slot, Start};
 use crate::state::Notify;
 use crate::worker;
+
+/// Shards of the pid table. Spawns and exits write to it from every worker; with this many shards two
+/// workers rarely contend for one, and each shard stays small enough to resize quickly.
+const TABLE_SHARDS: usize = 256;
 
 pub(crate) struct Shared {
     pub(crate) config: Config,
     /// Every process that has not ended, plus ended ones whose result is retained for a parent.
-    pub(crate) table: DashMap<Pid, Arc<Slot>, FxBuildHasher>,
+    pub(crate) table: DashMap<Pid, Arc<Slot>, PidHash>,
     next_pid: AtomicU64,
     /// Processes that have not ended.
     pub(crate) live: AtomicUsize,
@@ -45,7 +49,7 @@ impl Shared {
         Shared {
             counters: CounterSet::new(config.workers),
             config,
-            table: DashMap::with_hasher(FxBuildHasher),
+            table: DashMap::with_hasher_and_shard_amount(PidHash::default(), TABLE_SHARDS),
             next_pid: AtomicU64::new(1),
             live: AtomicUsize::new(0),
             queues,
@@ -88,8 +92,8 @@ impl Shared {
 
     /// Pushes `event` into the process's inbox and wakes it if it was waiting.
     pub(crate) fn deliver(&self, slot: &Arc<Slot>, event: Event) -> Result<(), Closed> {
-        slot.inbox.lock().push(event)?;
-        if slot.state.notify() == Notify::Schedule {
+        let wakes_idle = slot.inbox.lock().push(event)?;
+        if slot.state.notify(wakes_idle) == Notify::Schedule {
             self.schedule(Arc::clone(slot), false);
         }
         Ok(())
@@ -116,7 +120,7 @@ impl Shared {
     /// Ends `terminate`d processes and ones whose next turn never comes: see `terminate`.
     pub(crate) fn request_termination(&self, slot: &Arc<Slot>, reason: String) -> Result<(), Closed> {
         slot.inbox.lock().terminate(reason)?;
-        if slot.state.notify() == Notify::Schedule {
+        if slot.state.notify(true) == Notify::Schedule {
             self.schedule(Arc::clone(slot), false);
         }
         Ok(())
@@ -138,7 +142,7 @@ impl Shared {
             tracing::debug!(pid = %slot.pid, %error, "process failed");
         }
 
-        let (notices, children, keep, reaped) = {
+        let (notices, children, keep, reaped, result) = {
             let mut exit = slot.exit.lock();
             exit.finished = true;
             let notices = std::mem::take(&mut exit.watchers);
@@ -148,11 +152,21 @@ impl Shared {
             if reaped {
                 exit.retained = false;
             }
-            if exit.retained {
-                exit.result = Some(result.clone());
-            }
+            // Kept under the same lock that publishes `finished`, so a late join finds it; cloned
+            // only when watchers need it too.
+            let result = match (exit.retained, notices.is_empty()) {
+                (true, true) => {
+                    exit.result = Some(result);
+                    None
+                }
+                (true, false) => {
+                    exit.result = Some(result.clone());
+                    Some(result)
+                }
+                (false, _) => Some(result),
+            };
             let children = std::mem::take(&mut exit.children);
-            (notices, children, exit.retained, reaped)
+            (notices, children, exit.retained, reaped, result)
         };
         match (keep, reaped, slot.parent) {
             (true, _, _) => {}
@@ -161,11 +175,13 @@ impl Shared {
                 self.table.remove(&slot.pid);
             }
         }
-        for notice in notices {
-            self.notify_exit(notice, slot.pid, &result);
+        if let Some(result) = &result {
+            for notice in notices {
+                self.notify_exit(notice, slot.pid, result);
+            }
         }
-        for child in children {
-            self.orphan(child);
+        for child in children.into_values() {
+            self.orphan(&child);
         }
         self.bump(Counter::Completion);
         if self.live.fetch_sub(1, Ordering::AcqRel) == 1 && self.stopping.load(Ordering::Acquire) {
@@ -193,20 +209,17 @@ impl Shared {
 
     /// The parent of `child` ended: stop retaining the child's result, and cancel the child if it
     /// is still running, so no process outlives the workflow that started it.
-    fn orphan(&self, child: Pid) {
-        let Some(slot) = self.table.get(&child).map(|e| Arc::clone(e.value())) else {
-            return;
-        };
+    fn orphan(&self, child: &Arc<Slot>) {
         let finished = {
-            let mut exit = slot.exit.lock();
+            let mut exit = child.exit.lock();
             exit.retained = false;
             exit.result = None;
             exit.finished
         };
         if finished {
-            self.table.remove(&child);
+            self.table.remove(&child.pid);
         } else {
-            let _ = self.deliver(&slot, Event::cancel());
+            let _ = self.deliver(child, Event::cancel());
         }
     }
 
@@ -216,6 +229,56 @@ impl Shared {
         if let Some(entry) = self.table.get(&parent) {
             entry.value().exit.lock().children.remove(&child);
         }
+    }
+
+    /// Starts a process; `parent`, when given, is the spawning process's slot.
+    pub(crate) fn spawn(&self, spawn: Spawn, parent: Option<&Arc<Slot>>) -> Result<Pid, Error> {
+        if self.stopping.load(Ordering::Acquire) {
+            return Err(Error::ShuttingDown);
+        }
+        let pid = self.next_pid();
+        let Spawn {
+            process,
+            method,
+            input,
+            parent: parent_pid,
+            notices,
+        } = spawn;
+        let looked_up;
+        let parent = match (parent, parent_pid) {
+            (Some(slot), _) => Some(slot),
+            (None, Some(pid)) => {
+                looked_up = self.table.get(&pid).map(|e| Arc::clone(e.value()));
+                looked_up.as_ref()
+            }
+            (None, None) => None,
+        };
+        let slot = Slot::new(
+            pid,
+            parent.map(|p| p.pid),
+            process,
+            Start { method, input },
+            notices,
+        );
+        if let Some(parent) = parent {
+            // The link exists only while the parent lives: a parent that already ended cannot
+            // join, so the child is then not retained for it.
+            let mut exit = parent.exit.lock();
+            if exit.finished {
+                slot.exit.lock().retained = false;
+            } else {
+                exit.children.insert(pid, Arc::clone(&slot));
+            }
+        }
+        self.live.fetch_add(1, Ordering::AcqRel);
+        self.table.insert(pid, Arc::clone(&slot));
+        self.bump(Counter::Spawn);
+        // A stop that began after the check above may have missed this process: cancel it too.
+        if self.stopping.load(Ordering::Acquire) {
+            let _ = slot.inbox.lock().push(Event::cancel());
+        }
+        self.schedule(slot, true);
+        Ok(pid)
     }
 }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crossbeam_channel::Sender;
-use rustc_hash::FxHashSet;
+
 use wfcontract::{Payload, Pid, Tag};
 
 use crate::inbox::Inbox;
@@ -59,7 +59,7 @@ pub(crate) struct Exit {
     pub(crate) result: Option<ProcessResult>,
     pub(crate) watchers: Vec<Notice>,
     /// Children spawned with this process as parent and not yet joined by it.
-    pub(crate) children: FxHashSet<Pid>,
+    pub(crate) children: std::collections::HashMap<Pid, Arc<Slot>, PidHash>,
 }
 
 /// How one watcher hears that a process ended.
@@ -97,3 +97,29 @@ impl Slot {
         })
     }
 }
+
+/// Hashes pids for the pid table. Pids are consecutive integers, so one multiplication by 2^64/φ
+/// (Fibonacci hashing) spreads them over every bit: the high bits that pick the table's shard and
+/// tag, and the low bits that pick the bucket, with no collisions between neighbours.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PidHasher(u64);
+
+impl std::hash::Hasher for PidHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only reached for keys other than `Pid`; fold the bytes in the same way.
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// Builds [`PidHasher`]s.
+pub(crate) type PidHash = std::hash::BuildHasherDefault<PidHasher>;

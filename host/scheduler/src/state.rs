@@ -15,8 +15,12 @@
 //!   `Ready` pushes it; so it is queued at most once, and [`State::start_running`] succeeds for the
 //!   one worker that pops it. At most one worker steps a process at a time.
 //! - An event pushed while the process is `Running` sets `NOTIFIED`; the worker cannot then park the
-//!   process (the compare-exchange from plain `Running` fails), so it steps again or requeues. This is
+//!   process (the compare-exchange from plain `Running` fails), so it re-checks the inbox. This is
 //!   the wakeup flag that keeps a completion racing a step from being lost.
+//! - `Blocked` (status `Wait`) wakes for any event. `Idle` (status `Idle`: waiting for messages)
+//!   wakes for messages and cancels only; a completion arriving then waits in the inbox for the next
+//!   step. So a process that sent a message and waits for the reply is not stepped once more just
+//!   to hear that the send went through.
 //!
 //! Producers always push the event into the inbox (under its mutex) before calling
 //! [`State::notify`]; the worker always checks the inbox (under the same mutex) after its last step
@@ -75,14 +79,16 @@ impl State {
             .is_ok()
     }
 
-    /// Called by a producer after pushing an event into the inbox.
-    pub(crate) fn notify(&self) -> Notify {
+    /// Called by a producer after pushing an event into the inbox; `wakes_idle` is false for
+    /// completions, which leave an `Idle` process asleep.
+    pub(crate) fn notify(&self, wakes_idle: bool) -> Notify {
         // A plain read first: under many producers the line stays shared while the process is
         // already queued or flagged, instead of bouncing for a compare-exchange that changes nothing.
         let mut current = self.0.load(Ordering::Acquire);
         loop {
             let next = match current & MASK {
-                BLOCKED | IDLE => READY,
+                BLOCKED => READY,
+                IDLE if wakes_idle => READY,
                 RUNNING if current & NOTIFIED == 0 => RUNNING | NOTIFIED,
                 _ => return Notify::Nothing,
             };
@@ -135,21 +141,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_completion_wakes_blocked_but_not_idle() {
+        let s = State::new();
+        assert!(s.start_running());
+        assert_eq!(s.park(BLOCKED), Park::Parked);
+        assert_eq!(s.notify(false), Notify::Schedule);
+    }
+
+    #[test]
     fn an_event_during_a_step_prevents_parking_once() {
         let s = State::new();
         assert!(s.start_running());
-        assert_eq!(s.notify(), Notify::Nothing);
-        assert_eq!(s.notify(), Notify::Nothing);
+        assert_eq!(s.notify(false), Notify::Nothing);
+        assert_eq!(s.notify(true), Notify::Nothing);
         assert_eq!(s.park(BLOCKED), Park::Notified);
         assert_eq!(s.park(IDLE), Park::Parked);
         assert_eq!(s.load(), IDLE);
-        assert_eq!(s.notify(), Notify::Schedule);
-        assert_eq!(s.notify(), Notify::Nothing);
+        assert_eq!(s.notify(false), Notify::Nothing);
+        assert_eq!(s.notify(true), Notify::Schedule);
+        assert_eq!(s.notify(true), Notify::Nothing);
         assert_eq!(s.load(), READY);
         assert!(s.start_running());
         assert!(!s.start_running());
         s.complete();
-        assert_eq!(s.notify(), Notify::Nothing);
+        assert_eq!(s.notify(true), Notify::Nothing);
         assert_eq!(s.load(), COMPLETE);
     }
 }

@@ -1,6 +1,6 @@
 //! The worker loop: find a ready process, give it one turn, repeat; spin and park when idle.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use wfcontract::{Event, Status, StepOutput, Yield};
 use crate::counters::Counter;
 use crate::dispatch::{unknown_command, Context, Request};
 use crate::handle::SchedulerHandle;
+use crate::inbox::Inbox;
 use crate::park::{Unpark, SPIN_ROUNDS, SPIN_TIGHT};
 use crate::process::{Events, InitContext, ProcessError};
 use crate::queue::{Found, Local, Task};
@@ -53,6 +54,32 @@ pub(crate) fn current_index(shared: &Shared) -> Option<usize> {
 /// True when the calling thread is one of `shared`'s workers.
 pub(crate) fn on_worker(shared: &Shared) -> bool {
     current_index(shared).is_some()
+}
+
+/// What was left in the inbox after a drain.
+#[derive(Clone, Copy)]
+struct Leftover {
+    /// Anything at all (which wakes a `Blocked` process).
+    any: bool,
+    /// Something that wakes an `Idle` process.
+    idle: bool,
+}
+
+impl Leftover {
+    fn of(inbox: &Inbox) -> Leftover {
+        Leftover {
+            any: !inbox.is_empty(),
+            idle: inbox.wakes_idle(),
+        }
+    }
+
+    fn wakes(self, target: u8) -> bool {
+        if target == IDLE {
+            self.idle
+        } else {
+            self.any
+        }
+    }
 }
 
 pub(crate) struct Worker {
@@ -201,8 +228,9 @@ impl Worker {
         let mut budget = self.shared().config.budget;
         // A step with no events is due after init and after `Continue`.
         let mut step_without_events = false;
+        let mut target = BLOCKED;
         loop {
-            let status = {
+            let (status, left) = {
                 let mut body = slot.body.lock();
                 if body.start.is_some() {
                     if let Err(error) = self.init(&slot, &mut body) {
@@ -210,25 +238,36 @@ impl Worker {
                     }
                     step_without_events = true;
                 }
-                let (count, terminate) = {
+                let drained = {
                     let mut inbox = slot.inbox.lock();
                     match inbox.take_terminate() {
-                        Some(reason) => (0, Some(reason)),
-                        None => (inbox.drain_into(&mut self.events, budget), None),
+                        Some(reason) => Err(reason),
+                        None => {
+                            let count = inbox.drain_into(&mut self.events, budget);
+                            Ok((count, Leftover::of(&inbox)))
+                        }
                     }
                 };
-                if let Some(reason) = terminate {
-                    self.events.clear();
-                    return self
-                        .shared()
-                        .finish(&slot, &mut body, Err(ProcessError::new(reason)));
-                }
+                let (count, left) = match drained {
+                    Ok(drained) => drained,
+                    Err(reason) => {
+                        self.events.clear();
+                        let error = ProcessError::new(reason);
+                        return self.shared().finish(&slot, &mut body, Err(error));
+                    }
+                };
                 if count == 0 && !step_without_events {
-                    None
+                    (None, left)
                 } else {
                     budget = budget.saturating_sub(count.max(1));
                     match self.step(&slot, &mut body) {
-                        Ok(status) => Some(status),
+                        Ok((status, completed_inline)) => {
+                            let left = Leftover {
+                                any: left.any || completed_inline,
+                                ..left
+                            };
+                            (Some(status), left)
+                        }
                         Err(error) => {
                             return self.shared().finish(&slot, &mut body, Err(error));
                         }
@@ -236,7 +275,7 @@ impl Worker {
                 }
             };
             step_without_events = false;
-            let target = match status {
+            target = match status {
                 Some(Status::Done(result)) => return self.finish_with(&slot, Ok(result)),
                 Some(Status::Failed(message)) => {
                     return self.finish_with(&slot, Err(ProcessError::new(message)))
@@ -249,17 +288,17 @@ impl Worker {
                     continue;
                 }
                 Some(Status::Idle) => IDLE,
-                Some(Status::Wait) | None => BLOCKED,
+                Some(Status::Wait) => BLOCKED,
+                None => target,
             };
-            // Park unless events are waiting; an event that lands between the check and the park
-            // sets the wakeup flag, which makes the park fail (see `state.rs`).
-            loop {
-                if !slot.inbox.lock().is_empty() {
-                    break;
-                }
+            // Park unless events that wake it are waiting. Events queued before the drain are
+            // accounted for in `left`; any pushed since set the wakeup flag, which makes the park
+            // fail, and only then is the inbox looked at again (see `state.rs`).
+            let mut wakes = left.wakes(target);
+            while !wakes {
                 match slot.state.park(target) {
                     Park::Parked => return,
-                    Park::Notified => continue,
+                    Park::Notified => wakes = Leftover::of(&slot.inbox.lock()).wakes(target),
                 }
             }
             if budget == 0 {
@@ -282,8 +321,9 @@ impl Worker {
         }
     }
 
-    /// Steps the process with the drained events and dispatches its yields.
-    fn step(&mut self, slot: &Arc<Slot>, body: &mut Body) -> Result<Status, ProcessError> {
+    /// Steps the process with the drained events and dispatches its yields. Also says whether a
+    /// handler completed a yield inline (into the inbox, without a wake-up).
+    fn step(&mut self, slot: &Arc<Slot>, body: &mut Body) -> Result<(Status, bool), ProcessError> {
         let process = body.process.as_mut().expect("present until finished");
         self.out.reset();
         let events = Events::new(&mut self.events);
@@ -306,14 +346,17 @@ impl Worker {
         let dispatched = self.dispatch(slot, &mut yields);
         yields.clear();
         self.out.yields = yields;
-        dispatched.map(|()| status)
+        dispatched.map(|completed_inline| (status, completed_inline))
     }
 
-    /// Hands each yield to its handler. A handler that panics fails the process.
-    fn dispatch(&self, slot: &Arc<Slot>, yields: &mut Vec<Yield>) -> Result<(), ProcessError> {
+    /// Hands each yield to its handler. A handler that panics fails the process. Returns whether a
+    /// handler completed a yield inline.
+    fn dispatch(&self, slot: &Arc<Slot>, yields: &mut Vec<Yield>) -> Result<bool, ProcessError> {
+        let completed_inline = Cell::new(false);
         let cx = Context {
             handle: &self.handle,
             slot,
+            completed_inline: &completed_inline,
         };
         for Yield { tag, command } in yields.drain(..) {
             let kind = command.kind();
@@ -336,7 +379,7 @@ impl Worker {
                 )));
             }
         }
-        Ok(())
+        Ok(completed_inline.get())
     }
 
     fn finish_with(&self, slot: &Arc<Slot>, result: Result<wfcontract::Payload, ProcessError>) {

@@ -255,6 +255,9 @@ fn stampede_never_steps_one_process_twice_at_once() {
                 }
                 out.status = if *messages == PER_PROCESS && *completions == PER_PROCESS {
                     Status::Done(pc(&(*messages, *completions)))
+                } else if completions < messages {
+                    // Calls outstanding: their completions must wake it.
+                    Status::Wait
                 } else {
                     Status::Idle
                 };
