@@ -52,9 +52,11 @@ fn main() {
     println!("compare: {workers} workers each side, {rounds} rounds each, alternating; medians");
 
     if wanted("skynet") {
-        let (w, t) = alternate(rounds, || time(|| wfhost_skynet(workers)), || {
-            time(|| tokio_skynet(workers))
-        });
+        let (w, t) = alternate(
+            rounds,
+            || time(|| wfhost_skynet(workers)),
+            || time(|| tokio_skynet(workers)),
+        );
         let processes = skynet_processes() as f64;
         println!(
             "skynet: wfhost {:.3} s ({:.2}M procs/s)  tokio {:.3} s ({:.2}M tasks/s)  ratio={:.2}",
@@ -76,9 +78,11 @@ fn main() {
         );
     }
     if wanted("pingpong") {
-        let (w, t) = alternate(rounds, || time(|| wfhost_pingpong(workers)), || {
-            time(|| tokio_pingpong(workers))
-        });
+        let (w, t) = alternate(
+            rounds,
+            || time(|| wfhost_pingpong(workers)),
+            || time(|| tokio_pingpong(workers)),
+        );
         let messages = (PAIRS as u64 * ROUND_TRIPS * 2) as f64;
         println!(
             "pingpong: wfhost {:.2}M msgs/s  tokio {:.2}M msgs/s  ratio={:.2}",
@@ -94,9 +98,8 @@ fn main() {
             wfhost.push(spawn_idle_child("wfhost"));
             tokio.push(spawn_idle_child("tokio"));
         }
-        let median_of = |v: &[(f64, f64)], pick: fn(&(f64, f64)) -> f64| {
-            median(v.iter().map(pick).collect())
-        };
+        let median_of =
+            |v: &[(f64, f64)], pick: fn(&(f64, f64)) -> f64| median(v.iter().map(pick).collect());
         let (w_rate, w_kib) = (median_of(&wfhost, |r| r.0), median_of(&wfhost, |r| r.1));
         let (t_rate, t_kib) = (median_of(&tokio, |r| r.0), median_of(&tokio, |r| r.1));
         println!(
@@ -198,7 +201,8 @@ impl Process for SkynetNode {
 
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
         if self.size == 1 {
-            return Ok(self.finish(self.num, out));
+            self.finish(self.num, out);
+            return Ok(());
         }
         if self.reported == 0 && self.sum == 0 && events.len() == 0 {
             let child = self.size / 10;
@@ -319,7 +323,10 @@ impl Process for RingMember {
 
 /// Seconds for the hops.
 fn wfhost_ring(workers: usize) -> f64 {
-    let scheduler = Scheduler::builder().workers(workers).build().expect("scheduler");
+    let scheduler = Scheduler::builder()
+        .workers(workers)
+        .build()
+        .expect("scheduler");
     let (finished, done) = unbounded();
     let pids: Vec<Pid> = (0..RING_MEMBERS)
         .map(|_| {
@@ -327,7 +334,9 @@ fn wfhost_ring(workers: usize) -> f64 {
                 next: None,
                 finished: finished.clone(),
             };
-            scheduler.spawn(member, "member", Payload::empty()).expect("spawn")
+            scheduler
+                .spawn(member, "member", Payload::empty())
+                .expect("spawn")
         })
         .collect();
     for (i, pid) in pids.iter().enumerate() {
@@ -431,15 +440,22 @@ impl Process for Pinger {
 }
 
 fn wfhost_pingpong(workers: usize) {
-    let scheduler = Scheduler::builder().workers(workers).build().expect("scheduler");
+    let scheduler = Scheduler::builder()
+        .workers(workers)
+        .build()
+        .expect("scheduler");
     let handles: Vec<_> = (0..PAIRS)
         .map(|_| {
-            let echo = scheduler.spawn(Echo, "echo", Payload::empty()).expect("spawn");
+            let echo = scheduler
+                .spawn(Echo, "echo", Payload::empty())
+                .expect("spawn");
             let pinger = Pinger {
                 echo: Pid::HOST,
                 returns: 0,
             };
-            scheduler.spawn_handle(pinger, "ping", pc(echo)).expect("spawn")
+            scheduler
+                .spawn_handle(pinger, "ping", pc(echo))
+                .expect("spawn")
         })
         .collect();
     for handle in handles {
@@ -502,7 +518,9 @@ fn spawn_idle_child(engine: &str) -> (f64, f64) {
         .output()
         .expect("run child");
     let text = String::from_utf8_lossy(&output.stdout);
-    let mut parts = text.split_whitespace().map(|p| p.parse::<f64>().unwrap_or(f64::NAN));
+    let mut parts = text
+        .split_whitespace()
+        .map(|p| p.parse::<f64>().unwrap_or(f64::NAN));
     (
         parts.next().unwrap_or(f64::NAN),
         parts.next().unwrap_or(f64::NAN),
@@ -538,7 +556,10 @@ fn wait_for(counter: &AtomicUsize, n: usize) {
 
 fn wfhost_spawn_idle() -> (f64, f64) {
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let scheduler = Scheduler::builder().workers(workers).build().expect("scheduler");
+    let scheduler = Scheduler::builder()
+        .workers(workers)
+        .build()
+        .expect("scheduler");
     let started = Arc::new(AtomicUsize::new(0));
     let base = resident_bytes();
     let start = Instant::now();
@@ -547,7 +568,9 @@ fn wfhost_spawn_idle() -> (f64, f64) {
             let waiter = Waiter {
                 started: Arc::clone(&started),
             };
-            scheduler.spawn(waiter, "wait", Payload::empty()).expect("spawn")
+            scheduler
+                .spawn(waiter, "wait", Payload::empty())
+                .expect("spawn")
         })
         .collect();
     wait_for(&started, IDLE_PROCESSES);

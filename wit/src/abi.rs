@@ -47,7 +47,10 @@ mod tests {
 
     #[test]
     fn pack_round_trips() {
-        assert_eq!(unpack(pack(0xdead_beef, 0x1234_5678)), (0xdead_beef, 0x1234_5678));
+        assert_eq!(
+            unpack(pack(0xdead_beef, 0x1234_5678)),
+            (0xdead_beef, 0x1234_5678)
+        );
         assert_eq!(unpack(pack(0, u32::MAX)), (0, u32::MAX));
     }
 }

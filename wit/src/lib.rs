@@ -51,7 +51,9 @@ pub mod manifest;
 mod payload;
 mod step;
 
-pub use command::{CallRequest, Command, CommandKind, Field, Level, LogRecord, SendRequest, SpawnRequest};
+pub use command::{
+    CallRequest, Command, CommandKind, Field, Level, LogRecord, SendRequest, SpawnRequest,
+};
 pub use event::{CommandError, ErrorKind, Event, EventKind};
 pub use ids::{Pid, Tag};
 pub use payload::{Encoding, Payload, PayloadError};

@@ -120,8 +120,9 @@ impl Payload {
             Encoding::Json => {
                 serde_json::from_slice(&self.bytes).map_err(|e| PayloadError::Json(e.to_string()))
             }
-            Encoding::Postcard => postcard::from_bytes(&self.bytes)
-                .map_err(|e| PayloadError::Postcard(e.to_string())),
+            Encoding::Postcard => {
+                postcard::from_bytes(&self.bytes).map_err(|e| PayloadError::Postcard(e.to_string()))
+            }
             Encoding::Bytes => Err(PayloadError::Opaque),
         }
     }

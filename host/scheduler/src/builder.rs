@@ -104,9 +104,7 @@ impl Builder {
     /// Starts the worker threads.
     pub fn build(self) -> Result<Scheduler, BuildError> {
         if self.config.workers == 0 {
-            return Err(BuildError::Invalid(
-                "workers must be at least 1".into(),
-            ));
+            return Err(BuildError::Invalid("workers must be at least 1".into()));
         }
         if self.config.budget == 0 {
             return Err(BuildError::Invalid(

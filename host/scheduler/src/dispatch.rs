@@ -66,11 +66,7 @@ impl Context<'_> {
     pub fn complete(&self, tag: Tag, result: Result<Payload, CommandError>) {
         // The process is `Running` on this very worker, which checks its inbox after dispatching
         // the yields: no wake-up is needed, only the event.
-        let _ = self
-            .slot
-            .inbox
-            .lock()
-            .push(Event::completion(tag, result));
+        let _ = self.slot.inbox.lock().push(Event::completion(tag, result));
         self.completed_inline.set(true);
     }
 

@@ -130,7 +130,10 @@ mod tests {
     fn budget_spans_the_lanes_and_keeps_order() {
         let mut inbox = Inbox::default();
         assert_eq!(inbox.push(message(1)), Ok(true));
-        assert_eq!(inbox.push(Event::completion(Tag(7), Ok(Payload::empty()))), Ok(false));
+        assert_eq!(
+            inbox.push(Event::completion(Tag(7), Ok(Payload::empty()))),
+            Ok(false)
+        );
         assert_eq!(inbox.push(message(2)), Ok(true));
         let mut out = Vec::new();
         assert_eq!(inbox.drain_into(&mut out, 2), 2);
@@ -143,7 +146,9 @@ mod tests {
     #[test]
     fn completions_alone_do_not_wake_an_idle_process() {
         let mut inbox = Inbox::default();
-        inbox.push(Event::completion(Tag(1), Ok(Payload::empty()))).unwrap();
+        inbox
+            .push(Event::completion(Tag(1), Ok(Payload::empty())))
+            .unwrap();
         assert!(!inbox.is_empty());
         assert!(!inbox.wakes_idle());
         inbox.push(Event::cancel()).unwrap();

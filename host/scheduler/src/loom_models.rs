@@ -167,8 +167,16 @@ fn loom_two_workers_and_two_pushes_all_get_run() {
                 }
             }
         };
-        let a = thread::spawn(worker(Arc::clone(&idle), Arc::clone(&queued), Arc::clone(&run)));
-        let b = thread::spawn(worker(Arc::clone(&idle), Arc::clone(&queued), Arc::clone(&run)));
+        let a = thread::spawn(worker(
+            Arc::clone(&idle),
+            Arc::clone(&queued),
+            Arc::clone(&run),
+        ));
+        let b = thread::spawn(worker(
+            Arc::clone(&idle),
+            Arc::clone(&queued),
+            Arc::clone(&run),
+        ));
         push(&queued);
         idle.notify_one();
         push(&queued);

@@ -70,8 +70,7 @@ impl Idle {
         // SeqCst fence: orders the producer's push before its reads of the counters, against the
         // parking worker's counter writes before its reads of the queues (see README).
         fence(Ordering::SeqCst);
-        if self.searching.load(Ordering::SeqCst) != 0 || self.sleeping.load(Ordering::SeqCst) == 0
-        {
+        if self.searching.load(Ordering::SeqCst) != 0 || self.sleeping.load(Ordering::SeqCst) == 0 {
             return;
         }
         let mut sleepers = self.sleepers.lock();

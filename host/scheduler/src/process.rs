@@ -14,7 +14,8 @@ use wfcontract::{Event, Payload, Pid, StepOutput};
 /// what lets a host journal the events and replay a process after a crash.
 pub trait Process: Send + 'static {
     /// Prepares entry point `method` with `input`. An error fails the process before its first step.
-    fn init(&mut self, ctx: &InitContext, method: &str, input: Payload) -> Result<(), ProcessError>;
+    fn init(&mut self, ctx: &InitContext, method: &str, input: Payload)
+        -> Result<(), ProcessError>;
 
     /// Advances the state machine with `events`, writing the status and any yields into `out`,
     /// which arrives reset (status `Wait`, no yields). An error fails the process.

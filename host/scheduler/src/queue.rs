@@ -123,7 +123,10 @@ impl Queues {
         };
         // crossbeam moves about half of what is there per call; top up to the share.
         while local.len() < wanted {
-            match self.global.steal_batch_with_limit(local, wanted - local.len()) {
+            match self
+                .global
+                .steal_batch_with_limit(local, wanted - local.len())
+            {
                 Steal::Success(()) => {}
                 Steal::Empty => break,
                 Steal::Retry => std::hint::spin_loop(),

@@ -100,7 +100,11 @@ impl Scheduler {
         while !shared.stopping.load(Ordering::Acquire) {
             match deadline {
                 Some(deadline) => {
-                    if shared.stop_condvar.wait_until(&mut guard, deadline).timed_out() {
+                    if shared
+                        .stop_condvar
+                        .wait_until(&mut guard, deadline)
+                        .timed_out()
+                    {
                         return shared.stopping.load(Ordering::Acquire);
                     }
                 }

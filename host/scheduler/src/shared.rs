@@ -11,11 +11,11 @@ use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
 use crate::builder::Config;
 use crate::counters::{Counter, CounterSet};
 use crate::dispatch::Handlers;
+use crate::handle::{Error, Spawn};
 use crate::inbox::Closed;
 use crate::park::Idle;
 use crate::process::{ProcessError, ProcessResult};
 use crate::queue::{Queues, Task};
-use crate::handle::{Error, Spawn};
 use crate::slot::{Body, Notice, PidHash, Slot, Start};
 use crate::state::Notify;
 use crate::worker;
@@ -118,7 +118,11 @@ impl Shared {
     }
 
     /// Ends `terminate`d processes and ones whose next turn never comes: see `terminate`.
-    pub(crate) fn request_termination(&self, slot: &Arc<Slot>, reason: String) -> Result<(), Closed> {
+    pub(crate) fn request_termination(
+        &self,
+        slot: &Arc<Slot>,
+        reason: String,
+    ) -> Result<(), Closed> {
         slot.inbox.lock().terminate(reason)?;
         if slot.state.notify(true) == Notify::Schedule {
             self.schedule(Arc::clone(slot), false);
@@ -193,7 +197,9 @@ impl Shared {
     /// Tells one watcher that `pid` ended with `result`.
     pub(crate) fn notify_exit(&self, notice: Notice, pid: Pid, result: &ProcessResult) {
         match notice {
-            Notice::Process { pid: watcher, tag, .. } => {
+            Notice::Process {
+                pid: watcher, tag, ..
+            } => {
                 let result = match result {
                     Ok(payload) => Ok(payload.clone()),
                     Err(error) => Err(child_failed(pid, error)),
@@ -284,7 +290,10 @@ impl Shared {
 
 /// The error a watcher sees when the process it watched failed.
 pub(crate) fn child_failed(pid: Pid, error: &ProcessError) -> CommandError {
-    CommandError::new(ErrorKind::ChildFailed, format!("process {pid} failed: {error}"))
+    CommandError::new(
+        ErrorKind::ChildFailed,
+        format!("process {pid} failed: {error}"),
+    )
 }
 
 /// The message of a caught panic.

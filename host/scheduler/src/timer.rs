@@ -128,7 +128,10 @@ fn run(inner: &(Mutex<Timers>, Condvar)) {
             if let Some(shared) = scheduler {
                 for (pid, tag) in due.drain(..) {
                     // The process may have ended meanwhile; then there is nobody to wake.
-                    let _ = shared.deliver_to(pid, wfcontract::Event::completion(tag, Ok(Payload::empty())));
+                    let _ = shared.deliver_to(
+                        pid,
+                        wfcontract::Event::completion(tag, Ok(Payload::empty())),
+                    );
                 }
             }
             due.clear();

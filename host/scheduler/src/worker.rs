@@ -44,10 +44,11 @@ fn id(shared: &Shared) -> usize {
 /// The index of the current worker, if this thread is one of `shared`'s workers.
 pub(crate) fn current_index(shared: &Shared) -> Option<usize> {
     CURRENT.with(|current| {
-        current
-            .try_borrow()
-            .ok()
-            .and_then(|c| c.as_ref().filter(|c| c.scheduler == id(shared)).map(|c| c.index))
+        current.try_borrow().ok().and_then(|c| {
+            c.as_ref()
+                .filter(|c| c.scheduler == id(shared))
+                .map(|c| c.index)
+        })
     })
 }
 
@@ -135,7 +136,7 @@ impl Worker {
 
     /// From this worker's own queue, with the periodic look at the global queue first.
     fn next_local(&mut self) -> Option<Task> {
-        let global_first = self.tick % GLOBAL_POLL_INTERVAL == 0;
+        let global_first = self.tick.is_multiple_of(GLOBAL_POLL_INTERVAL);
         let shared = Arc::clone(&self.handle.shared);
         let (task, from_global) = CURRENT.with(|current| {
             let mut current = current.borrow_mut();
@@ -312,7 +313,9 @@ impl Worker {
         let process = body.process.as_mut().expect("present until finished");
         let ctx = InitContext::new(slot.pid, slot.parent);
         let method = start.method;
-        match catch_unwind(AssertUnwindSafe(|| process.init(&ctx, &method, start.input))) {
+        match catch_unwind(AssertUnwindSafe(|| {
+            process.init(&ctx, &method, start.input)
+        })) {
             Ok(result) => result,
             Err(panic) => Err(ProcessError::new(format!(
                 "init of entry point '{method}' panicked: {}",

@@ -46,7 +46,9 @@ fn idle_workers_park_and_use_under_five_percent_of_a_core() {
                     out.status = Status::Done(Payload::empty());
                 }
             });
-            scheduler.spawn_handle(process, "nap", Payload::empty()).unwrap()
+            scheduler
+                .spawn_handle(process, "nap", Payload::empty())
+                .unwrap()
         })
         .collect();
     for handle in handles {
@@ -56,6 +58,9 @@ fn idle_workers_park_and_use_under_five_percent_of_a_core() {
     // The measurement window: one idle second.
     std::thread::sleep(Duration::from_secs(1));
     let used = cpu_ticks("idle-probe") - before;
-    assert!(used < 5, "idle workers used {used} ticks (10 ms each) in one second");
+    assert!(
+        used < 5,
+        "idle workers used {used} ticks (10 ms each) in one second"
+    );
     assert_eq!(scheduler.parked_workers(), 2);
 }

@@ -10,8 +10,7 @@ use common::{de, pc, Proc, PATIENCE};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::Mutex;
 use wfcontract::{
-    CallRequest, Command, CommandKind, ErrorKind, EventKind, Payload, Pid, SendRequest, Status,
-    Tag,
+    CallRequest, Command, CommandKind, ErrorKind, EventKind, Payload, Pid, SendRequest, Status, Tag,
 };
 use wfhost_scheduler::{
     Completer, Error, ProcessResult, Scheduler, SchedulerHandle, Spawn, DEFAULT_BUDGET,
@@ -30,9 +29,12 @@ fn with_gate(workers: usize) -> (Scheduler, Receiver<Completer>) {
     let tx = Mutex::new(tx);
     let scheduler = Scheduler::builder()
         .workers(workers)
-        .handler(CommandKind::Call, move |req: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>| {
-            tx.lock().send(cx.completer(req.tag)).unwrap();
-        })
+        .handler(
+            CommandKind::Call,
+            move |req: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>| {
+                tx.lock().send(cx.completer(req.tag)).unwrap();
+            },
+        )
         .build()
         .unwrap();
     (scheduler, rx)
@@ -153,7 +155,9 @@ fn ring_of_a_thousand_passes_a_million_hops_exactly() {
         scheduler.send(*pid, pc(&pids[(i + 1) % MEMBERS])).unwrap();
     }
     scheduler.send(pids[0], pc(&(HOPS - 1))).unwrap();
-    finished_rx.recv_timeout(PATIENCE).expect("the token went round");
+    finished_rx
+        .recv_timeout(PATIENCE)
+        .expect("the token went round");
 
     let report = scheduler.shutdown(PATIENCE);
     assert_eq!(report.finished_in_grace, MEMBERS);
@@ -216,9 +220,12 @@ fn stampede_never_steps_one_process_twice_at_once() {
     let (completers_tx, completers_rx) = unbounded::<Completer>();
     let completers_tx = Mutex::new(completers_tx);
     let scheduler = Scheduler::builder()
-        .handler(CommandKind::Call, move |req: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>| {
-            completers_tx.lock().send(cx.completer(req.tag)).unwrap();
-        })
+        .handler(
+            CommandKind::Call,
+            move |req: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>| {
+                completers_tx.lock().send(cx.completer(req.tag)).unwrap();
+            },
+        )
         .build()
         .unwrap();
     let completing: Vec<_> = (0..2)
@@ -239,30 +246,33 @@ fn stampede_never_steps_one_process_twice_at_once() {
         .map(|_| {
             let in_step = AtomicBool::new(false);
             let overlaps = Arc::clone(&overlaps);
-            let process = Proc::new((0u64, 0u64), move |(messages, completions), _, events, out| {
-                if in_step.swap(true, Ordering::AcqRel) {
-                    overlaps.fetch_add(1, Ordering::Relaxed);
-                }
-                for event in events {
-                    match event.kind {
-                        EventKind::Message => {
-                            *messages += 1;
-                            out.push(Tag(*messages), call("echo"));
-                        }
-                        EventKind::YieldComplete => *completions += 1,
-                        EventKind::Cancel => {}
+            let process = Proc::new(
+                (0u64, 0u64),
+                move |(messages, completions), _, events, out| {
+                    if in_step.swap(true, Ordering::AcqRel) {
+                        overlaps.fetch_add(1, Ordering::Relaxed);
                     }
-                }
-                out.status = if *messages == PER_PROCESS && *completions == PER_PROCESS {
-                    Status::Done(pc(&(*messages, *completions)))
-                } else if completions < messages {
-                    // Calls outstanding: their completions must wake it.
-                    Status::Wait
-                } else {
-                    Status::Idle
-                };
-                in_step.store(false, Ordering::Release);
-            });
+                    for event in events {
+                        match event.kind {
+                            EventKind::Message => {
+                                *messages += 1;
+                                out.push(Tag(*messages), call("echo"));
+                            }
+                            EventKind::YieldComplete => *completions += 1,
+                            EventKind::Cancel => {}
+                        }
+                    }
+                    out.status = if *messages == PER_PROCESS && *completions == PER_PROCESS {
+                        Status::Done(pc(&(*messages, *completions)))
+                    } else if completions < messages {
+                        // Calls outstanding: their completions must wake it.
+                        Status::Wait
+                    } else {
+                        Status::Idle
+                    };
+                    in_step.store(false, Ordering::Release);
+                },
+            );
             let spawn = Spawn::new(process, "stampede", Payload::empty()).notify(tx.clone());
             scheduler.spawn_with(spawn).unwrap()
         })
@@ -280,7 +290,10 @@ fn stampede_never_steps_one_process_twice_at_once() {
         }
     });
     for result in collect(&rx, PROCESSES) {
-        assert_eq!(de::<(u64, u64)>(&result.unwrap()), (PER_PROCESS, PER_PROCESS));
+        assert_eq!(
+            de::<(u64, u64)>(&result.unwrap()),
+            (PER_PROCESS, PER_PROCESS)
+        );
     }
     assert_eq!(overlaps.load(Ordering::Relaxed), 0);
     scheduler.shutdown(Duration::from_secs(1));
@@ -297,9 +310,12 @@ fn a_million_completions_race_steps_without_a_lost_wakeup() {
     let (completers_tx, completers_rx) = unbounded::<Completer>();
     let completers_tx = Mutex::new(completers_tx);
     let scheduler = Scheduler::builder()
-        .handler(CommandKind::Call, move |req: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>| {
-            completers_tx.lock().send(cx.completer(req.tag)).unwrap();
-        })
+        .handler(
+            CommandKind::Call,
+            move |req: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>| {
+                completers_tx.lock().send(cx.completer(req.tag)).unwrap();
+            },
+        )
         .build()
         .unwrap();
     let completing: Vec<_> = (0..3)
@@ -322,7 +338,11 @@ fn a_million_completions_race_steps_without_a_lost_wakeup() {
                 assert_eq!(event.kind, EventKind::YieldComplete);
                 *completed += 1;
             }
-            let target = if env.first { IN_FLIGHT } else { *completed + IN_FLIGHT };
+            let target = if env.first {
+                IN_FLIGHT
+            } else {
+                *completed + IN_FLIGHT
+            };
             while *issued < target.min(EACH) {
                 *issued += 1;
                 out.push(Tag(*issued), call("echo"));
@@ -430,8 +450,12 @@ fn a_process_over_budget_goes_behind_its_peers() {
             }
         })
     };
-    let a = scheduler.spawn_handle(logger('a', BACKLOG), "a", Payload::empty()).unwrap();
-    let b = scheduler.spawn_handle(logger('b', 1), "b", Payload::empty()).unwrap();
+    let a = scheduler
+        .spawn_handle(logger('a', BACKLOG), "a", Payload::empty())
+        .unwrap();
+    let b = scheduler
+        .spawn_handle(logger('b', 1), "b", Payload::empty())
+        .unwrap();
     let held = HeldWorker::hold(&scheduler);
     // A gets a backlog and is queued first; B gets one message.
     for _ in 0..BACKLOG {
@@ -444,19 +468,26 @@ fn a_process_over_budget_goes_behind_its_peers() {
     let log = log.lock();
     assert_eq!(log.len() as u64, BACKLOG + 1);
     // One budget of A's messages, then A goes behind B.
-    assert_eq!(log.iter().position(|name| *name == 'b'), Some(DEFAULT_BUDGET));
+    assert_eq!(
+        log.iter().position(|name| *name == 'b'),
+        Some(DEFAULT_BUDGET)
+    );
 }
 
 #[test]
 fn a_panicking_step_fails_only_its_process() {
     let scheduler = Scheduler::builder().workers(1).build().unwrap();
     let boom = Proc::new((), |_, _, _, _| panic!("boom"));
-    let failed = scheduler.spawn_handle(boom, "boom", Payload::empty()).unwrap();
+    let failed = scheduler
+        .spawn_handle(boom, "boom", Payload::empty())
+        .unwrap();
     let err = failed.wait_timeout(PATIENCE).unwrap().unwrap_err();
     assert_eq!(err.message(), "step panicked: boom");
     // The single worker survived and runs the next process.
     let fine = Proc::new((), |_, _, _, out| out.status = Status::Done(pc(&7u8)));
-    let ok = scheduler.spawn_handle(fine, "fine", Payload::empty()).unwrap();
+    let ok = scheduler
+        .spawn_handle(fine, "fine", Payload::empty())
+        .unwrap();
     assert_eq!(de::<u8>(&ok.wait_timeout(PATIENCE).unwrap().unwrap()), 7);
 }
 
@@ -482,18 +513,29 @@ fn a_panicking_init_or_handler_fails_its_process() {
     }
     let scheduler = Scheduler::builder()
         .workers(1)
-        .handler(CommandKind::Call, |_: wfhost_scheduler::Request, _: &wfhost_scheduler::Context<'_>| panic!("handler bug"))
+        .handler(
+            CommandKind::Call,
+            |_: wfhost_scheduler::Request, _: &wfhost_scheduler::Context<'_>| panic!("handler bug"),
+        )
         .build()
         .unwrap();
-    let init = scheduler.spawn_handle(BadInit, "start", Payload::empty()).unwrap();
+    let init = scheduler
+        .spawn_handle(BadInit, "start", Payload::empty())
+        .unwrap();
     assert_eq!(
         init.wait_timeout(PATIENCE).unwrap().unwrap_err().message(),
         "init of entry point 'start' panicked: no entry point start"
     );
     let calls = Proc::new((), |_, _, _, out| out.push(Tag(1), call("x")));
-    let handler = scheduler.spawn_handle(calls, "calls", Payload::empty()).unwrap();
+    let handler = scheduler
+        .spawn_handle(calls, "calls", Payload::empty())
+        .unwrap();
     assert_eq!(
-        handler.wait_timeout(PATIENCE).unwrap().unwrap_err().message(),
+        handler
+            .wait_timeout(PATIENCE)
+            .unwrap()
+            .unwrap_err()
+            .message(),
         "the handler for command 'call' panicked: handler bug"
     );
 }
@@ -511,7 +553,9 @@ fn an_unknown_command_completes_with_an_error_the_process_sees() {
         assert_eq!((event.tag, error.kind), (Tag(9), ErrorKind::UnknownCommand));
         out.status = Status::Done(Payload::to_json(&error.message).unwrap());
     });
-    let handle = scheduler.spawn_handle(process, "now", Payload::empty()).unwrap();
+    let handle = scheduler
+        .spawn_handle(process, "now", Payload::empty())
+        .unwrap();
     let message: String = de(&handle.wait_timeout(PATIENCE).unwrap().unwrap());
     assert_eq!(message, "this host has no handler for command 'now'");
 }
@@ -523,11 +567,18 @@ fn sending_to_an_unknown_or_finished_pid_is_an_error() {
         scheduler.send(Pid(424242), Payload::empty()),
         Err(Error::NoSuchProcess(Pid(424242)))
     );
-    let quick = Proc::new((), |_, _, _, out| out.status = Status::Done(Payload::empty()));
-    let handle = scheduler.spawn_handle(quick, "quick", Payload::empty()).unwrap();
+    let quick = Proc::new((), |_, _, _, out| {
+        out.status = Status::Done(Payload::empty())
+    });
+    let handle = scheduler
+        .spawn_handle(quick, "quick", Payload::empty())
+        .unwrap();
     let pid = handle.pid();
     handle.wait_timeout(PATIENCE).unwrap().unwrap();
-    assert_eq!(scheduler.send(pid, Payload::empty()), Err(Error::NoSuchProcess(pid)));
+    assert_eq!(
+        scheduler.send(pid, Payload::empty()),
+        Err(Error::NoSuchProcess(pid))
+    );
     assert_eq!(scheduler.cancel(pid), Err(Error::NoSuchProcess(pid)));
 
     // A process sending to a finished pid gets the error as a completion.
@@ -540,7 +591,9 @@ fn sending_to_an_unknown_or_finished_pid_is_an_error() {
         let error = events.into_iter().next().unwrap().error.unwrap();
         out.status = Status::Done(pc(&(error.kind == ErrorKind::NoSuchProcess)));
     });
-    let handle = scheduler.spawn_handle(sender, "send", Payload::empty()).unwrap();
+    let handle = scheduler
+        .spawn_handle(sender, "send", Payload::empty())
+        .unwrap();
     assert!(de::<bool>(&handle.wait_timeout(PATIENCE).unwrap().unwrap()));
 }
 
@@ -571,7 +624,9 @@ fn joiner() -> Proc<()> {
 fn a_parent_joins_its_child_before_or_after_the_child_finished() {
     let (scheduler, gates) = with_gate(2);
     for late in [false, true] {
-        let parent = scheduler.spawn_handle(joiner(), "parent", Payload::empty()).unwrap();
+        let parent = scheduler
+            .spawn_handle(joiner(), "parent", Payload::empty())
+            .unwrap();
         let child = Proc::new((), |_, env, _, out| {
             if env.first {
                 out.push(Tag(1), call("gate"));
@@ -580,7 +635,9 @@ fn a_parent_joins_its_child_before_or_after_the_child_finished() {
             }
         });
         let (tx, rx) = unbounded();
-        let spawn = Spawn::new(child, "child", Payload::empty()).parent(parent.pid()).notify(tx);
+        let spawn = Spawn::new(child, "child", Payload::empty())
+            .parent(parent.pid())
+            .notify(tx);
         let child = scheduler.spawn_with(spawn).unwrap();
         let gate = gates.recv_timeout(PATIENCE).unwrap();
         if late {
@@ -592,7 +649,10 @@ fn a_parent_joins_its_child_before_or_after_the_child_finished() {
             scheduler.send(parent.pid(), pc(&child)).unwrap();
             gate.complete(Ok(Payload::empty()));
         }
-        assert_eq!(de::<u32>(&parent.wait_timeout(PATIENCE).unwrap().unwrap()), 99);
+        assert_eq!(
+            de::<u32>(&parent.wait_timeout(PATIENCE).unwrap().unwrap()),
+            99
+        );
     }
     // Joined children are reaped: nothing is left behind.
     assert_eq!(scheduler.live(), 0);
@@ -601,19 +661,28 @@ fn a_parent_joins_its_child_before_or_after_the_child_finished() {
 #[test]
 fn a_failed_child_is_an_error_value_for_its_parent() {
     let scheduler = Scheduler::builder().workers(2).build().unwrap();
-    let parent = scheduler.spawn_handle(joiner(), "parent", Payload::empty()).unwrap();
-    let child = Proc::new((), |_, _, _, out| out.status = Status::Failed("out of stock".into()));
+    let parent = scheduler
+        .spawn_handle(joiner(), "parent", Payload::empty())
+        .unwrap();
+    let child = Proc::new((), |_, _, _, out| {
+        out.status = Status::Failed("out of stock".into())
+    });
     let spawn = Spawn::new(child, "child", Payload::empty()).parent(parent.pid());
     let child = scheduler.spawn_with(spawn).unwrap();
     scheduler.send(parent.pid(), pc(&child)).unwrap();
     let message: String = de(&parent.wait_timeout(PATIENCE).unwrap().unwrap());
-    assert_eq!(message, format!("process {child} failed: out of stock (child-failed)"));
+    assert_eq!(
+        message,
+        format!("process {child} failed: out of stock (child-failed)")
+    );
 }
 
 #[test]
 fn joining_an_unknown_pid_is_an_error() {
     let scheduler = Scheduler::builder().workers(1).build().unwrap();
-    let parent = scheduler.spawn_handle(joiner(), "parent", Payload::empty()).unwrap();
+    let parent = scheduler
+        .spawn_handle(joiner(), "parent", Payload::empty())
+        .unwrap();
     scheduler.send(parent.pid(), pc(&Pid(777))).unwrap();
     let message: String = de(&parent.wait_timeout(PATIENCE).unwrap().unwrap());
     assert_eq!(
@@ -649,14 +718,20 @@ fn a_stop_requested_inside_a_step_does_not_deadlock() {
     let scheduler = Scheduler::builder().workers(2).build().unwrap();
     let handle: SchedulerHandle = scheduler.handle().clone();
     let stopper = Proc::new((), move |_, _, events, out| {
-        if events.as_slice().iter().any(|e| e.kind == EventKind::Cancel) {
+        if events
+            .as_slice()
+            .iter()
+            .any(|e| e.kind == EventKind::Cancel)
+        {
             out.status = Status::Done(Payload::empty());
         } else {
             handle.request_stop();
             out.status = Status::Idle;
         }
     });
-    let stopped = scheduler.spawn_handle(stopper, "stop", Payload::empty()).unwrap();
+    let stopped = scheduler
+        .spawn_handle(stopper, "stop", Payload::empty())
+        .unwrap();
     assert!(scheduler.wait_for_stop(Some(PATIENCE)));
     assert_eq!(
         scheduler.spawn(Proc::new((), |_, _, _, _| {}), "late", Payload::empty()),
@@ -693,7 +768,12 @@ fn blocked_forever(closes: Arc<AtomicU64>, honour_cancel: bool) -> Proc<()> {
         if env.first {
             out.push(Tag(1), call("never"));
         }
-        if honour_cancel && events.as_slice().iter().any(|e| e.kind == EventKind::Cancel) {
+        if honour_cancel
+            && events
+                .as_slice()
+                .iter()
+                .any(|e| e.kind == EventKind::Cancel)
+        {
             out.status = Status::Done(Payload::empty());
         }
     })
@@ -708,7 +788,10 @@ fn shutdown_with_ten_thousand_blocked_processes_keeps_its_deadline() {
     for honour_cancel in [false, true] {
         // The `call` handler drops the completer: the processes stay blocked.
         let scheduler = Scheduler::builder()
-            .handler(CommandKind::Call, |_: wfhost_scheduler::Request, _: &wfhost_scheduler::Context<'_>| {})
+            .handler(
+                CommandKind::Call,
+                |_: wfhost_scheduler::Request, _: &wfhost_scheduler::Context<'_>| {},
+            )
             .build()
             .unwrap();
         let closes = Arc::new(AtomicU64::new(0));
@@ -730,9 +813,16 @@ fn shutdown_with_ten_thousand_blocked_processes_keeps_its_deadline() {
         } else {
             assert_eq!((report.finished_in_grace, report.closed), (0, N));
             let err = results[0].as_ref().unwrap_err();
-            assert_eq!(err.message(), "the host shut down before the process finished");
+            assert_eq!(
+                err.message(),
+                "the host shut down before the process finished"
+            );
         }
-        assert_eq!(closes.load(Ordering::Relaxed), N as u64, "close runs exactly once");
+        assert_eq!(
+            closes.load(Ordering::Relaxed),
+            N as u64,
+            "close runs exactly once"
+        );
     }
 }
 
@@ -743,7 +833,10 @@ fn no_starvation_of_a_new_process_behind_endless_requeuers() {
     for _ in 0..(4 * scheduler.workers()) {
         let stop = Arc::clone(&stop);
         let spinner = Proc::new((), move |_, _, events, out| {
-            let cancelled = events.as_slice().iter().any(|e| e.kind == EventKind::Cancel);
+            let cancelled = events
+                .as_slice()
+                .iter()
+                .any(|e| e.kind == EventKind::Cancel);
             out.status = if cancelled || stop.load(Ordering::Relaxed) {
                 Status::Done(Payload::empty())
             } else {
@@ -753,7 +846,9 @@ fn no_starvation_of_a_new_process_behind_endless_requeuers() {
         scheduler.spawn(spinner, "spin", Payload::empty()).unwrap();
     }
     let newcomer = Proc::new((), |_, _, _, out| out.status = Status::Done(pc(&1u8)));
-    let handle = scheduler.spawn_handle(newcomer, "new", Payload::empty()).unwrap();
+    let handle = scheduler
+        .spawn_handle(newcomer, "new", Payload::empty())
+        .unwrap();
     let result = handle.wait_timeout(PATIENCE);
     stop.store(true, Ordering::Relaxed);
     assert_eq!(de::<u8>(&result.expect("the newcomer ran").unwrap()), 1);
@@ -771,9 +866,13 @@ fn terminate_ends_a_process_without_stepping_it_again() {
             out.push(Tag(1), call("gate"));
         }
     });
-    let handle = scheduler.spawn_handle(process, "t", Payload::empty()).unwrap();
+    let handle = scheduler
+        .spawn_handle(process, "t", Payload::empty())
+        .unwrap();
     let gate = gates.recv_timeout(PATIENCE).unwrap();
-    scheduler.terminate(handle.pid(), "terminated: grace period over").unwrap();
+    scheduler
+        .terminate(handle.pid(), "terminated: grace period over")
+        .unwrap();
     let err = handle.wait_timeout(PATIENCE).unwrap().unwrap_err();
     assert_eq!(err.message(), "terminated: grace period over");
     gate.complete(Ok(Payload::empty()));
@@ -783,7 +882,13 @@ fn terminate_ends_a_process_without_stepping_it_again() {
 #[test]
 fn builder_refuses_zero_workers_or_budget() {
     let err = Scheduler::builder().workers(0).build().unwrap_err();
-    assert_eq!(err.to_string(), "invalid scheduler setting: workers must be at least 1");
+    assert_eq!(
+        err.to_string(),
+        "invalid scheduler setting: workers must be at least 1"
+    );
     let err = Scheduler::builder().budget(0).build().unwrap_err();
-    assert_eq!(err.to_string(), "invalid scheduler setting: the budget must be at least 1 event");
+    assert_eq!(
+        err.to_string(),
+        "invalid scheduler setting: the budget must be at least 1 event"
+    );
 }

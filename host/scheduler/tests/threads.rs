@@ -32,7 +32,11 @@ fn thread_count_is_workers_plus_constant_with_100k_live_processes() {
                 out.push(Tag(1), Command::Sleep(Duration::from_secs(3600)));
                 started.send(()).unwrap();
             }
-            if events.as_slice().iter().any(|e| e.kind == EventKind::Message) {
+            if events
+                .as_slice()
+                .iter()
+                .any(|e| e.kind == EventKind::Message)
+            {
                 out.status = Status::Done(pc(&1u8));
             }
         });
@@ -49,7 +53,9 @@ fn thread_count_is_workers_plus_constant_with_100k_live_processes() {
     assert_eq!(os_threads(), before + WORKERS + 1);
 
     for pid in 1..=N as u64 {
-        scheduler.send(wfcontract::Pid(pid), Payload::empty()).unwrap();
+        scheduler
+            .send(wfcontract::Pid(pid), Payload::empty())
+            .unwrap();
     }
     for _ in 0..N {
         done_rx.recv_timeout(PATIENCE).unwrap().1.unwrap();

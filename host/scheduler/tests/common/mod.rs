@@ -18,13 +18,14 @@ pub struct Env {
 }
 
 type StepFn<S> = Box<dyn FnMut(&mut S, &mut Env, Events<'_>, &mut StepOutput) + Send>;
+type CloseFn<S> = Box<dyn FnOnce(&mut S) + Send>;
 
 /// A process whose step is a closure over state `S`.
 pub struct Proc<S> {
     state: S,
     env: Env,
     step: StepFn<S>,
-    on_close: Option<Box<dyn FnOnce(&mut S) + Send>>,
+    on_close: Option<CloseFn<S>>,
 }
 
 impl<S: Send + 'static> Proc<S> {
@@ -47,7 +48,12 @@ impl<S: Send + 'static> Proc<S> {
 }
 
 impl<S: Send + 'static> Process for Proc<S> {
-    fn init(&mut self, ctx: &InitContext, method: &str, input: Payload) -> Result<(), ProcessError> {
+    fn init(
+        &mut self,
+        ctx: &InitContext,
+        method: &str,
+        input: Payload,
+    ) -> Result<(), ProcessError> {
         self.env = Env {
             pid: Some(ctx.pid()),
             parent: ctx.parent(),
