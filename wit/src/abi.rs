@@ -8,6 +8,7 @@
 //! | [`EXPORT_RESERVE`] | `(len: i32) -> i32` | returns a guest pointer with room for `len` bytes of input |
 //! | [`EXPORT_INIT`] | `(len: i32) -> i64` | reads an [`InitRequest`](crate::InitRequest) from that buffer, answers an [`InitResponse`] |
 //! | [`EXPORT_STEP`] | `(len: i32) -> i64` | reads a `Vec<Event>` from that buffer, answers a [`StepOutput`](crate::StepOutput) |
+//! | [`EXPORT_PANIC_MESSAGE`] | `() -> i64` | after a trap, the guest's last panic message (UTF-8), or `(0, 0)` |
 //!
 //! Answers are returned as [`pack`]ed `(pointer, length)` pairs pointing into guest memory, valid
 //! until the next call into the guest.
@@ -25,6 +26,8 @@ pub const EXPORT_RESERVE: &str = "wfhost_reserve";
 pub const EXPORT_INIT: &str = "wfhost_init";
 /// `(len: i32) -> i64`: advance with events.
 pub const EXPORT_STEP: &str = "wfhost_step";
+/// `() -> i64`: the guest's last panic message, read by the host after a trap.
+pub const EXPORT_PANIC_MESSAGE: &str = "wfhost_panic_message";
 /// The guest's linear memory.
 pub const EXPORT_MEMORY: &str = "memory";
 

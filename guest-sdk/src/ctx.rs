@@ -1,0 +1,247 @@
+//! `Ctx`: what a workflow can ask its host to do.
+//!
+//! Every method is one [`Command`]: adding a command means adding one method here that builds it
+//! and says how to decode its completion.
+
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use wfcontract::{
+    CallRequest, Command, Encoding, Field, Level, LogRecord, Payload, Pid, SendRequest,
+    SpawnRequest,
+};
+
+use crate::error::Error;
+use crate::runtime::{CommandFuture, Message, RecvFuture, Shared};
+
+/// The workflow's handle on its host, passed to every entry point. Cheap to clone.
+#[derive(Clone)]
+pub struct Ctx {
+    pub(crate) state: Shared,
+    pub(crate) pid: Pid,
+    pub(crate) parent: Option<Pid>,
+    pub(crate) entry: std::rc::Rc<str>,
+    pub(crate) encoding: Encoding,
+}
+
+impl std::fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx")
+            .field("pid", &self.pid)
+            .field("entry", &self.entry)
+            .finish_non_exhaustive()
+    }
+}
+
+fn unit(_: Payload) -> Result<(), Error> {
+    Ok(())
+}
+
+fn decode<T: DeserializeOwned>(payload: Payload) -> Result<T, Error> {
+    payload.decode().map_err(Error::from)
+}
+
+fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Payload, Error> {
+    Payload::to_postcard(value).map_err(Error::from)
+}
+
+impl Ctx {
+    /// This process's pid.
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// The process that spawned this one, if a process did.
+    pub fn parent(&self) -> Option<Pid> {
+        self.parent
+    }
+
+    /// The entry point this process runs.
+    pub fn entry(&self) -> &str {
+        &self.entry
+    }
+
+    /// The encoding the input arrived in; the result is returned in the same one.
+    pub fn encoding(&self) -> Encoding {
+        self.encoding
+    }
+
+    /// Completes after `duration`. The timer lives in the host.
+    pub fn sleep(&self, duration: Duration) -> CommandFuture<()> {
+        CommandFuture::new(&self.state, Command::Sleep(duration), unit)
+    }
+
+    /// Writes a line to the host's log. Returns at once: the host does not answer.
+    pub fn log(&self, level: Level, message: impl Into<String>) {
+        self.log_with(level, message, &[]);
+    }
+
+    /// Writes a line with structured fields (`key=value`) to the host's log.
+    pub fn log_with(
+        &self,
+        level: Level,
+        message: impl Into<String>,
+        fields: &[(&str, &dyn std::fmt::Display)],
+    ) {
+        let fields = fields
+            .iter()
+            .map(|(key, value)| Field {
+                key: (*key).to_string(),
+                value: value.to_string(),
+            })
+            .collect();
+        self.state
+            .borrow_mut()
+            .issue_unanswered(Command::Log(LogRecord {
+                level,
+                message: message.into(),
+                fields,
+            }));
+    }
+
+    /// [`log`](Self::log) at `info`.
+    pub fn info(&self, message: impl Into<String>) {
+        self.log(Level::Info, message);
+    }
+
+    /// [`log`](Self::log) at `warn`.
+    pub fn warn(&self, message: impl Into<String>) {
+        self.log(Level::Warn, message);
+    }
+
+    /// Sends `value` (postcard-encoded) to process `to`. Completes once the message is queued, or
+    /// with an error when `to` is unknown or has finished.
+    pub fn send<T: Serialize + ?Sized>(&self, to: Pid, value: &T) -> CommandFuture<()> {
+        match encode(value) {
+            Ok(message) => self.send_payload(to, message),
+            Err(error) => CommandFuture::refused(&self.state, error),
+        }
+    }
+
+    /// Sends an already encoded message.
+    pub fn send_payload(&self, to: Pid, message: Payload) -> CommandFuture<()> {
+        let command = Command::Send(SendRequest { to, message });
+        CommandFuture::new(&self.state, command, unit)
+    }
+
+    /// The next message, whoever sent it. Fails with [`Error::Cancelled`] if the process is
+    /// cancelled while waiting.
+    pub fn recv_message(&self) -> RecvFuture {
+        RecvFuture::new(&self.state)
+    }
+
+    /// The next message, decoded as `T`.
+    pub async fn recv<T: DeserializeOwned>(&self) -> Result<T, Error> {
+        let message = self.recv_message().await?;
+        decode(message.data)
+    }
+
+    /// The next message, or `None` if none arrives within `timeout`.
+    pub async fn recv_timeout<T: DeserializeOwned>(
+        &self,
+        timeout: Duration,
+    ) -> Result<Option<T>, Error> {
+        let mut timer = std::pin::pin!(self.sleep(timeout));
+        let mut message = std::pin::pin!(self.recv_message());
+        std::future::poll_fn(|cx| {
+            if let std::task::Poll::Ready(message) = message.as_mut().poll(cx) {
+                return std::task::Poll::Ready(message.and_then(|m| decode(m.data)).map(Some));
+            }
+            match timer.as_mut().poll(cx) {
+                std::task::Poll::Ready(Ok(())) => std::task::Poll::Ready(Ok(None)),
+                std::task::Poll::Ready(Err(error)) => std::task::Poll::Ready(Err(error)),
+                std::task::Poll::Pending => std::task::Poll::Pending,
+            }
+        })
+        .await
+    }
+
+    /// Starts entry point `entry` of this module as a child process. Completes with its pid.
+    pub fn spawn<I: Serialize + ?Sized>(&self, entry: &str, input: &I) -> CommandFuture<Pid> {
+        self.spawn_in(None, entry, input)
+    }
+
+    /// Starts entry point `entry` of the module the host loaded under `module`.
+    pub fn spawn_module<I: Serialize + ?Sized>(
+        &self,
+        module: &str,
+        entry: &str,
+        input: &I,
+    ) -> CommandFuture<Pid> {
+        self.spawn_in(Some(module), entry, input)
+    }
+
+    fn spawn_in<I: Serialize + ?Sized>(
+        &self,
+        module: Option<&str>,
+        entry: &str,
+        input: &I,
+    ) -> CommandFuture<Pid> {
+        let input = match encode(input) {
+            Ok(input) => input,
+            Err(error) => return CommandFuture::refused(&self.state, error),
+        };
+        let command = Command::Spawn(SpawnRequest {
+            module: module.map(str::to_string),
+            entry: entry.to_string(),
+            input,
+        });
+        CommandFuture::new(&self.state, command, decode::<Pid>)
+    }
+
+    /// The result of process `pid` once it finishes. A failed child is an
+    /// `Error::Command` of kind `child-failed`, not a failure of this process.
+    pub fn join<T: DeserializeOwned>(&self, pid: Pid) -> CommandFuture<T> {
+        CommandFuture::new(&self.state, Command::Join(pid), decode::<T>)
+    }
+
+    /// Asks process `pid` to stop.
+    pub fn cancel(&self, pid: Pid) -> CommandFuture<()> {
+        CommandFuture::new(&self.state, Command::Cancel(pid), unit)
+    }
+
+    /// Calls host command `name`, which the embedding application registered.
+    pub fn call<I: Serialize + ?Sized, O: DeserializeOwned>(
+        &self,
+        name: &str,
+        input: &I,
+    ) -> CommandFuture<O> {
+        let input = match encode(input) {
+            Ok(input) => input,
+            Err(error) => return CommandFuture::refused(&self.state, error),
+        };
+        let command = Command::Call(CallRequest {
+            name: name.to_string(),
+            input,
+        });
+        CommandFuture::new(&self.state, command, decode::<O>)
+    }
+
+    /// The host's wall-clock time. Workflows should use this rather than WASI's clock: the host
+    /// answers it as a command, so a durable host can record and replay it.
+    pub fn now(&self) -> CommandFuture<SystemTime> {
+        CommandFuture::new(&self.state, Command::Now, |payload| {
+            let nanos: u64 = decode(payload)?;
+            Ok(SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos))
+        })
+    }
+
+    /// 64 random bits from the host (for the same reason as [`now`](Self::now)).
+    pub fn random(&self) -> CommandFuture<u64> {
+        CommandFuture::new(&self.state, Command::Random, decode::<u64>)
+    }
+
+    /// True once this process has been asked to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.state.borrow().cancels() > 0
+    }
+}
+
+impl Message {
+    /// The message decoded as `T`.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, Error> {
+        self.data.decode().map_err(Error::from)
+    }
+}

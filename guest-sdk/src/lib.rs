@@ -1,0 +1,134 @@
+//! Write wfhost workflows as ordinary async Rust, compiled to `wasm32-wasip1`.
+//!
+//! # Core concepts
+//!
+//! An **entry point** is an `async fn(Ctx, I) -> Result<O, E>`: `I` and `O` are serde types (the
+//! input arrives as JSON or postcard and the result goes back in the same encoding), `E` anything
+//! displayable. A module exposes several, registered once with [`entry_points!`], which also writes
+//! the module's manifest (its ABI version and entry-point names, read by the host without running
+//! any code) and exports the ABI functions. Authors write no `unsafe` and no ABI glue.
+//!
+//! A [`Ctx`] is the workflow's handle on its host. Each method is a command the host carries out:
+//! [`Ctx::sleep`] (the timer lives in the host), [`Ctx::log`], messages ([`Ctx::send`],
+//! [`Ctx::recv`]), child workflows ([`Ctx::spawn`], [`Ctx::join`]), host commands
+//! ([`Ctx::call`]), and time and randomness ([`Ctx::now`], [`Ctx::random`]). Awaiting one suspends
+//! the workflow: the SDK yields the command with a tag, and the host's completion resumes it.
+//! Several can be in flight at once: create them, then await them together.
+//!
+//! When the host cancels the process, every pending await returns [`Error::Cancelled`]; the
+//! workflow may still run clean-up commands before it returns.
+//!
+//! For full control, implement [`Machine`] and write the step state machine by hand.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use wfguest::{Ctx, Error};
+//!
+//! async fn greet(_ctx: Ctx, name: String) -> Result<String, Error> {
+//!     Ok(format!("Hello, {name}!"))
+//! }
+//!
+//! async fn nap(ctx: Ctx, millis: u64) -> Result<u64, Error> {
+//!     // Two timers at once: both are yielded in the same step.
+//!     let first = ctx.sleep(Duration::from_millis(millis));
+//!     let second = ctx.sleep(Duration::from_millis(millis));
+//!     first.await?;
+//!     second.await?;
+//!     ctx.info("rested");
+//!     Ok(millis)
+//! }
+//!
+//! wfguest::entry_points!(greet, nap);
+//! # fn main() {}
+//! ```
+#![deny(missing_docs)]
+
+mod ctx;
+mod entry;
+mod error;
+mod guest;
+mod manifest;
+mod runtime;
+
+pub use ctx::Ctx;
+pub use entry::{machine, DynMachine, Entry, IntoEntry, Machine, MachineEntry, Running, StartInfo};
+pub use error::{Error, Result};
+pub use runtime::{CommandFuture, Message, RecvFuture};
+pub use wfcontract::{
+    Command, CommandError, Encoding, ErrorKind, Event, EventKind, Level, Payload, Pid, Status,
+    StepOutput, Tag,
+};
+
+/// What `entry_points!` expands to. Not a stable API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::guest::{init, panic_message, reserve, step};
+    pub use crate::manifest::{manifest, manifest_len};
+    pub use crate::Entry;
+
+    /// Type-erases an entry point.
+    pub fn into_entry<M>(entry: impl crate::IntoEntry<M>) -> Box<dyn Entry> {
+        entry.into_entry()
+    }
+}
+
+/// Registers a module's entry points, writes its manifest and exports the ABI. Use it once per
+/// module (a `cdylib` crate built for `wasm32-wasip1`).
+///
+/// Each item is an async function's name, or `name = expression` for another implementation of
+/// [`IntoEntry`] such as `counter = wfguest::machine::<Counter>()`.
+#[macro_export]
+macro_rules! entry_points {
+    ($($name:ident $(= $entry:expr)?),+ $(,)?) => {
+        const _: () = {
+            const NAMES: &[&str] = &[$(stringify!($name)),+];
+            const LEN: usize = $crate::__private::manifest_len(NAMES);
+
+            #[cfg_attr(target_family = "wasm", link_section = "wfhost-manifest")]
+            #[used]
+            static MANIFEST: [u8; LEN] = $crate::__private::manifest::<LEN>(NAMES);
+
+            fn lookup(name: &str) -> ::core::option::Option<::std::boxed::Box<dyn $crate::Entry>> {
+                $(
+                    if name == stringify!($name) {
+                        return ::core::option::Option::Some(
+                            $crate::__private::into_entry($crate::__entry_value!($name $(, $entry)?)),
+                        );
+                    }
+                )+
+                ::core::option::Option::None
+            }
+
+            #[no_mangle]
+            extern "C" fn wfhost_reserve(len: u32) -> u32 {
+                $crate::__private::reserve(len)
+            }
+
+            #[no_mangle]
+            extern "C" fn wfhost_init(len: u32) -> u64 {
+                $crate::__private::init(len, NAMES, lookup)
+            }
+
+            #[no_mangle]
+            extern "C" fn wfhost_step(len: u32) -> u64 {
+                $crate::__private::step(len)
+            }
+
+            #[no_mangle]
+            extern "C" fn wfhost_panic_message() -> u64 {
+                $crate::__private::panic_message()
+            }
+        };
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __entry_value {
+    ($name:ident) => {
+        $name
+    };
+    ($name:ident, $entry:expr) => {
+        $entry
+    };
+}

@@ -1,0 +1,334 @@
+//! The executor that turns an `async fn` into the step state machine the host drives.
+//!
+//! Each command a workflow awaits is yielded with a fresh tag and gets a slot here; the host's
+//! completion event fills the slot and wakes the future waiting on it. A step delivers the events,
+//! polls the entry point's future until it stops making progress, and reports what it waits for.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use wfcontract::{Command, CommandError, Event, EventKind, Payload, Pid, Status, Tag, Yield};
+
+use crate::error::Error;
+
+/// A message another process sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// The sender; [`Pid::HOST`] when the host sent it.
+    pub from: Pid,
+    /// What it sent.
+    pub data: Payload,
+}
+
+enum Slot {
+    Pending(Option<Waker>),
+    Done(Result<Payload, CommandError>),
+}
+
+/// The per-process state shared by the context and the futures it hands out.
+pub(crate) struct State {
+    next_tag: u64,
+    slots: BTreeMap<u64, Slot>,
+    /// Yields produced since the last step.
+    pub(crate) yields: Vec<Yield>,
+    mailbox: VecDeque<Message>,
+    recv_wakers: Vec<Waker>,
+    /// Cancels received so far; a receive begun before the latest cancel fails with `Cancelled`.
+    cancels: u64,
+}
+
+pub(crate) type Shared = Rc<RefCell<State>>;
+
+impl State {
+    pub(crate) fn new() -> Shared {
+        Rc::new(RefCell::new(State {
+            next_tag: 1,
+            slots: BTreeMap::new(),
+            yields: Vec::new(),
+            mailbox: VecDeque::new(),
+            recv_wakers: Vec::new(),
+            cancels: 0,
+        }))
+    }
+
+    /// Queues `command` and returns its tag, with a slot for the completion.
+    pub(crate) fn issue(&mut self, command: Command) -> Tag {
+        let tag = Tag(self.next_tag);
+        self.next_tag += 1;
+        self.slots.insert(tag.0, Slot::Pending(None));
+        self.yields.push(Yield { tag, command });
+        tag
+    }
+
+    /// Queues a command that expects no completion.
+    pub(crate) fn issue_unanswered(&mut self, command: Command) {
+        self.yields.push(Yield {
+            tag: Tag(0),
+            command,
+        });
+    }
+
+    pub(crate) fn cancels(&self) -> u64 {
+        self.cancels
+    }
+
+    /// Hands the step's events to whoever waits for them.
+    pub(crate) fn deliver(&mut self, events: Vec<Event>) {
+        for event in events {
+            match event.kind {
+                EventKind::YieldComplete => {
+                    // A completion for a future that was dropped has no slot any more: ignored.
+                    if let Some(slot) = self.slots.get_mut(&event.tag.0) {
+                        let waker = match std::mem::replace(slot, Slot::Done(event.into_result())) {
+                            Slot::Pending(waker) => waker,
+                            Slot::Done(_) => None,
+                        };
+                        if let Some(waker) = waker {
+                            waker.wake();
+                        }
+                    }
+                }
+                EventKind::Message => {
+                    self.mailbox.push_back(Message {
+                        from: event.from,
+                        data: event.data,
+                    });
+                    self.wake_receivers();
+                }
+                EventKind::Cancel => {
+                    self.cancels += 1;
+                    for slot in self.slots.values_mut() {
+                        if let Slot::Pending(waker) = slot {
+                            if let Some(waker) = waker.take() {
+                                waker.wake();
+                            }
+                            *slot = Slot::Done(Err(CommandError::new(
+                                wfcontract::ErrorKind::Cancelled,
+                                "cancelled",
+                            )));
+                        }
+                    }
+                    self.wake_receivers();
+                }
+            }
+        }
+    }
+
+    fn wake_receivers(&mut self) {
+        for waker in self.recv_wakers.drain(..) {
+            waker.wake();
+        }
+    }
+
+    /// True while some live future waits for a completion.
+    pub(crate) fn awaits_completion(&self) -> bool {
+        self.slots
+            .values()
+            .any(|slot| matches!(slot, Slot::Pending(_)))
+    }
+}
+
+/// A command in flight. Awaiting it gives the command's result; dropping it abandons the result
+/// (the command itself has already been sent to the host).
+#[must_use = "the command is sent either way; await it for its result"]
+pub struct CommandFuture<T> {
+    state: Shared,
+    tag: Tag,
+    decode: fn(Payload) -> Result<T, Error>,
+    finished: bool,
+    /// Set when the command could not even be built (its input did not encode).
+    refused: Option<Error>,
+}
+
+impl<T> std::fmt::Debug for CommandFuture<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommandFuture")
+            .field("tag", &self.tag)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> CommandFuture<T> {
+    pub(crate) fn new(
+        state: &Shared,
+        command: Command,
+        decode: fn(Payload) -> Result<T, Error>,
+    ) -> CommandFuture<T> {
+        let tag = state.borrow_mut().issue(command);
+        CommandFuture {
+            state: Rc::clone(state),
+            tag,
+            decode,
+            finished: false,
+            refused: None,
+        }
+    }
+
+    /// A future that fails with `error` without sending anything.
+    pub(crate) fn refused(state: &Shared, error: Error) -> CommandFuture<T> {
+        CommandFuture {
+            state: Rc::clone(state),
+            tag: Tag(0),
+            decode: |_| Err(Error::msg("unreachable")),
+            finished: false,
+            refused: Some(error),
+        }
+    }
+}
+
+impl<T> Future for CommandFuture<T> {
+    type Output = Result<T, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.finished {
+            return Poll::Ready(Err(Error::msg(
+                "a command future was polled after it finished",
+            )));
+        }
+        if let Some(error) = self.refused.take() {
+            self.finished = true;
+            return Poll::Ready(Err(error));
+        }
+        let mut state = self.state.borrow_mut();
+        match state.slots.get_mut(&self.tag.0) {
+            Some(Slot::Pending(waker)) => {
+                *waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            Some(Slot::Done(_)) => {
+                let Some(Slot::Done(result)) = state.slots.remove(&self.tag.0) else {
+                    unreachable!("matched above");
+                };
+                drop(state);
+                self.finished = true;
+                Poll::Ready(result.map_err(Error::from).and_then(self.decode))
+            }
+            None => Poll::Ready(Err(Error::msg("a command lost its completion slot"))),
+        }
+    }
+}
+
+impl<T> Drop for CommandFuture<T> {
+    fn drop(&mut self) {
+        if !self.finished {
+            if let Ok(mut state) = self.state.try_borrow_mut() {
+                state.slots.remove(&self.tag.0);
+            }
+        }
+    }
+}
+
+/// Waits for the next message.
+#[must_use = "futures do nothing unless awaited"]
+pub struct RecvFuture {
+    state: Shared,
+    cancels_at_start: u64,
+}
+
+impl std::fmt::Debug for RecvFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvFuture").finish_non_exhaustive()
+    }
+}
+
+impl RecvFuture {
+    pub(crate) fn new(state: &Shared) -> RecvFuture {
+        let cancels_at_start = state.borrow().cancels;
+        RecvFuture {
+            state: Rc::clone(state),
+            cancels_at_start,
+        }
+    }
+}
+
+impl Future for RecvFuture {
+    type Output = Result<Message, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.state.borrow_mut();
+        if state.cancels > self.cancels_at_start {
+            return Poll::Ready(Err(Error::Cancelled));
+        }
+        match state.mailbox.pop_front() {
+            Some(message) => Poll::Ready(Ok(message)),
+            None => {
+                state.recv_wakers.push(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// Wakes by raising a flag; the executor polls again while the flag is up.
+struct Flag(AtomicBool);
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A workflow's root future, polled by steps.
+pub(crate) struct Task {
+    future: Pin<Box<dyn Future<Output = Result<Payload, String>>>>,
+    flag: Arc<Flag>,
+    waker: Waker,
+}
+
+/// Polls in one step stop after this many rounds even if something keeps waking: the step then
+/// asks to run again (`Continue`), so a busy workflow cannot hold the worker.
+const MAX_POLLS_PER_STEP: usize = 64;
+
+impl Task {
+    pub(crate) fn new(future: Pin<Box<dyn Future<Output = Result<Payload, String>>>>) -> Task {
+        let flag = Arc::new(Flag(AtomicBool::new(true)));
+        let waker = Waker::from(Arc::clone(&flag));
+        Task {
+            future,
+            flag,
+            waker,
+        }
+    }
+
+    /// Polls while woken. `None` when it gave up with the flag still raised.
+    pub(crate) fn poll(&mut self) -> Option<Poll<Result<Payload, String>>> {
+        let mut cx = Context::from_waker(&self.waker);
+        for _ in 0..MAX_POLLS_PER_STEP {
+            if !self.flag.0.swap(false, Ordering::Relaxed) {
+                return Some(Poll::Pending);
+            }
+            if let Poll::Ready(result) = self.future.as_mut().poll(&mut cx) {
+                return Some(Poll::Ready(result));
+            }
+        }
+        if self.flag.0.load(Ordering::Relaxed) {
+            None
+        } else {
+            Some(Poll::Pending)
+        }
+    }
+
+    /// Forces a poll at the next step (after events were delivered).
+    pub(crate) fn wake(&self) {
+        self.flag.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// What a pending workflow waits for, as a step status.
+pub(crate) fn waiting_status(state: &State) -> Status {
+    if state.awaits_completion() {
+        Status::Wait
+    } else {
+        Status::Idle
+    }
+}
