@@ -1,5 +1,33 @@
 //! wfhost: a WebAssembly workflow engine.
+//!
+//! # Core concepts
+//!
+//! A **module** is a WebAssembly module built for `wasm32-wasip1` with the `wfguest` SDK. It
+//! declares its **entry points** in a manifest the host reads without running it.
+//!
+//! A **process** is one running entry point: its own wasmtime instance, driven by the host's
+//! scheduler one **step** at a time. Each step hands the process the events that happened to it
+//! (completions, messages, a cancel) and collects the **yields**: **commands** it wants carried
+//! out (sleep, log, send a message, spawn a child, call a host command...). Their completions come
+//! back as events for a later step. Thousands of processes share one worker thread per core.
+//!
+//! A [`Host`] owns all of that: build one with [`Host::builder`], load modules under names, spawn
+//! entry points, talk to the processes, shut down.
+//!
+//! The sandbox holds for code nobody trusts: a module may import only WASI preview 1, which is
+//! linked with no files, no environment and no arguments; memory and the length of each step are
+//! capped ([`Limits`]); a trap, a panic or a runaway step fails that process only.
 #![deny(missing_docs)]
 
+mod commands;
+mod error;
+mod host;
+mod wasm;
+
+pub use error::{Error, ErrorKind, Result};
+pub use host::{Host, HostBuilder, Run};
+pub use wasm::{Limits, ModuleInfo};
 pub use wfcontract as contract;
+pub use wfcontract::{Encoding, Payload, Pid};
 pub use wfhost_scheduler as scheduler;
+pub use wfhost_scheduler::ShutdownReport;

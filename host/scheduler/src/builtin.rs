@@ -62,7 +62,11 @@ pub fn emit(pid: wfcontract::Pid, record: &LogRecord) {
     let fields = FieldList(&record.fields);
     macro_rules! emit_at {
         ($level:expr) => {
-            tracing::event!(target: "wfhost::guest", $level, pid = pid.0, fields = %fields, "{}", record.message)
+            if record.fields.is_empty() {
+                tracing::event!(target: "wfhost::guest", $level, pid = pid.0, "{}", record.message)
+            } else {
+                tracing::event!(target: "wfhost::guest", $level, pid = pid.0, fields = %fields, "{}", record.message)
+            }
         };
     }
     match record.level {

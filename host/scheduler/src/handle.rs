@@ -147,14 +147,19 @@ impl SchedulerHandle {
         method: impl Into<String>,
         input: Payload,
     ) -> Result<ProcessHandle, Error> {
-        let (sender, receiver) = crossbeam_channel::bounded(1);
-        let pid = self.spawn_with(Spawn::new(process, method, input).notify(sender))?;
-        Ok(ProcessHandle { pid, receiver })
+        self.spawn_handle_with(Spawn::new(process, method, input))
     }
 
     /// Starts a process with options.
     pub fn spawn_with(&self, spawn: Spawn) -> Result<Pid, Error> {
         self.shared.spawn(spawn, None)
+    }
+
+    /// Starts a process with options, returning a handle to wait for its result.
+    pub fn spawn_handle_with(&self, spawn: Spawn) -> Result<ProcessHandle, Error> {
+        let (sender, receiver) = crossbeam_channel::bounded(1);
+        let pid = self.shared.spawn(spawn.notify(sender), None)?;
+        Ok(ProcessHandle { pid, receiver })
     }
 
     /// Sends a message from the host ([`Pid::HOST`]) to `to`.

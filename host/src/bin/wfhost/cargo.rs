@@ -1,0 +1,119 @@
+//! Building workflow crates with cargo.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context as _};
+
+/// The target workflows are built for.
+pub const TARGET: &str = "wasm32-wasip1";
+
+fn cargo() -> Command {
+    // Inside `cargo run`, CARGO names the cargo that started us.
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Installs the wasm32-wasip1 target with rustup when rustup is there and the target is not.
+fn ensure_target() -> anyhow::Result<()> {
+    let Ok(output) = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+    else {
+        // No rustup: let cargo report a missing target itself.
+        return Ok(());
+    };
+    if String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .any(|line| line.trim() == TARGET)
+    {
+        return Ok(());
+    }
+    eprintln!("installing the {TARGET} target: rustup target add {TARGET}");
+    let status = Command::new("rustup")
+        .args(["target", "add", TARGET])
+        .status()
+        .context("cannot run rustup")?;
+    if !status.success() {
+        bail!("`rustup target add {TARGET}` failed; install the target and try again");
+    }
+    Ok(())
+}
+
+/// Builds the workflow crate in `crate_dir` and returns the path of its module.
+pub fn build_workflow(crate_dir: &Path, release: bool) -> anyhow::Result<PathBuf> {
+    let manifest = crate_dir.join("Cargo.toml");
+    if !manifest.is_file() {
+        bail!(
+            "{} has no Cargo.toml: give the directory of a workflow crate",
+            crate_dir.display()
+        );
+    }
+    let manifest = manifest
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {}", manifest.display()))?;
+    ensure_target()?;
+    let mut command = cargo();
+    command
+        .args([
+            "build",
+            "--target",
+            TARGET,
+            "--message-format=json-render-diagnostics",
+        ])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if release {
+        command.arg("--release");
+    }
+    let mut child = command.spawn().context("cannot run cargo")?;
+    let stdout = child.stdout.take().context("cargo's output")?;
+    let mut modules = Vec::new();
+    let mut package_seen = false;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.context("reading cargo's output")?;
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if message["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let from_this_crate = message["manifest_path"]
+            .as_str()
+            .and_then(|p| Path::new(p).canonicalize().ok())
+            .is_some_and(|p| p == manifest);
+        if !from_this_crate {
+            continue;
+        }
+        package_seen = true;
+        let is_cdylib = message["target"]["crate_types"]
+            .as_array()
+            .is_some_and(|types| types.iter().any(|t| t == "cdylib"));
+        if !is_cdylib {
+            continue;
+        }
+        for file in message["filenames"].as_array().into_iter().flatten() {
+            if let Some(file) = file.as_str().filter(|f| f.ends_with(".wasm")) {
+                modules.push(PathBuf::from(file));
+            }
+        }
+    }
+    let status = child.wait().context("waiting for cargo")?;
+    if !status.success() {
+        bail!(
+            "cargo build failed for {} (see its errors above)",
+            manifest.display()
+        );
+    }
+    match modules.pop() {
+        Some(module) => Ok(module),
+        None if package_seen => bail!(
+            "{} builds no wasm module: a workflow crate needs `[lib] crate-type = [\"cdylib\"]` \
+             in its Cargo.toml",
+            manifest.display()
+        ),
+        None => bail!("cargo built nothing for {}", manifest.display()),
+    }
+}

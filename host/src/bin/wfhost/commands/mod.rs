@@ -1,0 +1,35 @@
+//! One file per subcommand.
+
+mod build;
+mod inspect;
+mod run;
+
+/// The subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    Build(build::BuildCommand),
+    Run(run::RunCommand),
+    Inspect(inspect::InspectCommand),
+}
+
+impl Command {
+    pub fn execute(self) -> anyhow::Result<()> {
+        match self {
+            Command::Build(command) => command.execute(),
+            Command::Run(command) => command.execute(),
+            Command::Inspect(command) => command.execute(),
+        }
+    }
+}
+
+/// The workflow ran and failed (exit code 1, where every other error means it could not start).
+#[derive(Debug)]
+pub struct WorkflowFailed(pub String);
+
+impl std::fmt::Display for WorkflowFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for WorkflowFailed {}

@@ -1,0 +1,63 @@
+//! The `wfhost` command: build, inspect and run workflow modules.
+
+mod cargo;
+mod commands;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+/// Runs WebAssembly workflows: sandboxed workflows written in Rust, compiled to wasm32-wasip1.
+///
+/// A workflow module is a Rust crate (crate-type "cdylib") that uses the wfguest SDK and names its
+/// entry points with `wfguest::entry_points!`. `wfhost build` compiles one; `wfhost run` runs one
+/// entry point to completion and prints its result as JSON; `wfhost inspect` shows what a module
+/// declares without running it.
+///
+/// Exit codes: 0 success; 1 the workflow ran and failed; 2 it could not start (bad usage, an
+/// unreadable or invalid module, an unknown entry point, invalid input).
+#[derive(Debug, Parser)]
+#[command(name = "wfhost", version, max_term_width = 100)]
+struct Cli {
+    #[command(subcommand)]
+    command: commands::Command,
+
+    /// More logging on stderr: -v info, -vv debug, -vvv trace. RUST_LOG, when set, wins.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+}
+
+fn init_logging(verbose: u8) {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(directives) if !directives.is_empty() => EnvFilter::new(directives),
+        _ => EnvFilter::new(match verbose {
+            // Guest logs are the workflow's own output: shown by default.
+            0 => "warn,wfhost::guest=info",
+            1 => "info",
+            2 => "debug",
+            _ => "trace",
+        }),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    match cli.command.execute() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            match error.downcast_ref::<commands::WorkflowFailed>() {
+                Some(_) => ExitCode::from(1),
+                None => ExitCode::from(2),
+            }
+        }
+    }
+}

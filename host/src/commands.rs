@@ -1,0 +1,59 @@
+//! The host's command handlers, beyond the scheduler's built-in ones.
+
+use std::sync::Arc;
+
+use wfcontract::{Command, CommandError, ErrorKind, Payload};
+use wfhost_scheduler::{Context, Handler, Request, Spawn};
+
+use crate::host::Modules;
+use crate::wasm::{WasmProcess, WasmRuntime};
+
+/// `spawn`: starts an entry point of a loaded module as a child of the requesting process.
+pub(crate) struct SpawnHandler {
+    wasm: Arc<WasmRuntime>,
+    modules: Arc<Modules>,
+}
+
+impl SpawnHandler {
+    pub(crate) fn new(wasm: Arc<WasmRuntime>, modules: Arc<Modules>) -> SpawnHandler {
+        SpawnHandler { wasm, modules }
+    }
+
+    fn spawn(
+        &self,
+        request: wfcontract::SpawnRequest,
+        cx: &Context<'_>,
+    ) -> Result<Payload, CommandError> {
+        let invalid = |message: String| CommandError::new(ErrorKind::InvalidInput, message);
+        let module = request.module.ok_or_else(|| {
+            invalid("spawn names no module, and the spawner is not a wasm process".into())
+        })?;
+        let (name, compiled) = self
+            .modules
+            .get(&module)
+            .map_err(|e| invalid(e.message().to_string()))?;
+        if !compiled.info.has_entry(&request.entry) {
+            return Err(invalid(
+                compiled
+                    .info
+                    .unknown_entry(&request.entry)
+                    .message()
+                    .to_string(),
+            ));
+        }
+        let process = WasmProcess::new(Arc::clone(&self.wasm), compiled, name);
+        let pid = cx
+            .spawn_child(Spawn::new(process, request.entry, request.input))
+            .map_err(|e| CommandError::new(ErrorKind::Unavailable, e.to_string()))?;
+        Payload::to_postcard(&pid).map_err(|e| CommandError::new(ErrorKind::Failed, e.to_string()))
+    }
+}
+
+impl Handler for SpawnHandler {
+    fn handle(&self, request: Request, cx: &Context<'_>) {
+        if let Command::Spawn(spawn) = request.command {
+            let result = self.spawn(spawn, cx);
+            cx.complete(request.tag, result);
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! Reading and checking workflow modules. Inspection only parses: it runs no guest code and does not
+//! even compile, so it is safe on modules nobody trusts.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+use wasmparser::{Parser, Payload as Section, TypeRef};
+use wasmtime::{Engine, ExternType, InstancePre, Linker, Module, ValType};
+use wfcontract::abi;
+use wfcontract::manifest::{self, Manifest};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::wasm::GuestState;
+
+/// The only import module a workflow may use: WASI preview 1, which the host links with nothing
+/// behind it (no files, no environment, no arguments).
+pub(crate) const WASI_MODULE: &str = "wasi_snapshot_preview1";
+
+/// What a module declares about itself, read without running it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModuleInfo {
+    /// The ABI version it was built for.
+    pub abi_version: u32,
+    /// Its entry points, in declaration order.
+    pub entries: Vec<String>,
+    /// Its imports, as `(module, name)`.
+    pub imports: Vec<(String, String)>,
+    /// Its exports' names.
+    pub exports: Vec<String>,
+    /// SHA-256 of its bytes, in hex: the key of the host's compiled-module cache.
+    pub sha256: String,
+    /// Its size in bytes.
+    pub size: usize,
+}
+
+fn bad(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::BadModule, message)
+}
+
+impl ModuleInfo {
+    /// Reads a module's manifest, imports and exports, and checks that it is a workflow module for
+    /// this host's ABI. Runs and compiles nothing.
+    pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo> {
+        if !bytes.starts_with(b"\0asm") {
+            return Err(bad(
+                "not a WebAssembly module: the file does not start with the wasm magic number",
+            ));
+        }
+        if bytes.len() >= 8 && bytes[4..8] != [1, 0, 0, 0] {
+            return Err(bad(
+                "a WebAssembly component or an unknown wasm version: wfhost runs core modules \
+                 built for wasm32-wasip1",
+            ));
+        }
+        let mut manifest_text = Vec::new();
+        let mut has_manifest = false;
+        let mut imports = Vec::new();
+        let mut exports = Vec::new();
+        for section in Parser::new(0).parse_all(bytes) {
+            let section = section.map_err(|e| bad(format!("malformed module: {e}")))?;
+            match section {
+                Section::CustomSection(custom) if custom.name() == manifest::SECTION => {
+                    has_manifest = true;
+                    manifest_text.extend_from_slice(custom.data());
+                    manifest_text.push(b'\n');
+                }
+                Section::ImportSection(reader) => {
+                    for import in reader.into_imports() {
+                        let import = import.map_err(|e| bad(format!("malformed module: {e}")))?;
+                        if !matches!(import.ty, TypeRef::Func(_)) {
+                            return Err(bad(format!(
+                                "imports a non-function '{}::{}': a workflow may import only \
+                                 WASI preview 1 functions",
+                                import.module, import.name
+                            )));
+                        }
+                        imports.push((import.module.to_string(), import.name.to_string()));
+                    }
+                }
+                Section::ExportSection(reader) => {
+                    for export in reader {
+                        let export = export.map_err(|e| bad(format!("malformed module: {e}")))?;
+                        exports.push(export.name.to_string());
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !has_manifest {
+            return Err(bad(format!(
+                "not a wfhost workflow: the module has no '{}' section (build it with the wfguest \
+                 SDK and its entry_points! macro)",
+                manifest::SECTION
+            )));
+        }
+        let manifest = Manifest::parse(&manifest_text)
+            .map_err(|e| bad(format!("not a wfhost workflow: {e}")))?;
+        if manifest.abi_version != abi::VERSION {
+            return Err(bad(format!(
+                "the module was built for wfhost ABI version {}, but this host runs version {} \
+                 (rebuild it against a matching wfguest)",
+                manifest.abi_version,
+                abi::VERSION
+            )));
+        }
+        for required in [
+            abi::EXPORT_MEMORY,
+            abi::EXPORT_RESERVE,
+            abi::EXPORT_INIT,
+            abi::EXPORT_STEP,
+            abi::EXPORT_PANIC_MESSAGE,
+        ] {
+            if !exports.iter().any(|e| e == required) {
+                return Err(bad(format!(
+                    "not a wfhost workflow: the module does not export '{required}' (the wfguest \
+                     SDK's entry_points! macro provides it)"
+                )));
+            }
+        }
+        if let Some((module, name)) = imports.iter().find(|(module, _)| module != WASI_MODULE) {
+            return Err(bad(format!(
+                "the module imports '{module}::{name}', which wfhost does not provide: a workflow \
+                 may import only WASI preview 1 ({WASI_MODULE})"
+            )));
+        }
+        Ok(ModuleInfo {
+            abi_version: manifest.abi_version,
+            entries: manifest.entries,
+            imports,
+            exports,
+            sha256: hex(&Sha256::digest(bytes)),
+            size: bytes.len(),
+        })
+    }
+
+    /// True when `entry` is one of its entry points.
+    pub fn has_entry(&self, entry: &str) -> bool {
+        self.entries.iter().any(|e| e == entry)
+    }
+
+    /// The error for an entry point it does not have.
+    pub(crate) fn unknown_entry(&self, entry: &str) -> Error {
+        Error::new(
+            ErrorKind::UnknownEntry,
+            format!(
+                "unknown entry point '{entry}' (module exposes: {})",
+                self.entries.join(", ")
+            ),
+        )
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A module compiled and linked, ready to instantiate cheaply.
+pub(crate) struct Compiled {
+    pub(crate) info: ModuleInfo,
+    pub(crate) pre: InstancePre<GuestState>,
+    /// WASI reactors export `_initialize`, to be called once before anything else.
+    pub(crate) has_initialize: bool,
+}
+
+/// Compiles each distinct module once (keyed by content hash).
+#[derive(Default)]
+pub(crate) struct ModuleCache {
+    compiled: Mutex<HashMap<String, Arc<Compiled>>>,
+}
+
+impl ModuleCache {
+    /// The compiled form of `bytes`, compiling it on first sight.
+    pub(crate) fn get_or_compile(
+        &self,
+        engine: &Engine,
+        linker: &Linker<GuestState>,
+        bytes: &[u8],
+    ) -> Result<Arc<Compiled>> {
+        let info = ModuleInfo::inspect(bytes)?;
+        if let Some(compiled) = self.compiled.lock().get(&info.sha256) {
+            return Ok(Arc::clone(compiled));
+        }
+        // Compiled outside the lock: compilation takes a while and other modules may be loading.
+        let compiled = Arc::new(compile(engine, linker, info, bytes)?);
+        let mut cache = self.compiled.lock();
+        let entry = cache
+            .entry(compiled.info.sha256.clone())
+            .or_insert(compiled);
+        Ok(Arc::clone(entry))
+    }
+}
+
+fn compile(
+    engine: &Engine,
+    linker: &Linker<GuestState>,
+    info: ModuleInfo,
+    bytes: &[u8],
+) -> Result<Compiled> {
+    let module = Module::from_binary(engine, bytes)
+        .map_err(|e| bad(format!("invalid WebAssembly module: {e:#}")))?;
+    check_exports(&module)?;
+    let pre = linker.instantiate_pre(&module).map_err(|e| {
+        bad(format!(
+            "the module needs an import wfhost does not provide: {e:#} (a workflow may import \
+             only WASI preview 1)"
+        ))
+    })?;
+    let has_initialize = matches!(module.get_export("_initialize"), Some(ExternType::Func(_)));
+    Ok(Compiled {
+        info,
+        pre,
+        has_initialize,
+    })
+}
+
+/// The ABI's exports must have exactly the ABI's signatures.
+fn check_exports(module: &Module) -> Result<()> {
+    let expect = [
+        (
+            abi::EXPORT_RESERVE,
+            &[ValType::I32][..],
+            &[ValType::I32][..],
+        ),
+        (abi::EXPORT_INIT, &[ValType::I32][..], &[ValType::I64][..]),
+        (abi::EXPORT_STEP, &[ValType::I32][..], &[ValType::I64][..]),
+        (abi::EXPORT_PANIC_MESSAGE, &[][..], &[ValType::I64][..]),
+    ];
+    let same = |actual: &mut dyn ExactSizeIterator<Item = ValType>, wanted: &[ValType]| {
+        actual.len() == wanted.len() && actual.zip(wanted).all(|(a, w)| ValType::eq(&a, w))
+    };
+    for (name, params, results) in expect {
+        match module.get_export(name) {
+            Some(ExternType::Func(func))
+                if same(&mut func.params(), params) && same(&mut func.results(), results) => {}
+            Some(other) => {
+                return Err(bad(format!(
+                    "the module's export '{name}' has the wrong type ({other:?}); the ABI wants \
+                     a function {params:?} -> {results:?}"
+                )))
+            }
+            None => return Err(bad(format!("the module does not export '{name}'"))),
+        }
+    }
+    match module.get_export(abi::EXPORT_MEMORY) {
+        Some(ExternType::Memory(_)) => Ok(()),
+        _ => Err(bad(format!(
+            "the module's '{}' export is not a linear memory",
+            abi::EXPORT_MEMORY
+        ))),
+    }
+}

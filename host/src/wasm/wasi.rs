@@ -1,0 +1,149 @@
+//! WASI preview 1 for guests: linked because Rust's std needs it, with nothing behind it. No
+//! preopened directories, no environment, no arguments, an empty stdin; stdout and stderr go to
+//! the host's log, line by line, tagged with the process's pid.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use parking_lot::Mutex;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+use wasmtime_wasi::WasiCtxBuilder;
+use wfcontract::Pid;
+
+/// A guest line longer than this is logged in pieces, so a guest cannot grow the host's buffer
+/// without bound by never writing a newline.
+const MAX_LINE: usize = 8 * 1024;
+
+struct Lines {
+    pid: Pid,
+    stream: &'static str,
+    partial: Vec<u8>,
+}
+
+impl Lines {
+    fn push(&mut self, mut bytes: &[u8]) {
+        while let Some(newline) = bytes.iter().position(|b| *b == b'\n') {
+            self.partial.extend_from_slice(&bytes[..newline]);
+            self.emit();
+            bytes = &bytes[newline + 1..];
+        }
+        self.partial.extend_from_slice(bytes);
+        while self.partial.len() > MAX_LINE {
+            let rest = self.partial.split_off(MAX_LINE);
+            self.emit();
+            self.partial = rest;
+        }
+    }
+
+    fn emit(&mut self) {
+        let line = String::from_utf8_lossy(&self.partial);
+        tracing::info!(target: "wfhost::guest", pid = self.pid.0, stream = self.stream, "{line}");
+        self.partial.clear();
+    }
+
+    fn finish(&mut self) {
+        if !self.partial.is_empty() {
+            self.emit();
+        }
+    }
+}
+
+/// One of a guest's output streams, forwarded to `tracing`.
+#[derive(Clone)]
+pub(crate) struct LogStream(Arc<Mutex<Lines>>);
+
+impl LogStream {
+    fn new(pid: Pid, stream: &'static str) -> LogStream {
+        LogStream(Arc::new(Mutex::new(Lines {
+            pid,
+            stream,
+            partial: Vec::new(),
+        })))
+    }
+
+    /// Logs a trailing line that has no newline.
+    pub(crate) fn finish(&self) {
+        self.0.lock().finish();
+    }
+}
+
+impl IsTerminal for LogStream {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for LogStream {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl OutputStream for LogStream {
+    fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
+        self.0.lock().push(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(64 * 1024)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for LogStream {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for LogStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.0.lock().push(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// A guest's WASI context and its two log streams.
+pub(crate) struct Wasi {
+    pub(crate) ctx: WasiP1Ctx,
+    pub(crate) stdout: LogStream,
+    pub(crate) stderr: LogStream,
+}
+
+/// WASI for process `pid`: no preopens, no environment, no arguments, empty stdin (the
+/// builder's defaults), output to the log.
+pub(crate) fn wasi_for(pid: Pid) -> Wasi {
+    let stdout = LogStream::new(pid, "stdout");
+    let stderr = LogStream::new(pid, "stderr");
+    let ctx = WasiCtxBuilder::new()
+        .stdout(stdout.clone())
+        .stderr(stderr.clone())
+        .build_p1();
+    Wasi {
+        ctx,
+        stdout,
+        stderr,
+    }
+}
