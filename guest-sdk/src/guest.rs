@@ -67,8 +67,9 @@ fn answer<T: Serialize>(value: &T) -> u64 {
     })
 }
 
-/// Records each panic's message for `wfhost_panic_message`, then lets the previous hook print it
-/// (to stderr, which the host logs).
+/// Records each panic's message for `wfhost_panic_message`, from which the host builds the
+/// process's failure. In a guest that replaces std's printout (which would only repeat it in the
+/// log); natively (in tests) the previous hook still prints.
 fn install_panic_hook() {
     static INSTALLED: std::sync::Once = std::sync::Once::new();
     INSTALLED.call_once(|| {
@@ -80,7 +81,9 @@ fn install_panic_hook() {
                 None => message.to_string(),
             };
             PANIC.with(|panic| *panic.borrow_mut() = text);
-            previous(info);
+            if !cfg!(target_family = "wasm") {
+                previous(info);
+            }
         }));
     });
 }

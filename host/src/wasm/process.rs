@@ -211,9 +211,16 @@ impl WasmProcess {
         if let Some(message) = self.panic_message() {
             return self.fail(format_args!("panicked: {message}"));
         }
+        let said = self
+            .live
+            .as_ref()
+            .map(|live| live.stderr.last_line())
+            .filter(|line| !line.is_empty())
+            .map(|line| format!(" (its last words on stderr: {line})"))
+            .unwrap_or_default();
         match error.downcast_ref::<Trap>() {
-            Some(trap) => self.fail(format_args!("trapped: {trap}")),
-            None => self.fail(format_args!("failed: {error:#}")),
+            Some(trap) => self.fail(format_args!("trapped: {trap}{said}")),
+            None => self.fail(format_args!("failed: {error:#}{said}")),
         }
     }
 

@@ -21,6 +21,9 @@ struct Lines {
     pid: Pid,
     stream: &'static str,
     partial: Vec<u8>,
+    /// The last complete line, kept to explain a trap that left no panic message (an allocation
+    /// failure, say).
+    last: String,
 }
 
 impl Lines {
@@ -41,6 +44,10 @@ impl Lines {
     fn emit(&mut self) {
         let line = String::from_utf8_lossy(&self.partial);
         tracing::info!(target: "wfhost::guest", pid = self.pid.0, stream = self.stream, "{line}");
+        // std's hint about RUST_BACKTRACE explains nothing about the failure itself.
+        if !line.trim().is_empty() && !line.starts_with("note: run with `RUST_BACKTRACE") {
+            self.last = line.into_owned();
+        }
         self.partial.clear();
     }
 
@@ -61,7 +68,19 @@ impl LogStream {
             pid,
             stream,
             partial: Vec::new(),
+            last: String::new(),
         })))
+    }
+
+    /// The last non-empty line written so far, including one not yet ended.
+    pub(crate) fn last_line(&self) -> String {
+        let lines = self.0.lock();
+        let partial = String::from_utf8_lossy(&lines.partial);
+        if partial.trim().is_empty() {
+            lines.last.clone()
+        } else {
+            partial.into_owned()
+        }
     }
 
     /// Logs a trailing line that has no newline.

@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use crossbeam_channel::select;
-use wfhost::{Encoding, ErrorKind, Host, Payload};
+use wfhost::{Encoding, ErrorKind, Host, Limits, Payload};
 
 use super::WorkflowFailed;
 
@@ -36,6 +36,14 @@ pub struct RunCommand {
     /// After Ctrl-C, how long the workflow may clean up before it is terminated (e.g. 10s, 500ms).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     grace: Duration,
+
+    /// The longest one step of a process may run before the process is failed.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    step_limit: Duration,
+
+    /// The most memory one process may use, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    max_memory: usize,
 }
 
 /// "10s", "500ms", "2m", or a number of seconds.
@@ -67,7 +75,15 @@ impl RunCommand {
         };
         let name = module_name(&module);
 
-        let mut builder = Host::builder();
+        if self.max_memory == 0 {
+            bail!("--max-memory must be at least 1 (MiB)");
+        }
+        let limits = Limits {
+            max_memory_bytes: self.max_memory << 20,
+            step_time_limit: self.step_limit,
+            ..Limits::default()
+        };
+        let mut builder = Host::builder().limits(limits);
         if let Some(workers) = self.workers {
             if workers == 0 {
                 bail!("--workers must be at least 1");
