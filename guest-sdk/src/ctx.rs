@@ -233,9 +233,10 @@ impl Ctx {
         CommandFuture::new(&self.state, Command::Random, decode::<u64>)
     }
 
-    /// True once this process has been asked to stop.
+    /// True once this process has been asked to stop. A workflow that checks this has seen the
+    /// cancel: its next await is not failed on the cancel's account.
     pub fn is_cancelled(&self) -> bool {
-        self.state.borrow().cancels() > 0
+        self.state.borrow_mut().observe_cancel()
     }
 }
 

@@ -324,6 +324,24 @@ mod tests {
     }
 
     #[test]
+    fn a_cancel_before_the_first_await_fails_that_await() {
+        start("nap_then_clean_up", Payload::empty()).unwrap();
+        // The cancel arrives with the very first step, before the workflow awaited anything.
+        let out = step_with(vec![Event::cancel()]);
+        assert_eq!(
+            out.yields[0].command,
+            Command::Sleep(Duration::from_secs(60))
+        );
+        assert!(matches!(out.yields[1].command, Command::Log(_)));
+        let cleanup = out.yields[2].tag;
+        let out = step_with(vec![done(cleanup)]);
+        assert_eq!(
+            out.status,
+            Status::Done(Payload::to_postcard("cleaned").unwrap())
+        );
+    }
+
+    #[test]
     fn waiting_only_for_a_message_is_idle() {
         start("echo_once", Payload::empty()).unwrap();
         assert_eq!(step_with(vec![]).status, Status::Idle);

@@ -41,6 +41,9 @@ pub(crate) struct State {
     recv_wakers: Vec<Waker>,
     /// Cancels received so far; a receive begun before the latest cancel fails with `Cancelled`.
     cancels: u64,
+    /// A cancel arrived while nothing was waiting: the next await fails with `Cancelled`, so the
+    /// workflow sees it even if it had not started waiting yet.
+    unobserved_cancel: bool,
 }
 
 pub(crate) type Shared = Rc<RefCell<State>>;
@@ -54,6 +57,7 @@ impl State {
             mailbox: VecDeque::new(),
             recv_wakers: Vec::new(),
             cancels: 0,
+            unobserved_cancel: false,
         }))
     }
 
@@ -74,8 +78,10 @@ impl State {
         });
     }
 
-    pub(crate) fn cancels(&self) -> u64 {
-        self.cancels
+    /// The workflow asked whether it was cancelled: it has seen the cancel.
+    pub(crate) fn observe_cancel(&mut self) -> bool {
+        self.unobserved_cancel = false;
+        self.cancels > 0
     }
 
     /// Hands the step's events to whoever waits for them.
@@ -103,17 +109,17 @@ impl State {
                 }
                 EventKind::Cancel => {
                     self.cancels += 1;
+                    let mut observed = !self.recv_wakers.is_empty();
                     for slot in self.slots.values_mut() {
                         if let Slot::Pending(waker) = slot {
                             if let Some(waker) = waker.take() {
                                 waker.wake();
                             }
-                            *slot = Slot::Done(Err(CommandError::new(
-                                wfcontract::ErrorKind::Cancelled,
-                                "cancelled",
-                            )));
+                            *slot = Slot::Done(Err(cancelled()));
+                            observed = true;
                         }
                     }
+                    self.unobserved_cancel = !observed;
                     self.wake_receivers();
                 }
             }
@@ -132,6 +138,10 @@ impl State {
             .values()
             .any(|slot| matches!(slot, Slot::Pending(_)))
     }
+}
+
+fn cancelled() -> CommandError {
+    CommandError::new(wfcontract::ErrorKind::Cancelled, "cancelled")
 }
 
 /// A command in flight. Awaiting it gives the command's result; dropping it abandons the result
@@ -196,6 +206,11 @@ impl<T> Future for CommandFuture<T> {
             return Poll::Ready(Err(error));
         }
         let mut state = self.state.borrow_mut();
+        if state.unobserved_cancel && matches!(state.slots.get(&self.tag.0), Some(Slot::Pending(_)))
+        {
+            state.unobserved_cancel = false;
+            state.slots.insert(self.tag.0, Slot::Done(Err(cancelled())));
+        }
         match state.slots.get_mut(&self.tag.0) {
             Some(Slot::Pending(waker)) => {
                 *waker = Some(cx.waker().clone());
@@ -252,7 +267,8 @@ impl Future for RecvFuture {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.state.borrow_mut();
-        if state.cancels > self.cancels_at_start {
+        if state.cancels > self.cancels_at_start || state.unobserved_cancel {
+            state.unobserved_cancel = false;
             return Poll::Ready(Err(Error::Cancelled));
         }
         match state.mailbox.pop_front() {

@@ -1,0 +1,158 @@
+//! The host as a library: loading modules, running many processes, limits, errors.
+
+use std::time::Duration;
+
+use wfhost::{ErrorKind, Host, Limits, Payload};
+use wfhost_test_programs::{COUNTDOWN, HELLO, PROBE};
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn json(value: serde_json::Value) -> Payload {
+    Payload::to_json(&value).unwrap()
+}
+
+fn host() -> Host {
+    let host = Host::builder().workers(2).build().unwrap();
+    host.load_module("hello", HELLO).unwrap();
+    host.load_module("probe", PROBE).unwrap();
+    host.load_module("countdown", COUNTDOWN).unwrap();
+    host
+}
+
+#[test]
+fn a_thousand_concurrent_greetings_all_answer() {
+    let host = host();
+    let runs: Vec<_> = (0..1_000)
+        .map(|i| {
+            host.spawn("hello", "greet", json(serde_json::json!(format!("n{i}"))))
+                .unwrap()
+        })
+        .collect();
+    for (i, run) in runs.into_iter().enumerate() {
+        let result = run.wait_timeout(PATIENCE).expect("finished").unwrap();
+        assert_eq!(result.decode::<String>().unwrap(), format!("Hello, n{i}!"));
+    }
+    assert_eq!(host.live(), 0);
+    assert_eq!(host.counters().spawns, 1_000);
+}
+
+#[test]
+fn many_sleeps_in_flight_at_once() {
+    let host = host();
+    let runs: Vec<_> = (0..50)
+        .map(|_| {
+            host.spawn("probe", "sleepy", json(serde_json::json!(100)))
+                .unwrap()
+        })
+        .collect();
+    for run in runs {
+        let result = run.wait_timeout(PATIENCE).expect("finished").unwrap();
+        assert_eq!(result.decode::<u32>().unwrap(), 100);
+    }
+}
+
+#[test]
+fn postcard_input_gets_a_postcard_answer() {
+    let host = host();
+    let run = host
+        .spawn("hello", "greet", Payload::to_postcard("ferris").unwrap())
+        .unwrap();
+    let result = run.wait_timeout(PATIENCE).unwrap().unwrap();
+    assert_eq!(result, Payload::to_postcard("Hello, ferris!").unwrap());
+}
+
+#[test]
+fn unknown_modules_and_entry_points_are_refused_before_spawning() {
+    let host = host();
+    let err = host.spawn("nope", "greet", Payload::empty()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UnknownModule);
+    assert_eq!(
+        err.message(),
+        "no module is loaded under the name 'nope' (loaded: countdown, hello, probe)"
+    );
+    let err = host.spawn("hello", "shout", Payload::empty()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UnknownEntry);
+    assert_eq!(host.counters().spawns, 0);
+}
+
+#[test]
+fn a_bad_module_is_refused_with_a_kind() {
+    let host = host();
+    let err = host
+        .load_module_bytes("junk", b"\0asm\x01\0\0\0\x99")
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::BadModule);
+    assert!(err.message().starts_with("malformed module:"), "{err}");
+    let err = host.load_module("missing", "/no/such.wasm").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io);
+}
+
+#[test]
+fn identical_modules_share_one_compilation() {
+    let host = host();
+    let again = host.load_module("hello-again", HELLO).unwrap();
+    assert_eq!(again, host.module_info("hello").unwrap());
+    let run = host
+        .spawn("hello-again", "greet", json(serde_json::json!("twin")))
+        .unwrap();
+    let result = run.wait_timeout(PATIENCE).unwrap().unwrap();
+    assert_eq!(result.decode::<String>().unwrap(), "Hello, twin!");
+}
+
+#[test]
+fn one_failing_process_does_not_disturb_the_others() {
+    let limits = Limits {
+        step_time_limit: Duration::from_millis(300),
+        max_memory_bytes: 16 << 20,
+        ..Limits::default()
+    };
+    let host = Host::builder().workers(2).limits(limits).build().unwrap();
+    host.load_module("probe", PROBE).unwrap();
+    let spin = host.spawn("probe", "spin", Payload::empty()).unwrap();
+    let panic = host
+        .spawn("probe", "panic", json(serde_json::json!("no")))
+        .unwrap();
+    let hog = host
+        .spawn("probe", "hog", json(serde_json::json!(64)))
+        .unwrap();
+    let fine = host
+        .spawn("probe", "echo", json(serde_json::json!([1, 2])))
+        .unwrap();
+    let err = spin.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert!(
+        err.message()
+            .contains("ran longer than the step time limit of 300ms"),
+        "{err}"
+    );
+    assert_eq!(err.kind(), ErrorKind::Failed);
+    let err = panic.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert!(
+        err.message().contains("(entry point 'panic') panicked: no"),
+        "{err}"
+    );
+    let err = hog.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert!(
+        err.message().contains("(entry point 'hog') trapped"),
+        "{err}"
+    );
+    let ok = fine.wait_timeout(PATIENCE).unwrap().unwrap();
+    assert_eq!(ok.decode::<Vec<u32>>().unwrap(), [1, 2]);
+}
+
+#[test]
+fn shutdown_closes_what_is_still_running() {
+    let host = host();
+    let run = host
+        .spawn(
+            "countdown",
+            "countdown",
+            json(serde_json::json!({ "from": 1_000, "interval_ms": 1_000 })),
+        )
+        .unwrap();
+    let report = host.shutdown(Duration::from_millis(200));
+    assert_eq!(report.live_at_start, 1);
+    // The SDK turns the cancel into a failure of the pending sleep; the workflow returns it.
+    let err = run.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert_eq!(err.message(), "entry point 'countdown' failed: cancelled");
+    assert_eq!(report.finished_in_grace, 1);
+}
