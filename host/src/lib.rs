@@ -31,3 +31,7 @@ pub use wfcontract as contract;
 pub use wfcontract::{Encoding, Payload, Pid};
 pub use wfhost_scheduler as scheduler;
 pub use wfhost_scheduler::ShutdownReport;
+
+/// Hooks for the benchmarks. Not a stable API.
+#[doc(hidden)]
+pub use wasm::bench as __bench;

@@ -4,6 +4,8 @@
 //! `InstancePre`; one `Store` and instance per process, dropped when the process closes. A ticker
 //! thread advances the engine's epoch so that a step that runs too long is interrupted.
 
+#[doc(hidden)]
+pub mod bench;
 mod module;
 mod process;
 mod wasi;

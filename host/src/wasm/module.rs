@@ -7,7 +7,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use wasmparser::{Parser, Payload as Section, TypeRef};
-use wasmtime::{Engine, ExternType, InstancePre, Linker, Module, ValType};
+use wasmtime::{Engine, ExternType, InstancePre, Linker, Module, ModuleExport, ValType};
 use wfcontract::abi;
 use wfcontract::manifest::{self, Manifest};
 
@@ -160,8 +160,19 @@ fn hex(bytes: &[u8]) -> String {
 pub(crate) struct Compiled {
     pub(crate) info: ModuleInfo,
     pub(crate) pre: InstancePre<GuestState>,
+    /// The ABI's exports, resolved once so that each instantiation finds them by index.
+    pub(crate) exports: AbiExports,
+}
+
+/// Where the ABI's exports are in the module.
+pub(crate) struct AbiExports {
+    pub(crate) memory: ModuleExport,
+    pub(crate) reserve: ModuleExport,
+    pub(crate) init: ModuleExport,
+    pub(crate) step: ModuleExport,
+    pub(crate) panic_message: ModuleExport,
     /// WASI reactors export `_initialize`, to be called once before anything else.
-    pub(crate) has_initialize: bool,
+    pub(crate) initialize: Option<ModuleExport>,
 }
 
 /// Compiles each distinct module once (keyed by content hash).
@@ -207,12 +218,23 @@ fn compile(
              only WASI preview 1)"
         ))
     })?;
-    let has_initialize = matches!(module.get_export("_initialize"), Some(ExternType::Func(_)));
-    Ok(Compiled {
-        info,
-        pre,
-        has_initialize,
-    })
+    let index = |name: &str| {
+        module
+            .get_export_index(name)
+            .ok_or_else(|| bad(format!("the module does not export '{name}'")))
+    };
+    let exports = AbiExports {
+        memory: index(abi::EXPORT_MEMORY)?,
+        reserve: index(abi::EXPORT_RESERVE)?,
+        init: index(abi::EXPORT_INIT)?,
+        step: index(abi::EXPORT_STEP)?,
+        panic_message: index(abi::EXPORT_PANIC_MESSAGE)?,
+        initialize: match module.get_export("_initialize") {
+            Some(ExternType::Func(_)) => module.get_export_index("_initialize"),
+            _ => None,
+        },
+    };
+    Ok(Compiled { info, pre, exports })
 }
 
 /// The ABI's exports must have exactly the ABI's signatures.

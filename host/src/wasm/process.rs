@@ -90,33 +90,30 @@ impl WasmProcess {
             .pre
             .instantiate(&mut store)
             .map_err(|e| self.fail(format_args!("could not be instantiated: {e:#}")))?;
-        if self.module.has_initialize {
+        let exports = &self.module.exports;
+        if let Some(export) = &exports.initialize {
             let initialize = instance
-                .get_typed_func::<(), ()>(&mut store, "_initialize")
-                .map_err(|e| self.fail(format_args!("has an unusable _initialize: {e:#}")))?;
-            if let Err(error) = initialize.call(&mut store, ()) {
+                .get_module_export(&mut store, export)
+                .and_then(|e| e.into_func())
+                .ok_or_else(|| self.fail("has an unusable _initialize"))?;
+            if let Err(error) = initialize.call(&mut store, &[], &mut []) {
                 return Err(self.fail(format_args!("trapped while initializing: {error:#}")));
             }
         }
-        let typed = |store: &mut Store<GuestState>, name: &str| {
+        // The exports and their signatures were checked when the module was loaded.
+        let mut func = |export| {
             instance
-                .get_export(&mut *store, name)
-                .ok_or_else(|| name.to_string())
+                .get_module_export(&mut store, export)
+                .and_then(|e| e.into_func())
+                .ok_or_else(|| self.fail("lacks an ABI export it was loaded with"))
         };
-        // The signatures were checked when the module was loaded.
-        let func = |store: &mut Store<GuestState>, name: &str| {
-            typed(store, name)?
-                .into_func()
-                .ok_or_else(|| name.to_string())
-        };
-        let missing = |name: String| self.fail(format_args!("lacks its '{name}' export"));
-        let reserve = func(&mut store, abi::EXPORT_RESERVE).map_err(missing)?;
-        let init = func(&mut store, abi::EXPORT_INIT).map_err(missing)?;
-        let step = func(&mut store, abi::EXPORT_STEP).map_err(missing)?;
-        let panic_message = func(&mut store, abi::EXPORT_PANIC_MESSAGE).map_err(missing)?;
-        let memory = typed(&mut store, abi::EXPORT_MEMORY)
-            .map_err(missing)?
-            .into_memory()
+        let reserve = func(&exports.reserve)?;
+        let init = func(&exports.init)?;
+        let step = func(&exports.step)?;
+        let panic_message = func(&exports.panic_message)?;
+        let memory = instance
+            .get_module_export(&mut store, &exports.memory)
+            .and_then(|e| e.into_memory())
             .ok_or_else(|| self.fail("exports a 'memory' that is not a memory"))?;
         let wrong = |e: wasmtime::Error| self.fail(format_args!("has a mistyped export: {e:#}"));
         Ok(Live {

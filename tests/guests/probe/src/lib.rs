@@ -85,6 +85,15 @@ pub async fn unknown_command(ctx: Ctx, _: ()) -> Result<Value, Error> {
     }
 }
 
+/// Answers every message by sending it back to its sender, forever (until cancelled).
+pub async fn relay(ctx: Ctx, _: ()) -> Result<(), Error> {
+    loop {
+        let message = ctx.recv_message().await?;
+        // Not awaited: the acknowledgement is of no interest, so the process stays idle.
+        let _ = ctx.send_payload(message.from, message.data);
+    }
+}
+
 wfguest::entry_points!(
     echo,
     fail,
@@ -95,5 +104,6 @@ wfguest::entry_points!(
     exit,
     sandbox,
     sleepy,
-    unknown_command
+    unknown_command,
+    relay
 );

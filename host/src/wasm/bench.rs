@@ -1,0 +1,104 @@
+//! Hooks for the benchmarks: the pieces of a process, timed one by one. Not a stable API.
+
+use std::sync::Arc;
+
+use wasmtime::{Memory, Store, StoreLimitsBuilder, TypedFunc};
+use wfcontract::{abi, Payload, Pid};
+use wfhost_scheduler::{InitContext, Process, ProcessError};
+
+use crate::error::Result;
+use crate::wasm::{Compiled, GuestState, Limits, WasmProcess, WasmRuntime};
+
+/// A compiled module and the runtime around it.
+pub struct Harness {
+    wasm: Arc<WasmRuntime>,
+    compiled: Arc<Compiled>,
+}
+
+/// A bare instance, as raw wasmtime gives it.
+pub struct RawInstance {
+    store: Store<GuestState>,
+    memory: Memory,
+    reserve: TypedFunc<u32, u32>,
+}
+
+impl std::fmt::Debug for Harness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Harness").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for RawInstance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawInstance").finish_non_exhaustive()
+    }
+}
+
+impl Harness {
+    /// Compiles `bytes` with the default limits; `pooling` as in `HostBuilder::pooling`.
+    pub fn new(bytes: &[u8], pooling: Option<u32>) -> Result<Harness> {
+        let wasm = Arc::new(WasmRuntime::new(Limits::default(), pooling)?);
+        let compiled = wasm.compile(bytes)?;
+        Ok(Harness { wasm, compiled })
+    }
+
+    /// Raw wasmtime: a store with a WASI context, instantiated from the `InstancePre`.
+    pub fn instantiate_raw(&self) -> RawInstance {
+        let wasi = super::wasi::wasi_for(Pid(1));
+        let mut store = Store::new(
+            &self.wasm.engine,
+            GuestState {
+                wasi: wasi.ctx,
+                limits: StoreLimitsBuilder::new().build(),
+            },
+        );
+        store.set_epoch_deadline(self.wasm.deadline_ticks());
+        let instance = self
+            .compiled
+            .pre
+            .instantiate(&mut store)
+            .expect("instantiates");
+        let memory = instance
+            .get_memory(&mut store, abi::EXPORT_MEMORY)
+            .expect("memory");
+        let reserve = instance
+            .get_typed_func(&mut store, abi::EXPORT_RESERVE)
+            .expect("reserve");
+        RawInstance {
+            store,
+            memory,
+            reserve,
+        }
+    }
+
+    /// wfhost: a process of entry point `entry`, instantiated and initialised.
+    pub fn spawn(
+        &self,
+        entry: &str,
+        input: Payload,
+    ) -> std::result::Result<Box<dyn Process>, ProcessError> {
+        let mut process = WasmProcess::new(
+            Arc::clone(&self.wasm),
+            Arc::clone(&self.compiled),
+            Arc::from("bench"),
+        );
+        process.init(&InitContext::new(Pid(1), None), entry, input)?;
+        Ok(Box::new(process))
+    }
+}
+
+impl RawInstance {
+    /// One call into the guest that reserves 32 bytes, and the write of 32 bytes there.
+    pub fn write32(&mut self, bytes: &[u8; 32]) {
+        let ptr = self.reserve.call(&mut self.store, 32).expect("reserve");
+        self.memory
+            .write(&mut self.store, ptr as usize, bytes)
+            .expect("write");
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.wasm.stop();
+    }
+}
