@@ -131,3 +131,16 @@ impl CommandError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The example in `wit/README.md`.
+    #[test]
+    fn a_message_event_encodes_as_documented() {
+        let event = Event::message(Pid(3), Payload::json_bytes(b"1".to_vec()));
+        let bytes = postcard::to_allocvec(&event).unwrap();
+        assert_eq!(bytes, [0x01, 0x00, 0x03, 0x01, 0x01, 0x31, 0x00]);
+    }
+}
