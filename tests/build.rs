@@ -8,6 +8,9 @@ use std::process::Command;
 const GUESTS: &[(&str, &str)] = &[
     ("hello", "HELLO"),
     ("countdown", "COUNTDOWN"),
+    ("order", "ORDER"),
+    ("ring", "RING"),
+    ("fanout", "FANOUT"),
     ("probe", "PROBE"),
 ];
 
@@ -42,7 +45,12 @@ fn main() {
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_BUILD_RUSTFLAGS")
         .env_remove("CARGO_TARGET_DIR")
-        .env_remove("CARGO_BUILD_TARGET");
+        .env_remove("CARGO_BUILD_TARGET")
+        // Under `cargo clippy` the wrapper would lint the guests again, as wasm, with the
+        // outer run's flags; they are linted natively as workspace members already.
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("CLIPPY_ARGS");
     for (package, _) in GUESTS {
         command.args(["-p", package]);
     }

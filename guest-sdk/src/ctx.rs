@@ -43,10 +43,6 @@ fn decode<T: DeserializeOwned>(payload: Payload) -> Result<T, Error> {
     payload.decode().map_err(Error::from)
 }
 
-fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Payload, Error> {
-    Payload::to_postcard(value).map_err(Error::from)
-}
-
 impl Ctx {
     /// This process's pid.
     pub fn pid(&self) -> Pid {
@@ -63,9 +59,17 @@ impl Ctx {
         &self.entry
     }
 
-    /// The encoding the input arrived in; the result is returned in the same one.
+    /// The encoding the input arrived in. The result goes back in the same one, and so does
+    /// everything this workflow sends: messages, children's inputs, host-command inputs. A
+    /// workflow started from the CLI (JSON) speaks JSON, so self-describing types such as
+    /// `serde_json::Value` work; one started with postcard input speaks compact postcard, which
+    /// needs the receiver to know the type.
     pub fn encoding(&self) -> Encoding {
         self.encoding
+    }
+
+    fn encode<T: Serialize + ?Sized>(&self, value: &T) -> Result<Payload, Error> {
+        Payload::encode(self.encoding, value).map_err(Error::from)
     }
 
     /// Completes after `duration`. The timer lives in the host.
@@ -111,10 +115,10 @@ impl Ctx {
         self.log(Level::Warn, message);
     }
 
-    /// Sends `value` (postcard-encoded) to process `to`. Completes once the message is queued, or
+    /// Sends `value` to process `to`, encoded as [`encoding`](Self::encoding) says. Completes once the message is queued, or
     /// with an error when `to` is unknown or has finished.
     pub fn send<T: Serialize + ?Sized>(&self, to: Pid, value: &T) -> CommandFuture<()> {
-        match encode(value) {
+        match self.encode(value) {
             Ok(message) => self.send_payload(to, message),
             Err(error) => CommandFuture::refused(&self.state, error),
         }
@@ -179,7 +183,7 @@ impl Ctx {
         entry: &str,
         input: &I,
     ) -> CommandFuture<Pid> {
-        let input = match encode(input) {
+        let input = match self.encode(input) {
             Ok(input) => input,
             Err(error) => return CommandFuture::refused(&self.state, error),
         };
@@ -208,7 +212,7 @@ impl Ctx {
         name: &str,
         input: &I,
     ) -> CommandFuture<O> {
-        let input = match encode(input) {
+        let input = match self.encode(input) {
             Ok(input) => input,
             Err(error) => return CommandFuture::refused(&self.state, error),
         };

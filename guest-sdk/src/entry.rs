@@ -43,9 +43,12 @@ pub trait IntoEntry<Marker> {
     fn into_entry(self) -> Box<dyn Entry>;
 }
 
+/// Remembers an async entry point's types without owning any of them.
+type Signature<I, O, E, Fut> = PhantomData<fn(I) -> (O, E, Fut)>;
+
 struct AsyncEntry<F, I, O, E, Fut> {
     f: F,
-    types: PhantomData<fn(I) -> (O, E, Fut)>,
+    types: Signature<I, O, E, Fut>,
 }
 
 impl<F, I, O, E, Fut> Entry for AsyncEntry<F, I, O, E, Fut>

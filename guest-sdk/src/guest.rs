@@ -58,11 +58,8 @@ fn answer<T: Serialize>(value: &T) -> u64 {
         let mut output = output.borrow_mut();
         let mut buffer = std::mem::take(&mut *output);
         buffer.clear();
-        *output = match postcard::to_extend(value, buffer) {
-            Ok(buffer) => buffer,
-            // Only reachable on allocation failure; answer with nothing rather than garbage.
-            Err(_) => Vec::new(),
-        };
+        // Only fails on allocation failure; answer with nothing rather than garbage.
+        *output = postcard::to_extend(value, buffer).unwrap_or_default();
         abi::pack(address(output.as_ptr()), output.len() as u32)
     })
 }

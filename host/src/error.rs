@@ -25,6 +25,8 @@ pub enum ErrorKind {
     Io,
     /// A setting is invalid, or the host could not start.
     Config,
+    /// Building a workflow crate failed.
+    Build,
 }
 
 /// A failure, with the kind and a message that says what was wrong and what to do.

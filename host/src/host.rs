@@ -6,21 +6,51 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
-use wfcontract::{CommandKind, Payload, Pid};
+use wfcontract::{CommandError, CommandKind, Payload, Pid};
 use wfhost_scheduler::{
-    Counters, ProcessHandle, Scheduler, SchedulerHandle, ShutdownReport, Spawn, DEFAULT_BUDGET,
+    Counters, Observer, ProcessHandle, Scheduler, SchedulerHandle, ShutdownReport, Spawn,
+    DEFAULT_BUDGET,
 };
+
+use crate::calls::{CallInfo, Calls, HostCommand};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::wasm::{Compiled, Limits, ModuleInfo, WasmProcess, WasmRuntime};
 
+/// How long a cancelled process may clean up before it is terminated, unless
+/// [`HostBuilder::cancel_grace`] says otherwise.
+pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(10);
+
+/// Threads that run host commands, unless [`HostBuilder::call_threads`] says otherwise.
+pub const DEFAULT_CALL_THREADS: usize = 4;
+
 /// Configures a [`Host`]. Every option has a default; see each method.
-#[derive(Debug)]
 pub struct HostBuilder {
     workers: Option<usize>,
     budget: usize,
     pooling: Option<u32>,
     limits: Limits,
+    cancel_grace: Option<Duration>,
+    commands: HashMap<String, HostCommand>,
+    duplicate_commands: Vec<String>,
+    call_threads: usize,
+    observer: Option<Arc<dyn Observer>>,
+}
+
+impl std::fmt::Debug for HostBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut commands: Vec<&String> = self.commands.keys().collect();
+        commands.sort();
+        f.debug_struct("HostBuilder")
+            .field("workers", &self.workers)
+            .field("budget", &self.budget)
+            .field("pooling", &self.pooling)
+            .field("limits", &self.limits)
+            .field("cancel_grace", &self.cancel_grace)
+            .field("commands", &commands)
+            .field("call_threads", &self.call_threads)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for HostBuilder {
@@ -30,6 +60,11 @@ impl Default for HostBuilder {
             budget: DEFAULT_BUDGET,
             pooling: None,
             limits: Limits::default(),
+            cancel_grace: Some(DEFAULT_CANCEL_GRACE),
+            commands: HashMap::new(),
+            duplicate_commands: Vec::new(),
+            call_threads: DEFAULT_CALL_THREADS,
+            observer: None,
         }
     }
 }
@@ -61,23 +96,96 @@ impl HostBuilder {
         self
     }
 
-    /// Starts the host: the engine, the epoch ticker and the worker threads.
+    /// How long a cancelled process may run on (to clean up) before it is terminated: it then fails
+    /// without another step. `None`: never. Default: [`DEFAULT_CANCEL_GRACE`] (10 s).
+    pub fn cancel_grace(mut self, grace: Option<Duration>) -> HostBuilder {
+        self.cancel_grace = grace;
+        self
+    }
+
+    /// Registers host command `name`, which workflows call with `ctx.call(name, input)`. The input
+    /// is decoded into `I` from whichever encoding it came in and the output encoded back the same
+    /// way; an `Err` reaches the workflow as a `failed` command error with its text. It runs on the
+    /// host-command pool (see [`call_threads`](Self::call_threads)), never on a worker, so it may
+    /// block. Registering a name twice is an error at [`build`](Self::build).
+    pub fn command<I, O, E, F>(self, name: &str, command: F) -> HostBuilder
+    where
+        I: serde::de::DeserializeOwned,
+        O: serde::Serialize,
+        E: std::fmt::Display,
+        F: Fn(I) -> std::result::Result<O, E> + Send + Sync + 'static,
+    {
+        self.register(name, crate::calls::typed(command))
+    }
+
+    /// Registers host command `name` working on raw payloads, with the caller's pid.
+    pub fn command_raw<F>(self, name: &str, command: F) -> HostBuilder
+    where
+        F: Fn(CallInfo, Payload) -> std::result::Result<Payload, CommandError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.register(name, Arc::new(command))
+    }
+
+    fn register(mut self, name: &str, command: HostCommand) -> HostBuilder {
+        if self.commands.insert(name.to_string(), command).is_some() {
+            self.duplicate_commands.push(name.to_string());
+        }
+        self
+    }
+
+    /// Threads that run host commands. Default: [`DEFAULT_CALL_THREADS`] (4); none are started
+    /// when no command is registered.
+    pub fn call_threads(mut self, threads: usize) -> HostBuilder {
+        self.call_threads = threads;
+        self
+    }
+
+    /// Tells `observer` about every spawn, event, yield and exit (as `wfhost run --events` does).
+    /// Default: none.
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> HostBuilder {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Starts the host: the engine, the epoch ticker, the worker threads and the host-command
+    /// pool.
     pub fn build(self) -> Result<Host> {
+        let config = |message: String| Error::new(ErrorKind::Config, message);
+        if let Some(name) = self.duplicate_commands.first() {
+            return Err(config(format!("host command '{name}' is registered twice")));
+        }
+        if self.call_threads == 0 && !self.commands.is_empty() {
+            return Err(config(
+                "call_threads must be at least 1 when commands are registered".into(),
+            ));
+        }
         let wasm = Arc::new(WasmRuntime::new(self.limits, self.pooling)?);
         let modules = Arc::new(Modules::default());
+        let calls = Calls::start(self.commands, self.call_threads)
+            .map_err(|e| config(format!("could not start the host-command threads: {e}")))?;
         let mut scheduler = Scheduler::builder()
             .budget(self.budget)
-            .thread_name("wfhost-worker");
+            .thread_name("wfhost-worker")
+            .cancel_grace(self.cancel_grace);
         if let Some(workers) = self.workers {
             scheduler = scheduler.workers(workers);
+        }
+        if let Some(observer) = self.observer {
+            scheduler = scheduler.observer(observer);
         }
         let scheduler = scheduler
             .handler(
                 CommandKind::Spawn,
                 crate::commands::SpawnHandler::new(Arc::clone(&wasm), Arc::clone(&modules)),
             )
+            .handler(CommandKind::Call, calls)
+            .handler(CommandKind::Now, crate::calls::now)
+            .handler(CommandKind::Random, crate::calls::random)
             .build()
-            .map_err(|e| Error::new(ErrorKind::Config, e.to_string()))?;
+            .map_err(|e| config(e.to_string()))?;
         Ok(Host {
             scheduler,
             wasm,
@@ -86,14 +194,17 @@ impl HostBuilder {
     }
 }
 
+/// A loaded module: the name it was loaded under, and its compiled form.
+type Loaded = (Arc<str>, Arc<Compiled>);
+
 /// Modules loaded into a host, by name.
 #[derive(Default)]
 pub(crate) struct Modules {
-    by_name: RwLock<HashMap<String, (Arc<str>, Arc<Compiled>)>>,
+    by_name: RwLock<HashMap<String, Loaded>>,
 }
 
 impl Modules {
-    pub(crate) fn get(&self, name: &str) -> Result<(Arc<str>, Arc<Compiled>)> {
+    pub(crate) fn get(&self, name: &str) -> Result<Loaded> {
         self.by_name.read().get(name).cloned().ok_or_else(|| {
             let mut known: Vec<String> = self.by_name.read().keys().cloned().collect();
             known.sort();

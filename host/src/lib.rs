@@ -19,16 +19,19 @@
 //! capped ([`Limits`]); a trap, a panic or a runaway step fails that process only.
 #![deny(missing_docs)]
 
+pub mod build;
+mod calls;
 mod commands;
 mod error;
 mod host;
 mod wasm;
 
+pub use calls::CallInfo;
 pub use error::{Error, ErrorKind, Result};
-pub use host::{Host, HostBuilder, Run};
+pub use host::{Host, HostBuilder, Run, DEFAULT_CALL_THREADS, DEFAULT_CANCEL_GRACE};
 pub use wasm::{Limits, ModuleInfo};
 pub use wfcontract as contract;
-pub use wfcontract::{Encoding, Payload, Pid};
+pub use wfcontract::{CommandError, Encoding, ErrorKind as CommandErrorKind, Payload, Pid};
 pub use wfhost_scheduler as scheduler;
 pub use wfhost_scheduler::ShutdownReport;
 

@@ -404,3 +404,126 @@ fn an_unknown_command_is_an_error_the_workflow_sees() {
     let seen: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(seen["kind"], "unknown-command");
 }
+
+#[test]
+fn extra_modules_can_be_spawned_by_name() {
+    let output = run(&[
+        "run",
+        PROBE,
+        "supervise",
+        "--input",
+        r#"["greeter", "greet", "module"]"#,
+        "--module",
+        &format!("greeter={HELLO}"),
+    ]);
+    assert_eq!(
+        stdout(&output),
+        "{\"ok\":\"Hello, module!\"}\n",
+        "{}",
+        stderr(&output)
+    );
+    let malformed = run(&["run", PROBE, "echo", "--module", "no-equals-sign"]);
+    assert_eq!(malformed.status.code(), Some(2));
+    assert!(stderr(&malformed).contains("is not NAME=PATH"));
+}
+
+#[test]
+fn events_are_printed_without_changing_the_result() {
+    let output = run(&[
+        "run",
+        PROBE,
+        "supervise",
+        "--events",
+        "--input",
+        r#"[null, "measure", 7]"#,
+    ]);
+    assert_eq!(stdout(&output), "{\"ok\":1}\n");
+    let err = stderr(&output);
+    for expected in [
+        "event: <1> spawned 'supervise'",
+        "event: <1> yield #1: spawn probe::measure",
+        "event: <2> spawned 'measure' (parent <1>)",
+        "event: <1> completion #1: postcard:[02]",
+        "event: <1> yield #2: join <2>",
+        "event: <2> finished: json:1",
+        "event: <1> completion #2: json:1",
+        "event: <1> finished: json:{\"ok\":1}",
+    ] {
+        assert!(err.contains(expected), "missing '{expected}' in:\n{err}");
+    }
+}
+
+#[test]
+fn ctrl_c_cancels_the_workflow_which_cleans_up_and_exits() {
+    use std::io::{BufRead, BufReader};
+    let mut child = wfhost()
+        .args(["run", PROBE, "cleanup_on_cancel"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr_lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    // Wait until the workflow is running.
+    let mut seen = Vec::new();
+    for line in stderr_lines.by_ref() {
+        let line = line.unwrap();
+        let ready = line.contains("waiting for messages");
+        seen.push(line);
+        if ready {
+            break;
+        }
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    seen.extend(stderr_lines.map(Result::unwrap));
+    let output = child.wait_with_output().unwrap();
+    let err = seen.join("\n");
+    assert_eq!(output.status.code(), Some(0), "{err}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "\"cleaned up\"\n");
+    assert!(
+        err.contains("interrupted: cancelling the workflow"),
+        "{err}"
+    );
+    assert!(err.contains("cleanup ran pid=1"), "{err}");
+}
+
+#[test]
+fn the_examples_give_the_results_their_readmes_state() {
+    use wfhost_test_programs::{FANOUT, ORDER, RING};
+    let order = r#"{"id":"o-1","sku":"kettle","quantity":2,"amount_cents":4999}"#;
+    let completed = run(&["run", ORDER, "place_order", "--input", order]);
+    assert_eq!(
+        stdout(&completed),
+        "{\"order\":\"o-1\",\"status\":\"completed\",\"log\":[\"reserve_stock: reserved 2 (simulated)\",\"charge_payment: charged 4999 cents\",\"ship_order: shipped o-1\"]}\n"
+    );
+    let failing =
+        r#"{"id":"o-2","sku":"kettle","quantity":2,"amount_cents":4999,"fail_at":"ship"}"#;
+    let compensated = run(&["run", ORDER, "place_order", "--input", failing]);
+    assert_eq!(
+        stdout(&compensated),
+        "{\"order\":\"o-2\",\"status\":\"compensated\",\"log\":[\"reserve_stock: reserved 2 (simulated)\",\"charge_payment: charged 4999 cents\",\"ship_order: failed\",\"refund_payment: refunded 4999 cents\",\"release_stock: released 2\"]}\n"
+    );
+    let fanout = run(&[
+        "run",
+        FANOUT,
+        "fanout",
+        "--input",
+        r#"{"children": 100, "piece": 1000}"#,
+    ]);
+    assert_eq!(stdout(&fanout), "{\"children\":100,\"total\":4999950000}\n");
+    let ring = run(&[
+        "run",
+        RING,
+        "ring",
+        "--input",
+        r#"{"members": 100, "hops": 10000}"#,
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&ring)).unwrap();
+    assert_eq!(
+        (report["members"].as_u64(), report["hops"].as_u64()),
+        (Some(100), Some(10_000))
+    );
+}

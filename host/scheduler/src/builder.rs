@@ -1,11 +1,13 @@
 //! Configuration and construction.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use wfcontract::CommandKind;
 
 use crate::builtin;
 use crate::dispatch::{Handler, Handlers};
+use crate::observe::Observer;
 use crate::scheduler::Scheduler;
 
 /// The default throughput budget: events a process may consume in one turn before its peers get
@@ -19,12 +21,14 @@ pub(crate) struct Config {
     pub(crate) workers: usize,
     pub(crate) budget: usize,
     pub(crate) thread_name: String,
+    pub(crate) cancel_grace: Option<Duration>,
 }
 
 /// Configures and starts a [`Scheduler`].
 pub struct Builder {
     config: Config,
     handlers: Handlers,
+    observer: Option<Arc<dyn Observer>>,
 }
 
 impl std::fmt::Debug for Builder {
@@ -32,6 +36,7 @@ impl std::fmt::Debug for Builder {
         f.debug_struct("Builder")
             .field("config", &self.config)
             .field("handlers", &self.handlers.registered().collect::<Vec<_>>())
+            .field("observer", &self.observer.is_some())
             .finish()
     }
 }
@@ -65,8 +70,10 @@ impl Builder {
                 workers,
                 budget: DEFAULT_BUDGET,
                 thread_name: "wfhost-worker".into(),
+                cancel_grace: None,
             },
             handlers,
+            observer: None,
         }
     }
 
@@ -86,6 +93,19 @@ impl Builder {
     /// Name prefix of the worker threads (`<prefix>-<index>`). Default: `wfhost-worker`.
     pub fn thread_name(mut self, prefix: impl Into<String>) -> Builder {
         self.config.thread_name = prefix.into();
+        self
+    }
+
+    /// How long a cancelled process may keep running (to clean up) before it is terminated: it then
+    /// fails without another step. Default: `None`, never terminated.
+    pub fn cancel_grace(mut self, grace: Option<Duration>) -> Builder {
+        self.config.cancel_grace = grace;
+        self
+    }
+
+    /// Tells `observer` about every spawn, event, yield and exit. Default: none.
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Builder {
+        self.observer = Some(observer);
         self
     }
 
@@ -111,6 +131,6 @@ impl Builder {
                 "the budget must be at least 1 event".into(),
             ));
         }
-        Scheduler::start(self.config, self.handlers)
+        Scheduler::start(self.config, self.handlers, self.observer)
     }
 }

@@ -6,10 +6,10 @@ use wfcontract::{Command, CommandError, CommandKind, ErrorKind, Level, LogRecord
 
 use crate::dispatch::{Context, Handlers, Request};
 use crate::handle::Error;
-use crate::timer::Timer;
+use crate::timer::Sleep;
 
 pub(crate) fn register(handlers: &mut Handlers) {
-    handlers.set(CommandKind::Sleep, Arc::new(Timer::default()));
+    handlers.set(CommandKind::Sleep, Arc::new(Sleep));
     handlers.set(CommandKind::Log, Arc::new(log));
     handlers.set(CommandKind::Send, Arc::new(send));
     handlers.set(CommandKind::Cancel, Arc::new(cancel));

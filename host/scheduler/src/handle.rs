@@ -178,8 +178,14 @@ impl SchedulerHandle {
     /// Delivers a cancel to `pid`, ahead of any queued messages. The process decides what to do;
     /// see [`terminate`](Self::terminate) for ending it regardless.
     pub fn cancel(&self, pid: Pid) -> Result<(), Error> {
+        let slot = self
+            .shared
+            .table
+            .get(&pid)
+            .map(|e| Arc::clone(e.value()))
+            .ok_or(Error::NoSuchProcess(pid))?;
         self.shared
-            .deliver_to(pid, Event::cancel())
+            .cancel(&slot)
             .map_err(|_| Error::NoSuchProcess(pid))
     }
 
@@ -285,7 +291,7 @@ impl SchedulerHandle {
         }
         let live: Vec<Arc<Slot>> = shared.table.iter().map(|e| Arc::clone(e.value())).collect();
         for slot in live {
-            let _ = shared.deliver(&slot, Event::cancel());
+            let _ = shared.cancel(&slot);
         }
         let _guard = shared.stop_signal.lock();
         shared.stop_condvar.notify_all();

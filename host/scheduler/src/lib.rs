@@ -55,6 +55,7 @@ mod handle;
 mod inbox;
 #[cfg(all(test, loom))]
 mod loom_models;
+mod observe;
 mod park;
 mod process;
 mod queue;
@@ -71,6 +72,7 @@ pub use builtin::emit as emit_guest_log;
 pub use counters::Counters;
 pub use dispatch::{Completer, Context, Handler, Request};
 pub use handle::{Error, ProcessHandle, SchedulerHandle, Spawn};
+pub use observe::Observer;
 pub use process::{Events, InitContext, Process, ProcessError, ProcessResult};
 pub use scheduler::{Scheduler, ShutdownReport, DEFAULT_GRACE};
 pub use wfcontract::{

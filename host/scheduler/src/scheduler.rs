@@ -10,6 +10,7 @@ use crossbeam_deque::Worker as Deque;
 use crate::builder::{BuildError, Builder, Config};
 use crate::dispatch::Handlers;
 use crate::handle::SchedulerHandle;
+use crate::observe::Observer;
 use crate::process::ProcessError;
 use crate::queue::Queues;
 use crate::shared::Shared;
@@ -61,10 +62,15 @@ impl Scheduler {
         Builder::new()
     }
 
-    pub(crate) fn start(config: Config, handlers: Handlers) -> Result<Scheduler, BuildError> {
+    pub(crate) fn start(
+        config: Config,
+        handlers: Handlers,
+        observer: Option<Arc<dyn Observer>>,
+    ) -> Result<Scheduler, BuildError> {
         let deques: Vec<Deque<Task>> = (0..config.workers).map(|_| Deque::new_fifo()).collect();
         let queues = Queues::new(deques.iter().map(Deque::stealer).collect());
-        let shared = Arc::new(Shared::new(config, queues, handlers));
+        let shared = Arc::new(Shared::new(config, queues, handlers, observer));
+        shared.timer.attach(Arc::downgrade(&shared));
         let mut scheduler = Scheduler {
             handle: SchedulerHandle {
                 shared: Arc::clone(&shared),
@@ -162,6 +168,7 @@ impl Scheduler {
             }
         }
         shared.handlers.shutdown_all();
+        shared.timer.shutdown();
 
         // The workers are gone: nobody else touches a process body now.
         let leftover: Vec<Arc<Slot>> = shared.table.iter().map(|e| Arc::clone(e.value())).collect();

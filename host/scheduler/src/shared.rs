@@ -13,11 +13,13 @@ use crate::counters::{Counter, CounterSet};
 use crate::dispatch::Handlers;
 use crate::handle::{Error, Spawn};
 use crate::inbox::Closed;
+use crate::observe::Observer;
 use crate::park::Idle;
 use crate::process::{ProcessError, ProcessResult};
 use crate::queue::{Queues, Task};
 use crate::slot::{Body, Notice, PidHash, Slot, Start};
 use crate::state::Notify;
+use crate::timer::{Action, Timer};
 use crate::worker;
 
 /// Shards of the pid table. Spawns and exits write to it from every worker; with this many shards two
@@ -42,10 +44,18 @@ pub(crate) struct Shared {
     /// Signalled when a stop is requested, and when `live` drops to zero while stopping.
     pub(crate) stop_signal: parking_lot::Mutex<()>,
     pub(crate) stop_condvar: parking_lot::Condvar,
+    /// Serves `sleep` and ends processes that outlive their cancel grace period.
+    pub(crate) timer: Timer,
+    pub(crate) observer: Option<Arc<dyn Observer>>,
 }
 
 impl Shared {
-    pub(crate) fn new(config: Config, queues: Queues, handlers: Handlers) -> Shared {
+    pub(crate) fn new(
+        config: Config,
+        queues: Queues,
+        handlers: Handlers,
+        observer: Option<Arc<dyn Observer>>,
+    ) -> Shared {
         Shared {
             counters: CounterSet::new(config.workers),
             config,
@@ -59,6 +69,8 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             stop_signal: parking_lot::Mutex::new(()),
             stop_condvar: parking_lot::Condvar::new(),
+            timer: Timer::default(),
+            observer,
         }
     }
 
@@ -107,6 +119,22 @@ impl Shared {
         }
     }
 
+    /// Delivers a cancel and, when the scheduler has a cancel grace period, arms the timer that
+    /// terminates the process if it is still running when the period is over.
+    pub(crate) fn cancel(&self, slot: &Arc<Slot>) -> Result<(), Closed> {
+        self.deliver(slot, Event::cancel())?;
+        if let Some(grace) = self.config.cancel_grace {
+            if !slot.cancel_armed.swap(true, Ordering::AcqRel) {
+                let reason =
+                    format!("terminated: it did not finish within {grace:?} of being cancelled");
+                let _ = self
+                    .timer
+                    .schedule(grace, slot.pid, Action::Terminate(reason));
+            }
+        }
+        Ok(())
+    }
+
     /// Completes a yield; if the process has finished meanwhile, the result is dropped.
     pub(crate) fn complete_slot(
         &self,
@@ -144,6 +172,9 @@ impl Shared {
         slot.state.complete();
         if let Err(error) = &result {
             tracing::debug!(pid = %slot.pid, %error, "process failed");
+        }
+        if let Some(observer) = &self.observer {
+            observer.finished(slot.pid, &result);
         }
 
         let (notices, children, keep, reaped, result) = {
@@ -225,7 +256,7 @@ impl Shared {
         if finished {
             self.table.remove(&child.pid);
         } else {
-            let _ = self.deliver(child, Event::cancel());
+            let _ = self.cancel(child);
         }
     }
 
@@ -259,6 +290,11 @@ impl Shared {
             }
             (None, None) => None,
         };
+        let method_for_observer = if self.observer.is_some() {
+            method.clone()
+        } else {
+            String::new()
+        };
         let slot = Slot::new(
             pid,
             parent.map(|p| p.pid),
@@ -275,6 +311,9 @@ impl Shared {
             } else {
                 exit.children.insert(pid, Arc::clone(&slot));
             }
+        }
+        if let Some(observer) = &self.observer {
+            observer.spawned(pid, slot.parent, &method_for_observer);
         }
         self.live.fetch_add(1, Ordering::AcqRel);
         self.table.insert(pid, Arc::clone(&slot));

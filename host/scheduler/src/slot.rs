@@ -22,6 +22,8 @@ pub(crate) struct Slot {
     /// stopped; never contended.
     pub(crate) body: parking_lot::Mutex<Body>,
     pub(crate) exit: parking_lot::Mutex<Exit>,
+    /// Set by the first cancel, which arms the grace-period timer; later cancels do not.
+    pub(crate) cancel_armed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Slot {
@@ -94,6 +96,7 @@ impl Slot {
                 watchers,
                 ..Exit::default()
             }),
+            cancel_armed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 }

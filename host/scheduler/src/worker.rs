@@ -329,6 +329,11 @@ impl Worker {
     fn step(&mut self, slot: &Arc<Slot>, body: &mut Body) -> Result<(Status, bool), ProcessError> {
         let process = body.process.as_mut().expect("present until finished");
         self.out.reset();
+        if let Some(observer) = &self.handle.shared.observer {
+            for event in &self.events {
+                observer.event(slot.pid, event);
+            }
+        }
         let events = Events::new(&mut self.events);
         let out = &mut self.out;
         let result = catch_unwind(AssertUnwindSafe(|| process.step(events, out)));
@@ -346,6 +351,11 @@ impl Worker {
         }
         let status = std::mem::replace(&mut self.out.status, Status::Wait);
         let mut yields = std::mem::take(&mut self.out.yields);
+        if let Some(observer) = &self.handle.shared.observer {
+            for y in &yields {
+                observer.yielded(slot.pid, y);
+            }
+        }
         let dispatched = self.dispatch(slot, &mut yields);
         yields.clear();
         self.out.yields = yields;

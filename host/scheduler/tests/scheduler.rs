@@ -892,3 +892,86 @@ fn builder_refuses_zero_workers_or_budget() {
         "invalid scheduler setting: the budget must be at least 1 event"
     );
 }
+
+#[test]
+fn a_cancelled_process_that_ignores_it_is_terminated_after_the_grace_period() {
+    let scheduler = Scheduler::builder()
+        .workers(1)
+        .cancel_grace(Some(Duration::from_millis(50)))
+        .build()
+        .unwrap();
+    let steps = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&steps);
+    // Ignores everything, cancels included.
+    let stubborn = Proc::new((), move |_, _, _, out| {
+        counted.fetch_add(1, Ordering::Relaxed);
+        out.status = Status::Idle;
+    });
+    let handle = scheduler
+        .spawn_handle(stubborn, "stubborn", Payload::empty())
+        .unwrap();
+    scheduler.cancel(handle.pid()).unwrap();
+    scheduler.cancel(handle.pid()).unwrap();
+    let err = handle.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert_eq!(
+        err.message(),
+        "terminated: it did not finish within 50ms of being cancelled"
+    );
+    // Its first step, then one or two steps for the cancels (the second may arrive while the
+    // first is being stepped), and none after the grace period.
+    assert!((2..=3).contains(&steps.load(Ordering::Relaxed)));
+}
+
+#[derive(Default)]
+struct Tally {
+    spawned: AtomicU64,
+    events: AtomicU64,
+    yields: AtomicU64,
+    finished: AtomicU64,
+}
+
+impl wfhost_scheduler::Observer for Tally {
+    fn spawned(&self, _: Pid, _: Option<Pid>, entry: &str) {
+        assert_eq!(entry, "observed");
+        self.spawned.fetch_add(1, Ordering::Relaxed);
+    }
+    fn event(&self, _: Pid, _: &wfcontract::Event) {
+        self.events.fetch_add(1, Ordering::Relaxed);
+    }
+    fn yielded(&self, _: Pid, _: &wfcontract::Yield) {
+        self.yields.fetch_add(1, Ordering::Relaxed);
+    }
+    fn finished(&self, _: Pid, _: &ProcessResult) {
+        self.finished.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn an_observer_sees_every_spawn_event_yield_and_exit() {
+    let tally = Arc::new(Tally::default());
+    let scheduler = Scheduler::builder()
+        .workers(2)
+        .observer(Arc::clone(&tally) as Arc<dyn wfhost_scheduler::Observer>)
+        .build()
+        .unwrap();
+    let (tx, rx) = unbounded();
+    for _ in 0..10 {
+        // Sleeps twice, then finishes: 2 yields, 2 completion events.
+        let process = Proc::new(0u8, |n, _, _, out| {
+            *n += 1;
+            if *n <= 2 {
+                out.push(Tag(u64::from(*n)), Command::Sleep(Duration::from_millis(1)));
+            } else {
+                out.status = Status::Done(Payload::empty());
+            }
+        });
+        let spawn = Spawn::new(process, "observed", Payload::empty()).notify(tx.clone());
+        scheduler.spawn_with(spawn).unwrap();
+    }
+    collect(&rx, 10);
+    scheduler.shutdown(Duration::from_secs(1));
+    assert_eq!(tally.spawned.load(Ordering::Relaxed), 10);
+    assert_eq!(tally.yields.load(Ordering::Relaxed), 20);
+    assert_eq!(tally.events.load(Ordering::Relaxed), 20);
+    assert_eq!(tally.finished.load(Ordering::Relaxed), 10);
+}

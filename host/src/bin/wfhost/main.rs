@@ -1,7 +1,7 @@
 //! The `wfhost` command: build, inspect and run workflow modules.
 
-mod cargo;
 mod commands;
+mod events;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

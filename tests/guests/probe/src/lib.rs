@@ -90,8 +90,147 @@ pub async fn relay(ctx: Ctx, _: ()) -> Result<(), Error> {
     loop {
         let message = ctx.recv_message().await?;
         // Not awaited: the acknowledgement is of no interest, so the process stays idle.
-        let _ = ctx.send_payload(message.from, message.data);
+        drop(ctx.send_payload(message.from, message.data));
     }
+}
+
+/// Spawns a collector, sends it `count` numbered messages, and returns what it collected.
+pub async fn ordered(ctx: Ctx, count: u32) -> Result<Vec<u32>, Error> {
+    let collector = ctx.spawn("collect", &count).await?;
+    for n in 0..count {
+        ctx.send(collector, &n).await?;
+    }
+    ctx.join(collector).await
+}
+
+/// Receives `count` messages and returns them in arrival order.
+pub async fn collect(ctx: Ctx, count: u32) -> Result<Vec<u32>, Error> {
+    let mut seen = Vec::new();
+    while seen.len() < count as usize {
+        seen.push(ctx.recv().await?);
+    }
+    Ok(seen)
+}
+
+/// Sends to `pid` and reports the error, if any.
+pub async fn send_to(ctx: Ctx, pid: u64) -> Result<Value, Error> {
+    Ok(match ctx.send(wfguest::Pid(pid), &"hello").await {
+        Ok(()) => json!("sent"),
+        Err(error) => {
+            json!({ "kind": error.kind().map(|k| k.name()), "message": error.to_string() })
+        }
+    })
+}
+
+/// Waits up to `millis` for a message; `null` when none came.
+pub async fn wait_message(ctx: Ctx, millis: u64) -> Result<Option<String>, Error> {
+    ctx.recv_timeout(Duration::from_millis(millis)).await
+}
+
+/// Spawns `entry` (of `module`, if given) with `input`, joins it, and reports the outcome as a
+/// value: `{"ok": result}` or `{"error": kind, "message": text}`.
+pub async fn supervise(
+    ctx: Ctx,
+    (module, entry, input): (Option<String>, String, Value),
+) -> Result<Value, Error> {
+    let spawned = match &module {
+        Some(module) => ctx.spawn_module(module, &entry, &input).await,
+        None => ctx.spawn(&entry, &input).await,
+    };
+    let child = match spawned {
+        Ok(child) => child,
+        Err(error) => return Ok(outcome_error(&error)),
+    };
+    Ok(match ctx.join::<Value>(child).await {
+        Ok(result) => json!({ "ok": result }),
+        Err(error) => outcome_error(&error),
+    })
+}
+
+fn outcome_error(error: &Error) -> Value {
+    json!({ "error": error.kind().map(|k| k.name()), "message": error.to_string() })
+}
+
+/// A child for `supervise`: returns the length of its input's JSON text, or fails on "fail".
+pub async fn measure(_ctx: Ctx, value: Value) -> Result<usize, Error> {
+    match value {
+        Value::String(s) if s == "fail" => Err(Error::msg("asked to fail")),
+        other => Ok(other.to_string().len()),
+    }
+}
+
+/// Waits for messages until cancelled, then cleans up (a log and a short sleep) and says so.
+pub async fn cleanup_on_cancel(ctx: Ctx, _: ()) -> Result<String, Error> {
+    ctx.info("waiting for messages");
+    loop {
+        match ctx.recv::<Value>().await {
+            Ok(_) => continue,
+            Err(Error::Cancelled) => {
+                ctx.info("cleanup ran");
+                ctx.sleep(Duration::from_millis(10)).await?;
+                return Ok("cleaned up".into());
+            }
+            Err(other) => return Err(other),
+        }
+    }
+}
+
+/// Ignores cancels: keeps waiting for messages whatever happens.
+pub async fn stubborn(ctx: Ctx, _: ()) -> Result<(), Error> {
+    ctx.info("not stopping");
+    loop {
+        let _ = ctx.recv::<Value>().await;
+    }
+}
+
+/// Handles each message slowly (a 50 ms sleep each) until cancelled; returns how many it handled.
+pub async fn slow_consumer(ctx: Ctx, _: ()) -> Result<u32, Error> {
+    let mut handled = 0;
+    loop {
+        match ctx.recv::<Value>().await {
+            Ok(_) => {}
+            Err(Error::Cancelled) => return Ok(handled),
+            Err(other) => return Err(other),
+        }
+        match ctx.sleep(Duration::from_millis(50)).await {
+            Ok(()) => handled += 1,
+            Err(Error::Cancelled) => return Ok(handled),
+            Err(other) => return Err(other),
+        }
+    }
+}
+
+/// Spawns a `cleanup_on_cancel` child, cancels it, and returns what it answered.
+pub async fn cancel_child(ctx: Ctx, _: ()) -> Result<String, Error> {
+    let child = ctx.spawn("cleanup_on_cancel", &()).await?;
+    ctx.cancel(child).await?;
+    ctx.join(child).await
+}
+
+/// Cancels a pid that does not exist; reports the error kind.
+pub async fn cancel_unknown(ctx: Ctx, pid: u64) -> Result<Value, Error> {
+    Ok(match ctx.cancel(wfguest::Pid(pid)).await {
+        Ok(()) => json!("cancelled"),
+        Err(error) => outcome_error(&error),
+    })
+}
+
+/// Calls host command `name` with `input`; reports `{"ok": ...}` or the error.
+pub async fn call(ctx: Ctx, (name, input): (String, Value)) -> Result<Value, Error> {
+    Ok(match ctx.call::<_, Value>(&name, &input).await {
+        Ok(result) => json!({ "ok": result }),
+        Err(error) => outcome_error(&error),
+    })
+}
+
+/// Asks the host for the time and two random numbers.
+pub async fn time_and_chance(ctx: Ctx, _: ()) -> Result<Value, Error> {
+    let now = ctx.now().await?;
+    let (a, b) = (ctx.random().await?, ctx.random().await?);
+    let since_epoch = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(Error::msg)?;
+    Ok(json!({ "unix_seconds": since_epoch.as_secs(), "randoms_differ": a != b }))
 }
 
 wfguest::entry_points!(
@@ -105,5 +244,18 @@ wfguest::entry_points!(
     sandbox,
     sleepy,
     unknown_command,
-    relay
+    relay,
+    ordered,
+    collect,
+    send_to,
+    wait_message,
+    supervise,
+    measure,
+    cleanup_on_cancel,
+    stubborn,
+    slow_consumer,
+    cancel_child,
+    cancel_unknown,
+    call,
+    time_and_chance
 );

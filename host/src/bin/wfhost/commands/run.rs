@@ -1,4 +1,5 @@
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -6,13 +7,14 @@ use crossbeam_channel::select;
 use wfhost::{Encoding, ErrorKind, Host, Limits, Payload};
 
 use super::WorkflowFailed;
+use crate::events::EventPrinter;
 
 /// Runs one entry point of a workflow module to completion and prints its result as JSON.
 ///
 /// The module is a .wasm file, or a workflow crate's directory (built first, as `wfhost build`
 /// would). The result goes to stdout; logs (including the workflow's own) go to stderr. Ctrl-C
 /// cancels the workflow, which may clean up; if it has not finished within --grace, it is
-/// terminated.
+/// terminated (a second Ctrl-C terminates it at once).
 #[derive(Debug, clap::Parser)]
 pub struct RunCommand {
     /// The module: a .wasm file, or the directory of a workflow crate.
@@ -29,6 +31,15 @@ pub struct RunCommand {
     #[arg(long, value_name = "FILE")]
     input_file: Option<PathBuf>,
 
+    /// Also load this module under NAME, for workflows that spawn its entry points
+    /// (`ctx.spawn_module("NAME", ...)`). Repeatable.
+    #[arg(long = "module", value_name = "NAME=PATH", value_parser = parse_module)]
+    modules: Vec<(String, PathBuf)>,
+
+    /// Print a line on stderr for every spawn, event, yield and exit of every process.
+    #[arg(long)]
+    events: bool,
+
     /// Worker threads. Default: one per core.
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
@@ -44,6 +55,18 @@ pub struct RunCommand {
     /// The most memory one process may use, in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 64)]
     max_memory: usize,
+}
+
+/// "name=path".
+fn parse_module(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+            Ok((name.to_string(), PathBuf::from(path)))
+        }
+        _ => Err(format!(
+            "'{text}' is not NAME=PATH (e.g. --module billing=billing.wasm)"
+        )),
+    }
 }
 
 /// "10s", "500ms", "2m", or a number of seconds.
@@ -69,7 +92,7 @@ impl RunCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let input = self.read_input()?;
         let module = if self.module.is_dir() {
-            crate::cargo::build_workflow(&self.module, true)?
+            wfhost::build::build_workflow(&self.module, true)?
         } else {
             self.module.clone()
         };
@@ -83,36 +106,45 @@ impl RunCommand {
             step_time_limit: self.step_limit,
             ..Limits::default()
         };
-        let mut builder = Host::builder().limits(limits);
+        let mut builder = Host::builder()
+            .limits(limits)
+            .cancel_grace(Some(self.grace));
         if let Some(workers) = self.workers {
             if workers == 0 {
                 bail!("--workers must be at least 1");
             }
             builder = builder.workers(workers);
         }
+        if self.events {
+            builder = builder.observer(Arc::new(EventPrinter));
+        }
         let host = builder.build().context("cannot start the host")?;
         host.load_module(&name, &module)?;
+        for (extra, path) in &self.modules {
+            host.load_module(extra, path)?;
+        }
         let run = host.spawn(&name, &self.entry, Payload::json_bytes(input.into_bytes()))?;
         let root = run.pid();
 
         let interrupted = ctrl_c()?;
-        let outcome = select! {
-            recv(run.receiver()) -> result => result.ok().map(|(_, result)| {
-                result.map_err(|e| wfhost::Error::new(ErrorKind::Failed, e.message()))
-            }),
-            recv(interrupted) -> _ => {
-                eprintln!("interrupted: cancelling the workflow (grace {:?})", self.grace);
-                // It may have finished just now; then there is nothing to cancel.
-                let _ = host.cancel(root);
-                match run.wait_timeout(self.grace) {
-                    Some(result) => Some(result),
-                    None => {
-                        let reason = format!(
-                            "terminated: it did not finish within {:?} of being cancelled",
+        let mut interrupts = 0;
+        let outcome = loop {
+            select! {
+                recv(run.receiver()) -> result => break result.ok().map(|(_, result)| {
+                    result.map_err(|e| wfhost::Error::new(ErrorKind::Failed, e.message()))
+                }),
+                recv(interrupted) -> _ => {
+                    interrupts += 1;
+                    if interrupts == 1 {
+                        eprintln!(
+                            "interrupted: cancelling the workflow; it has {:?} to clean up \
+                             (Ctrl-C again to terminate it now)",
                             self.grace
                         );
-                        let _ = host.scheduler().terminate(root, reason);
-                        run.wait_timeout(Duration::from_secs(5))
+                        // It may have finished just now; then there is nothing to cancel.
+                        let _ = host.cancel(root);
+                    } else {
+                        let _ = host.scheduler().terminate(root, "terminated: interrupted twice");
                     }
                 }
             }

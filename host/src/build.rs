@@ -1,13 +1,17 @@
-//! Building workflow crates with cargo.
+//! Building workflow crates with cargo, as `wfhost build` does.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use anyhow::{bail, Context as _};
+use crate::error::{Error, ErrorKind, Result};
 
 /// The target workflows are built for.
 pub const TARGET: &str = "wasm32-wasip1";
+
+fn fail(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Build, message)
+}
 
 fn cargo() -> Command {
     // Inside `cargo run`, CARGO names the cargo that started us.
@@ -15,7 +19,7 @@ fn cargo() -> Command {
 }
 
 /// Installs the wasm32-wasip1 target with rustup when rustup is there and the target is not.
-fn ensure_target() -> anyhow::Result<()> {
+fn ensure_target() -> Result<()> {
     let Ok(output) = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()
@@ -33,25 +37,29 @@ fn ensure_target() -> anyhow::Result<()> {
     let status = Command::new("rustup")
         .args(["target", "add", TARGET])
         .status()
-        .context("cannot run rustup")?;
+        .map_err(|e| fail(format!("cannot run rustup: {e}")))?;
     if !status.success() {
-        bail!("`rustup target add {TARGET}` failed; install the target and try again");
+        return Err(fail(format!(
+            "`rustup target add {TARGET}` failed; install the target and try again"
+        )));
     }
     Ok(())
 }
 
-/// Builds the workflow crate in `crate_dir` and returns the path of its module.
-pub fn build_workflow(crate_dir: &Path, release: bool) -> anyhow::Result<PathBuf> {
+/// Builds the workflow crate in `crate_dir` for wasm32-wasip1 (release or dev profile) and
+/// returns the path of its module. Installs the target with rustup if it is missing. Cargo's
+/// progress and errors go to this process's stderr.
+pub fn build_workflow(crate_dir: &Path, release: bool) -> Result<PathBuf> {
     let manifest = crate_dir.join("Cargo.toml");
     if !manifest.is_file() {
-        bail!(
+        return Err(fail(format!(
             "{} has no Cargo.toml: give the directory of a workflow crate",
             crate_dir.display()
-        );
+        )));
     }
     let manifest = manifest
         .canonicalize()
-        .with_context(|| format!("cannot resolve {}", manifest.display()))?;
+        .map_err(|e| fail(format!("cannot resolve {}: {e}", manifest.display())))?;
     ensure_target()?;
     let mut command = cargo();
     command
@@ -68,12 +76,17 @@ pub fn build_workflow(crate_dir: &Path, release: bool) -> anyhow::Result<PathBuf
     if release {
         command.arg("--release");
     }
-    let mut child = command.spawn().context("cannot run cargo")?;
-    let stdout = child.stdout.take().context("cargo's output")?;
+    let mut child = command
+        .spawn()
+        .map_err(|e| fail(format!("cannot run cargo: {e}")))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| fail("cargo's output is not readable"))?;
     let mut modules = Vec::new();
     let mut package_seen = false;
     for line in std::io::BufReader::new(stdout).lines() {
-        let line = line.context("reading cargo's output")?;
+        let line = line.map_err(|e| fail(format!("reading cargo's output: {e}")))?;
         let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
             continue;
         };
@@ -100,20 +113,25 @@ pub fn build_workflow(crate_dir: &Path, release: bool) -> anyhow::Result<PathBuf
             }
         }
     }
-    let status = child.wait().context("waiting for cargo")?;
+    let status = child
+        .wait()
+        .map_err(|e| fail(format!("waiting for cargo: {e}")))?;
     if !status.success() {
-        bail!(
+        return Err(fail(format!(
             "cargo build failed for {} (see its errors above)",
             manifest.display()
-        );
+        )));
     }
     match modules.pop() {
         Some(module) => Ok(module),
-        None if package_seen => bail!(
+        None if package_seen => Err(fail(format!(
             "{} builds no wasm module: a workflow crate needs `[lib] crate-type = [\"cdylib\"]` \
              in its Cargo.toml",
             manifest.display()
-        ),
-        None => bail!("cargo built nothing for {}", manifest.display()),
+        ))),
+        None => Err(fail(format!(
+            "cargo built nothing for {}",
+            manifest.display()
+        ))),
     }
 }

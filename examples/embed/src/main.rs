@@ -1,0 +1,74 @@
+// Embedding wfhost: a Rust application that registers a native `inventory.reserve` command and
+// runs the order workflows (examples/order) that call it. Run it with `cargo run -p embed`, or
+// `cargo run -p embed -- path/to/order.wasm` to skip building the module.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::json;
+use wfhost::{Host, Payload};
+
+/// What the order workflow asks the inventory for.
+#[derive(Deserialize)]
+struct Reservation {
+    sku: String,
+    quantity: u32,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The workflow module: given, or built from the order example.
+    let module: PathBuf = match std::env::args_os().nth(1) {
+        Some(path) => path.into(),
+        None => {
+            let order = Path::new(env!("CARGO_MANIFEST_DIR")).join("../order");
+            wfhost::build::build_workflow(&order, true)?
+        }
+    };
+
+    // The application's own state, reached by workflows only through the command.
+    let stock = Mutex::new(HashMap::from([("kettle".to_string(), 3u32)]));
+    let host = Host::builder()
+        .workers(2)
+        .command("inventory.reserve", move |wanted: Reservation| {
+            let mut stock = stock.lock().map_err(|_| "the stock is unavailable")?;
+            let left = stock.get_mut(&wanted.sku).ok_or("no such item")?;
+            if *left < wanted.quantity {
+                return Err("not enough stock");
+            }
+            *left -= wanted.quantity;
+            Ok(format!("{left} left"))
+        })
+        .build()?;
+    host.load_module("order", &module)?;
+
+    // Two orders: the inventory can serve the first; the second finds too little stock, so the
+    // saga stops at its first step and has nothing to compensate.
+    for (id, quantity) in [("o-1", 2), ("o-2", 5)] {
+        let order =
+            json!({ "id": id, "sku": "kettle", "quantity": quantity, "amount_cents": 4999 });
+        let run = host.spawn("order", "place_order", Payload::to_json(&order)?)?;
+        println!("order {id}: {}", text(&run.wait()?));
+    }
+
+    // A held order, confirmed by a message from the application.
+    let hold = json!({ "id": "h-1", "sku": "kettle", "quantity": 1, "amount_cents": 4999 });
+    let held = host.spawn("order", "hold_order", Payload::to_json(&hold)?)?;
+    host.send(held.pid(), Payload::to_json("confirm")?)?;
+    println!("hold h-1: {}", text(&held.wait()?));
+
+    // Another, cancelled: the workflow sees the cancel and releases the hold.
+    let held = host.spawn("order", "hold_order", Payload::to_json(&hold)?)?;
+    host.cancel(held.pid())?;
+    println!("hold h-2: {}", text(&held.wait()?));
+
+    host.shutdown(Duration::from_secs(5));
+    Ok(())
+}
+
+/// A JSON result as text.
+fn text(payload: &Payload) -> String {
+    String::from_utf8_lossy(&payload.bytes).into_owned()
+}
