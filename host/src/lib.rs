@@ -1,5 +1,13 @@
 //! wfhost: a WebAssembly workflow engine.
 //!
+//! An application embedding the host: it registers a native `inventory.reserve` command, loads the
+//! order workflow (`examples/order`), runs orders that call the command, sends a message to a
+//! running workflow, cancels another, and shuts down (this is `examples/embed/src/main.rs`):
+//!
+//! ```no_run
+#![doc = include_str!("../../examples/embed/src/main.rs")]
+//! ```
+//!
 //! # Core concepts
 //!
 //! A **module** is a WebAssembly module built for `wasm32-wasip1` with the `wfguest` SDK. It
@@ -11,8 +19,11 @@
 //! out (sleep, log, send a message, spawn a child, call a host command...). Their completions come
 //! back as events for a later step. Thousands of processes share one worker thread per core.
 //!
-//! A [`Host`] owns all of that: build one with [`Host::builder`], load modules under names, spawn
-//! entry points, talk to the processes, shut down.
+//! A [`Host`] owns all of that: build one with [`Host::builder`] (every option documents its
+//! default), register host commands (native functions workflows call by name, run on a thread pool
+//! off the workers), load modules under names, spawn entry points, send them messages, cancel them,
+//! wait for their results, shut down. [`build::build_workflow`] compiles a workflow crate, as
+//! `wfhost build` does.
 //!
 //! The sandbox holds for code nobody trusts: a module may import only WASI preview 1, which is
 //! linked with no files, no environment and no arguments; memory and the length of each step are

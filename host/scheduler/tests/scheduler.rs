@@ -902,14 +902,19 @@ fn a_cancelled_process_that_ignores_it_is_terminated_after_the_grace_period() {
         .unwrap();
     let steps = Arc::new(AtomicU64::new(0));
     let counted = Arc::clone(&steps);
+    let (started_tx, started_rx) = unbounded();
     // Ignores everything, cancels included.
-    let stubborn = Proc::new((), move |_, _, _, out| {
+    let stubborn = Proc::new((), move |_, env, _, out| {
         counted.fetch_add(1, Ordering::Relaxed);
+        if env.first {
+            started_tx.send(()).unwrap();
+        }
         out.status = Status::Idle;
     });
     let handle = scheduler
         .spawn_handle(stubborn, "stubborn", Payload::empty())
         .unwrap();
+    started_rx.recv_timeout(PATIENCE).unwrap();
     scheduler.cancel(handle.pid()).unwrap();
     scheduler.cancel(handle.pid()).unwrap();
     let err = handle.wait_timeout(PATIENCE).unwrap().unwrap_err();
