@@ -375,6 +375,45 @@ mod tests {
         );
     }
 
+    async fn patient(ctx: Ctx, rounds: u32) -> Result<u32, Error> {
+        for _ in 0..rounds {
+            if ctx
+                .recv_timeout::<u32>(Duration::from_millis(1))
+                .await?
+                .is_some()
+            {
+                return Err(Error::msg("no message was sent"));
+            }
+        }
+        Ok(rounds)
+    }
+
+    #[test]
+    fn timed_out_receives_leave_nothing_behind() {
+        let state = State::new();
+        let ctx = Ctx {
+            state: Rc::clone(&state),
+            pid: Pid(1),
+            parent: None,
+            entry: "patient".into(),
+            encoding: Encoding::Postcard,
+        };
+        let mut task = crate::runtime::Task::new(Box::pin(async move {
+            patient(ctx, 3)
+                .await
+                .map(|_| Payload::empty())
+                .map_err(|e| e.to_string())
+        }));
+        for _ in 0..3 {
+            assert!(matches!(task.poll(), Some(std::task::Poll::Pending)));
+            let timer = state.borrow().yields.last().unwrap().tag;
+            state.borrow_mut().yields.clear();
+            state.borrow_mut().deliver(vec![done(timer)]);
+        }
+        assert!(matches!(task.poll(), Some(std::task::Poll::Ready(Ok(_)))));
+        assert!(state.borrow().recv_wakers_is_empty());
+    }
+
     #[test]
     fn a_machine_sees_raw_events() {
         start("counter", Payload::to_postcard(&1u32).unwrap()).unwrap();

@@ -38,7 +38,10 @@ pub(crate) struct State {
     /// Yields produced since the last step.
     pub(crate) yields: Vec<Yield>,
     mailbox: VecDeque<Message>,
-    recv_wakers: Vec<Waker>,
+    /// Receives waiting for a message, by receive id. A receive removes its entry when dropped,
+    /// so abandoned ones (a `recv_timeout` that timed out) leave nothing behind.
+    recv_wakers: BTreeMap<u64, Waker>,
+    next_recv: u64,
     /// Cancels received so far; a receive begun before the latest cancel fails with `Cancelled`.
     cancels: u64,
     /// A cancel arrived while nothing was waiting: the next await fails with `Cancelled`, so the
@@ -55,7 +58,8 @@ impl State {
             slots: BTreeMap::new(),
             yields: Vec::new(),
             mailbox: VecDeque::new(),
-            recv_wakers: Vec::new(),
+            recv_wakers: BTreeMap::new(),
+            next_recv: 0,
             cancels: 0,
             unobserved_cancel: false,
         }))
@@ -127,9 +131,14 @@ impl State {
     }
 
     fn wake_receivers(&mut self) {
-        for waker in self.recv_wakers.drain(..) {
+        for (_, waker) in std::mem::take(&mut self.recv_wakers) {
             waker.wake();
         }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn recv_wakers_is_empty(&self) -> bool {
+        self.recv_wakers.is_empty()
     }
 
     /// True while some live future waits for a completion.
@@ -244,6 +253,7 @@ impl<T> Drop for CommandFuture<T> {
 pub struct RecvFuture {
     state: Shared,
     cancels_at_start: u64,
+    id: u64,
 }
 
 impl std::fmt::Debug for RecvFuture {
@@ -254,10 +264,13 @@ impl std::fmt::Debug for RecvFuture {
 
 impl RecvFuture {
     pub(crate) fn new(state: &Shared) -> RecvFuture {
-        let cancels_at_start = state.borrow().cancels;
+        let mut shared = state.borrow_mut();
+        let id = shared.next_recv;
+        shared.next_recv += 1;
         RecvFuture {
             state: Rc::clone(state),
-            cancels_at_start,
+            cancels_at_start: shared.cancels,
+            id,
         }
     }
 }
@@ -274,9 +287,17 @@ impl Future for RecvFuture {
         match state.mailbox.pop_front() {
             Some(message) => Poll::Ready(Ok(message)),
             None => {
-                state.recv_wakers.push(cx.waker().clone());
+                state.recv_wakers.insert(self.id, cx.waker().clone());
                 Poll::Pending
             }
+        }
+    }
+}
+
+impl Drop for RecvFuture {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.state.try_borrow_mut() {
+            state.recv_wakers.remove(&self.id);
         }
     }
 }

@@ -205,8 +205,9 @@ pub(crate) struct Modules {
 
 impl Modules {
     pub(crate) fn get(&self, name: &str) -> Result<Loaded> {
-        self.by_name.read().get(name).cloned().ok_or_else(|| {
-            let mut known: Vec<String> = self.by_name.read().keys().cloned().collect();
+        let by_name = self.by_name.read();
+        by_name.get(name).cloned().ok_or_else(|| {
+            let mut known: Vec<&str> = by_name.keys().map(String::as_str).collect();
             known.sort();
             Error::new(
                 ErrorKind::UnknownModule,
