@@ -13,7 +13,7 @@ pub enum ErrorKind {
     UnknownEntry,
     /// The process trapped, panicked or exceeded a limit while running.
     Trap,
-    /// A configured limit was reached (instances, memory).
+    /// A configured limit was reached (live processes, a full mailbox, pooled instances).
     Limit,
     /// The process ran and failed.
     Failed,
@@ -62,6 +62,8 @@ impl From<wfhost_scheduler::Error> for Error {
         let kind = match error {
             wfhost_scheduler::Error::NoSuchProcess(_) => ErrorKind::NoSuchProcess,
             wfhost_scheduler::Error::ShuttingDown => ErrorKind::ShuttingDown,
+            wfhost_scheduler::Error::TooManyProcesses(_)
+            | wfhost_scheduler::Error::MailboxFull(_) => ErrorKind::Limit,
         };
         Error::new(kind, error.to_string())
     }

@@ -24,6 +24,13 @@ pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(10);
 /// Threads that run host commands, unless [`HostBuilder::call_threads`] says otherwise.
 pub const DEFAULT_CALL_THREADS: usize = 4;
 
+/// The most live processes, unless [`HostBuilder::max_processes`] says otherwise: a guest that
+/// spawns without end hits this instead of exhausting the host's memory.
+pub const DEFAULT_MAX_PROCESSES: usize = 1_000_000;
+
+/// The most queued messages per process, unless [`HostBuilder::mailbox_limit`] says otherwise.
+pub const DEFAULT_MAILBOX_LIMIT: usize = 100_000;
+
 /// Configures a [`Host`]. Every option has a default; see each method.
 pub struct HostBuilder {
     workers: Option<usize>,
@@ -35,6 +42,8 @@ pub struct HostBuilder {
     duplicate_commands: Vec<String>,
     call_threads: usize,
     observer: Option<Arc<dyn Observer>>,
+    max_processes: Option<usize>,
+    mailbox_limit: Option<usize>,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -49,6 +58,8 @@ impl std::fmt::Debug for HostBuilder {
             .field("cancel_grace", &self.cancel_grace)
             .field("commands", &commands)
             .field("call_threads", &self.call_threads)
+            .field("max_processes", &self.max_processes)
+            .field("mailbox_limit", &self.mailbox_limit)
             .finish_non_exhaustive()
     }
 }
@@ -65,6 +76,8 @@ impl Default for HostBuilder {
             duplicate_commands: Vec::new(),
             call_threads: DEFAULT_CALL_THREADS,
             observer: None,
+            max_processes: Some(DEFAULT_MAX_PROCESSES),
+            mailbox_limit: Some(DEFAULT_MAILBOX_LIMIT),
         }
     }
 }
@@ -143,6 +156,22 @@ impl HostBuilder {
         self
     }
 
+    /// The most processes live at once; spawning more fails (for a guest, with an `unavailable`
+    /// error). `None`: no limit. Default: [`DEFAULT_MAX_PROCESSES`] (1,000,000).
+    pub fn max_processes(mut self, limit: Option<usize>) -> HostBuilder {
+        self.max_processes = limit;
+        self
+    }
+
+    /// The most messages a process's mailbox holds; a send beyond it fails (for a guest, with an
+    /// `unavailable` error), so a fast sender cannot exhaust the host's memory through a slow
+    /// receiver. Cancels and completions are never refused. `None`: no limit. Default:
+    /// [`DEFAULT_MAILBOX_LIMIT`] (100,000).
+    pub fn mailbox_limit(mut self, messages: Option<usize>) -> HostBuilder {
+        self.mailbox_limit = messages;
+        self
+    }
+
     /// Tells `observer` about every spawn, event, yield and exit (as `wfhost run --events` does).
     /// Default: none.
     pub fn observer(mut self, observer: Arc<dyn Observer>) -> HostBuilder {
@@ -169,7 +198,9 @@ impl HostBuilder {
         let mut scheduler = Scheduler::builder()
             .budget(self.budget)
             .thread_name("wfhost-worker")
-            .cancel_grace(self.cancel_grace);
+            .cancel_grace(self.cancel_grace)
+            .max_processes(self.max_processes)
+            .mailbox_limit(self.mailbox_limit);
         if let Some(workers) = self.workers {
             scheduler = scheduler.workers(workers);
         }

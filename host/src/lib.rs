@@ -39,7 +39,10 @@ mod wasm;
 
 pub use calls::CallInfo;
 pub use error::{Error, ErrorKind, Result};
-pub use host::{Host, HostBuilder, Run, DEFAULT_CALL_THREADS, DEFAULT_CANCEL_GRACE};
+pub use host::{
+    Host, HostBuilder, Run, DEFAULT_CALL_THREADS, DEFAULT_CANCEL_GRACE, DEFAULT_MAILBOX_LIMIT,
+    DEFAULT_MAX_PROCESSES,
+};
 pub use wasm::{Limits, ModuleInfo};
 pub use wfcontract as contract;
 pub use wfcontract::{CommandError, Encoding, ErrorKind as CommandErrorKind, Payload, Pid};

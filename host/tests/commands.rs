@@ -349,3 +349,28 @@ fn time_and_randomness_come_from_the_host() {
     assert_eq!(seen["randoms_differ"], true);
     assert_eq!(CommandErrorKind::Unavailable.name(), "unavailable");
 }
+
+#[test]
+fn a_guest_that_spawns_without_end_hits_the_process_limit() {
+    let host = host_with(Host::builder().max_processes(Some(20)));
+    let outcome = run(&host, "probe", "fork", json!(1_000)).unwrap();
+    // The forking process itself counts: 19 children fit beside it.
+    assert_eq!(outcome["children"], 19);
+    assert_eq!(outcome["refused"]["error"], "unavailable");
+    assert_eq!(
+        outcome["refused"]["message"],
+        "the host already runs its limit of 20 processes; try again when some have finished (unavailable)"
+    );
+    // The children ignore the cancel their parent's exit sent them: close them now.
+    let report = host.shutdown(Duration::from_millis(50));
+    assert_eq!(report.closed, 19);
+}
+
+#[test]
+fn a_sender_that_outpaces_its_receiver_hits_the_mailbox_limit() {
+    let host = host_with(Host::builder().mailbox_limit(Some(100)));
+    let outcome = run(&host, "probe", "flood", json!(1_000)).unwrap();
+    assert_eq!(outcome["sent"], 100);
+    assert_eq!(outcome["refused"]["error"], "unavailable");
+    host.shutdown(Duration::from_millis(50));
+}

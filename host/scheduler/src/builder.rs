@@ -22,6 +22,8 @@ pub(crate) struct Config {
     pub(crate) budget: usize,
     pub(crate) thread_name: String,
     pub(crate) cancel_grace: Option<Duration>,
+    pub(crate) max_processes: Option<usize>,
+    pub(crate) mailbox_limit: Option<usize>,
 }
 
 /// Configures and starts a [`Scheduler`].
@@ -71,6 +73,8 @@ impl Builder {
                 budget: DEFAULT_BUDGET,
                 thread_name: "wfhost-worker".into(),
                 cancel_grace: None,
+                max_processes: None,
+                mailbox_limit: None,
             },
             handlers,
             observer: None,
@@ -100,6 +104,21 @@ impl Builder {
     /// fails without another step. Default: `None`, never terminated.
     pub fn cancel_grace(mut self, grace: Option<Duration>) -> Builder {
         self.config.cancel_grace = grace;
+        self
+    }
+
+    /// The most processes that may be live at once; spawning more fails with
+    /// [`Error::TooManyProcesses`](crate::Error::TooManyProcesses). Default: `None`, no limit.
+    pub fn max_processes(mut self, limit: Option<usize>) -> Builder {
+        self.config.max_processes = limit;
+        self
+    }
+
+    /// The most messages a process's mailbox holds; sending more fails with
+    /// [`Error::MailboxFull`](crate::Error::MailboxFull). Cancels and completions are never
+    /// refused. Default: `None`, no limit.
+    pub fn mailbox_limit(mut self, messages: Option<usize>) -> Builder {
+        self.config.mailbox_limit = messages;
         self
     }
 

@@ -19,7 +19,9 @@ pub(crate) fn register(handlers: &mut Handlers) {
 fn to_command_error(error: Error) -> CommandError {
     let kind = match error {
         Error::NoSuchProcess(_) => ErrorKind::NoSuchProcess,
-        Error::ShuttingDown => ErrorKind::Unavailable,
+        Error::ShuttingDown | Error::TooManyProcesses(_) | Error::MailboxFull(_) => {
+            ErrorKind::Unavailable
+        }
     };
     CommandError::new(kind, error.to_string())
 }

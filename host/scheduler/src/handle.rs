@@ -9,6 +9,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
 
 use crate::counters::Counters;
+use crate::inbox::Refused;
 use crate::process::{Process, ProcessError, ProcessResult};
 use crate::shared::{child_failed, Shared};
 use crate::slot::{Notice, Slot};
@@ -22,6 +23,12 @@ pub enum Error {
     /// A stop was requested: the scheduler accepts no new processes.
     #[error("the scheduler is shutting down and accepts no new processes")]
     ShuttingDown,
+    /// The scheduler already runs as many processes as it may.
+    #[error("the host already runs its limit of {0} processes; try again when some have finished")]
+    TooManyProcesses(usize),
+    /// The receiver's mailbox holds as many messages as it may.
+    #[error("the mailbox of process {0} is full; the receiver is not keeping up")]
+    MailboxFull(Pid),
 }
 
 /// A cheap, cloneable reference to a running scheduler.
@@ -172,7 +179,10 @@ impl SchedulerHandle {
     pub fn send_from(&self, from: Pid, to: Pid, message: Payload) -> Result<(), Error> {
         self.shared
             .deliver_to(to, Event::message(from, message))
-            .map_err(|_| Error::NoSuchProcess(to))
+            .map_err(|refused| match refused {
+                Refused::Closed => Error::NoSuchProcess(to),
+                Refused::Full => Error::MailboxFull(to),
+            })
     }
 
     /// Delivers a cancel to `pid`, ahead of any queued messages. The process decides what to do;

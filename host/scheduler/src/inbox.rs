@@ -16,11 +16,16 @@ use std::collections::VecDeque;
 
 use wfcontract::{Event, EventKind};
 
-/// The process has finished; its inbox accepts nothing more.
+/// Why an event was not queued.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Closed;
+pub(crate) enum Refused {
+    /// The process has finished; its inbox accepts nothing more.
+    Closed,
+    /// The mailbox holds its limit of messages (cancels and completions are never refused so).
+    Full,
+}
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Inbox {
     signals: VecDeque<Event>,
     completions: VecDeque<Event>,
@@ -29,13 +34,33 @@ pub(crate) struct Inbox {
     terminate: Option<String>,
     /// Set once, when the process finishes; pushes fail from then on.
     closed: bool,
+    /// The most messages the mailbox holds.
+    mailbox_limit: usize,
+}
+
+impl Default for Inbox {
+    fn default() -> Self {
+        Inbox::with_limit(usize::MAX)
+    }
 }
 
 impl Inbox {
+    /// An empty inbox whose mailbox holds at most `mailbox_limit` messages.
+    pub(crate) fn with_limit(mailbox_limit: usize) -> Inbox {
+        Inbox {
+            signals: VecDeque::new(),
+            completions: VecDeque::new(),
+            mailbox: VecDeque::new(),
+            terminate: None,
+            closed: false,
+            mailbox_limit,
+        }
+    }
+
     /// Queues an event in its lane. Returns whether it wakes an `Idle` process.
-    pub(crate) fn push(&mut self, event: Event) -> Result<bool, Closed> {
+    pub(crate) fn push(&mut self, event: Event) -> Result<bool, Refused> {
         if self.closed {
-            return Err(Closed);
+            return Err(Refused::Closed);
         }
         Ok(match event.kind {
             EventKind::Cancel => {
@@ -43,6 +68,9 @@ impl Inbox {
                 true
             }
             EventKind::Message => {
+                if self.mailbox.len() >= self.mailbox_limit {
+                    return Err(Refused::Full);
+                }
                 self.mailbox.push_back(event);
                 true
             }
@@ -54,9 +82,9 @@ impl Inbox {
     }
 
     /// Asks the next turn to end the process with `reason` instead of stepping it.
-    pub(crate) fn terminate(&mut self, reason: String) -> Result<(), Closed> {
+    pub(crate) fn terminate(&mut self, reason: String) -> Result<(), Refused> {
         if self.closed {
-            return Err(Closed);
+            return Err(Refused::Closed);
         }
         self.terminate.get_or_insert(reason);
         Ok(())
@@ -161,7 +189,20 @@ mod tests {
         inbox.push(message(1)).unwrap();
         inbox.close();
         assert!(inbox.is_empty());
-        assert_eq!(inbox.push(message(2)), Err(Closed));
-        assert_eq!(inbox.terminate("x".into()), Err(Closed));
+        assert_eq!(inbox.push(message(2)), Err(Refused::Closed));
+        assert_eq!(inbox.terminate("x".into()), Err(Refused::Closed));
+    }
+
+    #[test]
+    fn a_full_mailbox_refuses_messages_but_not_control_events() {
+        let mut inbox = Inbox::with_limit(2);
+        inbox.push(message(1)).unwrap();
+        inbox.push(message(2)).unwrap();
+        assert_eq!(inbox.push(message(3)), Err(Refused::Full));
+        assert_eq!(inbox.push(Event::cancel()), Ok(true));
+        assert_eq!(
+            inbox.push(Event::completion(Tag(1), Ok(Payload::empty()))),
+            Ok(false)
+        );
     }
 }

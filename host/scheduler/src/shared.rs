@@ -12,7 +12,7 @@ use crate::builder::Config;
 use crate::counters::{Counter, CounterSet};
 use crate::dispatch::Handlers;
 use crate::handle::{Error, Spawn};
-use crate::inbox::Closed;
+use crate::inbox::Refused;
 use crate::observe::Observer;
 use crate::park::Idle;
 use crate::process::{ProcessError, ProcessResult};
@@ -103,7 +103,7 @@ impl Shared {
     }
 
     /// Pushes `event` into the process's inbox and wakes it if it was waiting.
-    pub(crate) fn deliver(&self, slot: &Arc<Slot>, event: Event) -> Result<(), Closed> {
+    pub(crate) fn deliver(&self, slot: &Arc<Slot>, event: Event) -> Result<(), Refused> {
         let wakes_idle = slot.inbox.lock().push(event)?;
         if slot.state.notify(wakes_idle) == Notify::Schedule {
             self.schedule(Arc::clone(slot), false);
@@ -112,16 +112,16 @@ impl Shared {
     }
 
     /// Delivers `event` to `pid`, or says there is no such process.
-    pub(crate) fn deliver_to(&self, pid: Pid, event: Event) -> Result<(), Closed> {
+    pub(crate) fn deliver_to(&self, pid: Pid, event: Event) -> Result<(), Refused> {
         match self.table.get(&pid) {
             Some(entry) => self.deliver(entry.value(), event),
-            None => Err(Closed),
+            None => Err(Refused::Closed),
         }
     }
 
     /// Delivers a cancel and, when the scheduler has a cancel grace period, arms the timer that
     /// terminates the process if it is still running when the period is over.
-    pub(crate) fn cancel(&self, slot: &Arc<Slot>) -> Result<(), Closed> {
+    pub(crate) fn cancel(&self, slot: &Arc<Slot>) -> Result<(), Refused> {
         self.deliver(slot, Event::cancel())?;
         if let Some(grace) = self.config.cancel_grace {
             if !slot.cancel_armed.swap(true, Ordering::AcqRel) {
@@ -150,7 +150,7 @@ impl Shared {
         &self,
         slot: &Arc<Slot>,
         reason: String,
-    ) -> Result<(), Closed> {
+    ) -> Result<(), Refused> {
         slot.inbox.lock().terminate(reason)?;
         if slot.state.notify(true) == Notify::Schedule {
             self.schedule(Arc::clone(slot), false);
@@ -273,6 +273,11 @@ impl Shared {
         if self.stopping.load(Ordering::Acquire) {
             return Err(Error::ShuttingDown);
         }
+        if let Some(limit) = self.config.max_processes {
+            if self.live.load(Ordering::Acquire) >= limit {
+                return Err(Error::TooManyProcesses(limit));
+            }
+        }
         let pid = self.next_pid();
         let Spawn {
             process,
@@ -301,6 +306,7 @@ impl Shared {
             process,
             Start { method, input },
             notices,
+            self.config.mailbox_limit.unwrap_or(usize::MAX),
         );
         if let Some(parent) = parent {
             // The link exists only while the parent lives: a parent that already ended cannot

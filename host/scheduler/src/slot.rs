@@ -81,12 +81,13 @@ impl Slot {
         process: Box<dyn Process>,
         start: Start,
         watchers: Vec<Notice>,
+        mailbox_limit: usize,
     ) -> Arc<Slot> {
         Arc::new(Slot {
             pid,
             parent,
             state: State::new(),
-            inbox: Mutex::new(Inbox::default()),
+            inbox: Mutex::new(Inbox::with_limit(mailbox_limit)),
             body: parking_lot::Mutex::new(Body {
                 process: Some(process),
                 start: Some(start),

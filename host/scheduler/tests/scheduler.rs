@@ -980,3 +980,31 @@ fn an_observer_sees_every_spawn_event_yield_and_exit() {
     assert_eq!(tally.events.load(Ordering::Relaxed), 20);
     assert_eq!(tally.finished.load(Ordering::Relaxed), 10);
 }
+
+#[test]
+fn process_and_mailbox_limits_refuse_with_a_reason() {
+    let scheduler = Scheduler::builder()
+        .workers(1)
+        .max_processes(Some(2))
+        .mailbox_limit(Some(3))
+        .build()
+        .unwrap();
+    let idle = || Proc::new((), |_, _, _, out| out.status = Status::Idle);
+    // Held, so the first two stay live and their mailboxes fill without being read.
+    let held = HeldWorker::hold(&scheduler);
+    let first = scheduler.spawn(idle(), "a", Payload::empty()).unwrap();
+    assert_eq!(
+        scheduler.spawn(idle(), "b", Payload::empty()),
+        Err(Error::TooManyProcesses(2))
+    );
+    for _ in 0..3 {
+        scheduler.send(first, Payload::empty()).unwrap();
+    }
+    assert_eq!(
+        scheduler.send(first, Payload::empty()),
+        Err(Error::MailboxFull(first))
+    );
+    // Cancels are never refused.
+    scheduler.cancel(first).unwrap();
+    held.release();
+}

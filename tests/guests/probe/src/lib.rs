@@ -233,6 +233,53 @@ pub async fn time_and_chance(ctx: Ctx, _: ()) -> Result<Value, Error> {
     Ok(json!({ "unix_seconds": since_epoch.as_secs(), "randoms_differ": a != b }))
 }
 
+/// Spawns waiting children until the host refuses one (or `most` are running); reports how many
+/// it got and the refusal.
+pub async fn fork(ctx: Ctx, most: u32) -> Result<Value, Error> {
+    let mut children = 0;
+    while children < most {
+        match ctx.spawn("stubborn", &()).await {
+            Ok(_) => children += 1,
+            Err(error) => {
+                return Ok(json!({ "children": children, "refused": outcome_error(&error) }))
+            }
+        }
+    }
+    Ok(json!({ "children": children }))
+}
+
+/// A hand-written machine that spends its start (inside `init`, before it has taken a single event)
+/// busy for the given milliseconds, then idles.
+pub struct SlowStart;
+
+impl wfguest::Machine for SlowStart {
+    type Input = u64;
+
+    fn start(_: &wfguest::StartInfo, millis: u64) -> Result<Self, String> {
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_millis(millis) {
+            std::hint::spin_loop();
+        }
+        Ok(SlowStart)
+    }
+
+    fn step(&mut self, _: Vec<wfguest::Event>, out: &mut wfguest::StepOutput) {
+        out.status = wfguest::Status::Idle;
+    }
+}
+
+/// Sends `count` messages to a child still busy starting, which takes none of them meanwhile;
+/// reports how many went through and the refusal.
+pub async fn flood(ctx: Ctx, count: u32) -> Result<Value, Error> {
+    let sink = ctx.spawn("slow_start", &2_000u64).await?;
+    for sent in 0..count {
+        if let Err(error) = ctx.send(sink, &sent).await {
+            return Ok(json!({ "sent": sent, "refused": outcome_error(&error) }));
+        }
+    }
+    Ok(json!({ "sent": count }))
+}
+
 wfguest::entry_points!(
     echo,
     fail,
@@ -257,5 +304,8 @@ wfguest::entry_points!(
     cancel_child,
     cancel_unknown,
     call,
-    time_and_chance
+    time_and_chance,
+    fork,
+    flood,
+    slow_start = wfguest::machine::<SlowStart>()
 );
