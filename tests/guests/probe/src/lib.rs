@@ -250,6 +250,7 @@ pub async fn fork(ctx: Ctx, most: u32) -> Result<Value, Error> {
 
 /// A hand-written machine that spends its start (inside `init`, before it has taken a single event)
 /// busy for the given milliseconds, then idles.
+#[derive(Debug)]
 pub struct SlowStart;
 
 impl wfguest::Machine for SlowStart {
