@@ -72,9 +72,10 @@ impl Ctx {
         Payload::encode(self.encoding, value).map_err(Error::from)
     }
 
-    /// Completes after `duration`. The timer lives in the host.
+    /// Completes after `duration`. The timer lives in the host; dropping the future before it
+    /// completes (say, the losing side of `recv_timeout`) drops the timer too.
     pub fn sleep(&self, duration: Duration) -> CommandFuture<()> {
-        CommandFuture::new(&self.state, Command::Sleep(duration), unit)
+        CommandFuture::new(&self.state, Command::Sleep(duration), unit).forget_on_drop()
     }
 
     /// Writes a line to the host's log. Returns at once: the host does not answer.
@@ -96,13 +97,13 @@ impl Ctx {
                 value: value.to_string(),
             })
             .collect();
-        self.state
-            .borrow_mut()
-            .issue_unanswered(Command::Log(LogRecord {
-                level,
-                message: message.into(),
-                fields,
-            }));
+        // Built before borrowing the state: user conversions may call back into the context.
+        let record = Command::Log(LogRecord {
+            level,
+            message: message.into(),
+            fields,
+        });
+        self.state.borrow_mut().issue_unanswered(record);
     }
 
     /// [`log`](Self::log) at `info`.

@@ -321,6 +321,20 @@ mod tests {
     }
 
     #[test]
+    fn a_completion_in_the_same_step_as_the_cancel_does_not_undo_it() {
+        start("nap_then_clean_up", Payload::empty()).unwrap();
+        step_with(vec![]);
+        // The host drains cancels before completions: both arrive in one step.
+        let out = step_with(vec![Event::cancel(), done(Tag(1))]);
+        assert!(matches!(out.yields[0].command, Command::Log(_)));
+        let out = step_with(vec![done(out.yields[1].tag)]);
+        assert_eq!(
+            out.status,
+            Status::Done(Payload::to_postcard("cleaned").unwrap())
+        );
+    }
+
+    #[test]
     fn a_cancel_before_the_first_await_fails_that_await() {
         start("nap_then_clean_up", Payload::empty()).unwrap();
         // The cancel arrives with the very first step, before the workflow awaited anything.
@@ -412,6 +426,30 @@ mod tests {
         }
         assert!(matches!(task.poll(), Some(std::task::Poll::Ready(Ok(_)))));
         assert!(state.borrow().recv_wakers_is_empty());
+    }
+
+    #[test]
+    fn a_message_that_beats_the_timeout_makes_the_timer_forgotten() {
+        let state = State::new();
+        let ctx = Ctx {
+            state: Rc::clone(&state),
+            pid: Pid(1),
+            parent: None,
+            entry: "patient".into(),
+            encoding: Encoding::Postcard,
+        };
+        let mut task = crate::runtime::Task::new(Box::pin(async move {
+            let got = ctx.recv_timeout::<u32>(Duration::from_secs(3600)).await;
+            Ok(Payload::to_postcard(&got.map_err(|e| e.to_string())?).unwrap())
+        }));
+        assert!(matches!(task.poll(), Some(std::task::Poll::Pending)));
+        let timer = std::mem::take(&mut state.borrow_mut().yields)[0].tag;
+        let message = Event::message(Pid(2), Payload::to_postcard(&5u32).unwrap());
+        state.borrow_mut().deliver(vec![message]);
+        assert!(matches!(task.poll(), Some(std::task::Poll::Ready(Ok(_)))));
+        let yields = std::mem::take(&mut state.borrow_mut().yields);
+        assert_eq!(yields.len(), 1);
+        assert_eq!(yields[0].command, Command::Forget(timer));
     }
 
     #[test]

@@ -93,13 +93,12 @@ impl State {
         for event in events {
             match event.kind {
                 EventKind::YieldComplete => {
-                    // A completion for a future that was dropped has no slot any more: ignored.
-                    if let Some(slot) = self.slots.get_mut(&event.tag.0) {
-                        let waker = match std::mem::replace(slot, Slot::Done(event.into_result())) {
-                            Slot::Pending(waker) => waker,
-                            Slot::Done(_) => None,
-                        };
-                        if let Some(waker) = waker {
+                    // A completion for a future that was dropped has no slot any more, and one for
+                    // an await a cancel already failed must not undo that: both are ignored.
+                    if let Some(slot @ Slot::Pending(_)) = self.slots.get_mut(&event.tag.0) {
+                        if let Slot::Pending(Some(waker)) =
+                            std::mem::replace(slot, Slot::Done(event.into_result()))
+                        {
                             waker.wake();
                         }
                     }
@@ -163,6 +162,8 @@ pub struct CommandFuture<T> {
     finished: bool,
     /// Set when the command could not even be built (its input did not encode).
     refused: Option<Error>,
+    /// Tell the host when this is dropped unfinished, so it can stop the work (a timer).
+    forget_on_drop: bool,
 }
 
 impl<T> std::fmt::Debug for CommandFuture<T> {
@@ -186,7 +187,14 @@ impl<T> CommandFuture<T> {
             decode,
             finished: false,
             refused: None,
+            forget_on_drop: false,
         }
+    }
+
+    /// Makes dropping this future before it finishes tell the host to forget the command.
+    pub(crate) fn forget_on_drop(mut self) -> CommandFuture<T> {
+        self.forget_on_drop = true;
+        self
     }
 
     /// A future that fails with `error` without sending anything.
@@ -197,6 +205,7 @@ impl<T> CommandFuture<T> {
             decode: |_| Err(Error::msg("unreachable")),
             finished: false,
             refused: Some(error),
+            forget_on_drop: false,
         }
     }
 }
@@ -240,9 +249,12 @@ impl<T> Future for CommandFuture<T> {
 
 impl<T> Drop for CommandFuture<T> {
     fn drop(&mut self) {
-        if !self.finished {
+        if !self.finished && self.refused.is_none() {
             if let Ok(mut state) = self.state.try_borrow_mut() {
-                state.slots.remove(&self.tag.0);
+                let pending = matches!(state.slots.remove(&self.tag.0), Some(Slot::Pending(_)));
+                if pending && self.forget_on_drop {
+                    state.issue_unanswered(Command::Forget(self.tag));
+                }
             }
         }
     }

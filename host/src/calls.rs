@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -58,6 +59,8 @@ pub(crate) struct Calls {
     commands: HashMap<String, HostCommand>,
     jobs: Mutex<Option<Sender<Job>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Set at shutdown: queued calls are answered `unavailable` instead of run.
+    stopping: Arc<AtomicBool>,
 }
 
 impl Calls {
@@ -67,6 +70,7 @@ impl Calls {
         threads: usize,
     ) -> std::io::Result<Calls> {
         let (sender, receiver) = crossbeam_channel::unbounded::<Job>();
+        let stopping = Arc::new(AtomicBool::new(false));
         let count = if commands.is_empty() {
             0
         } else {
@@ -75,11 +79,16 @@ impl Calls {
         let threads = (0..count)
             .map(|i| {
                 let receiver: Receiver<Job> = receiver.clone();
+                let stopping = Arc::clone(&stopping);
                 std::thread::Builder::new()
                     .name(format!("wfhost-call-{i}"))
                     .spawn(move || {
                         for job in receiver {
-                            run(job);
+                            if stopping.load(Ordering::Acquire) {
+                                job.completer.complete(Err(shutting_down()));
+                            } else {
+                                run(job);
+                            }
                         }
                     })
             })
@@ -88,6 +97,7 @@ impl Calls {
             commands,
             jobs: Mutex::new(Some(sender)),
             threads: Mutex::new(threads),
+            stopping,
         })
     }
 }
@@ -153,20 +163,22 @@ impl Handler for Calls {
             None => Some(job),
         };
         if let Some(job) = refused {
-            job.completer.complete(Err(CommandError::new(
-                ErrorKind::Unavailable,
-                "the host is shutting down",
-            )));
+            job.completer.complete(Err(shutting_down()));
         }
     }
 
     fn shutdown(&self) {
-        // Closing the queue lets each thread finish what it holds, then exit.
+        // Calls already running finish; queued ones are answered, not run; then the threads exit.
+        self.stopping.store(true, Ordering::Release);
         self.jobs.lock().take();
         for thread in self.threads.lock().drain(..) {
             let _ = thread.join();
         }
     }
+}
+
+fn shutting_down() -> CommandError {
+    CommandError::new(ErrorKind::Unavailable, "the host is shutting down")
 }
 
 /// `now`: the wall clock, as nanoseconds since the Unix epoch.

@@ -117,6 +117,20 @@ fn a_step_that_never_ends_is_stopped_at_the_limit() {
 }
 
 #[test]
+fn a_guest_cannot_sleep_on_the_worker_thread() {
+    let output = run(&["run", PROBE, "thread_sleep", "--input", "60000"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains(
+            "process <1> (entry point 'thread_sleep') called WASI poll_oneoff, which would block a \
+             worker thread (std::thread::sleep does this); a workflow waits with ctx.sleep"
+        ),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
 fn memory_beyond_the_limit_is_refused() {
     let within = run(&["run", PROBE, "hog", "--input", "4", "--max-memory", "16"]);
     assert_eq!(stdout(&within), "4\n", "{}", stderr(&within));

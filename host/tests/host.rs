@@ -137,6 +137,22 @@ fn one_failing_process_does_not_disturb_the_others() {
     );
     let ok = fine.wait_timeout(PATIENCE).unwrap().unwrap();
     assert_eq!(ok.decode::<Vec<u32>>().unwrap(), [1, 2]);
+
+    // Within the yield limit, and beyond it.
+    let within = host
+        .spawn("probe", "chatter", json(serde_json::json!(10_000)))
+        .unwrap();
+    assert!(within.wait_timeout(PATIENCE).unwrap().is_ok());
+    let beyond = host
+        .spawn("probe", "chatter", json(serde_json::json!(10_001)))
+        .unwrap();
+    let err = beyond.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert!(
+        err.message().ends_with(
+            "(entry point 'chatter') yielded 10001 commands in one step, more than the limit of 10000"
+        ),
+        "{err}"
+    );
 }
 
 #[test]

@@ -3,7 +3,7 @@ use alloc::vec::Vec;
 use core::time::Duration;
 use serde::{Deserialize, Serialize};
 
-use crate::{Payload, Pid};
+use crate::{Payload, Pid, Tag};
 
 /// A request from a process to its host, carried by a [`Yield`](crate::Yield).
 ///
@@ -32,6 +32,9 @@ pub enum Command {
     Now,
     /// Completes with 64 random bits from the host (postcard u64).
     Random,
+    /// The result of the earlier yield with this tag is no longer wanted: the host may stop that
+    /// work (a pending `sleep` is dropped) and sends no completion for it. Never completes itself.
+    Forget(Tag),
 }
 
 /// The argument of [`Command::Send`].
@@ -119,11 +122,13 @@ pub enum CommandKind {
     Now,
     /// [`Command::Random`].
     Random,
+    /// [`Command::Forget`].
+    Forget,
 }
 
 impl CommandKind {
     /// Every kind, in declaration order (the order of [`CommandKind::index`]).
-    pub const ALL: [CommandKind; 9] = [
+    pub const ALL: [CommandKind; 10] = [
         CommandKind::Sleep,
         CommandKind::Log,
         CommandKind::Send,
@@ -133,6 +138,7 @@ impl CommandKind {
         CommandKind::Call,
         CommandKind::Now,
         CommandKind::Random,
+        CommandKind::Forget,
     ];
 
     /// A dense index in `0..ALL.len()`, for handler tables.
@@ -152,12 +158,13 @@ impl CommandKind {
             CommandKind::Call => "call",
             CommandKind::Now => "now",
             CommandKind::Random => "random",
+            CommandKind::Forget => "forget",
         }
     }
 
-    /// False for commands that are never completed (only [`Command::Log`]).
+    /// False for commands that are never completed ([`Command::Log`], [`Command::Forget`]).
     pub fn expects_completion(self) -> bool {
-        !matches!(self, CommandKind::Log)
+        !matches!(self, CommandKind::Log | CommandKind::Forget)
     }
 }
 
@@ -174,6 +181,7 @@ impl Command {
             Command::Call(_) => CommandKind::Call,
             Command::Now => CommandKind::Now,
             Command::Random => CommandKind::Random,
+            Command::Forget(_) => CommandKind::Forget,
         }
     }
 }

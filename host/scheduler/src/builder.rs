@@ -62,7 +62,7 @@ impl Default for Builder {
 
 impl Builder {
     /// Defaults: one worker per core, a budget of [`DEFAULT_BUDGET`] events, and the built-in
-    /// handlers for `sleep`, `log`, `send`, `join` and `cancel`.
+    /// handlers for `sleep`, `forget`, `log`, `send`, `join` and `cancel`.
     pub fn new() -> Builder {
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut handlers = Handlers::new();

@@ -6,10 +6,11 @@ use wfcontract::{Command, CommandError, CommandKind, ErrorKind, Level, LogRecord
 
 use crate::dispatch::{Context, Handlers, Request};
 use crate::handle::Error;
-use crate::timer::Sleep;
+use crate::timer::{Forget, Sleep};
 
 pub(crate) fn register(handlers: &mut Handlers) {
     handlers.set(CommandKind::Sleep, Arc::new(Sleep));
+    handlers.set(CommandKind::Forget, Arc::new(Forget));
     handlers.set(CommandKind::Log, Arc::new(log));
     handlers.set(CommandKind::Send, Arc::new(send));
     handlers.set(CommandKind::Cancel, Arc::new(cancel));

@@ -88,7 +88,8 @@ impl Spawn {
         self
     }
 
-    /// Sends `(pid, result)` on `sender` when the process ends.
+    /// Sends `(pid, result)` on `sender` when the process ends. The send never blocks the
+    /// finishing thread: give the channel room (an unbounded channel, or one slot per process).
     pub fn notify(mut self, sender: Sender<(Pid, ProcessResult)>) -> Spawn {
         self.notices.push(Notice::Channel(sender));
         self
@@ -278,7 +279,7 @@ impl SchedulerHandle {
         if exit.finished {
             return match exit.result.clone() {
                 Some(result) => {
-                    let _ = sender.send((pid, result));
+                    let _ = sender.try_send((pid, result));
                     Ok(())
                 }
                 None => Err(Error::NoSuchProcess(pid)),

@@ -14,8 +14,8 @@
 //!
 //! After each step every yield goes to the [`Handler`] registered for its [`CommandKind`]. Handlers
 //! answer at once or pass a [`Completer`] to another thread (the timer, a pool) that completes
-//! the yield later; the completion wakes the process. `sleep`, `log`, `send`, `join` and `cancel`
-//! are built in; a command with no handler completes with an `unknown-command` error.
+//! the yield later; the completion wakes the process. `sleep`, `forget`, `log`, `send`, `join` and
+//! `cancel` are built in; a command with no handler completes with an `unknown-command` error.
 //!
 //! A [`SchedulerHandle`] (the scheduler dereferences to one) spawns processes, sends messages,
 //! cancels and waits for results, from any thread.

@@ -37,8 +37,9 @@ pub struct ShutdownReport {
     pub finished_in_grace: usize,
     /// Processes still live at the deadline, closed without finishing.
     pub closed: usize,
-    /// True when shutdown was called from a worker thread of this scheduler: it only requested the
-    /// stop (a worker cannot wait for itself), and the workers exit once they run dry.
+    /// True when shutdown was called from a worker thread of this scheduler, which cannot wait for
+    /// itself: a thread of its own carries the shutdown out (grace period, closing, joining), and
+    /// the other figures in this report are not known yet.
     pub detached: bool,
 }
 
@@ -122,8 +123,8 @@ impl Scheduler {
 
     /// Stops: refuses new processes, cancels every live one, waits up to `grace` for them to
     /// finish, then stops the workers and closes whatever is left (each process is closed exactly
-    /// once). Safe to call from inside a step: it then only requests the stop (see
-    /// [`ShutdownReport::detached`]).
+    /// once). Safe to call from inside a step: the shutdown then goes on in a thread of its own
+    /// (see [`ShutdownReport::detached`]).
     pub fn shutdown(mut self, grace: Duration) -> ShutdownReport {
         self.shutdown_inner(grace)
     }
@@ -131,69 +132,85 @@ impl Scheduler {
     fn shutdown_inner(&mut self, grace: Duration) -> ShutdownReport {
         self.done = true;
         let shared = Arc::clone(&self.handle.shared);
-        let live_at_start = shared.live.load(Ordering::Acquire);
-        self.handle.request_stop();
+        let threads = std::mem::take(&mut self.threads);
         if worker::on_worker(&shared) {
-            // Joining would wait for this very thread. Let the workers finish on their own.
-            shared.shutdown.store(true, Ordering::Release);
-            shared.idle.shutdown();
-            self.threads.clear();
+            // Joining would wait for this very thread: a thread of its own finishes the job.
+            let live_at_start = shared.live.load(Ordering::Acquire);
+            self.handle.request_stop();
+            let finisher = std::thread::Builder::new()
+                .name("wfhost-shutdown".into())
+                .spawn(move || stop(&shared, threads, grace));
+            if let Err(error) = finisher {
+                tracing::error!("could not start the shutdown thread: {error}");
+            }
             return ShutdownReport {
                 live_at_start,
                 detached: true,
                 ..ShutdownReport::default()
             };
         }
+        stop(&shared, threads, grace)
+    }
+}
 
-        let deadline = Instant::now() + grace;
-        {
-            let mut guard = shared.stop_signal.lock();
-            while shared.live.load(Ordering::Acquire) > 0 {
-                if shared
-                    .stop_condvar
-                    .wait_until(&mut guard, deadline)
-                    .timed_out()
-                {
-                    break;
-                }
+/// Requests the stop, waits up to `grace`, stops and joins the workers, stops the handlers and the
+/// timer, and closes whatever is left.
+fn stop(shared: &Arc<Shared>, threads: Vec<JoinHandle<()>>, grace: Duration) -> ShutdownReport {
+    let live_at_start = shared.live.load(Ordering::Acquire);
+    SchedulerHandle {
+        shared: Arc::clone(shared),
+    }
+    .request_stop();
+    let deadline = Instant::now() + grace;
+    {
+        let mut guard = shared.stop_signal.lock();
+        while shared.live.load(Ordering::Acquire) > 0 {
+            if shared
+                .stop_condvar
+                .wait_until(&mut guard, deadline)
+                .timed_out()
+            {
+                break;
             }
         }
-        let remaining = shared.live.load(Ordering::Acquire);
+    }
+    let remaining = shared.live.load(Ordering::Acquire);
 
-        shared.shutdown.store(true, Ordering::Release);
-        shared.idle.shutdown();
-        for thread in self.threads.drain(..) {
-            if thread.join().is_err() {
-                tracing::error!("a worker thread panicked outside a process");
-            }
+    // SeqCst: pairs with the fence in `Shared::spawn` (a spawn racing this sweep).
+    shared.shutdown.store(true, Ordering::SeqCst);
+    std::sync::atomic::fence(Ordering::SeqCst);
+    shared.idle.shutdown();
+    for thread in threads {
+        if thread.join().is_err() {
+            tracing::error!("a worker thread panicked outside a process");
         }
-        shared.handlers.shutdown_all();
-        shared.timer.shutdown();
+    }
+    shared.handlers.shutdown_all();
+    shared.timer.shutdown();
 
-        // The workers are gone: nobody else touches a process body now.
-        let leftover: Vec<Arc<Slot>> = shared.table.iter().map(|e| Arc::clone(e.value())).collect();
-        let mut closed = 0;
-        for slot in leftover {
-            let mut body = slot.body.lock();
-            if body.process.is_some() {
-                closed += 1;
-                shared.finish(
-                    &slot,
-                    &mut body,
-                    Err(ProcessError::new(
-                        "the host shut down before the process finished",
-                    )),
-                );
-            }
+    // The workers are gone: nobody else touches a process body now.
+    let leftover: Vec<Arc<Slot>> = shared.table.iter().map(|e| Arc::clone(e.value())).collect();
+    let mut closed = 0;
+    for slot in leftover {
+        let mut body = slot.body.lock();
+        if body.process.is_some() {
+            closed += 1;
+            shared.finish(
+                &slot,
+                &mut body,
+                Err(ProcessError::new(
+                    "the host shut down before the process finished",
+                )),
+            );
         }
-        shared.table.clear();
-        shared.queues.clear_global();
-        ShutdownReport {
-            live_at_start,
-            finished_in_grace: live_at_start.saturating_sub(remaining),
-            closed,
-            detached: false,
-        }
+    }
+    shared.table.clear();
+    shared.queues.clear_global();
+    ShutdownReport {
+        live_at_start,
+        finished_in_grace: live_at_start.saturating_sub(remaining),
+        closed,
+        detached: false,
     }
 }
 

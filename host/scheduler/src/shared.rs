@@ -2,7 +2,7 @@
 //! is built from: deliver an event, schedule a process, finish a process.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -76,6 +76,16 @@ impl Shared {
 
     pub(crate) fn next_pid(&self) -> Pid {
         Pid(self.next_pid.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Calls the observer, if any. A panicking observer is logged and otherwise ignored: watching
+    /// must not break what is watched.
+    pub(crate) fn observe(&self, f: impl FnOnce(&dyn Observer)) {
+        if let Some(observer) = &self.observer {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| f(&**observer))) {
+                tracing::warn!("the observer panicked: {}", panic_message(&*panic));
+            }
+        }
     }
 
     pub(crate) fn bump(&self, counter: Counter) {
@@ -170,12 +180,13 @@ impl Shared {
         }
         slot.inbox.lock().close();
         slot.state.complete();
+        if slot.has_timers.load(Ordering::Relaxed) {
+            self.timer.forget_all(slot.pid);
+        }
         if let Err(error) = &result {
             tracing::debug!(pid = %slot.pid, %error, "process failed");
         }
-        if let Some(observer) = &self.observer {
-            observer.finished(slot.pid, &result);
-        }
+        self.observe(|observer| observer.finished(slot.pid, &result));
 
         let (notices, children, keep, reaped, result) = {
             let mut exit = slot.exit.lock();
@@ -238,8 +249,13 @@ impl Shared {
                 let _ = self.deliver_to(watcher, Event::completion(tag, result));
             }
             Notice::Channel(sender) => {
-                // The receiver may have stopped listening; that is its choice.
-                let _ = sender.send((pid, result.clone()));
+                // Never block the finishing thread (often a worker) on someone else's channel: a
+                // full one loses the notice, and says so. A closed one is the receiver's choice.
+                if let Err(crossbeam_channel::TrySendError::Full(_)) =
+                    sender.try_send((pid, result.clone()))
+                {
+                    tracing::warn!(%pid, "an exit notice was dropped: the watcher's channel is full");
+                }
             }
         }
     }
@@ -273,10 +289,23 @@ impl Shared {
         if self.stopping.load(Ordering::Acquire) {
             return Err(Error::ShuttingDown);
         }
-        if let Some(limit) = self.config.max_processes {
-            if self.live.load(Ordering::Acquire) >= limit {
-                return Err(Error::TooManyProcesses(limit));
+        // Counted live before it exists, so concurrent spawns cannot overshoot the limit.
+        let counted = match self.config.max_processes {
+            Some(limit) => self
+                .live
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < limit).then_some(n + 1)
+                })
+                .is_ok(),
+            None => {
+                self.live.fetch_add(1, Ordering::AcqRel);
+                true
             }
+        };
+        if !counted {
+            return Err(Error::TooManyProcesses(
+                self.config.max_processes.unwrap_or(usize::MAX),
+            ));
         }
         let pid = self.next_pid();
         let Spawn {
@@ -318,15 +347,20 @@ impl Shared {
                 exit.children.insert(pid, Arc::clone(&slot));
             }
         }
-        if let Some(observer) = &self.observer {
-            observer.spawned(pid, slot.parent, &method_for_observer);
-        }
-        self.live.fetch_add(1, Ordering::AcqRel);
+        self.observe(|observer| observer.spawned(pid, slot.parent, &method_for_observer));
         self.table.insert(pid, Arc::clone(&slot));
+        // Dekker with `Scheduler::shutdown`, which sets `shutdown` and then sweeps the table:
+        // either that sweep sees this process, or this sees `shutdown` and takes it back.
+        fence(Ordering::SeqCst);
+        if self.shutdown.load(Ordering::SeqCst) {
+            self.table.remove(&pid);
+            self.live.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::ShuttingDown);
+        }
         self.bump(Counter::Spawn);
         // A stop that began after the check above may have missed this process: cancel it too.
         if self.stopping.load(Ordering::Acquire) {
-            let _ = slot.inbox.lock().push(Event::cancel());
+            let _ = self.cancel(&slot);
         }
         self.schedule(slot, true);
         Ok(pid)

@@ -24,6 +24,8 @@ pub(crate) struct Slot {
     pub(crate) exit: parking_lot::Mutex<Exit>,
     /// Set by the first cancel, which arms the grace-period timer; later cancels do not.
     pub(crate) cancel_armed: std::sync::atomic::AtomicBool,
+    /// Set by the first `sleep`: the timer may hold entries to drop when the process ends.
+    pub(crate) has_timers: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Slot {
@@ -41,6 +43,9 @@ pub(crate) struct Body {
     pub(crate) process: Option<Box<dyn Process>>,
     /// Present until the first turn calls `init`.
     pub(crate) start: Option<Start>,
+    /// The process asked to run again (`Continue`) when its turn's budget was spent: its next
+    /// turn steps it even with no events.
+    pub(crate) step_due: bool,
 }
 
 pub(crate) struct Start {
@@ -91,6 +96,7 @@ impl Slot {
             body: parking_lot::Mutex::new(Body {
                 process: Some(process),
                 start: Some(start),
+                step_due: false,
             }),
             exit: parking_lot::Mutex::new(Exit {
                 retained: parent.is_some(),
@@ -98,6 +104,7 @@ impl Slot {
                 ..Exit::default()
             }),
             cancel_armed: std::sync::atomic::AtomicBool::new(false),
+            has_timers: std::sync::atomic::AtomicBool::new(false),
         })
     }
 }

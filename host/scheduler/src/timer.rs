@@ -1,8 +1,7 @@
 //! The timer thread: a deadline heap serving `sleep` and the termination of processes that
 //! outlive their cancel grace period. Timers never occupy a worker.
 
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -27,37 +26,19 @@ pub(crate) enum Action {
 
 #[derive(Debug)]
 struct Entry {
-    deadline: Instant,
-    /// Breaks ties in arrival order.
-    seq: u64,
     pid: Pid,
     action: Action,
 }
 
-impl PartialEq for Entry {
-    fn eq(&self, other: &Self) -> bool {
-        (self.deadline, self.seq) == (other.deadline, other.seq)
-    }
-}
-
-impl Eq for Entry {}
-
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Entry {
-    /// Reversed, so the `BinaryHeap` (a max-heap) pops the earliest deadline first.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.deadline, other.seq).cmp(&(self.deadline, self.seq))
-    }
-}
+/// Orders timers by deadline, then by arrival.
+type Key = (Instant, u64);
 
 #[derive(Default)]
 struct Timers {
-    heap: BinaryHeap<Entry>,
+    queue: BTreeMap<Key, Entry>,
+    /// Where each pending sleep is, so that `forget` can drop it; by pid, so that a finished
+    /// process's sleeps can all go at once.
+    sleeps: BTreeMap<(Pid, Tag), Key>,
     seq: u64,
     /// The scheduler whose processes the timers act on. Weak, so pending timers do not keep a
     /// scheduler alive.
@@ -94,19 +75,43 @@ impl Timer {
                 .map_err(|e| format!("could not start the timer thread: {e}"))?;
             timers.thread = Some(thread);
         }
-        let seq = timers.seq;
+        let key = (deadline, timers.seq);
         timers.seq += 1;
-        let earliest = timers.heap.peek().is_none_or(|top| deadline < top.deadline);
-        timers.heap.push(Entry {
-            deadline,
-            seq,
-            pid,
-            action,
-        });
-        if earliest {
+        if let Action::Complete(tag) = action {
+            timers.sleeps.insert((pid, tag), key);
+        }
+        timers.queue.insert(key, Entry { pid, action });
+        if timers
+            .queue
+            .first_key_value()
+            .is_some_and(|(first, _)| *first == key)
+        {
             condvar.notify_one();
         }
         Ok(())
+    }
+
+    /// Drops `pid`'s pending sleep `tag`, if there is one: its completion will not be sent.
+    pub(crate) fn forget(&self, pid: Pid, tag: Tag) {
+        let mut timers = self.inner.0.lock();
+        if let Some(key) = timers.sleeps.remove(&(pid, tag)) {
+            timers.queue.remove(&key);
+        }
+    }
+
+    /// Drops every pending sleep of `pid` (which has finished).
+    pub(crate) fn forget_all(&self, pid: Pid) {
+        let mut timers = self.inner.0.lock();
+        let tags: Vec<(Pid, Tag)> = timers
+            .sleeps
+            .range((pid, Tag(0))..=(pid, Tag(u64::MAX)))
+            .map(|(key, _)| *key)
+            .collect();
+        for tag in tags {
+            if let Some(key) = timers.sleeps.remove(&tag) {
+                timers.queue.remove(&key);
+            }
+        }
     }
 
     /// Stops the thread and drops every pending timer.
@@ -115,7 +120,8 @@ impl Timer {
         let thread = {
             let mut timers = lock.lock();
             timers.shutdown = true;
-            timers.heap.clear();
+            timers.queue.clear();
+            timers.sleeps.clear();
             timers.thread.take()
         };
         condvar.notify_all();
@@ -134,8 +140,16 @@ fn run(inner: &(Mutex<Timers>, Condvar)) {
             return;
         }
         let now = Instant::now();
-        while timers.heap.peek().is_some_and(|top| top.deadline <= now) {
-            due.push(timers.heap.pop().expect("peeked"));
+        while timers
+            .queue
+            .first_key_value()
+            .is_some_and(|((deadline, _), _)| *deadline <= now)
+        {
+            let (_, entry) = timers.queue.pop_first().expect("checked");
+            if let Action::Complete(tag) = entry.action {
+                timers.sleeps.remove(&(entry.pid, tag));
+            }
+            due.push(entry);
         }
         if !due.is_empty() {
             let scheduler = timers.scheduler.upgrade();
@@ -149,7 +163,11 @@ fn run(inner: &(Mutex<Timers>, Condvar)) {
             timers = lock.lock();
             continue;
         }
-        match timers.heap.peek().map(|top| top.deadline) {
+        match timers
+            .queue
+            .first_key_value()
+            .map(|((deadline, _), _)| *deadline)
+        {
             Some(deadline) => {
                 condvar.wait_until(&mut timers, deadline);
             }
@@ -182,11 +200,25 @@ impl Handler for Sleep {
             return;
         };
         let timer = &cx.scheduler().shared.timer;
+        cx.slot
+            .has_timers
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         if let Err(reason) = timer.schedule(duration, request.pid, Action::Complete(request.tag)) {
             cx.complete(
                 request.tag,
                 Err(CommandError::new(ErrorKind::Unavailable, reason)),
             );
+        }
+    }
+}
+
+/// The handler for [`Command::Forget`]: drops a sleep the process no longer waits for.
+pub(crate) struct Forget;
+
+impl Handler for Forget {
+    fn handle(&self, request: Request, cx: &Context<'_>) {
+        if let Command::Forget(tag) = request.command {
+            cx.scheduler().shared.timer.forget(request.pid, tag);
         }
     }
 }

@@ -233,6 +233,9 @@ impl Worker {
         loop {
             let (status, left) = {
                 let mut body = slot.body.lock();
+                if std::mem::take(&mut body.step_due) {
+                    step_without_events = true;
+                }
                 if body.start.is_some() {
                     if let Err(error) = self.init(&slot, &mut body) {
                         return self.shared().finish(&slot, &mut body, Err(error));
@@ -282,10 +285,13 @@ impl Worker {
                     return self.finish_with(&slot, Err(ProcessError::new(message)))
                 }
                 Some(Status::Continue) => {
-                    step_without_events = true;
                     if budget == 0 {
+                        // Remembered with the process, so the next turn steps it though no
+                        // event will arrive.
+                        slot.body.lock().step_due = true;
                         return self.requeue(slot);
                     }
+                    step_without_events = true;
                     continue;
                 }
                 Some(Status::Idle) => IDLE,
@@ -329,10 +335,13 @@ impl Worker {
     fn step(&mut self, slot: &Arc<Slot>, body: &mut Body) -> Result<(Status, bool), ProcessError> {
         let process = body.process.as_mut().expect("present until finished");
         self.out.reset();
-        if let Some(observer) = &self.handle.shared.observer {
-            for event in &self.events {
-                observer.event(slot.pid, event);
-            }
+        if self.handle.shared.observer.is_some() {
+            let events = &self.events;
+            self.handle.shared.observe(|observer| {
+                for event in events {
+                    observer.event(slot.pid, event);
+                }
+            });
         }
         let events = Events::new(&mut self.events);
         let out = &mut self.out;
@@ -351,10 +360,12 @@ impl Worker {
         }
         let status = std::mem::replace(&mut self.out.status, Status::Wait);
         let mut yields = std::mem::take(&mut self.out.yields);
-        if let Some(observer) = &self.handle.shared.observer {
-            for y in &yields {
-                observer.yielded(slot.pid, y);
-            }
+        if self.handle.shared.observer.is_some() {
+            self.handle.shared.observe(|observer| {
+                for y in &yields {
+                    observer.yielded(slot.pid, y);
+                }
+            });
         }
         let dispatched = self.dispatch(slot, &mut yields);
         yields.clear();

@@ -750,16 +750,32 @@ fn shutdown_called_inside_a_step_detaches_instead_of_joining_itself() {
     let inside = Arc::clone(&owner);
     let process = Proc::new((), move |_, _, _, out| {
         if let Some(scheduler) = inside.lock().take() {
-            tx.send(scheduler.shutdown(Duration::from_secs(1))).unwrap();
+            tx.send(scheduler.shutdown(Duration::from_millis(50)))
+                .unwrap();
         }
         out.status = Status::Done(Payload::empty());
     });
     let handle = scheduler.handle().clone();
+    // A process that ignores cancels: the detached shutdown must still close it, once.
+    let (closed_tx, closed_rx) = unbounded();
+    let stubborn = Proc::new((), |_, _, _, out| out.status = Status::Idle)
+        .on_close(move |_| closed_tx.send(()).unwrap());
+    let stubborn = handle
+        .spawn_handle(stubborn, "stubborn", Payload::empty())
+        .unwrap();
     *owner.lock() = Some(scheduler);
     handle.spawn(process, "shutdown", Payload::empty()).unwrap();
     let report = rx.recv_timeout(PATIENCE).unwrap();
     assert!(report.detached);
     assert!(handle.is_stopping());
+    closed_rx
+        .recv_timeout(PATIENCE)
+        .expect("closed by the detached shutdown");
+    let err = stubborn.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert_eq!(
+        err.message(),
+        "the host shut down before the process finished"
+    );
 }
 
 fn blocked_forever(closes: Arc<AtomicU64>, honour_cancel: bool) -> Proc<()> {
@@ -1007,4 +1023,50 @@ fn process_and_mailbox_limits_refuse_with_a_reason() {
     // Cancels are never refused.
     scheduler.cancel(first).unwrap();
     held.release();
+    // The idle process ignores its cancel; no need to wait for it.
+    scheduler.shutdown(Duration::from_millis(10));
+}
+
+#[test]
+fn a_long_computation_in_continue_steps_finishes_across_turns() {
+    // 100 steps with no events: more than three budgets, so it is requeued three times.
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let worker = Proc::new(0u32, |steps, _, _, out| {
+        *steps += 1;
+        out.status = if *steps == 100 {
+            Status::Done(pc(steps))
+        } else {
+            Status::Continue
+        };
+    });
+    let handle = scheduler
+        .spawn_handle(worker, "compute", Payload::empty())
+        .unwrap();
+    let steps: u32 = de(&handle.wait_timeout(PATIENCE).expect("finished").unwrap());
+    assert_eq!(steps, 100);
+    assert_eq!(scheduler.counters().steps, 100);
+}
+
+#[test]
+fn a_forgotten_sleep_never_completes() {
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    // Sleeps 20 ms (tag 1) and 40 ms (tag 2), forgets tag 1 at once, and reports what completed.
+    let process = Proc::new(Vec::<u64>::new(), |seen, env, events, out| {
+        out.status = Status::Wait;
+        if env.first {
+            out.push(Tag(1), Command::Sleep(Duration::from_millis(20)));
+            out.push(Tag(2), Command::Sleep(Duration::from_millis(40)));
+            out.push(Tag(0), Command::Forget(Tag(1)));
+            return;
+        }
+        seen.extend(events.map(|e| e.tag.0));
+        if seen.contains(&2) {
+            out.status = Status::Done(pc(seen));
+        }
+    });
+    let handle = scheduler
+        .spawn_handle(process, "forget", Payload::empty())
+        .unwrap();
+    let seen: Vec<u64> = de(&handle.wait_timeout(PATIENCE).unwrap().unwrap());
+    assert_eq!(seen, [2]);
 }

@@ -42,6 +42,8 @@ pub struct Limits {
     /// The largest answer (step output or init result) a guest may return, in bytes.
     /// Default: 16 MiB.
     pub max_output_bytes: usize,
+    /// The most elements a process's tables may hold (each costs host memory). Default: 100,000.
+    pub max_table_elements: usize,
 }
 
 impl Default for Limits {
@@ -51,9 +53,27 @@ impl Default for Limits {
             step_time_limit: Duration::from_secs(10),
             max_yields_per_step: 10_000,
             max_output_bytes: 16 << 20,
+            max_table_elements: 100_000,
         }
     }
 }
+
+/// A WASI call workflows may not make, because it would block a worker thread.
+#[derive(Debug)]
+pub(crate) struct Forbidden(pub(crate) &'static str);
+
+impl std::fmt::Display for Forbidden {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "called WASI {}, which would block a worker thread (std::thread::sleep does this); \
+             a workflow waits with ctx.sleep",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for Forbidden {}
 
 /// What each process's `Store` holds.
 pub(crate) struct GuestState {
@@ -89,7 +109,8 @@ impl WasmRuntime {
                 .total_tables(instances)
                 .max_memories_per_module(1)
                 .max_tables_per_module(1)
-                .max_memory_size(limits.max_memory_bytes);
+                .max_memory_size(limits.max_memory_bytes)
+                .table_elements(limits.max_table_elements);
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
             // Reserve only what a memory may grow to, so many slots fit in the address space.
             config.memory_reservation(limits.max_memory_bytes as u64);
@@ -100,6 +121,25 @@ impl WasmRuntime {
             &mut state.wasi
         })
         .map_err(config_error)?;
+        // WASI's poll_oneoff would put the worker thread itself to sleep (it is how
+        // `std::thread::sleep` waits), out of reach of the step time limit. A workflow waits with
+        // the `sleep` command instead; calling it fails the process.
+        linker.allow_shadowing(true);
+        linker
+            .func_wrap(
+                module::WASI_MODULE,
+                "poll_oneoff",
+                |_: wasmtime::Caller<'_, GuestState>,
+                 _: i32,
+                 _: i32,
+                 _: i32,
+                 _: i32|
+                 -> wasmtime::Result<i32> {
+                    Err(wasmtime::Error::new(Forbidden("poll_oneoff")))
+                },
+            )
+            .map_err(config_error)?;
+        linker.allow_shadowing(false);
         let ticker = Ticker::start(engine.clone())?;
         Ok(WasmRuntime {
             engine,

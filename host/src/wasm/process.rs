@@ -2,16 +2,15 @@
 
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 use wasmtime::{Memory, Store, StoreLimitsBuilder, Trap, TypedFunc};
 use wasmtime_wasi::I32Exit;
 use wfcontract::abi::{self, InitResponse};
-use wfcontract::{Command, Event, InitRequest, Payload, Pid, StepOutput};
+use wfcontract::{Command, Event, InitRequest, Payload, Pid, Status, StepOutput, Yield};
 use wfhost_scheduler::{Events, InitContext, Process, ProcessError};
 
 use crate::wasm::wasi::{wasi_for, LogStream};
-use crate::wasm::{Compiled, GuestState, WasmRuntime};
+use crate::wasm::{Compiled, Forbidden, GuestState, WasmRuntime};
 
 /// One process: a module, the entry point it runs, and (between `init` and `close`) its instance.
 pub(crate) struct WasmProcess {
@@ -72,6 +71,7 @@ impl WasmProcess {
         let wasi = wasi_for(self.pid);
         let limits = StoreLimitsBuilder::new()
             .memory_size(self.runtime.limits.max_memory_bytes)
+            .table_elements(self.runtime.limits.max_table_elements)
             .instances(1)
             .memories(1)
             .tables(1)
@@ -128,28 +128,49 @@ impl WasmProcess {
         })
     }
 
-    /// Encodes `request` into guest memory, calls `export`, decodes the answer.
-    fn call<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
+    /// Encodes `request` into guest memory, calls `export`, returns the answer's bytes.
+    fn call<Req: Serialize + ?Sized>(
         &mut self,
         export: Export,
         request: &Req,
-    ) -> Result<Resp, ProcessError> {
-        let scratch = std::mem::take(&mut self.scratch);
-        let mut scratch = postcard::to_extend(request, {
-            let mut buffer = scratch;
-            buffer.clear();
-            buffer
-        })
-        .map_err(|e| self.fail(format_args!("could not be sent its input: {e}")))?;
-        let result = self.call_encoded(export, &scratch);
+    ) -> Result<Vec<u8>, ProcessError> {
+        let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
+        let scratch = postcard::to_extend(request, scratch)
+            .map_err(|e| self.fail(format_args!("could not be sent its input: {e}")))?;
+        let result = self.call_encoded(export, &scratch);
         self.scratch = scratch;
-        let bytes = result?;
-        postcard::from_bytes(&bytes).map_err(|e| {
-            self.fail(format_args!(
-                "returned a malformed answer ({e}): the module does not follow the wfhost ABI"
-            ))
-        })
+        result
+    }
+
+    fn malformed(&self, error: impl std::fmt::Display) -> ProcessError {
+        self.fail(format_args!(
+            "returned a malformed answer ({error}): the module does not follow the wfhost ABI"
+        ))
+    }
+
+    /// Decodes a step's answer, refusing more yields than the limit before decoding any of them,
+    /// so a guest cannot make the host build millions of them from a small answer.
+    fn decode_step(&self, bytes: &[u8]) -> Result<StepOutput, ProcessError> {
+        let (status, rest) =
+            postcard::take_from_bytes::<Status>(bytes).map_err(|e| self.malformed(e))?;
+        // A sequence's length is a varint, as a u64 is.
+        let (count, mut rest) =
+            postcard::take_from_bytes::<u64>(rest).map_err(|e| self.malformed(e))?;
+        let max = self.runtime.limits.max_yields_per_step;
+        if count > max as u64 {
+            return Err(self.fail(format_args!(
+                "yielded {count} commands in one step, more than the limit of {max}"
+            )));
+        }
+        let mut yields = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let (y, left) =
+                postcard::take_from_bytes::<Yield>(rest).map_err(|e| self.malformed(e))?;
+            yields.push(y);
+            rest = left;
+        }
+        Ok(StepOutput { status, yields })
     }
 
     fn call_encoded(&mut self, export: Export, input: &[u8]) -> Result<Vec<u8>, ProcessError> {
@@ -198,6 +219,9 @@ impl WasmProcess {
     fn trapped(&mut self, error: wasmtime::Error) -> ProcessError {
         if let Some(exit) = error.downcast_ref::<I32Exit>() {
             return self.fail(format_args!("exited with code {}", exit.0));
+        }
+        if let Some(forbidden) = error.downcast_ref::<Forbidden>() {
+            return self.fail(forbidden);
         }
         if let Some(Trap::Interrupt) = error.downcast_ref::<Trap>() {
             let limit = self.runtime.limits.step_time_limit;
@@ -260,20 +284,15 @@ impl Process for WasmProcess {
             entry: method.to_string(),
             input,
         };
-        let answer: InitResponse = self.call(Export::Init, &request)?;
+        let bytes = self.call(Export::Init, &request)?;
+        let answer: InitResponse = postcard::from_bytes(&bytes).map_err(|e| self.malformed(e))?;
         answer.map_err(ProcessError::new)
     }
 
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
         let events: &[Event] = events.as_slice();
-        let output: StepOutput = self.call(Export::Step, events)?;
-        let max = self.runtime.limits.max_yields_per_step;
-        if output.yields.len() > max {
-            return Err(self.fail(format_args!(
-                "yielded {} commands in one step, more than the limit of {max}",
-                output.yields.len()
-            )));
-        }
+        let bytes = self.call(Export::Step, events)?;
+        let output = self.decode_step(&bytes)?;
         out.status = output.status;
         out.yields = output.yields;
         for y in &mut out.yields {

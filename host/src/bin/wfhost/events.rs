@@ -1,11 +1,20 @@
 //! `wfhost run --events`: one line on stderr per thing that happens to a process.
 
+use std::io::Write;
+
 use wfhost::contract::{Command, Event, EventKind, Pid, Yield};
 use wfhost::scheduler::{Observer, ProcessResult};
 
 /// Prints every spawn, event, yield and exit.
 #[derive(Debug)]
 pub struct EventPrinter;
+
+/// One line on stderr; a closed stderr (`| head`) is not worth failing over.
+macro_rules! line {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
 
 fn command(command: &Command) -> String {
     match command {
@@ -22,38 +31,39 @@ fn command(command: &Command) -> String {
         Command::Call(call) => format!("call {}", call.name),
         Command::Now => "now".into(),
         Command::Random => "random".into(),
+        Command::Forget(tag) => format!("forget {tag}"),
     }
 }
 
 impl Observer for EventPrinter {
     fn spawned(&self, pid: Pid, parent: Option<Pid>, entry: &str) {
         match parent {
-            Some(parent) => eprintln!("event: {pid} spawned '{entry}' (parent {parent})"),
-            None => eprintln!("event: {pid} spawned '{entry}'"),
+            Some(parent) => line!("event: {pid} spawned '{entry}' (parent {parent})"),
+            None => line!("event: {pid} spawned '{entry}'"),
         }
     }
 
     fn event(&self, pid: Pid, event: &Event) {
         match event.kind {
             EventKind::YieldComplete => match &event.error {
-                None => eprintln!("event: {pid} completion {}: {:?}", event.tag, event.data),
-                Some(error) => eprintln!("event: {pid} completion {}: error {error}", event.tag),
+                None => line!("event: {pid} completion {}: {:?}", event.tag, event.data),
+                Some(error) => line!("event: {pid} completion {}: error {error}", event.tag),
             },
             EventKind::Message => {
-                eprintln!("event: {pid} message from {}: {:?}", event.from, event.data)
+                line!("event: {pid} message from {}: {:?}", event.from, event.data)
             }
-            EventKind::Cancel => eprintln!("event: {pid} cancel"),
+            EventKind::Cancel => line!("event: {pid} cancel"),
         }
     }
 
     fn yielded(&self, pid: Pid, y: &Yield) {
-        eprintln!("event: {pid} yield {}: {}", y.tag, command(&y.command));
+        line!("event: {pid} yield {}: {}", y.tag, command(&y.command));
     }
 
     fn finished(&self, pid: Pid, result: &ProcessResult) {
         match result {
-            Ok(payload) => eprintln!("event: {pid} finished: {payload:?}"),
-            Err(error) => eprintln!("event: {pid} failed: {error}"),
+            Ok(payload) => line!("event: {pid} finished: {payload:?}"),
+            Err(error) => line!("event: {pid} failed: {error}"),
         }
     }
 }

@@ -281,6 +281,20 @@ pub async fn flood(ctx: Ctx, count: u32) -> Result<Value, Error> {
     Ok(json!({ "sent": count }))
 }
 
+/// Logs `lines` lines in a single step.
+pub async fn chatter(ctx: Ctx, lines: u32) -> Result<u32, Error> {
+    for n in 0..lines {
+        ctx.log_with(wfguest::Level::Trace, "chatter", &[("n", &n)]);
+    }
+    Ok(lines)
+}
+
+/// Sleeps the wrong way: with the thread, not with the host's timer.
+pub async fn thread_sleep(_ctx: Ctx, millis: u64) -> Result<(), Error> {
+    std::thread::sleep(Duration::from_millis(millis));
+    Ok(())
+}
+
 wfguest::entry_points!(
     echo,
     fail,
@@ -308,5 +322,7 @@ wfguest::entry_points!(
     time_and_chance,
     fork,
     flood,
+    thread_sleep,
+    chatter,
     slow_start = wfguest::machine::<SlowStart>()
 );
