@@ -23,21 +23,45 @@ fn call(name: &str) -> Command {
     })
 }
 
-/// A scheduler whose `call` handler hands every completer to the test.
-fn with_gate(workers: usize) -> (Scheduler, Receiver<Completer>) {
+/// Hands the completer of every `call` to the returned channel.
+fn forward_calls(
+    builder: wfhost_scheduler::Builder,
+) -> (wfhost_scheduler::Builder, Receiver<Completer>) {
     let (tx, rx) = unbounded();
     let tx = Mutex::new(tx);
-    let scheduler = Scheduler::builder()
-        .workers(workers)
-        .handler(
-            CommandKind::Call,
-            move |req: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>| {
-                tx.lock().send(cx.completer(req.tag)).unwrap();
-            },
-        )
-        .build()
-        .unwrap();
-    (scheduler, rx)
+    let builder = builder.handler(
+        CommandKind::Call,
+        move |req: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>| {
+            tx.lock().send(cx.completer(req.tag)).unwrap();
+        },
+    );
+    (builder, rx)
+}
+
+/// A scheduler whose `call`s wait for the test to complete them.
+fn with_gate(workers: usize) -> (Scheduler, Receiver<Completer>) {
+    let (builder, rx) = forward_calls(Scheduler::builder().workers(workers));
+    (builder.build().unwrap(), rx)
+}
+
+/// A scheduler whose `call`s are completed by `threads` threads of their own, as a service on
+/// other threads would: completions race the steps. Join the threads after shutdown.
+fn with_echo_service(
+    builder: wfhost_scheduler::Builder,
+    threads: usize,
+) -> (Scheduler, Vec<std::thread::JoinHandle<()>>) {
+    let (builder, rx) = forward_calls(builder);
+    let completing = (0..threads)
+        .map(|_| {
+            let rx = rx.clone();
+            std::thread::spawn(move || {
+                for completer in rx {
+                    completer.complete(Ok(Payload::empty()));
+                }
+            })
+        })
+        .collect();
+    (builder.build().unwrap(), completing)
 }
 
 /// Occupies the only worker of a one-worker scheduler until `release` is called, so the test can
@@ -217,28 +241,7 @@ fn stampede_never_steps_one_process_twice_at_once() {
     const PER_PROCESS: u64 = (PRODUCERS * MESSAGES_EACH / PROCESSES) as u64;
     // Every message is answered by a yield that another thread completes, so completions race
     // the steps as well as messages.
-    let (completers_tx, completers_rx) = unbounded::<Completer>();
-    let completers_tx = Mutex::new(completers_tx);
-    let scheduler = Scheduler::builder()
-        .handler(
-            CommandKind::Call,
-            move |req: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>| {
-                completers_tx.lock().send(cx.completer(req.tag)).unwrap();
-            },
-        )
-        .build()
-        .unwrap();
-    let completing: Vec<_> = (0..2)
-        .map(|_| {
-            let rx = completers_rx.clone();
-            std::thread::spawn(move || {
-                for completer in rx {
-                    completer.complete(Ok(Payload::empty()));
-                }
-            })
-        })
-        .collect();
-    drop(completers_rx);
+    let (scheduler, completing) = with_echo_service(Scheduler::builder(), 2);
 
     let overlaps = Arc::new(AtomicU64::new(0));
     let (tx, rx) = unbounded();
@@ -307,28 +310,7 @@ fn a_million_completions_race_steps_without_a_lost_wakeup() {
     const PROCESSES: u64 = 1_000;
     const EACH: u64 = 1_000;
     const IN_FLIGHT: u64 = 8;
-    let (completers_tx, completers_rx) = unbounded::<Completer>();
-    let completers_tx = Mutex::new(completers_tx);
-    let scheduler = Scheduler::builder()
-        .handler(
-            CommandKind::Call,
-            move |req: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>| {
-                completers_tx.lock().send(cx.completer(req.tag)).unwrap();
-            },
-        )
-        .build()
-        .unwrap();
-    let completing: Vec<_> = (0..3)
-        .map(|_| {
-            let rx = completers_rx.clone();
-            std::thread::spawn(move || {
-                for completer in rx {
-                    completer.complete(Ok(Payload::empty()));
-                }
-            })
-        })
-        .collect();
-    drop(completers_rx);
+    let (scheduler, completing) = with_echo_service(Scheduler::builder(), 3);
 
     let (tx, rx) = unbounded();
     for _ in 0..PROCESSES {
