@@ -363,6 +363,9 @@ impl Host {
     }
 
     /// Processes that have not finished.
+    ///
+    /// A process is counted out before its result reaches anyone (a joining parent, a `wait`),
+    /// so once a result is in hand its process no longer counts here.
     pub fn live(&self) -> usize {
         self.scheduler.live()
     }

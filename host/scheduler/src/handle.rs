@@ -314,6 +314,9 @@ impl SchedulerHandle {
     }
 
     /// Processes that have not ended.
+    ///
+    /// A process is counted out before its result reaches anyone (a joining parent, a `wait`),
+    /// so once a result is in hand its process no longer counts here.
     pub fn live(&self) -> usize {
         self.shared.live.load(Ordering::Acquire)
     }

@@ -221,6 +221,14 @@ impl Shared {
                 self.table.remove(&slot.pid);
             }
         }
+        // Counted out before anyone hears of the exit, so whoever learns the result (a joining
+        // parent, `wait` on a handle) already sees the process gone from `live` and the counters.
+        // Still-running children keep `live` above zero, so a stop cannot complete under `orphan`.
+        self.bump(Counter::Completion);
+        if self.live.fetch_sub(1, Ordering::AcqRel) == 1 && self.stopping.load(Ordering::Acquire) {
+            let _guard = self.stop_signal.lock();
+            self.stop_condvar.notify_all();
+        }
         if let Some(result) = &result {
             for notice in notices {
                 self.notify_exit(notice, slot.pid, result);
@@ -228,11 +236,6 @@ impl Shared {
         }
         for child in children.into_values() {
             self.orphan(&child);
-        }
-        self.bump(Counter::Completion);
-        if self.live.fetch_sub(1, Ordering::AcqRel) == 1 && self.stopping.load(Ordering::Acquire) {
-            let _guard = self.stop_signal.lock();
-            self.stop_condvar.notify_all();
         }
     }
 

@@ -132,6 +132,27 @@ fn smoke_hundred_thousand_processes_sum_exactly() {
     assert_eq!(scheduler.live(), 0);
 }
 
+#[test]
+fn a_result_is_delivered_only_after_its_process_is_counted_out() {
+    // Whoever receives a result sees the process gone from `live` and counted in `completions`:
+    // a caller may assert on either right after `wait`.
+    const N: u64 = 5_000;
+    let scheduler = Scheduler::builder().workers(2).build().unwrap();
+    let (tx, rx) = unbounded();
+    for i in 0..N {
+        let process = Proc::new((), |_, env, _, out| {
+            out.status = Status::Done(env.input.clone());
+        });
+        scheduler
+            .spawn_with(Spawn::new(process, "echo", pc(&i)).notify(tx.clone()))
+            .unwrap();
+        let (_, result) = rx.recv().unwrap();
+        assert_eq!(de::<u64>(&result.unwrap()), i);
+        assert_eq!(scheduler.live(), 0, "after result {i}");
+        assert_eq!(scheduler.counters().completions, i + 1, "after result {i}");
+    }
+}
+
 /// A ring member: its first message names the next member; every later one is the token, carrying
 /// the hops still to go after this one.
 fn ring_member(finished: Sender<()>) -> Proc<(Option<Pid>, u64)> {
