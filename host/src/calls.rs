@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -64,12 +64,14 @@ pub(crate) struct Calls {
 }
 
 impl Calls {
-    /// Starts `threads` pool threads (none if no command is registered).
+    /// Starts `threads` pool threads (none if no command is registered), with room for `queue`
+    /// calls waiting for a thread.
     pub(crate) fn start(
         commands: HashMap<String, HostCommand>,
         threads: usize,
+        queue: usize,
     ) -> std::io::Result<Calls> {
-        let (sender, receiver) = crossbeam_channel::unbounded::<Job>();
+        let (sender, receiver) = crossbeam_channel::bounded::<Job>(queue);
         let stopping = Arc::new(AtomicBool::new(false));
         let count = if commands.is_empty() {
             0
@@ -158,12 +160,18 @@ impl Handler for Calls {
             input: call.input,
             completer: cx.completer(request.tag),
         };
+        // Never block a worker on a busy pool: a full queue refuses the call, and the workflow
+        // sees why.
         let refused = match self.jobs.lock().as_ref() {
-            Some(jobs) => jobs.send(job).err().map(|e| e.into_inner()),
-            None => Some(job),
+            Some(jobs) => match jobs.try_send(job) {
+                Ok(()) => None,
+                Err(TrySendError::Full(job)) => Some((job, queue_full(jobs.capacity()))),
+                Err(TrySendError::Disconnected(job)) => Some((job, shutting_down())),
+            },
+            None => Some((job, shutting_down())),
         };
-        if let Some(job) = refused {
-            job.completer.complete(Err(shutting_down()));
+        if let Some((job, error)) = refused {
+            job.completer.complete(Err(error));
         }
     }
 
@@ -175,6 +183,16 @@ impl Handler for Calls {
             let _ = thread.join();
         }
     }
+}
+
+fn queue_full(capacity: Option<usize>) -> CommandError {
+    CommandError::new(
+        ErrorKind::LimitReached,
+        format!(
+            "the host-command queue is full ({} calls wait for a thread); retry later",
+            capacity.unwrap_or(0)
+        ),
+    )
 }
 
 fn shutting_down() -> CommandError {

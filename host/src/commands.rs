@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use wfcontract::{Command, CommandError, ErrorKind, Payload};
-use wfhost_scheduler::{Context, Handler, Request, Spawn};
+use wfhost_scheduler::{Context, Error, Handler, Request, Spawn};
 
 use crate::host::Modules;
 use crate::wasm::{WasmProcess, WasmRuntime};
@@ -28,23 +28,20 @@ impl SpawnHandler {
         let module = request.module.ok_or_else(|| {
             invalid("spawn names no module, and the spawner is not a wasm process".into())
         })?;
-        let (name, compiled) = self
+        let loaded = self
             .modules
             .get(&module)
             .map_err(|e| invalid(e.message().to_string()))?;
-        if !compiled.info.has_entry(&request.entry) {
+        let info = &loaded.compiled.info;
+        if !info.has_entry(&request.entry) {
             return Err(invalid(
-                compiled
-                    .info
-                    .unknown_entry(&request.entry)
-                    .message()
-                    .to_string(),
+                info.unknown_entry(&request.entry).message().to_string(),
             ));
         }
-        let process = WasmProcess::new(Arc::clone(&self.wasm), compiled, name);
+        let process = WasmProcess::new(Arc::clone(&self.wasm), loaded);
         let pid = cx
             .spawn_child(Spawn::new(process, request.entry, request.input))
-            .map_err(|e| CommandError::new(ErrorKind::Unavailable, e.to_string()))?;
+            .map_err(Error::into_command_error)?;
         Payload::to_postcard(&pid).map_err(|e| CommandError::new(ErrorKind::Failed, e.to_string()))
     }
 }

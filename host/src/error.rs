@@ -11,12 +11,21 @@ pub enum ErrorKind {
     UnknownModule,
     /// The module has no entry point of that name.
     UnknownEntry,
-    /// The process trapped, panicked or exceeded a limit while running.
+    /// The process trapped or panicked (a guest panic traps), or its host-side handler panicked.
     Trap,
-    /// A configured limit was reached (live processes, a full mailbox, pooled instances).
+    /// A configured limit was reached: by a process (time, memory, yields, answer or payload
+    /// size, which fails it), or by a request (live processes, children, a full mailbox, payload
+    /// size, module size or compile time).
     Limit,
-    /// The process ran and failed.
+    /// The process answered something that does not follow the wfhost ABI.
+    BadOutput,
+    /// The process ran and reported failure (its entry point returned an error).
     Failed,
+    /// The process was ended from outside: it outlived its cancel grace period, was terminated,
+    /// or the host shut down under it.
+    Terminated,
+    /// The module is not allowed to do that: the host did not grant it.
+    NotAllowed,
     /// No process has that pid (it never existed or has finished).
     NoSuchProcess,
     /// The host is shutting down.
@@ -63,9 +72,26 @@ impl From<wfhost_scheduler::Error> for Error {
             wfhost_scheduler::Error::NoSuchProcess(_) => ErrorKind::NoSuchProcess,
             wfhost_scheduler::Error::ShuttingDown => ErrorKind::ShuttingDown,
             wfhost_scheduler::Error::TooManyProcesses(_)
+            | wfhost_scheduler::Error::TooManyChildren { .. }
             | wfhost_scheduler::Error::MailboxFull(_) => ErrorKind::Limit,
         };
         Error::new(kind, error.to_string())
+    }
+}
+
+impl From<wfhost_scheduler::ProcessError> for Error {
+    /// A process's failure, with its kind carried over.
+    fn from(error: wfhost_scheduler::ProcessError) -> Error {
+        use wfhost_scheduler::FailureKind;
+        let kind = match error.kind() {
+            FailureKind::Trap => ErrorKind::Trap,
+            FailureKind::Limit => ErrorKind::Limit,
+            FailureKind::BadOutput => ErrorKind::BadOutput,
+            FailureKind::Refused => ErrorKind::UnknownEntry,
+            FailureKind::Terminated => ErrorKind::Terminated,
+            _ => ErrorKind::Failed,
+        };
+        Error::new(kind, error.message())
     }
 }
 

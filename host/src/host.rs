@@ -15,6 +15,7 @@ use wfhost_scheduler::{
 use crate::calls::{CallInfo, Calls, HostCommand};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::grants::Grants;
 use crate::wasm::{Compiled, Limits, ModuleInfo, WasmProcess, WasmRuntime};
 
 /// How long a cancelled process may clean up before it is terminated, unless
@@ -31,6 +32,17 @@ pub const DEFAULT_MAX_PROCESSES: usize = 1_000_000;
 /// The most queued messages per process, unless [`HostBuilder::mailbox_limit`] says otherwise.
 pub const DEFAULT_MAILBOX_LIMIT: usize = 100_000;
 
+/// The most queued message bytes per process, unless [`HostBuilder::mailbox_bytes`] says
+/// otherwise.
+pub const DEFAULT_MAILBOX_BYTES: usize = 64 << 20;
+
+/// The most children per process, unless [`HostBuilder::max_children`] says otherwise.
+pub const DEFAULT_MAX_CHILDREN: usize = 10_000;
+
+/// The most host-command calls waiting for a thread, unless [`HostBuilder::call_queue`] says
+/// otherwise.
+pub const DEFAULT_CALL_QUEUE: usize = 10_000;
+
 /// Configures a [`Host`]. Every option has a default; see each method.
 pub struct HostBuilder {
     workers: Option<usize>,
@@ -44,6 +56,9 @@ pub struct HostBuilder {
     observer: Option<Arc<dyn Observer>>,
     max_processes: Option<usize>,
     mailbox_limit: Option<usize>,
+    mailbox_bytes: Option<usize>,
+    max_children: Option<usize>,
+    call_queue: usize,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -60,6 +75,9 @@ impl std::fmt::Debug for HostBuilder {
             .field("call_threads", &self.call_threads)
             .field("max_processes", &self.max_processes)
             .field("mailbox_limit", &self.mailbox_limit)
+            .field("mailbox_bytes", &self.mailbox_bytes)
+            .field("max_children", &self.max_children)
+            .field("call_queue", &self.call_queue)
             .finish_non_exhaustive()
     }
 }
@@ -78,6 +96,9 @@ impl Default for HostBuilder {
             observer: None,
             max_processes: Some(DEFAULT_MAX_PROCESSES),
             mailbox_limit: Some(DEFAULT_MAILBOX_LIMIT),
+            mailbox_bytes: Some(DEFAULT_MAILBOX_BYTES),
+            max_children: Some(DEFAULT_MAX_CHILDREN),
+            call_queue: DEFAULT_CALL_QUEUE,
         }
     }
 }
@@ -156,19 +177,44 @@ impl HostBuilder {
         self
     }
 
-    /// The most processes live at once; spawning more fails (for a guest, with an `unavailable`
-    /// error). `None`: no limit. Default: [`DEFAULT_MAX_PROCESSES`] (1,000,000).
+    /// How many host-command calls may wait for a free thread; a call beyond it completes with a
+    /// `limit-reached` error at once, so a flood of calls cannot exhaust the host's memory.
+    /// Default: [`DEFAULT_CALL_QUEUE`] (10,000).
+    pub fn call_queue(mut self, calls: usize) -> HostBuilder {
+        self.call_queue = calls;
+        self
+    }
+
+    /// The most processes live at once; spawning more fails (for a guest, with a
+    /// `limit-reached` error). `None`: no limit. Default: [`DEFAULT_MAX_PROCESSES`] (1,000,000).
+    /// CLI: `--max-processes`.
     pub fn max_processes(mut self, limit: Option<usize>) -> HostBuilder {
         self.max_processes = limit;
         self
     }
 
-    /// The most messages a process's mailbox holds; a send beyond it fails (for a guest, with an
-    /// `unavailable` error), so a fast sender cannot exhaust the host's memory through a slow
+    /// The most messages a process's mailbox holds; a send beyond it fails (for a guest, with a
+    /// `mailbox-full` error), so a fast sender cannot exhaust the host's memory through a slow
     /// receiver. Cancels and completions are never refused. `None`: no limit. Default:
-    /// [`DEFAULT_MAILBOX_LIMIT`] (100,000).
+    /// [`DEFAULT_MAILBOX_LIMIT`] (100,000). CLI: `--mailbox-limit`.
     pub fn mailbox_limit(mut self, messages: Option<usize>) -> HostBuilder {
         self.mailbox_limit = messages;
+        self
+    }
+
+    /// The most payload bytes a process's mailbox holds, summed over its queued messages; a send
+    /// beyond it fails as with [`mailbox_limit`](Self::mailbox_limit). `None`: no limit.
+    /// Default: [`DEFAULT_MAILBOX_BYTES`] (64 MiB). CLI: `--mailbox-bytes`.
+    pub fn mailbox_bytes(mut self, bytes: Option<usize>) -> HostBuilder {
+        self.mailbox_bytes = bytes;
+        self
+    }
+
+    /// The most children one process may have at once (running, or finished and not yet joined);
+    /// a spawn beyond it completes with a `limit-reached` error, so a spawn bomb stops there.
+    /// `None`: no limit. Default: [`DEFAULT_MAX_CHILDREN`] (10,000). CLI: `--max-children`.
+    pub fn max_children(mut self, limit: Option<usize>) -> HostBuilder {
+        self.max_children = limit;
         self
     }
 
@@ -191,16 +237,25 @@ impl HostBuilder {
                 "call_threads must be at least 1 when commands are registered".into(),
             ));
         }
+        if self.call_queue == 0 && !self.commands.is_empty() {
+            return Err(config(
+                "call_queue must be at least 1 when commands are registered".into(),
+            ));
+        }
+        let stack = self.limits.worker_stack_bytes();
         let wasm = Arc::new(WasmRuntime::new(self.limits, self.pooling)?);
         let modules = Arc::new(Modules::default());
-        let calls = Calls::start(self.commands, self.call_threads)
+        let calls = Calls::start(self.commands, self.call_threads, self.call_queue)
             .map_err(|e| config(format!("could not start the host-command threads: {e}")))?;
         let mut scheduler = Scheduler::builder()
             .budget(self.budget)
             .thread_name("wfhost-worker")
             .cancel_grace(self.cancel_grace)
             .max_processes(self.max_processes)
-            .mailbox_limit(self.mailbox_limit);
+            .mailbox_limit(self.mailbox_limit)
+            .mailbox_bytes(self.mailbox_bytes)
+            .max_children(self.max_children)
+            .stack_size(Some(stack));
         if let Some(workers) = self.workers {
             scheduler = scheduler.workers(workers);
         }
@@ -225,8 +280,13 @@ impl HostBuilder {
     }
 }
 
-/// A loaded module: the name it was loaded under, and its compiled form.
-type Loaded = (Arc<str>, Arc<Compiled>);
+/// A loaded module: the name it was loaded under, its compiled form, and what it may do.
+#[derive(Clone)]
+pub(crate) struct Loaded {
+    pub(crate) name: Arc<str>,
+    pub(crate) compiled: Arc<Compiled>,
+    pub(crate) grants: Arc<Grants>,
+}
 
 /// Modules loaded into a host, by name.
 #[derive(Default)]
@@ -300,7 +360,7 @@ impl Run {
 }
 
 fn failed(error: wfhost_scheduler::ProcessError) -> Error {
-    Error::new(ErrorKind::Failed, error.message())
+    Error::from(error)
 }
 
 impl Host {
@@ -310,8 +370,25 @@ impl Host {
     }
 
     /// Loads the module at `path` under `name` (replacing any module of that name for processes
-    /// spawned from now on). Compiles it unless an identical module is already compiled.
+    /// spawned from now on), with the default [`Grants`]: every built-in command, no host
+    /// command. Compiles it unless an identical module is already compiled.
     pub fn load_module(&self, name: &str, path: impl AsRef<Path>) -> Result<ModuleInfo> {
+        self.load_module_with(name, path, Grants::default())
+    }
+
+    /// Loads a module from its bytes under `name`, with the default [`Grants`].
+    pub fn load_module_bytes(&self, name: &str, bytes: &[u8]) -> Result<ModuleInfo> {
+        self.load_module_bytes_with(name, bytes, Grants::default())
+    }
+
+    /// Loads the module at `path` under `name`; its processes may use the commands `grants`
+    /// allows (a child spawned from it runs with its own module's grants).
+    pub fn load_module_with(
+        &self,
+        name: &str,
+        path: impl AsRef<Path>,
+        grants: Grants,
+    ) -> Result<ModuleInfo> {
         let path = path.as_ref();
         let bytes = std::fs::read(path).map_err(|e| {
             Error::new(
@@ -319,33 +396,43 @@ impl Host {
                 format!("cannot read module {}: {e}", path.display()),
             )
         })?;
-        self.load_module_bytes(name, &bytes)
+        self.load_module_bytes_with(name, &bytes, grants)
             .map_err(|e| Error::new(e.kind(), format!("{}: {}", path.display(), e.message())))
     }
 
-    /// Loads a module from its bytes under `name`.
-    pub fn load_module_bytes(&self, name: &str, bytes: &[u8]) -> Result<ModuleInfo> {
+    /// Loads a module from its bytes under `name`, with `grants`.
+    pub fn load_module_bytes_with(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        grants: Grants,
+    ) -> Result<ModuleInfo> {
         let compiled = self.wasm.compile(bytes)?;
         let info = compiled.info.clone();
-        self.modules
-            .by_name
-            .write()
-            .insert(name.to_string(), (Arc::from(name), compiled));
+        self.modules.by_name.write().insert(
+            name.to_string(),
+            Loaded {
+                name: Arc::from(name),
+                compiled,
+                grants: Arc::new(grants),
+            },
+        );
         Ok(info)
     }
 
     /// What the module loaded under `name` declares.
     pub fn module_info(&self, name: &str) -> Result<ModuleInfo> {
-        Ok(self.modules.get(name)?.1.info.clone())
+        Ok(self.modules.get(name)?.compiled.info.clone())
     }
 
     /// Starts entry point `entry` of module `module` with `input`.
     pub fn spawn(&self, module: &str, entry: &str, input: Payload) -> Result<Run> {
-        let (name, compiled) = self.modules.get(module)?;
-        if !compiled.info.has_entry(entry) {
-            return Err(compiled.info.unknown_entry(entry));
+        let loaded = self.modules.get(module)?;
+        if !loaded.compiled.info.has_entry(entry) {
+            return Err(loaded.compiled.info.unknown_entry(entry));
         }
-        let process = WasmProcess::new(Arc::clone(&self.wasm), compiled, name);
+        self.check_payload("the input", &input)?;
+        let process = WasmProcess::new(Arc::clone(&self.wasm), loaded);
         let handle = self
             .scheduler
             .spawn_handle_with(Spawn::new(process, entry, input))?;
@@ -354,7 +441,23 @@ impl Host {
 
     /// Sends `message` to process `pid` (from the host, [`Pid::HOST`]).
     pub fn send(&self, pid: Pid, message: Payload) -> Result<()> {
+        self.check_payload("the message", &message)?;
         Ok(self.scheduler.send(pid, message)?)
+    }
+
+    fn check_payload(&self, what: &str, payload: &Payload) -> Result<()> {
+        let limit = self.wasm.limits.max_payload_bytes;
+        if payload.bytes.len() > limit {
+            return Err(Error::new(
+                ErrorKind::Limit,
+                format!(
+                    "{what} is {} bytes, more than the payload limit of {limit} \
+                     (Limits::max_payload_bytes, --max-payload)",
+                    payload.bytes.len()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Asks process `pid` to stop: a cancel, delivered ahead of its queued messages.

@@ -26,28 +26,35 @@
 //! `wfhost build` does.
 //!
 //! The sandbox holds for code nobody trusts: a module may import only WASI preview 1, which is
-//! linked with no files, no environment and no arguments; memory and the length of each step are
-//! capped ([`Limits`]); a trap, a panic or a runaway step fails that process only.
+//! linked with no files, no environment and no arguments; what it may ask the host to do is decided
+//! by its [`Grants`] (every built-in, no host command, unless the embedder says otherwise); memory,
+//! time, stack, yields and payload sizes are capped ([`Limits`], and the host-wide limits on
+//! [`HostBuilder`]); a trap, a panic or a runaway step fails that process only, with an
+//! [`ErrorKind`] saying which. `SECURITY.md` in the repository has the threat model.
 #![deny(missing_docs)]
 
 pub mod build;
 mod calls;
 mod commands;
 mod error;
+mod grants;
 mod host;
 mod wasm;
 
 pub use calls::CallInfo;
 pub use error::{Error, ErrorKind, Result};
+pub use grants::Grants;
 pub use host::{
-    Host, HostBuilder, Run, DEFAULT_CALL_THREADS, DEFAULT_CANCEL_GRACE, DEFAULT_MAILBOX_LIMIT,
-    DEFAULT_MAX_PROCESSES,
+    Host, HostBuilder, Run, DEFAULT_CALL_QUEUE, DEFAULT_CALL_THREADS, DEFAULT_CANCEL_GRACE,
+    DEFAULT_MAILBOX_BYTES, DEFAULT_MAILBOX_LIMIT, DEFAULT_MAX_CHILDREN, DEFAULT_MAX_PROCESSES,
 };
 pub use wasm::{Limits, ModuleInfo};
 pub use wfcontract as contract;
-pub use wfcontract::{CommandError, Encoding, ErrorKind as CommandErrorKind, Payload, Pid};
+pub use wfcontract::{
+    CommandError, CommandKind, Encoding, ErrorKind as CommandErrorKind, Payload, Pid,
+};
 pub use wfhost_scheduler as scheduler;
-pub use wfhost_scheduler::ShutdownReport;
+pub use wfhost_scheduler::{FailureKind, ShutdownReport};
 
 /// Hooks for the benchmarks. Not a stable API.
 #[doc(hidden)]

@@ -132,13 +132,25 @@ fn a_guest_cannot_sleep_on_the_worker_thread() {
 
 #[test]
 fn memory_beyond_the_limit_is_refused() {
-    let within = run(&["run", PROBE, "hog", "--input", "4", "--max-memory", "16"]);
+    let within = run(&["run", PROBE, "hog", "--input", "4", "--max-memory", "16MiB"]);
     assert_eq!(stdout(&within), "4\n", "{}", stderr(&within));
-    let beyond = run(&["run", PROBE, "hog", "--input", "64", "--max-memory", "16"]);
+    let beyond = run(&[
+        "run",
+        PROBE,
+        "hog",
+        "--input",
+        "64",
+        "--max-memory",
+        "16MiB",
+    ]);
     assert_eq!(beyond.status.code(), Some(1));
     let err = stderr(&beyond);
     assert!(
-        err.contains("process <1> (entry point 'hog') trapped"),
+        err.contains(
+            "process <1> (entry point 'hog') ran out of memory: it asked to grow its memory to \
+             66688 KiB, past the limit of 16 MiB (Limits::max_memory_bytes, --max-memory), and then \
+             trapped"
+        ),
         "{err}"
     );
     assert!(
@@ -412,11 +424,34 @@ fn usage_errors_exit_two_and_help_explains() {
 }
 
 #[test]
-fn an_unknown_command_is_an_error_the_workflow_sees() {
+fn a_host_command_not_granted_is_an_error_the_workflow_sees() {
+    // The CLI registers no host commands and grants none.
     let output = run(&["run", PROBE, "unknown_command"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let seen: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
-    assert_eq!(seen["kind"], "unknown-command");
+    assert_eq!(seen["kind"], "not-allowed");
+}
+
+#[test]
+fn a_denied_builtin_is_an_error_the_workflow_sees() {
+    let output = run(&[
+        "run",
+        PROBE,
+        "supervise",
+        "--input",
+        r#"[null, "echo", 1]"#,
+        "--deny",
+        "spawn",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let seen: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(
+        seen,
+        serde_json::json!({
+            "error": "not-allowed",
+            "message": "this module may not use the 'spawn' command: the host did not grant it (not-allowed)"
+        })
+    );
 }
 
 #[test]

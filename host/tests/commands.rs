@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use wfhost::{CommandError, CommandErrorKind, Host, Payload};
+use wfhost::{CommandError, CommandErrorKind, CommandKind, Grants, Host, Payload};
 use wfhost_test_programs::{FANOUT, HELLO, ORDER, PROBE, RING};
 
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -19,7 +19,12 @@ fn host_with(builder: wfhost::HostBuilder) -> Host {
         ("ring", RING),
         ("fanout", FANOUT),
     ] {
-        host.load_module(name, path).unwrap();
+        // The probe is trusted with every host command; grants have their own test below.
+        let grants = match name {
+            "probe" => Grants::default().allow_all_commands(),
+            _ => Grants::default(),
+        };
+        host.load_module_with(name, path, grants).unwrap();
     }
     host
 }
@@ -309,6 +314,48 @@ fn host_commands_run_off_the_workers_and_answer_the_guest() {
 }
 
 #[test]
+fn a_module_uses_only_the_commands_it_was_granted() {
+    let host = host_with(
+        Host::builder()
+            .command("math.double", |n: i64| Ok::<_, String>(n * 2))
+            .command("math.half", |n: i64| Ok::<_, String>(n / 2)),
+    );
+    host.load_module("default", PROBE).unwrap();
+    host.load_module_with(
+        "doubler",
+        PROBE,
+        Grants::default()
+            .allow_command("math.double")
+            .deny(CommandKind::Spawn),
+    )
+    .unwrap();
+    let refused = run(&host, "default", "call", json!(["math.double", 2])).unwrap();
+    assert_eq!(refused["error"], "not-allowed");
+    assert_eq!(
+        refused["message"],
+        "this module may not call host command 'math.double': the host did not grant it (it grants none) (not-allowed)"
+    );
+    let granted = run(&host, "doubler", "call", json!(["math.double", 2])).unwrap();
+    assert_eq!(granted, json!({ "ok": 4 }));
+    let other = run(&host, "doubler", "call", json!(["math.half", 2])).unwrap();
+    assert_eq!(
+        other["message"],
+        "this module may not call host command 'math.half': the host did not grant it (it grants math.double) (not-allowed)"
+    );
+    // A denied built-in: the spawn never happens, so nothing but the parent ever ran.
+    let spawns = host.counters().spawns;
+    let no_child = run(
+        &host,
+        "doubler",
+        "supervise",
+        json!(["hello", "greet", "x"]),
+    )
+    .unwrap();
+    assert_eq!(no_child["error"], "not-allowed");
+    assert_eq!(host.counters().spawns, spawns + 1);
+}
+
+#[test]
 fn a_panicking_host_command_fails_the_call_not_the_host() {
     let host = host_with(
         Host::builder().command("boom", |_: Value| -> Result<Value, CommandError> {
@@ -356,10 +403,10 @@ fn a_guest_that_spawns_without_end_hits_the_process_limit() {
     let outcome = run(&host, "probe", "fork", json!(1_000)).unwrap();
     // The forking process itself counts: 19 children fit beside it.
     assert_eq!(outcome["children"], 19);
-    assert_eq!(outcome["refused"]["error"], "unavailable");
+    assert_eq!(outcome["refused"]["error"], "limit-reached");
     assert_eq!(
         outcome["refused"]["message"],
-        "the host already runs its limit of 20 processes; try again when some have finished (unavailable)"
+        "the host already runs its limit of 20 processes; try again when some have finished (limit-reached)"
     );
     // The children ignore the cancel their parent's exit sent them: close them now.
     let report = host.shutdown(Duration::from_millis(50));
@@ -371,6 +418,63 @@ fn a_sender_that_outpaces_its_receiver_hits_the_mailbox_limit() {
     let host = host_with(Host::builder().mailbox_limit(Some(100)));
     let outcome = run(&host, "probe", "flood", json!(1_000)).unwrap();
     assert_eq!(outcome["sent"], 100);
-    assert_eq!(outcome["refused"]["error"], "unavailable");
+    assert_eq!(outcome["refused"]["error"], "mailbox-full");
     host.shutdown(Duration::from_millis(50));
+}
+
+#[test]
+fn the_mailbox_also_counts_bytes() {
+    // Each message is a JSON number of 1 to 3 bytes: 0..=9 take 10 bytes, 10..=99 take 180.
+    let host = host_with(Host::builder().mailbox_bytes(Some(190)));
+    let outcome = run(&host, "probe", "flood", json!(1_000)).unwrap();
+    assert_eq!(outcome["sent"], 100);
+    assert_eq!(outcome["refused"]["error"], "mailbox-full");
+    host.shutdown(Duration::from_millis(50));
+}
+
+#[test]
+fn a_process_may_have_only_so_many_children() {
+    let host = host_with(Host::builder().max_children(Some(5)));
+    let outcome = run(&host, "probe", "fork", json!(1_000)).unwrap();
+    assert_eq!(outcome["children"], 5);
+    assert_eq!(outcome["refused"]["error"], "limit-reached");
+    let message = outcome["refused"]["message"].as_str().unwrap();
+    assert!(
+        message.ends_with(
+            "already has its limit of 5 children (running, or finished and not yet joined); join \
+             or cancel some first (limit-reached)"
+        ),
+        "{message}"
+    );
+    let report = host.shutdown(Duration::from_millis(50));
+    assert_eq!(report.closed, 5);
+}
+
+#[test]
+fn oversized_payloads_are_refused_where_they_enter() {
+    let limits = wfhost::Limits {
+        max_payload_bytes: 200,
+        ..wfhost::Limits::default()
+    };
+    let host = host_with(Host::builder().limits(limits));
+    let big = Payload::to_json(&"x".repeat(300)).unwrap();
+    let err = host.spawn("probe", "echo", big.clone()).unwrap_err();
+    assert_eq!(err.kind(), wfhost::ErrorKind::Limit);
+    assert_eq!(
+        err.message(),
+        "the input is 302 bytes, more than the payload limit of 200 (Limits::max_payload_bytes, --max-payload)"
+    );
+    let waiting = host
+        .spawn("probe", "wait_message", Payload::to_json(&60_000).unwrap())
+        .unwrap();
+    let err = host.send(waiting.pid(), big).unwrap_err();
+    assert_eq!(err.kind(), wfhost::ErrorKind::Limit);
+    // A guest's oversized message completes with an error it sees.
+    let outcome = run(&host, "probe", "call_sized", json!(["nothing", 300])).unwrap();
+    assert_eq!(outcome["error"], "limit-reached");
+    assert_eq!(
+        outcome["message"],
+        "the host command's input is 302 bytes, more than the payload limit of 200 (Limits::max_payload_bytes, --max-payload) (limit-reached)"
+    );
+    host.cancel(waiting.pid()).unwrap();
 }

@@ -124,15 +124,18 @@ fn one_failing_process_does_not_disturb_the_others() {
             .contains("ran longer than the step time limit of 300ms"),
         "{err}"
     );
-    assert_eq!(err.kind(), ErrorKind::Failed);
+    assert_eq!(err.kind(), ErrorKind::Limit);
     let err = panic.wait_timeout(PATIENCE).unwrap().unwrap_err();
     assert!(
         err.message().contains("(entry point 'panic') panicked: no"),
         "{err}"
     );
+    assert_eq!(err.kind(), ErrorKind::Trap);
     let err = hog.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Limit);
     assert!(
-        err.message().contains("(entry point 'hog') trapped"),
+        err.message()
+            .contains("(entry point 'hog') ran out of memory"),
         "{err}"
     );
     let ok = fine.wait_timeout(PATIENCE).unwrap().unwrap();
@@ -149,10 +152,12 @@ fn one_failing_process_does_not_disturb_the_others() {
     let err = beyond.wait_timeout(PATIENCE).unwrap().unwrap_err();
     assert!(
         err.message().ends_with(
-            "(entry point 'chatter') yielded 10001 commands in one step, more than the limit of 10000"
+            "(entry point 'chatter') yielded 10001 commands in one step, more than the limit of 10000 \
+             (Limits::max_yields_per_step, --max-yields)"
         ),
         "{err}"
     );
+    assert_eq!(err.kind(), ErrorKind::Limit);
 }
 
 #[test]

@@ -7,13 +7,16 @@
 //! |---|---|---|
 //! | [`EXPORT_RESERVE`] | `(len: i32) -> i32` | returns a guest pointer with room for `len` bytes of input |
 //! | [`EXPORT_INIT`] | `(len: i32) -> i64` | reads an [`InitRequest`](crate::InitRequest) from that buffer, answers an [`InitResponse`] |
-//! | [`EXPORT_STEP`] | `(len: i32) -> i64` | reads a `Vec<Event>` from that buffer, answers a [`StepOutput`](crate::StepOutput) |
+//! | [`EXPORT_STEP`] | `(len: i32) -> i64` | reads a `Vec<Event>` from that buffer, answers a [`StepOutput`] |
 //! | [`EXPORT_PANIC_MESSAGE`] | `() -> i64` | after a trap, the guest's last panic message (UTF-8), or `(0, 0)` |
 //!
 //! Answers are returned as [`pack`]ed `(pointer, length)` pairs pointing into guest memory, valid
 //! until the next call into the guest.
 
 use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::{Status, StepOutput, Yield};
 
 /// The version of the host/guest ABI. A host runs only modules that declare this version.
 ///
@@ -44,6 +47,53 @@ pub const fn unpack(packed: u64) -> (u32, u32) {
     ((packed >> 32) as u32, packed as u32)
 }
 
+/// Why a guest's step answer was refused by [`decode_step_output`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The bytes are not a postcard-encoded [`StepOutput`].
+    #[error("malformed answer ({0})")]
+    Malformed(postcard::Error),
+    /// The answer announces more yields than the caller allows.
+    #[error("yielded {count} commands in one step, more than the limit of {limit}")]
+    TooManyYields {
+        /// Yields announced.
+        count: u64,
+        /// The most allowed.
+        limit: usize,
+    },
+    /// Bytes are left over after the answer.
+    #[error("malformed answer ({0} bytes left over after it)")]
+    TrailingBytes(usize),
+}
+
+/// Decodes a guest's step answer, refusing more than `max_yields` yields before decoding any, so
+/// that a small answer cannot make the host build millions of values. Never panics, whatever the
+/// bytes (this is the decoder the fuzz target in `fuzz/` exercises).
+pub fn decode_step_output(bytes: &[u8], max_yields: usize) -> Result<StepOutput, DecodeError> {
+    let (status, rest) =
+        postcard::take_from_bytes::<Status>(bytes).map_err(DecodeError::Malformed)?;
+    // A sequence's length is a varint, as a u64 is.
+    let (count, mut rest) =
+        postcard::take_from_bytes::<u64>(rest).map_err(DecodeError::Malformed)?;
+    if count > max_yields as u64 {
+        return Err(DecodeError::TooManyYields {
+            count,
+            limit: max_yields,
+        });
+    }
+    // Every yield takes at least two bytes, so the count cannot reserve more than the input backs.
+    let mut yields = Vec::with_capacity((count as usize).min(rest.len() / 2));
+    for _ in 0..count {
+        let (y, left) = postcard::take_from_bytes::<Yield>(rest).map_err(DecodeError::Malformed)?;
+        yields.push(y);
+        rest = left;
+    }
+    if !rest.is_empty() {
+        return Err(DecodeError::TrailingBytes(rest.len()));
+    }
+    Ok(StepOutput { status, yields })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +105,28 @@ mod tests {
             (0xdead_beef, 0x1234_5678)
         );
         assert_eq!(unpack(pack(0, u32::MAX)), (0, u32::MAX));
+    }
+
+    #[test]
+    fn step_output_decodes_within_its_yield_limit() {
+        let mut out = StepOutput::new();
+        out.push(crate::Tag(1), crate::Command::Now);
+        out.push(crate::Tag(2), crate::Command::Random);
+        let bytes = postcard::to_allocvec(&out).unwrap();
+        assert_eq!(decode_step_output(&bytes, 2), Ok(out));
+        assert_eq!(
+            decode_step_output(&bytes, 1),
+            Err(DecodeError::TooManyYields { count: 2, limit: 1 })
+        );
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(
+            decode_step_output(&longer, 2),
+            Err(DecodeError::TrailingBytes(1))
+        );
+        assert!(matches!(
+            decode_step_output(&bytes[..bytes.len() - 1], 2),
+            Err(DecodeError::Malformed(_))
+        ));
     }
 }

@@ -93,8 +93,16 @@ pub enum ErrorKind {
     Failed,
     /// The command's arguments were unusable (unknown entry point, unknown module, bad input).
     InvalidInput,
-    /// The host cannot take the command now (shutting down, or a limit is reached).
+    /// The host cannot take the command now (it is shutting down).
     Unavailable,
+    /// The receiver's mailbox holds as many messages (or bytes) as it may; the receiver is not
+    /// keeping up. Retry later, or send less.
+    MailboxFull,
+    /// The module is not allowed to use this command: the host did not grant it.
+    NotAllowed,
+    /// A configured limit refused the command: live processes per host, children per process,
+    /// or the size of a payload.
+    LimitReached,
 }
 
 impl ErrorKind {
@@ -108,6 +116,9 @@ impl ErrorKind {
             ErrorKind::Failed => "failed",
             ErrorKind::InvalidInput => "invalid-input",
             ErrorKind::Unavailable => "unavailable",
+            ErrorKind::MailboxFull => "mailbox-full",
+            ErrorKind::NotAllowed => "not-allowed",
+            ErrorKind::LimitReached => "limit-reached",
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::json;
-use wfhost::{Host, Payload};
+use wfhost::{Grants, Host, Payload};
 
 /// What the order workflow asks the inventory for.
 #[derive(Deserialize)]
@@ -42,7 +42,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Ok(format!("{left} left"))
         })
         .build()?;
-    host.load_module("order", &module)?;
+    // A module may call only the host commands it is granted.
+    host.load_module_with(
+        "order",
+        &module,
+        Grants::default().allow_command("inventory.reserve"),
+    )?;
 
     // Two orders: the inventory can serve the first; the second finds too little stock, so the
     // saga stops at its first step and has nothing to compensate.

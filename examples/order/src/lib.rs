@@ -2,8 +2,8 @@
 //! "activity" entry point); when a step fails, the steps already done are compensated in reverse
 //! order. The input can ask a step to fail, to show the compensating path.
 //!
-//! `reserve_stock` uses the host command `inventory.reserve` when the host registered one (as
-//! `examples/embed` does) and otherwise simulates the reservation.
+//! `reserve_stock` uses the host command `inventory.reserve` when the host registered one and
+//! granted it to this module (as `examples/embed` does), and otherwise simulates the reservation.
 
 use std::time::Duration;
 
@@ -131,8 +131,13 @@ pub async fn reserve_stock(ctx: Ctx, activity: Activity) -> Result<String, Error
     };
     match ctx.call::<_, String>("inventory.reserve", &request).await {
         Ok(reservation) => Ok(format!("reserved {} ({reservation})", order.quantity)),
-        Err(error) if error.kind() == Some(ErrorKind::UnknownCommand) => {
-            ctx.info("no inventory service registered; simulating the reservation");
+        Err(error)
+            if matches!(
+                error.kind(),
+                Some(ErrorKind::UnknownCommand | ErrorKind::NotAllowed)
+            ) =>
+        {
+            ctx.info("no inventory service for this workflow; simulating the reservation");
             Ok(format!("reserved {} (simulated)", order.quantity))
         }
         Err(error) => Err(error),

@@ -7,6 +7,7 @@ use wfcontract::CommandKind;
 
 use crate::builtin;
 use crate::dispatch::{Handler, Handlers};
+use crate::inbox::MailboxLimit;
 use crate::observe::Observer;
 use crate::scheduler::Scheduler;
 
@@ -24,6 +25,18 @@ pub(crate) struct Config {
     pub(crate) cancel_grace: Option<Duration>,
     pub(crate) max_processes: Option<usize>,
     pub(crate) mailbox_limit: Option<usize>,
+    pub(crate) mailbox_bytes: Option<usize>,
+    pub(crate) max_children: Option<usize>,
+    pub(crate) stack_size: Option<usize>,
+}
+
+impl Config {
+    pub(crate) fn mailbox(&self) -> MailboxLimit {
+        MailboxLimit {
+            messages: self.mailbox_limit.unwrap_or(usize::MAX),
+            bytes: self.mailbox_bytes.unwrap_or(usize::MAX),
+        }
+    }
 }
 
 /// Configures and starts a [`Scheduler`].
@@ -75,6 +88,9 @@ impl Builder {
                 cancel_grace: None,
                 max_processes: None,
                 mailbox_limit: None,
+                mailbox_bytes: None,
+                max_children: None,
+                stack_size: None,
             },
             handlers,
             observer: None,
@@ -100,6 +116,13 @@ impl Builder {
         self
     }
 
+    /// The stack size of each worker thread, in bytes: processes run on it. Default: `None`, the
+    /// platform's default for spawned threads (2 MiB for Rust).
+    pub fn stack_size(mut self, bytes: Option<usize>) -> Builder {
+        self.config.stack_size = bytes;
+        self
+    }
+
     /// How long a cancelled process may keep running (to clean up) before it is terminated: it then
     /// fails without another step. Default: `None`, never terminated.
     pub fn cancel_grace(mut self, grace: Option<Duration>) -> Builder {
@@ -119,6 +142,23 @@ impl Builder {
     /// refused. Default: `None`, no limit.
     pub fn mailbox_limit(mut self, messages: Option<usize>) -> Builder {
         self.config.mailbox_limit = messages;
+        self
+    }
+
+    /// The most payload bytes a process's mailbox holds, summed over its queued messages; sending
+    /// more fails with [`Error::MailboxFull`](crate::Error::MailboxFull). Default: `None`, no limit.
+    pub fn mailbox_bytes(mut self, bytes: Option<usize>) -> Builder {
+        self.config.mailbox_bytes = bytes;
+        self
+    }
+
+    /// The most children a process may have at once: running ones, and finished ones whose result
+    /// is kept for a join that has not happened yet. Spawning more fails with
+    /// [`Error::TooManyChildren`](crate::Error::TooManyChildren); joining or cancelling children
+    /// makes room. Processes spawned from outside (no parent) are bounded by
+    /// [`max_processes`](Self::max_processes) only. Default: `None`, no limit.
+    pub fn max_children(mut self, limit: Option<usize>) -> Builder {
+        self.config.max_children = limit;
         self
     }
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use wfcontract::{Command, CommandError, CommandKind, ErrorKind, Level, LogRecord, Payload};
+use wfcontract::{Command, CommandKind, Level, LogRecord, Payload};
 
 use crate::dispatch::{Context, Handlers, Request};
 use crate::handle::Error;
@@ -17,22 +17,14 @@ pub(crate) fn register(handlers: &mut Handlers) {
     handlers.set(CommandKind::Join, Arc::new(join));
 }
 
-fn to_command_error(error: Error) -> CommandError {
-    let kind = match error {
-        Error::NoSuchProcess(_) => ErrorKind::NoSuchProcess,
-        Error::ShuttingDown | Error::TooManyProcesses(_) | Error::MailboxFull(_) => {
-            ErrorKind::Unavailable
-        }
-    };
-    CommandError::new(kind, error.to_string())
-}
-
 fn send(request: Request, cx: &Context<'_>) {
     if let Command::Send(send) = request.command {
         let result = cx.scheduler().send_from(cx.pid(), send.to, send.message);
         cx.complete(
             request.tag,
-            result.map(|()| Payload::empty()).map_err(to_command_error),
+            result
+                .map(|()| Payload::empty())
+                .map_err(Error::into_command_error),
         );
     }
 }
@@ -42,7 +34,9 @@ fn cancel(request: Request, cx: &Context<'_>) {
         let result = cx.scheduler().cancel(pid);
         cx.complete(
             request.tag,
-            result.map(|()| Payload::empty()).map_err(to_command_error),
+            result
+                .map(|()| Payload::empty())
+                .map_err(Error::into_command_error),
         );
     }
 }

@@ -26,9 +26,36 @@ pub enum Error {
     /// The scheduler already runs as many processes as it may.
     #[error("the host already runs its limit of {0} processes; try again when some have finished")]
     TooManyProcesses(usize),
-    /// The receiver's mailbox holds as many messages as it may.
-    #[error("the mailbox of process {0} is full; the receiver is not keeping up")]
+    /// The receiver's mailbox holds as many messages (or bytes) as it may.
+    #[error(
+        "the mailbox of process {0} is full (its message or byte limit); the receiver is not \
+         keeping up"
+    )]
     MailboxFull(Pid),
+    /// The spawning process already has as many children as it may.
+    #[error(
+        "process {parent} already has its limit of {limit} children (running, or finished and \
+         not yet joined); join or cancel some first"
+    )]
+    TooManyChildren {
+        /// The would-be parent.
+        parent: Pid,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+impl Error {
+    /// The error a process sees when its command failed this way.
+    pub fn into_command_error(self) -> CommandError {
+        let kind = match self {
+            Error::NoSuchProcess(_) => ErrorKind::NoSuchProcess,
+            Error::ShuttingDown => ErrorKind::Unavailable,
+            Error::MailboxFull(_) => ErrorKind::MailboxFull,
+            Error::TooManyProcesses(_) | Error::TooManyChildren { .. } => ErrorKind::LimitReached,
+        };
+        CommandError::new(kind, self.to_string())
+    }
 }
 
 /// A cheap, cloneable reference to a running scheduler.

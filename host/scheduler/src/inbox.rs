@@ -21,7 +21,8 @@ use wfcontract::{Event, EventKind};
 pub(crate) enum Refused {
     /// The process has finished; its inbox accepts nothing more.
     Closed,
-    /// The mailbox holds its limit of messages (cancels and completions are never refused so).
+    /// The mailbox holds its limit of messages or bytes (cancels and completions are never
+    /// refused so).
     Full,
 }
 
@@ -34,26 +35,44 @@ pub(crate) struct Inbox {
     terminate: Option<String>,
     /// Set once, when the process finishes; pushes fail from then on.
     closed: bool,
-    /// The most messages the mailbox holds.
-    mailbox_limit: usize,
+    /// The size of the payloads in the mailbox.
+    mailbox_bytes: usize,
+    limit: MailboxLimit,
+}
+
+/// How much a mailbox may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MailboxLimit {
+    /// The most messages.
+    pub(crate) messages: usize,
+    /// The most payload bytes, summed over the queued messages.
+    pub(crate) bytes: usize,
+}
+
+impl MailboxLimit {
+    pub(crate) const NONE: MailboxLimit = MailboxLimit {
+        messages: usize::MAX,
+        bytes: usize::MAX,
+    };
 }
 
 impl Default for Inbox {
     fn default() -> Self {
-        Inbox::with_limit(usize::MAX)
+        Inbox::with_limit(MailboxLimit::NONE)
     }
 }
 
 impl Inbox {
-    /// An empty inbox whose mailbox holds at most `mailbox_limit` messages.
-    pub(crate) fn with_limit(mailbox_limit: usize) -> Inbox {
+    /// An empty inbox whose mailbox holds at most `limit`.
+    pub(crate) fn with_limit(limit: MailboxLimit) -> Inbox {
         Inbox {
             signals: VecDeque::new(),
             completions: VecDeque::new(),
             mailbox: VecDeque::new(),
             terminate: None,
             closed: false,
-            mailbox_limit,
+            mailbox_bytes: 0,
+            limit,
         }
     }
 
@@ -68,9 +87,13 @@ impl Inbox {
                 true
             }
             EventKind::Message => {
-                if self.mailbox.len() >= self.mailbox_limit {
+                let size = event.data.bytes.len();
+                if self.mailbox.len() >= self.limit.messages
+                    || self.mailbox_bytes.saturating_add(size) > self.limit.bytes
+                {
                     return Err(Refused::Full);
                 }
+                self.mailbox_bytes += size;
                 self.mailbox.push_back(event);
                 true
             }
@@ -99,7 +122,7 @@ impl Inbox {
     /// how many.
     pub(crate) fn drain_into(&mut self, out: &mut Vec<Event>, budget: usize) -> usize {
         let mut left = budget;
-        for lane in [&mut self.signals, &mut self.completions, &mut self.mailbox] {
+        for lane in [&mut self.signals, &mut self.completions] {
             while left > 0 {
                 let Some(event) = lane.pop_front() else {
                     break;
@@ -107,6 +130,14 @@ impl Inbox {
                 out.push(event);
                 left -= 1;
             }
+        }
+        while left > 0 {
+            let Some(event) = self.mailbox.pop_front() else {
+                break;
+            };
+            self.mailbox_bytes -= event.data.bytes.len();
+            out.push(event);
+            left -= 1;
         }
         budget - left
     }
@@ -128,6 +159,7 @@ impl Inbox {
         self.signals = VecDeque::new();
         self.completions = VecDeque::new();
         self.mailbox = VecDeque::new();
+        self.mailbox_bytes = 0;
     }
 }
 
@@ -195,7 +227,10 @@ mod tests {
 
     #[test]
     fn a_full_mailbox_refuses_messages_but_not_control_events() {
-        let mut inbox = Inbox::with_limit(2);
+        let mut inbox = Inbox::with_limit(MailboxLimit {
+            messages: 2,
+            bytes: usize::MAX,
+        });
         inbox.push(message(1)).unwrap();
         inbox.push(message(2)).unwrap();
         assert_eq!(inbox.push(message(3)), Err(Refused::Full));
@@ -204,5 +239,27 @@ mod tests {
             inbox.push(Event::completion(Tag(1), Ok(Payload::empty()))),
             Ok(false)
         );
+    }
+
+    #[test]
+    fn the_mailbox_counts_bytes_and_frees_them_as_it_drains() {
+        let big = |n: usize| Event::message(Pid(1), Payload::opaque(vec![7; n]));
+        let mut inbox = Inbox::with_limit(MailboxLimit {
+            messages: 100,
+            bytes: 10,
+        });
+        inbox.push(big(6)).unwrap();
+        inbox.push(big(4)).unwrap();
+        assert_eq!(inbox.push(big(1)), Err(Refused::Full));
+        let mut out = Vec::new();
+        assert_eq!(inbox.drain_into(&mut out, 1), 1);
+        assert_eq!(inbox.push(big(6)), Ok(true));
+        assert_eq!(inbox.push(big(1)), Err(Refused::Full));
+        // A message larger than the whole mailbox never fits.
+        let mut empty = Inbox::with_limit(MailboxLimit {
+            messages: 100,
+            bytes: 10,
+        });
+        assert_eq!(empty.push(big(11)), Err(Refused::Full));
     }
 }

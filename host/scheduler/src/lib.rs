@@ -73,7 +73,7 @@ pub use counters::Counters;
 pub use dispatch::{Completer, Context, Handler, Request};
 pub use handle::{Error, ProcessHandle, SchedulerHandle, Spawn};
 pub use observe::Observer;
-pub use process::{Events, InitContext, Process, ProcessError, ProcessResult};
+pub use process::{Events, FailureKind, InitContext, Process, ProcessError, ProcessResult};
 pub use scheduler::{Scheduler, ShutdownReport, DEFAULT_GRACE};
 pub use wfcontract::{
     Command, CommandError, CommandKind, ErrorKind, Event, EventKind, Payload, Pid, Status,

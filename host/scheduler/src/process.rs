@@ -1,6 +1,6 @@
 //! The contract between the scheduler and the processes it runs.
 
-use wfcontract::{Event, Payload, Pid, StepOutput};
+use wfcontract::{Command, CommandError, Event, Payload, Pid, StepOutput};
 
 /// A state machine the scheduler can run: native Rust, or a WebAssembly instance in `wfhost`.
 ///
@@ -20,6 +20,14 @@ pub trait Process: Send + 'static {
     /// Advances the state machine with `events`, writing the status and any yields into `out`,
     /// which arrives reset (status `Wait`, no yields). An error fails the process.
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError>;
+
+    /// Vets one of the process's own yields before it is dispatched: an `Err` completes the yield
+    /// with that error instead of running it (a host's capability check: `not-allowed`, or a
+    /// payload over a size limit). Called after each step, for each yield. Default: allow all.
+    fn check(&self, command: &Command) -> Result<(), CommandError> {
+        let _ = command;
+        Ok(())
+    }
 
     /// Releases resources. Called exactly once, after the final step, on cancellation timeout, or
     /// at shutdown; never concurrently with `init` or `step`.
@@ -50,19 +58,64 @@ impl InitContext {
     }
 }
 
-/// Why a process failed: its own failure, a panic, a trap, a termination.
+/// What kind of failure ended a process, for callers that react differently to each.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// The process reported failure itself (its entry point returned an error).
+    Failed,
+    /// It crashed: a panic in native code, or a trap in WebAssembly (a guest panic traps too).
+    Trap,
+    /// It went over a limit: time, memory, yields, or the size of what it answered.
+    Limit,
+    /// It answered something that does not follow the contract.
+    BadOutput,
+    /// It could not start: an unknown entry point, or a module the host could not instantiate.
+    Refused,
+    /// It was ended from outside: it outlived its cancel grace period, was terminated, or the
+    /// host shut down under it.
+    Terminated,
+}
+
+impl FailureKind {
+    /// A short lowercase name ("trap", "limit", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureKind::Failed => "failed",
+            FailureKind::Trap => "trap",
+            FailureKind::Limit => "limit",
+            FailureKind::BadOutput => "bad-output",
+            FailureKind::Refused => "refused",
+            FailureKind::Terminated => "terminated",
+        }
+    }
+}
+
+/// Why a process failed: its kind, and a message saying what happened.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ProcessError {
+    kind: FailureKind,
     message: String,
 }
 
 impl ProcessError {
-    /// An error with this message.
+    /// A [`FailureKind::Failed`] error with this message: the process's own failure.
     pub fn new(message: impl Into<String>) -> ProcessError {
+        ProcessError::with_kind(FailureKind::Failed, message)
+    }
+
+    /// An error of `kind`.
+    pub fn with_kind(kind: FailureKind, message: impl Into<String>) -> ProcessError {
         ProcessError {
+            kind,
             message: message.into(),
         }
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> FailureKind {
+        self.kind
     }
 
     /// The message.

@@ -11,7 +11,7 @@ use crate::builder::{BuildError, Builder, Config};
 use crate::dispatch::Handlers;
 use crate::handle::SchedulerHandle;
 use crate::observe::Observer;
-use crate::process::ProcessError;
+use crate::process::{FailureKind, ProcessError};
 use crate::queue::Queues;
 use crate::shared::Shared;
 use crate::slot::Slot;
@@ -81,9 +81,12 @@ impl Scheduler {
         };
         for (index, deque) in deques.into_iter().enumerate() {
             let shared = Arc::clone(&shared);
-            let thread = std::thread::Builder::new()
-                .name(format!("{}-{index}", shared.config.thread_name))
-                .spawn(move || worker::run(shared, index, deque));
+            let mut thread =
+                std::thread::Builder::new().name(format!("{}-{index}", shared.config.thread_name));
+            if let Some(bytes) = shared.config.stack_size {
+                thread = thread.stack_size(bytes);
+            }
+            let thread = thread.spawn(move || worker::run(shared, index, deque));
             match thread {
                 Ok(thread) => scheduler.threads.push(thread),
                 // Dropping `scheduler` stops the workers already started.
@@ -198,7 +201,8 @@ fn stop(shared: &Arc<Shared>, threads: Vec<JoinHandle<()>>, grace: Duration) -> 
             shared.finish(
                 &slot,
                 &mut body,
-                Err(ProcessError::new(
+                Err(ProcessError::with_kind(
+                    FailureKind::Terminated,
                     "the host shut down before the process finished",
                 )),
             );

@@ -338,7 +338,7 @@ impl Shared {
             process,
             Start { method, input },
             notices,
-            self.config.mailbox_limit.unwrap_or(usize::MAX),
+            self.config.mailbox(),
         );
         if let Some(parent) = parent {
             // The link exists only while the parent lives: a parent that already ended cannot
@@ -347,6 +347,16 @@ impl Shared {
             if exit.finished {
                 slot.exit.lock().retained = false;
             } else {
+                if let Some(limit) = self.config.max_children {
+                    if exit.children.len() >= limit {
+                        drop(exit);
+                        self.live.fetch_sub(1, Ordering::AcqRel);
+                        return Err(Error::TooManyChildren {
+                            parent: parent.pid,
+                            limit,
+                        });
+                    }
+                }
                 exit.children.insert(pid, Arc::clone(&slot));
             }
         }

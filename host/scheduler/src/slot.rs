@@ -6,7 +6,7 @@ use crossbeam_channel::Sender;
 
 use wfcontract::{Payload, Pid, Tag};
 
-use crate::inbox::Inbox;
+use crate::inbox::{Inbox, MailboxLimit};
 use crate::process::{Process, ProcessResult};
 use crate::state::State;
 use crate::sync::Mutex;
@@ -86,7 +86,7 @@ impl Slot {
         process: Box<dyn Process>,
         start: Start,
         watchers: Vec<Notice>,
-        mailbox_limit: usize,
+        mailbox_limit: MailboxLimit,
     ) -> Arc<Slot> {
         Arc::new(Slot {
             pid,

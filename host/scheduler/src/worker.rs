@@ -13,7 +13,7 @@ use crate::dispatch::{unknown_command, Context, Request};
 use crate::handle::SchedulerHandle;
 use crate::inbox::Inbox;
 use crate::park::{Unpark, SPIN_ROUNDS, SPIN_TIGHT};
-use crate::process::{Events, InitContext, ProcessError};
+use crate::process::{Events, FailureKind, InitContext, Process, ProcessError};
 use crate::queue::{Found, Local, Task};
 use crate::shared::{panic_message, Shared};
 use crate::slot::{Body, Slot};
@@ -256,7 +256,7 @@ impl Worker {
                     Ok(drained) => drained,
                     Err(reason) => {
                         self.events.clear();
-                        let error = ProcessError::new(reason);
+                        let error = ProcessError::with_kind(FailureKind::Terminated, reason);
                         return self.shared().finish(&slot, &mut body, Err(error));
                     }
                 };
@@ -323,10 +323,13 @@ impl Worker {
             process.init(&ctx, &method, start.input)
         })) {
             Ok(result) => result,
-            Err(panic) => Err(ProcessError::new(format!(
-                "init of entry point '{method}' panicked: {}",
-                panic_message(&*panic)
-            ))),
+            Err(panic) => Err(ProcessError::with_kind(
+                FailureKind::Trap,
+                format!(
+                    "init of entry point '{method}' panicked: {}",
+                    panic_message(&*panic)
+                ),
+            )),
         }
     }
 
@@ -352,10 +355,10 @@ impl Worker {
             Ok(Ok(())) => {}
             Ok(Err(error)) => return Err(error),
             Err(panic) => {
-                return Err(ProcessError::new(format!(
-                    "step panicked: {}",
-                    panic_message(&*panic)
-                )))
+                return Err(ProcessError::with_kind(
+                    FailureKind::Trap,
+                    format!("step panicked: {}", panic_message(&*panic)),
+                ))
             }
         }
         let status = std::mem::replace(&mut self.out.status, Status::Wait);
@@ -367,15 +370,20 @@ impl Worker {
                 }
             });
         }
-        let dispatched = self.dispatch(slot, &mut yields);
+        let dispatched = self.dispatch(slot, &**process, &mut yields);
         yields.clear();
         self.out.yields = yields;
         dispatched.map(|completed_inline| (status, completed_inline))
     }
 
-    /// Hands each yield to its handler. A handler that panics fails the process. Returns whether a
-    /// handler completed a yield inline.
-    fn dispatch(&self, slot: &Arc<Slot>, yields: &mut Vec<Yield>) -> Result<bool, ProcessError> {
+    /// Hands each yield the process permits itself (see [`Process::check`]) to its handler. A
+    /// handler that panics fails the process. Returns whether a yield was completed inline.
+    fn dispatch(
+        &self,
+        slot: &Arc<Slot>,
+        process: &dyn Process,
+        yields: &mut Vec<Yield>,
+    ) -> Result<bool, ProcessError> {
         let completed_inline = Cell::new(false);
         let cx = Context {
             handle: &self.handle,
@@ -384,6 +392,12 @@ impl Worker {
         };
         for Yield { tag, command } in yields.drain(..) {
             let kind = command.kind();
+            if let Err(refused) = process.check(&command) {
+                if kind.expects_completion() {
+                    cx.complete(tag, Err(refused));
+                }
+                continue;
+            }
             let Some(handler) = self.shared().handlers.get(kind) else {
                 if kind.expects_completion() {
                     cx.complete(tag, Err(unknown_command(kind)));
@@ -396,11 +410,14 @@ impl Worker {
                 command,
             };
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| handler.handle(request, &cx))) {
-                return Err(ProcessError::new(format!(
-                    "the handler for command '{}' panicked: {}",
-                    kind.name(),
-                    panic_message(&*panic)
-                )));
+                return Err(ProcessError::with_kind(
+                    FailureKind::Trap,
+                    format!(
+                        "the handler for command '{}' panicked: {}",
+                        kind.name(),
+                        panic_message(&*panic)
+                    ),
+                ));
             }
         }
         Ok(completed_inline.get())

@@ -2,12 +2,14 @@
 
 use std::sync::Arc;
 
-use wasmtime::{Memory, Store, StoreLimitsBuilder, TypedFunc};
+use wasmtime::{Memory, Store, TypedFunc};
 use wfcontract::{abi, Payload, Pid};
 use wfhost_scheduler::{InitContext, Process, ProcessError};
 
 use crate::error::Result;
-use crate::wasm::{Compiled, GuestState, Limits, WasmProcess, WasmRuntime};
+use crate::grants::Grants;
+use crate::host::Loaded;
+use crate::wasm::{Compiled, GuestLimiter, GuestState, Limits, WasmProcess, WasmRuntime};
 
 /// A compiled module and the runtime around it.
 pub struct Harness {
@@ -49,7 +51,7 @@ impl Harness {
             &self.wasm.engine,
             GuestState {
                 wasi: wasi.ctx,
-                limits: StoreLimitsBuilder::new().build(),
+                limits: GuestLimiter::new(&self.wasm.limits),
             },
         );
         store.set_epoch_deadline(self.wasm.deadline_ticks());
@@ -79,8 +81,11 @@ impl Harness {
     ) -> std::result::Result<Box<dyn Process>, ProcessError> {
         let mut process = WasmProcess::new(
             Arc::clone(&self.wasm),
-            Arc::clone(&self.compiled),
-            Arc::from("bench"),
+            Loaded {
+                name: Arc::from("bench"),
+                compiled: Arc::clone(&self.compiled),
+                grants: Arc::new(Grants::default()),
+            },
         );
         process.init(&InitContext::new(Pid(1), None), entry, input)?;
         Ok(Box::new(process))

@@ -16,7 +16,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, Linker, PoolingAllocationConfig, StoreLimits,
+    Config, Engine, InstanceAllocationStrategy, Linker, PoolingAllocationConfig, ResourceLimiter,
+    StoreLimits, StoreLimitsBuilder,
 };
 use wasmtime_wasi::p1::WasiP1Ctx;
 
@@ -29,32 +30,115 @@ use crate::error::{Error, ErrorKind, Result};
 /// How often the epoch advances: the granularity of the step time limit.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
-/// Per-process limits, enforced by the sandbox.
-#[derive(Clone, Debug)]
+/// The sandbox's limits: what one process, and one module, may consume. Every field has a
+/// default suited to running code nobody reviewed; each is also a `wfhost run` flag (named in its
+/// documentation). `SECURITY.md` lists them with the host-wide limits on [`HostBuilder`].
+///
+/// A process that goes over a limit fails with [`ErrorKind::Limit`] and a message naming its pid,
+/// its entry point and the limit; a module over a limit is refused at load with
+/// [`ErrorKind::Limit`].
+///
+/// [`HostBuilder`]: crate::HostBuilder
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// The largest linear memory a process may grow to, in bytes. Default: 64 MiB.
+    /// The largest linear memory a process may grow to, in bytes. A module that declares more
+    /// initial memory is refused at load; a `memory.grow` past it fails (returns -1, as wasm
+    /// specifies), and if the guest then traps, the failure says it ran out of memory.
+    /// Default: 64 MiB. CLI: `--max-memory`.
     pub max_memory_bytes: usize,
-    /// How long one call into a guest (`init` or a step) may run before it is interrupted and the
-    /// process fails. Granularity 10 ms. Default: 10 s.
-    pub step_time_limit: Duration,
-    /// The most yields one step may return. Default: 10,000.
-    pub max_yields_per_step: usize,
-    /// The largest answer (step output or init result) a guest may return, in bytes.
-    /// Default: 16 MiB.
-    pub max_output_bytes: usize,
-    /// The most elements a process's tables may hold (each costs host memory). Default: 100,000.
+    /// The most elements each of a process's tables may hold (each costs host memory). A module
+    /// that declares more initially is refused at load. Default: 100,000. CLI:
+    /// `--max-table-elements`.
     pub max_table_elements: usize,
+    /// The most linear memories a module may define. Default: 1 (the ABI needs one; more would
+    /// multiply the memory a process can hold). CLI: `--max-memories`.
+    pub max_memories: usize,
+    /// The most tables a module may define. Default: 1 (what Rust, C and Go toolchains emit).
+    /// CLI: `--max-tables`.
+    pub max_tables: usize,
+    /// How long one call into a guest (`init` with its start function and instantiation, or a
+    /// step) may run before it is interrupted and the process fails. Measured by the host's one
+    /// epoch ticker, granularity 10 ms. Default: 10 s. CLI: `--step-limit`.
+    pub step_time_limit: Duration,
+    /// Fuel (roughly, wasm instructions) one call into a guest may burn, for accounting that is
+    /// deterministic where wall time is not: the same step always burns the same fuel. Costs
+    /// some speed when on. `None`: off. Default: off. CLI: `--fuel`.
+    pub fuel_per_step: Option<u64>,
+    /// The most native stack a guest's wasm frames may use, in bytes; deeper recursion traps with
+    /// a stack overflow. The worker threads' stacks are sized to fit it. Default: 512 KiB.
+    /// CLI: `--max-stack`.
+    pub max_stack_bytes: usize,
+    /// The most yields one step may return. Default: 10,000. CLI: `--max-yields`.
+    pub max_yields_per_step: usize,
+    /// The largest payload, in bytes: a process's input and result, a message, a child's input,
+    /// a host command's input. A yield carrying more completes with a `limit-reached` error; a
+    /// result larger fails the process; the host's own `spawn` and `send` refuse larger ones.
+    /// Log messages are cut to this size. Default: 4 MiB. CLI: `--max-payload`.
+    pub max_payload_bytes: usize,
+    /// The largest answer (step output or init result) a guest may return, in bytes.
+    /// Default: 16 MiB. CLI: `--max-output`.
+    pub max_output_bytes: usize,
+    /// The largest module the host loads, in bytes. Default: 64 MiB. CLI: `--max-module-size`.
+    pub max_module_bytes: usize,
+    /// How long compiling one module may take before loading it fails. A compile that overruns
+    /// finishes in the background (Cranelift cannot be interrupted) and its result is dropped.
+    /// Default: 60 s. CLI: `--compile-limit`.
+    pub compile_time_limit: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_memory_bytes: 64 << 20,
-            step_time_limit: Duration::from_secs(10),
-            max_yields_per_step: 10_000,
-            max_output_bytes: 16 << 20,
             max_table_elements: 100_000,
+            max_memories: 1,
+            max_tables: 1,
+            step_time_limit: Duration::from_secs(10),
+            fuel_per_step: None,
+            max_stack_bytes: 512 << 10,
+            max_yields_per_step: 10_000,
+            max_payload_bytes: 4 << 20,
+            max_output_bytes: 16 << 20,
+            max_module_bytes: 64 << 20,
+            compile_time_limit: Duration::from_secs(60),
         }
+    }
+}
+
+impl Limits {
+    /// Checks that the limits make sense together, saying which one does not.
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |what: &str| Err(Error::new(ErrorKind::Config, what.to_string()));
+        if self.max_memory_bytes < 64 << 10 {
+            return bad("max_memory_bytes must be at least one wasm page (64 KiB)");
+        }
+        if self.max_memories == 0 {
+            return bad("max_memories must be at least 1: a workflow exports a linear memory");
+        }
+        if self.step_time_limit < EPOCH_TICK {
+            return bad("step_time_limit must be at least 10 ms (the epoch tick)");
+        }
+        if self.fuel_per_step == Some(0) {
+            return bad("fuel_per_step must be at least 1 (or None for no fuel accounting)");
+        }
+        if self.max_stack_bytes < 16 << 10 || self.max_stack_bytes > 1 << 30 {
+            return bad("max_stack_bytes must be between 16 KiB and 1 GiB");
+        }
+        if self.max_output_bytes == 0 || self.max_payload_bytes == 0 || self.max_module_bytes == 0 {
+            return bad(
+                "max_output_bytes, max_payload_bytes and max_module_bytes must be at least 1",
+            );
+        }
+        if self.compile_time_limit.is_zero() {
+            return bad("compile_time_limit must be more than zero");
+        }
+        Ok(())
+    }
+
+    /// The stack a worker thread needs to run guests within these limits: the guest's frames
+    /// plus room for the host's own.
+    pub(crate) fn worker_stack_bytes(&self) -> usize {
+        (self.max_stack_bytes + (2 << 20)).max(4 << 20)
     }
 }
 
@@ -78,7 +162,80 @@ impl std::error::Error for Forbidden {}
 /// What each process's `Store` holds.
 pub(crate) struct GuestState {
     pub(crate) wasi: WasiP1Ctx,
-    pub(crate) limits: StoreLimits,
+    pub(crate) limits: GuestLimiter,
+}
+
+/// The store's resource limiter: wasmtime's [`StoreLimits`], remembering whether it refused a
+/// growth, so that a guest that then traps (as Rust's allocator does) is reported as out of
+/// memory rather than as a bare trap.
+pub(crate) struct GuestLimiter {
+    inner: StoreLimits,
+    /// The size a refused `memory.grow` or `table.grow` asked for.
+    pub(crate) refused: Option<Refusal>,
+}
+
+/// A growth the limiter refused.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Refusal {
+    /// Memory, to this many bytes.
+    Memory(usize),
+    /// A table, to this many elements.
+    Table(usize),
+}
+
+impl GuestLimiter {
+    pub(crate) fn new(limits: &Limits) -> GuestLimiter {
+        GuestLimiter {
+            inner: StoreLimitsBuilder::new()
+                .memory_size(limits.max_memory_bytes)
+                .table_elements(limits.max_table_elements)
+                .instances(1)
+                .memories(limits.max_memories)
+                .tables(limits.max_tables)
+                .build(),
+            refused: None,
+        }
+    }
+}
+
+impl ResourceLimiter for GuestLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let allowed = self.inner.memory_growing(current, desired, maximum)?;
+        if !allowed {
+            self.refused = Some(Refusal::Memory(desired));
+        }
+        Ok(allowed)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let allowed = self.inner.table_growing(current, desired, maximum)?;
+        if !allowed {
+            self.refused = Some(Refusal::Table(desired));
+        }
+        Ok(allowed)
+    }
+
+    fn instances(&self) -> usize {
+        self.inner.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.inner.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.inner.memories()
+    }
 }
 
 /// The engine, linker and module cache a host shares among its processes.
@@ -100,15 +257,20 @@ impl WasmRuntime {
                 format!("could not configure wasmtime: {e:#}"),
             )
         };
+        limits.validate()?;
         let mut config = Config::new();
         config.epoch_interruption(true);
+        config.max_wasm_stack(limits.max_stack_bytes);
+        config.consume_fuel(limits.fuel_per_step.is_some());
         if let Some(instances) = pooling {
             let mut pool = PoolingAllocationConfig::default();
+            let memories = u32::try_from(limits.max_memories).unwrap_or(u32::MAX);
+            let tables = u32::try_from(limits.max_tables).unwrap_or(u32::MAX);
             pool.total_core_instances(instances)
-                .total_memories(instances)
-                .total_tables(instances)
-                .max_memories_per_module(1)
-                .max_tables_per_module(1)
+                .total_memories(instances.saturating_mul(memories))
+                .total_tables(instances.saturating_mul(tables))
+                .max_memories_per_module(memories)
+                .max_tables_per_module(tables)
                 .max_memory_size(limits.max_memory_bytes)
                 .table_elements(limits.max_table_elements);
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
@@ -150,9 +312,10 @@ impl WasmRuntime {
         })
     }
 
-    /// Compiles (or finds in the cache) a module.
+    /// Compiles (or finds in the cache) a module, refusing one over the module limits.
     pub(crate) fn compile(&self, bytes: &[u8]) -> Result<Arc<Compiled>> {
-        self.cache.get_or_compile(&self.engine, &self.linker, bytes)
+        self.cache
+            .get_or_compile(&self.engine, &self.linker, &self.limits, bytes)
     }
 
     /// Epoch ticks a call may run.

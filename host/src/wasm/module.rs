@@ -11,8 +11,10 @@ use wasmtime::{Engine, ExternType, InstancePre, Linker, Module, ModuleExport, Va
 use wfcontract::abi;
 use wfcontract::manifest::{self, Manifest};
 
+use std::time::Duration;
+
 use crate::error::{Error, ErrorKind, Result};
-use crate::wasm::GuestState;
+use crate::wasm::{GuestState, Limits};
 
 /// The only import module a workflow may use: WASI preview 1, which the host links with nothing
 /// behind it (no files, no environment, no arguments).
@@ -33,6 +35,10 @@ pub struct ModuleInfo {
     pub sha256: String,
     /// Its size in bytes.
     pub size: usize,
+    /// The linear memories it defines, as their initial sizes in bytes.
+    pub memories: Vec<u64>,
+    /// The tables it defines, as their initial numbers of elements.
+    pub tables: Vec<u64>,
 }
 
 fn bad(message: impl Into<String>) -> Error {
@@ -58,6 +64,8 @@ impl ModuleInfo {
         let mut has_manifest = false;
         let mut imports = Vec::new();
         let mut exports = Vec::new();
+        let mut memories = Vec::new();
+        let mut tables = Vec::new();
         for section in Parser::new(0).parse_all(bytes) {
             let section = section.map_err(|e| bad(format!("malformed module: {e}")))?;
             match section {
@@ -77,6 +85,21 @@ impl ModuleInfo {
                             )));
                         }
                         imports.push((import.module.to_string(), import.name.to_string()));
+                    }
+                }
+                Section::MemorySection(reader) => {
+                    for memory in reader {
+                        let memory = memory.map_err(|e| bad(format!("malformed module: {e}")))?;
+                        let page = 1u64
+                            .checked_shl(memory.page_size_log2.unwrap_or(16))
+                            .unwrap_or(u64::MAX);
+                        memories.push(memory.initial.saturating_mul(page));
+                    }
+                }
+                Section::TableSection(reader) => {
+                    for table in reader {
+                        let table = table.map_err(|e| bad(format!("malformed module: {e}")))?;
+                        tables.push(table.ty.initial);
                     }
                 }
                 Section::ExportSection(reader) => {
@@ -132,7 +155,55 @@ impl ModuleInfo {
             exports,
             sha256: hex(&Sha256::digest(bytes)),
             size: bytes.len(),
+            memories,
+            tables,
         })
+    }
+
+    /// Refuses a module that could not run within `limits`, saying which limit and how to raise
+    /// it, before anything is compiled.
+    pub(crate) fn check_limits(&self, limits: &Limits) -> Result<()> {
+        let over = |message: String| Err(Error::new(ErrorKind::Limit, message));
+        if self.memories.len() > limits.max_memories {
+            return over(format!(
+                "the module defines {} linear memories, more than the limit of {} \
+                 (Limits::max_memories, --max-memories)",
+                self.memories.len(),
+                limits.max_memories
+            ));
+        }
+        if let Some(initial) = self
+            .memories
+            .iter()
+            .find(|&&m| m > limits.max_memory_bytes as u64)
+        {
+            return over(format!(
+                "the module declares an initial memory of {}, more than the per-process limit of \
+                 {} (Limits::max_memory_bytes, --max-memory)",
+                bytes(*initial),
+                bytes(limits.max_memory_bytes as u64)
+            ));
+        }
+        if self.tables.len() > limits.max_tables {
+            return over(format!(
+                "the module defines {} tables, more than the limit of {} (Limits::max_tables, \
+                 --max-tables)",
+                self.tables.len(),
+                limits.max_tables
+            ));
+        }
+        if let Some(initial) = self
+            .tables
+            .iter()
+            .find(|&&t| t > limits.max_table_elements as u64)
+        {
+            return over(format!(
+                "the module declares a table of {initial} elements, more than the limit of {} \
+                 (Limits::max_table_elements, --max-table-elements)",
+                limits.max_table_elements
+            ));
+        }
+        Ok(())
     }
 
     /// True when `entry` is one of its entry points.
@@ -149,6 +220,16 @@ impl ModuleInfo {
                 self.entries.join(", ")
             ),
         )
+    }
+}
+
+/// "64 MiB", "4 GiB", "1500 bytes".
+pub(crate) fn bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 && n % (1 << 30) == 0 => format!("{} GiB", n >> 30),
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
+        n => format!("{n} bytes"),
     }
 }
 
@@ -182,19 +263,33 @@ pub(crate) struct ModuleCache {
 }
 
 impl ModuleCache {
-    /// The compiled form of `bytes`, compiling it on first sight.
+    /// The compiled form of `bytes`, compiling it on first sight. Refuses a module over `limits`.
     pub(crate) fn get_or_compile(
         &self,
         engine: &Engine,
         linker: &Linker<GuestState>,
+        limits: &Limits,
         bytes: &[u8],
     ) -> Result<Arc<Compiled>> {
+        if bytes.len() > limits.max_module_bytes {
+            return Err(Error::new(
+                ErrorKind::Limit,
+                format!(
+                    "the module is {}, more than the limit of {} (Limits::max_module_bytes, \
+                     --max-module-size)",
+                    self::bytes(bytes.len() as u64),
+                    self::bytes(limits.max_module_bytes as u64)
+                ),
+            ));
+        }
         let info = ModuleInfo::inspect(bytes)?;
+        info.check_limits(limits)?;
         if let Some(compiled) = self.compiled.lock().get(&info.sha256) {
             return Ok(Arc::clone(compiled));
         }
         // Compiled outside the lock: compilation takes a while and other modules may be loading.
-        let compiled = Arc::new(compile(engine, linker, info, bytes)?);
+        let module = compile_in_time(engine, bytes, limits.compile_time_limit)?;
+        let compiled = Arc::new(link(linker, info, module)?);
         let mut cache = self.compiled.lock();
         let entry = cache
             .entry(compiled.info.sha256.clone())
@@ -203,14 +298,35 @@ impl ModuleCache {
     }
 }
 
-fn compile(
-    engine: &Engine,
-    linker: &Linker<GuestState>,
-    info: ModuleInfo,
-    bytes: &[u8],
-) -> Result<Compiled> {
-    let module = Module::from_binary(engine, bytes)
-        .map_err(|e| bad(format!("invalid WebAssembly module: {e:#}")))?;
+/// Compiles `bytes` on a thread of its own, giving up after `limit`. Cranelift cannot be
+/// interrupted, so an overrunning compile finishes in the background and its result is dropped;
+/// the module size limit bounds how long that can be.
+fn compile_in_time(engine: &Engine, bytes: &[u8], limit: Duration) -> Result<Module> {
+    let (sender, receiver) = crossbeam_channel::bounded(1);
+    let engine = engine.clone();
+    let owned = bytes.to_vec();
+    std::thread::Builder::new()
+        .name("wfhost-compile".into())
+        .spawn(move || {
+            let _ = sender.send(Module::from_binary(&engine, &owned));
+        })
+        .map_err(|e| Error::new(ErrorKind::Config, format!("could not start a thread: {e}")))?;
+    match receiver.recv_timeout(limit) {
+        Ok(compiled) => compiled.map_err(|e| bad(format!("invalid WebAssembly module: {e:#}"))),
+        Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(Error::new(
+            ErrorKind::Limit,
+            format!(
+                "compiling the module took longer than the limit of {limit:?} \
+                 (Limits::compile_time_limit, --compile-limit)"
+            ),
+        )),
+        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(bad(
+            "the compiler stopped without an answer (it panicked); the module cannot be loaded",
+        )),
+    }
+}
+
+fn link(linker: &Linker<GuestState>, info: ModuleInfo, module: Module) -> Result<Compiled> {
     check_exports(&module)?;
     let pre = linker.instantiate_pre(&module).map_err(|e| {
         bad(format!(

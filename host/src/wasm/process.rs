@@ -3,14 +3,19 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use wasmtime::{Memory, Store, StoreLimitsBuilder, Trap, TypedFunc};
+use wasmtime::{Memory, Store, Trap, TypedFunc};
 use wasmtime_wasi::I32Exit;
-use wfcontract::abi::{self, InitResponse};
-use wfcontract::{Command, Event, InitRequest, Payload, Pid, Status, StepOutput, Yield};
-use wfhost_scheduler::{Events, InitContext, Process, ProcessError};
+use wfcontract::abi::{self, DecodeError, InitResponse};
+use wfcontract::{
+    Command, CommandError, ErrorKind, Event, InitRequest, Payload, Pid, Status, StepOutput,
+};
+use wfhost_scheduler::{Events, FailureKind, InitContext, Process, ProcessError};
 
+use crate::grants::Grants;
+use crate::host::Loaded;
+use crate::wasm::module::bytes as size;
 use crate::wasm::wasi::{wasi_for, LogStream};
-use crate::wasm::{Compiled, Forbidden, GuestState, WasmRuntime};
+use crate::wasm::{Compiled, Forbidden, GuestLimiter, GuestState, Refusal, WasmRuntime};
 
 /// One process: a module, the entry point it runs, and (between `init` and `close`) its instance.
 pub(crate) struct WasmProcess {
@@ -18,6 +23,8 @@ pub(crate) struct WasmProcess {
     module: Arc<Compiled>,
     /// The name the module was loaded under: a child spawned with no module name runs this one.
     module_name: Arc<str>,
+    /// The commands the module may use.
+    grants: Arc<Grants>,
     pid: Pid,
     entry: String,
     live: Option<Live>,
@@ -43,15 +50,12 @@ enum Export {
 }
 
 impl WasmProcess {
-    pub(crate) fn new(
-        runtime: Arc<WasmRuntime>,
-        module: Arc<Compiled>,
-        module_name: Arc<str>,
-    ) -> WasmProcess {
+    pub(crate) fn new(runtime: Arc<WasmRuntime>, loaded: Loaded) -> WasmProcess {
         WasmProcess {
             runtime,
-            module,
-            module_name,
+            module: loaded.compiled,
+            module_name: loaded.name,
+            grants: loaded.grants,
             pid: Pid::HOST,
             entry: String::new(),
             live: None,
@@ -59,45 +63,58 @@ impl WasmProcess {
         }
     }
 
-    /// "process <7> (entry point 'greet') <what>".
-    fn fail(&self, what: impl std::fmt::Display) -> ProcessError {
-        ProcessError::new(format!(
-            "process {} (entry point '{}') {what}",
-            self.pid, self.entry
-        ))
+    /// "process <7> (entry point 'greet') <what>", of `kind`.
+    fn fail(&self, kind: FailureKind, what: impl std::fmt::Display) -> ProcessError {
+        ProcessError::with_kind(
+            kind,
+            format!("process {} (entry point '{}') {what}", self.pid, self.entry),
+        )
+    }
+
+    /// Sets the budgets of one call into the guest: its time, and its fuel when fuel is on.
+    fn arm(runtime: &WasmRuntime, store: &mut Store<GuestState>) {
+        store.set_epoch_deadline(runtime.deadline_ticks());
+        store.data_mut().limits.refused = None;
+        if let Some(fuel) = runtime.limits.fuel_per_step {
+            // Fuel is enabled exactly when this is set, so this cannot fail.
+            let _ = store.set_fuel(fuel);
+        }
     }
 
     fn instantiate(&mut self) -> Result<Live, ProcessError> {
         let wasi = wasi_for(self.pid);
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(self.runtime.limits.max_memory_bytes)
-            .table_elements(self.runtime.limits.max_table_elements)
-            .instances(1)
-            .memories(1)
-            .tables(1)
-            .build();
         let mut store = Store::new(
             &self.runtime.engine,
             GuestState {
                 wasi: wasi.ctx,
-                limits,
+                limits: GuestLimiter::new(&self.runtime.limits),
             },
         );
         store.limiter(|state| &mut state.limits);
-        store.set_epoch_deadline(self.runtime.deadline_ticks());
-        let instance = self
-            .module
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| self.fail(format_args!("could not be instantiated: {e:#}")))?;
+        // Instantiation runs the module's start function: it gets the same budgets as a step.
+        Self::arm(&self.runtime, &mut store);
+        let instance = match self.module.pre.instantiate(&mut store) {
+            Ok(instance) => instance,
+            Err(error) if error.downcast_ref::<Trap>().is_some() => {
+                return Err(self.classify(error, Some(&store), "in its start function"))
+            }
+            // Everything else is a resource the instance could not get: its memory or table
+            // (over a limit, or refused by the OS), or a slot in the instance pool.
+            Err(error) => {
+                return Err(self.fail(
+                    FailureKind::Limit,
+                    format_args!("could not be instantiated: {error:#}"),
+                ))
+            }
+        };
         let exports = &self.module.exports;
         if let Some(export) = &exports.initialize {
             let initialize = instance
                 .get_module_export(&mut store, export)
                 .and_then(|e| e.into_func())
-                .ok_or_else(|| self.fail("has an unusable _initialize"))?;
+                .ok_or_else(|| self.fail(FailureKind::BadOutput, "has an unusable _initialize"))?;
             if let Err(error) = initialize.call(&mut store, &[], &mut []) {
-                return Err(self.fail(format_args!("trapped while initializing: {error:#}")));
+                return Err(self.classify(error, Some(&store), "while initializing"));
             }
         }
         // The exports and their signatures were checked when the module was loaded.
@@ -105,7 +122,12 @@ impl WasmProcess {
             instance
                 .get_module_export(&mut store, export)
                 .and_then(|e| e.into_func())
-                .ok_or_else(|| self.fail("lacks an ABI export it was loaded with"))
+                .ok_or_else(|| {
+                    self.fail(
+                        FailureKind::BadOutput,
+                        "lacks an ABI export it was loaded with",
+                    )
+                })
         };
         let reserve = func(&exports.reserve)?;
         let init = func(&exports.init)?;
@@ -114,8 +136,18 @@ impl WasmProcess {
         let memory = instance
             .get_module_export(&mut store, &exports.memory)
             .and_then(|e| e.into_memory())
-            .ok_or_else(|| self.fail("exports a 'memory' that is not a memory"))?;
-        let wrong = |e: wasmtime::Error| self.fail(format_args!("has a mistyped export: {e:#}"));
+            .ok_or_else(|| {
+                self.fail(
+                    FailureKind::BadOutput,
+                    "exports a 'memory' that is not a memory",
+                )
+            })?;
+        let wrong = |e: wasmtime::Error| {
+            self.fail(
+                FailureKind::BadOutput,
+                format_args!("has a mistyped export: {e:#}"),
+            )
+        };
         Ok(Live {
             reserve: reserve.typed(&store).map_err(wrong)?,
             init: init.typed(&store).map_err(wrong)?,
@@ -136,120 +168,220 @@ impl WasmProcess {
     ) -> Result<Vec<u8>, ProcessError> {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        let scratch = postcard::to_extend(request, scratch)
-            .map_err(|e| self.fail(format_args!("could not be sent its input: {e}")))?;
+        let scratch = postcard::to_extend(request, scratch).map_err(|e| {
+            self.fail(
+                FailureKind::Failed,
+                format_args!("could not be sent its input: {e}"),
+            )
+        })?;
         let result = self.call_encoded(export, &scratch);
         self.scratch = scratch;
         result
     }
 
     fn malformed(&self, error: impl std::fmt::Display) -> ProcessError {
-        self.fail(format_args!(
-            "returned a malformed answer ({error}): the module does not follow the wfhost ABI"
-        ))
+        self.fail(
+            FailureKind::BadOutput,
+            format_args!(
+                "returned a malformed answer ({error}): the module does not follow the wfhost ABI"
+            ),
+        )
     }
 
-    /// Decodes a step's answer, refusing more yields than the limit before decoding any of them,
-    /// so a guest cannot make the host build millions of them from a small answer.
+    /// Decodes a step's answer within the yield limit (see [`abi::decode_step_output`]).
     fn decode_step(&self, bytes: &[u8]) -> Result<StepOutput, ProcessError> {
-        let (status, rest) =
-            postcard::take_from_bytes::<Status>(bytes).map_err(|e| self.malformed(e))?;
-        // A sequence's length is a varint, as a u64 is.
-        let (count, mut rest) =
-            postcard::take_from_bytes::<u64>(rest).map_err(|e| self.malformed(e))?;
         let max = self.runtime.limits.max_yields_per_step;
-        if count > max as u64 {
-            return Err(self.fail(format_args!(
-                "yielded {count} commands in one step, more than the limit of {max}"
-            )));
-        }
-        let mut yields = Vec::with_capacity(count as usize);
-        for _ in 0..count {
-            let (y, left) =
-                postcard::take_from_bytes::<Yield>(rest).map_err(|e| self.malformed(e))?;
-            yields.push(y);
-            rest = left;
-        }
-        Ok(StepOutput { status, yields })
+        abi::decode_step_output(bytes, max).map_err(|error| match error {
+            DecodeError::TooManyYields { count, limit } => self.fail(
+                FailureKind::Limit,
+                format_args!(
+                    "yielded {count} commands in one step, more than the limit of {limit} \
+                     (Limits::max_yields_per_step, --max-yields)"
+                ),
+            ),
+            DecodeError::Malformed(e) => self.malformed(e),
+            DecodeError::TrailingBytes(n) => {
+                self.malformed(format_args!("{n} bytes left over after it"))
+            }
+        })
     }
 
     fn call_encoded(&mut self, export: Export, input: &[u8]) -> Result<Vec<u8>, ProcessError> {
-        let ticks = self.runtime.deadline_ticks();
         let max_output = self.runtime.limits.max_output_bytes;
-        let live = self
-            .live
-            .as_mut()
-            .ok_or_else(|| ProcessError::new("the process has no instance"))?;
-        let len = u32::try_from(input.len()).map_err(|_| {
-            ProcessError::new("an input larger than 4 GiB cannot be sent to a guest")
-        })?;
-        live.store.set_epoch_deadline(ticks);
-        let outcome = (|| {
-            let ptr = live.reserve.call(&mut live.store, len)?;
-            live.memory
-                .write(&mut live.store, ptr as usize, input)
-                .map_err(|_| {
-                    wasmtime::Error::msg("it reserved an input buffer outside its memory")
-                })?;
-            let func = match export {
-                Export::Init => &live.init,
-                Export::Step => &live.step,
-            };
-            func.call(&mut live.store, len)
-        })();
-        let packed = match outcome {
+        let Some(live) = self.live.as_mut() else {
+            return Err(self.fail(FailureKind::Failed, "has no instance"));
+        };
+        let Ok(len) = u32::try_from(input.len()) else {
+            return Err(self.fail(
+                FailureKind::Limit,
+                "cannot be sent an input larger than 4 GiB",
+            ));
+        };
+        Self::arm(&self.runtime, &mut live.store);
+        let ptr = match live.reserve.call(&mut live.store, len) {
+            Ok(ptr) => ptr,
+            Err(error) => return Err(self.trapped(error)),
+        };
+        if live
+            .memory
+            .write(&mut live.store, ptr as usize, input)
+            .is_err()
+        {
+            return Err(self.fail(
+                FailureKind::BadOutput,
+                format_args!(
+                    "reserved an input buffer outside its memory ({len} bytes at {ptr:#x}): \
+                     the module does not follow the wfhost ABI"
+                ),
+            ));
+        }
+        let func = match export {
+            Export::Init => &live.init,
+            Export::Step => &live.step,
+        };
+        let packed = match func.call(&mut live.store, len) {
             Ok(packed) => packed,
             Err(error) => return Err(self.trapped(error)),
         };
         let (ptr, len) = abi::unpack(packed);
         if len as usize > max_output {
-            return Err(self.fail(format_args!(
-                "returned {len} bytes, more than the limit of {max_output}"
-            )));
+            return Err(self.fail(
+                FailureKind::Limit,
+                format_args!(
+                    "returned an answer of {}, more than the limit of {} \
+                     (Limits::max_output_bytes, --max-output)",
+                    size(u64::from(len)),
+                    size(max_output as u64)
+                ),
+            ));
         }
         let live = self.live.as_ref().expect("checked above");
         live.memory
             .data(&live.store)
             .get(ptr as usize..ptr as usize + len as usize)
             .map(<[u8]>::to_vec)
-            .ok_or_else(|| self.fail("returned an answer outside its memory"))
+            .ok_or_else(|| {
+                self.fail(
+                    FailureKind::BadOutput,
+                    format_args!(
+                        "returned an answer outside its memory ({len} bytes at {ptr:#x}): the \
+                         module does not follow the wfhost ABI"
+                    ),
+                )
+            })
     }
 
     /// Turns a failed call into the process's failure, naming the cause.
     fn trapped(&mut self, error: wasmtime::Error) -> ProcessError {
+        let store = self.live.as_ref().map(|live| &live.store);
+        let mut failure = self.classify(error, store, "");
+        if failure.kind() == FailureKind::Trap {
+            // A guest panic traps; the SDK kept its message.
+            if let Some(message) = self.panic_message() {
+                failure = self.fail(FailureKind::Trap, format_args!("panicked: {message}"));
+            }
+        }
+        failure
+    }
+
+    /// Names the cause of a failed call into the guest: a limit it hit, a forbidden call, an exit,
+    /// or the trap itself (with its last words on stderr, if any). `during` says where, when that
+    /// is not a plain step ("in its start function").
+    fn classify(
+        &self,
+        error: wasmtime::Error,
+        store: Option<&Store<GuestState>>,
+        during: &str,
+    ) -> ProcessError {
+        let during = if during.is_empty() {
+            String::new()
+        } else {
+            format!(" {during}")
+        };
+        let limits = &self.runtime.limits;
         if let Some(exit) = error.downcast_ref::<I32Exit>() {
-            return self.fail(format_args!("exited with code {}", exit.0));
+            return self.fail(
+                FailureKind::Failed,
+                format_args!("exited{during} with code {}", exit.0),
+            );
         }
         if let Some(forbidden) = error.downcast_ref::<Forbidden>() {
-            return self.fail(forbidden);
+            return self.fail(FailureKind::Trap, forbidden);
         }
-        if let Some(Trap::Interrupt) = error.downcast_ref::<Trap>() {
-            let limit = self.runtime.limits.step_time_limit;
-            return self.fail(format_args!(
-                "ran longer than the step time limit of {limit:?} and was stopped"
-            ));
+        let refused = store.and_then(|store| store.data().limits.refused);
+        match error.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => self.fail(
+                FailureKind::Limit,
+                format_args!(
+                    "ran longer than the step time limit of {:?}{during} and was stopped \
+                     (Limits::step_time_limit, --step-limit)",
+                    limits.step_time_limit
+                ),
+            ),
+            Some(Trap::OutOfFuel) => self.fail(
+                FailureKind::Limit,
+                format_args!(
+                    "used up its fuel of {}{during} and was stopped (Limits::fuel_per_step, \
+                     --fuel)",
+                    limits.fuel_per_step.unwrap_or(0)
+                ),
+            ),
+            Some(Trap::StackOverflow) => self.fail(
+                FailureKind::Limit,
+                format_args!(
+                    "overflowed its stack{during}: its wasm frames may use {} \
+                     (Limits::max_stack_bytes, --max-stack)",
+                    size(limits.max_stack_bytes as u64)
+                ),
+            ),
+            Some(trap) => match refused {
+                // Rust's allocator (and others) trap when the memory they asked for is refused.
+                Some(Refusal::Memory(wanted)) => self.fail(
+                    FailureKind::Limit,
+                    format_args!(
+                        "ran out of memory{during}: it asked to grow its memory to {}, past the \
+                         limit of {} (Limits::max_memory_bytes, --max-memory), and then \
+                         trapped ({trap}){}",
+                        size(wanted as u64),
+                        size(limits.max_memory_bytes as u64),
+                        self.last_words()
+                    ),
+                ),
+                Some(Refusal::Table(wanted)) => self.fail(
+                    FailureKind::Limit,
+                    format_args!(
+                        "ran out of table space{during}: it asked to grow a table to {wanted} \
+                         elements, past the limit of {} (Limits::max_table_elements, \
+                         --max-table-elements), and then trapped ({trap})",
+                        limits.max_table_elements
+                    ),
+                ),
+                None => self.fail(
+                    FailureKind::Trap,
+                    format_args!("trapped{during}: {trap}{}", self.last_words()),
+                ),
+            },
+            None => self.fail(
+                FailureKind::Trap,
+                format_args!("failed{during}: {error:#}{}", self.last_words()),
+            ),
         }
-        if let Some(message) = self.panic_message() {
-            return self.fail(format_args!("panicked: {message}"));
-        }
-        let said = self
-            .live
+    }
+
+    /// " (its last words on stderr: ...)", or nothing.
+    fn last_words(&self) -> String {
+        self.live
             .as_ref()
             .map(|live| live.stderr.last_line())
             .filter(|line| !line.is_empty())
             .map(|line| format!(" (its last words on stderr: {line})"))
-            .unwrap_or_default();
-        match error.downcast_ref::<Trap>() {
-            Some(trap) => self.fail(format_args!("trapped: {trap}{said}")),
-            None => self.fail(format_args!("failed: {error:#}{said}")),
-        }
+            .unwrap_or_default()
     }
 
     /// The guest's last panic message, if it recorded one.
     fn panic_message(&mut self) -> Option<String> {
-        let ticks = self.runtime.deadline_ticks();
         let live = self.live.as_mut()?;
-        live.store.set_epoch_deadline(ticks);
+        Self::arm(&self.runtime, &mut live.store);
         let packed = live.panic_message.call(&mut live.store, ()).ok()?;
         let (ptr, len) = abi::unpack(packed);
         if len == 0 || len as usize > 64 * 1024 {
@@ -273,7 +405,8 @@ impl Process for WasmProcess {
         self.pid = ctx.pid();
         self.entry = method.to_string();
         if !self.module.info.has_entry(method) {
-            return Err(ProcessError::new(
+            return Err(ProcessError::with_kind(
+                FailureKind::Refused,
                 self.module.info.unknown_entry(method).to_string(),
             ));
         }
@@ -289,10 +422,59 @@ impl Process for WasmProcess {
         answer.map_err(ProcessError::new)
     }
 
+    fn check(&self, command: &Command) -> Result<(), CommandError> {
+        self.grants.permits(command)?;
+        let limit = self.runtime.limits.max_payload_bytes;
+        let (what, len) = match command {
+            Command::Send(send) => ("message", send.message.bytes.len()),
+            Command::Spawn(spawn) => ("child's input", spawn.input.bytes.len()),
+            Command::Call(call) => ("host command's input", call.input.bytes.len()),
+            Command::Log(record) => {
+                let len = record.message.len()
+                    + record
+                        .fields
+                        .iter()
+                        .map(|f| f.key.len() + f.value.len())
+                        .sum::<usize>();
+                if len > limit {
+                    tracing::warn!(
+                        pid = %self.pid,
+                        "dropped a log record of {len} bytes, more than the payload limit of {limit}"
+                    );
+                }
+                ("log record", len)
+            }
+            _ => return Ok(()),
+        };
+        if len > limit {
+            return Err(CommandError::new(
+                ErrorKind::LimitReached,
+                format!(
+                    "the {what} is {len} bytes, more than the payload limit of {limit} \
+                     (Limits::max_payload_bytes, --max-payload)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
         let events: &[Event] = events.as_slice();
         let bytes = self.call(Export::Step, events)?;
         let output = self.decode_step(&bytes)?;
+        if let Status::Done(result) = &output.status {
+            let limit = self.runtime.limits.max_payload_bytes;
+            if result.bytes.len() > limit {
+                return Err(self.fail(
+                    FailureKind::Limit,
+                    format_args!(
+                        "finished with a result of {} bytes, more than the payload limit of \
+                         {limit} (Limits::max_payload_bytes, --max-payload)",
+                        result.bytes.len()
+                    ),
+                ));
+            }
+        }
         out.status = output.status;
         out.yields = output.yields;
         for y in &mut out.yields {

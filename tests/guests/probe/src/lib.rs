@@ -223,6 +223,11 @@ pub async fn call(ctx: Ctx, (name, input): (String, Value)) -> Result<Value, Err
     })
 }
 
+/// Calls host command `name` with a string of `len` bytes; reports the outcome as `call` does.
+pub async fn call_sized(ctx: Ctx, (name, len): (String, usize)) -> Result<Value, Error> {
+    call(ctx, (name, Value::String("y".repeat(len)))).await
+}
+
 /// Asks the host for the time and two random numbers.
 pub async fn time_and_chance(ctx: Ctx, _: ()) -> Result<Value, Error> {
     let now = ctx.now().await?;
@@ -295,6 +300,46 @@ pub async fn thread_sleep(_ctx: Ctx, millis: u64) -> Result<(), Error> {
     Ok(())
 }
 
+/// A spawn bomb: spawns children until the host refuses one, and fails with the refusal.
+pub async fn bomb(ctx: Ctx, _: ()) -> Result<(), Error> {
+    loop {
+        ctx.spawn("echo", &()).await?;
+    }
+}
+
+/// A message flood: sends to a child busy starting until the host refuses, and fails with it.
+pub async fn deluge(ctx: Ctx, _: ()) -> Result<(), Error> {
+    let sink = ctx.spawn("slow_start", &10_000u64).await?;
+    let mut n: u64 = 0;
+    loop {
+        ctx.send(sink, &n).await?;
+        n += 1;
+    }
+}
+
+/// Recurses without end.
+pub async fn recurse(_ctx: Ctx, _: ()) -> Result<u64, Error> {
+    fn down(n: u64) -> u64 {
+        if n == u64::MAX {
+            return 0;
+        }
+        let mut frame = [n; 16];
+        std::hint::black_box(&mut frame);
+        frame[15].wrapping_add(down(frame[0] + 1))
+    }
+    Ok(down(0))
+}
+
+/// Finishes with a string of `mib` MiB.
+pub async fn big_result(_ctx: Ctx, mib: usize) -> Result<String, Error> {
+    Ok("x".repeat(mib << 20))
+}
+
+/// Calls host command `name`, failing if the call fails.
+pub async fn strict_call(ctx: Ctx, name: String) -> Result<Value, Error> {
+    ctx.call(&name, &()).await
+}
+
 wfguest::entry_points!(
     echo,
     fail,
@@ -324,5 +369,11 @@ wfguest::entry_points!(
     flood,
     thread_sleep,
     chatter,
-    slow_start = wfguest::machine::<SlowStart>()
+    slow_start = wfguest::machine::<SlowStart>(),
+    bomb,
+    deluge,
+    recurse,
+    big_result,
+    strict_call,
+    call_sized
 );

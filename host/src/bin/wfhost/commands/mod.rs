@@ -2,13 +2,14 @@
 
 mod build;
 mod inspect;
+mod limits;
 mod run;
 
 /// The subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     Build(build::BuildCommand),
-    Run(run::RunCommand),
+    Run(Box<run::RunCommand>),
     Inspect(inspect::InspectCommand),
 }
 

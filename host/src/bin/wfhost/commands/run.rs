@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use crossbeam_channel::select;
-use wfhost::{Encoding, ErrorKind, Host, Limits, Payload};
+use wfhost::{Encoding, ErrorKind, Host, Payload};
 
+use super::limits::{parse_duration, LimitArgs};
 use super::WorkflowFailed;
 use crate::events::EventPrinter;
 
@@ -48,13 +49,8 @@ pub struct RunCommand {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     grace: Duration,
 
-    /// The longest one step of a process may run before the process is failed.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
-    step_limit: Duration,
-
-    /// The most memory one process may use, in MiB.
-    #[arg(long, value_name = "MIB", default_value_t = 64)]
-    max_memory: usize,
+    #[command(flatten)]
+    limits: LimitArgs,
 }
 
 /// "name=path".
@@ -69,25 +65,6 @@ fn parse_module(text: &str) -> Result<(String, PathBuf), String> {
     }
 }
 
-/// "10s", "500ms", "2m", or a number of seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(at) => text.split_at(at),
-        None => (text, "s"),
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' is not a duration: use e.g. 10s, 500ms or 2m"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        _ => return Err(format!("'{text}': unknown unit '{unit}' (use ms, s or m)")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("'{text}': {e}"))
-}
-
 impl RunCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let input = self.read_input()?;
@@ -98,16 +75,9 @@ impl RunCommand {
         };
         let name = module_name(&module);
 
-        if self.max_memory == 0 {
-            bail!("--max-memory must be at least 1 (MiB)");
-        }
-        let limits = Limits {
-            max_memory_bytes: self.max_memory << 20,
-            step_time_limit: self.step_limit,
-            ..Limits::default()
-        };
-        let mut builder = Host::builder()
-            .limits(limits)
+        let mut builder = self
+            .limits
+            .apply(Host::builder())?
             .cancel_grace(Some(self.grace));
         if let Some(workers) = self.workers {
             if workers == 0 {
@@ -119,9 +89,10 @@ impl RunCommand {
             builder = builder.observer(Arc::new(EventPrinter));
         }
         let host = builder.build().context("cannot start the host")?;
-        host.load_module(&name, &module)?;
+        let grants = self.limits.grants();
+        host.load_module_with(&name, &module, grants.clone())?;
         for (extra, path) in &self.modules {
-            host.load_module(extra, path)?;
+            host.load_module_with(extra, path, grants.clone())?;
         }
         let run = host.spawn(&name, &self.entry, Payload::json_bytes(input.into_bytes()))?;
         let root = run.pid();

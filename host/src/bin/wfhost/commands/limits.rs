@@ -1,0 +1,218 @@
+//! The sandbox's limits as `wfhost run` flags. Defaults are the library's defaults; a test keeps
+//! the two equal.
+
+use std::time::Duration;
+
+use anyhow::bail;
+use wfhost::{CommandKind, Grants, HostBuilder, Limits};
+
+/// Sandbox limits: what each process, each module and the host as a whole may consume. A process
+/// over a limit fails alone, with a message naming the limit; a module over one is refused at
+/// load. Sizes take KiB, MiB or GiB (e.g. 64MiB); a bare number is bytes.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Sandbox limits")]
+pub struct LimitArgs {
+    /// The most linear memory one process may use.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
+    max_memory: usize,
+
+    /// The most elements each table of a process may hold.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    max_table_elements: usize,
+
+    /// The most linear memories a module may define.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    max_memories: usize,
+
+    /// The most tables a module may define.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    max_tables: usize,
+
+    /// The longest one call into a process (init with its start function, or a step) may run.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    step_limit: Duration,
+
+    /// Fuel (about one unit per wasm instruction) one call into a process may burn: a
+    /// deterministic budget, where --step-limit is wall time. Default: off.
+    #[arg(long, value_name = "N")]
+    fuel: Option<u64>,
+
+    /// The most stack a process's wasm frames may use; deeper recursion fails the process.
+    #[arg(long, value_name = "SIZE", default_value = "512KiB", value_parser = parse_size)]
+    max_stack: usize,
+
+    /// The most commands one step may yield.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    max_yields: usize,
+
+    /// The largest payload: an input, a result, a message, a child's input, a host command's
+    /// input.
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = parse_size)]
+    max_payload: usize,
+
+    /// The largest answer one step may return.
+    #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size)]
+    max_output: usize,
+
+    /// The largest module the host loads.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
+    max_module_size: usize,
+
+    /// The longest compiling one module may take.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    compile_limit: Duration,
+
+    /// The most processes live at once.
+    #[arg(long, value_name = "N", default_value_t = wfhost::DEFAULT_MAX_PROCESSES)]
+    max_processes: usize,
+
+    /// The most children one process may have at once (running, or finished and not joined).
+    #[arg(long, value_name = "N", default_value_t = wfhost::DEFAULT_MAX_CHILDREN)]
+    max_children: usize,
+
+    /// The most messages queued for one process.
+    #[arg(long, value_name = "N", default_value_t = wfhost::DEFAULT_MAILBOX_LIMIT)]
+    mailbox_limit: usize,
+
+    /// The most message bytes queued for one process.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
+    mailbox_bytes: usize,
+
+    /// Withdraw a built-in command from the workflows (sleep, log, send, spawn, join, cancel,
+    /// now, random); using it then fails with a not-allowed error. Repeatable.
+    #[arg(long, value_name = "COMMAND", value_parser = parse_command)]
+    deny: Vec<CommandKind>,
+}
+
+impl LimitArgs {
+    /// The per-process and per-module limits.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_memory_bytes: self.max_memory,
+            max_table_elements: self.max_table_elements,
+            max_memories: self.max_memories,
+            max_tables: self.max_tables,
+            step_time_limit: self.step_limit,
+            fuel_per_step: self.fuel,
+            max_stack_bytes: self.max_stack,
+            max_yields_per_step: self.max_yields,
+            max_payload_bytes: self.max_payload,
+            max_output_bytes: self.max_output,
+            max_module_bytes: self.max_module_size,
+            compile_time_limit: self.compile_limit,
+        }
+    }
+
+    /// The builder with every limit applied.
+    pub fn apply(&self, builder: HostBuilder) -> anyhow::Result<HostBuilder> {
+        if self.max_processes == 0 {
+            bail!("--max-processes must be at least 1");
+        }
+        Ok(builder
+            .limits(self.limits())
+            .max_processes(Some(self.max_processes))
+            .max_children(Some(self.max_children))
+            .mailbox_limit(Some(self.mailbox_limit))
+            .mailbox_bytes(Some(self.mailbox_bytes)))
+    }
+
+    /// What every module loaded by this run may do.
+    pub fn grants(&self) -> Grants {
+        self.deny
+            .iter()
+            .fold(Grants::default(), |grants, &kind| grants.deny(kind))
+    }
+}
+
+/// "64MiB", "512KiB", "2GiB", "1000".
+fn parse_size(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: usize = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size: use e.g. 64MiB, 512KiB or 2GiB"))?;
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "KiB" | "k" => 10,
+        "M" | "MiB" => 20,
+        "G" | "GiB" => 30,
+        other => {
+            return Err(format!(
+                "'{text}': unknown unit '{other}' (use KiB, MiB or GiB)"
+            ))
+        }
+    };
+    number
+        .checked_mul(1usize << shift)
+        .ok_or_else(|| format!("'{text}' is too large"))
+}
+
+/// "10s", "500ms", "2m", or a number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a duration: use e.g. 10s, 500ms or 2m"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("'{text}': unknown unit '{unit}' (use ms, s or m)")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("'{text}': {e}"))
+}
+
+/// A built-in command by name.
+fn parse_command(text: &str) -> Result<CommandKind, String> {
+    CommandKind::ALL
+        .into_iter()
+        .filter(|kind| !matches!(kind, CommandKind::Call | CommandKind::Forget))
+        .find(|kind| kind.name() == text)
+        .ok_or_else(|| {
+            format!(
+                "'{text}' is not a built-in command (sleep, log, send, spawn, join, cancel, now, \
+                 random)"
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        limits: LimitArgs,
+    }
+
+    #[test]
+    fn the_flags_default_to_the_library_defaults() {
+        let cli = Cli::parse_from(["wfhost"]);
+        assert_eq!(cli.limits.limits(), Limits::default());
+        assert!(cli.limits.deny.is_empty());
+    }
+
+    #[test]
+    fn sizes_and_durations_parse_with_their_units() {
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("64mb")
+            .unwrap_err()
+            .contains("unknown unit 'mb'"));
+        assert!(parse_size("lots").unwrap_err().contains("is not a size"));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_command("spawn"), Ok(CommandKind::Spawn));
+        assert!(parse_command("call").is_err());
+    }
+}

@@ -1,0 +1,215 @@
+//! Capabilities: which commands a module's processes may use.
+//!
+//! WASI gives a workflow nothing (no files, no environment, no sockets), so everything it can do
+//! outside its own memory is a command. A module's [`Grants`] decide which: by default every
+//! built-in command and no host command, so a module can reach a payment API or a database only if
+//! the embedder names that command for it. A command outside the grants completes with a
+//! `not-allowed` error that the workflow sees; nothing runs.
+
+use std::collections::BTreeSet;
+
+use wfcontract::{Command, CommandError, CommandKind, ErrorKind};
+
+/// What a module may ask the host to do.
+///
+/// WASI gives a workflow nothing (no files, no environment, no sockets), so everything it can do
+/// outside its own memory is a command. Grants decide which: by default every built-in command and
+/// no host command, so a module reaches a payment API or a database only if the embedder names
+/// that command for it. A command outside the grants completes with a `not-allowed` error that the
+/// workflow sees; nothing runs.
+///
+/// ```
+/// use wfhost::{CommandKind, Grants};
+///
+/// // Every built-in, plus one host command.
+/// let billing = Grants::default().allow_command("payments.charge");
+/// // No children and no host commands at all.
+/// let leaf = Grants::default().deny(CommandKind::Spawn);
+/// # let _ = (billing, leaf);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grants {
+    /// The built-in commands granted (never `Call`, which `host_commands` governs, nor `Forget`,
+    /// which only withdraws a process's own request and is always allowed).
+    builtins: BTreeSet<CommandKind>,
+    host_commands: HostCommands,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum HostCommands {
+    Named(BTreeSet<String>),
+    All,
+}
+
+impl Default for Grants {
+    /// Every built-in command (sleep, log, send, spawn, join, cancel, now, random); no host
+    /// commands.
+    fn default() -> Self {
+        Grants {
+            builtins: CommandKind::ALL
+                .into_iter()
+                .filter(|&kind| is_builtin(kind))
+                .collect(),
+            host_commands: HostCommands::Named(BTreeSet::new()),
+        }
+    }
+}
+
+/// Whether `kind` is a built-in that grants govern one by one.
+fn is_builtin(kind: CommandKind) -> bool {
+    !matches!(kind, CommandKind::Call | CommandKind::Forget)
+}
+
+impl Grants {
+    /// No commands at all: the module can compute and finish, and nothing else.
+    pub fn none() -> Grants {
+        Grants {
+            builtins: BTreeSet::new(),
+            host_commands: HostCommands::Named(BTreeSet::new()),
+        }
+    }
+
+    /// Also allows host command `name` (as registered with
+    /// [`HostBuilder::command`](crate::HostBuilder::command)).
+    pub fn allow_command(mut self, name: impl Into<String>) -> Grants {
+        if let HostCommands::Named(names) = &mut self.host_commands {
+            names.insert(name.into());
+        }
+        self
+    }
+
+    /// Allows every host command, including ones registered later. For modules you trust.
+    pub fn allow_all_commands(mut self) -> Grants {
+        self.host_commands = HostCommands::All;
+        self
+    }
+
+    /// Also allows built-in command `kind`. `Call` is governed by
+    /// [`allow_command`](Self::allow_command) instead, and `Forget` is always allowed.
+    pub fn allow(mut self, kind: CommandKind) -> Grants {
+        if is_builtin(kind) {
+            self.builtins.insert(kind);
+        }
+        self
+    }
+
+    /// Withdraws built-in command `kind`; `Call` withdraws every host command. `Forget` stays.
+    pub fn deny(mut self, kind: CommandKind) -> Grants {
+        if kind == CommandKind::Call {
+            self.host_commands = HostCommands::Named(BTreeSet::new());
+        }
+        self.builtins.remove(&kind);
+        self
+    }
+
+    /// Whether these grants let a process run `command`; if not, the `not-allowed` error its
+    /// yield completes with.
+    pub fn permits(&self, command: &Command) -> Result<(), CommandError> {
+        let kind = command.kind();
+        let allowed = match command {
+            Command::Forget(_) => true,
+            Command::Call(call) => match &self.host_commands {
+                HostCommands::All => true,
+                HostCommands::Named(names) => names.contains(&call.name),
+            },
+            _ => self.builtins.contains(&kind),
+        };
+        if allowed {
+            return Ok(());
+        }
+        let message = match command {
+            Command::Call(call) => format!(
+                "this module may not call host command '{}': the host did not grant it ({})",
+                call.name,
+                self.describe_host_commands()
+            ),
+            _ => format!(
+                "this module may not use the '{}' command: the host did not grant it",
+                kind.name()
+            ),
+        };
+        Err(CommandError::new(ErrorKind::NotAllowed, message))
+    }
+
+    fn describe_host_commands(&self) -> String {
+        match &self.host_commands {
+            HostCommands::All => "it grants all".into(),
+            HostCommands::Named(names) if names.is_empty() => "it grants none".into(),
+            HostCommands::Named(names) => format!(
+                "it grants {}",
+                names
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use wfcontract::{CallRequest, Payload, Pid, Tag};
+
+    fn call(name: &str) -> Command {
+        Command::Call(CallRequest {
+            name: name.into(),
+            input: Payload::empty(),
+        })
+    }
+
+    #[test]
+    fn the_default_grants_every_builtin_and_no_host_command() {
+        let grants = Grants::default();
+        assert_eq!(grants.permits(&Command::Sleep(Duration::ZERO)), Ok(()));
+        assert_eq!(grants.permits(&Command::Join(Pid(1))), Ok(()));
+        assert_eq!(grants.permits(&Command::Forget(Tag(1))), Ok(()));
+        let refused = grants.permits(&call("payments.charge")).unwrap_err();
+        assert_eq!(refused.kind, ErrorKind::NotAllowed);
+        assert_eq!(
+            refused.message,
+            "this module may not call host command 'payments.charge': the host did not grant it \
+             (it grants none)"
+        );
+    }
+
+    #[test]
+    fn named_commands_and_denied_builtins() {
+        let grants = Grants::default()
+            .allow_command("a")
+            .deny(CommandKind::Spawn);
+        assert_eq!(grants.permits(&call("a")), Ok(()));
+        assert_eq!(
+            grants.permits(&call("b")).unwrap_err().message,
+            "this module may not call host command 'b': the host did not grant it (it grants a)"
+        );
+        assert_eq!(grants.permits(&Command::Now).map_err(|e| e.kind), Ok(()));
+        let spawn = Command::Spawn(wfcontract::SpawnRequest {
+            module: None,
+            entry: "x".into(),
+            input: Payload::empty(),
+        });
+        assert_eq!(
+            grants.permits(&spawn).unwrap_err().message,
+            "this module may not use the 'spawn' command: the host did not grant it"
+        );
+        assert_eq!(
+            grants
+                .clone()
+                .deny(CommandKind::Call)
+                .permits(&call("a"))
+                .map_err(|e| e.kind),
+            Err(ErrorKind::NotAllowed)
+        );
+        assert_eq!(
+            Grants::none().permits(&Command::Now).map_err(|e| e.kind),
+            Err(ErrorKind::NotAllowed)
+        );
+        assert_eq!(
+            Grants::none().allow_all_commands().permits(&call("z")),
+            Ok(())
+        );
+    }
+}

@@ -1,0 +1,12 @@
+;; Answers its step with eight 0xff bytes, which decode as nothing.
+(module
+  (memory (export "memory") 1)
+  ;; The init answer, Ok(()): one zero byte at address 0.
+  (data (i32.const 0) "\00")
+  (data (i32.const 16) "\ff\ff\ff\ff\ff\ff\ff\ff")
+  (func (export "wfhost_reserve") (param i32) (result i32) i32.const 1024)
+  (func (export "wfhost_init") (param i32) (result i64) i64.const 1)
+  ;; pack(16, 8)
+  (func (export "wfhost_step") (param i32) (result i64) i64.const 68719476744)
+  (func (export "wfhost_panic_message") (result i64) i64.const 0)
+  (@custom "wfhost-manifest" "wfhost-abi 1\nentry go\n"))

@@ -1,0 +1,13 @@
+;; Grows its memory a page at a time until refused, then traps (as an allocator does).
+(module
+  (memory (export "memory") 1)
+  ;; The init answer, Ok(()): one zero byte at address 0.
+  (data (i32.const 0) "\00")
+  (func (export "wfhost_reserve") (param i32) (result i32) i32.const 1024)
+  (func (export "wfhost_init") (param i32) (result i64) i64.const 1)
+  (func (export "wfhost_step") (param i32) (result i64)
+    (loop $more
+      (br_if $more (i32.ne (memory.grow (i32.const 1)) (i32.const -1))))
+    unreachable)
+  (func (export "wfhost_panic_message") (result i64) i64.const 0)
+  (@custom "wfhost-manifest" "wfhost-abi 1\nentry go\n"))

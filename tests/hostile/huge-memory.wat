@@ -1,0 +1,8 @@
+;; Declares 4 GiB of initial memory (65,536 pages).
+(module
+  (memory (export "memory") 65536)
+  (func (export "wfhost_reserve") (param i32) (result i32) i32.const 1024)
+  (func (export "wfhost_init") (param i32) (result i64) i64.const 1)
+  (func (export "wfhost_step") (param i32) (result i64) i64.const 0)
+  (func (export "wfhost_panic_message") (result i64) i64.const 0)
+  (@custom "wfhost-manifest" "wfhost-abi 1\nentry go\n"))

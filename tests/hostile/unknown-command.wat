@@ -1,0 +1,13 @@
+;; Yields command number 99, which the contract does not have.
+(module
+  (memory (export "memory") 1)
+  ;; The init answer, Ok(()): one zero byte at address 0.
+  (data (i32.const 0) "\00")
+  ;; Status wait, one yield: tag 1, command 99.
+  (data (i32.const 16) "\01\01\01\63")
+  (func (export "wfhost_reserve") (param i32) (result i32) i32.const 1024)
+  (func (export "wfhost_init") (param i32) (result i64) i64.const 1)
+  ;; pack(16, 4)
+  (func (export "wfhost_step") (param i32) (result i64) i64.const 68719476740)
+  (func (export "wfhost_panic_message") (result i64) i64.const 0)
+  (@custom "wfhost-manifest" "wfhost-abi 1\nentry go\n"))
