@@ -38,9 +38,10 @@ impl SpawnHandler {
                 info.unknown_entry(&request.entry).message().to_string(),
             ));
         }
+        let confined = !loaded.grants.reaches_any_process();
         let process = WasmProcess::new(Arc::clone(&self.wasm), loaded);
         let pid = cx
-            .spawn_child(Spawn::new(process, request.entry, request.input))
+            .spawn_child(Spawn::new(process, request.entry, request.input).confined(confined))
             .map_err(Error::into_command_error)?;
         Payload::to_postcard(&pid).map_err(|e| CommandError::new(ErrorKind::Failed, e.to_string()))
     }

@@ -33,6 +33,8 @@ pub struct Grants {
     /// which only withdraws a process's own request and is always allowed).
     builtins: BTreeSet<CommandKind>,
     host_commands: HostCommands,
+    /// May cancel and join processes other than its own children.
+    any_process: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,8 +44,8 @@ enum HostCommands {
 }
 
 impl Default for Grants {
-    /// Every built-in command (sleep, log, send, spawn, join, cancel, now, random); no host
-    /// commands.
+    /// Every built-in command (sleep, log, send, spawn, join, cancel, now, random), with `cancel`
+    /// and `join` reaching only the process's own children; no host commands.
     fn default() -> Self {
         Grants {
             builtins: CommandKind::ALL
@@ -51,6 +53,7 @@ impl Default for Grants {
                 .filter(|&kind| is_builtin(kind))
                 .collect(),
             host_commands: HostCommands::Named(BTreeSet::new()),
+            any_process: false,
         }
     }
 }
@@ -66,6 +69,7 @@ impl Grants {
         Grants {
             builtins: BTreeSet::new(),
             host_commands: HostCommands::Named(BTreeSet::new()),
+            any_process: false,
         }
     }
 
@@ -91,6 +95,19 @@ impl Grants {
             self.builtins.insert(kind);
         }
         self
+    }
+
+    /// Lets `cancel` and `join` reach any process, not only the caller's own children: for
+    /// supervisors you trust. (`send` reaches any pid whatever the grants: a message cannot take
+    /// anything from its receiver, and every mailbox is bounded.)
+    pub fn allow_any_process(mut self) -> Grants {
+        self.any_process = true;
+        self
+    }
+
+    /// Whether `cancel` and `join` may reach processes other than the caller's own children.
+    pub fn reaches_any_process(&self) -> bool {
+        self.any_process
     }
 
     /// Withdraws built-in command `kind`; `Call` withdraws every host command. `Forget` stays.

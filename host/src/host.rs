@@ -58,6 +58,7 @@ pub struct HostBuilder {
     mailbox_limit: Option<usize>,
     mailbox_bytes: Option<usize>,
     max_children: Option<usize>,
+    max_sleeps: usize,
     call_queue: usize,
 }
 
@@ -77,6 +78,7 @@ impl std::fmt::Debug for HostBuilder {
             .field("mailbox_limit", &self.mailbox_limit)
             .field("mailbox_bytes", &self.mailbox_bytes)
             .field("max_children", &self.max_children)
+            .field("max_sleeps", &self.max_sleeps)
             .field("call_queue", &self.call_queue)
             .finish_non_exhaustive()
     }
@@ -98,6 +100,7 @@ impl Default for HostBuilder {
             mailbox_limit: Some(DEFAULT_MAILBOX_LIMIT),
             mailbox_bytes: Some(DEFAULT_MAILBOX_BYTES),
             max_children: Some(DEFAULT_MAX_CHILDREN),
+            max_sleeps: wfhost_scheduler::DEFAULT_MAX_SLEEPS,
             call_queue: DEFAULT_CALL_QUEUE,
         }
     }
@@ -218,6 +221,14 @@ impl HostBuilder {
         self
     }
 
+    /// The most sleeps one process may have pending; one more completes with a `limit-reached`
+    /// error. Default: [`DEFAULT_MAX_SLEEPS`](wfhost_scheduler::DEFAULT_MAX_SLEEPS) (10,000).
+    /// CLI: `--max-sleeps`.
+    pub fn max_sleeps(mut self, sleeps: usize) -> HostBuilder {
+        self.max_sleeps = sleeps;
+        self
+    }
+
     /// Tells `observer` about every spawn, event, yield and exit (as `wfhost run --events` does).
     /// Default: none.
     pub fn observer(mut self, observer: Arc<dyn Observer>) -> HostBuilder {
@@ -243,6 +254,11 @@ impl HostBuilder {
             ));
         }
         let stack = self.limits.worker_stack_bytes();
+        // A step's input must fit in the guest's memory beside everything else it holds.
+        let step_bytes = self
+            .limits
+            .max_payload_bytes
+            .max(self.limits.max_memory_bytes / 4);
         let wasm = Arc::new(WasmRuntime::new(self.limits, self.pooling)?);
         let modules = Arc::new(Modules::default());
         let calls = Calls::start(self.commands, self.call_threads, self.call_queue)
@@ -255,6 +271,8 @@ impl HostBuilder {
             .mailbox_limit(self.mailbox_limit)
             .mailbox_bytes(self.mailbox_bytes)
             .max_children(self.max_children)
+            .max_sleeps(self.max_sleeps)
+            .step_bytes(step_bytes)
             .stack_size(Some(stack));
         if let Some(workers) = self.workers {
             scheduler = scheduler.workers(workers);
@@ -432,10 +450,11 @@ impl Host {
             return Err(loaded.compiled.info.unknown_entry(entry));
         }
         self.check_payload("the input", &input)?;
+        let confined = !loaded.grants.reaches_any_process();
         let process = WasmProcess::new(Arc::clone(&self.wasm), loaded);
         let handle = self
             .scheduler
-            .spawn_handle_with(Spawn::new(process, entry, input))?;
+            .spawn_handle_with(Spawn::new(process, entry, input).confined(confined))?;
         Ok(Run { handle })
     }
 

@@ -54,7 +54,7 @@ pub use wfcontract::{
     CommandError, CommandKind, Encoding, ErrorKind as CommandErrorKind, Payload, Pid,
 };
 pub use wfhost_scheduler as scheduler;
-pub use wfhost_scheduler::{FailureKind, ShutdownReport};
+pub use wfhost_scheduler::{FailureKind, ShutdownReport, DEFAULT_MAX_SLEEPS};
 
 /// Hooks for the benchmarks. Not a stable API.
 #[doc(hidden)]

@@ -194,6 +194,52 @@ fn guest_output_goes_to_the_log_with_its_pid() {
 }
 
 #[test]
+fn a_guest_logs_at_most_a_thousand_lines_per_step() {
+    let lines: Vec<String> = (0..1500).map(|n| format!("line {n}")).collect();
+    let input = serde_json::to_string(&lines).unwrap();
+    let output = run(&["run", PROBE, "print", "--input", &input]);
+    assert_eq!(stdout(&output), "1500\n");
+    let err = stderr(&output);
+    let logged = err.matches("wfhost::guest: line ").count();
+    assert_eq!(logged, 1000, "{err}");
+    assert!(
+        err.contains("dropped 500 lines: a process may log 1000 lines per step"),
+        "{err}"
+    );
+    // The other stream has its own budget.
+    assert!(err.contains("done pid=1 stream=\"stderr\""), "{err}");
+}
+
+#[test]
+fn run_help_lists_every_sandbox_limit() {
+    let help = stdout(&run(&["run", "--help"]));
+    for flag in [
+        "--max-memory",
+        "--max-table-elements",
+        "--max-memories",
+        "--max-tables",
+        "--step-limit",
+        "--fuel",
+        "--max-stack",
+        "--max-yields",
+        "--max-payload",
+        "--max-output",
+        "--max-module-size",
+        "--compile-limit",
+        "--max-processes",
+        "--max-children",
+        "--mailbox-limit",
+        "--mailbox-bytes",
+        "--max-sleeps",
+        "--pooling",
+        "--deny",
+    ] {
+        assert!(help.contains(flag), "{flag} is missing from:\n{help}");
+    }
+    assert!(help.contains("[default: 64MiB]"), "{help}");
+}
+
+#[test]
 fn countdown_sleeps_logs_and_finishes() {
     let output = run(&[
         "run",

@@ -356,6 +356,34 @@ fn a_module_uses_only_the_commands_it_was_granted() {
 }
 
 #[test]
+fn a_module_cancels_only_its_own_children_unless_granted_any_process() {
+    let host = host();
+    host.load_module_with("supervisor", PROBE, Grants::default().allow_any_process())
+        .unwrap();
+    let stranger = host
+        .spawn("probe", "wait_message", Payload::to_json(&600_000).unwrap())
+        .unwrap();
+    let pid = stranger.pid().0;
+    let refused = run(&host, "probe", "cancel_unknown", json!(pid)).unwrap();
+    assert_eq!(refused["error"], "not-allowed");
+    assert_eq!(
+        refused["message"],
+        format!("process <{pid}> is not a child of this process; this module may cancel only its own children (not-allowed)")
+    );
+    assert!(
+        stranger.wait_timeout(Duration::ZERO).is_none(),
+        "still running"
+    );
+    let done = run(&host, "supervisor", "cancel_unknown", json!(pid)).unwrap();
+    assert_eq!(done, json!("cancelled"));
+    let err = stranger.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert_eq!(
+        err.message(),
+        "entry point 'wait_message' failed: cancelled"
+    );
+}
+
+#[test]
 fn a_panicking_host_command_fails_the_call_not_the_host() {
     let host = host_with(
         Host::builder().command("boom", |_: Value| -> Result<Value, CommandError> {
@@ -442,7 +470,7 @@ fn a_process_may_have_only_so_many_children() {
     assert!(
         message.ends_with(
             "already has its limit of 5 children (running, or finished and not yet joined); join \
-             or cancel some first (limit-reached)"
+             some first (limit-reached)"
         ),
         "{message}"
     );

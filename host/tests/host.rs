@@ -177,3 +177,46 @@ fn shutdown_closes_what_is_still_running() {
     assert_eq!(err.message(), "entry point 'countdown' failed: cancelled");
     assert_eq!(report.finished_in_grace, 1);
 }
+
+#[test]
+fn a_module_that_compiles_too_long_is_refused_and_not_compiled_again() {
+    let limits = Limits {
+        compile_time_limit: Duration::from_micros(1),
+        ..Limits::default()
+    };
+    let host = Host::builder().workers(1).limits(limits).build().unwrap();
+    let err = host.load_module("probe", PROBE).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Limit);
+    assert!(
+        err.message().ends_with(
+            "compiling the module took longer than the limit of 1µs \
+             (Limits::compile_time_limit, --compile-limit)"
+        ),
+        "{err}"
+    );
+    let again = host.load_module("probe", PROBE).unwrap_err();
+    assert!(
+        again.message().ends_with(
+            "compiling this module took longer than the limit of 1µs before \
+             (Limits::compile_time_limit, --compile-limit); it is not compiled again"
+        ),
+        "{again}"
+    );
+}
+
+#[test]
+fn a_module_over_the_size_limit_is_refused_before_it_is_read() {
+    let limits = Limits {
+        max_module_bytes: 1000,
+        ..Limits::default()
+    };
+    let host = Host::builder().workers(1).limits(limits).build().unwrap();
+    let err = host.load_module("hello", HELLO).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Limit);
+    assert!(
+        err.message().contains(
+            "more than the limit of 1000 bytes (Limits::max_module_bytes, --max-module-size)"
+        ),
+        "{err}"
+    );
+}

@@ -230,7 +230,7 @@ const CASES: &[Case] = &[
         &["--max-children", "50"],
         1,
         "process <1> already has its limit of 50 children (running, or finished and not yet \
-         joined); join or cancel some first (limit-reached)",
+         joined); join some first (limit-reached)",
     ),
     probe(
         "deluge",

@@ -16,6 +16,12 @@ use crate::scheduler::Scheduler;
 /// small processes, 64-128 favour throughput for message-heavy ones.
 pub const DEFAULT_BUDGET: usize = 32;
 
+/// The most pending sleeps per process, unless [`Builder::max_sleeps`] says otherwise.
+pub const DEFAULT_MAX_SLEEPS: usize = 10_000;
+
+/// The most joins waiting on one process, unless [`Builder::max_watchers`] says otherwise.
+pub const DEFAULT_MAX_WATCHERS: usize = 1_000;
+
 /// Scheduler settings. Build one with [`Builder`].
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
@@ -28,6 +34,9 @@ pub(crate) struct Config {
     pub(crate) mailbox_bytes: Option<usize>,
     pub(crate) max_children: Option<usize>,
     pub(crate) stack_size: Option<usize>,
+    pub(crate) max_sleeps: usize,
+    pub(crate) max_watchers: usize,
+    pub(crate) step_bytes: usize,
 }
 
 impl Config {
@@ -91,6 +100,9 @@ impl Builder {
                 mailbox_bytes: None,
                 max_children: None,
                 stack_size: None,
+                max_sleeps: DEFAULT_MAX_SLEEPS,
+                max_watchers: DEFAULT_MAX_WATCHERS,
+                step_bytes: usize::MAX,
             },
             handlers,
             observer: None,
@@ -113,6 +125,30 @@ impl Builder {
     /// Name prefix of the worker threads (`<prefix>-<index>`). Default: `wfhost-worker`.
     pub fn thread_name(mut self, prefix: impl Into<String>) -> Builder {
         self.config.thread_name = prefix.into();
+        self
+    }
+
+    /// The most sleeps one process may have pending; one more completes with a `limit-reached`
+    /// error. A sleep with the tag of a pending one replaces it. Default: [`DEFAULT_MAX_SLEEPS`].
+    pub fn max_sleeps(mut self, sleeps: usize) -> Builder {
+        self.config.max_sleeps = sleeps;
+        self
+    }
+
+    /// The most joins that may wait on one running process; one more completes with a
+    /// `limit-reached` error (each waiting join gets its own copy of the result).
+    /// Default: [`DEFAULT_MAX_WATCHERS`].
+    pub fn max_watchers(mut self, joins: usize) -> Builder {
+        self.config.max_watchers = joins;
+        self
+    }
+
+    /// The most event bytes (payloads) one step takes in, whatever the budget says: a step always
+    /// gets at least one event, and stops before the event that would go past this. Keeps a
+    /// process's input within what its memory can hold when many large messages are queued.
+    /// Default: no limit.
+    pub fn step_bytes(mut self, bytes: usize) -> Builder {
+        self.config.step_bytes = bytes;
         self
     }
 
@@ -154,8 +190,8 @@ impl Builder {
 
     /// The most children a process may have at once: running ones, and finished ones whose result
     /// is kept for a join that has not happened yet. Spawning more fails with
-    /// [`Error::TooManyChildren`](crate::Error::TooManyChildren); joining or cancelling children
-    /// makes room. Processes spawned from outside (no parent) are bounded by
+    /// [`Error::TooManyChildren`](crate::Error::TooManyChildren); joining a finished child makes
+    /// room (a cancelled child counts until it has finished and been joined). Processes spawned from outside (no parent) are bounded by
     /// [`max_processes`](Self::max_processes) only. Default: `None`, no limit.
     pub fn max_children(mut self, limit: Option<usize>) -> Builder {
         self.config.max_children = limit;

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use wfcontract::{Command, CommandKind, Level, LogRecord, Payload};
+use wfcontract::{Command, CommandError, CommandKind, ErrorKind, Level, LogRecord, Payload, Pid};
 
 use crate::dispatch::{Context, Handlers, Request};
 use crate::handle::Error;
@@ -29,8 +29,39 @@ fn send(request: Request, cx: &Context<'_>) {
     }
 }
 
+/// A confined process may act only on its own children.
+fn within_reach(cx: &Context<'_>, target: Pid, verb: &str) -> Result<(), CommandError> {
+    if !cx.slot.confined {
+        return Ok(());
+    }
+    let parent = cx
+        .scheduler()
+        .shared
+        .table
+        .get(&target)
+        .and_then(|entry| entry.value().parent);
+    match parent {
+        Some(parent) if parent == cx.pid() => Ok(()),
+        // Gone, or never was: the same answer as for anyone, so confinement reveals nothing.
+        _ if !cx.scheduler().shared.table.contains_key(&target) => Err(CommandError::new(
+            ErrorKind::NoSuchProcess,
+            format!("no process {target}: it never existed or has already finished"),
+        )),
+        _ => Err(CommandError::new(
+            ErrorKind::NotAllowed,
+            format!(
+                "process {target} is not a child of this process; this module may {verb} only \
+                 its own children"
+            ),
+        )),
+    }
+}
+
 fn cancel(request: Request, cx: &Context<'_>) {
     if let Command::Cancel(pid) = request.command {
+        if let Err(error) = within_reach(cx, pid, "cancel") {
+            return cx.complete(request.tag, Err(error));
+        }
         let result = cx.scheduler().cancel(pid);
         cx.complete(
             request.tag,
@@ -43,6 +74,9 @@ fn cancel(request: Request, cx: &Context<'_>) {
 
 fn join(request: Request, cx: &Context<'_>) {
     if let Command::Join(pid) = request.command {
+        if let Err(error) = within_reach(cx, pid, "join") {
+            return cx.complete(request.tag, Err(error));
+        }
         cx.scheduler().join(pid, cx.pid(), request.tag);
     }
 }

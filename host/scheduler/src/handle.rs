@@ -35,7 +35,7 @@ pub enum Error {
     /// The spawning process already has as many children as it may.
     #[error(
         "process {parent} already has its limit of {limit} children (running, or finished and \
-         not yet joined); join or cancel some first"
+         not yet joined); join some first"
     )]
     TooManyChildren {
         /// The would-be parent.
@@ -80,6 +80,7 @@ pub struct Spawn {
     pub(crate) input: Payload,
     pub(crate) parent: Option<Pid>,
     pub(crate) notices: Vec<Notice>,
+    pub(crate) confined: bool,
 }
 
 impl std::fmt::Debug for Spawn {
@@ -105,7 +106,16 @@ impl Spawn {
             input,
             parent: None,
             notices: Vec::new(),
+            confined: false,
         }
+    }
+
+    /// Confines the new process to its own children: its `cancel` and `join` of any other
+    /// process complete with a `not-allowed` error. (`send` reaches any pid.) For processes
+    /// running code nobody vouched for. Default: not confined.
+    pub fn confined(mut self, confined: bool) -> Spawn {
+        self.confined = confined;
+        self
     }
 
     /// Links the new process to `parent`: its result is kept after it ends until the parent joins
@@ -269,6 +279,16 @@ impl SchedulerHandle {
         let ready = {
             let mut exit = slot.exit.lock();
             if !exit.finished {
+                let limit = shared.config.max_watchers;
+                if exit.watchers.len() >= limit {
+                    drop(exit);
+                    let error = CommandError::new(
+                        ErrorKind::LimitReached,
+                        format!("{limit} joins already wait on process {target}"),
+                    );
+                    let _ = shared.deliver_to(watcher, Event::completion(tag, Err(error)));
+                    return;
+                }
                 exit.watchers.push(Notice::Process {
                     pid: watcher,
                     tag,

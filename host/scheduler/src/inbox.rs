@@ -118,28 +118,35 @@ impl Inbox {
         self.terminate.take()
     }
 
-    /// Moves up to `budget` events into `out`: signals, then completions, then messages. Returns
-    /// how many.
-    pub(crate) fn drain_into(&mut self, out: &mut Vec<Event>, budget: usize) -> usize {
-        let mut left = budget;
-        for lane in [&mut self.signals, &mut self.completions] {
-            while left > 0 {
-                let Some(event) = lane.pop_front() else {
+    /// Moves up to `budget` events into `out`: signals, then completions, then messages; and no
+    /// more payload bytes than `max_bytes`, except that the first event always goes. Returns how
+    /// many.
+    pub(crate) fn drain_into(
+        &mut self,
+        out: &mut Vec<Event>,
+        budget: usize,
+        max_bytes: usize,
+    ) -> usize {
+        let mut taken = 0;
+        let mut bytes = 0usize;
+        for lane in [&mut self.signals, &mut self.completions, &mut self.mailbox] {
+            while taken < budget {
+                let Some(size) = lane.front().map(|e| e.data.bytes.len()) else {
                     break;
                 };
+                if taken > 0 && bytes.saturating_add(size) > max_bytes {
+                    return taken;
+                }
+                let event = lane.pop_front().expect("looked at above");
+                if event.kind == EventKind::Message {
+                    self.mailbox_bytes -= size;
+                }
+                bytes = bytes.saturating_add(size);
                 out.push(event);
-                left -= 1;
+                taken += 1;
             }
         }
-        while left > 0 {
-            let Some(event) = self.mailbox.pop_front() else {
-                break;
-            };
-            self.mailbox_bytes -= event.data.bytes.len();
-            out.push(event);
-            left -= 1;
-        }
-        budget - left
+        taken
     }
 
     /// True when a turn would find nothing to do.
@@ -180,7 +187,7 @@ mod tests {
         }
         inbox.push(Event::cancel()).unwrap();
         let mut out = Vec::new();
-        assert_eq!(inbox.drain_into(&mut out, 32), 32);
+        assert_eq!(inbox.drain_into(&mut out, 32, usize::MAX), 32);
         assert_eq!(out[0].kind, EventKind::Cancel);
         assert_eq!(out[1].from, Pid(0));
         assert_eq!(out[31].from, Pid(30));
@@ -196,10 +203,10 @@ mod tests {
         );
         assert_eq!(inbox.push(message(2)), Ok(true));
         let mut out = Vec::new();
-        assert_eq!(inbox.drain_into(&mut out, 2), 2);
+        assert_eq!(inbox.drain_into(&mut out, 2, usize::MAX), 2);
         assert_eq!((out[0].tag, out[1].from), (Tag(7), Pid(1)));
         assert!(!inbox.is_empty());
-        assert_eq!(inbox.drain_into(&mut out, 2), 1);
+        assert_eq!(inbox.drain_into(&mut out, 2, usize::MAX), 1);
         assert!(inbox.is_empty());
     }
 
@@ -252,7 +259,7 @@ mod tests {
         inbox.push(big(4)).unwrap();
         assert_eq!(inbox.push(big(1)), Err(Refused::Full));
         let mut out = Vec::new();
-        assert_eq!(inbox.drain_into(&mut out, 1), 1);
+        assert_eq!(inbox.drain_into(&mut out, 1, usize::MAX), 1);
         assert_eq!(inbox.push(big(6)), Ok(true));
         assert_eq!(inbox.push(big(1)), Err(Refused::Full));
         // A message larger than the whole mailbox never fits.
@@ -261,5 +268,21 @@ mod tests {
             bytes: 10,
         });
         assert_eq!(empty.push(big(11)), Err(Refused::Full));
+    }
+
+    #[test]
+    fn a_drain_stops_at_its_byte_budget_but_always_takes_one() {
+        let sized = |n: usize| Event::message(Pid(1), Payload::opaque(vec![0; n]));
+        let mut inbox = Inbox::default();
+        for n in [40, 40, 40, 200] {
+            inbox.push(sized(n)).unwrap();
+        }
+        let mut out = Vec::new();
+        assert_eq!(inbox.drain_into(&mut out, 32, 100), 2);
+        assert_eq!(inbox.drain_into(&mut out, 32, 100), 1);
+        // Larger than the budget on its own: it still goes, alone.
+        assert_eq!(inbox.drain_into(&mut out, 32, 100), 1);
+        assert_eq!(out.len(), 4);
+        assert!(inbox.is_empty());
     }
 }

@@ -67,7 +67,7 @@ mod sync;
 mod timer;
 mod worker;
 
-pub use builder::{BuildError, Builder, DEFAULT_BUDGET};
+pub use builder::{BuildError, Builder, DEFAULT_BUDGET, DEFAULT_MAX_SLEEPS, DEFAULT_MAX_WATCHERS};
 pub use builtin::emit as emit_guest_log;
 pub use counters::Counters;
 pub use dispatch::{Completer, Context, Handler, Request};

@@ -70,7 +70,8 @@ pub enum FailureKind {
     Limit,
     /// It answered something that does not follow the contract.
     BadOutput,
-    /// It could not start: an unknown entry point, or a module the host could not instantiate.
+    /// It could not start: its entry point does not exist. (A module the host could not
+    /// instantiate fails with `Limit`, or `Trap` when its start function trapped.)
     Refused,
     /// It was ended from outside: it outlived its cancel grace period, was terminated, or the
     /// host shut down under it.

@@ -139,7 +139,7 @@ impl Shared {
                     format!("terminated: it did not finish within {grace:?} of being cancelled");
                 let _ = self
                     .timer
-                    .schedule(grace, slot.pid, Action::Terminate(reason));
+                    .schedule(grace, slot.pid, Action::Terminate(reason), usize::MAX);
             }
         }
         Ok(())
@@ -317,6 +317,7 @@ impl Shared {
             input,
             parent: parent_pid,
             notices,
+            confined,
         } = spawn;
         let looked_up;
         let parent = match (parent, parent_pid) {
@@ -339,6 +340,7 @@ impl Shared {
             Start { method, input },
             notices,
             self.config.mailbox(),
+            confined,
         );
         if let Some(parent) = parent {
             // The link exists only while the parent lives: a parent that already ended cannot

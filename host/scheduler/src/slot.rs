@@ -26,6 +26,8 @@ pub(crate) struct Slot {
     pub(crate) cancel_armed: std::sync::atomic::AtomicBool,
     /// Set by the first `sleep`: the timer may hold entries to drop when the process ends.
     pub(crate) has_timers: std::sync::atomic::AtomicBool,
+    /// May cancel and join only its own children (see `Spawn::confined`).
+    pub(crate) confined: bool,
 }
 
 impl std::fmt::Debug for Slot {
@@ -87,6 +89,7 @@ impl Slot {
         start: Start,
         watchers: Vec<Notice>,
         mailbox_limit: MailboxLimit,
+        confined: bool,
     ) -> Arc<Slot> {
         Arc::new(Slot {
             pid,
@@ -105,6 +108,7 @@ impl Slot {
             }),
             cancel_armed: std::sync::atomic::AtomicBool::new(false),
             has_timers: std::sync::atomic::AtomicBool::new(false),
+            confined,
         })
     }
 }

@@ -1,7 +1,7 @@
 //! The timer thread: a deadline heap serving `sleep` and the termination of processes that
 //! outlive their cancel grace period. Timers never occupy a worker.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -39,6 +39,8 @@ struct Timers {
     /// Where each pending sleep is, so that `forget` can drop it; by pid, so that a finished
     /// process's sleeps can all go at once.
     sleeps: BTreeMap<(Pid, Tag), Key>,
+    /// Pending sleeps per process, to hold each to the limit.
+    per_pid: HashMap<Pid, usize>,
     seq: u64,
     /// The scheduler whose processes the timers act on. Weak, so pending timers do not keep a
     /// scheduler alive.
@@ -59,26 +61,58 @@ impl Timer {
         self.inner.0.lock().scheduler = scheduler;
     }
 
-    /// Acts on `pid` after `delay`.
-    pub(crate) fn schedule(&self, delay: Duration, pid: Pid, action: Action) -> Result<(), String> {
+    /// Acts on `pid` after `delay`. A sleep is refused when `pid` already has `max_sleeps` pending;
+    /// a sleep with the tag of a pending one replaces it.
+    pub(crate) fn schedule(
+        &self,
+        delay: Duration,
+        pid: Pid,
+        action: Action,
+        max_sleeps: usize,
+    ) -> Result<(), CommandError> {
         let deadline = Instant::now() + delay.min(MAX_DELAY);
         let (lock, condvar) = &*self.inner;
         let mut timers = lock.lock();
         if timers.shutdown {
-            return Err("the scheduler is shutting down".into());
+            return Err(CommandError::new(
+                ErrorKind::Unavailable,
+                "the scheduler is shutting down",
+            ));
+        }
+        if let Action::Complete(tag) = action {
+            if let Some(old) = timers.sleeps.remove(&(pid, tag)) {
+                timers.queue.remove(&old);
+                timers.uncount(pid);
+            }
+            let pending = timers.per_pid.get(&pid).copied().unwrap_or(0);
+            if pending >= max_sleeps {
+                return Err(CommandError::new(
+                    ErrorKind::LimitReached,
+                    format!(
+                        "process {pid} already has its limit of {max_sleeps} pending sleeps; \
+                         await or drop some first"
+                    ),
+                ));
+            }
         }
         if timers.thread.is_none() {
             let inner = Arc::clone(&self.inner);
             let thread = std::thread::Builder::new()
                 .name("wfhost-timer".into())
                 .spawn(move || run(&inner))
-                .map_err(|e| format!("could not start the timer thread: {e}"))?;
+                .map_err(|e| {
+                    CommandError::new(
+                        ErrorKind::Unavailable,
+                        format!("could not start the timer thread: {e}"),
+                    )
+                })?;
             timers.thread = Some(thread);
         }
         let key = (deadline, timers.seq);
         timers.seq += 1;
         if let Action::Complete(tag) = action {
             timers.sleeps.insert((pid, tag), key);
+            *timers.per_pid.entry(pid).or_insert(0) += 1;
         }
         timers.queue.insert(key, Entry { pid, action });
         if timers
@@ -96,6 +130,7 @@ impl Timer {
         let mut timers = self.inner.0.lock();
         if let Some(key) = timers.sleeps.remove(&(pid, tag)) {
             timers.queue.remove(&key);
+            timers.uncount(pid);
         }
     }
 
@@ -112,6 +147,7 @@ impl Timer {
                 timers.queue.remove(&key);
             }
         }
+        timers.per_pid.remove(&pid);
     }
 
     /// Stops the thread and drops every pending timer.
@@ -122,11 +158,24 @@ impl Timer {
             timers.shutdown = true;
             timers.queue.clear();
             timers.sleeps.clear();
+            timers.per_pid.clear();
             timers.thread.take()
         };
         condvar.notify_all();
         if let Some(thread) = thread {
             let _ = thread.join();
+        }
+    }
+}
+
+impl Timers {
+    /// One pending sleep of `pid` fewer.
+    fn uncount(&mut self, pid: Pid) {
+        if let Some(count) = self.per_pid.get_mut(&pid) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_pid.remove(&pid);
+            }
         }
     }
 }
@@ -148,6 +197,7 @@ fn run(inner: &(Mutex<Timers>, Condvar)) {
             let (_, entry) = timers.queue.pop_first().expect("checked");
             if let Action::Complete(tag) = entry.action {
                 timers.sleeps.remove(&(entry.pid, tag));
+                timers.uncount(entry.pid);
             }
             due.push(entry);
         }
@@ -203,11 +253,11 @@ impl Handler for Sleep {
         cx.slot
             .has_timers
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Err(reason) = timer.schedule(duration, request.pid, Action::Complete(request.tag)) {
-            cx.complete(
-                request.tag,
-                Err(CommandError::new(ErrorKind::Unavailable, reason)),
-            );
+        let max = cx.scheduler().shared.config.max_sleeps;
+        if let Err(error) =
+            timer.schedule(duration, request.pid, Action::Complete(request.tag), max)
+        {
+            cx.complete(request.tag, Err(error));
         }
     }
 }

@@ -247,7 +247,8 @@ impl Worker {
                     match inbox.take_terminate() {
                         Some(reason) => Err(reason),
                         None => {
-                            let count = inbox.drain_into(&mut self.events, budget);
+                            let max_bytes = self.shared().config.step_bytes;
+                            let count = inbox.drain_into(&mut self.events, budget, max_bytes);
                             Ok((count, Leftover::of(&inbox)))
                         }
                     }

@@ -1073,3 +1073,127 @@ fn a_forgotten_sleep_never_completes() {
     let seen: Vec<u64> = de(&handle.wait_timeout(PATIENCE).unwrap().unwrap());
     assert_eq!(seen, [2]);
 }
+
+#[test]
+fn pending_sleeps_are_limited_per_process_and_a_reused_tag_replaces_its_sleep() {
+    let scheduler = Scheduler::builder()
+        .workers(1)
+        .max_sleeps(3)
+        .build()
+        .unwrap();
+    // Five long sleeps (tags 1-5), then tag 1 again, short: tags 4 and 5 are refused at once,
+    // and the second tag 1 replaces the first, so the short one is what completes.
+    let process = Proc::new(
+        Vec::<(u64, Option<ErrorKind>)>::new(),
+        |seen, env, events, out| {
+            out.status = Status::Wait;
+            if env.first {
+                for tag in 1..=5 {
+                    out.push(Tag(tag), Command::Sleep(Duration::from_secs(3600)));
+                }
+                out.push(Tag(1), Command::Sleep(Duration::from_millis(1)));
+                return;
+            }
+            seen.extend(events.map(|e| (e.tag.0, e.error.map(|e| e.kind))));
+            if seen.len() == 3 {
+                out.status = Status::Done(pc(seen));
+            }
+        },
+    );
+    let handle = scheduler
+        .spawn_handle(process, "naps", Payload::empty())
+        .unwrap();
+    let mut seen: Vec<(u64, Option<ErrorKind>)> =
+        de(&handle.wait_timeout(PATIENCE).unwrap().unwrap());
+    seen.sort_by_key(|(tag, _)| *tag);
+    assert_eq!(
+        seen,
+        [
+            (1, None),
+            (4, Some(ErrorKind::LimitReached)),
+            (5, Some(ErrorKind::LimitReached))
+        ]
+    );
+}
+
+#[test]
+fn joins_waiting_on_one_process_are_limited() {
+    let (scheduler, gate) = {
+        let (builder, rx) = forward_calls(Scheduler::builder().workers(2).max_watchers(2));
+        (builder.build().unwrap(), rx)
+    };
+    // The target waits on a call the test never completes until the end.
+    let target = Proc::new((), |_, env, _, out| {
+        out.status = Status::Wait;
+        if env.first {
+            out.push(Tag(1), call("hold"));
+        } else {
+            out.status = Status::Done(pc(&7u32));
+        }
+    });
+    let target = scheduler.spawn(target, "target", Payload::empty()).unwrap();
+    let held = gate.recv_timeout(PATIENCE).unwrap();
+    let (tx, rx) = unbounded();
+    for _ in 0..3 {
+        let tx = tx.clone();
+        let joiner = Proc::new((), move |_, env, mut events, out| {
+            out.status = Status::Wait;
+            if env.first {
+                out.push(Tag(1), Command::Join(target));
+                return;
+            }
+            let event = events.next().unwrap();
+            tx.send(event.error.map(|e| e.kind)).unwrap();
+            out.status = Status::Done(Payload::empty());
+        });
+        scheduler.spawn(joiner, "join", Payload::empty()).unwrap();
+    }
+    // The third join is refused at once; the other two wait for the target.
+    assert_eq!(
+        rx.recv_timeout(PATIENCE).unwrap(),
+        Some(ErrorKind::LimitReached)
+    );
+    held.complete(Ok(Payload::empty()));
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), None);
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), None);
+}
+
+#[test]
+fn a_confined_process_cancels_and_joins_only_its_own_children() {
+    let scheduler = Scheduler::builder().workers(2).build().unwrap();
+    let stranger = Proc::new((), |_, _, _, out| out.status = Status::Idle);
+    let stranger = scheduler
+        .spawn(stranger, "stranger", Payload::empty())
+        .unwrap();
+    let (tx, rx) = unbounded();
+    let confined = Proc::new((), move |_, env, events, out| {
+        out.status = Status::Wait;
+        if env.first {
+            out.push(Tag(1), Command::Cancel(stranger));
+            out.push(Tag(2), Command::Join(stranger));
+            out.push(Tag(3), Command::Cancel(Pid(999_999)));
+            return;
+        }
+        for event in events {
+            tx.send((event.tag.0, event.error.map(|e| e.kind))).unwrap();
+        }
+    });
+    scheduler
+        .spawn_with(Spawn::new(confined, "confined", Payload::empty()).confined(true))
+        .unwrap();
+    let mut seen: Vec<_> = (0..3).map(|_| rx.recv_timeout(PATIENCE).unwrap()).collect();
+    seen.sort_by_key(|(tag, _)| *tag);
+    assert_eq!(
+        seen,
+        [
+            (1, Some(ErrorKind::NotAllowed)),
+            (2, Some(ErrorKind::NotAllowed)),
+            (3, Some(ErrorKind::NoSuchProcess))
+        ]
+    );
+    // The stranger was not touched: it still takes messages.
+    scheduler.send(stranger, Payload::empty()).unwrap();
+    assert_eq!(scheduler.live(), 2);
+    let report = scheduler.shutdown(Duration::ZERO);
+    assert_eq!(report.closed, 2);
+}

@@ -39,7 +39,12 @@ impl std::fmt::Debug for RawInstance {
 impl Harness {
     /// Compiles `bytes` with the default limits; `pooling` as in `HostBuilder::pooling`.
     pub fn new(bytes: &[u8], pooling: Option<u32>) -> Result<Harness> {
-        let wasm = Arc::new(WasmRuntime::new(Limits::default(), pooling)?);
+        Harness::with_limits(bytes, pooling, Limits::default())
+    }
+
+    /// Compiles `bytes` under `limits`.
+    pub fn with_limits(bytes: &[u8], pooling: Option<u32>, limits: Limits) -> Result<Harness> {
+        let wasm = Arc::new(WasmRuntime::new(limits, pooling)?);
         let compiled = wasm.compile(bytes)?;
         Ok(Harness { wasm, compiled })
     }

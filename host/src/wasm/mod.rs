@@ -30,6 +30,10 @@ use crate::error::{Error, ErrorKind, Result};
 /// How often the epoch advances: the granularity of the step time limit.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
+/// The longest step time limit: long enough for anything, short enough that a deadline in ticks
+/// never overflows.
+const MAX_STEP_TIME: Duration = Duration::from_secs(24 * 3600);
+
 /// The sandbox's limits: what one process, and one module, may consume. Every field has a
 /// default suited to running code nobody reviewed; each is also a `wfhost run` flag (named in its
 /// documentation). `SECURITY.md` lists them with the host-wide limits on [`HostBuilder`].
@@ -72,8 +76,9 @@ pub struct Limits {
     pub max_yields_per_step: usize,
     /// The largest payload, in bytes: a process's input and result, a message, a child's input,
     /// a host command's input. A yield carrying more completes with a `limit-reached` error; a
-    /// result larger fails the process; the host's own `spawn` and `send` refuse larger ones.
-    /// Log messages are cut to this size. Default: 4 MiB. CLI: `--max-payload`.
+    /// result larger fails the process; the host's own `spawn` and `send` refuse larger ones; a
+    /// larger log record is dropped, with a warning in the host's log; a failure message is cut
+    /// to it. Default: 4 MiB. CLI: `--max-payload`.
     pub max_payload_bytes: usize,
     /// The largest answer (step output or init result) a guest may return, in bytes.
     /// Default: 16 MiB. CLI: `--max-output`.
@@ -115,8 +120,8 @@ impl Limits {
         if self.max_memories == 0 {
             return bad("max_memories must be at least 1: a workflow exports a linear memory");
         }
-        if self.step_time_limit < EPOCH_TICK {
-            return bad("step_time_limit must be at least 10 ms (the epoch tick)");
+        if self.step_time_limit < EPOCH_TICK || self.step_time_limit > MAX_STEP_TIME {
+            return bad("step_time_limit must be between 10 ms (the epoch tick) and 24 hours");
         }
         if self.fuel_per_step == Some(0) {
             return bad("fuel_per_step must be at least 1 (or None for no fuel accounting)");
@@ -320,7 +325,8 @@ impl WasmRuntime {
 
     /// Epoch ticks a call may run.
     pub(crate) fn deadline_ticks(&self) -> u64 {
-        (self.limits.step_time_limit.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
+        let ticks = self.limits.step_time_limit.as_millis() / EPOCH_TICK.as_millis();
+        u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
     }
 
     pub(crate) fn stop(&self) {

@@ -1,7 +1,8 @@
 //! Reading and checking workflow modules. Inspection only parses: it runs no guest code and does not
 //! even compile, so it is safe on modules nobody trusts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -260,7 +261,14 @@ pub(crate) struct AbiExports {
 #[derive(Default)]
 pub(crate) struct ModuleCache {
     compiled: Mutex<HashMap<String, Arc<Compiled>>>,
+    /// Hashes of modules whose compile overran the limit: refused at once from then on.
+    too_slow: Mutex<HashSet<String>>,
+    /// Compiles that overran their limit and still run in the background.
+    overrunning: Arc<AtomicUsize>,
 }
+
+/// At most this many overrunning compiles run in the background; further loads wait for them.
+const MAX_OVERRUNNING: usize = 2;
 
 impl ModuleCache {
     /// The compiled form of `bytes`, compiling it on first sight. Refuses a module over `limits`.
@@ -287,8 +295,33 @@ impl ModuleCache {
         if let Some(compiled) = self.compiled.lock().get(&info.sha256) {
             return Ok(Arc::clone(compiled));
         }
+        if self.too_slow.lock().contains(&info.sha256) {
+            return Err(Error::new(
+                ErrorKind::Limit,
+                format!(
+                    "compiling this module took longer than the limit of {:?} before \
+                     (Limits::compile_time_limit, --compile-limit); it is not compiled again",
+                    limits.compile_time_limit
+                ),
+            ));
+        }
+        let running = self.overrunning.load(Ordering::Acquire);
+        if running >= MAX_OVERRUNNING {
+            return Err(Error::new(
+                ErrorKind::Limit,
+                format!(
+                    "{running} compiles that overran their time limit still run; try again when \
+                     they have finished"
+                ),
+            ));
+        }
         // Compiled outside the lock: compilation takes a while and other modules may be loading.
-        let module = compile_in_time(engine, bytes, limits.compile_time_limit)?;
+        let module = compile_in_time(engine, bytes, limits.compile_time_limit, &self.overrunning)
+            .inspect_err(|e| {
+            if e.kind() == ErrorKind::Limit {
+                self.too_slow.lock().insert(info.sha256.clone());
+            }
+        })?;
         let compiled = Arc::new(link(linker, info, module)?);
         let mut cache = self.compiled.lock();
         let entry = cache
@@ -298,32 +331,68 @@ impl ModuleCache {
     }
 }
 
+/// Where a compile on its own thread stands, between its thread and the loader waiting for it.
+enum Compile {
+    Running,
+    /// The loader gave up waiting; the thread counts itself out of `overrunning` when done.
+    Abandoned,
+    Done,
+}
+
 /// Compiles `bytes` on a thread of its own, giving up after `limit`. Cranelift cannot be
-/// interrupted, so an overrunning compile finishes in the background and its result is dropped;
-/// the module size limit bounds how long that can be.
-fn compile_in_time(engine: &Engine, bytes: &[u8], limit: Duration) -> Result<Module> {
+/// interrupted, so an overrunning compile finishes in the background (counted in `overrunning`)
+/// and its result is dropped; the module size limit bounds how long that can be.
+fn compile_in_time(
+    engine: &Engine,
+    bytes: &[u8],
+    limit: Duration,
+    overrunning: &Arc<AtomicUsize>,
+) -> Result<Module> {
     let (sender, receiver) = crossbeam_channel::bounded(1);
+    let state = Arc::new(Mutex::new(Compile::Running));
     let engine = engine.clone();
     let owned = bytes.to_vec();
+    let thread_state = Arc::clone(&state);
+    let thread_overrunning = Arc::clone(overrunning);
     std::thread::Builder::new()
         .name("wfhost-compile".into())
         .spawn(move || {
             let _ = sender.send(Module::from_binary(&engine, &owned));
+            let mut state = thread_state.lock();
+            if let Compile::Abandoned = *state {
+                thread_overrunning.fetch_sub(1, Ordering::AcqRel);
+            }
+            *state = Compile::Done;
         })
         .map_err(|e| Error::new(ErrorKind::Config, format!("could not start a thread: {e}")))?;
-    match receiver.recv_timeout(limit) {
-        Ok(compiled) => compiled.map_err(|e| bad(format!("invalid WebAssembly module: {e:#}"))),
-        Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(Error::new(
-            ErrorKind::Limit,
-            format!(
-                "compiling the module took longer than the limit of {limit:?} \
-                 (Limits::compile_time_limit, --compile-limit)"
-            ),
-        )),
-        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(bad(
-            "the compiler stopped without an answer (it panicked); the module cannot be loaded",
-        )),
-    }
+    let compiled =
+        match receiver.recv_timeout(limit) {
+            Ok(compiled) => compiled,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                let mut state = state.lock();
+                match *state {
+                    // It finished just now: its answer is in the channel.
+                    Compile::Done => receiver.try_recv().map_err(|_| {
+                        bad("the compiler stopped without an answer; the module cannot be loaded")
+                    })?,
+                    _ => {
+                        *state = Compile::Abandoned;
+                        overrunning.fetch_add(1, Ordering::AcqRel);
+                        return Err(Error::new(
+                            ErrorKind::Limit,
+                            format!(
+                                "compiling the module took longer than the limit of {limit:?} \
+                             (Limits::compile_time_limit, --compile-limit)"
+                            ),
+                        ));
+                    }
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Err(bad(
+                "the compiler stopped without an answer (it panicked); the module cannot be loaded",
+            )),
+        };
+    compiled.map_err(|e| bad(format!("invalid WebAssembly module: {e:#}")))
 }
 
 fn link(linker: &Linker<GuestState>, info: ModuleInfo, module: Module) -> Result<Compiled> {

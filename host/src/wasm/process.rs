@@ -17,6 +17,17 @@ use crate::wasm::module::bytes as size;
 use crate::wasm::wasi::{wasi_for, LogStream};
 use crate::wasm::{Compiled, Forbidden, GuestLimiter, GuestState, Refusal, WasmRuntime};
 
+/// Fuel for the call that reads a panic message: plenty for a copy, nothing for a loop.
+const PANIC_MESSAGE_FUEL: u64 = 1_000_000;
+
+/// A failure that is the guest's doing (a trap, an exit, a forbidden call), as opposed to a
+/// resource the host could not provide.
+fn is_guest_fault(error: &wasmtime::Error) -> bool {
+    error.downcast_ref::<Trap>().is_some()
+        || error.downcast_ref::<I32Exit>().is_some()
+        || error.downcast_ref::<Forbidden>().is_some()
+}
+
 /// One process: a module, the entry point it runs, and (between `init` and `close`) its instance.
 pub(crate) struct WasmProcess {
     runtime: Arc<WasmRuntime>,
@@ -95,8 +106,8 @@ impl WasmProcess {
         Self::arm(&self.runtime, &mut store);
         let instance = match self.module.pre.instantiate(&mut store) {
             Ok(instance) => instance,
-            Err(error) if error.downcast_ref::<Trap>().is_some() => {
-                return Err(self.classify(error, Some(&store), "in its start function"))
+            Err(error) if is_guest_fault(&error) => {
+                return Err(self.classify(error, Some(&store), None, "in its start function"))
             }
             // Everything else is a resource the instance could not get: its memory or table
             // (over a limit, or refused by the OS), or a slot in the instance pool.
@@ -112,9 +123,15 @@ impl WasmProcess {
             let initialize = instance
                 .get_module_export(&mut store, export)
                 .and_then(|e| e.into_func())
-                .ok_or_else(|| self.fail(FailureKind::BadOutput, "has an unusable _initialize"))?;
-            if let Err(error) = initialize.call(&mut store, &[], &mut []) {
-                return Err(self.classify(error, Some(&store), "while initializing"));
+                .and_then(|f| f.typed::<(), ()>(&store).ok())
+                .ok_or_else(|| {
+                    self.fail(
+                        FailureKind::BadOutput,
+                        "exports an _initialize that is not a function () -> ()",
+                    )
+                })?;
+            if let Err(error) = initialize.call(&mut store, ()) {
+                return Err(self.classify(error, Some(&store), None, "while initializing"));
             }
         }
         // The exports and their signatures were checked when the module was loaded.
@@ -217,7 +234,6 @@ impl WasmProcess {
                 "cannot be sent an input larger than 4 GiB",
             ));
         };
-        Self::arm(&self.runtime, &mut live.store);
         let ptr = match live.reserve.call(&mut live.store, len) {
             Ok(ptr) => ptr,
             Err(error) => return Err(self.trapped(error)),
@@ -256,9 +272,10 @@ impl WasmProcess {
             ));
         }
         let live = self.live.as_ref().expect("checked above");
-        live.memory
-            .data(&live.store)
-            .get(ptr as usize..ptr as usize + len as usize)
+        let start = ptr as usize;
+        start
+            .checked_add(len as usize)
+            .and_then(|end| live.memory.data(&live.store).get(start..end))
             .map(<[u8]>::to_vec)
             .ok_or_else(|| {
                 self.fail(
@@ -273,15 +290,13 @@ impl WasmProcess {
 
     /// Turns a failed call into the process's failure, naming the cause.
     fn trapped(&mut self, error: wasmtime::Error) -> ProcessError {
+        // A guest panic traps (as `unreachable`, say); the SDK kept its message.
+        let panic = match error.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt | Trap::OutOfFuel | Trap::StackOverflow) | None => None,
+            Some(_) => self.panic_message(),
+        };
         let store = self.live.as_ref().map(|live| &live.store);
-        let mut failure = self.classify(error, store, "");
-        if failure.kind() == FailureKind::Trap {
-            // A guest panic traps; the SDK kept its message.
-            if let Some(message) = self.panic_message() {
-                failure = self.fail(FailureKind::Trap, format_args!("panicked: {message}"));
-            }
-        }
-        failure
+        self.classify(error, store, panic, "")
     }
 
     /// Names the cause of a failed call into the guest: a limit it hit, a forbidden call, an exit,
@@ -291,6 +306,7 @@ impl WasmProcess {
         &self,
         error: wasmtime::Error,
         store: Option<&Store<GuestState>>,
+        panic: Option<String>,
         during: &str,
     ) -> ProcessError {
         let during = if during.is_empty() {
@@ -334,9 +350,14 @@ impl WasmProcess {
                     size(limits.max_stack_bytes as u64)
                 ),
             ),
-            Some(trap) => match refused {
-                // Rust's allocator (and others) trap when the memory they asked for is refused.
-                Some(Refusal::Memory(wanted)) => self.fail(
+            Some(trap) => match (panic, refused, trap) {
+                (Some(message), _, _) => self.fail(
+                    FailureKind::Trap,
+                    format_args!("panicked{during}: {message}"),
+                ),
+                // Rust's allocator (and others) abort with `unreachable` when the memory they
+                // asked for is refused.
+                (None, Some(Refusal::Memory(wanted)), Trap::UnreachableCodeReached) => self.fail(
                     FailureKind::Limit,
                     format_args!(
                         "ran out of memory{during}: it asked to grow its memory to {}, past the \
@@ -347,7 +368,7 @@ impl WasmProcess {
                         self.last_words()
                     ),
                 ),
-                Some(Refusal::Table(wanted)) => self.fail(
+                (None, Some(Refusal::Table(wanted)), Trap::UnreachableCodeReached) => self.fail(
                     FailureKind::Limit,
                     format_args!(
                         "ran out of table space{during}: it asked to grow a table to {wanted} \
@@ -356,10 +377,21 @@ impl WasmProcess {
                         limits.max_table_elements
                     ),
                 ),
-                None => self.fail(
-                    FailureKind::Trap,
-                    format_args!("trapped{during}: {trap}{}", self.last_words()),
-                ),
+                (None, refused, trap) => {
+                    let note = match refused {
+                        Some(Refusal::Memory(wanted)) => {
+                            format!(" (after a refused memory.grow to {})", size(wanted as u64))
+                        }
+                        Some(Refusal::Table(wanted)) => {
+                            format!(" (after a refused table.grow to {wanted} elements)")
+                        }
+                        None => String::new(),
+                    };
+                    self.fail(
+                        FailureKind::Trap,
+                        format_args!("trapped{during}: {trap}{note}{}", self.last_words()),
+                    )
+                }
             },
             None => self.fail(
                 FailureKind::Trap,
@@ -378,20 +410,39 @@ impl WasmProcess {
             .unwrap_or_default()
     }
 
-    /// The guest's last panic message, if it recorded one.
+    /// The guest's last panic message, if it recorded one. The guest gets one epoch tick (and
+    /// a little fuel) to answer: the call is not a second chance at the step's budget.
     fn panic_message(&mut self) -> Option<String> {
         let live = self.live.as_mut()?;
-        Self::arm(&self.runtime, &mut live.store);
+        live.store.set_epoch_deadline(1);
+        if self.runtime.limits.fuel_per_step.is_some() {
+            let _ = live.store.set_fuel(PANIC_MESSAGE_FUEL);
+        }
         let packed = live.panic_message.call(&mut live.store, ()).ok()?;
         let (ptr, len) = abi::unpack(packed);
         if len == 0 || len as usize > 64 * 1024 {
             return None;
         }
+        let start = ptr as usize;
         let bytes = live
             .memory
             .data(&live.store)
-            .get(ptr as usize..ptr as usize + len as usize)?;
+            .get(start..start.checked_add(len as usize)?)?;
         Some(String::from_utf8_lossy(bytes).into_owned())
+    }
+
+    /// `message` cut to the payload limit: a failure's text is kept and copied like a result.
+    fn capped(&self, mut message: String) -> String {
+        let limit = self.runtime.limits.max_payload_bytes;
+        if message.len() > limit {
+            let mut cut = limit;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push_str(" [cut at the payload limit]");
+        }
+        message
     }
 }
 
@@ -419,7 +470,7 @@ impl Process for WasmProcess {
         };
         let bytes = self.call(Export::Init, &request)?;
         let answer: InitResponse = postcard::from_bytes(&bytes).map_err(|e| self.malformed(e))?;
-        answer.map_err(ProcessError::new)
+        answer.map_err(|message| ProcessError::new(self.capped(message)))
     }
 
     fn check(&self, command: &Command) -> Result<(), CommandError> {
@@ -460,8 +511,16 @@ impl Process for WasmProcess {
 
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
         let events: &[Event] = events.as_slice();
+        if let Some(live) = self.live.as_mut() {
+            Self::arm(&self.runtime, &mut live.store);
+            live.stdout.new_call();
+            live.stderr.new_call();
+        }
         let bytes = self.call(Export::Step, events)?;
-        let output = self.decode_step(&bytes)?;
+        let mut output = self.decode_step(&bytes)?;
+        if let Status::Failed(message) = &mut output.status {
+            *message = self.capped(std::mem::take(message));
+        }
         if let Status::Done(result) = &output.status {
             let limit = self.runtime.limits.max_payload_bytes;
             if result.bytes.len() > limit {

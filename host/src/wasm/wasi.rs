@@ -17,6 +17,10 @@ use wfcontract::Pid;
 /// without bound by never writing a newline.
 const MAX_LINE: usize = 8 * 1024;
 
+/// Lines a guest may log per call into it (its `init` or one step); the rest are counted and
+/// dropped, so a guest cannot keep the host busy logging past its time limit.
+pub(crate) const LINES_PER_CALL: usize = 1_000;
+
 struct Lines {
     pid: Pid,
     stream: &'static str,
@@ -24,6 +28,10 @@ struct Lines {
     /// The last complete line, kept to explain a trap that left no panic message (an allocation
     /// failure, say).
     last: String,
+    /// Lines this call may still log.
+    budget: usize,
+    /// Lines dropped since the budget ran out.
+    dropped: usize,
 }
 
 impl Lines {
@@ -42,6 +50,12 @@ impl Lines {
     }
 
     fn emit(&mut self) {
+        if self.budget == 0 {
+            self.dropped += 1;
+            self.partial.clear();
+            return;
+        }
+        self.budget -= 1;
         let line = String::from_utf8_lossy(&self.partial);
         tracing::info!(target: "wfhost::guest", pid = self.pid.0, stream = self.stream, "{line}");
         // std's hint about RUST_BACKTRACE explains nothing about the failure itself.
@@ -69,7 +83,25 @@ impl LogStream {
             stream,
             partial: Vec::new(),
             last: String::new(),
+            budget: LINES_PER_CALL,
+            dropped: 0,
         })))
+    }
+
+    /// A new call into the guest: a fresh line budget, and a word about what the last one dropped.
+    pub(crate) fn new_call(&self) {
+        let mut lines = self.0.lock();
+        if lines.dropped > 0 {
+            tracing::warn!(
+                target: "wfhost::guest",
+                pid = lines.pid.0,
+                stream = lines.stream,
+                "dropped {} lines: a process may log {LINES_PER_CALL} lines per step",
+                lines.dropped
+            );
+            lines.dropped = 0;
+        }
+        lines.budget = LINES_PER_CALL;
     }
 
     /// The last non-empty line written so far, including one not yet ended.
@@ -86,6 +118,7 @@ impl LogStream {
     /// Logs a trailing line that has no newline.
     pub(crate) fn finish(&self) {
         self.0.lock().finish();
+        self.new_call();
     }
 }
 

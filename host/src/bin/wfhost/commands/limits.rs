@@ -8,7 +8,7 @@ use wfhost::{CommandKind, Grants, HostBuilder, Limits};
 
 /// Sandbox limits: what each process, each module and the host as a whole may consume. A process
 /// over a limit fails alone, with a message naming the limit; a module over one is refused at
-/// load. Sizes take KiB, MiB or GiB (e.g. 64MiB); a bare number is bytes.
+/// load. Sizes take a unit: B, KiB, MiB or GiB (e.g. 64MiB).
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Sandbox limits")]
 pub struct LimitArgs {
@@ -78,6 +78,15 @@ pub struct LimitArgs {
     #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
     mailbox_bytes: usize,
 
+    /// The most sleeps one process may have pending.
+    #[arg(long, value_name = "N", default_value_t = wfhost::DEFAULT_MAX_SLEEPS)]
+    max_sleeps: usize,
+
+    /// Pre-allocate N instance slots (wasmtime's pooling allocator): cheaper spawns, and at most
+    /// N processes live at once. Default: off, memory is allocated per process.
+    #[arg(long, value_name = "N")]
+    pooling: Option<u32>,
+
     /// Withdraw a built-in command from the workflows (sleep, log, send, spawn, join, cancel,
     /// now, random); using it then fails with a not-allowed error. Repeatable.
     #[arg(long, value_name = "COMMAND", value_parser = parse_command)]
@@ -108,12 +117,20 @@ impl LimitArgs {
         if self.max_processes == 0 {
             bail!("--max-processes must be at least 1");
         }
-        Ok(builder
+        let mut builder = builder
             .limits(self.limits())
             .max_processes(Some(self.max_processes))
             .max_children(Some(self.max_children))
             .mailbox_limit(Some(self.mailbox_limit))
-            .mailbox_bytes(Some(self.mailbox_bytes)))
+            .mailbox_bytes(Some(self.mailbox_bytes))
+            .max_sleeps(self.max_sleeps);
+        if let Some(slots) = self.pooling {
+            if slots == 0 {
+                bail!("--pooling must be at least 1");
+            }
+            builder = builder.pooling(slots);
+        }
+        Ok(builder)
     }
 
     /// What every module loaded by this run may do.
@@ -124,7 +141,8 @@ impl LimitArgs {
     }
 }
 
-/// "64MiB", "512KiB", "2GiB", "1000".
+/// "64MiB", "512KiB", "2GiB", "1000B". A bare number is refused: `--max-memory 64` meant 64 MiB
+/// once, and 64 bytes would be a surprise either way.
 fn parse_size(text: &str) -> Result<usize, String> {
     let text = text.trim();
     let split = text
@@ -135,7 +153,12 @@ fn parse_size(text: &str) -> Result<usize, String> {
         .parse()
         .map_err(|_| format!("'{text}' is not a size: use e.g. 64MiB, 512KiB or 2GiB"))?;
     let shift = match unit.trim() {
-        "" | "B" => 0,
+        "" => {
+            return Err(format!(
+                "'{text}' needs a unit: {text}MiB, {text}KiB or {text}B"
+            ))
+        }
+        "B" => 0,
         "K" | "KiB" | "k" => 10,
         "M" | "MiB" => 20,
         "G" | "GiB" => 30,
@@ -206,7 +229,11 @@ mod tests {
         assert_eq!(parse_size("64MiB"), Ok(64 << 20));
         assert_eq!(parse_size("512KiB"), Ok(512 << 10));
         assert_eq!(parse_size("2GiB"), Ok(2 << 30));
-        assert_eq!(parse_size("1000"), Ok(1000));
+        assert_eq!(parse_size("1000B"), Ok(1000));
+        assert_eq!(
+            parse_size("64"),
+            Err("'64' needs a unit: 64MiB, 64KiB or 64B".into())
+        );
         assert!(parse_size("64mb")
             .unwrap_err()
             .contains("unknown unit 'mb'"));
