@@ -203,7 +203,7 @@ fn a_guest_logs_at_most_a_thousand_lines_per_step() {
     let logged = err.matches("wfhost::guest: line ").count();
     assert_eq!(logged, 1000, "{err}");
     assert!(
-        err.contains("dropped 500 lines: a process may log 1000 lines per step"),
+        err.contains("dropped 500 lines: a process may log 1000 lines per stream per step"),
         "{err}"
     );
     // The other stream has its own budget.

@@ -136,7 +136,8 @@ impl Builder {
     }
 
     /// The most joins that may wait on one running process; one more completes with a
-    /// `limit-reached` error (each waiting join gets its own copy of the result).
+    /// `limit-reached` error (each waiting join gets its own copy of the result). The parent's
+    /// own join is always accepted.
     /// Default: [`DEFAULT_MAX_WATCHERS`].
     pub fn max_watchers(mut self, joins: usize) -> Builder {
         self.config.max_watchers = joins;

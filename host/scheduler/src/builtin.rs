@@ -42,7 +42,7 @@ fn within_reach(cx: &Context<'_>, target: Pid, verb: &str) -> Result<(), Command
         .and_then(|entry| entry.value().parent);
     match parent {
         Some(parent) if parent == cx.pid() => Ok(()),
-        // Gone, or never was: the same answer as for anyone, so confinement reveals nothing.
+        // Gone, or never was: the same answer as for an unconfined process.
         _ if !cx.scheduler().shared.table.contains_key(&target) => Err(CommandError::new(
             ErrorKind::NoSuchProcess,
             format!("no process {target}: it never existed or has already finished"),

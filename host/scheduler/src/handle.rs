@@ -279,8 +279,9 @@ impl SchedulerHandle {
         let ready = {
             let mut exit = slot.exit.lock();
             if !exit.finished {
+                // The parent's own join is never refused: others cannot crowd it out.
                 let limit = shared.config.max_watchers;
-                if exit.watchers.len() >= limit {
+                if !reaps && exit.watchers.len() >= limit {
                     drop(exit);
                     let error = CommandError::new(
                         ErrorKind::LimitReached,

@@ -26,6 +26,11 @@ pub(crate) enum Refused {
     Full,
 }
 
+/// What an event weighs against a step's byte budget: its payload and any error text.
+fn event_bytes(event: &Event) -> usize {
+    event.data.bytes.len() + event.error.as_ref().map_or(0, |e| e.message.len())
+}
+
 #[derive(Debug)]
 pub(crate) struct Inbox {
     signals: VecDeque<Event>,
@@ -131,7 +136,7 @@ impl Inbox {
         let mut bytes = 0usize;
         for lane in [&mut self.signals, &mut self.completions, &mut self.mailbox] {
             while taken < budget {
-                let Some(size) = lane.front().map(|e| e.data.bytes.len()) else {
+                let Some(size) = lane.front().map(event_bytes) else {
                     break;
                 };
                 if taken > 0 && bytes.saturating_add(size) > max_bytes {
@@ -139,7 +144,7 @@ impl Inbox {
                 }
                 let event = lane.pop_front().expect("looked at above");
                 if event.kind == EventKind::Message {
-                    self.mailbox_bytes -= size;
+                    self.mailbox_bytes -= event.data.bytes.len();
                 }
                 bytes = bytes.saturating_add(size);
                 out.push(event);
@@ -284,5 +289,24 @@ mod tests {
         assert_eq!(inbox.drain_into(&mut out, 32, 100), 1);
         assert_eq!(out.len(), 4);
         assert!(inbox.is_empty());
+    }
+
+    #[test]
+    fn an_error_text_weighs_in_the_byte_budget() {
+        let failed = |n: usize| {
+            Event::completion(
+                Tag(1),
+                Err(wfcontract::CommandError::new(
+                    wfcontract::ErrorKind::ChildFailed,
+                    "x".repeat(n),
+                )),
+            )
+        };
+        let mut inbox = Inbox::default();
+        inbox.push(failed(60)).unwrap();
+        inbox.push(failed(60)).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(inbox.drain_into(&mut out, 32, 100), 1);
+        assert_eq!(inbox.drain_into(&mut out, 32, 100), 1);
     }
 }

@@ -2,7 +2,6 @@
 //! even compile, so it is safe on modules nobody trusts.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -12,7 +11,7 @@ use wasmtime::{Engine, ExternType, InstancePre, Linker, Module, ModuleExport, Va
 use wfcontract::abi;
 use wfcontract::manifest::{self, Manifest};
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::wasm::{GuestState, Limits};
@@ -263,12 +262,44 @@ pub(crate) struct ModuleCache {
     compiled: Mutex<HashMap<String, Arc<Compiled>>>,
     /// Hashes of modules whose compile overran the limit: refused at once from then on.
     too_slow: Mutex<HashSet<String>>,
-    /// Compiles that overran their limit and still run in the background.
-    overrunning: Arc<AtomicUsize>,
+    /// Compiles running, including ones that overran their limit and finish in the background.
+    compiles: Arc<CompileSlots>,
 }
 
-/// At most this many overrunning compiles run in the background; further loads wait for them.
-const MAX_OVERRUNNING: usize = 2;
+/// At most this many compiles run at once, counting overrunning ones still finishing in the
+/// background; a load waits for a free slot, up to its compile time limit.
+const MAX_COMPILES: usize = 4;
+
+/// A counting semaphore for compiles.
+#[derive(Default)]
+struct CompileSlots {
+    running: Mutex<usize>,
+    freed: parking_lot::Condvar,
+}
+
+/// A compile slot, given back when dropped (also if the compiler panics).
+struct CompileSlot(Arc<CompileSlots>);
+
+impl CompileSlots {
+    /// Takes a slot, waiting until `deadline` for one to free up.
+    fn take(self: &Arc<Self>, deadline: Instant) -> Option<CompileSlot> {
+        let mut running = self.running.lock();
+        while *running >= MAX_COMPILES {
+            if self.freed.wait_until(&mut running, deadline).timed_out() {
+                return None;
+            }
+        }
+        *running += 1;
+        Some(CompileSlot(Arc::clone(self)))
+    }
+}
+
+impl Drop for CompileSlot {
+    fn drop(&mut self) {
+        *self.0.running.lock() -= 1;
+        self.0.freed.notify_one();
+    }
+}
 
 impl ModuleCache {
     /// The compiled form of `bytes`, compiling it on first sight. Refuses a module over `limits`.
@@ -305,23 +336,26 @@ impl ModuleCache {
                 ),
             ));
         }
-        let running = self.overrunning.load(Ordering::Acquire);
-        if running >= MAX_OVERRUNNING {
+        let limit = limits.compile_time_limit;
+        let deadline = Instant::now() + limit;
+        let Some(slot) = self.compiles.take(deadline) else {
             return Err(Error::new(
                 ErrorKind::Limit,
                 format!(
-                    "{running} compiles that overran their time limit still run; try again when \
-                     they have finished"
+                    "{MAX_COMPILES} other compiles kept the compiler busy for the whole compile \
+                     time limit of {limit:?} (some may be modules that overran it); try again later"
                 ),
             ));
-        }
+        };
         // Compiled outside the lock: compilation takes a while and other modules may be loading.
-        let module = compile_in_time(engine, bytes, limits.compile_time_limit, &self.overrunning)
-            .inspect_err(|e| {
-            if e.kind() == ErrorKind::Limit {
-                self.too_slow.lock().insert(info.sha256.clone());
-            }
-        })?;
+        // Only a compile that overran is remembered as too slow, not one that waited for a slot.
+        let compile_deadline = Instant::now() + limit;
+        let module =
+            compile_in_time(engine, bytes, compile_deadline, limit, slot).inspect_err(|e| {
+                if e.kind() == ErrorKind::Limit {
+                    self.too_slow.lock().insert(info.sha256.clone());
+                }
+            })?;
         let compiled = Arc::new(link(linker, info, module)?);
         let mut cache = self.compiled.lock();
         let entry = cache
@@ -331,62 +365,37 @@ impl ModuleCache {
     }
 }
 
-/// Where a compile on its own thread stands, between its thread and the loader waiting for it.
-enum Compile {
-    Running,
-    /// The loader gave up waiting; the thread counts itself out of `overrunning` when done.
-    Abandoned,
-    Done,
-}
-
-/// Compiles `bytes` on a thread of its own, giving up after `limit`. Cranelift cannot be
-/// interrupted, so an overrunning compile finishes in the background (counted in `overrunning`)
-/// and its result is dropped; the module size limit bounds how long that can be.
+/// Compiles `bytes` on a thread of its own, holding `slot`, giving up at `deadline`. Cranelift
+/// cannot be interrupted, so an overrunning compile finishes in the background (still holding its
+/// slot) and its result is dropped; the module size limit bounds how long that can be.
 fn compile_in_time(
     engine: &Engine,
     bytes: &[u8],
+    deadline: Instant,
     limit: Duration,
-    overrunning: &Arc<AtomicUsize>,
+    slot: CompileSlot,
 ) -> Result<Module> {
     let (sender, receiver) = crossbeam_channel::bounded(1);
-    let state = Arc::new(Mutex::new(Compile::Running));
     let engine = engine.clone();
     let owned = bytes.to_vec();
-    let thread_state = Arc::clone(&state);
-    let thread_overrunning = Arc::clone(overrunning);
     std::thread::Builder::new()
         .name("wfhost-compile".into())
         .spawn(move || {
+            let _slot = slot;
             let _ = sender.send(Module::from_binary(&engine, &owned));
-            let mut state = thread_state.lock();
-            if let Compile::Abandoned = *state {
-                thread_overrunning.fetch_sub(1, Ordering::AcqRel);
-            }
-            *state = Compile::Done;
         })
         .map_err(|e| Error::new(ErrorKind::Config, format!("could not start a thread: {e}")))?;
     let compiled =
-        match receiver.recv_timeout(limit) {
+        match receiver.recv_deadline(deadline) {
             Ok(compiled) => compiled,
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                let mut state = state.lock();
-                match *state {
-                    // It finished just now: its answer is in the channel.
-                    Compile::Done => receiver.try_recv().map_err(|_| {
-                        bad("the compiler stopped without an answer; the module cannot be loaded")
-                    })?,
-                    _ => {
-                        *state = Compile::Abandoned;
-                        overrunning.fetch_add(1, Ordering::AcqRel);
-                        return Err(Error::new(
-                            ErrorKind::Limit,
-                            format!(
-                                "compiling the module took longer than the limit of {limit:?} \
-                             (Limits::compile_time_limit, --compile-limit)"
-                            ),
-                        ));
-                    }
-                }
+                return Err(Error::new(
+                    ErrorKind::Limit,
+                    format!(
+                        "compiling the module took longer than the limit of {limit:?} \
+                     (Limits::compile_time_limit, --compile-limit)"
+                    ),
+                ))
             }
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Err(bad(
                 "the compiler stopped without an answer (it panicked); the module cannot be loaded",

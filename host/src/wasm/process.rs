@@ -107,7 +107,12 @@ impl WasmProcess {
         let instance = match self.module.pre.instantiate(&mut store) {
             Ok(instance) => instance,
             Err(error) if is_guest_fault(&error) => {
-                return Err(self.classify(error, Some(&store), None, "in its start function"))
+                return Err(self.classify(
+                    error,
+                    store.data().limits.refused,
+                    None,
+                    "in its start function",
+                ))
             }
             // Everything else is a resource the instance could not get: its memory or table
             // (over a limit, or refused by the OS), or a slot in the instance pool.
@@ -131,7 +136,12 @@ impl WasmProcess {
                     )
                 })?;
             if let Err(error) = initialize.call(&mut store, ()) {
-                return Err(self.classify(error, Some(&store), None, "while initializing"));
+                return Err(self.classify(
+                    error,
+                    store.data().limits.refused,
+                    None,
+                    "while initializing",
+                ));
             }
         }
         // The exports and their signatures were checked when the module was loaded.
@@ -290,13 +300,17 @@ impl WasmProcess {
 
     /// Turns a failed call into the process's failure, naming the cause.
     fn trapped(&mut self, error: wasmtime::Error) -> ProcessError {
+        // Read before the panic-message call runs guest code of its own.
+        let refused = self
+            .live
+            .as_ref()
+            .and_then(|live| live.store.data().limits.refused);
         // A guest panic traps (as `unreachable`, say); the SDK kept its message.
         let panic = match error.downcast_ref::<Trap>() {
             Some(Trap::Interrupt | Trap::OutOfFuel | Trap::StackOverflow) | None => None,
             Some(_) => self.panic_message(),
         };
-        let store = self.live.as_ref().map(|live| &live.store);
-        self.classify(error, store, panic, "")
+        self.classify(error, refused, panic, "")
     }
 
     /// Names the cause of a failed call into the guest: a limit it hit, a forbidden call, an exit,
@@ -305,7 +319,7 @@ impl WasmProcess {
     fn classify(
         &self,
         error: wasmtime::Error,
-        store: Option<&Store<GuestState>>,
+        refused: Option<Refusal>,
         panic: Option<String>,
         during: &str,
     ) -> ProcessError {
@@ -324,7 +338,6 @@ impl WasmProcess {
         if let Some(forbidden) = error.downcast_ref::<Forbidden>() {
             return self.fail(FailureKind::Trap, forbidden);
         }
-        let refused = store.and_then(|store| store.data().limits.refused);
         match error.downcast_ref::<Trap>() {
             Some(Trap::Interrupt) => self.fail(
                 FailureKind::Limit,

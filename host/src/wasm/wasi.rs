@@ -25,9 +25,9 @@ struct Lines {
     pid: Pid,
     stream: &'static str,
     partial: Vec<u8>,
-    /// The last complete line, kept to explain a trap that left no panic message (an allocation
-    /// failure, say).
-    last: String,
+    /// The last complete line worth quoting, logged or not, kept to explain a trap that left no
+    /// panic message (an allocation failure, say).
+    last: Vec<u8>,
     /// Lines this call may still log.
     budget: usize,
     /// Lines dropped since the budget ran out.
@@ -52,15 +52,15 @@ impl Lines {
     fn emit(&mut self) {
         if self.budget == 0 {
             self.dropped += 1;
-            self.partial.clear();
-            return;
+        } else {
+            self.budget -= 1;
+            let line = String::from_utf8_lossy(&self.partial);
+            tracing::info!(target: "wfhost::guest", pid = self.pid.0, stream = self.stream, "{line}");
         }
-        self.budget -= 1;
-        let line = String::from_utf8_lossy(&self.partial);
-        tracing::info!(target: "wfhost::guest", pid = self.pid.0, stream = self.stream, "{line}");
         // std's hint about RUST_BACKTRACE explains nothing about the failure itself.
-        if !line.trim().is_empty() && !line.starts_with("note: run with `RUST_BACKTRACE") {
-            self.last = line.into_owned();
+        let blank = self.partial.iter().all(u8::is_ascii_whitespace);
+        if !blank && !self.partial.starts_with(b"note: run with `RUST_BACKTRACE") {
+            std::mem::swap(&mut self.last, &mut self.partial);
         }
         self.partial.clear();
     }
@@ -82,7 +82,7 @@ impl LogStream {
             pid,
             stream,
             partial: Vec::new(),
-            last: String::new(),
+            last: Vec::new(),
             budget: LINES_PER_CALL,
             dropped: 0,
         })))
@@ -96,7 +96,7 @@ impl LogStream {
                 target: "wfhost::guest",
                 pid = lines.pid.0,
                 stream = lines.stream,
-                "dropped {} lines: a process may log {LINES_PER_CALL} lines per step",
+                "dropped {} lines: a process may log {LINES_PER_CALL} lines per stream per step",
                 lines.dropped
             );
             lines.dropped = 0;
@@ -109,7 +109,7 @@ impl LogStream {
         let lines = self.0.lock();
         let partial = String::from_utf8_lossy(&lines.partial);
         if partial.trim().is_empty() {
-            lines.last.clone()
+            String::from_utf8_lossy(&lines.last).into_owned()
         } else {
             partial.into_owned()
         }
