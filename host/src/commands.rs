@@ -5,6 +5,7 @@ use std::sync::Arc;
 use wfcontract::{Command, CommandError, ErrorKind, Payload};
 use wfhost_scheduler::{Context, Error, Handler, Request, Spawn};
 
+use crate::capacity::Capacity;
 use crate::host::Modules;
 use crate::wasm::{WasmProcess, WasmRuntime};
 
@@ -12,11 +13,20 @@ use crate::wasm::{WasmProcess, WasmRuntime};
 pub(crate) struct SpawnHandler {
     wasm: Arc<WasmRuntime>,
     modules: Arc<Modules>,
+    capacity: Capacity,
 }
 
 impl SpawnHandler {
-    pub(crate) fn new(wasm: Arc<WasmRuntime>, modules: Arc<Modules>) -> SpawnHandler {
-        SpawnHandler { wasm, modules }
+    pub(crate) fn new(
+        wasm: Arc<WasmRuntime>,
+        modules: Arc<Modules>,
+        capacity: Capacity,
+    ) -> SpawnHandler {
+        SpawnHandler {
+            wasm,
+            modules,
+            capacity,
+        }
     }
 
     fn spawn(
@@ -42,7 +52,12 @@ impl SpawnHandler {
         let process = WasmProcess::new(Arc::clone(&self.wasm), loaded);
         let pid = cx
             .spawn_child(Spawn::new(process, request.entry, request.input).confined(confined))
-            .map_err(Error::into_command_error)?;
+            .map_err(|e| match e {
+                Error::TooManyProcesses(_) => {
+                    CommandError::new(ErrorKind::LimitReached, self.capacity.refusal())
+                }
+                other => other.into_command_error(),
+            })?;
         Payload::to_postcard(&pid).map_err(|e| CommandError::new(ErrorKind::Failed, e.to_string()))
     }
 }

@@ -14,6 +14,7 @@ use wfhost_scheduler::{
 
 use crate::calls::{CallInfo, Calls, HostCommand};
 
+use crate::capacity::{Capacity, MemoryImages};
 use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;
 use crate::wasm::{Compiled, Limits, ModuleInfo, WasmProcess, WasmRuntime};
@@ -60,6 +61,7 @@ pub struct HostBuilder {
     max_children: Option<usize>,
     max_sleeps: usize,
     call_queue: usize,
+    memory_images: MemoryImages,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -80,6 +82,7 @@ impl std::fmt::Debug for HostBuilder {
             .field("max_children", &self.max_children)
             .field("max_sleeps", &self.max_sleeps)
             .field("call_queue", &self.call_queue)
+            .field("memory_images", &self.memory_images)
             .finish_non_exhaustive()
     }
 }
@@ -102,6 +105,7 @@ impl Default for HostBuilder {
             max_children: Some(DEFAULT_MAX_CHILDREN),
             max_sleeps: wfhost_scheduler::DEFAULT_MAX_SLEEPS,
             call_queue: DEFAULT_CALL_QUEUE,
+            memory_images: MemoryImages::Auto,
         }
     }
 }
@@ -188,9 +192,18 @@ impl HostBuilder {
         self
     }
 
+    /// How instances get their module's initial memory: copy-on-write images (less resident
+    /// memory) or copies (fewer memory mappings, so more live processes under the OS limit).
+    /// Default: [`MemoryImages::Auto`], which picks what fits; see [`Host::capacity`].
+    pub fn memory_images(mut self, images: MemoryImages) -> HostBuilder {
+        self.memory_images = images;
+        self
+    }
+
     /// The most processes live at once; spawning more fails (for a guest, with a
     /// `limit-reached` error). `None`: no limit. Default: [`DEFAULT_MAX_PROCESSES`] (1,000,000).
-    /// CLI: `--max-processes`.
+    /// The host may hold fewer: its [capacity](Host::capacity) also counts the pooling slots and
+    /// the OS's memory-mapping limit. CLI: `--max-processes`.
     pub fn max_processes(mut self, limit: Option<usize>) -> HostBuilder {
         self.max_processes = limit;
         self
@@ -259,7 +272,19 @@ impl HostBuilder {
             .limits
             .max_payload_bytes
             .max(self.limits.max_memory_bytes / 4);
-        let wasm = Arc::new(WasmRuntime::new(self.limits, self.pooling)?);
+        let capacity = Capacity::plan(
+            self.max_processes,
+            self.pooling,
+            self.memory_images,
+            Capacity::os_mappings(),
+        );
+        tracing::info!("capacity: {capacity}");
+        let wasm = Arc::new(WasmRuntime::new(
+            self.limits,
+            self.pooling,
+            capacity.copy_on_write,
+            capacity.compact_memories,
+        )?);
         let modules = Arc::new(Modules::default());
         let calls = Calls::start(self.commands, self.call_threads, self.call_queue)
             .map_err(|e| config(format!("could not start the host-command threads: {e}")))?;
@@ -267,7 +292,7 @@ impl HostBuilder {
             .budget(self.budget)
             .thread_name("wfhost-worker")
             .cancel_grace(self.cancel_grace)
-            .max_processes(self.max_processes)
+            .max_processes((capacity.processes != usize::MAX).then_some(capacity.processes))
             .mailbox_limit(self.mailbox_limit)
             .mailbox_bytes(self.mailbox_bytes)
             .max_children(self.max_children)
@@ -283,7 +308,11 @@ impl HostBuilder {
         let scheduler = scheduler
             .handler(
                 CommandKind::Spawn,
-                crate::commands::SpawnHandler::new(Arc::clone(&wasm), Arc::clone(&modules)),
+                crate::commands::SpawnHandler::new(
+                    Arc::clone(&wasm),
+                    Arc::clone(&modules),
+                    capacity,
+                ),
             )
             .handler(CommandKind::Call, calls)
             .handler(CommandKind::Now, crate::calls::now)
@@ -294,6 +323,7 @@ impl HostBuilder {
             scheduler,
             wasm,
             modules,
+            capacity,
         })
     }
 }
@@ -339,6 +369,7 @@ pub struct Host {
     scheduler: Scheduler,
     wasm: Arc<WasmRuntime>,
     modules: Arc<Modules>,
+    capacity: Capacity,
 }
 
 impl std::fmt::Debug for Host {
@@ -454,8 +485,20 @@ impl Host {
         let process = WasmProcess::new(Arc::clone(&self.wasm), loaded);
         let handle = self
             .scheduler
-            .spawn_handle_with(Spawn::new(process, entry, input).confined(confined))?;
+            .spawn_handle_with(Spawn::new(process, entry, input).confined(confined))
+            .map_err(|e| match e {
+                wfhost_scheduler::Error::TooManyProcesses(_) => {
+                    Error::new(ErrorKind::Limit, self.capacity.refusal())
+                }
+                other => Error::from(other),
+            })?;
         Ok(Run { handle })
+    }
+
+    /// How many processes this host can hold at once, and what bounds that (worked out at
+    /// start-up from the process limit, the pooling slots and the OS's memory-mapping limit).
+    pub fn capacity(&self) -> Capacity {
+        self.capacity
     }
 
     /// Sends `message` to process `pid` (from the host, [`Pid::HOST`]).

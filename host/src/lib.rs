@@ -35,6 +35,7 @@
 
 pub mod build;
 mod calls;
+mod capacity;
 mod commands;
 mod error;
 mod grants;
@@ -42,6 +43,7 @@ mod host;
 mod wasm;
 
 pub use calls::CallInfo;
+pub use capacity::{Capacity, CapacityLimit, MemoryImages};
 pub use error::{Error, ErrorKind, Result};
 pub use grants::Grants;
 pub use host::{

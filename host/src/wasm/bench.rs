@@ -44,7 +44,7 @@ impl Harness {
 
     /// Compiles `bytes` under `limits`.
     pub fn with_limits(bytes: &[u8], pooling: Option<u32>, limits: Limits) -> Result<Harness> {
-        let wasm = Arc::new(WasmRuntime::new(limits, pooling)?);
+        let wasm = Arc::new(WasmRuntime::new(limits, pooling, true, false)?);
         let compiled = wasm.compile(bytes)?;
         Ok(Harness { wasm, compiled })
     }

@@ -254,8 +254,15 @@ pub(crate) struct WasmRuntime {
 
 impl WasmRuntime {
     /// `pooling`: instances to pre-allocate for wasmtime's pooling allocator (`None`: allocate on
-    /// demand).
-    pub(crate) fn new(limits: Limits, pooling: Option<u32>) -> Result<WasmRuntime> {
+    /// demand). `copy_on_write`: map modules' initial memory copy-on-write (see
+    /// [`MemoryImages`](crate::MemoryImages)). `compact`: reserve small memories (see
+    /// [`Capacity::compact_memories`](crate::Capacity::compact_memories)).
+    pub(crate) fn new(
+        limits: Limits,
+        pooling: Option<u32>,
+        copy_on_write: bool,
+        compact: bool,
+    ) -> Result<WasmRuntime> {
         let config_error = |e: wasmtime::Error| {
             Error::new(
                 ErrorKind::Config,
@@ -267,6 +274,15 @@ impl WasmRuntime {
         config.epoch_interruption(true);
         config.max_wasm_stack(limits.max_stack_bytes);
         config.consume_fuel(limits.fuel_per_step.is_some());
+        config.memory_init_cow(copy_on_write);
+        // Compact: reserve only what a memory may grow to (the limiter refuses more), so that
+        // many instances fit in the address space: 64 MiB and its guard rather than wasmtime's
+        // 4 GiB. The price is an explicit bounds check on each memory access, which the 4 GiB
+        // reservation lets wasmtime leave out.
+        if compact {
+            config.memory_reservation(limits.max_memory_bytes as u64);
+            config.memory_reservation_for_growth(0);
+        }
         if let Some(instances) = pooling {
             let mut pool = PoolingAllocationConfig::default();
             let memories = u32::try_from(limits.max_memories).unwrap_or(u32::MAX);
@@ -279,8 +295,6 @@ impl WasmRuntime {
                 .max_memory_size(limits.max_memory_bytes)
                 .table_elements(limits.max_table_elements);
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-            // Reserve only what a memory may grow to, so many slots fit in the address space.
-            config.memory_reservation(limits.max_memory_bytes as u64);
         }
         let engine = Engine::new(&config).map_err(config_error)?;
         let mut linker = Linker::new(&engine);

@@ -1,0 +1,63 @@
+//! A host filled to the capacity the operating system allows, at the default `vm.max_map_count`.
+//! Its own test binary (so its own process): the mapping limit is per process, and another test
+//! running beside it would take mappings the host counted on.
+
+use std::time::Duration;
+
+use wfhost::{CapacityLimit, ErrorKind, Host, Payload, Run};
+use wfhost_test_programs::PROBE;
+
+const PATIENCE: Duration = Duration::from_secs(300);
+
+/// Spawns processes blocked in `recv()` until `count` run or the host refuses one.
+fn spawn_waiting(host: &Host, count: usize) -> (Vec<Run>, Option<wfhost::Error>) {
+    let mut runs = Vec::with_capacity(count);
+    for _ in 0..count {
+        // `collect(1)`: waits for one message and returns it in a list.
+        match host.spawn("probe", "collect", Payload::to_json(&1u32).unwrap()) {
+            Ok(run) => runs.push(run),
+            Err(error) => return (runs, Some(error)),
+        }
+    }
+    (runs, None)
+}
+
+/// Messages every process its index and checks each answers with exactly that.
+fn message_all_and_check(host: &Host, runs: Vec<Run>) {
+    for (n, run) in runs.iter().enumerate() {
+        host.send(run.pid(), Payload::to_json(&n).unwrap()).unwrap();
+    }
+    for (n, run) in runs.into_iter().enumerate() {
+        let result = run.wait_timeout(PATIENCE).expect("finished").unwrap();
+        assert_eq!(result.decode::<Vec<usize>>().unwrap(), [n]);
+    }
+}
+
+#[test]
+fn a_spawn_past_the_operating_systems_mapping_limit_fails_cleanly() {
+    let host = Host::builder().workers(2).build().unwrap();
+    host.load_module("probe", PROBE).unwrap();
+    let capacity = host.capacity();
+    let CapacityLimit::MapCount { max_map_count, .. } = capacity.limited_by else {
+        // vm.max_map_count was raised on this machine: the OS does not bound this host, and
+        // filling a million processes is the benchmark's job, not a test's.
+        eprintln!("skipped: the OS mapping limit does not bound this host ({capacity})");
+        return;
+    };
+    // Every process the host accepts really runs: the estimate leaves the OS room.
+    let (runs, refused) = spawn_waiting(&host, capacity.processes + 1);
+    assert_eq!(runs.len(), capacity.processes);
+    let refused = refused.expect("one past capacity is refused");
+    assert_eq!(refused.kind(), ErrorKind::Limit);
+    assert!(
+        refused.message().contains(&format!(
+            "as many as the operating system's memory-mapping limit allows (vm.max_map_count = \
+             {max_map_count}"
+        )),
+        "{refused}"
+    );
+    assert!(refused
+        .message()
+        .contains("sysctl -w vm.max_map_count=2000000"));
+    message_all_and_check(&host, runs);
+}

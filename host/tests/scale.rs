@@ -1,0 +1,69 @@
+//! Many live wasm processes at once, at the operating system's default limits: exact counts, and
+//! a clean refusal past the host's capacity.
+
+use std::time::Duration;
+
+use wfhost::{ErrorKind, Host, Payload, Run};
+use wfhost_test_programs::PROBE;
+
+const PATIENCE: Duration = Duration::from_secs(300);
+
+/// Spawns processes blocked in `recv()` until `count` run or the host refuses one.
+fn spawn_waiting(host: &Host, count: usize) -> (Vec<Run>, Option<wfhost::Error>) {
+    let mut runs = Vec::with_capacity(count);
+    for _ in 0..count {
+        // `collect(1)`: waits for one message and returns it in a list.
+        match host.spawn("probe", "collect", Payload::to_json(&1u32).unwrap()) {
+            Ok(run) => runs.push(run),
+            Err(error) => return (runs, Some(error)),
+        }
+    }
+    (runs, None)
+}
+
+/// Messages every process its index and checks each answers with exactly that.
+fn message_all_and_check(host: &Host, runs: Vec<Run>) {
+    for (n, run) in runs.iter().enumerate() {
+        host.send(run.pid(), Payload::to_json(&n).unwrap()).unwrap();
+    }
+    for (n, run) in runs.into_iter().enumerate() {
+        let result = run.wait_timeout(PATIENCE).expect("finished").unwrap();
+        assert_eq!(result.decode::<Vec<usize>>().unwrap(), [n]);
+    }
+}
+
+#[test]
+fn ten_thousand_processes_wait_in_recv_and_all_answer() {
+    const N: usize = 10_000;
+    let host = Host::builder().workers(2).build().unwrap();
+    host.load_module("probe", PROBE).unwrap();
+    let (runs, refused) = spawn_waiting(&host, N);
+    assert!(refused.is_none(), "{refused:?}");
+    assert_eq!(host.live(), N);
+    message_all_and_check(&host, runs);
+    assert_eq!(host.live(), 0);
+    let counters = host.counters();
+    assert_eq!(counters.spawns, N as u64);
+    assert_eq!(counters.completions, N as u64);
+}
+
+#[test]
+fn a_spawn_past_the_configured_limit_fails_cleanly() {
+    let host = Host::builder()
+        .workers(2)
+        .max_processes(Some(50))
+        .build()
+        .unwrap();
+    host.load_module("probe", PROBE).unwrap();
+    assert_eq!(host.capacity().processes, 50);
+    let (runs, refused) = spawn_waiting(&host, 51);
+    assert_eq!(runs.len(), 50);
+    let refused = refused.expect("the 51st is refused");
+    assert_eq!(refused.kind(), ErrorKind::Limit);
+    assert_eq!(
+        refused.message(),
+        "the host already runs its limit of 50 processes (HostBuilder::max_processes, \
+         --max-processes); try again when some have finished"
+    );
+    message_all_and_check(&host, runs);
+}
