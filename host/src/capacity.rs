@@ -17,11 +17,15 @@ const MAPS_PER_PROCESS_COW: usize = 4;
 /// Mappings kept back for the host itself: thread stacks, compiled modules, the allocator.
 const MAPS_RESERVED: usize = 4_096;
 
-/// Address space wasmtime reserves per memory by default (4 GiB and a 32 MiB guard), which lets it
-/// leave out bounds checks.
-const FULL_RESERVATION: u64 = (4 << 30) + (32 << 20);
+/// Address space wasmtime reserves per memory by default (4 GiB, with a 32 MiB guard before and
+/// after), which lets it leave out bounds checks.
+const FULL_RESERVATION: u64 = (4 << 30) + (64 << 20);
+/// The guards around a compact memory (32 MiB before and after).
+const COMPACT_GUARDS: u64 = 64 << 20;
 /// Address space the host lets full reservations take: half of the 128 TiB a Linux process has.
-const ADDRESS_SPACE_FOR_MEMORIES: u64 = 64 << 40;
+const ADDRESS_SPACE_FOR_FULL: u64 = 64 << 40;
+/// Address space the host lets memories take at all: three quarters of it.
+const ADDRESS_SPACE_FOR_MEMORIES: u64 = 96 << 40;
 
 /// How a new instance's linear memory gets the module's initial data.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
@@ -40,6 +44,7 @@ pub enum MemoryImages {
 
 /// What bounds a host's live processes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CapacityLimit {
     /// The configured process limit (`HostBuilder::max_processes`).
     MaxProcesses,
@@ -52,10 +57,17 @@ pub enum CapacityLimit {
         /// Mappings each live process costs.
         per_process: usize,
     },
+    /// The address space the processes' memories reserve (each its memory limit and guards).
+    AddressSpace {
+        /// Bytes of address space each process reserves.
+        per_process: u64,
+    },
 }
 
-/// How many processes the host can hold at once, and why that many.
+/// How many processes the host can hold at once, and why that many. An estimate, worked out at
+/// start-up: see the module's constants for what it assumes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Capacity {
     /// The most live processes.
     pub processes: usize,
@@ -71,15 +83,19 @@ pub struct Capacity {
 }
 
 impl Capacity {
-    /// Works the capacity out. `max_map_count` is the OS limit, when there is one (Linux);
-    /// `mapped` is how many mappings the process already has.
+    /// Works the capacity out. `memories` is how many linear memories a process may have and
+    /// `memory_bytes` how large each may grow; `os` is the OS mapping limit and the mappings the
+    /// process already has, when there is such a limit (Linux).
     pub(crate) fn plan(
         max_processes: Option<usize>,
         pooling: Option<u32>,
         images: MemoryImages,
+        memories: usize,
+        memory_bytes: usize,
         os: Option<(usize, usize)>,
     ) -> Capacity {
-        let configured = match (max_processes, pooling) {
+        let memories = memories.max(1);
+        let mut bound = match (max_processes, pooling) {
             (Some(max), Some(slots)) if (slots as usize) < max => {
                 (slots as usize, CapacityLimit::Pooling)
             }
@@ -87,42 +103,59 @@ impl Capacity {
             (Some(max), _) => (max, CapacityLimit::MaxProcesses),
             (None, None) => (usize::MAX, CapacityLimit::MaxProcesses),
         };
-        let Some((max_map_count, mapped)) = os else {
-            return Capacity {
-                processes: configured.0,
-                limited_by: configured.1,
-                copy_on_write: images != MemoryImages::Copy,
-                compact_memories: needs_compact(configured.0),
+        fn tighten(bound: &mut (usize, CapacityLimit), processes: usize, limit: CapacityLimit) {
+            if processes < bound.0 {
+                *bound = (processes, limit);
+            }
+        }
+        // Address space: compact reservations hold more processes than full ones.
+        let compact_per_process = (memory_bytes as u64)
+            .saturating_add(COMPACT_GUARDS)
+            .saturating_mul(memories as u64);
+        let by_address = ADDRESS_SPACE_FOR_MEMORIES / compact_per_process.max(1);
+        tighten(
+            &mut bound,
+            usize::try_from(by_address).unwrap_or(usize::MAX),
+            CapacityLimit::AddressSpace {
+                per_process: compact_per_process,
+            },
+        );
+        let mut copy_on_write = images != MemoryImages::Copy;
+        if let Some((max_map_count, mapped)) = os {
+            let room = max_map_count.saturating_sub(mapped + MAPS_RESERVED);
+            copy_on_write = match images {
+                MemoryImages::CopyOnWrite => true,
+                MemoryImages::Copy => false,
+                MemoryImages::Auto => room / (MAPS_PER_PROCESS_COW * memories) >= bound.0,
             };
-        };
-        let room = max_map_count.saturating_sub(mapped + MAPS_RESERVED);
-        let copy_on_write = match images {
-            MemoryImages::CopyOnWrite => true,
-            MemoryImages::Copy => false,
-            MemoryImages::Auto => room / MAPS_PER_PROCESS_COW >= configured.0,
-        };
-        let per_process = if copy_on_write {
-            MAPS_PER_PROCESS_COW
-        } else {
-            MAPS_PER_PROCESS_COPY
-        };
-        let by_os = (room / per_process).max(1);
-        let (processes, limited_by) = if by_os < configured.0 {
-            (
-                by_os,
+            let per_process = memories
+                * if copy_on_write {
+                    MAPS_PER_PROCESS_COW
+                } else {
+                    MAPS_PER_PROCESS_COPY
+                };
+            tighten(
+                &mut bound,
+                room / per_process,
                 CapacityLimit::MapCount {
                     max_map_count,
                     per_process,
                 },
-            )
-        } else {
-            configured
+            );
+        }
+        let processes = bound.0;
+        let full = FULL_RESERVATION.saturating_mul(memories as u64);
+        // Pooling reserves every slot up front, whether or not the slots are ever used.
+        let reserved = match pooling {
+            Some(slots) => slots as usize,
+            None => processes,
         };
+        let compact_memories = (reserved as u64).saturating_mul(full) > ADDRESS_SPACE_FOR_FULL;
         Capacity {
             processes,
-            limited_by,
+            limited_by: bound.1,
             copy_on_write,
-            compact_memories: needs_compact(processes),
+            compact_memories,
         }
     }
 
@@ -158,13 +191,24 @@ impl Capacity {
                  vm.max_map_count={}`) or try again when some have finished",
                 suggested_map_count(max_map_count)
             ),
+            CapacityLimit::AddressSpace { per_process } => format!(
+                "the host already runs {n} processes, as many as fit in its address space at \
+                 {} MiB reserved per process (the memory limit and its guards); lower the memory \
+                 limit (Limits::max_memory_bytes, --max-memory) for more, or try again when some \
+                 have finished",
+                per_process >> 20
+            ),
         }
     }
-}
 
-/// Whether `processes` full reservations would take more address space than they may.
-fn needs_compact(processes: usize) -> bool {
-    (processes as u64).saturating_mul(FULL_RESERVATION) > ADDRESS_SPACE_FOR_MEMORIES
+    /// What a guest whose spawn was refused is told: that the host is full, without the host's
+    /// configuration, which is the operator's business.
+    pub fn guest_refusal(&self) -> String {
+        format!(
+            "the host is at its capacity of {} live processes; try again when some have finished",
+            self.processes
+        )
+    }
 }
 
 /// A `vm.max_map_count` worth suggesting: 2,000,000 (room for about a million processes), or
@@ -205,6 +249,12 @@ impl fmt::Display for Capacity {
                  mappings each), {images}",
                 self.processes
             ),
+            CapacityLimit::AddressSpace { per_process } => write!(
+                f,
+                "{} live processes (the address space, at {} MiB per process), {images}",
+                self.processes,
+                per_process >> 20
+            ),
         }
     }
 }
@@ -214,11 +264,22 @@ mod tests {
     use super::*;
 
     const DEFAULT_OS: Option<(usize, usize)> = Some((65_530, 100));
+    const MIB_64: usize = 64 << 20;
+
+    fn plan(
+        max: Option<usize>,
+        pooling: Option<u32>,
+        images: MemoryImages,
+        os: Option<(usize, usize)>,
+    ) -> Capacity {
+        Capacity::plan(max, pooling, images, 1, MIB_64, os)
+    }
 
     #[test]
     fn at_the_default_map_count_copies_fit_twice_as_many_processes() {
-        let auto = Capacity::plan(Some(1_000_000), None, MemoryImages::Auto, DEFAULT_OS);
+        let auto = plan(Some(1_000_000), None, MemoryImages::Auto, DEFAULT_OS);
         assert!(!auto.copy_on_write);
+        assert!(auto.compact_memories);
         assert_eq!(auto.processes, (65_530 - 100 - 4_096) / 2);
         assert_eq!(
             auto.limited_by,
@@ -227,14 +288,27 @@ mod tests {
                 per_process: 2
             }
         );
-        let cow = Capacity::plan(Some(1_000_000), None, MemoryImages::CopyOnWrite, DEFAULT_OS);
+        let cow = plan(Some(1_000_000), None, MemoryImages::CopyOnWrite, DEFAULT_OS);
         assert_eq!(cow.processes, (65_530 - 100 - 4_096) / 4);
-        assert!(auto.refusal().contains("sysctl -w vm.max_map_count="));
+        assert!(auto
+            .refusal()
+            .contains("sysctl -w vm.max_map_count=2000000"));
+        assert!(!auto.guest_refusal().contains("sysctl"));
+        // Two memories per process cost twice the mappings.
+        let two = Capacity::plan(
+            Some(1_000_000),
+            None,
+            MemoryImages::Auto,
+            2,
+            MIB_64,
+            DEFAULT_OS,
+        );
+        assert_eq!(two.processes, (65_530 - 100 - 4_096) / 4);
     }
 
     #[test]
-    fn a_raised_map_count_or_a_small_limit_allows_copy_on_write() {
-        let raised = Capacity::plan(
+    fn a_raised_map_count_or_a_small_limit_allows_copy_on_write_and_full_reservations() {
+        let raised = plan(
             Some(100_000),
             None,
             MemoryImages::Auto,
@@ -243,19 +317,38 @@ mod tests {
         assert!(raised.copy_on_write);
         assert_eq!(raised.processes, 100_000);
         assert_eq!(raised.limited_by, CapacityLimit::MaxProcesses);
-        let small = Capacity::plan(Some(1_000), None, MemoryImages::Auto, DEFAULT_OS);
+        let small = plan(Some(1_000), None, MemoryImages::Auto, DEFAULT_OS);
         assert!(small.copy_on_write);
-        let pooled = Capacity::plan(Some(1_000_000), Some(500), MemoryImages::Auto, DEFAULT_OS);
+        assert!(!small.compact_memories);
+        let elsewhere = plan(Some(7), None, MemoryImages::Auto, None);
+        assert_eq!(elsewhere.processes, 7);
+    }
+
+    #[test]
+    fn pooling_slots_bound_processes_and_decide_the_reservation() {
+        let pooled = plan(Some(1_000_000), Some(500), MemoryImages::Auto, DEFAULT_OS);
         assert_eq!(
             (pooled.processes, pooled.limited_by),
             (500, CapacityLimit::Pooling)
         );
-        let elsewhere = Capacity::plan(Some(7), None, MemoryImages::Auto, None);
-        assert_eq!(elsewhere.processes, 7);
-        // A thousand processes can have wasmtime's full reservations; thirty thousand cannot.
-        assert!(!small.compact_memories);
-        assert!(
-            Capacity::plan(Some(1_000_000), None, MemoryImages::Auto, DEFAULT_OS).compact_memories
+        assert!(!pooled.compact_memories);
+        // Every slot is reserved up front, used or not.
+        let many_slots = plan(Some(10_000), Some(25_000), MemoryImages::Auto, None);
+        assert_eq!(many_slots.processes, 10_000);
+        assert!(many_slots.compact_memories);
+    }
+
+    #[test]
+    fn the_address_space_bounds_processes_with_large_memories() {
+        let big = Capacity::plan(None, None, MemoryImages::Auto, 1, 4 << 30, None);
+        let per_process = (4u64 << 30) + COMPACT_GUARDS;
+        assert_eq!(
+            (big.processes as u64, big.limited_by),
+            (
+                ADDRESS_SPACE_FOR_MEMORIES / per_process,
+                CapacityLimit::AddressSpace { per_process }
+            )
         );
+        assert!(big.refusal().contains("lower the memory limit"));
     }
 }

@@ -1,5 +1,6 @@
 //! The host's command handlers, beyond the scheduler's built-in ones.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use wfcontract::{Command, CommandError, ErrorKind, Payload};
@@ -14,6 +15,8 @@ pub(crate) struct SpawnHandler {
     wasm: Arc<WasmRuntime>,
     modules: Arc<Modules>,
     capacity: Capacity,
+    /// Set once the operator has been told the host is full.
+    warned: AtomicBool,
 }
 
 impl SpawnHandler {
@@ -26,6 +29,14 @@ impl SpawnHandler {
             wasm,
             modules,
             capacity,
+            warned: AtomicBool::new(false),
+        }
+    }
+
+    /// Tells the operator, once, why guests' spawns are refused and what to do about it.
+    fn warn_operator(&self) {
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!("a guest's spawn was refused: {}", self.capacity.refusal());
         }
     }
 
@@ -54,7 +65,8 @@ impl SpawnHandler {
             .spawn_child(Spawn::new(process, request.entry, request.input).confined(confined))
             .map_err(|e| match e {
                 Error::TooManyProcesses(_) => {
-                    CommandError::new(ErrorKind::LimitReached, self.capacity.refusal())
+                    self.warn_operator();
+                    CommandError::new(ErrorKind::LimitReached, self.capacity.guest_refusal())
                 }
                 other => other.into_command_error(),
             })?;

@@ -272,10 +272,17 @@ impl HostBuilder {
             .limits
             .max_payload_bytes
             .max(self.limits.max_memory_bytes / 4);
+        if self.max_processes == Some(0) || self.pooling == Some(0) {
+            return Err(config(
+                "max_processes and pooling must be at least 1 (a host that can run nothing)".into(),
+            ));
+        }
         let capacity = Capacity::plan(
             self.max_processes,
             self.pooling,
             self.memory_images,
+            self.limits.max_memories,
+            self.limits.max_memory_bytes,
             Capacity::os_mappings(),
         );
         tracing::info!("capacity: {capacity}");

@@ -38,11 +38,16 @@ fn a_spawn_past_the_operating_systems_mapping_limit_fails_cleanly() {
     let host = Host::builder().workers(2).build().unwrap();
     host.load_module("probe", PROBE).unwrap();
     let capacity = host.capacity();
-    let CapacityLimit::MapCount { max_map_count, .. } = capacity.limited_by else {
-        // vm.max_map_count was raised on this machine: the OS does not bound this host, and
-        // filling a million processes is the benchmark's job, not a test's.
-        eprintln!("skipped: the OS mapping limit does not bound this host ({capacity})");
-        return;
+    let max_map_count = match capacity.limited_by {
+        CapacityLimit::MapCount { max_map_count, .. } if capacity.processes <= 40_000 => {
+            max_map_count
+        }
+        _ => {
+            // vm.max_map_count is raised on this machine (some distributions ship 1,048,576):
+            // filling hundreds of thousands of processes is the benchmark's job, not a test's.
+            eprintln!("skipped: the OS mapping limit is not the default here ({capacity})");
+            return;
+        }
     };
     // Every process the host accepts really runs: the estimate leaves the OS room.
     let (runs, refused) = spawn_waiting(&host, capacity.processes + 1);
@@ -56,8 +61,6 @@ fn a_spawn_past_the_operating_systems_mapping_limit_fails_cleanly() {
         )),
         "{refused}"
     );
-    assert!(refused
-        .message()
-        .contains("sysctl -w vm.max_map_count=2000000"));
+    assert!(refused.message().contains("sysctl -w vm.max_map_count="));
     message_all_and_check(&host, runs);
 }

@@ -434,7 +434,7 @@ fn a_guest_that_spawns_without_end_hits_the_process_limit() {
     assert_eq!(outcome["refused"]["error"], "limit-reached");
     assert_eq!(
         outcome["refused"]["message"],
-        "the host already runs its limit of 20 processes (HostBuilder::max_processes, --max-processes); try again when some have finished (limit-reached)"
+        "the host is at its capacity of 20 live processes; try again when some have finished (limit-reached)"
     );
     // The children ignore the cancel their parent's exit sent them: close them now.
     let report = host.shutdown(Duration::from_millis(50));

@@ -279,7 +279,8 @@ impl WasmRuntime {
         // many instances fit in the address space: 64 MiB and its guard rather than wasmtime's
         // 4 GiB. The price is an explicit bounds check on each memory access, which the 4 GiB
         // reservation lets wasmtime leave out.
-        if compact {
+        // The pooling allocator reserves every slot up front: always compact there.
+        if compact || pooling.is_some() {
             config.memory_reservation(limits.max_memory_bytes as u64);
             config.memory_reservation_for_growth(0);
         }
