@@ -402,16 +402,20 @@ mod tests {
         Ok(rounds)
     }
 
-    #[test]
-    fn timed_out_receives_leave_nothing_behind() {
-        let state = State::new();
-        let ctx = Ctx {
-            state: Rc::clone(&state),
+    fn patient_ctx(state: &Shared) -> Ctx {
+        Ctx {
+            state: Rc::clone(state),
             pid: Pid(1),
             parent: None,
             entry: "patient".into(),
             encoding: Encoding::Postcard,
-        };
+        }
+    }
+
+    #[test]
+    fn timed_out_receives_leave_nothing_behind() {
+        let state = State::new();
+        let ctx = patient_ctx(&state);
         let mut task = crate::runtime::Task::new(Box::pin(async move {
             patient(ctx, 3)
                 .await
@@ -431,13 +435,7 @@ mod tests {
     #[test]
     fn a_message_that_beats_the_timeout_makes_the_timer_forgotten() {
         let state = State::new();
-        let ctx = Ctx {
-            state: Rc::clone(&state),
-            pid: Pid(1),
-            parent: None,
-            entry: "patient".into(),
-            encoding: Encoding::Postcard,
-        };
+        let ctx = patient_ctx(&state);
         let mut task = crate::runtime::Task::new(Box::pin(async move {
             let got = ctx.recv_timeout::<u32>(Duration::from_secs(3600)).await;
             Ok(Payload::to_postcard(&got.map_err(|e| e.to_string())?).unwrap())

@@ -515,18 +515,14 @@ impl Host {
     }
 
     fn check_payload(&self, what: &str, payload: &Payload) -> Result<()> {
-        let limit = self.wasm.limits.max_payload_bytes;
-        if payload.bytes.len() > limit {
-            return Err(Error::new(
+        let len = payload.bytes.len();
+        match self.wasm.limits.over_payload(len) {
+            Some(over) => Err(Error::new(
                 ErrorKind::Limit,
-                format!(
-                    "{what} is {} bytes, more than the payload limit of {limit} \
-                     (Limits::max_payload_bytes, --max-payload)",
-                    payload.bytes.len()
-                ),
-            ));
+                format!("{what} is {len} bytes, {over}"),
+            )),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Asks process `pid` to stop: a cancel, delivered ahead of its queued messages.

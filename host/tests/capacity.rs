@@ -2,36 +2,11 @@
 //! Its own test binary (so its own process): the mapping limit is per process, and another test
 //! running beside it would take mappings the host counted on.
 
-use std::time::Duration;
+mod waiting;
 
-use wfhost::{CapacityLimit, ErrorKind, Host, Payload, Run};
+use waiting::{message_all_and_check, spawn_waiting};
+use wfhost::{CapacityLimit, ErrorKind, Host};
 use wfhost_test_programs::PROBE;
-
-const PATIENCE: Duration = Duration::from_secs(300);
-
-/// Spawns processes blocked in `recv()` until `count` run or the host refuses one.
-fn spawn_waiting(host: &Host, count: usize) -> (Vec<Run>, Option<wfhost::Error>) {
-    let mut runs = Vec::with_capacity(count);
-    for _ in 0..count {
-        // `collect(1)`: waits for one message and returns it in a list.
-        match host.spawn("probe", "collect", Payload::to_json(&1u32).unwrap()) {
-            Ok(run) => runs.push(run),
-            Err(error) => return (runs, Some(error)),
-        }
-    }
-    (runs, None)
-}
-
-/// Messages every process its index and checks each answers with exactly that.
-fn message_all_and_check(host: &Host, runs: Vec<Run>) {
-    for (n, run) in runs.iter().enumerate() {
-        host.send(run.pid(), Payload::to_json(&n).unwrap()).unwrap();
-    }
-    for (n, run) in runs.into_iter().enumerate() {
-        let result = run.wait_timeout(PATIENCE).expect("finished").unwrap();
-        assert_eq!(result.decode::<Vec<usize>>().unwrap(), [n]);
-    }
-}
 
 #[test]
 fn a_spawn_past_the_operating_systems_mapping_limit_fails_cleanly() {

@@ -1,36 +1,11 @@
 //! Many live wasm processes at once, at the operating system's default limits: exact counts, and
 //! a clean refusal past the host's capacity.
 
-use std::time::Duration;
+mod waiting;
 
-use wfhost::{ErrorKind, Host, Payload, Run};
+use waiting::{message_all_and_check, spawn_waiting};
+use wfhost::{ErrorKind, Host};
 use wfhost_test_programs::PROBE;
-
-const PATIENCE: Duration = Duration::from_secs(300);
-
-/// Spawns processes blocked in `recv()` until `count` run or the host refuses one.
-fn spawn_waiting(host: &Host, count: usize) -> (Vec<Run>, Option<wfhost::Error>) {
-    let mut runs = Vec::with_capacity(count);
-    for _ in 0..count {
-        // `collect(1)`: waits for one message and returns it in a list.
-        match host.spawn("probe", "collect", Payload::to_json(&1u32).unwrap()) {
-            Ok(run) => runs.push(run),
-            Err(error) => return (runs, Some(error)),
-        }
-    }
-    (runs, None)
-}
-
-/// Messages every process its index and checks each answers with exactly that.
-fn message_all_and_check(host: &Host, runs: Vec<Run>) {
-    for (n, run) in runs.iter().enumerate() {
-        host.send(run.pid(), Payload::to_json(&n).unwrap()).unwrap();
-    }
-    for (n, run) in runs.into_iter().enumerate() {
-        let result = run.wait_timeout(PATIENCE).expect("finished").unwrap();
-        assert_eq!(result.decode::<Vec<usize>>().unwrap(), [n]);
-    }
-}
 
 #[test]
 fn ten_thousand_processes_wait_in_recv_and_all_answer() {

@@ -34,20 +34,11 @@ fn within_reach(cx: &Context<'_>, target: Pid, verb: &str) -> Result<(), Command
     if !cx.slot.confined {
         return Ok(());
     }
-    let parent = cx
-        .scheduler()
-        .shared
-        .table
-        .get(&target)
-        .and_then(|entry| entry.value().parent);
-    match parent {
-        Some(parent) if parent == cx.pid() => Ok(()),
+    match cx.scheduler().shared.slot(target).map(|slot| slot.parent) {
+        Some(parent) if parent == Some(cx.pid()) => Ok(()),
         // Gone, or never was: the same answer as for an unconfined process.
-        _ if !cx.scheduler().shared.table.contains_key(&target) => Err(CommandError::new(
-            ErrorKind::NoSuchProcess,
-            format!("no process {target}: it never existed or has already finished"),
-        )),
-        _ => Err(CommandError::new(
+        None => Err(Error::NoSuchProcess(target).into_command_error()),
+        Some(_) => Err(CommandError::new(
             ErrorKind::NotAllowed,
             format!(
                 "process {target} is not a child of this process; this module may {verb} only \

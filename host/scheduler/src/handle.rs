@@ -226,12 +226,7 @@ impl SchedulerHandle {
     /// Delivers a cancel to `pid`, ahead of any queued messages. The process decides what to do;
     /// see [`terminate`](Self::terminate) for ending it regardless.
     pub fn cancel(&self, pid: Pid) -> Result<(), Error> {
-        let slot = self
-            .shared
-            .table
-            .get(&pid)
-            .map(|e| Arc::clone(e.value()))
-            .ok_or(Error::NoSuchProcess(pid))?;
+        let slot = self.shared.slot(pid).ok_or(Error::NoSuchProcess(pid))?;
         self.shared
             .cancel(&slot)
             .map_err(|_| Error::NoSuchProcess(pid))
@@ -240,12 +235,7 @@ impl SchedulerHandle {
     /// Ends `pid` at its next turn without stepping it again: it fails with `reason`. A step in
     /// progress is not interrupted.
     pub fn terminate(&self, pid: Pid, reason: impl Into<String>) -> Result<(), Error> {
-        let slot = self
-            .shared
-            .table
-            .get(&pid)
-            .map(|e| Arc::clone(e.value()))
-            .ok_or(Error::NoSuchProcess(pid))?;
+        let slot = self.shared.slot(pid).ok_or(Error::NoSuchProcess(pid))?;
         self.shared
             .request_termination(&slot, reason.into())
             .map_err(|_| Error::NoSuchProcess(pid))
@@ -269,9 +259,9 @@ impl SchedulerHandle {
     /// parent, this is a join: the retained result is released afterwards.
     pub fn join(&self, target: Pid, watcher: Pid, tag: Tag) {
         let shared = &self.shared;
-        let slot = shared.table.get(&target).map(|e| Arc::clone(e.value()));
+        let slot = shared.slot(target);
         let Some(slot) = slot else {
-            let error = no_such_process(target);
+            let error = Error::NoSuchProcess(target).into_command_error();
             let _ = shared.deliver_to(watcher, Event::completion(tag, Err(error)));
             return;
         };
@@ -310,19 +300,14 @@ impl SchedulerHandle {
         let result = match ready {
             Some(Ok(payload)) => Ok(payload),
             Some(Err(error)) => Err(child_failed(target, &error)),
-            None => Err(no_such_process(target)),
+            None => Err(Error::NoSuchProcess(target).into_command_error()),
         };
         let _ = shared.deliver_to(watcher, Event::completion(tag, result));
     }
 
     /// Sends `(pid, result)` on `sender` when `pid` ends.
     pub fn watch(&self, pid: Pid, sender: Sender<(Pid, ProcessResult)>) -> Result<(), Error> {
-        let slot = self
-            .shared
-            .table
-            .get(&pid)
-            .map(|e| Arc::clone(e.value()))
-            .ok_or(Error::NoSuchProcess(pid))?;
+        let slot = self.shared.slot(pid).ok_or(Error::NoSuchProcess(pid))?;
         let mut exit = slot.exit.lock();
         if exit.finished {
             return match exit.result.clone() {
@@ -383,11 +368,4 @@ impl SchedulerHandle {
     pub fn parked_workers(&self) -> usize {
         self.shared.idle.sleeping()
     }
-}
-
-fn no_such_process(pid: Pid) -> CommandError {
-    CommandError::new(
-        ErrorKind::NoSuchProcess,
-        format!("no process {pid}: it never existed or has already finished"),
-    )
 }

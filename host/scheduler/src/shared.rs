@@ -121,6 +121,11 @@ impl Shared {
         Ok(())
     }
 
+    /// The process `pid`, if it is in the table (running, or finished and kept for a join).
+    pub(crate) fn slot(&self, pid: Pid) -> Option<Arc<Slot>> {
+        self.table.get(&pid).map(|entry| Arc::clone(entry.value()))
+    }
+
     /// Delivers `event` to `pid`, or says there is no such process.
     pub(crate) fn deliver_to(&self, pid: Pid, event: Event) -> Result<(), Refused> {
         match self.table.get(&pid) {
@@ -323,7 +328,7 @@ impl Shared {
         let parent = match (parent, parent_pid) {
             (Some(slot), _) => Some(slot),
             (None, Some(pid)) => {
-                looked_up = self.table.get(&pid).map(|e| Arc::clone(e.value()));
+                looked_up = self.slot(pid);
                 looked_up.as_ref()
             }
             (None, None) => None,

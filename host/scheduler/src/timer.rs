@@ -228,7 +228,7 @@ fn run(inner: &(Mutex<Timers>, Condvar)) {
 
 fn fire(shared: &Shared, entry: Entry) {
     // The process may have ended meanwhile; then there is nothing to do.
-    let Some(slot) = shared.table.get(&entry.pid).map(|e| Arc::clone(e.value())) else {
+    let Some(slot) = shared.slot(entry.pid) else {
         return;
     };
     match entry.action {

@@ -140,6 +140,17 @@ impl Limits {
         Ok(())
     }
 
+    /// When `len` bytes are over the payload limit, the words that say so: "more than the
+    /// payload limit of ... (Limits::max_payload_bytes, --max-payload)".
+    pub(crate) fn over_payload(&self, len: usize) -> Option<String> {
+        let limit = self.max_payload_bytes;
+        (len > limit).then(|| {
+            format!(
+                "more than the payload limit of {limit} (Limits::max_payload_bytes, --max-payload)"
+            )
+        })
+    }
+
     /// The stack a worker thread needs to run guests within these limits: the guest's frames
     /// plus room for the host's own.
     pub(crate) fn worker_stack_bytes(&self) -> usize {

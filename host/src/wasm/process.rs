@@ -488,7 +488,7 @@ impl Process for WasmProcess {
 
     fn check(&self, command: &Command) -> Result<(), CommandError> {
         self.grants.permits(command)?;
-        let limit = self.runtime.limits.max_payload_bytes;
+        let limits = &self.runtime.limits;
         let (what, len) = match command {
             Command::Send(send) => ("message", send.message.bytes.len()),
             Command::Spawn(spawn) => ("child's input", spawn.input.bytes.len()),
@@ -500,26 +500,20 @@ impl Process for WasmProcess {
                         .iter()
                         .map(|f| f.key.len() + f.value.len())
                         .sum::<usize>();
-                if len > limit {
-                    tracing::warn!(
-                        pid = %self.pid,
-                        "dropped a log record of {len} bytes, more than the payload limit of {limit}"
-                    );
-                }
                 ("log record", len)
             }
             _ => return Ok(()),
         };
-        if len > limit {
-            return Err(CommandError::new(
-                ErrorKind::LimitReached,
-                format!(
-                    "the {what} is {len} bytes, more than the payload limit of {limit} \
-                     (Limits::max_payload_bytes, --max-payload)"
-                ),
-            ));
+        let Some(over) = limits.over_payload(len) else {
+            return Ok(());
+        };
+        if matches!(command, Command::Log(_)) {
+            tracing::warn!(pid = %self.pid, "dropped a log record of {len} bytes, {over}");
         }
-        Ok(())
+        Err(CommandError::new(
+            ErrorKind::LimitReached,
+            format!("the {what} is {len} bytes, {over}"),
+        ))
     }
 
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
@@ -535,15 +529,11 @@ impl Process for WasmProcess {
             *message = self.capped(std::mem::take(message));
         }
         if let Status::Done(result) = &output.status {
-            let limit = self.runtime.limits.max_payload_bytes;
-            if result.bytes.len() > limit {
+            let len = result.bytes.len();
+            if let Some(over) = self.runtime.limits.over_payload(len) {
                 return Err(self.fail(
                     FailureKind::Limit,
-                    format_args!(
-                        "finished with a result of {} bytes, more than the payload limit of \
-                         {limit} (Limits::max_payload_bytes, --max-payload)",
-                        result.bytes.len()
-                    ),
+                    format_args!("finished with a result of {len} bytes, {over}"),
                 ));
             }
         }

@@ -3,6 +3,7 @@
 //! the host's log, line by line, tagged with the process's pid.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -74,23 +75,42 @@ impl Lines {
 
 /// One of a guest's output streams, forwarded to `tracing`.
 #[derive(Clone)]
-pub(crate) struct LogStream(Arc<Mutex<Lines>>);
+pub(crate) struct LogStream(Arc<Stream>);
+
+struct Stream {
+    lines: Mutex<Lines>,
+    /// Set by a write, so that a step that wrote nothing need not lock the lines to start anew.
+    written: AtomicBool,
+}
+
+impl LogStream {
+    fn push(&self, bytes: &[u8]) {
+        self.0.written.store(true, Ordering::Relaxed);
+        self.0.lines.lock().push(bytes);
+    }
+}
 
 impl LogStream {
     fn new(pid: Pid, stream: &'static str) -> LogStream {
-        LogStream(Arc::new(Mutex::new(Lines {
-            pid,
-            stream,
-            partial: Vec::new(),
-            last: Vec::new(),
-            budget: LINES_PER_CALL,
-            dropped: 0,
-        })))
+        LogStream(Arc::new(Stream {
+            lines: Mutex::new(Lines {
+                pid,
+                stream,
+                partial: Vec::new(),
+                last: Vec::new(),
+                budget: LINES_PER_CALL,
+                dropped: 0,
+            }),
+            written: AtomicBool::new(false),
+        }))
     }
 
     /// A new call into the guest: a fresh line budget, and a word about what the last one dropped.
     pub(crate) fn new_call(&self) {
-        let mut lines = self.0.lock();
+        if !self.0.written.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let mut lines = self.0.lines.lock();
         if lines.dropped > 0 {
             tracing::warn!(
                 target: "wfhost::guest",
@@ -106,7 +126,7 @@ impl LogStream {
 
     /// The last non-empty line written so far, including one not yet ended.
     pub(crate) fn last_line(&self) -> String {
-        let lines = self.0.lock();
+        let lines = self.0.lines.lock();
         let partial = String::from_utf8_lossy(&lines.partial);
         if partial.trim().is_empty() {
             String::from_utf8_lossy(&lines.last).into_owned()
@@ -117,7 +137,7 @@ impl LogStream {
 
     /// Logs a trailing line that has no newline.
     pub(crate) fn finish(&self) {
-        self.0.lock().finish();
+        self.0.lines.lock().finish();
         self.new_call();
     }
 }
@@ -140,7 +160,7 @@ impl StdoutStream for LogStream {
 
 impl OutputStream for LogStream {
     fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
-        self.0.lock().push(&bytes);
+        self.push(&bytes);
         Ok(())
     }
 
@@ -164,7 +184,7 @@ impl tokio::io::AsyncWrite for LogStream {
         _: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        self.0.lock().push(buf);
+        self.push(buf);
         Poll::Ready(Ok(buf.len()))
     }
 
