@@ -12,6 +12,7 @@ const GUESTS: &[(&str, &str)] = &[
     ("ring", "RING"),
     ("fanout", "FANOUT"),
     ("probe", "PROBE"),
+    ("tiny", "TINY"),
 ];
 
 const TARGET: &str = "wasm32-wasip1";

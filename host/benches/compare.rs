@@ -6,6 +6,8 @@
 //! spawn-idle workload runs each round in a fresh child process, so that resident memory per
 //! process is measured from a clean heap.
 
+mod common;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::process::Command as OsCommand;
@@ -13,11 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{unbounded, Sender};
-use wfhost::contract::{Command, EventKind, Payload, Pid, SendRequest, SpawnRequest, Status, Tag};
-use wfhost::scheduler::{
-    Context, Events, InitContext, Process, ProcessError, Request, Scheduler, Spawn, StepOutput,
-};
+use wfhost::contract::{EventKind, Payload, Pid, Status, Tag};
+use wfhost::scheduler::{Events, InitContext, Process, ProcessError, Scheduler, StepOutput};
 
 const SKYNET_LEAVES: u64 = 1_000_000;
 const RING_MEMBERS: usize = 1_000;
@@ -25,6 +24,8 @@ const RING_HOPS: u64 = 1_000_000;
 const PAIRS: usize = 100;
 const ROUND_TRIPS: u64 = 10_000;
 const IDLE_PROCESSES: usize = 100_000;
+
+use common::{alternate, decode, median, pc, resident_bytes, send, time};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -54,7 +55,7 @@ fn main() {
     if wanted("skynet") {
         let (w, t) = alternate(
             rounds,
-            || time(|| wfhost_skynet(workers)),
+            || time(|| common::native_skynet(workers, SKYNET_LEAVES)),
             || time(|| tokio_skynet(workers)),
         );
         let processes = skynet_processes() as f64;
@@ -68,7 +69,11 @@ fn main() {
         );
     }
     if wanted("ring") {
-        let (w, t) = alternate(rounds, || wfhost_ring(workers), || tokio_ring(workers));
+        let (w, t) = alternate(
+            rounds,
+            || common::native_ring(workers, RING_MEMBERS, RING_HOPS),
+            || tokio_ring(workers),
+        );
         let hops = RING_HOPS as f64;
         println!(
             "ring: wfhost {:.2}M hops/s  tokio {:.2}M hops/s  ratio={:.2}",
@@ -115,50 +120,6 @@ fn main() {
     }
 }
 
-/// Runs `a` and `b` alternately, `rounds` times each; returns their median seconds.
-/// `WFHOST_BENCH_ONLY=wfhost` (or `tokio`) runs one side alone, for profiling.
-fn alternate(rounds: usize, mut a: impl FnMut() -> f64, mut b: impl FnMut() -> f64) -> (f64, f64) {
-    let only = std::env::var("WFHOST_BENCH_ONLY").unwrap_or_default();
-    let mut xs = vec![f64::NAN];
-    let mut ys = vec![f64::NAN];
-    for round in 0..rounds {
-        if only != "tokio" {
-            xs.push(a());
-        }
-        if only != "wfhost" {
-            ys.push(b());
-        }
-        if round == 0 {
-            xs.retain(|x| !x.is_nan());
-            ys.retain(|y| !y.is_nan());
-        }
-    }
-    (median(xs), median(ys))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-fn time(f: impl FnOnce()) -> f64 {
-    let start = Instant::now();
-    f();
-    start.elapsed().as_secs_f64()
-}
-
-fn pc<T: serde::Serialize>(value: T) -> Payload {
-    Payload::to_postcard(&value).expect("bench values encode")
-}
-
-fn decode<T: serde::de::DeserializeOwned>(payload: &Payload) -> T {
-    payload.decode().expect("bench values decode")
-}
-
-fn send(to: Pid, message: Payload) -> Command {
-    Command::Send(SendRequest { to, message })
-}
-
 fn tokio_runtime(workers: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
@@ -180,89 +141,6 @@ fn skynet_processes() -> u64 {
 }
 
 const SKYNET_SUM: u64 = SKYNET_LEAVES * (SKYNET_LEAVES - 1) / 2;
-
-/// A skynet node: a leaf reports its number to its parent; an inner node spawns ten children and
-/// reports the sum of what they report.
-#[derive(Default)]
-struct SkynetNode {
-    num: u64,
-    size: u64,
-    parent: Option<Pid>,
-    sum: u64,
-    reported: u32,
-}
-
-impl Process for SkynetNode {
-    fn init(&mut self, ctx: &InitContext, _: &str, input: Payload) -> Result<(), ProcessError> {
-        (self.num, self.size) = decode(&input);
-        self.parent = ctx.parent();
-        Ok(())
-    }
-
-    fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
-        if self.size == 1 {
-            self.finish(self.num, out);
-            return Ok(());
-        }
-        if self.reported == 0 && self.sum == 0 && events.len() == 0 {
-            let child = self.size / 10;
-            for i in 0..10 {
-                let input = pc((self.num + i * child, child));
-                out.push(
-                    Tag(i + 1),
-                    Command::Spawn(SpawnRequest {
-                        module: None,
-                        entry: "skynet".into(),
-                        input,
-                    }),
-                );
-            }
-        }
-        for event in events {
-            if event.kind == EventKind::Message {
-                self.sum += decode::<u64>(&event.data);
-                self.reported += 1;
-            }
-        }
-        out.status = Status::Idle;
-        if self.reported == 10 {
-            self.finish(self.sum, out);
-        }
-        Ok(())
-    }
-}
-
-impl SkynetNode {
-    fn finish(&self, value: u64, out: &mut StepOutput) {
-        if let Some(parent) = self.parent {
-            out.push(Tag(0), send(parent, pc(value)));
-        }
-        out.status = Status::Done(pc(value));
-    }
-}
-
-/// Spawns native skynet nodes for the `spawn` command.
-fn spawn_skynet(request: Request, cx: &Context<'_>) {
-    if let Command::Spawn(spawn) = request.command {
-        let node = Spawn::new(SkynetNode::default(), spawn.entry, spawn.input);
-        let pid = cx.spawn_child(node).expect("scheduler running");
-        cx.complete(request.tag, Ok(pc(pid)));
-    }
-}
-
-fn wfhost_skynet(workers: usize) {
-    let scheduler = Scheduler::builder()
-        .workers(workers)
-        .handler(wfhost::contract::CommandKind::Spawn, spawn_skynet)
-        .build()
-        .expect("scheduler");
-    let root = scheduler
-        .spawn_handle(SkynetNode::default(), "skynet", pc((0, SKYNET_LEAVES)))
-        .expect("spawn");
-    let sum: u64 = decode(&root.wait().expect("skynet finishes"));
-    assert_eq!(sum, SKYNET_SUM);
-    scheduler.shutdown(Duration::from_secs(10));
-}
 
 fn tokio_skynet_node(num: u64, size: u64) -> Pin<Box<dyn Future<Output = u64> + Send>> {
     Box::pin(async move {
@@ -289,69 +167,6 @@ fn tokio_skynet(workers: usize) {
 
 // ---------------------------------------------------------------------------------------------
 // ring: 1,000 processes pass a token 1,000,000 hops.
-
-/// A ring member: its first message names the next member; every later one is the token, carrying
-/// the hops still to go.
-struct RingMember {
-    next: Option<Pid>,
-    finished: Sender<Instant>,
-}
-
-impl Process for RingMember {
-    fn init(&mut self, _: &InitContext, _: &str, _: Payload) -> Result<(), ProcessError> {
-        Ok(())
-    }
-
-    fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
-        out.status = Status::Idle;
-        for event in events {
-            match event.kind {
-                EventKind::Message => match self.next {
-                    None => self.next = Some(decode(&event.data)),
-                    Some(next) => match decode::<u64>(&event.data) {
-                        0 => self.finished.send(Instant::now()).expect("bench listening"),
-                        left => out.push(Tag(1), send(next, pc(left - 1))),
-                    },
-                },
-                EventKind::Cancel => out.status = Status::Done(Payload::empty()),
-                EventKind::YieldComplete => {}
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Seconds for the hops.
-fn wfhost_ring(workers: usize) -> f64 {
-    let scheduler = Scheduler::builder()
-        .workers(workers)
-        .build()
-        .expect("scheduler");
-    let (finished, done) = unbounded();
-    let pids: Vec<Pid> = (0..RING_MEMBERS)
-        .map(|_| {
-            let member = RingMember {
-                next: None,
-                finished: finished.clone(),
-            };
-            scheduler
-                .spawn(member, "member", Payload::empty())
-                .expect("spawn")
-        })
-        .collect();
-    for (i, pid) in pids.iter().enumerate() {
-        scheduler
-            .send(*pid, pc(pids[(i + 1) % RING_MEMBERS]))
-            .expect("member alive");
-    }
-    let start = Instant::now();
-    scheduler
-        .send(pids[0], pc(RING_HOPS - 1))
-        .expect("member alive");
-    let end = done.recv().expect("the token went round");
-    scheduler.shutdown(Duration::from_secs(10));
-    (end - start).as_secs_f64()
-}
 
 fn tokio_ring(workers: usize) -> f64 {
     let runtime = tokio_runtime(workers);
@@ -499,16 +314,6 @@ fn tokio_pingpong(workers: usize) {
 
 // ---------------------------------------------------------------------------------------------
 // spawn-idle: 100,000 processes that wait for one message; then all are messaged.
-
-fn resident_bytes() -> f64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: f64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0.0);
-    pages * 4096.0
-}
 
 /// Runs one spawn-idle round in a fresh process; returns (spawns per second, KiB per process).
 fn spawn_idle_child(engine: &str) -> (f64, f64) {

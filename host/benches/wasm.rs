@@ -1,72 +1,391 @@
-//! The cost of a wasm process next to raw wasmtime, in one run:
-//! `cargo bench -p wfhost --bench wasm`.
+//! Wasm processes at scale, next to raw wasmtime and native processes measured in the same run:
+//! `cargo bench -p wfhost --bench wasm [-- workload ...]`.
 //!
-//! - `raw/instantiate`: a store with a WASI context, instantiated from an `InstancePre`, dropped.
-//! - `wfhost/spawn`: what spawning the hello module costs a worker: instantiate plus `init`, and
-//!   the drop. Both with wasmtime's on-demand and pooling allocators.
-//! - `raw/call_write32`: one call into the guest and a 32-byte write into its memory.
-//! - `wfhost/step`: one step round trip: a message in, a yielded send out (encode, write, call,
-//!   read, decode, vet the yield against the grants and the payload limit).
-//! - `wfhost/step/fuel`: the same with fuel accounting on (`Limits::fuel_per_step`).
+//! Each workload prints one line: its figure and, where a floor applies, `floor=<the floor measured
+//! in this run>` and `ratio=` (this project's throughput over the floor's; for the step, the
+//! floor's time over ours).
+//!
+//! - `spawn`: instantiate + `init` (+ drop) of the tiny workflow, per second; floor: raw
+//!   `InstancePre::instantiate` with a WASI context (+ drop). On-demand and pooling allocators.
+//! - `step`: one message in, one yielded send out; floor: one raw call that reserves 32 bytes and a
+//!   32-byte write into guest memory.
+//! - `ring`: 1,000 wasm processes pass a token 1,000,000 hops; floor: the same ring of native
+//!   processes on the same scheduler.
+//! - `skynet`: a 10-ary tree of wasm processes with 100,000 leaves; floor: the same tree of native
+//!   processes.
+//! - `idle`: `WFHOST_BENCH_IDLE` (default 100,000) wasm processes blocked in `recv()`: spawn rate,
+//!   resident memory per process, how many are hibernated, then the time to message all of them
+//!   and see all finish. Once per hibernation policy, each in a fresh child process (clean heap).
+//! - `timers`: `WFHOST_BENCH_TIMERS` (default 100,000) wasm processes each sleeping 10 ms; p50 and
+//!   p99 of how late they woke, by the host's clock. In a fresh child process.
+//!
+//! `WFHOST_BENCH_ROUNDS` (default 5) sets the rounds of the alternating workloads; figures are
+//! medians.
 
-use criterion::{criterion_group, criterion_main, Criterion};
+mod common;
+
+use std::process::Command as OsCommand;
+use std::time::{Duration, Instant};
+
+use common::{alternate, median, resident_bytes};
 use wfhost::__bench::Harness;
 use wfhost::contract::{Event, Payload, Pid, StepOutput};
 use wfhost::scheduler::Events;
-use wfhost::Limits;
-use wfhost_test_programs::{HELLO, PROBE};
+use wfhost::{Hibernation, Host};
+use wfhost_test_programs::{PROBE, RING, TINY};
 
-fn spawn(c: &mut Criterion) {
-    let bytes = std::fs::read(HELLO).unwrap();
-    let input = Payload::to_json("world").unwrap();
-    let mut group = c.benchmark_group("spawn");
+const RING_MEMBERS: usize = 1_000;
+const RING_HOPS: u64 = 1_000_000;
+const SKYNET_LEAVES: u64 = 100_000;
+const SPAWNS_PER_ROUND: usize = 2_000;
+const STEPS_PER_ROUND: usize = 200_000;
+const PATIENCE: Duration = Duration::from_secs(600);
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, workload, policy, ..] = args.as_slice() {
+        if flag == "--child" {
+            let hibernation = Hibernation::parse(policy).expect("a hibernation policy");
+            match workload.as_str() {
+                "idle" => idle(count("WFHOST_BENCH_IDLE", 100_000), hibernation),
+                _ => timers(count("WFHOST_BENCH_TIMERS", 100_000), hibernation),
+            }
+            return;
+        }
+    }
+    let selected: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wanted = |name: &str| selected.is_empty() || selected.contains(&name);
+    let rounds = count("WFHOST_BENCH_ROUNDS", 5);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("wasm: {workers} workers, {rounds} rounds each where alternating; medians");
+    if wanted("spawn") {
+        spawn(rounds);
+    }
+    if wanted("step") {
+        step(rounds);
+    }
+    if wanted("ring") {
+        ring(rounds, workers);
+    }
+    if wanted("skynet") {
+        skynet(rounds, workers);
+    }
+    if wanted("idle") {
+        for policy in ["off", "when-full", "always"] {
+            child("idle", policy);
+        }
+    }
+    if wanted("timers") {
+        child("timers", "when-full");
+    }
+}
+
+fn count(variable: &str, default: usize) -> usize {
+    std::env::var(variable)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs a workload in a fresh copy of this binary, passing its line through.
+fn child(workload: &str, policy: &str) {
+    let exe = std::env::current_exe().expect("bench binary path");
+    let output = OsCommand::new(exe)
+        .args(["--child", workload, policy])
+        .output()
+        .expect("run child");
+    print!("{}", String::from_utf8_lossy(&output.stdout));
+    if !output.status.success() {
+        println!(
+            "{workload}/{policy}: failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+}
+
+fn spawn(rounds: usize) {
+    let bytes = std::fs::read(TINY).expect("tiny module");
+    let input = Payload::to_postcard(&()).expect("encodes");
     for (allocator, pooling) in [("on-demand", None), ("pooling", Some(1_000))] {
-        let hello = Harness::new(&bytes, pooling).unwrap();
-        // Each iteration also drops what it made, on both sides: a pool slot must come back.
-        group.bench_function(format!("raw/instantiate/{allocator}"), |b| {
-            b.iter(|| drop(hello.instantiate_raw()))
-        });
-        group.bench_function(format!("wfhost/spawn/{allocator}"), |b| {
-            b.iter(|| drop(hello.spawn("greet", input.clone()).unwrap()))
-        });
+        let tiny = Harness::new(&bytes, pooling).expect("harness");
+        let (ours, raw) = alternate(
+            rounds,
+            || {
+                common::time(|| {
+                    for _ in 0..SPAWNS_PER_ROUND {
+                        drop(tiny.spawn("wait", input.clone()).expect("spawns"));
+                    }
+                })
+            },
+            || {
+                common::time(|| {
+                    for _ in 0..SPAWNS_PER_ROUND {
+                        drop(tiny.instantiate_raw());
+                    }
+                })
+            },
+        );
+        let per_second = |seconds: f64| SPAWNS_PER_ROUND as f64 / seconds;
+        println!(
+            "spawn/{allocator}: {:.0} spawns/s ({:.1} us)  floor={:.0}/s ({:.1} us)  ratio={:.2}",
+            per_second(ours),
+            ours / SPAWNS_PER_ROUND as f64 * 1e6,
+            per_second(raw),
+            raw / SPAWNS_PER_ROUND as f64 * 1e6,
+            raw / ours
+        );
     }
-    group.finish();
 }
 
-fn step(c: &mut Criterion) {
-    let bytes = std::fs::read(PROBE).unwrap();
-    let probe = Harness::new(&bytes, None).unwrap();
-    let fueled = Limits {
-        fuel_per_step: Some(10_000_000),
-        ..Limits::default()
-    };
-    let probe_with_fuel = Harness::with_limits(&bytes, None, fueled).unwrap();
-    let mut group = c.benchmark_group("step");
+fn step(rounds: usize) {
+    let bytes = std::fs::read(PROBE).expect("probe module");
+    let probe = Harness::new(&bytes, None).expect("harness");
     let mut raw = probe.instantiate_raw();
-    let bytes = [7u8; 32];
-    group.bench_function("raw/call_write32", |b| b.iter(|| raw.write32(&bytes)));
-
-    for (name, harness) in [
-        ("wfhost/step", &probe),
-        ("wfhost/step/fuel", &probe_with_fuel),
-    ] {
-        let mut relay = harness.spawn("relay", Payload::empty()).unwrap();
-        let mut out = StepOutput::new();
-        let mut events = Vec::new();
-        // The first step starts the loop; after that each message makes one send.
-        relay.step(Events::new(&mut events), &mut out).unwrap();
-        let message = Event::message(Pid(9), Payload::to_postcard(&42u64).unwrap());
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                events.push(message.clone());
-                out.reset();
-                relay.step(Events::new(&mut events), &mut out).unwrap();
-                assert_eq!(out.yields.len(), 1);
+    let mut relay = probe.spawn("relay", Payload::empty()).expect("spawns");
+    let mut out = StepOutput::new();
+    let mut events = Vec::new();
+    // The first step starts the loop; after that each message makes one send.
+    relay
+        .step(Events::new(&mut events), &mut out)
+        .expect("steps");
+    let message = Event::message(Pid(9), Payload::to_postcard(&42u64).expect("encodes"));
+    let written = [7u8; 32];
+    let (ours, floor) = alternate(
+        rounds,
+        || {
+            common::time(|| {
+                for _ in 0..STEPS_PER_ROUND {
+                    events.push(message.clone());
+                    out.reset();
+                    relay
+                        .step(Events::new(&mut events), &mut out)
+                        .expect("steps");
+                    assert_eq!(out.yields.len(), 1);
+                }
             })
-        });
-    }
-    group.finish();
+        },
+        || {
+            common::time(|| {
+                for _ in 0..STEPS_PER_ROUND {
+                    raw.write32(&written);
+                }
+            })
+        },
+    );
+    let micros = |seconds: f64| seconds / STEPS_PER_ROUND as f64 * 1e6;
+    println!(
+        "step: {:.3} us per round trip  floor={:.3} us  ratio={:.3}",
+        micros(ours),
+        micros(floor),
+        floor / ours
+    );
 }
 
-criterion_group!(benches, spawn, step);
-criterion_main!(benches);
+fn ring(rounds: usize, workers: usize) {
+    let (ours, native) = alternate(
+        rounds,
+        || {
+            let host = Host::builder().build().expect("host");
+            host.load_module("ring", RING).expect("ring module");
+            // Postcard input, so the members speak postcard to one another.
+            let plan = (RING_MEMBERS as u32, RING_HOPS);
+            let report = host
+                .spawn(
+                    "ring",
+                    "ring",
+                    Payload::to_postcard(&plan).expect("encodes"),
+                )
+                .expect("spawns")
+                .wait()
+                .expect("the ring finishes");
+            // The ring's report: members, hops, seconds, hops per second.
+            let (members, hops, seconds, _): (u32, u64, f64, f64) =
+                report.decode().expect("a report");
+            assert_eq!((members as usize, hops), (RING_MEMBERS, RING_HOPS));
+            host.shutdown(Duration::from_secs(10));
+            seconds
+        },
+        || common::native_ring(workers, RING_MEMBERS, RING_HOPS),
+    );
+    let rate = |seconds: f64| RING_HOPS as f64 / seconds;
+    println!(
+        "ring: {:.0} hops/s ({RING_MEMBERS} wasm processes)  floor={:.0} hops/s (native processes)  \
+         ratio={:.2}",
+        rate(ours),
+        rate(native),
+        native / ours
+    );
+}
+
+fn skynet(rounds: usize, workers: usize) {
+    let mut hibernations = Vec::new();
+    let (ours, native) = alternate(
+        rounds,
+        || {
+            let host = Host::builder().build().expect("host");
+            host.load_module("tiny", TINY).expect("tiny module");
+            let seconds = common::time(|| {
+                let sum: u64 = host
+                    .spawn(
+                        "tiny",
+                        "skynet",
+                        Payload::to_postcard(&(0u64, SKYNET_LEAVES)).expect("encodes"),
+                    )
+                    .expect("spawns")
+                    .wait()
+                    .expect("skynet finishes")
+                    .decode()
+                    .expect("a sum");
+                assert_eq!(sum, SKYNET_LEAVES * (SKYNET_LEAVES - 1) / 2);
+            });
+            hibernations.push(host.residency().hibernations as f64);
+            host.shutdown(Duration::from_secs(10));
+            seconds
+        },
+        || common::time(|| common::native_skynet(workers, SKYNET_LEAVES)),
+    );
+    let processes = (SKYNET_LEAVES * 10 - 1) / 9;
+    println!(
+        "skynet: {ours:.2} s for {processes} wasm processes ({:.0} procs/s, {:.0} hibernations)  \
+         floor={native:.3} s (native processes)  ratio={:.3}",
+        processes as f64 / ours,
+        median(hibernations),
+        native / ours
+    );
+}
+
+/// Waits until the host has taken `steps` steps in all.
+fn until_steps(host: &Host, steps: u64) {
+    let deadline = Instant::now() + PATIENCE;
+    while host.counters().steps < steps {
+        assert!(Instant::now() < deadline, "the processes did not start");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn policy_name(hibernation: Hibernation) -> &'static str {
+    match hibernation {
+        Hibernation::Off => "off",
+        Hibernation::WhenFull => "when-full",
+        Hibernation::Always => "always",
+    }
+}
+
+fn idle(n: usize, hibernation: Hibernation) {
+    let host = Host::builder()
+        .hibernation(hibernation)
+        .build()
+        .expect("host");
+    host.load_module("tiny", TINY).expect("tiny module");
+    let capacity = host.capacity();
+    let name = format!("idle/{}", policy_name(hibernation));
+    if capacity.processes < n {
+        println!(
+            "{name}: skipped: the host holds {} processes here ({capacity})",
+            capacity.processes
+        );
+        return;
+    }
+    let wait = Payload::to_postcard(&()).expect("encodes");
+    // One process first, so the module's first instance is not counted.
+    let first = host.spawn("tiny", "wait", wait.clone()).expect("spawns");
+    host.send(first.pid(), Payload::to_postcard(&0u64).expect("encodes"))
+        .expect("sends");
+    first.wait().expect("finishes");
+    let steps = host.counters().steps;
+    let base = resident_bytes();
+    let start = Instant::now();
+    let runs: Vec<_> = (0..n)
+        .map(|_| host.spawn("tiny", "wait", wait.clone()).expect("spawns"))
+        .collect();
+    until_steps(&host, steps + n as u64);
+    let spawn_seconds = start.elapsed().as_secs_f64();
+    let resident = resident_bytes() - base;
+    let residency = host.residency();
+    let start = Instant::now();
+    for (i, run) in runs.iter().enumerate() {
+        host.send(
+            run.pid(),
+            Payload::to_postcard(&(i as u64)).expect("encodes"),
+        )
+        .expect("sends");
+    }
+    for (i, run) in runs.into_iter().enumerate() {
+        let answer: u64 = run
+            .wait_timeout(PATIENCE)
+            .expect("finished")
+            .expect("answers")
+            .decode()
+            .expect("a number");
+        assert_eq!(answer, i as u64);
+    }
+    let message_seconds = start.elapsed().as_secs_f64();
+    println!(
+        "{name}: {n} processes  {:.0} spawns/s  {:.1} KiB resident/proc ({:.2} GiB)  \
+         {} live instances  {} hibernated ({:.1} KiB saved each)  message all and finish: {:.2} s",
+        n as f64 / spawn_seconds,
+        resident / n as f64 / 1024.0,
+        resident / (1u64 << 30) as f64,
+        residency.live_instances,
+        residency.hibernated,
+        residency.hibernated_bytes as f64 / residency.hibernated.max(1) as f64 / 1024.0,
+        message_seconds
+    );
+}
+
+fn timers(n: usize, hibernation: Hibernation) {
+    const MILLIS: u64 = 10;
+    let host = Host::builder()
+        .hibernation(hibernation)
+        .build()
+        .expect("host");
+    host.load_module("tiny", TINY).expect("tiny module");
+    let nap = Payload::to_postcard(&MILLIS).expect("encodes");
+    let start = Instant::now();
+    let runs: Vec<_> = (0..n)
+        .map(|_| host.spawn("tiny", "nap", nap.clone()).expect("spawns"))
+        .collect();
+    let spawn_seconds = start.elapsed().as_secs_f64();
+    // Each wakes, notes how late, and waits for a word to finish; all are awake after two steps.
+    until_steps(&host, 2 * n as u64);
+    for run in &runs {
+        host.send(run.pid(), Payload::to_postcard(&()).expect("encodes"))
+            .expect("sends");
+    }
+    let mut lateness: Vec<f64> = runs
+        .into_iter()
+        .map(|run| {
+            let micros: u64 = run
+                .wait_timeout(PATIENCE)
+                .expect("finished")
+                .expect("naps")
+                .decode()
+                .expect("a lateness");
+            micros as f64
+        })
+        .collect();
+    lateness.sort_by(f64::total_cmp);
+    if std::env::var_os("WFHOST_BENCH_DEBUG").is_some() {
+        let step = lateness.len() / 20;
+        let tail: Vec<_> = lateness
+            .iter()
+            .step_by(step.max(1))
+            .map(|l| (l / 100.0).round() / 10.0)
+            .collect();
+        eprintln!("lateness ms by 5%: {tail:?}");
+    }
+    let at = |q: f64| lateness[((lateness.len() - 1) as f64 * q) as usize] / 1000.0;
+    println!(
+        "timers/{}: {n} processes sleeping {MILLIS} ms (spawned in {spawn_seconds:.2} s)  \
+         lateness p50={:.2} ms  p99={:.2} ms  max={:.2} ms  ({} hibernations)",
+        policy_name(hibernation),
+        at(0.5),
+        at(0.99),
+        at(1.0),
+        host.residency().hibernations
+    );
+}

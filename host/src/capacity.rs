@@ -1,7 +1,10 @@
 //! How many processes a host can hold at once, worked out at start-up.
 //!
-//! Three things bound it: the configured process limit, the pooling allocator's slots, and the
-//! operating system's cap on memory mappings (`vm.max_map_count` on Linux, 65,530 by default).
+//! Live wasm instances are bounded by the configured process limit, the pooling allocator's
+//! slots, the address space, and the operating system's cap on memory mappings
+//! (`vm.max_map_count` on Linux, 65,530 by default). Processes are bounded by the same, unless
+//! they hibernate ([`Hibernation`]): then only the configured process limit bounds them, and the
+//! instances are shared by the processes that are running.
 //! Each live instance costs mappings: about 2 (its linear memory's accessible part and the rest
 //! of its reservation), plus 2 more when its initial memory is a copy-on-write image. The host
 //! picks the image strategy that fits (copy-on-write when the mapping limit allows every process
@@ -9,6 +12,8 @@
 //! past it with a message that says which bound was hit and how to raise it.
 
 use std::fmt;
+
+use crate::wasm::Hibernation;
 
 /// Mappings a live instance costs when its memory is copied in.
 const MAPS_PER_PROCESS_COPY: usize = 2;
@@ -73,6 +78,12 @@ pub struct Capacity {
     pub processes: usize,
     /// What sets that number.
     pub limited_by: CapacityLimit,
+    /// The most live wasm instances. Without hibernation, the same as `processes`.
+    pub instances: usize,
+    /// What sets that number.
+    pub instances_limited_by: CapacityLimit,
+    /// When waiting processes give their instances back.
+    pub hibernation: Hibernation,
     /// Whether instances map their initial memory copy-on-write.
     pub copy_on_write: bool,
     /// Whether memories reserve only their limit of address space (64 MiB by default) instead of
@@ -90,6 +101,7 @@ impl Capacity {
         max_processes: Option<usize>,
         pooling: Option<u32>,
         images: MemoryImages,
+        hibernation: Hibernation,
         memories: usize,
         memory_bytes: usize,
         os: Option<(usize, usize)>,
@@ -143,17 +155,27 @@ impl Capacity {
                 },
             );
         }
-        let processes = bound.0;
+        let instances = bound.0;
         let full = FULL_RESERVATION.saturating_mul(memories as u64);
         // Pooling reserves every slot up front, whether or not the slots are ever used.
         let reserved = match pooling {
             Some(slots) => slots as usize,
-            None => processes,
+            None => instances,
         };
         let compact_memories = (reserved as u64).saturating_mul(full) > ADDRESS_SPACE_FOR_FULL;
+        let (processes, limited_by) = match hibernation {
+            Hibernation::Off => bound,
+            _ => (
+                max_processes.unwrap_or(usize::MAX),
+                CapacityLimit::MaxProcesses,
+            ),
+        };
         Capacity {
             processes,
-            limited_by: bound.1,
+            limited_by,
+            instances,
+            instances_limited_by: bound.1,
+            hibernation,
             copy_on_write,
             compact_memories,
         }
@@ -171,33 +193,16 @@ impl Capacity {
 
     /// Why a spawn past the capacity is refused, and what to do about it.
     pub fn refusal(&self) -> String {
-        let n = self.processes;
-        match self.limited_by {
-            CapacityLimit::MaxProcesses => format!(
-                "the host already runs its limit of {n} processes (HostBuilder::max_processes, \
-                 --max-processes); try again when some have finished"
-            ),
-            CapacityLimit::Pooling => format!(
-                "the host already runs {n} processes, one in each of its pooled instance slots \
-                 (HostBuilder::pooling, --pooling); try again when some have finished"
-            ),
-            CapacityLimit::MapCount {
-                max_map_count,
-                per_process,
-            } => format!(
-                "the host already runs {n} processes, as many as the operating system's \
-                 memory-mapping limit allows (vm.max_map_count = {max_map_count}, about \
-                 {per_process} mappings per process); raise it (e.g. `sysctl -w \
-                 vm.max_map_count={}`) or try again when some have finished",
-                suggested_map_count(max_map_count)
-            ),
-            CapacityLimit::AddressSpace { per_process } => format!(
-                "the host already runs {n} processes, as many as fit in its address space at \
-                 {} MiB reserved per process (the memory limit and its guards); lower the memory \
-                 limit (Limits::max_memory_bytes, --max-memory) for more, or try again when some \
-                 have finished",
-                per_process >> 20
-            ),
+        refusal(self.processes, self.limited_by, "processes")
+    }
+
+    /// Why an instance past the capacity is refused (a process that cannot hibernate, or one
+    /// waking while every instance is taken), and what to do about it.
+    pub fn instance_refusal(&self) -> String {
+        let why = refusal(self.instances, self.instances_limited_by, "live instances");
+        match self.hibernation {
+            Hibernation::Off => why,
+            _ => format!("{why} (each process that runs, or cannot hibernate, needs one)"),
         }
     }
 
@@ -208,6 +213,37 @@ impl Capacity {
             "the host is at its capacity of {} live processes; try again when some have finished",
             self.processes
         )
+    }
+}
+
+/// "the host already runs `n` processes, ...": why one more is refused, when `limit` bounds them.
+fn refusal(n: usize, limit: CapacityLimit, what: &str) -> String {
+    match limit {
+        CapacityLimit::MaxProcesses => format!(
+            "the host already runs its limit of {n} processes (HostBuilder::max_processes, \
+                 --max-processes); try again when some have finished"
+        ),
+        CapacityLimit::Pooling => format!(
+            "the host already runs {n} {what}, one in each of its pooled instance slots \
+                 (HostBuilder::pooling, --pooling); try again when some have finished"
+        ),
+        CapacityLimit::MapCount {
+            max_map_count,
+            per_process,
+        } => format!(
+            "the host already runs {n} {what}, as many as the operating system's \
+                 memory-mapping limit allows (vm.max_map_count = {max_map_count}, about \
+                 {per_process} mappings per process); raise it (e.g. `sysctl -w \
+                 vm.max_map_count={}`) or try again when some have finished",
+            suggested_map_count(max_map_count)
+        ),
+        CapacityLimit::AddressSpace { per_process } => format!(
+            "the host already runs {n} {what}, as many as fit in its address space at \
+                 {} MiB reserved per process (the memory limit and its guards); lower the memory \
+                 limit (Limits::max_memory_bytes, --max-memory) for more, or try again when some \
+                 have finished",
+            per_process >> 20
+        ),
     }
 }
 
@@ -229,30 +265,42 @@ impl fmt::Display for Capacity {
             (true, true) => "copy-on-write memory images, compact memory reservations",
             (false, true) => "copied memory images, compact memory reservations",
         };
-        match self.limited_by {
+        if self.hibernation != Hibernation::Off {
+            let policy = match self.hibernation {
+                Hibernation::Always => "after every step",
+                _ => "when 7/8 of the instances are live",
+            };
+            write!(
+                f,
+                "{} live processes (the configured limit), waiting ones hibernating {policy}; \
+                 ",
+                self.processes
+            )?;
+        }
+        match self.instances_limited_by {
             CapacityLimit::MaxProcesses => write!(
                 f,
-                "{} live processes (the configured limit), {images}",
-                self.processes
+                "{} live instances (the configured limit), {images}",
+                self.instances
             ),
             CapacityLimit::Pooling => write!(
                 f,
-                "{} live processes (the pooled instance slots), {images}",
-                self.processes
+                "{} live instances (the pooled instance slots), {images}",
+                self.instances
             ),
             CapacityLimit::MapCount {
                 max_map_count,
                 per_process,
             } => write!(
                 f,
-                "{} live processes (vm.max_map_count = {max_map_count} at about {per_process} \
+                "{} live instances (vm.max_map_count = {max_map_count} at about {per_process} \
                  mappings each), {images}",
-                self.processes
+                self.instances
             ),
             CapacityLimit::AddressSpace { per_process } => write!(
                 f,
-                "{} live processes (the address space, at {} MiB per process), {images}",
-                self.processes,
+                "{} live instances (the address space, at {} MiB each), {images}",
+                self.instances,
                 per_process >> 20
             ),
         }
@@ -272,7 +320,7 @@ mod tests {
         images: MemoryImages,
         os: Option<(usize, usize)>,
     ) -> Capacity {
-        Capacity::plan(max, pooling, images, 1, MIB_64, os)
+        Capacity::plan(max, pooling, images, Hibernation::Off, 1, MIB_64, os)
     }
 
     #[test]
@@ -299,6 +347,7 @@ mod tests {
             Some(1_000_000),
             None,
             MemoryImages::Auto,
+            Hibernation::Off,
             2,
             MIB_64,
             DEFAULT_OS,
@@ -340,7 +389,15 @@ mod tests {
 
     #[test]
     fn the_address_space_bounds_processes_with_large_memories() {
-        let big = Capacity::plan(None, None, MemoryImages::Auto, 1, 4 << 30, None);
+        let big = Capacity::plan(
+            None,
+            None,
+            MemoryImages::Auto,
+            Hibernation::Off,
+            1,
+            4 << 30,
+            None,
+        );
         let per_process = (4u64 << 30) + COMPACT_GUARDS;
         assert_eq!(
             (big.processes as u64, big.limited_by),
@@ -350,5 +407,29 @@ mod tests {
             )
         );
         assert!(big.refusal().contains("lower the memory limit"));
+    }
+
+    #[test]
+    fn with_hibernation_the_process_limit_bounds_processes_and_the_os_bounds_instances() {
+        let capacity = Capacity::plan(
+            Some(1_000_000),
+            None,
+            MemoryImages::Auto,
+            Hibernation::WhenFull,
+            1,
+            MIB_64,
+            DEFAULT_OS,
+        );
+        assert_eq!(
+            (capacity.processes, capacity.limited_by),
+            (1_000_000, CapacityLimit::MaxProcesses)
+        );
+        assert_eq!(capacity.instances, (65_530 - 100 - 4_096) / 2);
+        assert!(capacity
+            .instance_refusal()
+            .contains("sysctl -w vm.max_map_count=2000000"));
+        assert!(capacity.to_string().contains("hibernating"));
+        let off = plan(Some(1_000_000), None, MemoryImages::Auto, DEFAULT_OS);
+        assert_eq!(off.processes, off.instances);
     }
 }

@@ -17,7 +17,9 @@ use crate::calls::{CallInfo, Calls, HostCommand};
 use crate::capacity::{Capacity, MemoryImages};
 use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;
-use crate::wasm::{Compiled, Limits, ModuleInfo, WasmProcess, WasmRuntime};
+use crate::wasm::{
+    Compiled, Hibernation, Instances, Limits, ModuleInfo, Residency, WasmProcess, WasmRuntime,
+};
 
 /// How long a cancelled process may clean up before it is terminated, unless
 /// [`HostBuilder::cancel_grace`] says otherwise.
@@ -62,6 +64,7 @@ pub struct HostBuilder {
     max_sleeps: usize,
     call_queue: usize,
     memory_images: MemoryImages,
+    hibernation: Hibernation,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -83,6 +86,7 @@ impl std::fmt::Debug for HostBuilder {
             .field("max_sleeps", &self.max_sleeps)
             .field("call_queue", &self.call_queue)
             .field("memory_images", &self.memory_images)
+            .field("hibernation", &self.hibernation)
             .finish_non_exhaustive()
     }
 }
@@ -106,6 +110,7 @@ impl Default for HostBuilder {
             max_sleeps: wfhost_scheduler::DEFAULT_MAX_SLEEPS,
             call_queue: DEFAULT_CALL_QUEUE,
             memory_images: MemoryImages::Auto,
+            hibernation: Hibernation::WhenFull,
         }
     }
 }
@@ -200,6 +205,15 @@ impl HostBuilder {
         self
     }
 
+    /// When a process waiting for events gives its instance back, keeping only the memory pages
+    /// and globals that differ from a fresh instance, to be restored at its next event. With
+    /// hibernation, the OS's memory-mapping limit bounds the instances that are live at once,
+    /// not the processes. Default: [`Hibernation::WhenFull`]. CLI: `--hibernate`.
+    pub fn hibernation(mut self, hibernation: Hibernation) -> HostBuilder {
+        self.hibernation = hibernation;
+        self
+    }
+
     /// The most processes live at once; spawning more fails (for a guest, with a
     /// `limit-reached` error). `None`: no limit. Default: [`DEFAULT_MAX_PROCESSES`] (1,000,000).
     /// The host may hold fewer: its [capacity](Host::capacity) also counts the pooling slots and
@@ -281,6 +295,7 @@ impl HostBuilder {
             self.max_processes,
             self.pooling,
             self.memory_images,
+            self.hibernation,
             self.limits.max_memories,
             self.limits.max_memory_bytes,
             Capacity::os_mappings(),
@@ -291,6 +306,11 @@ impl HostBuilder {
             self.pooling,
             capacity.copy_on_write,
             capacity.compact_memories,
+            Instances::new(
+                capacity.instances,
+                capacity.hibernation,
+                capacity.instance_refusal(),
+            ),
         )?);
         let modules = Arc::new(Modules::default());
         let calls = Calls::start(self.commands, self.call_threads, self.call_queue)
@@ -506,6 +526,13 @@ impl Host {
     /// start-up from the process limit, the pooling slots and the OS's memory-mapping limit).
     pub fn capacity(&self) -> Capacity {
         self.capacity
+    }
+
+    /// How many processes hold an instance and how many are hibernated, with what the hibernated
+    /// ones hold. The counts move as processes run; read them when the host is quiet for exact
+    /// figures.
+    pub fn residency(&self) -> Residency {
+        self.wasm.instances.residency()
     }
 
     /// Sends `message` to process `pid` (from the host, [`Pid::HOST`]).

@@ -50,7 +50,7 @@ pub use host::{
     Host, HostBuilder, Run, DEFAULT_CALL_QUEUE, DEFAULT_CALL_THREADS, DEFAULT_CANCEL_GRACE,
     DEFAULT_MAILBOX_BYTES, DEFAULT_MAILBOX_LIMIT, DEFAULT_MAX_CHILDREN, DEFAULT_MAX_PROCESSES,
 };
-pub use wasm::{Limits, ModuleInfo};
+pub use wasm::{Hibernation, Limits, ModuleInfo, Residency};
 pub use wfcontract as contract;
 pub use wfcontract::{
     CommandError, CommandKind, Encoding, ErrorKind as CommandErrorKind, Payload, Pid,

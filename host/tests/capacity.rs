@@ -5,12 +5,17 @@
 mod waiting;
 
 use waiting::{message_all_and_check, spawn_waiting};
-use wfhost::{CapacityLimit, ErrorKind, Host};
+use wfhost::{CapacityLimit, ErrorKind, Hibernation, Host};
 use wfhost_test_programs::PROBE;
 
 #[test]
 fn a_spawn_past_the_operating_systems_mapping_limit_fails_cleanly() {
-    let host = Host::builder().workers(2).build().unwrap();
+    // Without hibernation, every process holds its instance: the OS limit bounds processes.
+    let host = Host::builder()
+        .workers(2)
+        .hibernation(Hibernation::Off)
+        .build()
+        .unwrap();
     host.load_module("probe", PROBE).unwrap();
     let capacity = host.capacity();
     let max_map_count = match capacity.limited_by {

@@ -232,11 +232,41 @@ fn run_help_lists_every_sandbox_limit() {
         "--mailbox-bytes",
         "--max-sleeps",
         "--pooling",
+        "--hibernate",
         "--deny",
     ] {
         assert!(help.contains(flag), "{flag} is missing from:\n{help}");
     }
     assert!(help.contains("[default: 64MiB]"), "{help}");
+}
+
+#[test]
+fn a_workflow_that_hibernates_at_every_wait_finishes_the_same() {
+    let output = run(&[
+        "run",
+        COUNTDOWN,
+        "countdown",
+        "--hibernate",
+        "always",
+        "--input",
+        r#"{"from": 3, "interval_ms": 10}"#,
+    ]);
+    assert_eq!(stdout(&output), "\"liftoff\"\n");
+    let err = stderr(&output);
+    assert_eq!(
+        err.lines().filter(|l| l.contains("tick pid=1")).count(),
+        3,
+        "{err}"
+    );
+
+    let bad = run(&["run", COUNTDOWN, "countdown", "--hibernate", "sometimes"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad)
+            .contains("'sometimes' is not a hibernation policy: use when-full, always or off"),
+        "{}",
+        stderr(&bad)
+    );
 }
 
 #[test]

@@ -6,8 +6,13 @@
 //! cache. The deque is FIFO for the owner, so a process that used up its budget goes to the tail
 //! and its peers get their turn; a LIFO deque would hand the same process straight back.
 //!
-//! The global [`Injector`] takes submissions from outside the workers (new processes, wakes by the
-//! timer or other threads). Thieves take from the head of other workers' deques.
+//! The global [`Injector`] takes wakes from outside the workers (by the timer or other threads); a
+//! second one, `fresh`, takes new processes spawned from outside. Workers serve wakes first: a
+//! process whose timer fired or whose message arrived runs before processes not yet started, so a
+//! burst of spawns (a hundred thousand from an embedding app, each instantiated on its first turn)
+//! does not make every waiting process late. Fresh processes are taken one at a time, after each
+//! of which the wakes are looked at again, and first on a worker's every 61st turn, so wakes cannot
+//! starve them either. Thieves take from the head of other workers' deques.
 
 use std::sync::Arc;
 
@@ -86,6 +91,8 @@ impl Local {
 /// The queues every thread can reach.
 pub(crate) struct Queues {
     global: Injector<Task>,
+    /// New processes spawned from outside the workers, served after `global`.
+    fresh: Injector<Task>,
     stealers: Box<[Stealer<Task>]>,
 }
 
@@ -101,6 +108,7 @@ impl Queues {
     pub(crate) fn new(stealers: Vec<Stealer<Task>>) -> Queues {
         Queues {
             global: Injector::new(),
+            fresh: Injector::new(),
             stealers: stealers.into_boxed_slice(),
         }
     }
@@ -109,9 +117,35 @@ impl Queues {
         self.global.push(task);
     }
 
+    /// Queues a new process spawned from outside the workers.
+    pub(crate) fn push_fresh(&self, task: Task) {
+        self.fresh.push(task);
+    }
+
+    /// Wakes first, then one new process; with `fresh_first`, the other way round.
+    pub(crate) fn pop_shared(&self, local: &Worker<Task>, fresh_first: bool) -> Option<Task> {
+        if fresh_first {
+            if let Some(task) = self.pop_fresh() {
+                return Some(task);
+            }
+        }
+        self.pop_global(local).or_else(|| self.pop_fresh())
+    }
+
+    /// One new process, if any.
+    fn pop_fresh(&self) -> Option<Task> {
+        loop {
+            match self.fresh.steal() {
+                Steal::Success(task) => return Some(task),
+                Steal::Empty => return None,
+                Steal::Retry => std::hint::spin_loop(),
+            }
+        }
+    }
+
     /// Takes one task from the global queue and moves a fair share of the rest into `local`: the
     /// queue's length divided among the workers, at most [`GLOBAL_BATCH`] (Go's `globrunqget`).
-    pub(crate) fn pop_global(&self, local: &Worker<Task>) -> Option<Task> {
+    fn pop_global(&self, local: &Worker<Task>) -> Option<Task> {
         let share = (self.global.len() / self.stealers.len()).min(GLOBAL_BATCH);
         let wanted = local.len() + share;
         let task = loop {
@@ -158,9 +192,9 @@ impl Queues {
         None
     }
 
-    /// Global first, then the other workers.
+    /// The shared queues first (wakes, then new processes), then the other workers.
     pub(crate) fn search(&self, me: usize, local: &Worker<Task>) -> Found {
-        if let Some(task) = self.pop_global(local) {
+        if let Some(task) = self.pop_shared(local, false) {
             return Found::Global(task);
         }
         match self.steal(me, local) {
@@ -171,11 +205,14 @@ impl Queues {
 
     /// True when some queue that an idle worker could take from is non-empty.
     pub(crate) fn has_work(&self) -> bool {
-        !self.global.is_empty() || self.stealers.iter().any(|s| !s.is_empty())
+        !self.global.is_empty()
+            || !self.fresh.is_empty()
+            || self.stealers.iter().any(|s| !s.is_empty())
     }
 
     /// Drops every queued task (at shutdown).
     pub(crate) fn clear_global(&self) {
         while !matches!(self.global.steal(), Steal::Empty) {}
+        while !matches!(self.fresh.steal(), Steal::Empty) {}
     }
 }

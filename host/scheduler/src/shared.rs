@@ -94,7 +94,8 @@ impl Shared {
 
     /// Queues a process that just became `Ready`. On one of this scheduler's workers a woken
     /// process goes to the worker's `next` slot and a spawned one to its deque; from any other
-    /// thread, to the global queue.
+    /// thread, a woken one to the global queue and a spawned one to the queue of new processes,
+    /// which workers serve after the woken ones.
     pub(crate) fn schedule(&self, task: Task, spawned: bool) {
         let task = match worker::with_local_task(self, task, |local, task| {
             if spawned {
@@ -108,7 +109,11 @@ impl Shared {
             Ok(false) => return,
             Err(task) => task,
         };
-        self.queues.push_global(task);
+        if spawned {
+            self.queues.push_fresh(task);
+        } else {
+            self.queues.push_global(task);
+        }
         self.idle.notify_one();
     }
 

@@ -1,7 +1,10 @@
-//! The timer thread: a deadline heap serving `sleep` and the termination of processes that
-//! outlive their cancel grace period. Timers never occupy a worker.
+//! The timer: a deadline queue serving `sleep` and the termination of processes that outlive their
+//! cancel grace period. Workers fire due timers themselves between turns (one atomic load when
+//! none is due), so a busy host wakes its sleepers on time; the timer thread fires them when every
+//! worker is parked. No timer occupies a worker while it waits.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -50,12 +53,70 @@ struct Timers {
 }
 
 /// The timer. Its thread starts with the first timer, so a scheduler that never sleeps has none.
-#[derive(Default)]
 pub(crate) struct Timer {
     inner: Arc<(Mutex<Timers>, Condvar)>,
+    /// The earliest deadline, in nanoseconds after `base`; `u64::MAX` when there is none. Read
+    /// by workers between turns without the lock.
+    next_due: Arc<NextDue>,
+}
+
+/// The earliest deadline, readable without the timers' lock.
+struct NextDue {
+    base: Instant,
+    nanos: AtomicU64,
+}
+
+impl NextDue {
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX - 1)
+    }
+
+    /// Records the queue's first deadline (under the timers' lock).
+    fn update(&self, timers: &Timers) {
+        let next = timers
+            .queue
+            .first_key_value()
+            .map_or(u64::MAX, |((deadline, _), _)| self.nanos(*deadline));
+        self.nanos.store(next, Ordering::Release);
+    }
+}
+
+impl Default for Timer {
+    fn default() -> Timer {
+        Timer {
+            inner: Arc::default(),
+            next_due: Arc::new(NextDue {
+                base: Instant::now(),
+                nanos: AtomicU64::new(u64::MAX),
+            }),
+        }
+    }
 }
 
 impl Timer {
+    /// Fires the timers that are due, if any and if no other thread is firing them: called by
+    /// workers between turns.
+    pub(crate) fn fire_due(&self, shared: &Shared) {
+        let next = self.next_due.nanos.load(Ordering::Acquire);
+        if next == u64::MAX {
+            return;
+        }
+        let now = Instant::now();
+        if self.next_due.nanos(now) < next {
+            return;
+        }
+        let Some(mut timers) = self.inner.0.try_lock() else {
+            return;
+        };
+        let mut due = Vec::new();
+        timers.take_due(now, &mut due);
+        self.next_due.update(&timers);
+        drop(timers);
+        for entry in due {
+            fire(shared, entry);
+        }
+    }
+
     /// Binds the timer to its scheduler (once, at start).
     pub(crate) fn attach(&self, scheduler: Weak<Shared>) {
         self.inner.0.lock().scheduler = scheduler;
@@ -97,9 +158,10 @@ impl Timer {
         }
         if timers.thread.is_none() {
             let inner = Arc::clone(&self.inner);
+            let next_due = Arc::clone(&self.next_due);
             let thread = std::thread::Builder::new()
                 .name("wfhost-timer".into())
-                .spawn(move || run(&inner))
+                .spawn(move || run(&inner, &next_due))
                 .map_err(|e| {
                     CommandError::new(
                         ErrorKind::Unavailable,
@@ -120,6 +182,7 @@ impl Timer {
             .first_key_value()
             .is_some_and(|(first, _)| *first == key)
         {
+            self.next_due.update(&timers);
             condvar.notify_one();
         }
         Ok(())
@@ -131,6 +194,7 @@ impl Timer {
         if let Some(key) = timers.sleeps.remove(&(pid, tag)) {
             timers.queue.remove(&key);
             timers.uncount(pid);
+            self.next_due.update(&timers);
         }
     }
 
@@ -148,6 +212,7 @@ impl Timer {
             }
         }
         timers.per_pid.remove(&pid);
+        self.next_due.update(&timers);
     }
 
     /// Stops the thread and drops every pending timer.
@@ -159,6 +224,7 @@ impl Timer {
             timers.queue.clear();
             timers.sleeps.clear();
             timers.per_pid.clear();
+            self.next_due.update(&timers);
             timers.thread.take()
         };
         condvar.notify_all();
@@ -169,6 +235,22 @@ impl Timer {
 }
 
 impl Timers {
+    /// Moves the entries due at `now` into `due`.
+    fn take_due(&mut self, now: Instant, due: &mut Vec<Entry>) {
+        while self
+            .queue
+            .first_key_value()
+            .is_some_and(|((deadline, _), _)| *deadline <= now)
+        {
+            let (_, entry) = self.queue.pop_first().expect("checked");
+            if let Action::Complete(tag) = entry.action {
+                self.sleeps.remove(&(entry.pid, tag));
+                self.uncount(entry.pid);
+            }
+            due.push(entry);
+        }
+    }
+
     /// One pending sleep of `pid` fewer.
     fn uncount(&mut self, pid: Pid) {
         if let Some(count) = self.per_pid.get_mut(&pid) {
@@ -180,7 +262,7 @@ impl Timers {
     }
 }
 
-fn run(inner: &(Mutex<Timers>, Condvar)) {
+fn run(inner: &(Mutex<Timers>, Condvar), next_due: &NextDue) {
     let (lock, condvar) = inner;
     let mut due = Vec::new();
     let mut timers = lock.lock();
@@ -188,19 +270,8 @@ fn run(inner: &(Mutex<Timers>, Condvar)) {
         if timers.shutdown {
             return;
         }
-        let now = Instant::now();
-        while timers
-            .queue
-            .first_key_value()
-            .is_some_and(|((deadline, _), _)| *deadline <= now)
-        {
-            let (_, entry) = timers.queue.pop_first().expect("checked");
-            if let Action::Complete(tag) = entry.action {
-                timers.sleeps.remove(&(entry.pid, tag));
-                timers.uncount(entry.pid);
-            }
-            due.push(entry);
-        }
+        timers.take_due(Instant::now(), &mut due);
+        next_due.update(&timers);
         if !due.is_empty() {
             let scheduler = timers.scheduler.upgrade();
             drop(timers);

@@ -123,6 +123,8 @@ impl Worker {
     fn run(&mut self) {
         while !self.shared().shutdown.load(Ordering::Acquire) {
             self.tick = self.tick.wrapping_add(1);
+            let shared = &self.handle.shared;
+            shared.timer.fire_due(shared);
             let task = match self.next_local() {
                 Some(task) => task,
                 None => match self.search() {
@@ -142,14 +144,14 @@ impl Worker {
             let mut current = current.borrow_mut();
             let local = &mut current.as_mut().expect("worker context").local;
             if global_first {
-                if let Some(task) = shared.queues.pop_global(&local.deque) {
+                if let Some(task) = shared.queues.pop_shared(&local.deque, true) {
                     return (Some(task), true);
                 }
             }
             if let Some(task) = local.pop() {
                 return (Some(task), false);
             }
-            let task = shared.queues.pop_global(&local.deque);
+            let task = shared.queues.pop_shared(&local.deque, false);
             let found = task.is_some();
             (task, found)
         });

@@ -9,7 +9,9 @@ use wfhost_scheduler::{InitContext, Process, ProcessError};
 use crate::error::Result;
 use crate::grants::Grants;
 use crate::host::Loaded;
-use crate::wasm::{Compiled, GuestLimiter, GuestState, Limits, WasmProcess, WasmRuntime};
+use crate::wasm::{
+    Compiled, GuestLimiter, GuestState, Hibernation, Instances, Limits, WasmProcess, WasmRuntime,
+};
 
 /// A compiled module and the runtime around it.
 pub struct Harness {
@@ -44,18 +46,19 @@ impl Harness {
 
     /// Compiles `bytes` under `limits`.
     pub fn with_limits(bytes: &[u8], pooling: Option<u32>, limits: Limits) -> Result<Harness> {
-        let wasm = Arc::new(WasmRuntime::new(limits, pooling, true, false)?);
+        let instances = Instances::new(usize::MAX, Hibernation::Off, String::new());
+        let wasm = Arc::new(WasmRuntime::new(limits, pooling, true, false, instances)?);
         let compiled = wasm.compile(bytes)?;
         Ok(Harness { wasm, compiled })
     }
 
     /// Raw wasmtime: a store with a WASI context, instantiated from the `InstancePre`.
     pub fn instantiate_raw(&self) -> RawInstance {
-        let wasi = super::wasi::wasi_for(Pid(1));
+        let wasi = super::wasi::Logs::new(Pid(1)).wasi();
         let mut store = Store::new(
             &self.wasm.engine,
             GuestState {
-                wasi: wasi.ctx,
+                wasi,
                 limits: GuestLimiter::new(&self.wasm.limits),
             },
         );

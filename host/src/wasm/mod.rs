@@ -6,6 +6,7 @@
 
 #[doc(hidden)]
 pub mod bench;
+mod hibernate;
 mod module;
 mod process;
 mod wasi;
@@ -21,6 +22,8 @@ use wasmtime::{
 };
 use wasmtime_wasi::p1::WasiP1Ctx;
 
+pub(crate) use hibernate::Instances;
+pub use hibernate::{Hibernation, Residency};
 pub use module::ModuleInfo;
 pub(crate) use module::{Compiled, ModuleCache};
 pub(crate) use process::WasmProcess;
@@ -260,6 +263,8 @@ pub(crate) struct WasmRuntime {
     pub(crate) linker: Linker<GuestState>,
     pub(crate) cache: ModuleCache,
     pub(crate) limits: Limits,
+    /// Live instances and hibernated processes.
+    pub(crate) instances: Arc<Instances>,
     ticker: Ticker,
 }
 
@@ -267,12 +272,14 @@ impl WasmRuntime {
     /// `pooling`: instances to pre-allocate for wasmtime's pooling allocator (`None`: allocate on
     /// demand). `copy_on_write`: map modules' initial memory copy-on-write (see
     /// [`MemoryImages`](crate::MemoryImages)). `compact`: reserve small memories (see
-    /// [`Capacity::compact_memories`](crate::Capacity::compact_memories)).
+    /// [`Capacity::compact_memories`](crate::Capacity::compact_memories)). `instances`: how many
+    /// may be live, and when processes hibernate.
     pub(crate) fn new(
         limits: Limits,
         pooling: Option<u32>,
         copy_on_write: bool,
         compact: bool,
+        instances: Instances,
     ) -> Result<WasmRuntime> {
         let config_error = |e: wasmtime::Error| {
             Error::new(
@@ -283,6 +290,11 @@ impl WasmRuntime {
         limits.validate()?;
         let mut config = Config::new();
         config.epoch_interruption(true);
+        // For profiling: wasmtime writes /tmp/perf-<pid>.map, so `perf report` names guest
+        // functions (BENCHMARKS.md shows how).
+        if std::env::var_os("WFHOST_PERFMAP").is_some() {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         config.max_wasm_stack(limits.max_stack_bytes);
         config.consume_fuel(limits.fuel_per_step.is_some());
         config.memory_init_cow(copy_on_write);
@@ -339,6 +351,7 @@ impl WasmRuntime {
             linker,
             cache: ModuleCache::default(),
             limits,
+            instances: Arc::new(instances),
             ticker,
         })
     }

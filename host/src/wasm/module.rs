@@ -14,6 +14,7 @@ use wfcontract::manifest::{self, Manifest};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::wasm::hibernate::{self, HibernationPlan};
 use crate::wasm::{GuestState, Limits};
 
 /// The only import module a workflow may use: WASI preview 1, which the host links with nothing
@@ -243,6 +244,14 @@ pub(crate) struct Compiled {
     pub(crate) pre: InstancePre<GuestState>,
     /// The ABI's exports, resolved once so that each instantiation finds them by index.
     pub(crate) exports: AbiExports,
+    /// How its processes hibernate, or why they cannot.
+    pub(crate) hibernation: std::result::Result<Hibernating, String>,
+}
+
+/// A hibernation plan with the module's mutable globals resolved.
+pub(crate) struct Hibernating {
+    pub(crate) plan: HibernationPlan,
+    pub(crate) globals: Vec<ModuleExport>,
 }
 
 /// Where the ABI's exports are in the module.
@@ -350,13 +359,21 @@ impl ModuleCache {
         // Compiled outside the lock: compilation takes a while and other modules may be loading.
         // Only a compile that overran is remembered as too slow, not one that waited for a slot.
         let compile_deadline = Instant::now() + limit;
+        let prepared = hibernate::prepare(bytes);
+        let source = prepared.rewritten.as_deref().unwrap_or(bytes);
         let module =
-            compile_in_time(engine, bytes, compile_deadline, limit, slot).inspect_err(|e| {
+            compile_in_time(engine, source, compile_deadline, limit, slot).inspect_err(|e| {
                 if e.kind() == ErrorKind::Limit {
                     self.too_slow.lock().insert(info.sha256.clone());
                 }
             })?;
-        let compiled = Arc::new(link(linker, info, module)?);
+        if let Err(reason) = &prepared.plan {
+            tracing::info!(
+                module = %info.sha256,
+                "processes of this module will not hibernate: {reason}"
+            );
+        }
+        let compiled = Arc::new(link(linker, info, module, prepared.plan)?);
         let mut cache = self.compiled.lock();
         let entry = cache
             .entry(compiled.info.sha256.clone())
@@ -404,7 +421,12 @@ fn compile_in_time(
     compiled.map_err(|e| bad(format!("invalid WebAssembly module: {e:#}")))
 }
 
-fn link(linker: &Linker<GuestState>, info: ModuleInfo, module: Module) -> Result<Compiled> {
+fn link(
+    linker: &Linker<GuestState>,
+    info: ModuleInfo,
+    module: Module,
+    plan: std::result::Result<HibernationPlan, String>,
+) -> Result<Compiled> {
     check_exports(&module)?;
     let pre = linker.instantiate_pre(&module).map_err(|e| {
         bad(format!(
@@ -428,7 +450,25 @@ fn link(linker: &Linker<GuestState>, info: ModuleInfo, module: Module) -> Result
             _ => None,
         },
     };
-    Ok(Compiled { info, pre, exports })
+    let hibernation = plan.and_then(|plan| {
+        let globals = plan
+            .globals
+            .iter()
+            .map(|name| match module.get_export(name) {
+                Some(ExternType::Global(_)) => module
+                    .get_export_index(name)
+                    .ok_or_else(|| format!("its global '{name}' has no export index")),
+                _ => Err(format!("its export '{name}' is not a global")),
+            })
+            .collect::<std::result::Result<Vec<_>, String>>()?;
+        Ok(Hibernating { plan, globals })
+    });
+    Ok(Compiled {
+        info,
+        pre,
+        exports,
+        hibernation,
+    })
 }
 
 /// The ABI's exports must have exactly the ABI's signatures.

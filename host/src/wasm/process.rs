@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use wasmtime::{Memory, Store, Trap, TypedFunc};
+use wasmtime::{Global, Memory, Store, Trap, TypedFunc};
 use wasmtime_wasi::I32Exit;
 use wfcontract::abi::{self, DecodeError, InitResponse};
 use wfcontract::{
@@ -13,8 +13,9 @@ use wfhost_scheduler::{Events, FailureKind, InitContext, Process, ProcessError};
 
 use crate::grants::Grants;
 use crate::host::Loaded;
+use crate::wasm::hibernate::{InstanceSlot, Snapshot};
 use crate::wasm::module::bytes as size;
-use crate::wasm::wasi::{wasi_for, LogStream};
+use crate::wasm::wasi::Logs;
 use crate::wasm::{Compiled, Forbidden, GuestLimiter, GuestState, Refusal, WasmRuntime};
 
 /// Fuel for the call that reads a panic message: plenty for a copy, nothing for a loop.
@@ -39,6 +40,10 @@ pub(crate) struct WasmProcess {
     pid: Pid,
     entry: String,
     live: Option<Live>,
+    /// While hibernated: its state, and no instance.
+    snapshot: Option<Snapshot>,
+    /// Its stdout and stderr, from `init` on.
+    logs: Option<Logs>,
     /// Encoded input for the next call; reused.
     scratch: Vec<u8>,
 }
@@ -50,8 +55,10 @@ struct Live {
     init: TypedFunc<u32, u64>,
     step: TypedFunc<u32, u64>,
     panic_message: TypedFunc<(), u64>,
-    stdout: LogStream,
-    stderr: LogStream,
+    /// The module's mutable globals, when its processes can hibernate.
+    globals: Vec<Global>,
+    /// Counts this instance among the host's live ones.
+    _slot: InstanceSlot,
 }
 
 #[derive(Clone, Copy)]
@@ -70,6 +77,8 @@ impl WasmProcess {
             pid: Pid::HOST,
             entry: String::new(),
             live: None,
+            snapshot: None,
+            logs: None,
             scratch: Vec::new(),
         }
     }
@@ -92,12 +101,20 @@ impl WasmProcess {
         }
     }
 
-    fn instantiate(&mut self) -> Result<Live, ProcessError> {
-        let wasi = wasi_for(self.pid);
+    /// A new instance of the process's module. `initialize`: run the module's `_initialize`
+    /// (not when restoring from hibernation, whose memory has it done already).
+    fn instantiate(&mut self, initialize: bool) -> Result<Live, ProcessError> {
+        let slot = self.runtime.instances.take().map_err(|refusal| {
+            self.fail(
+                FailureKind::Limit,
+                format_args!("could not be given an instance: {refusal}"),
+            )
+        })?;
+        let logs = self.logs.get_or_insert_with(|| Logs::new(self.pid));
         let mut store = Store::new(
             &self.runtime.engine,
             GuestState {
-                wasi: wasi.ctx,
+                wasi: logs.wasi(),
                 limits: GuestLimiter::new(&self.runtime.limits),
             },
         );
@@ -124,7 +141,7 @@ impl WasmProcess {
             }
         };
         let exports = &self.module.exports;
-        if let Some(export) = &exports.initialize {
+        if let Some(export) = exports.initialize.as_ref().filter(|_| initialize) {
             let initialize = instance
                 .get_module_export(&mut store, export)
                 .and_then(|e| e.into_func())
@@ -169,6 +186,24 @@ impl WasmProcess {
                     "exports a 'memory' that is not a memory",
                 )
             })?;
+        let globals = match &self.module.hibernation {
+            Ok(hibernating) => hibernating
+                .globals
+                .iter()
+                .map(|export| {
+                    instance
+                        .get_module_export(&mut store, export)
+                        .and_then(|e| e.into_global())
+                        .ok_or_else(|| {
+                            self.fail(
+                                FailureKind::BadOutput,
+                                "lacks a global export it was loaded with",
+                            )
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            Err(_) => Vec::new(),
+        };
         let wrong = |e: wasmtime::Error| {
             self.fail(
                 FailureKind::BadOutput,
@@ -182,9 +217,50 @@ impl WasmProcess {
             panic_message: panic_message.typed(&store).map_err(wrong)?,
             memory,
             store,
-            stdout: wasi.stdout,
-            stderr: wasi.stderr,
+            globals,
+            _slot: slot,
         })
+    }
+
+    /// Gives the instance back, keeping what differs from a fresh one, when the host's
+    /// [`Hibernation`](crate::Hibernation) policy says so and the module allows it.
+    fn hibernate_if_due(&mut self) {
+        let module = Arc::clone(&self.module);
+        let Ok(hibernating) = &module.hibernation else {
+            return;
+        };
+        if self.live.is_none() || !self.runtime.instances.should_hibernate() {
+            return;
+        }
+        let Some(mut live) = self.live.take() else {
+            return;
+        };
+        let snapshot = Snapshot::take(
+            &mut live.store,
+            live.memory,
+            &live.globals,
+            &hibernating.plan.image,
+        );
+        drop(live);
+        self.runtime.instances.hibernated(snapshot.size());
+        self.snapshot = Some(snapshot);
+    }
+
+    /// Brings a hibernated process back: a fresh instance with its saved state written in.
+    fn wake(&mut self) -> Result<(), ProcessError> {
+        let Some(snapshot) = self.snapshot.take() else {
+            return Ok(());
+        };
+        self.runtime.instances.woken(snapshot.size(), true);
+        let mut live = self.instantiate(false)?;
+        if let Err(error) = snapshot.restore(&mut live.store, live.memory, &live.globals) {
+            return Err(self.fail(
+                FailureKind::Limit,
+                format_args!("could not be restored from hibernation: {error:#}"),
+            ));
+        }
+        self.live = Some(live);
+        Ok(())
     }
 
     /// Encodes `request` into guest memory, calls `export`, returns the answer's bytes.
@@ -415,9 +491,9 @@ impl WasmProcess {
 
     /// " (its last words on stderr: ...)", or nothing.
     fn last_words(&self) -> String {
-        self.live
+        self.logs
             .as_ref()
-            .map(|live| live.stderr.last_line())
+            .map(|logs| logs.stderr.last_line())
             .filter(|line| !line.is_empty())
             .map(|line| format!(" (its last words on stderr: {line})"))
             .unwrap_or_default()
@@ -459,6 +535,14 @@ impl WasmProcess {
     }
 }
 
+impl Drop for WasmProcess {
+    fn drop(&mut self) {
+        if let Some(snapshot) = self.snapshot.take() {
+            self.runtime.instances.woken(snapshot.size(), false);
+        }
+    }
+}
+
 impl Process for WasmProcess {
     fn init(
         &mut self,
@@ -474,7 +558,7 @@ impl Process for WasmProcess {
                 self.module.info.unknown_entry(method).to_string(),
             ));
         }
-        self.live = Some(self.instantiate()?);
+        self.live = Some(self.instantiate(true)?);
         let request = InitRequest {
             pid: ctx.pid(),
             parent: ctx.parent(),
@@ -518,10 +602,12 @@ impl Process for WasmProcess {
 
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
         let events: &[Event] = events.as_slice();
+        self.wake()?;
         if let Some(live) = self.live.as_mut() {
             Self::arm(&self.runtime, &mut live.store);
-            live.stdout.new_call();
-            live.stderr.new_call();
+        }
+        if let Some(logs) = &self.logs {
+            logs.new_call();
         }
         let bytes = self.call(Export::Step, events)?;
         let mut output = self.decode_step(&bytes)?;
@@ -537,6 +623,22 @@ impl Process for WasmProcess {
                 ));
             }
         }
+        // Waiting for messages, or for commands that take a while: worth giving the instance up.
+        // Not while the answer to one of its commands is coming straight back.
+        let waiting = match output.status {
+            Status::Idle => true,
+            Status::Wait => !output.yields.iter().any(|y| {
+                matches!(
+                    y.command,
+                    Command::Now
+                        | Command::Random
+                        | Command::Send(_)
+                        | Command::Spawn(_)
+                        | Command::Cancel(_)
+                )
+            }),
+            _ => false,
+        };
         out.status = output.status;
         out.yields = output.yields;
         for y in &mut out.yields {
@@ -547,13 +649,19 @@ impl Process for WasmProcess {
                 }
             }
         }
+        if waiting {
+            self.hibernate_if_due();
+        }
         Ok(())
     }
 
     fn close(&mut self) {
-        if let Some(live) = self.live.take() {
-            live.stdout.finish();
-            live.stderr.finish();
+        self.live = None;
+        if let Some(snapshot) = self.snapshot.take() {
+            self.runtime.instances.woken(snapshot.size(), false);
+        }
+        if let Some(logs) = &self.logs {
+            logs.finish();
         }
     }
 }

@@ -197,25 +197,39 @@ impl tokio::io::AsyncWrite for LogStream {
     }
 }
 
-/// A guest's WASI context and its two log streams.
-pub(crate) struct Wasi {
-    pub(crate) ctx: WasiP1Ctx,
+/// A process's two log streams. They outlive its instance: a hibernated process keeps its
+/// partial lines and line budget.
+pub(crate) struct Logs {
     pub(crate) stdout: LogStream,
     pub(crate) stderr: LogStream,
 }
 
-/// WASI for process `pid`: no preopens, no environment, no arguments, empty stdin (the
-/// builder's defaults), output to the log.
-pub(crate) fn wasi_for(pid: Pid) -> Wasi {
-    let stdout = LogStream::new(pid, "stdout");
-    let stderr = LogStream::new(pid, "stderr");
-    let ctx = WasiCtxBuilder::new()
-        .stdout(stdout.clone())
-        .stderr(stderr.clone())
-        .build_p1();
-    Wasi {
-        ctx,
-        stdout,
-        stderr,
+impl Logs {
+    pub(crate) fn new(pid: Pid) -> Logs {
+        Logs {
+            stdout: LogStream::new(pid, "stdout"),
+            stderr: LogStream::new(pid, "stderr"),
+        }
+    }
+
+    /// A WASI context writing to these streams: no preopens, no environment, no arguments, empty
+    /// stdin (the builder's defaults).
+    pub(crate) fn wasi(&self) -> WasiP1Ctx {
+        WasiCtxBuilder::new()
+            .stdout(self.stdout.clone())
+            .stderr(self.stderr.clone())
+            .build_p1()
+    }
+
+    /// A new call into the guest (see [`LogStream::new_call`]).
+    pub(crate) fn new_call(&self) {
+        self.stdout.new_call();
+        self.stderr.new_call();
+    }
+
+    /// The process is done: log what is left.
+    pub(crate) fn finish(&self) {
+        self.stdout.finish();
+        self.stderr.finish();
     }
 }

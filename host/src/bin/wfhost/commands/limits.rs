@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::bail;
-use wfhost::{CommandKind, Grants, HostBuilder, Limits};
+use wfhost::{CommandKind, Grants, Hibernation, HostBuilder, Limits};
 
 /// Sandbox limits: what each process, each module and the host as a whole may consume. A process
 /// over a limit fails alone, with a message naming the limit; a module over one is refused at
@@ -87,6 +87,11 @@ pub struct LimitArgs {
     #[arg(long, value_name = "N")]
     pooling: Option<u32>,
 
+    /// When a waiting process gives its instance back, keeping only what differs from a fresh
+    /// one until its next event: when-full (above 7/8 of the instance capacity), always, or off.
+    #[arg(long, value_name = "WHEN", default_value = "when-full", value_parser = parse_hibernation)]
+    hibernate: Hibernation,
+
     /// Withdraw a built-in command from the workflows (sleep, log, send, spawn, join, cancel,
     /// now, random); using it then fails with a not-allowed error. Repeatable.
     #[arg(long, value_name = "COMMAND", value_parser = parse_command)]
@@ -123,7 +128,8 @@ impl LimitArgs {
             .max_children(Some(self.max_children))
             .mailbox_limit(Some(self.mailbox_limit))
             .mailbox_bytes(Some(self.mailbox_bytes))
-            .max_sleeps(self.max_sleeps);
+            .max_sleeps(self.max_sleeps)
+            .hibernation(self.hibernate);
         if let Some(slots) = self.pooling {
             if slots == 0 {
                 bail!("--pooling must be at least 1");
@@ -139,6 +145,12 @@ impl LimitArgs {
             .iter()
             .fold(Grants::default(), |grants, &kind| grants.deny(kind))
     }
+}
+
+fn parse_hibernation(text: &str) -> Result<Hibernation, String> {
+    Hibernation::parse(text).ok_or_else(|| {
+        format!("'{text}' is not a hibernation policy: use when-full, always or off")
+    })
 }
 
 /// "64MiB", "512KiB", "2GiB", "1000B". A bare number is refused: `--max-memory 64` meant 64 MiB
