@@ -27,7 +27,7 @@ mod common;
 use std::process::Command as OsCommand;
 use std::time::{Duration, Instant};
 
-use common::{alternate, median, resident_bytes};
+use common::{alternate, median, proportional_bytes, resident_bytes};
 use wfhost::__bench::Harness;
 use wfhost::contract::{Event, Payload, Pid, StepOutput};
 use wfhost::scheduler::Events;
@@ -45,6 +45,10 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let [flag, workload, policy, ..] = args.as_slice() {
         if flag == "--child" {
+            if policy == "raw" {
+                idle_raw(count("WFHOST_BENCH_IDLE", 100_000));
+                return;
+            }
             let hibernation = Hibernation::parse(policy).expect("a hibernation policy");
             match workload.as_str() {
                 "idle" => idle(count("WFHOST_BENCH_IDLE", 100_000), hibernation),
@@ -75,7 +79,7 @@ fn main() {
         skynet(rounds, workers);
     }
     if wanted("idle") {
-        for policy in ["off", "when-full", "always"] {
+        for policy in ["off", "raw", "when-full", "always"] {
             child("idle", policy);
         }
     }
@@ -276,10 +280,16 @@ fn policy_name(hibernation: Hibernation) -> &'static str {
 }
 
 fn idle(n: usize, hibernation: Hibernation) {
-    let host = Host::builder()
-        .hibernation(hibernation)
-        .build()
-        .expect("host");
+    let mut builder = Host::builder().hibernation(hibernation);
+    if let Ok(slots) = std::env::var("WFHOST_BENCH_POOLING") {
+        builder = builder.pooling(slots.parse().expect("a number of slots"));
+    }
+    if hibernation == Hibernation::Off {
+        // What an operator running this many live instances sets: the host then maps memory
+        // images copy-on-write if the OS limit has room for them.
+        builder = builder.max_processes(Some(n + 1));
+    }
+    let host = builder.build().expect("host");
     host.load_module("tiny", TINY).expect("tiny module");
     let capacity = host.capacity();
     let name = format!("idle/{}", policy_name(hibernation));
@@ -298,6 +308,7 @@ fn idle(n: usize, hibernation: Hibernation) {
     first.wait().expect("finishes");
     let steps = host.counters().steps;
     let base = resident_bytes();
+    let base_pss = proportional_bytes();
     let start = Instant::now();
     let runs: Vec<_> = (0..n)
         .map(|_| host.spawn("tiny", "wait", wait.clone()).expect("spawns"))
@@ -305,6 +316,7 @@ fn idle(n: usize, hibernation: Hibernation) {
     until_steps(&host, steps + n as u64);
     let spawn_seconds = start.elapsed().as_secs_f64();
     let resident = resident_bytes() - base;
+    let proportional = proportional_bytes() - base_pss;
     let residency = host.residency();
     let start = Instant::now();
     for (i, run) in runs.iter().enumerate() {
@@ -325,16 +337,55 @@ fn idle(n: usize, hibernation: Hibernation) {
     }
     let message_seconds = start.elapsed().as_secs_f64();
     println!(
-        "{name}: {n} processes  {:.0} spawns/s  {:.1} KiB resident/proc ({:.2} GiB)  \
-         {} live instances  {} hibernated ({:.1} KiB saved each)  message all and finish: {:.2} s",
+        "{name}: {n} processes  {:.0} spawns/s  {:.1} KiB resident/proc ({:.2} GiB; proportional \
+         {:.1} KiB/proc)  {} live instances  {} hibernated ({:.1} KiB saved each)  \
+         message all and finish: {:.2} s",
         n as f64 / spawn_seconds,
         resident / n as f64 / 1024.0,
         resident / (1u64 << 30) as f64,
+        proportional / n as f64 / 1024.0,
         residency.live_instances,
         residency.hibernated,
         residency.hibernated_bytes as f64 / residency.hibernated.max(1) as f64 / 1024.0,
         message_seconds
     );
+}
+
+/// The floor for `idle/off`: as many bare instances (raw wasmtime, a WASI context each, configured
+/// as the host with `n` processes would be), held at once.
+fn idle_raw(n: usize) {
+    let probe = Host::builder()
+        .hibernation(Hibernation::Off)
+        .max_processes(Some(n + 1))
+        .build()
+        .expect("host");
+    let capacity = probe.capacity();
+    probe.shutdown(Duration::from_secs(1));
+    if capacity.processes < n {
+        println!(
+            "idle/raw: skipped: {} instances fit here",
+            capacity.processes
+        );
+        return;
+    }
+    let bytes = std::fs::read(TINY).expect("tiny module");
+    let tiny = Harness::like_host(&bytes, &capacity).expect("harness");
+    drop(tiny.instantiate_raw());
+    let base = resident_bytes();
+    let base_pss = proportional_bytes();
+    let start = Instant::now();
+    let instances: Vec<_> = (0..n).map(|_| tiny.instantiate_raw()).collect();
+    let seconds = start.elapsed().as_secs_f64();
+    let resident = resident_bytes() - base;
+    let proportional = proportional_bytes() - base_pss;
+    println!(
+        "idle/raw: {n} bare instances (the floor for idle/off)  {:.0} instantiations/s  \
+         {:.1} KiB resident/instance (proportional {:.1} KiB)",
+        n as f64 / seconds,
+        resident / n as f64 / 1024.0,
+        proportional / n as f64 / 1024.0
+    );
+    drop(instances);
 }
 
 fn timers(n: usize, hibernation: Hibernation) {

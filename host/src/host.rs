@@ -291,6 +291,9 @@ impl HostBuilder {
                 "max_processes and pooling must be at least 1 (a host that can run nothing)".into(),
             ));
         }
+        let workers = self.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        });
         let capacity = Capacity::plan(
             self.max_processes,
             self.pooling,
@@ -308,6 +311,7 @@ impl HostBuilder {
             capacity.compact_memories,
             Instances::new(
                 capacity.instances,
+                workers,
                 capacity.hibernation,
                 capacity.instance_refusal(),
             ),
@@ -326,9 +330,7 @@ impl HostBuilder {
             .max_sleeps(self.max_sleeps)
             .step_bytes(step_bytes)
             .stack_size(Some(stack));
-        if let Some(workers) = self.workers {
-            scheduler = scheduler.workers(workers);
-        }
+        scheduler = scheduler.workers(workers);
         if let Some(observer) = self.observer {
             scheduler = scheduler.observer(observer);
         }

@@ -57,10 +57,11 @@ fn messages_and_memory_survive_hibernation() {
             r.hibernations == round && r.hibernated == 1
         });
         assert_eq!(asleep.live_instances, 0);
-        // The hoard is saved, and little else: not the untouched rest of its memory.
+        // The hoard is saved (random bytes do not compress), and little else: not the untouched
+        // rest of its memory.
         let hoard = KIB as usize * 1024;
         assert!(
-            asleep.hibernated_bytes > hoard && asleep.hibernated_bytes < hoard + (128 << 10),
+            asleep.hibernated_bytes > hoard && asleep.hibernated_bytes < hoard + (64 << 10),
             "{asleep:?}"
         );
         host.send(run.pid(), Payload::to_postcard(&round).unwrap())
@@ -186,6 +187,48 @@ fn many_more_processes_than_instances_all_finish() {
     let residency = host.residency();
     assert_eq!((residency.live_instances, residency.hibernated), (0, 0));
     assert_eq!(host.counters().completions, N);
+}
+
+#[test]
+fn a_pool_smaller_than_the_workers_hibernates_every_waiting_process() {
+    // Two slots, two workers: processes running at once may take both, so every waiting one
+    // hibernates and none is ever refused an instance.
+    let host = Host::builder().workers(2).pooling(2).build().unwrap();
+    host.load_module("tiny", TINY).unwrap();
+    let runs: Vec<_> = (0..50u64)
+        .map(|_| {
+            host.spawn("tiny", "wait", Payload::to_postcard(&()).unwrap())
+                .unwrap()
+        })
+        .collect();
+    until(&host, "every process to hibernate", |r| r.hibernated == 50);
+    for (n, run) in runs.iter().enumerate() {
+        host.send(run.pid(), Payload::to_postcard(&(n as u64)).unwrap())
+            .unwrap();
+    }
+    for (n, run) in runs.into_iter().enumerate() {
+        let result = run.wait_timeout(PATIENCE).expect("finished").unwrap();
+        assert_eq!(result.decode::<u64>().unwrap(), n as u64);
+    }
+    assert_eq!(host.residency().restores, 50);
+}
+
+#[test]
+fn a_guest_cannot_change_its_wasi_context_which_restoring_rebuilds() {
+    let host = host(Hibernation::Always);
+    host.load_module("probe", wfhost_test_programs::PROBE)
+        .unwrap();
+    let result = host
+        .spawn("probe", "close_stdout", Payload::to_json(&()).unwrap())
+        .unwrap()
+        .wait_timeout(PATIENCE)
+        .expect("finished")
+        .unwrap();
+    // The close was refused, so stdout is still open.
+    assert_eq!(
+        result.decode::<serde_json::Value>().unwrap(),
+        serde_json::json!({ "open": true })
+    );
 }
 
 #[test]

@@ -3,9 +3,11 @@
 
 mod waiting;
 
+use std::time::{Duration, Instant};
 use waiting::{message_all_and_check, spawn_waiting};
-use wfhost::{ErrorKind, Host};
-use wfhost_test_programs::PROBE;
+
+use wfhost::{ErrorKind, Hibernation, Host, Payload};
+use wfhost_test_programs::{PROBE, TINY};
 
 #[test]
 fn ten_thousand_processes_wait_in_recv_and_all_answer() {
@@ -20,6 +22,52 @@ fn ten_thousand_processes_wait_in_recv_and_all_answer() {
     let counters = host.counters();
     assert_eq!(counters.spawns, N as u64);
     assert_eq!(counters.completions, N as u64);
+}
+
+#[test]
+fn ten_thousand_hibernated_processes_wait_in_recv_and_all_answer() {
+    const N: u64 = 10_000;
+    let host = Host::builder()
+        .workers(2)
+        .hibernation(Hibernation::Always)
+        .build()
+        .unwrap();
+    host.load_module("tiny", TINY).unwrap();
+    let runs: Vec<_> = (0..N)
+        .map(|_| {
+            host.spawn("tiny", "wait", Payload::to_postcard(&()).unwrap())
+                .unwrap()
+        })
+        .collect();
+    // Each process takes one step and waits in recv(), hibernated.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while host.residency().hibernated < N as usize {
+        assert!(Instant::now() < deadline, "{:?}", host.residency());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let residency = host.residency();
+    assert_eq!((residency.live_instances, residency.hibernations), (0, N));
+    for (n, run) in runs.iter().enumerate() {
+        host.send(run.pid(), Payload::to_postcard(&(n as u64)).unwrap())
+            .unwrap();
+    }
+    for (n, run) in runs.into_iter().enumerate() {
+        let answer = run
+            .wait_timeout(Duration::from_secs(300))
+            .expect("finished")
+            .unwrap();
+        assert_eq!(answer.decode::<u64>().unwrap(), n as u64);
+    }
+    let residency = host.residency();
+    assert_eq!(
+        (
+            residency.hibernated,
+            residency.restores,
+            residency.hibernated_bytes
+        ),
+        (0, N, 0)
+    );
+    assert_eq!(host.counters().completions, N);
 }
 
 #[test]

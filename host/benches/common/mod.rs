@@ -58,6 +58,24 @@ pub fn send(to: Pid, message: Payload) -> Command {
     Command::Send(SendRequest { to, message })
 }
 
+/// The process's proportional set size (`Pss` in `/proc/self/smaps_rollup`): resident memory with
+/// each shared page counted once, however many times it is mapped. Copy-on-write memory images map
+/// the same pages into every instance, which plain resident memory counts once per instance.
+pub fn proportional_bytes() -> f64 {
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+    rollup
+        .lines()
+        .find_map(|line| line.strip_prefix("Pss:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(f64::NAN, |kib| kib * 1024.0)
+}
+
 pub fn resident_bytes() -> f64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
     let pages: f64 = statm

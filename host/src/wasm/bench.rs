@@ -46,8 +46,35 @@ impl Harness {
 
     /// Compiles `bytes` under `limits`.
     pub fn with_limits(bytes: &[u8], pooling: Option<u32>, limits: Limits) -> Result<Harness> {
-        let instances = Instances::new(usize::MAX, Hibernation::Off, String::new());
-        let wasm = Arc::new(WasmRuntime::new(limits, pooling, true, false, instances)?);
+        Harness::configured(bytes, pooling, limits, true, false)
+    }
+
+    /// Compiles `bytes` for a runtime configured as a host with this `capacity` would be.
+    pub fn like_host(bytes: &[u8], capacity: &crate::Capacity) -> Result<Harness> {
+        Harness::configured(
+            bytes,
+            None,
+            Limits::default(),
+            capacity.copy_on_write,
+            capacity.compact_memories,
+        )
+    }
+
+    fn configured(
+        bytes: &[u8],
+        pooling: Option<u32>,
+        limits: Limits,
+        copy_on_write: bool,
+        compact: bool,
+    ) -> Result<Harness> {
+        let instances = Instances::new(usize::MAX, 1, Hibernation::Off, String::new());
+        let wasm = Arc::new(WasmRuntime::new(
+            limits,
+            pooling,
+            copy_on_write,
+            compact,
+            instances,
+        )?);
         let compiled = wasm.compile(bytes)?;
         Ok(Harness { wasm, compiled })
     }

@@ -86,7 +86,9 @@ pub(crate) struct Instances {
     max: usize,
     /// The policy.
     policy: Hibernation,
-    /// Under [`Hibernation::WhenFull`], hibernate when more than this many are live.
+    /// Under [`Hibernation::WhenFull`], hibernate when more than this many are live: the capacity
+    /// less an eighth of it, and less at least one per worker, so that the processes running at
+    /// once always find an instance.
     above: usize,
     /// Why an instance past `max` is refused.
     refusal: String,
@@ -108,12 +110,18 @@ impl Drop for InstanceSlot {
 }
 
 impl Instances {
-    /// At most `max` live instances; `refusal` says why one more is refused.
-    pub(crate) fn new(max: usize, policy: Hibernation, refusal: String) -> Instances {
+    /// At most `max` live instances, used by `workers` worker threads; `refusal` says why one
+    /// more is refused.
+    pub(crate) fn new(
+        max: usize,
+        workers: usize,
+        policy: Hibernation,
+        refusal: String,
+    ) -> Instances {
         Instances {
             max,
             policy,
-            above: max - max / 8,
+            above: max.saturating_sub((max / 8).max(workers)),
             refusal,
             live: AtomicUsize::new(0),
             hibernated: AtomicUsize::new(0),
@@ -435,8 +443,11 @@ pub(crate) struct Snapshot {
     globals: Box<[Val]>,
     /// The indices of the saved chunks, each [`CHUNK`] bytes of memory.
     chunks: Box<[u32]>,
-    /// The saved chunks' bytes, one after another (the last may be short, at the memory's end).
+    /// The saved chunks' bytes, one after another (the last may be short, at the memory's end),
+    /// LZ4-compressed: what a waiting process leaves in memory is mostly zeros and small numbers.
     data: Box<[u8]>,
+    /// The saved chunks' bytes before compression.
+    raw_len: usize,
 }
 
 /// The granularity of the diff: the OS page, as the pagemap reports.
@@ -475,7 +486,8 @@ impl Snapshot {
             memory_bytes: data.len(),
             globals: values,
             chunks: chunks.into_boxed_slice(),
-            data: saved.into_boxed_slice(),
+            data: lz4_flex::block::compress(&saved).into_boxed_slice(),
+            raw_len: saved.len(),
         }
     }
 
@@ -491,12 +503,18 @@ impl Snapshot {
             let page = memory.page_size(&*store);
             memory.grow(&mut *store, (self.memory_bytes - size) as u64 / page)?;
         }
+        let saved = lz4_flex::block::decompress(&self.data, self.raw_len)
+            .map_err(|e| wasmtime::Error::msg(format!("its saved memory is corrupt: {e}")))?;
         let data = memory.data_mut(&mut *store);
-        let mut saved = &self.data[..];
+        let mut saved = &saved[..];
         for &index in self.chunks.iter() {
             let start = index as usize * CHUNK;
             let end = (start + CHUNK).min(data.len());
-            let (chunk, rest) = saved.split_at(end - start);
+            let Some((chunk, rest)) = saved.split_at_checked(end - start) else {
+                return Err(wasmtime::Error::msg(
+                    "its saved memory is shorter than its pages",
+                ));
+            };
             data[start..end].copy_from_slice(chunk);
             saved = rest;
         }

@@ -30,6 +30,9 @@ pub(crate) use process::WasmProcess;
 
 use crate::error::{Error, ErrorKind, Result};
 
+/// WASI preview 1's `errno::notsup`.
+const WASI_ERRNO_NOTSUP: i32 = 58;
+
 /// How often the epoch advances: the granularity of the step time limit.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
@@ -341,6 +344,39 @@ impl WasmRuntime {
                  _: i32|
                  -> wasmtime::Result<i32> {
                     Err(wasmtime::Error::new(Forbidden("poll_oneoff")))
+                },
+            )
+            .map_err(config_error)?;
+        // The WASI context is rebuilt when a hibernated process is restored, so a guest may not
+        // change it: closing, renumbering or re-flagging a descriptor answers "not supported"
+        // (the only descriptors are stdin, stdout and stderr) and changes nothing.
+        linker
+            .func_wrap(
+                module::WASI_MODULE,
+                "fd_close",
+                |_: wasmtime::Caller<'_, GuestState>, _: i32| -> i32 { WASI_ERRNO_NOTSUP },
+            )
+            .map_err(config_error)?;
+        linker
+            .func_wrap(
+                module::WASI_MODULE,
+                "fd_renumber",
+                |_: wasmtime::Caller<'_, GuestState>, _: i32, _: i32| -> i32 { WASI_ERRNO_NOTSUP },
+            )
+            .map_err(config_error)?;
+        linker
+            .func_wrap(
+                module::WASI_MODULE,
+                "fd_fdstat_set_flags",
+                |_: wasmtime::Caller<'_, GuestState>, _: i32, _: i32| -> i32 { WASI_ERRNO_NOTSUP },
+            )
+            .map_err(config_error)?;
+        linker
+            .func_wrap(
+                module::WASI_MODULE,
+                "fd_fdstat_set_rights",
+                |_: wasmtime::Caller<'_, GuestState>, _: i32, _: i64, _: i64| -> i32 {
+                    WASI_ERRNO_NOTSUP
                 },
             )
             .map_err(config_error)?;

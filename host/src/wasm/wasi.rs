@@ -1,6 +1,9 @@
 //! WASI preview 1 for guests: linked because Rust's std needs it, with nothing behind it. No
 //! preopened directories, no environment, no arguments, an empty stdin; stdout and stderr go to
 //! the host's log, line by line, tagged with the process's pid.
+//!
+//! The context holds no state a guest can change (the runtime answers `fd_close` and the other
+//! calls that would with `notsup`), so a process restored from hibernation gets a fresh one.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -340,6 +340,17 @@ pub async fn strict_call(ctx: Ctx, name: String) -> Result<Value, Error> {
     ctx.call(&name, &()).await
 }
 
+/// Closes its stdout (a WASI `fd_close(1)`), then reports whether descriptor 1 is still open.
+pub async fn close_stdout(_ctx: Ctx, _: ()) -> Result<Value, Error> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: descriptor 1 is stdout, which this process owns; dropping the `File` closes it,
+    // which is what this entry point is for.
+    drop(unsafe { std::fs::File::from_raw_fd(1) });
+    // SAFETY: as above; this one is not dropped, so it closes nothing.
+    let again = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(1) });
+    Ok(json!({ "open": again.metadata().is_ok() }))
+}
+
 wfguest::entry_points!(
     echo,
     fail,
@@ -375,5 +386,6 @@ wfguest::entry_points!(
     recurse,
     big_result,
     strict_call,
-    call_sized
+    call_sized,
+    close_stdout
 );
