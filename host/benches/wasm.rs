@@ -410,13 +410,13 @@ fn timers(n: usize, hibernation: Hibernation) {
     let mut lateness: Vec<f64> = runs
         .into_iter()
         .map(|run| {
-            let micros: u64 = run
+            let slept: u64 = run
                 .wait_timeout(PATIENCE)
                 .expect("finished")
                 .expect("naps")
                 .decode()
-                .expect("a lateness");
-            micros as f64
+                .expect("a duration");
+            slept.saturating_sub(MILLIS * 1000) as f64
         })
         .collect();
     lateness.sort_by(f64::total_cmp);

@@ -133,10 +133,11 @@ impl Instances {
 
     /// Counts one more live instance, or says why there cannot be one.
     pub(crate) fn take(self: &Arc<Self>) -> Result<InstanceSlot, &str> {
-        if self.live.fetch_add(1, Ordering::Relaxed) >= self.max {
-            self.live.fetch_sub(1, Ordering::Relaxed);
-            return Err(&self.refusal);
-        }
+        self.live
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |live| {
+                (live < self.max).then_some(live + 1)
+            })
+            .map_err(|_| self.refusal.as_str())?;
         Ok(InstanceSlot(Arc::clone(self)))
     }
 
@@ -194,7 +195,7 @@ pub(crate) struct HibernationPlan {
     /// The export names of its mutable globals, in index order.
     pub(crate) globals: Vec<String>,
     /// The module's initial linear memory, from its data segments, up to the end of the last one
-    /// (zeros after that).
+    /// rounded up to a whole [`CHUNK`] (zeros after that).
     pub(crate) image: Box<[u8]>,
 }
 
@@ -269,6 +270,8 @@ fn analyse(bytes: &[u8]) -> Result<Analysis, String> {
     let mut constants: HashMap<u32, u64> = HashMap::new();
     let mut imported_globals = 0u32;
     let mut memories = 0usize;
+    // The initial size of the defined memory, in bytes (an imported one's is unknown).
+    let mut initial_memory: Option<u64> = None;
     for section in Parser::new(0).parse_all(bytes) {
         match section.map_err(malformed)? {
             Section::StartSection { .. } => {
@@ -288,7 +291,16 @@ fn analyse(bytes: &[u8]) -> Result<Analysis, String> {
                     }
                 }
             }
-            Section::MemorySection(reader) => memories += reader.count() as usize,
+            Section::MemorySection(reader) => {
+                for memory in reader {
+                    let memory = memory.map_err(malformed)?;
+                    let page = 1u64
+                        .checked_shl(memory.page_size_log2.unwrap_or(16))
+                        .unwrap_or(u64::MAX);
+                    initial_memory = Some(memory.initial.saturating_mul(page));
+                    memories += 1;
+                }
+            }
             Section::GlobalSection(reader) => {
                 for (offset, global) in reader.into_iter().enumerate() {
                     let global = global.map_err(malformed)?;
@@ -325,11 +337,19 @@ fn analyse(bytes: &[u8]) -> Result<Analysis, String> {
                     };
                     let start = constant(&offset_expr, &constants)
                         .map_err(|_| "it computes a data segment's offset".to_string())?;
-                    let start = usize::try_from(start)
-                        .ok()
-                        .filter(|start| start.saturating_add(data.data.len()) <= MAX_IMAGE)
-                        .ok_or("it has a data segment beyond 4 GiB")?;
-                    let end = start + data.data.len();
+                    let end = start.saturating_add(data.data.len() as u64);
+                    // A segment outside the initial memory fails instantiation anyway; the image
+                    // is held on the host's heap, so it is bounded.
+                    if initial_memory.is_none_or(|initial| end > initial) {
+                        return Err("it has a data segment outside its initial memory".into());
+                    }
+                    if end > MAX_IMAGE as u64 {
+                        return Err(format!(
+                            "its initial data spans more than {} MiB",
+                            MAX_IMAGE >> 20
+                        ));
+                    }
+                    let (start, end) = (start as usize, end as usize);
                     if found.image.len() < end {
                         found.image.resize(end, 0);
                     }
@@ -350,11 +370,17 @@ fn analyse(bytes: &[u8]) -> Result<Analysis, String> {
     if memories != 1 {
         return Err(format!("it has {memories} linear memories, not one"));
     }
+    // Whole chunks, so that a chunk holding the end of the data compares with the image, not
+    // with zeros.
+    found
+        .image
+        .resize(found.image.len().next_multiple_of(CHUNK), 0);
     Ok(found)
 }
 
-/// The largest initial image considered: a 32-bit memory.
-const MAX_IMAGE: usize = 1 << 32;
+/// The largest initial image (up to the end of the last data segment) a hibernating module may
+/// have: each compiled module keeps its image on the host's heap.
+const MAX_IMAGE: usize = 64 << 20;
 
 /// The value of a constant expression that is a single constant, or a read of a global in
 /// `constants`.
@@ -740,5 +766,51 @@ mod tests {
             .unwrap();
         assert_eq!(bump.call(&mut store, ()).unwrap(), 4);
         assert_eq!(&memory.data(&store)[100..107], b"initial");
+    }
+
+    /// The chunk holding the end of the initial data is compared with the image, not with
+    /// zeros: data set to zero there is saved, and stays zero after a restore.
+    #[test]
+    fn zeroed_initial_data_in_a_partly_initialised_chunk_stays_zero() {
+        let bytes = module(
+            r#"(module
+                (memory (export "memory") 1)
+                (data (i32.const 100) "initial")
+                (func (export "zero") (i64.store (i32.const 100) (i64.const 0)))
+                (func (export "read") (result i64) (i64.load (i32.const 100))))"#,
+        );
+        let prepared = prepare(&bytes);
+        let plan = prepared.plan.unwrap();
+        assert_eq!(plan.image.len(), CHUNK);
+        let engine = wasmtime::Engine::default();
+        let compiled = wasmtime::Module::new(&engine, &bytes).unwrap();
+        let mut store = Store::new(&engine, ());
+        let instance = wasmtime::Instance::new(&mut store, &compiled, &[]).unwrap();
+        let memory = instance.get_memory(&mut store, "memory").unwrap();
+        instance
+            .get_typed_func::<(), ()>(&mut store, "zero")
+            .unwrap()
+            .call(&mut store, ())
+            .unwrap();
+        let snapshot = Snapshot::take(&mut store, memory, &[], &plan.image);
+        assert_eq!(&snapshot.chunks[..], &[0]);
+
+        let mut store = Store::new(&engine, ());
+        let instance = wasmtime::Instance::new(&mut store, &compiled, &[]).unwrap();
+        let memory = instance.get_memory(&mut store, "memory").unwrap();
+        snapshot.restore(&mut store, memory, &[]).unwrap();
+        let read = instance
+            .get_typed_func::<(), i64>(&mut store, "read")
+            .unwrap();
+        assert_eq!(read.call(&mut store, ()).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_data_segment_outside_the_initial_memory_is_not_imaged() {
+        let prepared = prepare(&module(
+            r#"(module (memory 1) (data (i32.const 0xFFFFFFF0) "x"))"#,
+        ));
+        let error = prepared.plan.err().unwrap();
+        assert!(error.contains("outside its initial memory"), "{error}");
     }
 }

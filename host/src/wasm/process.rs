@@ -1,6 +1,7 @@
 //! A WebAssembly instance as a [`Process`].
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde::Serialize;
 use wasmtime::{Global, Memory, Store, Trap, TypedFunc};
@@ -44,6 +45,10 @@ pub(crate) struct WasmProcess {
     snapshot: Option<Snapshot>,
     /// Its stdout and stderr, from `init` on.
     logs: Option<Logs>,
+    /// Events that arrived while it could not be woken (no free instance), for its next step.
+    deferred: Vec<Event>,
+    /// Since when it has been waiting for an instance to wake into.
+    waking_since: Option<Instant>,
     /// Encoded input for the next call; reused.
     scratch: Vec<u8>,
 }
@@ -59,6 +64,14 @@ struct Live {
     globals: Vec<Global>,
     /// Counts this instance among the host's live ones.
     _slot: InstanceSlot,
+}
+
+/// Why a hibernated process was not woken.
+enum WakeError {
+    /// No instance can be had now.
+    NoInstance(ProcessError),
+    /// It cannot be restored.
+    Failed(ProcessError),
 }
 
 #[derive(Clone, Copy)]
@@ -79,6 +92,8 @@ impl WasmProcess {
             live: None,
             snapshot: None,
             logs: None,
+            deferred: Vec::new(),
+            waking_since: None,
             scratch: Vec::new(),
         }
     }
@@ -247,17 +262,28 @@ impl WasmProcess {
     }
 
     /// Brings a hibernated process back: a fresh instance with its saved state written in.
-    fn wake(&mut self) -> Result<(), ProcessError> {
+    /// When no instance can be had, the snapshot is kept and the error says so
+    /// ([`WakeError::NoInstance`]).
+    fn wake(&mut self) -> Result<(), WakeError> {
         let Some(snapshot) = self.snapshot.take() else {
             return Ok(());
         };
+        let mut live = match self.instantiate(false) {
+            Ok(live) => live,
+            Err(error) => {
+                self.snapshot = Some(snapshot);
+                return Err(match error.kind() {
+                    FailureKind::Limit => WakeError::NoInstance(error),
+                    _ => WakeError::Failed(error),
+                });
+            }
+        };
         self.runtime.instances.woken(snapshot.size(), true);
-        let mut live = self.instantiate(false)?;
         if let Err(error) = snapshot.restore(&mut live.store, live.memory, &live.globals) {
-            return Err(self.fail(
+            return Err(WakeError::Failed(self.fail(
                 FailureKind::Limit,
                 format_args!("could not be restored from hibernation: {error:#}"),
-            ));
+            )));
         }
         self.live = Some(live);
         Ok(())
@@ -602,7 +628,31 @@ impl Process for WasmProcess {
 
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
         let events: &[Event] = events.as_slice();
-        self.wake()?;
+        match self.wake() {
+            Ok(()) => self.waking_since = None,
+            // Every instance is taken (by processes running at once, or ones that cannot
+            // hibernate): keep the events and try again after the others have had a turn. A
+            // running process gives its instance back within a step time limit; waiting longer
+            // than two means the instances are held by processes that do not hibernate.
+            Err(WakeError::NoInstance(error)) => {
+                let since = *self.waking_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= 2 * self.runtime.limits.step_time_limit {
+                    return Err(error);
+                }
+                self.deferred.extend_from_slice(events);
+                out.status = Status::Continue;
+                return Ok(());
+            }
+            Err(WakeError::Failed(error)) => return Err(error),
+        }
+        let deferred = std::mem::take(&mut self.deferred);
+        let with_deferred: Vec<Event>;
+        let events = if deferred.is_empty() {
+            events
+        } else {
+            with_deferred = deferred.into_iter().chain(events.iter().cloned()).collect();
+            &with_deferred[..]
+        };
         if let Some(live) = self.live.as_mut() {
             Self::arm(&self.runtime, &mut live.store);
         }

@@ -9,12 +9,13 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
-use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::{HostMonotonicClock, WasiCtxBuilder};
 use wfcontract::Pid;
 
 /// A guest line longer than this is logged in pieces, so a guest cannot grow the host's buffer
@@ -200,11 +201,29 @@ impl tokio::io::AsyncWrite for LogStream {
     }
 }
 
-/// A process's two log streams. They outlive its instance: a hibernated process keeps its
-/// partial lines and line budget.
+/// What of a process's WASI outlives its instance: its two log streams (a hibernated process
+/// keeps its partial lines and line budget) and the origin of its monotonic clock (which must not
+/// start again at zero when the process is restored into a fresh instance).
 pub(crate) struct Logs {
     pub(crate) stdout: LogStream,
     pub(crate) stderr: LogStream,
+    clock: ProcessClock,
+}
+
+/// A monotonic clock counting from when its process started.
+#[derive(Clone, Copy)]
+struct ProcessClock {
+    origin: Instant,
+}
+
+impl HostMonotonicClock for ProcessClock {
+    fn resolution(&self) -> u64 {
+        1
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
 }
 
 impl Logs {
@@ -212,15 +231,19 @@ impl Logs {
         Logs {
             stdout: LogStream::new(pid, "stdout"),
             stderr: LogStream::new(pid, "stderr"),
+            clock: ProcessClock {
+                origin: Instant::now(),
+            },
         }
     }
 
-    /// A WASI context writing to these streams: no preopens, no environment, no arguments, empty
-    /// stdin (the builder's defaults).
+    /// A WASI context writing to these streams, with this process's monotonic clock: no
+    /// preopens, no environment, no arguments, empty stdin (the builder's defaults).
     pub(crate) fn wasi(&self) -> WasiP1Ctx {
         WasiCtxBuilder::new()
             .stdout(self.stdout.clone())
             .stderr(self.stderr.clone())
+            .monotonic_clock(self.clock)
             .build_p1()
     }
 

@@ -55,17 +55,15 @@ pub async fn hoard(ctx: Ctx, (kib, seed, rounds): (u32, u64, u32)) -> Result<(u6
 }
 
 /// Sleeps `millis`, then waits for a message (so that finishing is not part of waking), and
-/// returns how late it woke, in microseconds. Measured with the WASI clock (not the `now` command,
-/// whose round trips would count), which a benchmark may use and a workflow should not: a replay
-/// would see other times.
+/// returns how long it slept, in microseconds. Measured with the WASI monotonic clock (not the
+/// `now` command, whose round trips would count), which a benchmark may use and a workflow should
+/// not: a replay would see other times.
 pub async fn nap(ctx: Ctx, millis: u64) -> Result<u64, Error> {
     let asleep = std::time::Instant::now();
     ctx.sleep(Duration::from_millis(millis)).await?;
     let slept = asleep.elapsed();
     ctx.recv::<()>().await?;
-    Ok(slept
-        .saturating_sub(Duration::from_millis(millis))
-        .as_micros() as u64)
+    Ok(slept.as_micros() as u64)
 }
 
 /// A skynet tree: a process of `size` leaves below it spawns ten children of a tenth each, and
