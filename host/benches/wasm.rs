@@ -84,7 +84,9 @@ fn main() {
         }
     }
     if wanted("timers") {
-        child("timers", "when-full");
+        for policy in ["off", "when-full"] {
+            child("timers", policy);
+        }
     }
 }
 
@@ -390,11 +392,22 @@ fn idle_raw(n: usize) {
 
 fn timers(n: usize, hibernation: Hibernation) {
     const MILLIS: u64 = 10;
-    let host = Host::builder()
-        .hibernation(hibernation)
-        .build()
-        .expect("host");
+    let mut builder = Host::builder().hibernation(hibernation);
+    if let Ok(slots) = std::env::var("WFHOST_BENCH_POOLING") {
+        builder = builder.pooling(slots.parse().expect("a number of slots"));
+    }
+    if hibernation == Hibernation::Off {
+        builder = builder.max_processes(Some(n));
+    }
+    let host = builder.build().expect("host");
     host.load_module("tiny", TINY).expect("tiny module");
+    if host.capacity().processes < n {
+        println!(
+            "timers/off: skipped: the host holds {} processes here",
+            host.capacity().processes
+        );
+        return;
+    }
     let nap = Payload::to_postcard(&MILLIS).expect("encodes");
     let start = Instant::now();
     let runs: Vec<_> = (0..n)
