@@ -57,6 +57,8 @@ fn messages_and_memory_survive_hibernation() {
             r.hibernations == round && r.hibernated == 1
         });
         assert_eq!(asleep.live_instances, 0);
+        // Its instance is kept warm, and the next wake rewrites it rather than instantiating.
+        assert_eq!(asleep.warm_instances, 1);
         // The hoard is saved (random bytes do not compress), and little else: not the untouched
         // rest of its memory.
         let hoard = KIB as usize * 1024;

@@ -68,6 +68,10 @@ impl Hibernation {
 pub struct Residency {
     /// Processes holding a live wasm instance.
     pub live_instances: usize,
+    /// Instances kept for reuse: given up by hibernating or finished processes, taken by the next
+    /// restore of the same module instead of a new instantiation. At most 16 per module, and only
+    /// while the instance capacity has room for them.
+    pub warm_instances: usize,
     /// Processes hibernated: waiting, with no instance.
     pub hibernated: usize,
     /// Bytes the hibernated processes' saved state takes on the host's heap.
@@ -92,7 +96,11 @@ pub(crate) struct Instances {
     above: usize,
     /// Why an instance past `max` is refused.
     refusal: String,
+    /// Worker threads: processes that may be running, each with an instance, at once.
+    workers: usize,
     live: AtomicUsize,
+    /// Of `live`, the instances kept warm for reuse.
+    warm: AtomicUsize,
     hibernated: AtomicUsize,
     hibernated_bytes: AtomicUsize,
     hibernations: AtomicU64,
@@ -123,7 +131,9 @@ impl Instances {
             policy,
             above: max.saturating_sub((max / 8).max(workers)),
             refusal,
+            workers,
             live: AtomicUsize::new(0),
+            warm: AtomicUsize::new(0),
             hibernated: AtomicUsize::new(0),
             hibernated_bytes: AtomicUsize::new(0),
             hibernations: AtomicU64::new(0),
@@ -139,6 +149,12 @@ impl Instances {
             })
             .map_err(|_| self.refusal.as_str())?;
         Ok(InstanceSlot(Arc::clone(self)))
+    }
+
+    /// Whether an instance given up by a process may be kept for reuse: only while the processes
+    /// that can run at once (one per worker) still find instances.
+    pub(crate) fn may_keep_warm(&self) -> bool {
+        self.live.load(Ordering::Relaxed) + self.workers <= self.max
     }
 
     /// Whether a process that has just stepped and waits should hibernate now.
@@ -165,9 +181,20 @@ impl Instances {
         }
     }
 
+    /// One more instance kept warm (`true`) or one taken back (`false`).
+    pub(crate) fn warm(&self, kept: bool) {
+        if kept {
+            self.warm.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.warm.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     pub(crate) fn residency(&self) -> Residency {
+        let warm = self.warm.load(Ordering::Relaxed);
         Residency {
-            live_instances: self.live.load(Ordering::Relaxed),
+            live_instances: self.live.load(Ordering::Relaxed).saturating_sub(warm),
+            warm_instances: warm,
             hibernated: self.hibernated.load(Ordering::Relaxed),
             hibernated_bytes: self.hibernated_bytes.load(Ordering::Relaxed),
             hibernations: self.hibernations.load(Ordering::Relaxed),
@@ -550,6 +577,53 @@ impl Snapshot {
         Ok(())
     }
 
+    /// Writes the saved state into an instance of the same module that another process used:
+    /// its touched chunks go back to the initial image, the saved ones are written, the globals
+    /// set. `false` (and nothing written) when that cannot be done exactly: the memories differ
+    /// in size, or the page map cannot be read.
+    pub(crate) fn restore_over<T>(
+        &self,
+        store: &mut Store<T>,
+        memory: Memory,
+        globals: &[Global],
+        image: &[u8],
+    ) -> wasmtime::Result<bool> {
+        let data = memory.data(&*store);
+        if data.len() != self.memory_bytes {
+            return Ok(false);
+        }
+        let Some(touched) = touched_chunks(data) else {
+            return Ok(false);
+        };
+        let saved = lz4_flex::block::decompress(&self.data, self.raw_len)
+            .map_err(|e| wasmtime::Error::msg(format!("its saved memory is corrupt: {e}")))?;
+        let data = memory.data_mut(&mut *store);
+        let mut saved = &saved[..];
+        let mut chunks = self.chunks.iter().copied().peekable();
+        for (index, touched) in touched.into_iter().enumerate() {
+            let start = index * CHUNK;
+            let end = (start + CHUNK).min(data.len());
+            if chunks.next_if_eq(&(index as u32)).is_some() {
+                let Some((chunk, rest)) = saved.split_at_checked(end - start) else {
+                    return Err(wasmtime::Error::msg(
+                        "its saved memory is shorter than its pages",
+                    ));
+                };
+                data[start..end].copy_from_slice(chunk);
+                saved = rest;
+            } else if touched {
+                let initial = image.get(start..end).unwrap_or(&ZEROS[..end - start]);
+                if data[start..end] != *initial {
+                    data[start..end].copy_from_slice(initial);
+                }
+            }
+        }
+        for (global, value) in globals.iter().zip(self.globals.iter()) {
+            global.set(&mut *store, *value)?;
+        }
+        Ok(true)
+    }
+
     /// Bytes this snapshot holds on the host's heap.
     pub(crate) fn size(&self) -> usize {
         std::mem::size_of::<Snapshot>()
@@ -812,5 +886,59 @@ mod tests {
         ));
         let error = prepared.plan.err().unwrap();
         assert!(error.contains("outside its initial memory"), "{error}");
+    }
+
+    /// A snapshot restored over an instance another process used leaves nothing of that process:
+    /// its pages go back to the image, the snapshot's are written, the globals set.
+    #[test]
+    fn a_snapshot_restored_over_a_used_instance_leaves_nothing_of_its_last_process() {
+        let bytes = module(
+            r#"(module
+                (memory (export "memory") 1)
+                (data (i32.const 100) "initial")
+                (global $g (mut i32) (i32.const 0))
+                (func (export "write") (param i32 i32)
+                    (i32.store (local.get 0) (local.get 1))
+                    (global.set $g (local.get 1)))
+                (func (export "read") (param i32) (result i32) (i32.load (local.get 0)))
+                (func (export "global") (result i32) (global.get $g)))"#,
+        );
+        let prepared = prepare(&bytes);
+        let plan = prepared.plan.unwrap();
+        let engine = wasmtime::Engine::default();
+        let compiled = wasmtime::Module::new(&engine, prepared.rewritten.unwrap()).unwrap();
+        let mut store = Store::new(&engine, ());
+        let instance = |store: &mut Store<()>| {
+            let instance = wasmtime::Instance::new(&mut *store, &compiled, &[]).unwrap();
+            let memory = instance.get_memory(&mut *store, "memory").unwrap();
+            let globals: Vec<Global> = plan
+                .globals
+                .iter()
+                .map(|name| instance.get_global(&mut *store, name).unwrap())
+                .collect();
+            let write = instance
+                .get_typed_func::<(i32, i32), ()>(&mut *store, "write")
+                .unwrap();
+            let read = instance
+                .get_typed_func::<i32, i32>(&mut *store, "read")
+                .unwrap();
+            (memory, globals, write, read)
+        };
+        // Process A writes page 5 and hibernates.
+        let (memory_a, globals_a, write_a, _) = instance(&mut store);
+        write_a.call(&mut store, (5 * 4096, 55)).unwrap();
+        let snapshot_a = Snapshot::take(&mut store, memory_a, &globals_a, &plan.image);
+        // Process B, in another instance, writes page 7 and over the initial data.
+        let (memory_b, globals_b, write_b, read_b) = instance(&mut store);
+        write_b.call(&mut store, (7 * 4096, 77)).unwrap();
+        write_b.call(&mut store, (100, 0)).unwrap();
+        // A is restored over B's instance.
+        assert!(snapshot_a
+            .restore_over(&mut store, memory_b, &globals_b, &plan.image)
+            .unwrap());
+        assert_eq!(read_b.call(&mut store, 5 * 4096).unwrap(), 55);
+        assert_eq!(read_b.call(&mut store, 7 * 4096).unwrap(), 0);
+        assert_eq!(&memory_b.data(&store)[100..107], b"initial");
+        assert_eq!(globals_b[0].get(&mut store).i32(), Some(55));
     }
 }

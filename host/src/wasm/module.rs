@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::wasm::hibernate::{self, HibernationPlan};
+use crate::wasm::process::WarmInstances;
 use crate::wasm::{GuestState, Limits};
 
 /// The only import module a workflow may use: WASI preview 1, which the host links with nothing
@@ -252,6 +253,8 @@ pub(crate) struct Compiled {
 pub(crate) struct Hibernating {
     pub(crate) plan: HibernationPlan,
     pub(crate) globals: Vec<ModuleExport>,
+    /// Instances given up by hibernating (or finished) processes, kept for the next restore.
+    pub(crate) warm: WarmInstances,
 }
 
 /// Where the ABI's exports are in the module.
@@ -461,7 +464,11 @@ fn link(
                 _ => Err(format!("its export '{name}' is not a global")),
             })
             .collect::<std::result::Result<Vec<_>, String>>()?;
-        Ok(Hibernating { plan, globals })
+        Ok(Hibernating {
+            plan,
+            globals,
+            warm: WarmInstances::default(),
+        })
     });
     Ok(Compiled {
         info,

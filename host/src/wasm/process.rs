@@ -53,7 +53,7 @@ pub(crate) struct WasmProcess {
     scratch: Vec<u8>,
 }
 
-struct Live {
+pub(crate) struct Live {
     store: Store<GuestState>,
     memory: Memory,
     reserve: TypedFunc<u32, u32>,
@@ -64,6 +64,40 @@ struct Live {
     globals: Vec<Global>,
     /// Counts this instance among the host's live ones.
     _slot: InstanceSlot,
+}
+
+/// Instances of one module given up by hibernating or finished processes, kept so that the next
+/// restore rewrites a few pages of one instead of instantiating (and later unmapping) another.
+#[derive(Default)]
+pub(crate) struct WarmInstances(parking_lot::Mutex<Vec<Live>>);
+
+/// Warm instances kept per module at most.
+const WARM_PER_MODULE: usize = 16;
+
+/// A warm instance's memory may be at most this large: a process that grew its memory does not
+/// leave it resident for others.
+const WARM_MAX_MEMORY: usize = 4 << 20;
+
+impl WarmInstances {
+    /// Keeps `live` if there is room, here and in the host's instance capacity.
+    fn offer(&self, live: Live, runtime: &WasmRuntime) {
+        if !runtime.instances.may_keep_warm()
+            || live.memory.data_size(&live.store) > WARM_MAX_MEMORY
+        {
+            return;
+        }
+        let mut warm = self.0.lock();
+        if warm.len() < WARM_PER_MODULE {
+            warm.push(live);
+            runtime.instances.warm(true);
+        }
+    }
+
+    fn take(&self, runtime: &WasmRuntime) -> Option<Live> {
+        let live = self.0.lock().pop()?;
+        runtime.instances.warm(false);
+        Some(live)
+    }
 }
 
 /// Why a hibernated process was not woken.
@@ -256,9 +290,29 @@ impl WasmProcess {
             &live.globals,
             &hibernating.plan.image,
         );
-        drop(live);
+        hibernating.warm.offer(live, &self.runtime);
         self.runtime.instances.hibernated(snapshot.size());
         self.snapshot = Some(snapshot);
+    }
+
+    /// Restores `snapshot` into a warm instance of the module, if one fits.
+    fn wake_warm(&mut self, snapshot: &Snapshot) -> Option<Live> {
+        let module = Arc::clone(&self.module);
+        let hibernating = module.hibernation.as_ref().ok()?;
+        let logs = self.logs.as_ref()?;
+        let mut live = hibernating.warm.take(&self.runtime)?;
+        // The instance's WASI context was its last process's: this one gets its own.
+        live.store.data_mut().wasi = logs.wasi();
+        match snapshot.restore_over(
+            &mut live.store,
+            live.memory,
+            &live.globals,
+            &hibernating.plan.image,
+        ) {
+            Ok(true) => Some(live),
+            // A memory of another size, or no page map: instantiate afresh.
+            Ok(false) | Err(_) => None,
+        }
     }
 
     /// Brings a hibernated process back: a fresh instance with its saved state written in.
@@ -268,6 +322,11 @@ impl WasmProcess {
         let Some(snapshot) = self.snapshot.take() else {
             return Ok(());
         };
+        if let Some(live) = self.wake_warm(&snapshot) {
+            self.runtime.instances.woken(snapshot.size(), true);
+            self.live = Some(live);
+            return Ok(());
+        }
         let mut live = match self.instantiate(false) {
             Ok(live) => live,
             Err(error) => {
@@ -706,7 +765,9 @@ impl Process for WasmProcess {
     }
 
     fn close(&mut self) {
-        self.live = None;
+        if let (Some(live), Ok(hibernating)) = (self.live.take(), &self.module.hibernation) {
+            hibernating.warm.offer(live, &self.runtime);
+        }
         if let Some(snapshot) = self.snapshot.take() {
             self.runtime.instances.woken(snapshot.size(), false);
         }
