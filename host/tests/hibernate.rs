@@ -274,6 +274,28 @@ fn a_process_woken_while_every_instance_is_taken_waits_for_one() {
 }
 
 #[test]
+fn a_cancel_wakes_a_hibernated_process_and_its_clean_up_runs() {
+    let host = host(Hibernation::Always);
+    host.load_module("probe", wfhost_test_programs::PROBE)
+        .unwrap();
+    let run = host
+        .spawn("probe", "cleanup_on_cancel", Payload::to_json(&()).unwrap())
+        .unwrap();
+    // A message first: it wakes, takes it, and hibernates again.
+    until(&host, "the process to hibernate", |r| r.hibernated == 1);
+    host.send(run.pid(), Payload::to_json(&"hello").unwrap())
+        .unwrap();
+    until(&host, "the process to hibernate again", |r| {
+        r.hibernations == 2 && r.hibernated == 1
+    });
+    host.cancel(run.pid()).unwrap();
+    let result = run.wait_timeout(PATIENCE).expect("finished").unwrap();
+    assert_eq!(result.decode::<String>().unwrap(), "cleaned up");
+    // Woken by the message, by the cancel, and by the clean-up's sleep.
+    assert_eq!(host.residency().restores, 3);
+}
+
+#[test]
 fn without_hibernation_processes_keep_their_instances() {
     let host = host(Hibernation::Off);
     let run = host
