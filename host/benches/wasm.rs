@@ -20,7 +20,10 @@
 //!   p99 of how late they woke, by the host's clock. In a fresh child process.
 //!
 //! `WFHOST_BENCH_ROUNDS` (default 5) sets the rounds of the alternating workloads; figures are
-//! medians.
+//! medians. `WFHOST_BENCH_POOLING=<slots>` runs idle and timers with the pooling allocator;
+//! `WFHOST_BENCH_DEBUG=1` also prints the timers' lateness at every 5th percentile.
+//! `--child <idle|timers> <off|when-full|always>` (and `--child idle raw`) runs one round in this
+//! process.
 
 mod common;
 
