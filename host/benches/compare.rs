@@ -39,16 +39,8 @@ fn main() {
             return;
         }
     }
-    let selected: Vec<&str> = args
-        .iter()
-        .map(String::as_str)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let wanted = |name: &str| selected.is_empty() || selected.contains(&name);
-    let rounds: usize = std::env::var("WFHOST_BENCH_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(5);
+    let wanted = common::wanted(&args);
+    let rounds = common::env_count("WFHOST_BENCH_ROUNDS", 5);
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("compare: {workers} workers each side, {rounds} rounds each, alternating; medians");
 

@@ -30,7 +30,7 @@ mod common;
 use std::process::Command as OsCommand;
 use std::time::{Duration, Instant};
 
-use common::{alternate, median, proportional_bytes, resident_bytes};
+use common::{alternate, env_count as count, median, proportional_bytes, resident_bytes};
 use wfhost::__bench::Harness;
 use wfhost::contract::{Event, Payload, Pid, StepOutput};
 use wfhost::scheduler::Events;
@@ -60,12 +60,7 @@ fn main() {
             return;
         }
     }
-    let selected: Vec<&str> = args
-        .iter()
-        .map(String::as_str)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let wanted = |name: &str| selected.is_empty() || selected.contains(&name);
+    let wanted = common::wanted(&args);
     let rounds = count("WFHOST_BENCH_ROUNDS", 5);
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("wasm: {workers} workers, {rounds} rounds each where alternating; medians");
@@ -91,13 +86,6 @@ fn main() {
             child("timers", policy);
         }
     }
-}
-
-fn count(variable: &str, default: usize) -> usize {
-    std::env::var(variable)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 /// Runs a workload in a fresh copy of this binary, passing its line through.

@@ -10,6 +10,25 @@ use wfhost::scheduler::{
     Context, Events, InitContext, Process, ProcessError, Request, Scheduler, Spawn, StepOutput,
 };
 
+/// Whether a workload was asked for: those named on the command line (`cargo bench ... -- ring
+/// skynet`), or all when none is.
+pub fn wanted(args: &[String]) -> impl Fn(&str) -> bool + '_ {
+    let selected: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    move |name| selected.is_empty() || selected.contains(&name)
+}
+
+/// A count from the environment variable `variable`, or `default`.
+pub fn env_count(variable: &str, default: usize) -> usize {
+    std::env::var(variable)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Runs `a` and `b` alternately, `rounds` times each; returns their median seconds.
 /// `WFHOST_BENCH_ONLY=wfhost` (or `tokio`) runs one side alone, for profiling.
 pub fn alternate(

@@ -556,25 +556,7 @@ impl Snapshot {
             let page = memory.page_size(&*store);
             memory.grow(&mut *store, (self.memory_bytes - size) as u64 / page)?;
         }
-        let saved = lz4_flex::block::decompress(&self.data, self.raw_len)
-            .map_err(|e| wasmtime::Error::msg(format!("its saved memory is corrupt: {e}")))?;
-        let data = memory.data_mut(&mut *store);
-        let mut saved = &saved[..];
-        for &index in self.chunks.iter() {
-            let start = index as usize * CHUNK;
-            let end = (start + CHUNK).min(data.len());
-            let Some((chunk, rest)) = saved.split_at_checked(end - start) else {
-                return Err(wasmtime::Error::msg(
-                    "its saved memory is shorter than its pages",
-                ));
-            };
-            data[start..end].copy_from_slice(chunk);
-            saved = rest;
-        }
-        for (global, value) in globals.iter().zip(self.globals.iter()) {
-            global.set(&mut *store, *value)?;
-        }
-        Ok(())
+        self.write(store, memory, globals)
     }
 
     /// Writes the saved state into an instance of the same module that another process used:
@@ -595,33 +577,50 @@ impl Snapshot {
         let Some(touched) = touched_chunks(data) else {
             return Ok(false);
         };
+        let data = memory.data_mut(&mut *store);
+        let mut saved = self.chunks.iter().copied().peekable();
+        for (index, touched) in touched.into_iter().enumerate() {
+            // Chunks the snapshot holds are written next; the rest go back to the image.
+            if saved.next_if_eq(&(index as u32)).is_some() || !touched {
+                continue;
+            }
+            let start = index * CHUNK;
+            let end = (start + CHUNK).min(data.len());
+            let initial = image.get(start..end).unwrap_or(&ZEROS[..end - start]);
+            if data[start..end] != *initial {
+                data[start..end].copy_from_slice(initial);
+            }
+        }
+        self.write(store, memory, globals)?;
+        Ok(true)
+    }
+
+    /// Writes the saved chunks and sets the globals.
+    fn write<T>(
+        &self,
+        store: &mut Store<T>,
+        memory: Memory,
+        globals: &[Global],
+    ) -> wasmtime::Result<()> {
         let saved = lz4_flex::block::decompress(&self.data, self.raw_len)
             .map_err(|e| wasmtime::Error::msg(format!("its saved memory is corrupt: {e}")))?;
         let data = memory.data_mut(&mut *store);
         let mut saved = &saved[..];
-        let mut chunks = self.chunks.iter().copied().peekable();
-        for (index, touched) in touched.into_iter().enumerate() {
-            let start = index * CHUNK;
+        for &index in self.chunks.iter() {
+            let start = index as usize * CHUNK;
             let end = (start + CHUNK).min(data.len());
-            if chunks.next_if_eq(&(index as u32)).is_some() {
-                let Some((chunk, rest)) = saved.split_at_checked(end - start) else {
-                    return Err(wasmtime::Error::msg(
-                        "its saved memory is shorter than its pages",
-                    ));
-                };
-                data[start..end].copy_from_slice(chunk);
-                saved = rest;
-            } else if touched {
-                let initial = image.get(start..end).unwrap_or(&ZEROS[..end - start]);
-                if data[start..end] != *initial {
-                    data[start..end].copy_from_slice(initial);
-                }
-            }
+            let Some((chunk, rest)) = saved.split_at_checked(end - start) else {
+                return Err(wasmtime::Error::msg(
+                    "its saved memory is shorter than its pages",
+                ));
+            };
+            data[start..end].copy_from_slice(chunk);
+            saved = rest;
         }
         for (global, value) in globals.iter().zip(self.globals.iter()) {
             global.set(&mut *store, *value)?;
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Bytes this snapshot holds on the host's heap.
@@ -779,11 +778,78 @@ mod tests {
         assert_eq!(prepared.plan.unwrap().globals, vec!["g"]);
     }
 
+    /// A module prepared for hibernation and compiled, to run in the tests below.
+    struct Fixture {
+        plan: HibernationPlan,
+        engine: wasmtime::Engine,
+        module: wasmtime::Module,
+    }
+
+    /// An instance of a [`Fixture`], with its memory and its mutable globals in the plan's order.
+    struct Running {
+        instance: wasmtime::Instance,
+        memory: Memory,
+        globals: Vec<Global>,
+    }
+
+    impl Fixture {
+        fn new(wat: &str) -> Fixture {
+            let bytes = module(wat);
+            let prepared = prepare(&bytes);
+            let engine = wasmtime::Engine::default();
+            let source = prepared.rewritten.unwrap_or(bytes);
+            Fixture {
+                plan: prepared.plan.unwrap(),
+                module: wasmtime::Module::new(&engine, source).unwrap(),
+                engine,
+            }
+        }
+
+        fn store(&self) -> Store<()> {
+            Store::new(&self.engine, ())
+        }
+
+        fn instantiate(&self, store: &mut Store<()>) -> Running {
+            let instance = wasmtime::Instance::new(&mut *store, &self.module, &[]).unwrap();
+            let memory = instance.get_memory(&mut *store, "memory").unwrap();
+            let globals = self
+                .plan
+                .globals
+                .iter()
+                .map(|name| instance.get_global(&mut *store, name).unwrap())
+                .collect();
+            Running {
+                instance,
+                memory,
+                globals,
+            }
+        }
+    }
+
+    impl Running {
+        fn call<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
+            &self,
+            store: &mut Store<()>,
+            name: &str,
+            params: P,
+        ) -> R {
+            self.instance
+                .get_typed_func::<P, R>(&mut *store, name)
+                .unwrap()
+                .call(&mut *store, params)
+                .unwrap()
+        }
+
+        fn take(&self, store: &mut Store<()>, image: &[u8]) -> Snapshot {
+            Snapshot::take(store, self.memory, &self.globals, image)
+        }
+    }
+
     /// A hibernated instance, restored into a fresh one, carries on where it was: a counter in a
     /// global the module does not export, a page it wrote, the memory it grew.
     #[test]
     fn a_snapshot_restores_globals_written_pages_and_grown_memory() {
-        let bytes = module(
+        let fixture = Fixture::new(
             r#"(module
                 (memory (export "memory") 1)
                 (data (i32.const 100) "initial")
@@ -795,88 +861,55 @@ mod tests {
                 (func (export "grow") (drop (memory.grow (i32.const 2))))
                 (func (export "read") (param i32) (result i32) (i32.load (local.get 0))))"#,
         );
-        let prepared = prepare(&bytes);
-        let plan = prepared.plan.unwrap();
-        assert_eq!(&plan.image[100..107], b"initial");
-        let engine = wasmtime::Engine::default();
-        let compiled = wasmtime::Module::new(&engine, prepared.rewritten.unwrap()).unwrap();
-        let instantiate = |store: &mut Store<()>| {
-            let instance = wasmtime::Instance::new(&mut *store, &compiled, &[]).unwrap();
-            let memory = instance.get_memory(&mut *store, "memory").unwrap();
-            let globals: Vec<Global> = plan
-                .globals
-                .iter()
-                .map(|name| instance.get_global(&mut *store, name).unwrap())
-                .collect();
-            (instance, memory, globals)
-        };
-        let mut store = Store::new(&engine, ());
-        let (instance, memory, globals) = instantiate(&mut store);
-        let grow = instance
-            .get_typed_func::<(), ()>(&mut store, "grow")
-            .unwrap();
-        let bump = instance
-            .get_typed_func::<(), i32>(&mut store, "bump")
-            .unwrap();
-        grow.call(&mut store, ()).unwrap();
+        let image = &fixture.plan.image;
+        assert_eq!(&image[100..107], b"initial");
+        let mut store = fixture.store();
+        let running = fixture.instantiate(&mut store);
+        running.call::<(), ()>(&mut store, "grow", ());
         for _ in 0..3 {
-            bump.call(&mut store, ()).unwrap();
+            running.call::<(), i32>(&mut store, "bump", ());
         }
-        let snapshot = Snapshot::take(&mut store, memory, &globals, &plan.image);
+        let snapshot = running.take(&mut store, image);
         // One chunk differs: the one holding the counter's copy in memory.
         assert_eq!(&snapshot.chunks[..], &[70000 / CHUNK as u32]);
         drop(store);
 
-        let mut store = Store::new(&engine, ());
-        let (instance, memory, globals) = instantiate(&mut store);
-        snapshot.restore(&mut store, memory, &globals).unwrap();
-        assert_eq!(memory.data_size(&store), 3 << 16);
-        let read = instance
-            .get_typed_func::<i32, i32>(&mut store, "read")
+        let mut store = fixture.store();
+        let running = fixture.instantiate(&mut store);
+        snapshot
+            .restore(&mut store, running.memory, &running.globals)
             .unwrap();
-        assert_eq!(read.call(&mut store, 70000).unwrap(), 3);
-        let bump = instance
-            .get_typed_func::<(), i32>(&mut store, "bump")
-            .unwrap();
-        assert_eq!(bump.call(&mut store, ()).unwrap(), 4);
-        assert_eq!(&memory.data(&store)[100..107], b"initial");
+        assert_eq!(running.memory.data_size(&store), 3 << 16);
+        assert_eq!(running.call::<i32, i32>(&mut store, "read", 70000), 3);
+        assert_eq!(running.call::<(), i32>(&mut store, "bump", ()), 4);
+        assert_eq!(&running.memory.data(&store)[100..107], b"initial");
     }
 
     /// The chunk holding the end of the initial data is compared with the image, not with
     /// zeros: data set to zero there is saved, and stays zero after a restore.
     #[test]
     fn zeroed_initial_data_in_a_partly_initialised_chunk_stays_zero() {
-        let bytes = module(
+        let fixture = Fixture::new(
             r#"(module
                 (memory (export "memory") 1)
                 (data (i32.const 100) "initial")
                 (func (export "zero") (i64.store (i32.const 100) (i64.const 0)))
                 (func (export "read") (result i64) (i64.load (i32.const 100))))"#,
         );
-        let prepared = prepare(&bytes);
-        let plan = prepared.plan.unwrap();
-        assert_eq!(plan.image.len(), CHUNK);
-        let engine = wasmtime::Engine::default();
-        let compiled = wasmtime::Module::new(&engine, &bytes).unwrap();
-        let mut store = Store::new(&engine, ());
-        let instance = wasmtime::Instance::new(&mut store, &compiled, &[]).unwrap();
-        let memory = instance.get_memory(&mut store, "memory").unwrap();
-        instance
-            .get_typed_func::<(), ()>(&mut store, "zero")
-            .unwrap()
-            .call(&mut store, ())
-            .unwrap();
-        let snapshot = Snapshot::take(&mut store, memory, &[], &plan.image);
+        let image = &fixture.plan.image;
+        assert_eq!(image.len(), CHUNK);
+        let mut store = fixture.store();
+        let running = fixture.instantiate(&mut store);
+        running.call::<(), ()>(&mut store, "zero", ());
+        let snapshot = running.take(&mut store, image);
         assert_eq!(&snapshot.chunks[..], &[0]);
 
-        let mut store = Store::new(&engine, ());
-        let instance = wasmtime::Instance::new(&mut store, &compiled, &[]).unwrap();
-        let memory = instance.get_memory(&mut store, "memory").unwrap();
-        snapshot.restore(&mut store, memory, &[]).unwrap();
-        let read = instance
-            .get_typed_func::<(), i64>(&mut store, "read")
+        let mut store = fixture.store();
+        let running = fixture.instantiate(&mut store);
+        snapshot
+            .restore(&mut store, running.memory, &running.globals)
             .unwrap();
-        assert_eq!(read.call(&mut store, ()).unwrap(), 0);
+        assert_eq!(running.call::<(), i64>(&mut store, "read", ()), 0);
     }
 
     #[test]
@@ -892,7 +925,7 @@ mod tests {
     /// its pages go back to the image, the snapshot's are written, the globals set.
     #[test]
     fn a_snapshot_restored_over_a_used_instance_leaves_nothing_of_its_last_process() {
-        let bytes = module(
+        let fixture = Fixture::new(
             r#"(module
                 (memory (export "memory") 1)
                 (data (i32.const 100) "initial")
@@ -903,42 +936,23 @@ mod tests {
                 (func (export "read") (param i32) (result i32) (i32.load (local.get 0)))
                 (func (export "global") (result i32) (global.get $g)))"#,
         );
-        let prepared = prepare(&bytes);
-        let plan = prepared.plan.unwrap();
-        let engine = wasmtime::Engine::default();
-        let compiled = wasmtime::Module::new(&engine, prepared.rewritten.unwrap()).unwrap();
-        let mut store = Store::new(&engine, ());
-        let instance = |store: &mut Store<()>| {
-            let instance = wasmtime::Instance::new(&mut *store, &compiled, &[]).unwrap();
-            let memory = instance.get_memory(&mut *store, "memory").unwrap();
-            let globals: Vec<Global> = plan
-                .globals
-                .iter()
-                .map(|name| instance.get_global(&mut *store, name).unwrap())
-                .collect();
-            let write = instance
-                .get_typed_func::<(i32, i32), ()>(&mut *store, "write")
-                .unwrap();
-            let read = instance
-                .get_typed_func::<i32, i32>(&mut *store, "read")
-                .unwrap();
-            (memory, globals, write, read)
-        };
+        let image = &fixture.plan.image;
+        let mut store = fixture.store();
         // Process A writes page 5 and hibernates.
-        let (memory_a, globals_a, write_a, _) = instance(&mut store);
-        write_a.call(&mut store, (5 * 4096, 55)).unwrap();
-        let snapshot_a = Snapshot::take(&mut store, memory_a, &globals_a, &plan.image);
+        let a = fixture.instantiate(&mut store);
+        a.call::<(i32, i32), ()>(&mut store, "write", (5 * 4096, 55));
+        let snapshot_a = a.take(&mut store, image);
         // Process B, in another instance, writes page 7 and over the initial data.
-        let (memory_b, globals_b, write_b, read_b) = instance(&mut store);
-        write_b.call(&mut store, (7 * 4096, 77)).unwrap();
-        write_b.call(&mut store, (100, 0)).unwrap();
+        let b = fixture.instantiate(&mut store);
+        b.call::<(i32, i32), ()>(&mut store, "write", (7 * 4096, 77));
+        b.call::<(i32, i32), ()>(&mut store, "write", (100, 0));
         // A is restored over B's instance.
         assert!(snapshot_a
-            .restore_over(&mut store, memory_b, &globals_b, &plan.image)
+            .restore_over(&mut store, b.memory, &b.globals, image)
             .unwrap());
-        assert_eq!(read_b.call(&mut store, 5 * 4096).unwrap(), 55);
-        assert_eq!(read_b.call(&mut store, 7 * 4096).unwrap(), 0);
-        assert_eq!(&memory_b.data(&store)[100..107], b"initial");
-        assert_eq!(globals_b[0].get(&mut store).i32(), Some(55));
+        assert_eq!(b.call::<i32, i32>(&mut store, "read", 5 * 4096), 55);
+        assert_eq!(b.call::<i32, i32>(&mut store, "read", 7 * 4096), 0);
+        assert_eq!(&b.memory.data(&store)[100..107], b"initial");
+        assert_eq!(b.globals[0].get(&mut store).i32(), Some(55));
     }
 }

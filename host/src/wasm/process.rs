@@ -278,7 +278,7 @@ impl WasmProcess {
         let Ok(hibernating) = &module.hibernation else {
             return;
         };
-        if self.live.is_none() || !self.runtime.instances.should_hibernate() {
+        if !self.runtime.instances.should_hibernate() {
             return;
         }
         let Some(mut live) = self.live.take() else {
