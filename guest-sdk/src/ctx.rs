@@ -13,7 +13,8 @@ use wfcontract::{
     SpawnRequest,
 };
 
-use crate::error::Error;
+use crate::error::{Error, Undecodable};
+use crate::join::JoinFuture;
 use crate::runtime::{CommandFuture, Message, RecvFuture, Shared};
 
 /// The workflow's handle on its host, passed to every entry point. Cheap to clone.
@@ -59,6 +60,10 @@ impl Ctx {
         &self.entry
     }
 
+    pub(crate) fn max_yields(&self) -> u32 {
+        u32::try_from(self.state.borrow().max_yields).unwrap_or(u32::MAX)
+    }
+
     /// The encoding the input arrived in. The result goes back in the same one, and so does
     /// everything this workflow sends: messages, children's inputs, host-command inputs. A
     /// workflow started from the CLI (JSON) speaks JSON, so self-describing types such as
@@ -76,6 +81,16 @@ impl Ctx {
     /// completes (say, the losing side of `recv_timeout`) drops the timer too.
     pub fn sleep(&self, duration: Duration) -> CommandFuture<()> {
         CommandFuture::new(&self.state, Command::Sleep(duration), unit).forget_on_drop()
+    }
+
+    /// Completes once the host's wall clock reaches `deadline` (at once if it has passed): a
+    /// reminder at a set time. Pair it with [`now`](Self::now), not WASI's clock, for a deadline
+    /// relative to the present. Dropping it drops the timer, as for [`sleep`](Self::sleep).
+    pub fn sleep_until(&self, deadline: SystemTime) -> CommandFuture<()> {
+        let nanos = deadline
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        CommandFuture::new(&self.state, Command::SleepUntil(nanos), unit).forget_on_drop()
     }
 
     /// Writes a line to the host's log. Returns at once: the host does not answer.
@@ -116,8 +131,13 @@ impl Ctx {
         self.log(Level::Warn, message);
     }
 
-    /// Sends `value` to process `to`, encoded as [`encoding`](Self::encoding) says. Completes once the message is queued, or
-    /// with an error when `to` is unknown or has finished.
+    /// Sends `value` to process `to`, encoded as [`encoding`](Self::encoding) says. Completes once
+    /// the message is queued in the receiver's mailbox, or with an error: `no-such-process` when
+    /// `to` is unknown or has finished, `mailbox-full` when the receiver has that much waiting.
+    ///
+    /// To [`Pid::HOST`], the message goes to the application that started this workflow (or its
+    /// nearest ancestor started by the application): `Run::recv_message` in an embedding app, a
+    /// line on stderr under `wfhost run`.
     pub fn send<T: Serialize + ?Sized>(&self, to: Pid, value: &T) -> CommandFuture<()> {
         match self.encode(value) {
             Ok(message) => self.send_payload(to, message),
@@ -131,19 +151,43 @@ impl Ctx {
         CommandFuture::new(&self.state, command, unit)
     }
 
-    /// The next message, whoever sent it. Fails with [`Error::Cancelled`] if the process is
-    /// cancelled while waiting.
+    /// The next message, whoever sent it, undecoded. Fails with [`Error::Cancelled`] if the
+    /// process is cancelled while waiting.
+    ///
+    /// Messages wait at the host, in this process's bounded mailbox, until a receive asks for
+    /// them: the process holds in its memory only the messages its receives asked for, however
+    /// many are sent to it, and senders see `mailbox-full` once the mailbox is full.
     pub fn recv_message(&self) -> RecvFuture {
         RecvFuture::new(&self.state)
     }
 
     /// The next message, decoded as `T`.
+    ///
+    /// A message that does not decode as `T` (another workflow's mistake, or a hostile sender:
+    /// anyone may send to any pid) is [`Error::Undecodable`], which holds the message, its sender
+    /// and the reason. Match it to handle such messages; let `?` pass it on and the workflow fails
+    /// with a message naming the sender. [`recv_valid`](Self::recv_valid) skips them instead.
     pub async fn recv<T: DeserializeOwned>(&self) -> Result<T, Error> {
         let message = self.recv_message().await?;
-        decode(message.data)
+        decode_message(message)
     }
 
-    /// The next message, or `None` if none arrives within `timeout`.
+    /// The next message that decodes as `T`: messages that do not are logged (at `warn`, with
+    /// their sender) and dropped.
+    pub async fn recv_valid<T: DeserializeOwned>(&self) -> Result<T, Error> {
+        loop {
+            match self.recv::<T>().await {
+                Err(Error::Undecodable(bad)) => {
+                    let error = Error::Undecodable(bad);
+                    self.warn(format!("dropped a message: {error}"));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The next message decoded as `T`, or `None` if none arrives within `timeout`. A message
+    /// that does not decode is [`Error::Undecodable`], as with [`recv`](Self::recv).
     pub async fn recv_timeout<T: DeserializeOwned>(
         &self,
         timeout: Duration,
@@ -152,7 +196,7 @@ impl Ctx {
         let mut message = std::pin::pin!(self.recv_message());
         std::future::poll_fn(|cx| {
             if let std::task::Poll::Ready(message) = message.as_mut().poll(cx) {
-                return std::task::Poll::Ready(message.and_then(|m| decode(m.data)).map(Some));
+                return std::task::Poll::Ready(message.and_then(decode_message).map(Some));
             }
             match timer.as_mut().poll(cx) {
                 std::task::Poll::Ready(Ok(())) => std::task::Poll::Ready(Ok(None)),
@@ -196,10 +240,15 @@ impl Ctx {
         CommandFuture::new(&self.state, command, decode::<Pid>)
     }
 
-    /// The result of process `pid` once it finishes. A failed child is an
-    /// `Error::Command` of kind `child-failed`, not a failure of this process.
-    pub fn join<T: DeserializeOwned>(&self, pid: Pid) -> CommandFuture<T> {
-        CommandFuture::new(&self.state, Command::Join(pid), decode::<T>)
+    /// The result of process `pid` once it finishes. A child that failed is an
+    /// [`Error::Command`] of kind `child-failed`; one that was cancelled (or terminated), of kind
+    /// `child-cancelled`; neither fails this process unless passed on with `?`.
+    ///
+    /// Dropping the future before the child finishes (the losing side of a `select`, a timeout
+    /// around it) abandons only the wait: the result is kept for the next `join` of the same pid.
+    /// Joins of one process that overlap all get its result.
+    pub fn join<T: DeserializeOwned>(&self, pid: Pid) -> JoinFuture<T> {
+        JoinFuture::new(&self.state, pid)
     }
 
     /// Asks process `pid` to stop.
@@ -242,6 +291,19 @@ impl Ctx {
     /// cancel: its next await is not failed on the cancel's account.
     pub fn is_cancelled(&self) -> bool {
         self.state.borrow_mut().observe_cancel()
+    }
+}
+
+/// A message decoded as `T`, or [`Error::Undecodable`] holding it.
+fn decode_message<T: DeserializeOwned>(message: Message) -> Result<T, Error> {
+    match message.data.decode::<T>() {
+        Ok(value) => Ok(value),
+        Err(error) => Err(Error::Undecodable(Box::new(Undecodable {
+            from: message.from,
+            data: message.data,
+            wanted: std::any::type_name::<T>(),
+            reason: error.to_string(),
+        }))),
     }
 }
 

@@ -9,9 +9,11 @@ use serde::Serialize;
 use wfcontract::{Encoding, Event, Payload, Pid, StepOutput};
 
 use crate::ctx::Ctx;
-use crate::runtime::Task;
+use crate::error::Error;
+use crate::runtime::{Ending, Task};
 
-/// A started entry point.
+/// A started entry point. Not a stable API: the machinery behind `entry_points!`.
+#[doc(hidden)]
 pub struct Running(pub(crate) Started);
 
 pub(crate) enum Started {
@@ -30,14 +32,17 @@ impl std::fmt::Debug for Running {
     }
 }
 
-/// A registered entry point, whatever its kind.
+/// A registered entry point, whatever its kind. Not a stable API: the machinery behind
+/// `entry_points!`.
+#[doc(hidden)]
 pub trait Entry: 'static {
     /// Starts it with its context and raw input. An error fails `init`.
     fn start(&self, ctx: Ctx, input: Payload) -> Result<Running, String>;
 }
 
 /// Anything `entry_points!` accepts: an `async fn(Ctx, I) -> Result<O, E>`, or [`machine`].
-/// `Marker` only keeps the implementations apart.
+/// `Marker` only keeps the implementations apart. Not a stable API.
+#[doc(hidden)]
 pub trait IntoEntry<Marker> {
     /// The type-erased entry point.
     fn into_entry(self) -> Box<dyn Entry>;
@@ -70,14 +75,27 @@ where
         };
         let future = (self.f)(ctx, decoded);
         let task = Task::new(Box::pin(async move {
-            let output = future
-                .await
-                .map_err(|e| format!("entry point '{entry}' failed: {e}"))?;
+            let output = future.await.map_err(|e| ending(&entry, e))?;
             Payload::encode(encoding, &output).map_err(|e| {
-                format!("entry point '{entry}' returned a value that does not encode: {e}")
+                Ending::Failed(format!(
+                    "entry point '{entry}' returned a value that does not encode: {e}"
+                ))
             })
         }));
         Ok(Running(Started::Async(task)))
+    }
+}
+
+/// How an entry point's error ends its process: as cancelled when it is this SDK's
+/// [`Error::Cancelled`] (the workflow stopped because it was asked to), as failed otherwise.
+fn ending<E: Display + 'static>(entry: &str, error: E) -> Ending {
+    let cancelled = (&error as &dyn std::any::Any)
+        .downcast_ref::<Error>()
+        .is_some_and(Error::is_cancelled);
+    if cancelled {
+        Ending::Cancelled(format!("entry point '{entry}' stopped: it was cancelled"))
+    } else {
+        Ending::Failed(format!("entry point '{entry}' failed: {error}"))
     }
 }
 
@@ -108,11 +126,18 @@ pub struct StartInfo {
     pub entry: String,
     /// The encoding its input arrived in.
     pub encoding: Encoding,
+    /// The most yields one step may carry: a machine that yields more fails. (Async entry points
+    /// need not care: the SDK holds extra yields back for the next step.)
+    pub max_yields: u32,
 }
 
 /// The low-level way to write an entry point: the step state machine by hand. The SDK hands each
 /// step's events to [`step`](Machine::step) as they come and sends back whatever it writes to
-/// `out` (status and yields; tags are the machine's own business).
+/// `out` (status, yields and `receive`; tags are the machine's own business).
+///
+/// A machine gets messages only when it asks: `out.receive` is how many its next step takes (it
+/// arrives as zero, and then no message is delivered and none wakes it; the rest wait at the host
+/// in its bounded mailbox). It must also keep each step within [`StartInfo::max_yields`].
 pub trait Machine: Sized + 'static {
     /// The decoded input.
     type Input: DeserializeOwned;
@@ -124,7 +149,8 @@ pub trait Machine: Sized + 'static {
     fn step(&mut self, events: Vec<Event>, out: &mut StepOutput);
 }
 
-/// A type-erased [`Machine`].
+/// A type-erased [`Machine`]. Not a stable API.
+#[doc(hidden)]
 pub trait DynMachine {
     /// See [`Machine::step`].
     fn step(&mut self, events: Vec<Event>, out: &mut StepOutput);
@@ -142,6 +168,7 @@ pub fn machine<M: Machine>() -> MachineEntry<M> {
 }
 
 /// The entry point of a [`Machine`]; see [`machine`].
+#[doc(hidden)]
 pub struct MachineEntry<M>(PhantomData<fn() -> M>);
 
 impl<M: Machine> std::fmt::Debug for MachineEntry<M> {
@@ -157,6 +184,7 @@ impl<M: Machine> Entry for MachineEntry<M> {
             parent: ctx.parent(),
             entry: ctx.entry().to_string(),
             encoding: ctx.encoding(),
+            max_yields: ctx.max_yields(),
         };
         let input: M::Input = input
             .decode()
@@ -168,6 +196,7 @@ impl<M: Machine> Entry for MachineEntry<M> {
 }
 
 /// Marks the [`Machine`] implementation of [`IntoEntry`].
+#[doc(hidden)]
 #[derive(Debug)]
 pub struct MachineMarker;
 

@@ -11,11 +11,14 @@ use wfcontract::{Event, EventKind, InitRequest, Status, StepOutput};
 
 use crate::ctx::Ctx;
 use crate::entry::{Entry, Running, Started};
-use crate::runtime::{self, Shared, State};
+use crate::runtime::{self, Ending, Shared, State};
+use std::task::Poll;
 
 struct Process {
     running: Running,
     state: Shared,
+    /// The entry point's final status, held until the yields it left have all gone out.
+    finished: Option<Status>,
 }
 
 thread_local! {
@@ -98,7 +101,7 @@ pub fn init(len: u32, names: &[&str], lookup: fn(&str) -> Option<Box<dyn Entry>>
                 names.join(", ")
             )
         })?;
-        let state = State::new();
+        let state = State::new(request.max_yields);
         let ctx = Ctx {
             state: Rc::clone(&state),
             pid: request.pid,
@@ -107,7 +110,13 @@ pub fn init(len: u32, names: &[&str], lookup: fn(&str) -> Option<Box<dyn Entry>>
             encoding: request.input.encoding,
         };
         let running = entry.start(ctx, request.input)?;
-        PROCESS.with(|process| *process.borrow_mut() = Some(Process { running, state }));
+        PROCESS.with(|process| {
+            *process.borrow_mut() = Some(Process {
+                running,
+                state,
+                finished: None,
+            })
+        });
         Ok(())
     })();
     answer(&response)
@@ -134,14 +143,35 @@ fn step_process(process: &mut Process, events: Vec<Event>, out: &mut StepOutput)
                 // Code that only checks `is_cancelled` must get a chance to see it.
                 task.wake();
             }
-            process.state.borrow_mut().deliver(events);
-            out.status = match task.poll() {
-                Some(std::task::Poll::Ready(Ok(result))) => Status::Done(result),
-                Some(std::task::Poll::Ready(Err(message))) => Status::Failed(message),
-                Some(std::task::Poll::Pending) => runtime::waiting_status(&process.state.borrow()),
-                None => Status::Continue,
+            let mut state = process.state.borrow_mut();
+            state.deliver(events);
+            drop(state);
+            let status = match process.finished.take() {
+                Some(status) => status,
+                None => match task.poll() {
+                    Some(Poll::Ready(Ok(result))) => Status::Done(result),
+                    Some(Poll::Ready(Err(Ending::Failed(message)))) => Status::Failed(message),
+                    Some(Poll::Ready(Err(Ending::Cancelled(message)))) => {
+                        Status::Cancelled(message)
+                    }
+                    Some(Poll::Pending) => runtime::waiting_status(&process.state.borrow()),
+                    None => Status::Continue,
+                },
             };
-            out.yields = std::mem::take(&mut process.state.borrow_mut().yields);
+            let mut state = process.state.borrow_mut();
+            // No more yields than the host takes from one step: the rest go with the next ones,
+            // in order, and the workflow's final status waits until they have all gone.
+            let take = state.yields.len().min(state.max_yields);
+            out.yields.extend(state.yields.drain(..take));
+            out.receive = state.wanted_messages();
+            out.status = if state.yields.is_empty() {
+                status
+            } else {
+                if status.is_final() {
+                    process.finished = Some(status);
+                }
+                Status::Continue
+            };
         }
     }
 }
@@ -208,6 +238,46 @@ mod tests {
         Ok(n + 1)
     }
 
+    async fn fan_out(ctx: Ctx, n: u32) -> Result<u32, Error> {
+        let spawns: Vec<_> = (0..n).map(|i| ctx.spawn("greet", &i)).collect();
+        let mut pids = 0;
+        for spawn in spawns {
+            spawn.await?;
+            pids += 1;
+        }
+        Ok(pids)
+    }
+
+    async fn impatient_join(ctx: Ctx, child: u64) -> Result<String, Error> {
+        use std::future::Future;
+        let child = Pid(child);
+        {
+            // A select of the join and a nap; the test lets the nap win, dropping the join.
+            let mut join = std::pin::pin!(ctx.join::<String>(child));
+            let mut nap = std::pin::pin!(ctx.sleep(Duration::from_millis(20)));
+            std::future::poll_fn(|cx| {
+                if nap.as_mut().poll(cx).is_ready() || join.as_mut().poll(cx).is_ready() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+        }
+        ctx.join(child).await
+    }
+
+    async fn typed_recv(ctx: Ctx, _: ()) -> Result<String, Error> {
+        match ctx.recv::<u32>().await {
+            Err(Error::Undecodable(bad)) => Ok(format!("{} sent {:?}", bad.from, bad.data.bytes)),
+            other => Err(Error::msg(format!("unexpected {other:?}"))),
+        }
+    }
+
+    async fn give_up_when_cancelled(ctx: Ctx, _: ()) -> Result<(), Error> {
+        ctx.sleep(Duration::from_secs(60)).await
+    }
+
     struct Counter(u32);
 
     impl Machine for Counter {
@@ -233,6 +303,10 @@ mod tests {
             "nap_then_clean_up" => Some(into_entry(nap_then_clean_up)),
             "echo_once" => Some(into_entry(echo_once)),
             "counter" => Some(into_entry(machine::<Counter>())),
+            "fan_out" => Some(into_entry(fan_out)),
+            "impatient_join" => Some(into_entry(impatient_join)),
+            "typed_recv" => Some(into_entry(typed_recv)),
+            "give_up_when_cancelled" => Some(into_entry(give_up_when_cancelled)),
             _ => None,
         }
     }
@@ -243,6 +317,10 @@ mod tests {
         "nap_then_clean_up",
         "echo_once",
         "counter",
+        "fan_out",
+        "impatient_join",
+        "typed_recv",
+        "give_up_when_cancelled",
     ];
 
     fn start(entry: &str, input: Payload) -> InitResponse {
@@ -251,6 +329,7 @@ mod tests {
             parent: None,
             entry: entry.into(),
             input,
+            max_yields: 10,
         };
         call(&request, |len| init(len, NAMES, lookup))
     }
@@ -355,12 +434,95 @@ mod tests {
     #[test]
     fn waiting_only_for_a_message_is_idle() {
         start("echo_once", Payload::empty()).unwrap();
-        assert_eq!(step_with(vec![]).status, Status::Idle);
+        let out = step_with(vec![]);
+        // One receive waits: it asks for one message, no more.
+        assert_eq!((out.status, out.receive), (Status::Idle, 1));
         let message = Event::message(Pid(3), Payload::to_postcard(&41u32).unwrap());
         let out = step_with(vec![message]);
         assert_eq!(
             out.status,
             Status::Done(Payload::to_postcard(&42u32).unwrap())
+        );
+    }
+
+    #[test]
+    fn a_workflow_not_receiving_asks_for_no_messages() {
+        start("two_naps", Payload::to_postcard(&10u64).unwrap()).unwrap();
+        let out = step_with(vec![]);
+        assert_eq!((out.status, out.receive), (Status::Wait, 0));
+    }
+
+    /// More yields than the host takes from one step go out over several, in order; the result
+    /// waits until they have all gone.
+    #[test]
+    fn yields_beyond_the_hosts_limit_wait_for_the_next_step() {
+        start("fan_out", Payload::to_postcard(&25u32).unwrap()).unwrap();
+        let mut tags = Vec::new();
+        for expected in [10, 10, 5] {
+            let out = step_with(vec![]);
+            assert_eq!(out.yields.len(), expected);
+            let status = if expected == 5 {
+                Status::Wait
+            } else {
+                Status::Continue
+            };
+            assert_eq!(out.status, status);
+            tags.extend(out.yields.iter().map(|y| y.tag.0));
+        }
+        assert_eq!(tags, (1..=25).collect::<Vec<_>>());
+        let pid = |n: u64| Event::completion(Tag(n), Ok(Payload::to_postcard(&Pid(n)).unwrap()));
+        let out = step_with((1..=25).map(pid).collect());
+        assert_eq!(
+            out.status,
+            Status::Done(Payload::to_postcard(&25u32).unwrap())
+        );
+    }
+
+    /// A join dropped before its child finished (the losing side of a select) does not lose the
+    /// child's result: the next join of the same child gets it, without asking the host again.
+    #[test]
+    fn an_abandoned_join_keeps_the_result_for_the_next_one() {
+        start("impatient_join", Payload::to_postcard(&77u64).unwrap()).unwrap();
+        let out = step_with(vec![]);
+        assert_eq!(
+            out.yields.iter().map(|y| &y.command).collect::<Vec<_>>(),
+            [
+                &Command::Join(Pid(77)),
+                &Command::Sleep(Duration::from_millis(20))
+            ]
+        );
+        let (join, nap) = (out.yields[0].tag, out.yields[1].tag);
+        // The nap ends first: the join future is dropped and the workflow joins again, which
+        // asks the host for nothing new (the first join is still in flight).
+        let out = step_with(vec![done(nap)]);
+        assert!(out.yields.is_empty(), "{:?}", out.yields);
+        assert_eq!(out.status, Status::Wait);
+        let result = Payload::to_postcard("child result").unwrap();
+        let out = step_with(vec![Event::completion(join, Ok(result.clone()))]);
+        assert_eq!(out.status, Status::Done(result));
+    }
+
+    #[test]
+    fn a_message_of_the_wrong_type_is_an_error_the_workflow_can_match() {
+        start("typed_recv", Payload::empty()).unwrap();
+        step_with(vec![]);
+        let out = step_with(vec![Event::message(Pid(5), Payload::opaque(vec![0xff]))]);
+        assert_eq!(
+            out.status,
+            Status::Done(Payload::to_postcard("<5> sent [255]").unwrap())
+        );
+    }
+
+    #[test]
+    fn a_workflow_that_stops_because_it_was_cancelled_ends_as_cancelled() {
+        start("give_up_when_cancelled", Payload::empty()).unwrap();
+        step_with(vec![]);
+        let out = step_with(vec![Event::cancel()]);
+        assert_eq!(
+            out.status,
+            Status::Cancelled(
+                "entry point 'give_up_when_cancelled' stopped: it was cancelled".into()
+            )
         );
     }
 
@@ -380,7 +542,7 @@ mod tests {
     fn unknown_entry_and_bad_input_fail_init_with_a_reason() {
         assert_eq!(
             start("shout", Payload::empty()),
-            Err("unknown entry point 'shout' (module exposes: greet, two_naps, nap_then_clean_up, echo_once, counter)".into())
+            Err("unknown entry point 'shout' (module exposes: greet, two_naps, nap_then_clean_up, echo_once, counter, fan_out, impatient_join, typed_recv, give_up_when_cancelled)".into())
         );
         let err = start("greet", Payload::to_json(&12).unwrap()).unwrap_err();
         assert!(
@@ -414,17 +576,17 @@ mod tests {
 
     #[test]
     fn timed_out_receives_leave_nothing_behind() {
-        let state = State::new();
+        let state = State::new(10);
         let ctx = patient_ctx(&state);
         let mut task = crate::runtime::Task::new(Box::pin(async move {
             patient(ctx, 3)
                 .await
                 .map(|_| Payload::empty())
-                .map_err(|e| e.to_string())
+                .map_err(|e| Ending::Failed(e.to_string()))
         }));
         for _ in 0..3 {
             assert!(matches!(task.poll(), Some(std::task::Poll::Pending)));
-            let timer = state.borrow().yields.last().unwrap().tag;
+            let timer = state.borrow().yields.back().unwrap().tag;
             state.borrow_mut().yields.clear();
             state.borrow_mut().deliver(vec![done(timer)]);
         }
@@ -434,11 +596,11 @@ mod tests {
 
     #[test]
     fn a_message_that_beats_the_timeout_makes_the_timer_forgotten() {
-        let state = State::new();
+        let state = State::new(10);
         let ctx = patient_ctx(&state);
         let mut task = crate::runtime::Task::new(Box::pin(async move {
             let got = ctx.recv_timeout::<u32>(Duration::from_secs(3600)).await;
-            Ok(Payload::to_postcard(&got.map_err(|e| e.to_string())?).unwrap())
+            Ok(Payload::to_postcard(&got.map_err(|e| Ending::Failed(e.to_string()))?).unwrap())
         }));
         assert!(matches!(task.poll(), Some(std::task::Poll::Pending)));
         let timer = std::mem::take(&mut state.borrow_mut().yields)[0].tag;

@@ -47,12 +47,16 @@ mod ctx;
 mod entry;
 mod error;
 mod guest;
+mod join;
 mod manifest;
 mod runtime;
 
 pub use ctx::Ctx;
-pub use entry::{machine, DynMachine, Entry, IntoEntry, Machine, MachineEntry, Running, StartInfo};
-pub use error::{Error, Result};
+pub use entry::{machine, Machine, StartInfo};
+#[doc(hidden)]
+pub use entry::{DynMachine, Entry, IntoEntry, MachineEntry, MachineMarker, Running};
+pub use error::{Error, Result, Undecodable};
+pub use join::JoinFuture;
 pub use runtime::{CommandFuture, Message, RecvFuture};
 pub use wfcontract::{
     Command, CommandError, Encoding, ErrorKind, Event, EventKind, Level, Payload, Pid, Status,
@@ -63,7 +67,7 @@ pub use wfcontract::{
 #[doc(hidden)]
 pub mod __private {
     pub use crate::guest::{init, panic_message, reserve, step};
-    pub use crate::manifest::{manifest, manifest_len};
+    pub use crate::manifest::{check_names, manifest, manifest_len};
     pub use crate::Entry;
 
     /// Type-erases an entry point.
@@ -75,14 +79,18 @@ pub mod __private {
 /// Registers a module's entry points, writes its manifest and exports the ABI. Use it once per
 /// module (a `cdylib` crate built for `wasm32-wasip1`).
 ///
-/// Each item is an async function's name, or `name = expression` for another implementation of
-/// [`IntoEntry`] such as `counter = wfguest::machine::<Counter>()`.
+/// Each item is an async function's name (the entry point takes that name), `name = expression`
+/// for another implementation (such as `counter = wfguest::machine::<Counter>()`), or
+/// `"name" = expression` for a name that is not a Rust identifier: entry point names may also hold
+/// `-` and `.` (`"send-reminder" = send_reminder`). A name the manifest does not allow, or one
+/// declared twice, fails the build.
 #[macro_export]
 macro_rules! entry_points {
-    ($($name:ident $(= $entry:expr)?),+ $(,)?) => {
+    ($($name:tt $(= $entry:expr)?),+ $(,)?) => {
         const _: () = {
-            const NAMES: &[&str] = &[$(stringify!($name)),+];
+            const NAMES: &[&str] = &[$($crate::__entry_name!($name)),+];
             const LEN: usize = $crate::__private::manifest_len(NAMES);
+            const _: () = $crate::__private::check_names(NAMES);
 
             #[cfg_attr(target_family = "wasm", link_section = "wfhost-manifest")]
             #[used]
@@ -90,7 +98,7 @@ macro_rules! entry_points {
 
             fn lookup(name: &str) -> ::core::option::Option<::std::boxed::Box<dyn $crate::Entry>> {
                 $(
-                    if name == stringify!($name) {
+                    if name == $crate::__entry_name!($name) {
                         return ::core::option::Option::Some(
                             $crate::__private::into_entry($crate::__entry_value!($name $(, $entry)?)),
                         );
@@ -124,11 +132,31 @@ macro_rules! entry_points {
 
 #[doc(hidden)]
 #[macro_export]
+macro_rules! __entry_name {
+    ($name:ident) => {
+        stringify!($name)
+    };
+    ($name:literal) => {
+        $name
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
 macro_rules! __entry_value {
     ($name:ident) => {
         $name
     };
-    ($name:ident, $entry:expr) => {
+    ($name:literal) => {
+        compile_error!(concat!(
+            "the entry point named ",
+            stringify!($name),
+            " needs its implementation: ",
+            stringify!($name),
+            " = function"
+        ))
+    };
+    ($name:tt, $entry:expr) => {
         $entry
     };
 }

@@ -13,6 +13,61 @@ const fn digits(mut n: u32) -> usize {
     count
 }
 
+/// Whether `name` is an entry point name the manifest allows (as
+/// [`wfcontract::manifest::is_entry_name`], at compile time): ASCII letters, digits, `_`, `-` and
+/// `.`, starting with a letter or `_`.
+const fn is_entry_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || !(bytes[0].is_ascii_alphabetic() || bytes[0] == b'_') {
+        return false;
+    }
+    let mut i = 1;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if !(b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.') {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Fails the build when an entry point name is not one the manifest allows, or is declared twice.
+pub const fn check_names(names: &[&str]) {
+    let mut i = 0;
+    while i < names.len() {
+        if !is_entry_name(names[i]) {
+            panic!(
+                "entry point names are ASCII letters, digits, '_', '-' and '.', starting with a \
+                 letter or '_'"
+            );
+        }
+        let mut j = 0;
+        while j < i {
+            if same(names[i], names[j]) {
+                panic!("an entry point name is declared twice in entry_points!");
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+}
+
 /// The manifest's length for these entry points.
 pub const fn manifest_len(names: &[&str]) -> usize {
     let mut len = ABI_KEY.len() + 1 + digits(VERSION) + 1;
@@ -68,6 +123,27 @@ pub const fn manifest<const N: usize>(names: &[&str]) -> [u8; N] {
 mod tests {
     use super::*;
     use wfcontract::manifest::Manifest;
+
+    #[test]
+    fn the_compile_time_name_check_agrees_with_the_manifest() {
+        for name in [
+            "greet",
+            "send-reminder",
+            "v1.order",
+            "_x",
+            "",
+            "9lives",
+            "a b",
+            "-x",
+            "é",
+        ] {
+            assert_eq!(
+                is_entry_name(name),
+                wfcontract::manifest::is_entry_name(name),
+                "{name}"
+            );
+        }
+    }
 
     #[test]
     fn the_const_manifest_parses_back() {

@@ -2,7 +2,9 @@
 //!
 //! Each command a workflow awaits is yielded with a fresh tag and gets a slot here; the host's
 //! completion event fills the slot and wakes the future waiting on it. A step delivers the events,
-//! polls the entry point's future until it stops making progress, and reports what it waits for.
+//! polls the entry point's future until it stops making progress, and reports what it waits for:
+//! completions (status `Wait`), or only messages (`Idle`), and how many messages it takes next
+//! (one per receive waiting for one). Messages it did not ask for stay queued at the host.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -16,6 +18,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use wfcontract::{Command, CommandError, Event, EventKind, Payload, Pid, Status, Tag, Yield};
 
 use crate::error::Error;
+use crate::join::Joins;
 
 /// A message another process sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,48 +38,63 @@ enum Slot {
 pub(crate) struct State {
     next_tag: u64,
     slots: BTreeMap<u64, Slot>,
-    /// Yields produced since the last step.
-    pub(crate) yields: Vec<Yield>,
+    /// Yields produced and not yet handed to the host (more than a step may carry wait here).
+    pub(crate) yields: VecDeque<Yield>,
+    /// Messages the host delivered that no receive has taken yet. Only as many arrive as
+    /// receives asked for, so this stays small.
     mailbox: VecDeque<Message>,
     /// Receives waiting for a message, by receive id. A receive removes its entry when dropped,
     /// so abandoned ones (a `recv_timeout` that timed out) leave nothing behind.
     recv_wakers: BTreeMap<u64, Waker>,
     next_recv: u64,
-    /// Cancels received so far; a receive begun before the latest cancel fails with `Cancelled`.
-    cancels: u64,
+    /// Cancels received so far; a receive or join begun before the latest cancel fails with
+    /// `Cancelled`.
+    pub(crate) cancels: u64,
     /// A cancel arrived while nothing was waiting: the next await fails with `Cancelled`, so the
     /// workflow sees it even if it had not started waiting yet.
-    unobserved_cancel: bool,
+    pub(crate) unobserved_cancel: bool,
+    /// Joins in flight, and results of joins whose futures were dropped.
+    pub(crate) joins: Joins,
+    /// The most yields the host takes from one step.
+    pub(crate) max_yields: usize,
 }
 
 pub(crate) type Shared = Rc<RefCell<State>>;
 
 impl State {
-    pub(crate) fn new() -> Shared {
+    pub(crate) fn new(max_yields: u32) -> Shared {
         Rc::new(RefCell::new(State {
             next_tag: 1,
             slots: BTreeMap::new(),
-            yields: Vec::new(),
+            yields: VecDeque::new(),
             mailbox: VecDeque::new(),
             recv_wakers: BTreeMap::new(),
             next_recv: 0,
             cancels: 0,
             unobserved_cancel: false,
+            joins: Joins::default(),
+            max_yields: (max_yields as usize).max(1),
         }))
     }
 
     /// Queues `command` and returns its tag, with a slot for the completion.
     pub(crate) fn issue(&mut self, command: Command) -> Tag {
+        let tag = self.issue_untracked(command);
+        self.slots.insert(tag.0, Slot::Pending(None));
+        tag
+    }
+
+    /// Queues `command` with a fresh tag whose completion is routed elsewhere (a join).
+    pub(crate) fn issue_untracked(&mut self, command: Command) -> Tag {
         let tag = Tag(self.next_tag);
         self.next_tag += 1;
-        self.slots.insert(tag.0, Slot::Pending(None));
-        self.yields.push(Yield { tag, command });
+        self.yields.push_back(Yield { tag, command });
         tag
     }
 
     /// Queues a command that expects no completion.
     pub(crate) fn issue_unanswered(&mut self, command: Command) {
-        self.yields.push(Yield {
+        self.yields.push_back(Yield {
             tag: Tag(0),
             command,
         });
@@ -93,9 +111,13 @@ impl State {
         for event in events {
             match event.kind {
                 EventKind::YieldComplete => {
+                    let tag = event.tag;
+                    if self.joins.complete(tag, &event) {
+                        continue;
+                    }
                     // A completion for a future that was dropped has no slot any more, and one for
                     // an await a cancel already failed must not undo that: both are ignored.
-                    if let Some(slot @ Slot::Pending(_)) = self.slots.get_mut(&event.tag.0) {
+                    if let Some(slot @ Slot::Pending(_)) = self.slots.get_mut(&tag.0) {
                         if let Slot::Pending(Some(waker)) =
                             std::mem::replace(slot, Slot::Done(event.into_result()))
                         {
@@ -122,6 +144,7 @@ impl State {
                             observed = true;
                         }
                     }
+                    observed |= self.joins.wake_all();
                     self.unobserved_cancel = !observed;
                     self.wake_receivers();
                 }
@@ -145,10 +168,18 @@ impl State {
         self.slots
             .values()
             .any(|slot| matches!(slot, Slot::Pending(_)))
+            || self.joins.awaited()
+    }
+
+    /// How many messages the next step should bring: one per receive still waiting, less those
+    /// already here.
+    pub(crate) fn wanted_messages(&self) -> u32 {
+        let wanted = self.recv_wakers.len().saturating_sub(self.mailbox.len());
+        u32::try_from(wanted).unwrap_or(u32::MAX)
     }
 }
 
-fn cancelled() -> CommandError {
+pub(crate) fn cancelled() -> CommandError {
     CommandError::new(wfcontract::ErrorKind::Cancelled, "cancelled")
 }
 
@@ -294,10 +325,14 @@ impl Future for RecvFuture {
         let mut state = self.state.borrow_mut();
         if state.cancels > self.cancels_at_start || state.unobserved_cancel {
             state.unobserved_cancel = false;
+            state.recv_wakers.remove(&self.id);
             return Poll::Ready(Err(Error::Cancelled));
         }
         match state.mailbox.pop_front() {
-            Some(message) => Poll::Ready(Ok(message)),
+            Some(message) => {
+                state.recv_wakers.remove(&self.id);
+                Poll::Ready(Ok(message))
+            }
             None => {
                 state.recv_wakers.insert(self.id, cx.waker().clone());
                 Poll::Pending
@@ -327,9 +362,21 @@ impl Wake for Flag {
     }
 }
 
+/// How a workflow's root future ended, when it did not succeed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// It failed: the text says why.
+    Failed(String),
+    /// It stopped because it was cancelled.
+    Cancelled(String),
+}
+
+/// What a workflow's root future produces.
+pub(crate) type Outcome = Result<Payload, Ending>;
+
 /// A workflow's root future, polled by steps.
 pub(crate) struct Task {
-    future: Pin<Box<dyn Future<Output = Result<Payload, String>>>>,
+    future: Pin<Box<dyn Future<Output = Outcome>>>,
     flag: Arc<Flag>,
     waker: Waker,
 }
@@ -339,7 +386,7 @@ pub(crate) struct Task {
 const MAX_POLLS_PER_STEP: usize = 64;
 
 impl Task {
-    pub(crate) fn new(future: Pin<Box<dyn Future<Output = Result<Payload, String>>>>) -> Task {
+    pub(crate) fn new(future: Pin<Box<dyn Future<Output = Outcome>>>) -> Task {
         let flag = Arc::new(Flag(AtomicBool::new(true)));
         let waker = Waker::from(Arc::clone(&flag));
         Task {
@@ -350,7 +397,7 @@ impl Task {
     }
 
     /// Polls while woken. `None` when it gave up with the flag still raised.
-    pub(crate) fn poll(&mut self) -> Option<Poll<Result<Payload, String>>> {
+    pub(crate) fn poll(&mut self) -> Option<Poll<Outcome>> {
         let mut cx = Context::from_waker(&self.waker);
         for _ in 0..MAX_POLLS_PER_STEP {
             if !self.flag.0.swap(false, Ordering::Relaxed) {

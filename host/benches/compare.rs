@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wfhost::contract::{EventKind, Payload, Pid, Status, Tag};
-use wfhost::scheduler::{Events, InitContext, Process, ProcessError, Scheduler, StepOutput};
+use wfhost_scheduler::{Events, InitContext, Process, ProcessError, Scheduler, StepOutput};
 
 const SKYNET_LEAVES: u64 = 1_000_000;
 const RING_MEMBERS: usize = 1_000;
@@ -203,6 +203,8 @@ impl Process for Echo {
     }
 
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+        // Native processes take every message they are sent.
+        out.receive = u32::MAX;
         out.status = Status::Idle;
         for event in events {
             match event.kind {
@@ -228,6 +230,8 @@ impl Process for Pinger {
     }
 
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+        // Native processes take every message they are sent.
+        out.receive = u32::MAX;
         out.status = Status::Idle;
         if self.returns == 0 && events.len() == 0 {
             out.push(Tag(1), send(self.echo, pc(0)));
@@ -335,6 +339,8 @@ impl Process for Waiter {
     }
 
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+        // Native processes take every message they are sent.
+        out.receive = u32::MAX;
         if events.len() == 0 {
             self.started.fetch_add(1, Ordering::Relaxed);
             out.status = Status::Idle;

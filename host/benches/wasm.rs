@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 use common::{alternate, env_count as count, median, proportional_bytes, resident_bytes};
 use wfhost::__bench::Harness;
 use wfhost::contract::{Event, Payload, Pid, StepOutput};
-use wfhost::scheduler::Events;
 use wfhost::{Hibernation, Host};
+use wfhost_scheduler::Events;
 use wfhost_test_programs::{PROBE, RING, TINY};
 
 const RING_MEMBERS: usize = 1_000;

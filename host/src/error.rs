@@ -11,6 +11,9 @@ pub enum ErrorKind {
     UnknownModule,
     /// The module has no entry point of that name.
     UnknownEntry,
+    /// The entry point could not start with its input: the input does not decode as its type, or
+    /// its start failed.
+    InvalidInput,
     /// The process trapped or panicked (a guest panic traps), or its host-side handler panicked.
     Trap,
     /// A configured limit was reached: by a process (time, memory, yields, answer or payload
@@ -24,6 +27,11 @@ pub enum ErrorKind {
     /// The process was ended from outside: it outlived its cancel grace period, was terminated,
     /// or the host shut down under it.
     Terminated,
+    /// The process was cancelled and stopped as asked (its entry point returned
+    /// `Error::Cancelled`).
+    Cancelled,
+    /// The process ran past the timeout it was spawned with (`SpawnOptions::timeout`).
+    Timeout,
     /// The module is not allowed to do that: the host did not grant it.
     NotAllowed,
     /// No process has that pid (it never existed or has finished).
@@ -34,8 +42,6 @@ pub enum ErrorKind {
     Io,
     /// A setting is invalid, or the host could not start.
     Config,
-    /// Building a workflow crate failed.
-    Build,
 }
 
 /// A failure, with the kind and a message that says what was wrong and what to do.
@@ -66,22 +72,23 @@ impl Error {
     }
 }
 
-impl From<wfhost_scheduler::Error> for Error {
-    fn from(error: wfhost_scheduler::Error) -> Error {
+impl Error {
+    /// A refusal of the scheduler's, in the host's terms.
+    pub(crate) fn refused(error: wfhost_scheduler::Error) -> Error {
         let kind = match error {
             wfhost_scheduler::Error::NoSuchProcess(_) => ErrorKind::NoSuchProcess,
-            wfhost_scheduler::Error::ShuttingDown => ErrorKind::ShuttingDown,
+            wfhost_scheduler::Error::ShuttingDown | wfhost_scheduler::Error::Unavailable(_) => {
+                ErrorKind::ShuttingDown
+            }
             wfhost_scheduler::Error::TooManyProcesses(_)
             | wfhost_scheduler::Error::TooManyChildren { .. }
             | wfhost_scheduler::Error::MailboxFull(_) => ErrorKind::Limit,
         };
         Error::new(kind, error.to_string())
     }
-}
 
-impl From<wfhost_scheduler::ProcessError> for Error {
     /// A process's failure, with its kind carried over.
-    fn from(error: wfhost_scheduler::ProcessError) -> Error {
+    pub(crate) fn failed(error: &wfhost_scheduler::ProcessError) -> Error {
         use wfhost_scheduler::FailureKind;
         let kind = match error.kind() {
             FailureKind::Trap => ErrorKind::Trap,
@@ -89,6 +96,9 @@ impl From<wfhost_scheduler::ProcessError> for Error {
             FailureKind::BadOutput => ErrorKind::BadOutput,
             FailureKind::Refused => ErrorKind::UnknownEntry,
             FailureKind::Terminated => ErrorKind::Terminated,
+            FailureKind::Cancelled => ErrorKind::Cancelled,
+            FailureKind::Timeout => ErrorKind::Timeout,
+            FailureKind::InvalidInput => ErrorKind::InvalidInput,
             _ => ErrorKind::Failed,
         };
         Error::new(kind, error.message())

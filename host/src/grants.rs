@@ -2,7 +2,7 @@
 //!
 //! WASI gives a workflow nothing (no files, no environment, no sockets), so everything it can do
 //! outside its own memory is a command. A module's [`Grants`] decide which: by default every
-//! built-in command and no host command, so a module can reach a payment API or a database only if
+//! built-in command and no host function, so a module can reach a payment API or a database only if
 //! the embedder names that command for it. A command outside the grants completes with a
 //! `not-allowed` error that the workflow sees; nothing runs.
 
@@ -14,45 +14,45 @@ use wfcontract::{Command, CommandError, CommandKind, ErrorKind};
 ///
 /// WASI gives a workflow nothing (no files, no environment, no sockets), so everything it can do
 /// outside its own memory is a command. Grants decide which: by default every built-in command and
-/// no host command, so a module reaches a payment API or a database only if the embedder names
+/// no host function, so a module reaches a payment API or a database only if the embedder names
 /// that command for it. A command outside the grants completes with a `not-allowed` error that the
 /// workflow sees; nothing runs.
 ///
 /// ```
 /// use wfhost::{CommandKind, Grants};
 ///
-/// // Every built-in, plus one host command.
-/// let billing = Grants::default().allow_command("payments.charge");
-/// // No children and no host commands at all.
+/// // Every built-in, plus one host function.
+/// let billing = Grants::default().allow_function("payments.charge");
+/// // No children and no host functions at all.
 /// let leaf = Grants::default().deny(CommandKind::Spawn);
 /// # let _ = (billing, leaf);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grants {
-    /// The built-in commands granted (never `Call`, which `host_commands` governs, nor `Forget`,
+    /// The built-in commands granted (never `Call`, which `host_functions` governs, nor `Forget`,
     /// which only withdraws a process's own request and is always allowed).
     builtins: BTreeSet<CommandKind>,
-    host_commands: HostCommands,
+    host_functions: HostFunctions,
     /// May cancel and join processes other than its own children.
     any_process: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum HostCommands {
+enum HostFunctions {
     Named(BTreeSet<String>),
     All,
 }
 
 impl Default for Grants {
     /// Every built-in command (sleep, log, send, spawn, join, cancel, now, random), with `cancel`
-    /// and `join` reaching only the process's own children; no host commands.
+    /// and `join` reaching only the process's own children; no host functions.
     fn default() -> Self {
         Grants {
             builtins: CommandKind::ALL
                 .into_iter()
                 .filter(|&kind| is_builtin(kind))
                 .collect(),
-            host_commands: HostCommands::Named(BTreeSet::new()),
+            host_functions: HostFunctions::Named(BTreeSet::new()),
             any_process: false,
         }
     }
@@ -68,28 +68,28 @@ impl Grants {
     pub fn none() -> Grants {
         Grants {
             builtins: BTreeSet::new(),
-            host_commands: HostCommands::Named(BTreeSet::new()),
+            host_functions: HostFunctions::Named(BTreeSet::new()),
             any_process: false,
         }
     }
 
-    /// Also allows host command `name` (as registered with
-    /// [`HostBuilder::command`](crate::HostBuilder::command)).
-    pub fn allow_command(mut self, name: impl Into<String>) -> Grants {
-        if let HostCommands::Named(names) = &mut self.host_commands {
+    /// Also allows host function `name` (as registered with
+    /// [`HostBuilder::command`](crate::HostBuilder::function)).
+    pub fn allow_function(mut self, name: impl Into<String>) -> Grants {
+        if let HostFunctions::Named(names) = &mut self.host_functions {
             names.insert(name.into());
         }
         self
     }
 
-    /// Allows every host command, including ones registered later. For modules you trust.
-    pub fn allow_all_commands(mut self) -> Grants {
-        self.host_commands = HostCommands::All;
+    /// Allows every host function, including ones registered later. For modules you trust.
+    pub fn allow_all_functions(mut self) -> Grants {
+        self.host_functions = HostFunctions::All;
         self
     }
 
     /// Also allows built-in command `kind`. `Call` is governed by
-    /// [`allow_command`](Self::allow_command) instead, and `Forget` is always allowed.
+    /// [`allow_function`](Self::allow_function) instead, and `Forget` is always allowed.
     pub fn allow(mut self, kind: CommandKind) -> Grants {
         if is_builtin(kind) {
             self.builtins.insert(kind);
@@ -110,10 +110,10 @@ impl Grants {
         self.any_process
     }
 
-    /// Withdraws built-in command `kind`; `Call` withdraws every host command. `Forget` stays.
+    /// Withdraws built-in command `kind`; `Call` withdraws every host function. `Forget` stays.
     pub fn deny(mut self, kind: CommandKind) -> Grants {
         if kind == CommandKind::Call {
-            self.host_commands = HostCommands::Named(BTreeSet::new());
+            self.host_functions = HostFunctions::Named(BTreeSet::new());
         }
         self.builtins.remove(&kind);
         self
@@ -125,9 +125,9 @@ impl Grants {
         let kind = command.kind();
         let allowed = match command {
             Command::Forget(_) => true,
-            Command::Call(call) => match &self.host_commands {
-                HostCommands::All => true,
-                HostCommands::Named(names) => names.contains(&call.name),
+            Command::Call(call) => match &self.host_functions {
+                HostFunctions::All => true,
+                HostFunctions::Named(names) => names.contains(&call.name),
             },
             _ => self.builtins.contains(&kind),
         };
@@ -136,9 +136,9 @@ impl Grants {
         }
         let message = match command {
             Command::Call(call) => format!(
-                "this module may not call host command '{}': the host did not grant it ({})",
+                "this module may not call host function '{}': the host did not grant it ({})",
                 call.name,
-                self.describe_host_commands()
+                self.describe_host_functions()
             ),
             _ => format!(
                 "this module may not use the '{}' command: the host did not grant it",
@@ -148,11 +148,11 @@ impl Grants {
         Err(CommandError::new(ErrorKind::NotAllowed, message))
     }
 
-    fn describe_host_commands(&self) -> String {
-        match &self.host_commands {
-            HostCommands::All => "it grants all".into(),
-            HostCommands::Named(names) if names.is_empty() => "it grants none".into(),
-            HostCommands::Named(names) => format!(
+    fn describe_host_functions(&self) -> String {
+        match &self.host_functions {
+            HostFunctions::All => "it grants all".into(),
+            HostFunctions::Named(names) if names.is_empty() => "it grants none".into(),
+            HostFunctions::Named(names) => format!(
                 "it grants {}",
                 names
                     .iter()
@@ -187,7 +187,7 @@ mod tests {
         assert_eq!(refused.kind, ErrorKind::NotAllowed);
         assert_eq!(
             refused.message,
-            "this module may not call host command 'payments.charge': the host did not grant it \
+            "this module may not call host function 'payments.charge': the host did not grant it \
              (it grants none)"
         );
     }
@@ -195,12 +195,12 @@ mod tests {
     #[test]
     fn named_commands_and_denied_builtins() {
         let grants = Grants::default()
-            .allow_command("a")
+            .allow_function("a")
             .deny(CommandKind::Spawn);
         assert_eq!(grants.permits(&call("a")), Ok(()));
         assert_eq!(
             grants.permits(&call("b")).unwrap_err().message,
-            "this module may not call host command 'b': the host did not grant it (it grants a)"
+            "this module may not call host function 'b': the host did not grant it (it grants a)"
         );
         assert_eq!(grants.permits(&Command::Now).map_err(|e| e.kind), Ok(()));
         let spawn = Command::Spawn(wfcontract::SpawnRequest {
@@ -225,7 +225,7 @@ mod tests {
             Err(ErrorKind::NotAllowed)
         );
         assert_eq!(
-            Grants::none().allow_all_commands().permits(&call("z")),
+            Grants::none().allow_all_functions().permits(&call("z")),
             Ok(())
         );
     }

@@ -20,43 +20,55 @@
 //! back as events for a later step. Thousands of processes share one worker thread per core.
 //!
 //! A [`Host`] owns all of that: build one with [`Host::builder`] (every option documents its
-//! default), register host commands (native functions workflows call by name, run on a thread pool
-//! off the workers), load modules under names, spawn entry points, send them messages, cancel them,
-//! wait for their results, shut down. [`build::build_workflow`] compiles a workflow crate, as
-//! `wfhost build` does.
+//! default), register host functions (native functions workflows call by name, blocking or
+//! async, run off the workers with a timeout: [`HostFunction`]), load modules under names, spawn
+//! entry points ([`SpawnOptions`] for per-process grants, limits and a timeout), send them
+//! messages, cancel them, wait for their results ([`Run`]) and read what they send the host, shut
+//! down. A `Host` is cheap to clone and share between threads. Building workflow crates is the
+//! CLI's job (`wfhost build`, crate `wfhost-cli`).
 //!
 //! The sandbox holds for code nobody trusts: a module may import only WASI preview 1, which is
 //! linked with no files, no environment and no arguments; what it may ask the host to do is decided
-//! by its [`Grants`] (every built-in, no host command, unless the embedder says otherwise); memory,
-//! time, stack, yields and payload sizes are capped ([`Limits`], and the host-wide limits on
-//! [`HostBuilder`]); a trap, a panic or a runaway step fails that process only, with an
-//! [`ErrorKind`] saying which. `SECURITY.md` in the repository has the threat model.
+//! by its [`Grants`] (every built-in, no host function, unless the embedder says otherwise);
+//! memory, time per step and over a process's life, stack, yields and payload sizes are capped
+//! ([`Limits`], and the host-wide limits on [`HostBuilder`]); a message waits in its receiver's
+//! bounded mailbox until the receiver asks for it; a trap, a panic or a runaway step fails that
+//! process only, with an [`ErrorKind`] saying which. `SECURITY.md` in the repository has the
+//! threat model.
 #![deny(missing_docs)]
 
-pub mod build;
-mod calls;
+mod builder;
 mod capacity;
-mod commands;
 mod error;
+mod functions;
 mod grants;
 mod host;
+mod modules;
+mod observe;
+mod run;
+mod spawner;
 mod wasm;
 
-pub use calls::CallInfo;
+pub use builder::{
+    HostBuilder, DEFAULT_CANCEL_GRACE, DEFAULT_MAILBOX_BYTES, DEFAULT_MAILBOX_LIMIT,
+    DEFAULT_MAX_CHILDREN, DEFAULT_MAX_PROCESSES,
+};
 pub use capacity::{Capacity, CapacityLimit, MemoryImages};
 pub use error::{Error, ErrorKind, Result};
-pub use grants::Grants;
-pub use host::{
-    Host, HostBuilder, Run, DEFAULT_CALL_QUEUE, DEFAULT_CALL_THREADS, DEFAULT_CANCEL_GRACE,
-    DEFAULT_MAILBOX_BYTES, DEFAULT_MAILBOX_LIMIT, DEFAULT_MAX_CHILDREN, DEFAULT_MAX_PROCESSES,
+pub use functions::{
+    CallInfo, HostFunction, DEFAULT_FUNCTION_QUEUE, DEFAULT_FUNCTION_THREADS,
+    DEFAULT_FUNCTION_TIMEOUT,
 };
-pub use wasm::{Hibernation, Limits, ModuleInfo, Residency};
+pub use grants::Grants;
+pub use host::Host;
+pub use observe::Observer;
+pub use run::{Message, Run, SpawnOptions};
+pub use wasm::{Hibernation, Limits, ModuleInfo, Residency, DEFAULT_MAX_CPU_TIME};
 pub use wfcontract as contract;
 pub use wfcontract::{
     CommandError, CommandKind, Encoding, ErrorKind as CommandErrorKind, Payload, Pid,
 };
-pub use wfhost_scheduler as scheduler;
-pub use wfhost_scheduler::{FailureKind, ShutdownReport, DEFAULT_MAX_SLEEPS};
+pub use wfhost_scheduler::{Counters, ShutdownReport, DEFAULT_MAX_SLEEPS};
 
 /// Hooks for the benchmarks. Not a stable API.
 #[doc(hidden)]

@@ -21,7 +21,7 @@ fn host_with(builder: wfhost::HostBuilder) -> Host {
     ] {
         // The probe is trusted with every host command; grants have their own test below.
         let grants = match name {
-            "probe" => Grants::default().allow_all_commands(),
+            "probe" => Grants::default().allow_all_functions(),
             _ => Grants::default(),
         };
         host.load_module_with(name, path, grants).unwrap();
@@ -275,19 +275,19 @@ fn host_commands_run_off_the_workers_and_answer_the_guest() {
     let counted = Arc::clone(&calls);
     let host = host_with(
         Host::builder()
-            .command("math.double", move |n: i64| {
+            .function("math.double", move |n: i64| {
                 counted.fetch_add(1, Ordering::Relaxed);
                 let thread = std::thread::current();
-                assert!(thread.name().unwrap().starts_with("wfhost-call-"));
+                assert!(thread.name().unwrap().starts_with("wfhost-function"));
                 n.checked_mul(2).ok_or("overflow")
             })
-            .command_raw("echo.raw", |info, input| {
+            .function_raw("echo.raw", |info, input| {
                 Ok(
                     Payload::to_json(&json!({ "pid": info.pid.0, "bytes": input.bytes.len() }))
                         .unwrap(),
                 )
             })
-            .command("always.fails", |_: Value| -> Result<Value, String> {
+            .function("always.fails", |_: Value| -> Result<Value, String> {
                 Err("the payment provider said no".into())
             }),
     );
@@ -307,7 +307,7 @@ fn host_commands_run_off_the_workers_and_answer_the_guest() {
     assert_eq!(unknown["error"], "unknown-command");
     assert_eq!(
         unknown["message"],
-        "no host command named 'math.triple' (registered: always.fails, echo.raw, math.double) (unknown-command)"
+        "no host function named 'math.triple' (registered: always.fails, echo.raw, math.double) (unknown-command)"
     );
     // 21 and i64::MAX reached the function; "two" was refused before it.
     assert_eq!(calls.load(Ordering::Relaxed), 2);
@@ -317,15 +317,15 @@ fn host_commands_run_off_the_workers_and_answer_the_guest() {
 fn a_module_uses_only_the_commands_it_was_granted() {
     let host = host_with(
         Host::builder()
-            .command("math.double", |n: i64| Ok::<_, String>(n * 2))
-            .command("math.half", |n: i64| Ok::<_, String>(n / 2)),
+            .function("math.double", |n: i64| Ok::<_, String>(n * 2))
+            .function("math.half", |n: i64| Ok::<_, String>(n / 2)),
     );
     host.load_module("default", PROBE).unwrap();
     host.load_module_with(
         "doubler",
         PROBE,
         Grants::default()
-            .allow_command("math.double")
+            .allow_function("math.double")
             .deny(CommandKind::Spawn),
     )
     .unwrap();
@@ -333,14 +333,14 @@ fn a_module_uses_only_the_commands_it_was_granted() {
     assert_eq!(refused["error"], "not-allowed");
     assert_eq!(
         refused["message"],
-        "this module may not call host command 'math.double': the host did not grant it (it grants none) (not-allowed)"
+        "this module may not call host function 'math.double': the host did not grant it (it grants none) (not-allowed)"
     );
     let granted = run(&host, "doubler", "call", json!(["math.double", 2])).unwrap();
     assert_eq!(granted, json!({ "ok": 4 }));
     let other = run(&host, "doubler", "call", json!(["math.half", 2])).unwrap();
     assert_eq!(
         other["message"],
-        "this module may not call host command 'math.half': the host did not grant it (it grants math.double) (not-allowed)"
+        "this module may not call host function 'math.half': the host did not grant it (it grants math.double) (not-allowed)"
     );
     // A denied built-in: the spawn never happens, so nothing but the parent ever ran.
     let spawns = host.counters().spawns;
@@ -379,21 +379,21 @@ fn a_module_cancels_only_its_own_children_unless_granted_any_process() {
     let err = stranger.wait_timeout(PATIENCE).unwrap().unwrap_err();
     assert_eq!(
         err.message(),
-        "entry point 'wait_message' failed: cancelled"
+        "entry point 'wait_message' stopped: it was cancelled"
     );
 }
 
 #[test]
 fn a_panicking_host_command_fails_the_call_not_the_host() {
     let host = host_with(
-        Host::builder().command("boom", |_: Value| -> Result<Value, CommandError> {
+        Host::builder().function("boom", |_: Value| -> Result<Value, CommandError> {
             panic!("the database fell over")
         }),
     );
     let outcome = run(&host, "probe", "call", json!(["boom", null])).unwrap();
     assert_eq!(
         outcome["message"],
-        "host command 'boom' panicked: the database fell over (failed)"
+        "host function 'boom' panicked: the database fell over (failed)"
     );
     // The pool thread survived.
     let again = run(&host, "probe", "call", json!(["boom", null])).unwrap();
@@ -403,12 +403,12 @@ fn a_panicking_host_command_fails_the_call_not_the_host() {
 #[test]
 fn registering_a_command_twice_is_refused() {
     let err = Host::builder()
-        .command("x", |v: Value| Ok::<_, String>(v))
-        .command("x", |v: Value| Ok::<_, String>(v))
+        .function("x", |v: Value| Ok::<_, String>(v))
+        .function("x", |v: Value| Ok::<_, String>(v))
         .build()
         .unwrap_err();
     assert_eq!(err.kind(), wfhost::ErrorKind::Config);
-    assert_eq!(err.message(), "host command 'x' is registered twice");
+    assert_eq!(err.message(), "host function 'x' is registered twice");
 }
 
 #[test]
@@ -480,10 +480,7 @@ fn a_process_may_have_only_so_many_children() {
 
 #[test]
 fn oversized_payloads_are_refused_where_they_enter() {
-    let limits = wfhost::Limits {
-        max_payload_bytes: 200,
-        ..wfhost::Limits::default()
-    };
+    let limits = wfhost::Limits::default().max_payload_bytes(200);
     let host = host_with(Host::builder().limits(limits));
     let big = Payload::to_json(&"x".repeat(300)).unwrap();
     let err = host.spawn("probe", "echo", big.clone()).unwrap_err();
@@ -502,7 +499,7 @@ fn oversized_payloads_are_refused_where_they_enter() {
     assert_eq!(outcome["error"], "limit-reached");
     assert_eq!(
         outcome["message"],
-        "the host command's input is 302 bytes, more than the payload limit of 200 (Limits::max_payload_bytes, --max-payload) (limit-reached)"
+        "the host function's input is 302 bytes, more than the payload limit of 200 (Limits::max_payload_bytes, --max-payload) (limit-reached)"
     );
     host.cancel(waiting.pid()).unwrap();
 }

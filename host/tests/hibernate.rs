@@ -242,10 +242,7 @@ fn a_process_woken_while_every_instance_is_taken_waits_for_one() {
         .workers(2)
         .pooling(1)
         .hibernation(Hibernation::Always)
-        .limits(wfhost::Limits {
-            step_time_limit: Duration::from_millis(500),
-            ..wfhost::Limits::default()
-        })
+        .limits(wfhost::Limits::default().step_time_limit(Duration::from_millis(500)))
         .build()
         .unwrap();
     host.load_module("tiny", TINY).unwrap();

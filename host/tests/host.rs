@@ -101,11 +101,9 @@ fn identical_modules_share_one_compilation() {
 
 #[test]
 fn one_failing_process_does_not_disturb_the_others() {
-    let limits = Limits {
-        step_time_limit: Duration::from_millis(300),
-        max_memory_bytes: 16 << 20,
-        ..Limits::default()
-    };
+    let limits = Limits::default()
+        .step_time_limit(Duration::from_millis(300))
+        .max_memory_bytes(16 << 20);
     let host = Host::builder().workers(2).limits(limits).build().unwrap();
     host.load_module("probe", PROBE).unwrap();
     let spin = host.spawn("probe", "spin", Payload::empty()).unwrap();
@@ -141,23 +139,16 @@ fn one_failing_process_does_not_disturb_the_others() {
     let ok = fine.wait_timeout(PATIENCE).unwrap().unwrap();
     assert_eq!(ok.decode::<Vec<u32>>().unwrap(), [1, 2]);
 
-    // Within the yield limit, and beyond it.
-    let within = host
-        .spawn("probe", "chatter", json(serde_json::json!(10_000)))
-        .unwrap();
-    assert!(within.wait_timeout(PATIENCE).unwrap().is_ok());
-    let beyond = host
-        .spawn("probe", "chatter", json(serde_json::json!(10_001)))
-        .unwrap();
-    let err = beyond.wait_timeout(PATIENCE).unwrap().unwrap_err();
-    assert!(
-        err.message().ends_with(
-            "(entry point 'chatter') yielded 10001 commands in one step, more than the limit of 10000 \
-             (Limits::max_yields_per_step, --max-yields)"
-        ),
-        "{err}"
-    );
-    assert_eq!(err.kind(), ErrorKind::Limit);
+    // Within the yield limit, and beyond it: the SDK knows the limit (the host tells it at
+    // init) and holds what is over for the next step, so an SDK workflow never trips it (a
+    // module that does is failed: the hostile suite's `million-yields`).
+    for lines in [10_000, 10_001, 25_000] {
+        let run = host
+            .spawn("probe", "chatter", json(serde_json::json!(lines)))
+            .unwrap();
+        let result = run.wait_timeout(PATIENCE).unwrap().unwrap();
+        assert_eq!(result.decode::<u32>().unwrap(), lines);
+    }
 }
 
 #[test]
@@ -172,18 +163,20 @@ fn shutdown_closes_what_is_still_running() {
         .unwrap();
     let report = host.shutdown(Duration::from_millis(200));
     assert_eq!(report.live_at_start, 1);
-    // The SDK turns the cancel into a failure of the pending sleep; the workflow returns it.
+    // The SDK turns the cancel into a failure of the pending sleep; the workflow returns it, and
+    // so ends as cancelled.
     let err = run.wait_timeout(PATIENCE).unwrap().unwrap_err();
-    assert_eq!(err.message(), "entry point 'countdown' failed: cancelled");
+    assert_eq!(
+        err.message(),
+        "entry point 'countdown' stopped: it was cancelled"
+    );
+    assert_eq!(err.kind(), ErrorKind::Cancelled);
     assert_eq!(report.finished_in_grace, 1);
 }
 
 #[test]
 fn a_module_that_compiles_too_long_is_refused_and_not_compiled_again() {
-    let limits = Limits {
-        compile_time_limit: Duration::from_micros(1),
-        ..Limits::default()
-    };
+    let limits = Limits::default().compile_time_limit(Duration::from_micros(1));
     let host = Host::builder().workers(1).limits(limits).build().unwrap();
     let err = host.load_module("probe", PROBE).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Limit);
@@ -206,10 +199,7 @@ fn a_module_that_compiles_too_long_is_refused_and_not_compiled_again() {
 
 #[test]
 fn a_module_over_the_size_limit_is_refused_before_it_is_read() {
-    let limits = Limits {
-        max_module_bytes: 1000,
-        ..Limits::default()
-    };
+    let limits = Limits::default().max_module_bytes(1000);
     let host = Host::builder().workers(1).limits(limits).build().unwrap();
     let err = host.load_module("hello", HELLO).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Limit);

@@ -9,4 +9,4 @@
   ;; pack(16, 8)
   (func (export "wfhost_step") (param i32) (result i64) i64.const 68719476744)
   (func (export "wfhost_panic_message") (result i64) i64.const 0)
-  (@custom "wfhost-manifest" "wfhost-abi 1\nentry go\n"))
+  (@custom "wfhost-manifest" "wfhost-abi 2\nentry go\n"))

@@ -10,4 +10,4 @@
       (br_if $more (i32.ne (memory.grow (i32.const 1)) (i32.const -1))))
     unreachable)
   (func (export "wfhost_panic_message") (result i64) i64.const 0)
-  (@custom "wfhost-manifest" "wfhost-abi 1\nentry go\n"))
+  (@custom "wfhost-manifest" "wfhost-abi 2\nentry go\n"))

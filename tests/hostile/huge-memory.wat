@@ -5,4 +5,4 @@
   (func (export "wfhost_init") (param i32) (result i64) i64.const 1)
   (func (export "wfhost_step") (param i32) (result i64) i64.const 0)
   (func (export "wfhost_panic_message") (result i64) i64.const 0)
-  (@custom "wfhost-manifest" "wfhost-abi 1\nentry go\n"))
+  (@custom "wfhost-manifest" "wfhost-abi 2\nentry go\n"))

@@ -11,4 +11,4 @@
     (drop (call $down (i32.const 0)))
     i64.const 0)
   (func (export "wfhost_panic_message") (result i64) i64.const 0)
-  (@custom "wfhost-manifest" "wfhost-abi 1\nentry go\n"))
+  (@custom "wfhost-manifest" "wfhost-abi 2\nentry go\n"))

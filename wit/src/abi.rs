@@ -1,6 +1,6 @@
 //! How the contract travels over a core WebAssembly module boundary.
 //!
-//! The guest exports linear memory and three functions; every structured value crosses as
+//! The guest exports linear memory and four functions; every structured value crosses as
 //! postcard bytes in guest memory. See `wit/README.md` for the full description.
 //!
 //! | export | signature | does |
@@ -21,7 +21,7 @@ use crate::{Status, StepOutput, Yield};
 /// The version of the host/guest ABI. A host runs only modules that declare this version.
 ///
 /// Bump it on any change to the exports, their signatures or the wire types.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// `(len: i32) -> i32`: a guest buffer for `len` input bytes.
 pub const EXPORT_RESERVE: &str = "wfhost_reserve";
@@ -88,10 +88,15 @@ pub fn decode_step_output(bytes: &[u8], max_yields: usize) -> Result<StepOutput,
         yields.push(y);
         rest = left;
     }
+    let (receive, rest) = postcard::take_from_bytes::<u32>(rest).map_err(DecodeError::Malformed)?;
     if !rest.is_empty() {
         return Err(DecodeError::TrailingBytes(rest.len()));
     }
-    Ok(StepOutput { status, yields })
+    Ok(StepOutput {
+        status,
+        yields,
+        receive,
+    })
 }
 
 #[cfg(test)]
@@ -112,6 +117,7 @@ mod tests {
         let mut out = StepOutput::new();
         out.push(crate::Tag(1), crate::Command::Now);
         out.push(crate::Tag(2), crate::Command::Random);
+        out.receive = 3;
         let bytes = postcard::to_allocvec(&out).unwrap();
         assert_eq!(decode_step_output(&bytes, 2), Ok(out));
         assert_eq!(

@@ -15,6 +15,9 @@ use crate::{Payload, Pid, Tag};
 pub enum Command {
     /// Completes, with no data, once the duration has passed.
     Sleep(Duration),
+    /// Completes, with no data, once the host's wall clock reaches this time, in nanoseconds since
+    /// the Unix epoch (at once if it has passed).
+    SleepUntil(u64),
     /// Writes a log record to the host's log. Never completes: it expects no answer.
     Log(LogRecord),
     /// Queues a message for another process. Completes with no data once queued, or with
@@ -106,6 +109,8 @@ pub enum Level {
 pub enum CommandKind {
     /// [`Command::Sleep`].
     Sleep,
+    /// [`Command::SleepUntil`].
+    SleepUntil,
     /// [`Command::Log`].
     Log,
     /// [`Command::Send`].
@@ -128,8 +133,9 @@ pub enum CommandKind {
 
 impl CommandKind {
     /// Every kind, in declaration order (the order of [`CommandKind::index`]).
-    pub const ALL: [CommandKind; 10] = [
+    pub const ALL: [CommandKind; 11] = [
         CommandKind::Sleep,
+        CommandKind::SleepUntil,
         CommandKind::Log,
         CommandKind::Send,
         CommandKind::Spawn,
@@ -150,6 +156,7 @@ impl CommandKind {
     pub fn name(self) -> &'static str {
         match self {
             CommandKind::Sleep => "sleep",
+            CommandKind::SleepUntil => "sleep-until",
             CommandKind::Log => "log",
             CommandKind::Send => "send",
             CommandKind::Spawn => "spawn",
@@ -173,6 +180,7 @@ impl Command {
     pub fn kind(&self) -> CommandKind {
         match self {
             Command::Sleep(_) => CommandKind::Sleep,
+            Command::SleepUntil(_) => CommandKind::SleepUntil,
             Command::Log(_) => CommandKind::Log,
             Command::Send(_) => CommandKind::Send,
             Command::Spawn(_) => CommandKind::Spawn,

@@ -89,6 +89,9 @@ pub enum ErrorKind {
     Cancelled,
     /// A joined process failed; the message is its failure.
     ChildFailed,
+    /// A joined process was cancelled (it stopped as asked) or terminated from outside before it
+    /// finished; the message says how.
+    ChildCancelled,
     /// The command ran and failed; the message says why.
     Failed,
     /// The command's arguments were unusable (unknown entry point, unknown module, bad input).
@@ -103,6 +106,9 @@ pub enum ErrorKind {
     /// A configured limit refused the command: live processes per host, children per process,
     /// or the size of a payload.
     LimitReached,
+    /// The command did not finish within its time limit (a host function's timeout); whatever it
+    /// was doing may or may not have happened.
+    Timeout,
 }
 
 impl ErrorKind {
@@ -113,12 +119,14 @@ impl ErrorKind {
             ErrorKind::NoSuchProcess => "no-such-process",
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::ChildFailed => "child-failed",
+            ErrorKind::ChildCancelled => "child-cancelled",
             ErrorKind::Failed => "failed",
             ErrorKind::InvalidInput => "invalid-input",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::MailboxFull => "mailbox-full",
             ErrorKind::NotAllowed => "not-allowed",
             ErrorKind::LimitReached => "limit-reached",
+            ErrorKind::Timeout => "timeout",
         }
     }
 }

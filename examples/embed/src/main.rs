@@ -1,4 +1,4 @@
-// Embedding wfhost: a Rust application that registers a native `inventory.reserve` command and
+// Embedding wfhost: a Rust application that registers a native `inventory.reserve` function and
 // runs the order workflows (examples/order) that call it. Run it with `cargo run -p embed`, or
 // `cargo run -p embed -- path/to/order.wasm` to skip building the module.
 
@@ -24,15 +24,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(path) => path.into(),
         None => {
             let order = Path::new(env!("CARGO_MANIFEST_DIR")).join("../order");
-            wfhost::build::build_workflow(&order, true)?
+            wfhost_cli::build::build_workflow(&order, true)?
         }
     };
 
-    // The application's own state, reached by workflows only through the command.
+    // The application's own state, reached by workflows only through the function.
     let stock = Mutex::new(HashMap::from([("kettle".to_string(), 3u32)]));
     let host = Host::builder()
         .workers(2)
-        .command("inventory.reserve", move |wanted: Reservation| {
+        .function("inventory.reserve", move |wanted: Reservation| {
             let mut stock = stock.lock().map_err(|_| "the stock is unavailable")?;
             let left = stock.get_mut(&wanted.sku).ok_or("no such item")?;
             if *left < wanted.quantity {
@@ -42,11 +42,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Ok(format!("{left} left"))
         })
         .build()?;
-    // A module may call only the host commands it is granted.
+    // A module may call only the host functions it is granted.
     host.load_module_with(
         "order",
         &module,
-        Grants::default().allow_command("inventory.reserve"),
+        Grants::default().allow_function("inventory.reserve"),
     )?;
 
     // Two orders: the inventory can serve the first; the second finds too little stock, so the
@@ -58,11 +58,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("order {id}: {}", text(&run.wait()?));
     }
 
-    // A held order, confirmed by a message from the application.
+    // A held order: it tells the application the hold is in place (a message to the host), and
+    // a message from the application confirms it. Its result decodes as a `String`.
     let hold = json!({ "id": "h-1", "sku": "kettle", "quantity": 1, "amount_cents": 4999 });
-    let held = host.spawn("order", "hold_order", Payload::to_json(&hold)?)?;
+    let held = host
+        .spawn("order", "hold_order", Payload::to_json(&hold)?)?
+        .decoded::<String>();
+    if let Some(news) = held.recv_message() {
+        println!("from {}: {}", news.from, news.decode::<String>()?);
+    }
     host.send(held.pid(), Payload::to_json("confirm")?)?;
-    println!("hold h-1: {}", text(&held.wait()?));
+    println!("hold h-1: {}", held.wait()?);
 
     // Another, cancelled: the workflow sees the cancel and releases the hold.
     let held = host.spawn("order", "hold_order", Payload::to_json(&hold)?)?;

@@ -17,7 +17,8 @@ fn the_embed_example_runs_the_orders_through_its_inventory() {
     let expected = [
         r#"order o-1: {"order":"o-1","status":"completed","log":["reserve_stock: reserved 2 (1 left)","charge_payment: charged 4999 cents","ship_order: shipped o-1"]}"#,
         r#"order o-2: {"order":"o-2","status":"compensated","log":["reserve_stock: failed"]}"#,
-        r#"hold h-1: "confirmed""#,
+        "from <7>: holding h-1",
+        "hold h-1: confirmed",
         r#"hold h-2: "released""#,
     ];
     assert_eq!(stdout.lines().collect::<Vec<_>>(), expected);

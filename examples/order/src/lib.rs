@@ -2,13 +2,13 @@
 //! "activity" entry point); when a step fails, the steps already done are compensated in reverse
 //! order. The input can ask a step to fail, to show the compensating path.
 //!
-//! `reserve_stock` uses the host command `inventory.reserve` when the host registered one and
+//! `reserve_stock` uses the host function `inventory.reserve` when the host registered one and
 //! granted it to this module (as `examples/embed` does), and otherwise simulates the reservation.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use wfguest::{Ctx, Error, ErrorKind, Level};
+use wfguest::{Ctx, Error, ErrorKind, Level, Pid};
 
 /// A step of the saga.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,7 +58,7 @@ pub struct Activity {
     pub fail: bool,
 }
 
-/// What `inventory.reserve` takes.
+/// What the host function `inventory.reserve` takes.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Reservation {
     /// What to reserve.
@@ -177,9 +177,12 @@ pub async fn ship_order(_ctx: Ctx, activity: Activity) -> Result<String, Error> 
 }
 
 /// Holds an order until a message says "confirm" (the result is "confirmed") or the wait times out
-/// ("expired"). Cancelling it releases the hold ("released").
+/// ("expired"). Cancelling it releases the hold ("released"). It tells the application that
+/// started it that the hold is in place: a message to the host, not waited for (the host may not
+/// be listening).
 pub async fn hold_order(ctx: Ctx, order: Order) -> Result<String, Error> {
     ctx.info(format!("holding order {}", order.id));
+    drop(ctx.send(Pid::HOST, &format!("holding {}", order.id)));
     match ctx.recv_timeout::<String>(Duration::from_secs(60)).await {
         Ok(Some(word)) if word == "confirm" => Ok("confirmed".into()),
         Ok(Some(other)) => Err(Error::msg(format!("unexpected message '{other}'"))),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Sender};
 use wfhost::contract::{Command, EventKind, Payload, Pid, SendRequest, SpawnRequest, Status, Tag};
-use wfhost::scheduler::{
+use wfhost_scheduler::{
     Context, Events, InitContext, Process, ProcessError, Request, Scheduler, Spawn, StepOutput,
 };
 
@@ -118,6 +118,8 @@ impl Process for RingMember {
     }
 
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+        // Native processes take every message they are sent.
+        out.receive = u32::MAX;
         out.status = Status::Idle;
         for event in events {
             match event.kind {
@@ -185,6 +187,8 @@ impl Process for SkynetNode {
     }
 
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+        // Native processes take every message they are sent.
+        out.receive = u32::MAX;
         if self.size == 1 {
             self.finish(self.num, out);
             return Ok(());

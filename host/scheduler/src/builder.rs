@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use wfcontract::CommandKind;
 
-use crate::builtin;
-use crate::dispatch::{Handler, Handlers};
+use crate::handlers::{Handler, Handlers, SpawnHandler, Spawner};
 use crate::inbox::MailboxLimit;
 use crate::observe::Observer;
 use crate::scheduler::Scheduler;
@@ -53,7 +52,11 @@ pub struct Builder {
     config: Config,
     handlers: Handlers,
     observer: Option<Arc<dyn Observer>>,
+    interrupt: Option<Interrupt>,
 }
+
+/// What a shutdown calls when its grace period is over: see [`Builder::interrupt`].
+pub(crate) type Interrupt = Arc<dyn Fn() + Send + Sync>;
 
 impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -61,6 +64,7 @@ impl std::fmt::Debug for Builder {
             .field("config", &self.config)
             .field("handlers", &self.handlers.registered().collect::<Vec<_>>())
             .field("observer", &self.observer.is_some())
+            .field("interrupt", &self.interrupt.is_some())
             .finish()
     }
 }
@@ -84,11 +88,11 @@ impl Default for Builder {
 
 impl Builder {
     /// Defaults: one worker per core, a budget of [`DEFAULT_BUDGET`] events, and the built-in
-    /// handlers for `sleep`, `forget`, `log`, `send`, `join` and `cancel`.
+    /// handlers for `sleep`, `sleep-until`, `forget`, `now`, `random`, `log`, `send`, `join` and
+    /// `cancel`.
     pub fn new() -> Builder {
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mut handlers = Handlers::new();
-        builtin::register(&mut handlers);
+        let handlers = Handlers::builtin();
         Builder {
             config: Config {
                 workers,
@@ -106,6 +110,7 @@ impl Builder {
             },
             handlers,
             observer: None,
+            interrupt: None,
         }
     }
 
@@ -205,6 +210,24 @@ impl Builder {
         self
     }
 
+    /// Calls `interrupt` when a shutdown's grace period is over, before the workers are joined:
+    /// it should make steps still running end soon (a wasm host interrupts its guests), so that
+    /// a shutdown does not wait for them. Default: none; the workers finish their steps.
+    pub fn interrupt(mut self, interrupt: impl Fn() + Send + Sync + 'static) -> Builder {
+        self.interrupt = Some(Arc::new(interrupt));
+        self
+    }
+
+    /// Handles `spawn` commands: `spawner` makes the processes they ask for. Default: none, and
+    /// `spawn` completes with `unknown-command`.
+    pub fn spawner(mut self, spawner: impl Spawner) -> Builder {
+        self.handlers.set(
+            CommandKind::Spawn,
+            Arc::new(SpawnHandler(Arc::new(spawner))),
+        );
+        self
+    }
+
     /// Handles commands of `kind` with `handler`, replacing any built-in one.
     pub fn handler(mut self, kind: CommandKind, handler: impl Handler) -> Builder {
         self.handlers.set(kind, Arc::new(handler));
@@ -227,6 +250,6 @@ impl Builder {
                 "the budget must be at least 1 event".into(),
             ));
         }
-        Scheduler::start(self.config, self.handlers, self.observer)
+        Scheduler::start(self.config, self.handlers, self.observer, self.interrupt)
     }
 }

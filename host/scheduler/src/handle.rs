@@ -10,8 +10,9 @@ use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
 
 use crate::counters::Counters;
 use crate::inbox::Refused;
-use crate::process::{Process, ProcessError, ProcessResult};
-use crate::shared::{child_failed, Shared};
+use crate::outbox::Outbox;
+use crate::process::{FailureKind, Process, ProcessError, ProcessResult};
+use crate::shared::{child_ended, Shared};
 use crate::slot::{Notice, Slot};
 
 /// Why a scheduler operation was refused.
@@ -43,6 +44,9 @@ pub enum Error {
         /// The limit.
         limit: usize,
     },
+    /// The scheduler could not take the request now (it could not arm a timer).
+    #[error("the scheduler cannot take this now: {0}")]
+    Unavailable(String),
 }
 
 impl Error {
@@ -50,7 +54,7 @@ impl Error {
     pub fn into_command_error(self) -> CommandError {
         let kind = match self {
             Error::NoSuchProcess(_) => ErrorKind::NoSuchProcess,
-            Error::ShuttingDown => ErrorKind::Unavailable,
+            Error::ShuttingDown | Error::Unavailable(_) => ErrorKind::Unavailable,
             Error::MailboxFull(_) => ErrorKind::MailboxFull,
             Error::TooManyProcesses(_) | Error::TooManyChildren { .. } => ErrorKind::LimitReached,
         };
@@ -81,6 +85,8 @@ pub struct Spawn {
     pub(crate) parent: Option<Pid>,
     pub(crate) notices: Vec<Notice>,
     pub(crate) confined: bool,
+    pub(crate) outbox: Option<Outbox>,
+    pub(crate) timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for Spawn {
@@ -107,7 +113,24 @@ impl Spawn {
             parent: None,
             notices: Vec::new(),
             confined: false,
+            outbox: None,
+            timeout: None,
         }
+    }
+
+    /// Where the new process's messages to [`Pid::HOST`] go (see [`outbox`](crate::outbox)). A
+    /// process spawned by another inherits its parent's outbox unless given its own. Default:
+    /// none, and a message to the host completes with `no-such-process`.
+    pub fn outbox(mut self, outbox: Outbox) -> Spawn {
+        self.outbox = Some(outbox);
+        self
+    }
+
+    /// Ends the process, if it is still running `timeout` after it was spawned: it fails with
+    /// [`FailureKind::Timeout`] at its next turn, without another step. Default: none.
+    pub fn timeout(mut self, timeout: Duration) -> Spawn {
+        self.timeout = Some(timeout);
+        self
     }
 
     /// Confines the new process to its own children: its `cancel` and `join` of any other
@@ -237,7 +260,7 @@ impl SchedulerHandle {
     pub fn terminate(&self, pid: Pid, reason: impl Into<String>) -> Result<(), Error> {
         let slot = self.shared.slot(pid).ok_or(Error::NoSuchProcess(pid))?;
         self.shared
-            .request_termination(&slot, reason.into())
+            .request_termination(&slot, FailureKind::Terminated, reason.into())
             .map_err(|_| Error::NoSuchProcess(pid))
     }
 
@@ -299,7 +322,7 @@ impl SchedulerHandle {
         }
         let result = match ready {
             Some(Ok(payload)) => Ok(payload),
-            Some(Err(error)) => Err(child_failed(target, &error)),
+            Some(Err(error)) => Err(child_ended(target, &error)),
             None => Err(Error::NoSuchProcess(target).into_command_error()),
         };
         let _ = shared.deliver_to(watcher, Event::completion(tag, result));

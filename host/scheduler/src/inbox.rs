@@ -1,20 +1,30 @@
 //! A process's event queue: many producers, one consumer (the worker stepping the process).
 //!
 //! Three lanes, drained in this order: signals (cancels), completions of the process's own yields
-//! (bounded by what it asked for), and the mailbox of messages (which other processes can pile up
-//! without bound). So a cancel is never stuck behind a backlog of messages: at most one budget of
-//! messages is delivered before it.
+//! (bounded by what it asked for), and the mailbox of messages (bounded per process: a send beyond
+//! its message or byte limit is refused). So a cancel is never stuck behind a backlog of messages:
+//! at most one budget of messages is delivered before it.
+//!
+//! A message leaves the mailbox only when the process has asked for messages: each step says how
+//! many it takes with the next one (`StepOutput::receive`, kept here as `accept`). The rest stay
+//! here, inside the mailbox limits, so whatever the senders do, a process holds in its own memory
+//! only the messages it asked for.
 //!
 //! What wakes a waiting process depends on what it waits for (see `state.rs`): a `Blocked` process
-//! (status `Wait`) wakes for any event; an `Idle` one (status `Idle`, waiting for messages) wakes
-//! for messages and cancels, and finds any completions that arrived meanwhile at its next step.
+//! (status `Wait`) wakes for any event it would take; an `Idle` one (status `Idle`, waiting for
+//! messages) wakes for messages and cancels, and finds any completions that arrived meanwhile at
+//! its next step. A message that the process has not asked for wakes neither.
 //!
-//! Both lanes sit behind one mutex, so a drain sees a consistent snapshot and "empty" is exact.
-//! Events from one producer keep their order: each producer pushes under the mutex, in program order.
+//! The lanes sit behind one mutex, so a drain sees a consistent snapshot and "empty" is exact.
+//! Events from one producer keep their order: each producer pushes under the mutex, in program
+//! order.
 
 use std::collections::VecDeque;
 
 use wfcontract::{Event, EventKind};
+
+use crate::process::FailureKind;
+use crate::state::Wake;
 
 /// Why an event was not queued.
 #[derive(Debug, PartialEq, Eq)]
@@ -36,12 +46,16 @@ pub(crate) struct Inbox {
     signals: VecDeque<Event>,
     completions: VecDeque<Event>,
     mailbox: VecDeque<Event>,
-    /// Set by `terminate`: the next turn ends the process without stepping it.
-    terminate: Option<String>,
+    /// Set by `terminate`: the next turn ends the process, with this kind and reason, without
+    /// stepping it.
+    terminate: Option<(FailureKind, String)>,
     /// Set once, when the process finishes; pushes fail from then on.
     closed: bool,
     /// The size of the payloads in the mailbox.
     mailbox_bytes: usize,
+    /// How many messages the process takes with its next step(s): set after each step from its
+    /// `receive`, counted down as messages are drained.
+    accept: usize,
     limit: MailboxLimit,
 }
 
@@ -68,7 +82,8 @@ impl Default for Inbox {
 }
 
 impl Inbox {
-    /// An empty inbox whose mailbox holds at most `limit`.
+    /// An empty inbox whose mailbox holds at most `limit`. It takes no messages until told to
+    /// ([`Inbox::accept`]).
     pub(crate) fn with_limit(limit: MailboxLimit) -> Inbox {
         Inbox {
             signals: VecDeque::new(),
@@ -77,19 +92,21 @@ impl Inbox {
             terminate: None,
             closed: false,
             mailbox_bytes: 0,
+            accept: 0,
             limit,
         }
     }
 
-    /// Queues an event in its lane. Returns whether it wakes an `Idle` process.
-    pub(crate) fn push(&mut self, event: Event) -> Result<bool, Refused> {
+    /// Queues an event in its lane. Returns what it wakes: `None` for a message the process has
+    /// not asked for.
+    pub(crate) fn push(&mut self, event: Event) -> Result<Option<Wake>, Refused> {
         if self.closed {
             return Err(Refused::Closed);
         }
         Ok(match event.kind {
             EventKind::Cancel => {
                 self.signals.push_back(event);
-                true
+                Some(Wake::Message)
             }
             EventKind::Message => {
                 let size = event.data.bytes.len();
@@ -100,32 +117,39 @@ impl Inbox {
                 }
                 self.mailbox_bytes += size;
                 self.mailbox.push_back(event);
-                true
+                (self.accept > 0).then_some(Wake::Message)
             }
             EventKind::YieldComplete => {
                 self.completions.push_back(event);
-                false
+                Some(Wake::Completion)
             }
         })
     }
 
-    /// Asks the next turn to end the process with `reason` instead of stepping it.
-    pub(crate) fn terminate(&mut self, reason: String) -> Result<(), Refused> {
+    /// The process takes up to `messages` messages with its next step(s) (its latest step's
+    /// `receive`). Returns whether messages it now takes are already queued.
+    pub(crate) fn accept(&mut self, messages: u32) -> bool {
+        self.accept = messages as usize;
+        self.accept > 0 && !self.mailbox.is_empty()
+    }
+
+    /// Asks the next turn to end the process with `reason` (of `kind`) instead of stepping it.
+    pub(crate) fn terminate(&mut self, kind: FailureKind, reason: String) -> Result<(), Refused> {
         if self.closed {
             return Err(Refused::Closed);
         }
-        self.terminate.get_or_insert(reason);
+        self.terminate.get_or_insert((kind, reason));
         Ok(())
     }
 
     /// The pending termination, if any.
-    pub(crate) fn take_terminate(&mut self) -> Option<String> {
+    pub(crate) fn take_terminate(&mut self) -> Option<(FailureKind, String)> {
         self.terminate.take()
     }
 
-    /// Moves up to `budget` events into `out`: signals, then completions, then messages; and no
-    /// more payload bytes than `max_bytes`, except that the first event always goes. Returns how
-    /// many.
+    /// Moves up to `budget` events into `out`: signals, then completions, then the messages the
+    /// process asked for; and no more payload bytes than `max_bytes`, except that the first event
+    /// always goes. Returns how many.
     pub(crate) fn drain_into(
         &mut self,
         out: &mut Vec<Event>,
@@ -134,17 +158,24 @@ impl Inbox {
     ) -> usize {
         let mut taken = 0;
         let mut bytes = 0usize;
-        for lane in [&mut self.signals, &mut self.completions, &mut self.mailbox] {
+        for lane in 0..3 {
             while taken < budget {
-                let Some(size) = lane.front().map(event_bytes) else {
+                let queue = match lane {
+                    0 => &mut self.signals,
+                    1 => &mut self.completions,
+                    _ if self.accept == 0 => break,
+                    _ => &mut self.mailbox,
+                };
+                let Some(size) = queue.front().map(event_bytes) else {
                     break;
                 };
                 if taken > 0 && bytes.saturating_add(size) > max_bytes {
                     return taken;
                 }
-                let event = lane.pop_front().expect("looked at above");
+                let event = queue.pop_front().expect("looked at above");
                 if event.kind == EventKind::Message {
                     self.mailbox_bytes -= event.data.bytes.len();
+                    self.accept -= 1;
                 }
                 bytes = bytes.saturating_add(size);
                 out.push(event);
@@ -159,9 +190,12 @@ impl Inbox {
         self.completions.is_empty() && !self.wakes_idle()
     }
 
-    /// True when something is queued that wakes an `Idle` process.
+    /// True when something is queued that wakes an `Idle` process: a cancel, a termination, or a
+    /// message it asked for.
     pub(crate) fn wakes_idle(&self) -> bool {
-        !self.signals.is_empty() || !self.mailbox.is_empty() || self.terminate.is_some()
+        !self.signals.is_empty()
+            || (self.accept > 0 && !self.mailbox.is_empty())
+            || self.terminate.is_some()
     }
 
     /// Refuses further events and frees the queued ones.
@@ -172,6 +206,7 @@ impl Inbox {
         self.completions = VecDeque::new();
         self.mailbox = VecDeque::new();
         self.mailbox_bytes = 0;
+        self.accept = 0;
     }
 }
 
@@ -187,6 +222,7 @@ mod tests {
     #[test]
     fn signals_overtake_a_message_backlog() {
         let mut inbox = Inbox::default();
+        inbox.accept(u32::MAX);
         for n in 0..10_000 {
             inbox.push(message(n)).unwrap();
         }
@@ -201,12 +237,13 @@ mod tests {
     #[test]
     fn budget_spans_the_lanes_and_keeps_order() {
         let mut inbox = Inbox::default();
-        assert_eq!(inbox.push(message(1)), Ok(true));
+        inbox.accept(10);
+        assert_eq!(inbox.push(message(1)), Ok(Some(Wake::Message)));
         assert_eq!(
             inbox.push(Event::completion(Tag(7), Ok(Payload::empty()))),
-            Ok(false)
+            Ok(Some(Wake::Completion))
         );
-        assert_eq!(inbox.push(message(2)), Ok(true));
+        assert_eq!(inbox.push(message(2)), Ok(Some(Wake::Message)));
         let mut out = Vec::new();
         assert_eq!(inbox.drain_into(&mut out, 2, usize::MAX), 2);
         assert_eq!((out[0].tag, out[1].from), (Tag(7), Pid(1)));
@@ -234,7 +271,10 @@ mod tests {
         inbox.close();
         assert!(inbox.is_empty());
         assert_eq!(inbox.push(message(2)), Err(Refused::Closed));
-        assert_eq!(inbox.terminate("x".into()), Err(Refused::Closed));
+        assert_eq!(
+            inbox.terminate(FailureKind::Terminated, "x".into()),
+            Err(Refused::Closed)
+        );
     }
 
     #[test]
@@ -246,10 +286,10 @@ mod tests {
         inbox.push(message(1)).unwrap();
         inbox.push(message(2)).unwrap();
         assert_eq!(inbox.push(message(3)), Err(Refused::Full));
-        assert_eq!(inbox.push(Event::cancel()), Ok(true));
+        assert_eq!(inbox.push(Event::cancel()), Ok(Some(Wake::Message)));
         assert_eq!(
             inbox.push(Event::completion(Tag(1), Ok(Payload::empty()))),
-            Ok(false)
+            Ok(Some(Wake::Completion))
         );
     }
 
@@ -260,12 +300,14 @@ mod tests {
             messages: 100,
             bytes: 10,
         });
+        inbox.accept(1);
         inbox.push(big(6)).unwrap();
         inbox.push(big(4)).unwrap();
         assert_eq!(inbox.push(big(1)), Err(Refused::Full));
         let mut out = Vec::new();
         assert_eq!(inbox.drain_into(&mut out, 1, usize::MAX), 1);
-        assert_eq!(inbox.push(big(6)), Ok(true));
+        // Took the one it asked for: the next message waits, and wakes nothing.
+        assert_eq!(inbox.push(big(6)), Ok(None));
         assert_eq!(inbox.push(big(1)), Err(Refused::Full));
         // A message larger than the whole mailbox never fits.
         let mut empty = Inbox::with_limit(MailboxLimit {
@@ -279,6 +321,7 @@ mod tests {
     fn a_drain_stops_at_its_byte_budget_but_always_takes_one() {
         let sized = |n: usize| Event::message(Pid(1), Payload::opaque(vec![0; n]));
         let mut inbox = Inbox::default();
+        inbox.accept(100);
         for n in [40, 40, 40, 200] {
             inbox.push(sized(n)).unwrap();
         }
@@ -308,5 +351,37 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(inbox.drain_into(&mut out, 32, 100), 1);
         assert_eq!(inbox.drain_into(&mut out, 32, 100), 1);
+    }
+
+    /// Messages stay here until the process asks for them, and then only as many as it asked for:
+    /// the mailbox limit keeps applying to the rest.
+    #[test]
+    fn messages_wait_in_the_mailbox_until_asked_for() {
+        let mut inbox = Inbox::with_limit(MailboxLimit {
+            messages: 3,
+            bytes: usize::MAX,
+        });
+        for n in 0..3 {
+            assert_eq!(inbox.push(message(n)), Ok(None));
+        }
+        assert_eq!(inbox.push(message(3)), Err(Refused::Full));
+        assert!(inbox.is_empty());
+        assert!(!inbox.wakes_idle());
+        let mut out = Vec::new();
+        assert_eq!(inbox.drain_into(&mut out, 32, usize::MAX), 0);
+        assert!(inbox.accept(2));
+        assert!(inbox.wakes_idle());
+        assert_eq!(inbox.drain_into(&mut out, 32, usize::MAX), 2);
+        assert_eq!(
+            out.iter().map(|e| e.from).collect::<Vec<_>>(),
+            [Pid(0), Pid(1)]
+        );
+        assert!(inbox.is_empty());
+        assert_eq!(inbox.push(message(4)), Ok(None));
+        assert!(inbox.accept(1));
+        assert_eq!(inbox.push(message(5)), Ok(Some(Wake::Message)));
+        assert_eq!(inbox.push(message(6)), Err(Refused::Full));
+        assert_eq!(inbox.drain_into(&mut out, 32, usize::MAX), 1);
+        assert_eq!(out[2].from, Pid(2));
     }
 }

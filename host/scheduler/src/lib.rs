@@ -14,8 +14,9 @@
 //!
 //! After each step every yield goes to the [`Handler`] registered for its [`CommandKind`]. Handlers
 //! answer at once or pass a [`Completer`] to another thread (the timer, a pool) that completes
-//! the yield later; the completion wakes the process. `sleep`, `forget`, `log`, `send`, `join` and
-//! `cancel` are built in; a command with no handler completes with an `unknown-command` error.
+//! the yield later; the completion wakes the process. `sleep`, `sleep-until`, `forget`, `now`,
+//! `random`, `log`, `send`, `join` and `cancel` are built in, and `spawn` with a [`Spawner`]; a
+//! command with no handler completes with an `unknown-command` error.
 //!
 //! A [`SchedulerHandle`] (the scheduler dereferences to one) spawns processes, sends messages,
 //! cancels and waits for results, from any thread.
@@ -48,14 +49,14 @@
 #![deny(missing_docs)]
 
 mod builder;
-mod builtin;
 mod counters;
-mod dispatch;
 mod handle;
+mod handlers;
 mod inbox;
 #[cfg(all(test, loom))]
 mod loom_models;
 mod observe;
+mod outbox;
 mod park;
 mod process;
 mod queue;
@@ -68,12 +69,15 @@ mod timer;
 mod worker;
 
 pub use builder::{BuildError, Builder, DEFAULT_BUDGET, DEFAULT_MAX_SLEEPS, DEFAULT_MAX_WATCHERS};
-pub use builtin::emit as emit_guest_log;
 pub use counters::Counters;
-pub use dispatch::{Completer, Context, Handler, Request};
 pub use handle::{Error, ProcessHandle, SchedulerHandle, Spawn};
+pub use handlers::{emit as emit_guest_log, Completer, Context, Handler, Request, Spawner};
 pub use observe::Observer;
-pub use process::{Events, FailureKind, InitContext, Process, ProcessError, ProcessResult};
+pub use outbox::{outbox, Outbox, OutboxReceiver};
+pub use process::{
+    Events, FailureKind, InitContext, Process, ProcessError, ProcessResult, Readiness, Waker,
+    WakerSource,
+};
 pub use scheduler::{Scheduler, ShutdownReport, DEFAULT_GRACE};
 pub use wfcontract::{
     Command, CommandError, CommandKind, ErrorKind, Event, EventKind, Payload, Pid, Status,

@@ -9,8 +9,9 @@ use wfcontract::{Event, Payload, Pid};
 
 use crate::inbox::Inbox;
 use crate::park::{Idle, Unpark};
-use crate::state::{Notify, Park, State, BLOCKED};
+use crate::state::{Notify, State, BLOCKED};
 use crate::sync::Mutex;
+use crate::worker::{park_unless_woken, Leftover};
 
 struct Process {
     state: State,
@@ -21,34 +22,43 @@ fn message() -> Event {
     Event::message(Pid(1), Payload::empty())
 }
 
-/// The tail of a worker's turn: park the process unless its inbox has events. Returns true if the
-/// worker would step again (it saw an event), false if it parked the process.
-fn end_of_turn(process: &Process) -> bool {
-    loop {
-        if !process.inbox.lock().is_empty() {
-            return true;
-        }
-        match process.state.park(BLOCKED) {
-            Park::Parked => return false,
-            Park::Notified => continue,
-        }
+impl Process {
+    /// A process that has just been taken by a worker and takes messages.
+    fn running() -> Process {
+        let mut inbox = Inbox::default();
+        let _ = inbox.accept(u32::MAX);
+        let process = Process {
+            state: State::new(),
+            inbox: Mutex::new(inbox),
+        };
+        assert!(process.state.start_running());
+        process
     }
+
+    /// A producer: push an event, then notify. Returns true if it must queue the process.
+    fn deliver(&self) -> bool {
+        let wake = self.inbox.lock().push(message()).unwrap();
+        self.state
+            .notify(wake.expect("a message it asked for wakes it"))
+            == Notify::Schedule
+    }
+}
+
+/// The tail of a worker's turn, as the worker runs it: the inbox looked at after the step, then
+/// `park_unless_woken`. Returns true if the worker would step again (it saw an event), false if it
+/// parked the process.
+fn end_of_turn(process: &Process) -> bool {
+    let left = Leftover::of(&process.inbox.lock());
+    !park_unless_woken(&process.state, &process.inbox, BLOCKED, left)
 }
 
 #[test]
 fn loom_an_event_racing_the_end_of_a_step_is_never_stranded() {
     loom::model(|| {
-        let process = Arc::new(Process {
-            state: State::new(),
-            inbox: Mutex::new(Inbox::default()),
-        });
-        assert!(process.state.start_running());
+        let process = Arc::new(Process::running());
         let producer = {
             let process = Arc::clone(&process);
-            thread::spawn(move || {
-                process.inbox.lock().push(message()).unwrap();
-                process.state.notify(true) == Notify::Schedule
-            })
+            thread::spawn(move || process.deliver())
         };
         let stepped_again = end_of_turn(&process);
         let scheduled = producer.join().unwrap();
@@ -61,19 +71,14 @@ fn loom_an_event_racing_the_end_of_a_step_is_never_stranded() {
 #[test]
 fn loom_two_producers_schedule_a_parked_process_exactly_once() {
     loom::model(|| {
-        let process = Arc::new(Process {
-            state: State::new(),
-            inbox: Mutex::new(Inbox::default()),
-        });
-        assert!(process.state.start_running());
+        let process = Arc::new(Process::running());
         let schedules = Arc::new(AtomicUsize::new(0));
         let producers: Vec<_> = (0..2)
             .map(|_| {
                 let process = Arc::clone(&process);
                 let schedules = Arc::clone(&schedules);
                 thread::spawn(move || {
-                    process.inbox.lock().push(message()).unwrap();
-                    if process.state.notify(true) == Notify::Schedule {
+                    if process.deliver() {
                         schedules.fetch_add(1, Ordering::Relaxed);
                     }
                 })

@@ -21,6 +21,17 @@ pub trait Process: Send + 'static {
     /// which arrives reset (status `Wait`, no yields). An error fails the process.
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError>;
 
+    /// Called before each step (with the step's events still queued): whether the process can step
+    /// now. A process that needs something to run that is taken (a wasm process whose instance
+    /// capacity is used up) keeps a clone of `waker`, answers [`Readiness::NotReady`], and wakes
+    /// the waker once it can go on. Meanwhile the scheduler does not step it and leaves its events
+    /// queued (inside the mailbox limits), whatever arrives; a termination still ends it. An error
+    /// fails the process. Default: always ready.
+    fn prepare(&mut self, waker: &WakerSource<'_>) -> Result<Readiness, ProcessError> {
+        let _ = waker;
+        Ok(Readiness::Ready)
+    }
+
     /// Vets one of the process's own yields before it is dispatched: an `Err` completes the yield
     /// with that error instead of running it (a host's capability check: `not-allowed`, or a
     /// payload over a size limit). Called after each step, for each yield. Default: allow all.
@@ -32,6 +43,64 @@ pub trait Process: Send + 'static {
     /// Releases resources. Called exactly once, after the final step, on cancellation timeout, or
     /// at shutdown; never concurrently with `init` or `step`.
     fn close(&mut self) {}
+}
+
+/// Whether a process can step now: see [`Process::prepare`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Readiness {
+    /// It can step.
+    Ready,
+    /// It cannot step until the waker it was given is woken.
+    NotReady,
+}
+
+/// Hands a process the [`Waker`] that makes it runnable again: see [`Process::prepare`].
+pub struct WakerSource<'a> {
+    pub(crate) shared: &'a std::sync::Arc<crate::shared::Shared>,
+    pub(crate) slot: &'a std::sync::Arc<crate::slot::Slot>,
+}
+
+impl std::fmt::Debug for WakerSource<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WakerSource")
+            .field("pid", &self.slot.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WakerSource<'_> {
+    /// A waker for this process.
+    pub fn waker(&self) -> Waker {
+        Waker {
+            shared: std::sync::Arc::downgrade(self.shared),
+            slot: std::sync::Arc::downgrade(self.slot),
+        }
+    }
+}
+
+/// Makes a process that answered [`Readiness::NotReady`] runnable again. Holds no strong
+/// reference: a waker outliving its process or its scheduler does nothing.
+#[derive(Clone)]
+pub struct Waker {
+    shared: std::sync::Weak<crate::shared::Shared>,
+    slot: std::sync::Weak<crate::slot::Slot>,
+}
+
+impl std::fmt::Debug for Waker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waker").finish_non_exhaustive()
+    }
+}
+
+impl Waker {
+    /// Makes the process runnable (at once if it is waiting; after its current step if it is
+    /// running). Waking a process that is not waiting does no harm.
+    pub fn wake(&self) {
+        if let (Some(shared), Some(slot)) = (self.shared.upgrade(), self.slot.upgrade()) {
+            shared.wake(&slot);
+        }
+    }
 }
 
 /// What a process learns about itself when it starts.
@@ -76,6 +145,15 @@ pub enum FailureKind {
     /// It was ended from outside: it outlived its cancel grace period, was terminated, or the
     /// host shut down under it.
     Terminated,
+    /// It was cancelled and stopped as asked (its step reported [`Status::Cancelled`]).
+    ///
+    /// [`Status::Cancelled`]: wfcontract::Status::Cancelled
+    Cancelled,
+    /// It ran past the timeout it was spawned with (`Spawn::timeout`) and was ended.
+    Timeout,
+    /// It could not start with its input: its `init` refused it (the input did not decode as the
+    /// entry point's type, or the entry point failed to start).
+    InvalidInput,
 }
 
 impl FailureKind {
@@ -88,6 +166,9 @@ impl FailureKind {
             FailureKind::BadOutput => "bad-output",
             FailureKind::Refused => "refused",
             FailureKind::Terminated => "terminated",
+            FailureKind::Cancelled => "cancelled",
+            FailureKind::Timeout => "timeout",
+            FailureKind::InvalidInput => "invalid-input",
         }
     }
 }

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_deque::Worker as Deque;
 
-use crate::builder::{BuildError, Builder, Config};
-use crate::dispatch::Handlers;
+use crate::builder::{BuildError, Builder, Config, Interrupt};
 use crate::handle::SchedulerHandle;
+use crate::handlers::Handlers;
 use crate::observe::Observer;
 use crate::process::{FailureKind, ProcessError};
 use crate::queue::Queues;
@@ -22,6 +22,7 @@ use crate::worker;
 pub struct Scheduler {
     handle: SchedulerHandle,
     threads: Vec<JoinHandle<()>>,
+    interrupt: Option<Interrupt>,
     done: bool,
 }
 
@@ -67,6 +68,7 @@ impl Scheduler {
         config: Config,
         handlers: Handlers,
         observer: Option<Arc<dyn Observer>>,
+        interrupt: Option<Interrupt>,
     ) -> Result<Scheduler, BuildError> {
         let deques: Vec<Deque<Task>> = (0..config.workers).map(|_| Deque::new_fifo()).collect();
         let queues = Queues::new(deques.iter().map(Deque::stealer).collect());
@@ -77,6 +79,7 @@ impl Scheduler {
                 shared: Arc::clone(&shared),
             },
             threads: Vec::with_capacity(deques.len()),
+            interrupt,
             done: false,
         };
         for (index, deque) in deques.into_iter().enumerate() {
@@ -136,13 +139,14 @@ impl Scheduler {
         self.done = true;
         let shared = Arc::clone(&self.handle.shared);
         let threads = std::mem::take(&mut self.threads);
+        let interrupt = self.interrupt.take();
         if worker::on_worker(&shared) {
             // Joining would wait for this very thread: a thread of its own finishes the job.
             let live_at_start = shared.live.load(Ordering::Acquire);
             self.handle.request_stop();
             let finisher = std::thread::Builder::new()
                 .name("wfhost-shutdown".into())
-                .spawn(move || stop(&shared, threads, grace));
+                .spawn(move || stop(&shared, threads, grace, interrupt));
             if let Err(error) = finisher {
                 tracing::error!("could not start the shutdown thread: {error}");
             }
@@ -152,13 +156,18 @@ impl Scheduler {
                 ..ShutdownReport::default()
             };
         }
-        stop(&shared, threads, grace)
+        stop(&shared, threads, grace, interrupt)
     }
 }
 
 /// Requests the stop, waits up to `grace`, stops and joins the workers, stops the handlers and the
 /// timer, and closes whatever is left.
-fn stop(shared: &Arc<Shared>, threads: Vec<JoinHandle<()>>, grace: Duration) -> ShutdownReport {
+fn stop(
+    shared: &Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    grace: Duration,
+    interrupt: Option<Interrupt>,
+) -> ShutdownReport {
     let live_at_start = shared.live.load(Ordering::Acquire);
     SchedulerHandle {
         shared: Arc::clone(shared),
@@ -183,6 +192,15 @@ fn stop(shared: &Arc<Shared>, threads: Vec<JoinHandle<()>>, grace: Duration) -> 
     shared.shutdown.store(true, Ordering::SeqCst);
     std::sync::atomic::fence(Ordering::SeqCst);
     shared.idle.shutdown();
+    // Steps still running are not waited for past the grace period.
+    if let Some(interrupt) = interrupt {
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| interrupt())) {
+            tracing::warn!(
+                "the shutdown interrupt panicked: {}",
+                crate::shared::panic_message(&*panic)
+            );
+        }
+    }
     for thread in threads {
         if thread.join().is_err() {
             tracing::error!("a worker thread panicked outside a process");

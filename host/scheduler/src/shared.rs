@@ -10,15 +10,15 @@ use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
 
 use crate::builder::Config;
 use crate::counters::{Counter, CounterSet};
-use crate::dispatch::Handlers;
 use crate::handle::{Error, Spawn};
+use crate::handlers::Handlers;
 use crate::inbox::Refused;
 use crate::observe::Observer;
 use crate::park::Idle;
-use crate::process::{ProcessError, ProcessResult};
+use crate::process::{FailureKind, ProcessError, ProcessResult};
 use crate::queue::{Queues, Task};
 use crate::slot::{Body, Notice, PidHash, Slot, Start};
-use crate::state::Notify;
+use crate::state::{Notify, Wake};
 use crate::timer::{Action, Timer};
 use crate::worker;
 
@@ -117,13 +117,25 @@ impl Shared {
         self.idle.notify_one();
     }
 
-    /// Pushes `event` into the process's inbox and wakes it if it was waiting.
+    /// Pushes `event` into the process's inbox and wakes it if it was waiting for it.
     pub(crate) fn deliver(&self, slot: &Arc<Slot>, event: Event) -> Result<(), Refused> {
-        let wakes_idle = slot.inbox.lock().push(event)?;
-        if slot.state.notify(wakes_idle) == Notify::Schedule {
-            self.schedule(Arc::clone(slot), false);
+        let wake = slot.inbox.lock().push(event)?;
+        if let Some(wake) = wake {
+            self.notify(slot, wake);
         }
         Ok(())
+    }
+
+    /// Tells the process something that may wake it happened; queues it if it did.
+    pub(crate) fn notify(&self, slot: &Arc<Slot>, wake: Wake) {
+        if slot.state.notify(wake) == Notify::Schedule {
+            self.schedule(Arc::clone(slot), false);
+        }
+    }
+
+    /// Makes a process that waits for a resource (`Readiness::NotReady`) runnable.
+    pub(crate) fn wake(&self, slot: &Arc<Slot>) {
+        self.notify(slot, Wake::All);
     }
 
     /// The process `pid`, if it is in the table (running, or finished and kept for a join).
@@ -147,9 +159,20 @@ impl Shared {
             if !slot.cancel_armed.swap(true, Ordering::AcqRel) {
                 let reason =
                     format!("terminated: it did not finish within {grace:?} of being cancelled");
-                let _ = self
-                    .timer
-                    .schedule(grace, slot.pid, Action::Terminate(reason), usize::MAX);
+                let action = Action::Terminate(FailureKind::Terminated, reason);
+                if let Err(error) = self.timer.schedule(grace, slot.pid, action, usize::MAX) {
+                    // Without the timer nothing ends a process that ignores the cancel. At shutdown
+                    // that is the shutdown's job; otherwise someone must hear of it.
+                    if self.stopping.load(Ordering::Acquire) {
+                        tracing::debug!(pid = %slot.pid, "no cancel grace timer at shutdown: {error}");
+                    } else {
+                        tracing::error!(
+                            pid = %slot.pid,
+                            "the cancel grace period could not be armed ({error}); the process \
+                             ends only when it stops by itself"
+                        );
+                    }
+                }
             }
         }
         Ok(())
@@ -169,12 +192,11 @@ impl Shared {
     pub(crate) fn request_termination(
         &self,
         slot: &Arc<Slot>,
+        kind: FailureKind,
         reason: String,
     ) -> Result<(), Refused> {
-        slot.inbox.lock().terminate(reason)?;
-        if slot.state.notify(true) == Notify::Schedule {
-            self.schedule(Arc::clone(slot), false);
-        }
+        slot.inbox.lock().terminate(kind, reason)?;
+        self.notify(slot, Wake::All);
         Ok(())
     }
 
@@ -257,7 +279,7 @@ impl Shared {
             } => {
                 let result = match result {
                     Ok(payload) => Ok(payload.clone()),
-                    Err(error) => Err(child_failed(pid, error)),
+                    Err(error) => Err(child_ended(pid, error)),
                 };
                 let _ = self.deliver_to(watcher, Event::completion(tag, result));
             }
@@ -328,6 +350,8 @@ impl Shared {
             parent: parent_pid,
             notices,
             confined,
+            outbox,
+            timeout,
         } = spawn;
         let looked_up;
         let parent = match (parent, parent_pid) {
@@ -343,6 +367,8 @@ impl Shared {
         } else {
             String::new()
         };
+        // A process started from inside inherits its parent's way to the host.
+        let outbox = outbox.or_else(|| parent.and_then(|p| p.outbox.clone()));
         let slot = Slot::new(
             pid,
             parent.map(|p| p.pid),
@@ -351,6 +377,7 @@ impl Shared {
             notices,
             self.config.mailbox(),
             confined,
+            outbox,
         );
         if let Some(parent) = parent {
             // The link exists only while the parent lives: a parent that already ended cannot
@@ -379,8 +406,25 @@ impl Shared {
         fence(Ordering::SeqCst);
         if self.shutdown.load(Ordering::SeqCst) {
             self.table.remove(&pid);
+            // Taken back from its parent too, or it would count against the parent's children.
+            if let Some(parent) = parent {
+                parent.exit.lock().children.remove(&pid);
+            }
             self.live.fetch_sub(1, Ordering::AcqRel);
             return Err(Error::ShuttingDown);
+        }
+        if let Some(timeout) = timeout {
+            let reason = format!("timed out: it ran longer than its timeout of {timeout:?}");
+            let action = Action::Terminate(FailureKind::Timeout, reason);
+            if let Err(error) = self.timer.schedule(timeout, pid, action, usize::MAX) {
+                self.table.remove(&pid);
+                if let Some(parent) = parent {
+                    parent.exit.lock().children.remove(&pid);
+                }
+                self.live.fetch_sub(1, Ordering::AcqRel);
+                return Err(Error::Unavailable(error.message));
+            }
+            slot.has_timers.store(true, Ordering::Relaxed);
         }
         self.bump(Counter::Spawn);
         // A stop that began after the check above may have missed this process: cancel it too.
@@ -392,12 +436,31 @@ impl Shared {
     }
 }
 
-/// The error a watcher sees when the process it watched failed.
-pub(crate) fn child_failed(pid: Pid, error: &ProcessError) -> CommandError {
-    CommandError::new(
-        ErrorKind::ChildFailed,
-        format!("process {pid} failed: {error}"),
-    )
+/// The error a watcher sees when the process it watched did not finish with a result:
+/// `child-cancelled` when it was cancelled or ended from outside, `child-failed` otherwise. The
+/// text names the process once.
+pub(crate) fn child_ended(pid: Pid, error: &ProcessError) -> CommandError {
+    let kind = match error.kind() {
+        FailureKind::Cancelled | FailureKind::Terminated | FailureKind::Timeout => {
+            ErrorKind::ChildCancelled
+        }
+        _ => ErrorKind::ChildFailed,
+    };
+    let message = error.message();
+    let named = message
+        .strip_prefix("process ")
+        .and_then(|rest| rest.strip_prefix(&pid.to_string()))
+        .is_some_and(|rest| rest.starts_with(' '));
+    let message = if named {
+        message.to_string()
+    } else {
+        let verb = match kind {
+            ErrorKind::ChildCancelled => "was stopped",
+            _ => "failed",
+        };
+        format!("process {pid} {verb}: {message}")
+    };
+    CommandError::new(kind, message)
 }
 
 /// The message of a caught panic.

@@ -7,6 +7,7 @@ use crossbeam_channel::Sender;
 use wfcontract::{Payload, Pid, Tag};
 
 use crate::inbox::{Inbox, MailboxLimit};
+use crate::outbox::Outbox;
 use crate::process::{Process, ProcessResult};
 use crate::state::State;
 use crate::sync::Mutex;
@@ -28,6 +29,9 @@ pub(crate) struct Slot {
     pub(crate) has_timers: std::sync::atomic::AtomicBool,
     /// May cancel and join only its own children (see `Spawn::confined`).
     pub(crate) confined: bool,
+    /// Where its messages to `Pid::HOST` go: its own outbox, or the one it inherited from its
+    /// parent. `None`: nobody outside listens.
+    pub(crate) outbox: Option<Outbox>,
 }
 
 impl std::fmt::Debug for Slot {
@@ -82,6 +86,7 @@ pub(crate) enum Notice {
 }
 
 impl Slot {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         pid: Pid,
         parent: Option<Pid>,
@@ -90,6 +95,7 @@ impl Slot {
         watchers: Vec<Notice>,
         mailbox_limit: MailboxLimit,
         confined: bool,
+        outbox: Option<Outbox>,
     ) -> Arc<Slot> {
         Arc::new(Slot {
             pid,
@@ -109,6 +115,7 @@ impl Slot {
             cancel_armed: std::sync::atomic::AtomicBool::new(false),
             has_timers: std::sync::atomic::AtomicBool::new(false),
             confined,
+            outbox,
         })
     }
 }

@@ -1,11 +1,11 @@
 //! The lifecycle of one process, in one atomic byte.
 //!
 //! ```text
-//!            start_running            park(Blocked|Idle)
-//!   Ready ─────────────────▶ Running ───────────────────▶ Blocked / Idle
+//!            start_running            park(Blocked|Idle|Waiting)
+//!   Ready ─────────────────▶ Running ───────────────────▶ Blocked / Idle / Waiting
 //!     ▲                        │  │                              │
-//!     │        requeue         │  │ complete                     │ notify (event arrived)
-//!     └────────────────────────┘  ▼                              │
+//!     │        requeue         │  │ complete                     │ notify (an event, or the
+//!     └────────────────────────┘  ▼                              │ resource it waits for)
 //!     ▲                        Complete                          │
 //!     └──────────────────────────────────────────────────────────┘
 //! ```
@@ -20,7 +20,12 @@
 //! - `Blocked` (status `Wait`) wakes for any event. `Idle` (status `Idle`: waiting for messages)
 //!   wakes for messages and cancels only; a completion arriving then waits in the inbox for the next
 //!   step. So a process that sent a message and waits for the reply is not stepped once more just
-//!   to hear that the send went through.
+//!   to hear that the send went through. (A message wakes either only if the process asked for
+//!   messages; the inbox decides that, see `inbox.rs`.)
+//! - `Waiting` is a process that could not step because something it needs to run is taken (a
+//!   wasm process waiting for an instance, see `Process::prepare`). Events leave it asleep (they
+//!   wait in the inbox, inside its limits); only its resource's wake-up, or a termination, makes
+//!   it `Ready`. So it waits without being stepped in vain.
 //!
 //! Producers always push the event into the inbox (under its mutex) before calling
 //! [`State::notify`]; the worker always checks the inbox (under the same mutex) after its last step
@@ -34,8 +39,20 @@ pub(crate) const RUNNING: u8 = 1;
 pub(crate) const BLOCKED: u8 = 2;
 pub(crate) const IDLE: u8 = 3;
 pub(crate) const COMPLETE: u8 = 4;
+pub(crate) const WAITING: u8 = 5;
 /// Set on `RUNNING` when an event arrives during the step.
 const NOTIFIED: u8 = 0b1000;
+
+/// What woke a process: which parked states it makes `Ready`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// A completion: wakes `Blocked` only.
+    Completion,
+    /// A message the process asked for, or a cancel: wakes `Blocked` and `Idle`.
+    Message,
+    /// The resource a `Waiting` process needs, or a termination: wakes every parked state.
+    All,
+}
 
 /// What a producer must do after [`State::notify`].
 #[must_use]
@@ -79,16 +96,17 @@ impl State {
             .is_ok()
     }
 
-    /// Called by a producer after pushing an event into the inbox; `wakes_idle` is false for
-    /// completions, which leave an `Idle` process asleep.
-    pub(crate) fn notify(&self, wakes_idle: bool) -> Notify {
+    /// Called by a producer after pushing an event into the inbox (or after freeing the resource
+    /// a `Waiting` process needs); `wake` says which parked states it ends.
+    pub(crate) fn notify(&self, wake: Wake) -> Notify {
         // A plain read first: under many producers the line stays shared while the process is
         // already queued or flagged, instead of bouncing for a compare-exchange that changes nothing.
         let mut current = self.0.load(Ordering::Acquire);
         loop {
             let next = match current & MASK {
                 BLOCKED => READY,
-                IDLE if wakes_idle => READY,
+                IDLE if wake != Wake::Completion => READY,
+                WAITING if wake == Wake::All => READY,
                 RUNNING if current & NOTIFIED == 0 => RUNNING | NOTIFIED,
                 _ => return Notify::Nothing,
             };
@@ -105,9 +123,10 @@ impl State {
         }
     }
 
-    /// `Running → target` (`BLOCKED` or `IDLE`) unless an event arrived during the step.
+    /// `Running → target` (`BLOCKED`, `IDLE` or `WAITING`) unless an event arrived during the
+    /// step.
     pub(crate) fn park(&self, target: u8) -> Park {
-        debug_assert!(target == BLOCKED || target == IDLE);
+        debug_assert!(target == BLOCKED || target == IDLE || target == WAITING);
         // Release: publishes the step's writes to the next worker that runs the process.
         match self
             .0
@@ -145,26 +164,38 @@ mod tests {
         let s = State::new();
         assert!(s.start_running());
         assert_eq!(s.park(BLOCKED), Park::Parked);
-        assert_eq!(s.notify(false), Notify::Schedule);
+        assert_eq!(s.notify(Wake::Completion), Notify::Schedule);
+    }
+
+    #[test]
+    fn a_waiting_process_wakes_only_for_its_resource() {
+        let s = State::new();
+        assert!(s.start_running());
+        assert_eq!(s.park(WAITING), Park::Parked);
+        assert_eq!(s.notify(Wake::Completion), Notify::Nothing);
+        assert_eq!(s.notify(Wake::Message), Notify::Nothing);
+        assert_eq!(s.load(), WAITING);
+        assert_eq!(s.notify(Wake::All), Notify::Schedule);
+        assert_eq!(s.load(), READY);
     }
 
     #[test]
     fn an_event_during_a_step_prevents_parking_once() {
         let s = State::new();
         assert!(s.start_running());
-        assert_eq!(s.notify(false), Notify::Nothing);
-        assert_eq!(s.notify(true), Notify::Nothing);
+        assert_eq!(s.notify(Wake::Completion), Notify::Nothing);
+        assert_eq!(s.notify(Wake::Message), Notify::Nothing);
         assert_eq!(s.park(BLOCKED), Park::Notified);
         assert_eq!(s.park(IDLE), Park::Parked);
         assert_eq!(s.load(), IDLE);
-        assert_eq!(s.notify(false), Notify::Nothing);
-        assert_eq!(s.notify(true), Notify::Schedule);
-        assert_eq!(s.notify(true), Notify::Nothing);
+        assert_eq!(s.notify(Wake::Completion), Notify::Nothing);
+        assert_eq!(s.notify(Wake::Message), Notify::Schedule);
+        assert_eq!(s.notify(Wake::Message), Notify::Nothing);
         assert_eq!(s.load(), READY);
         assert!(s.start_running());
         assert!(!s.start_running());
         s.complete();
-        assert_eq!(s.notify(true), Notify::Nothing);
+        assert_eq!(s.notify(Wake::All), Notify::Nothing);
         assert_eq!(s.load(), COMPLETE);
     }
 }

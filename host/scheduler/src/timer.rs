@@ -1,7 +1,9 @@
-//! The timer: a deadline queue serving `sleep` and the termination of processes that outlive their
-//! cancel grace period. Workers fire due timers themselves between turns (one atomic load when
-//! none is due), so a busy host wakes its sleepers on time; the timer thread fires them when every
-//! worker is parked. No timer occupies a worker while it waits.
+//! The timer: a deadline queue serving `sleep` and `sleep-until` and the termination of processes
+//! that outlive their cancel grace period or their timeout. Workers fire due timers themselves
+//! between turns (one atomic load when none is due), so a busy host wakes its sleepers on time; the
+//! timer thread sleeps until the earliest deadline and fires whatever is due then, so timers fire
+//! on time when the workers are busy elsewhere or parked. No timer occupies a worker while it
+//! waits.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,9 +12,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use wfcontract::{Command, CommandError, ErrorKind, Event, Payload, Pid, Tag};
+use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
 
-use crate::dispatch::{Context, Handler, Request};
 use crate::shared::Shared;
 
 /// Durations longer than this are clamped to it, so a deadline always fits in an `Instant`.
@@ -23,8 +24,8 @@ const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 pub(crate) enum Action {
     /// Complete the process's yield `Tag` (a `sleep`).
     Complete(Tag),
-    /// End the process, if it still runs, with this reason.
-    Terminate(String),
+    /// End the process, if it still runs, with this kind and reason.
+    Terminate(crate::process::FailureKind, String),
 }
 
 #[derive(Debug)]
@@ -306,40 +307,8 @@ fn fire(shared: &Shared, entry: Entry) {
         Action::Complete(tag) => {
             let _ = shared.deliver(&slot, Event::completion(tag, Ok(Payload::empty())));
         }
-        Action::Terminate(reason) => {
-            let _ = shared.request_termination(&slot, reason);
-        }
-    }
-}
-
-/// The handler for [`Command::Sleep`].
-pub(crate) struct Sleep;
-
-impl Handler for Sleep {
-    fn handle(&self, request: Request, cx: &Context<'_>) {
-        let Command::Sleep(duration) = request.command else {
-            return;
-        };
-        let timer = &cx.scheduler().shared.timer;
-        cx.slot
-            .has_timers
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        let max = cx.scheduler().shared.config.max_sleeps;
-        if let Err(error) =
-            timer.schedule(duration, request.pid, Action::Complete(request.tag), max)
-        {
-            cx.complete(request.tag, Err(error));
-        }
-    }
-}
-
-/// The handler for [`Command::Forget`]: drops a sleep the process no longer waits for.
-pub(crate) struct Forget;
-
-impl Handler for Forget {
-    fn handle(&self, request: Request, cx: &Context<'_>) {
-        if let Command::Forget(tag) = request.command {
-            cx.scheduler().shared.timer.forget(request.pid, tag);
+        Action::Terminate(kind, reason) => {
+            let _ = shared.request_termination(&slot, kind, reason);
         }
     }
 }

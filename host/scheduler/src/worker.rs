@@ -1,28 +1,39 @@
 //! The worker loop: find a ready process, give it one turn, repeat; spin and park when idle.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crossbeam_deque::Worker as Deque;
 use wfcontract::{Event, Status, StepOutput, Yield};
 
 use crate::counters::Counter;
-use crate::dispatch::{unknown_command, Context, Request};
 use crate::handle::SchedulerHandle;
+use crate::handlers::{unknown_command, Context, Request};
 use crate::inbox::Inbox;
 use crate::park::{Unpark, SPIN_ROUNDS, SPIN_TIGHT};
-use crate::process::{Events, FailureKind, InitContext, Process, ProcessError};
+use crate::process::{
+    Events, FailureKind, InitContext, Process, ProcessError, Readiness, WakerSource,
+};
 use crate::queue::{Found, Local, Task};
 use crate::shared::{panic_message, Shared};
 use crate::slot::{Body, Slot};
-use crate::state::{Park, BLOCKED, IDLE};
+use crate::state::{Park, State, BLOCKED, IDLE, WAITING};
+use crate::sync::Mutex;
 
 /// Every this many turns a worker takes from the global queue before its own, so that new
 /// submissions are seen even when the local queue never empties (Go and tokio use 61 too: a prime,
 /// so the check does not fall into step with periodic workloads).
 const GLOBAL_POLL_INTERVAL: u32 = 61;
+
+/// A turn that has run this long ends at its next step boundary, even with budget left: the
+/// process goes to the back of the worker's queue and the worker looks at the shared queues first.
+/// So a process whose every step takes long (each just under the step time limit) gets one step per
+/// round, as its peers get theirs, and what it would otherwise hold up waits for one such step per
+/// worker. Go preempts at 10 ms too.
+const TURN_SLICE: Duration = Duration::from_millis(10);
 
 /// What a worker thread keeps where code running on it (handlers, scheduler calls from inside a
 /// step) can reach it.
@@ -57,9 +68,9 @@ pub(crate) fn on_worker(shared: &Shared) -> bool {
     current_index(shared).is_some()
 }
 
-/// What was left in the inbox after a drain.
+/// What was left in the inbox after a drain, or after a step said what it takes next.
 #[derive(Clone, Copy)]
-struct Leftover {
+pub(crate) struct Leftover {
     /// Anything at all (which wakes a `Blocked` process).
     any: bool,
     /// Something that wakes an `Idle` process.
@@ -67,7 +78,7 @@ struct Leftover {
 }
 
 impl Leftover {
-    fn of(inbox: &Inbox) -> Leftover {
+    pub(crate) fn of(inbox: &Inbox) -> Leftover {
         Leftover {
             any: !inbox.is_empty(),
             idle: inbox.wakes_idle(),
@@ -87,6 +98,8 @@ pub(crate) struct Worker {
     handle: SchedulerHandle,
     index: usize,
     tick: u32,
+    /// The last turn ran out of time: look at the shared queues before the local one.
+    look_outside: bool,
     /// The events of the current step; reused.
     events: Vec<Event>,
     /// The output of the current step; reused.
@@ -106,6 +119,7 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize, deque: Deque<Task>) {
         handle: SchedulerHandle { shared },
         index,
         tick: 0,
+        look_outside: false,
         events: Vec::new(),
         out: StepOutput::new(),
     };
@@ -138,7 +152,8 @@ impl Worker {
 
     /// From this worker's own queue, with the periodic look at the global queue first.
     fn next_local(&mut self) -> Option<Task> {
-        let global_first = self.tick.is_multiple_of(GLOBAL_POLL_INTERVAL);
+        let global_first = std::mem::take(&mut self.look_outside)
+            || self.tick.is_multiple_of(GLOBAL_POLL_INTERVAL);
         let shared = Arc::clone(&self.handle.shared);
         let (task, from_global) = CURRENT.with(|current| {
             let mut current = current.borrow_mut();
@@ -222,12 +237,13 @@ impl Worker {
         self.shared().counters.bump(Some(self.index), counter);
     }
 
-    /// One turn of one process: init if new, then step while it has events and budget.
+    /// One turn of one process: init if new, then step while it has events, budget and time.
     fn turn(&mut self, slot: Task) {
         if !slot.state.start_running() {
             debug_assert!(false, "queued process {} was not Ready", slot.pid);
             return;
         }
+        let started = Instant::now();
         let mut budget = self.shared().config.budget;
         // A step with no events is due after init and after `Continue`.
         let mut step_without_events = false;
@@ -244,10 +260,20 @@ impl Worker {
                     }
                     step_without_events = true;
                 }
+                match self.prepare(&slot, &mut body) {
+                    Ok(Readiness::Ready) => {}
+                    Ok(Readiness::NotReady) => {
+                        // Its events stay queued; the step it was due is remembered.
+                        body.step_due = step_without_events;
+                        drop(body);
+                        return self.wait_for_resource(slot);
+                    }
+                    Err(error) => return self.shared().finish(&slot, &mut body, Err(error)),
+                }
                 let drained = {
                     let mut inbox = slot.inbox.lock();
                     match inbox.take_terminate() {
-                        Some(reason) => Err(reason),
+                        Some(ended) => Err(ended),
                         None => {
                             let max_bytes = self.shared().config.step_bytes;
                             let count = inbox.drain_into(&mut self.events, budget, max_bytes);
@@ -257,9 +283,9 @@ impl Worker {
                 };
                 let (count, left) = match drained {
                     Ok(drained) => drained,
-                    Err(reason) => {
+                    Err((kind, reason)) => {
                         self.events.clear();
-                        let error = ProcessError::with_kind(FailureKind::Terminated, reason);
+                        let error = ProcessError::with_kind(kind, reason);
                         return self.shared().finish(&slot, &mut body, Err(error));
                     }
                 };
@@ -268,12 +294,11 @@ impl Worker {
                 } else {
                     budget = budget.saturating_sub(count.max(1));
                     match self.step(&slot, &mut body) {
-                        Ok((status, completed_inline)) => {
-                            let left = Leftover {
-                                any: left.any || completed_inline,
-                                ..left
-                            };
-                            (Some(status), left)
+                        Ok((status, receive)) => {
+                            // What it takes from now on decides what is left that wakes it.
+                            let mut inbox = slot.inbox.lock();
+                            inbox.accept(receive);
+                            (Some(status), Leftover::of(&inbox))
                         }
                         Err(error) => {
                             return self.shared().finish(&slot, &mut body, Err(error));
@@ -282,17 +307,22 @@ impl Worker {
                 }
             };
             step_without_events = false;
+            let out_of_time = started.elapsed() >= TURN_SLICE;
             target = match status {
                 Some(Status::Done(result)) => return self.finish_with(&slot, Ok(result)),
                 Some(Status::Failed(message)) => {
                     return self.finish_with(&slot, Err(ProcessError::new(message)))
                 }
+                Some(Status::Cancelled(message)) => {
+                    let error = ProcessError::with_kind(FailureKind::Cancelled, message);
+                    return self.finish_with(&slot, Err(error));
+                }
                 Some(Status::Continue) => {
-                    if budget == 0 {
+                    if budget == 0 || out_of_time {
                         // Remembered with the process, so the next turn steps it though no
                         // event will arrive.
                         slot.body.lock().step_due = true;
-                        return self.requeue(slot);
+                        return self.requeue(slot, out_of_time);
                     }
                     step_without_events = true;
                     continue;
@@ -301,19 +331,43 @@ impl Worker {
                 Some(Status::Wait) => BLOCKED,
                 None => target,
             };
-            // Park unless events that wake it are waiting. Events queued before the drain are
-            // accounted for in `left`; any pushed since set the wakeup flag, which makes the park
-            // fail, and only then is the inbox looked at again (see `state.rs`).
-            let mut wakes = left.wakes(target);
-            while !wakes {
-                match slot.state.park(target) {
-                    Park::Parked => return,
-                    Park::Notified => wakes = Leftover::of(&slot.inbox.lock()).wakes(target),
-                }
+            if park_unless_woken(&slot.state, &slot.inbox, target, left) {
+                return;
             }
-            if budget == 0 {
-                return self.requeue(slot);
+            if budget == 0 || out_of_time {
+                return self.requeue(slot, out_of_time);
             }
+        }
+    }
+
+    /// Asks the process whether it can step now (see [`Process::prepare`]).
+    fn prepare(&self, slot: &Arc<Slot>, body: &mut Body) -> Result<Readiness, ProcessError> {
+        let process = body.process.as_mut().expect("present until finished");
+        let source = WakerSource {
+            shared: &self.handle.shared,
+            slot,
+        };
+        catch_unwind(AssertUnwindSafe(|| process.prepare(&source))).unwrap_or_else(|panic| {
+            Err(ProcessError::with_kind(
+                FailureKind::Trap,
+                format!("preparing a step panicked: {}", panic_message(&*panic)),
+            ))
+        })
+    }
+
+    /// The process cannot step until its waker is woken: park it as `Waiting`, which events do
+    /// not end (only the waker or a termination does). A termination already asked for ends it
+    /// now.
+    fn wait_for_resource(&mut self, slot: Task) {
+        let ended = slot.inbox.lock().take_terminate();
+        if let Some((kind, reason)) = ended {
+            return self.finish_with(&slot, Err(ProcessError::with_kind(kind, reason)));
+        }
+        match slot.state.park(WAITING) {
+            Park::Parked => {}
+            // Something arrived during the turn (perhaps the wake-up itself): try again at its
+            // next turn, behind the others.
+            Park::Notified => self.requeue(slot, false),
         }
     }
 
@@ -336,9 +390,9 @@ impl Worker {
         }
     }
 
-    /// Steps the process with the drained events and dispatches its yields. Also says whether a
-    /// handler completed a yield inline (into the inbox, without a wake-up).
-    fn step(&mut self, slot: &Arc<Slot>, body: &mut Body) -> Result<(Status, bool), ProcessError> {
+    /// Steps the process with the drained events and dispatches its yields. Returns its status
+    /// and how many messages it takes next.
+    fn step(&mut self, slot: &Arc<Slot>, body: &mut Body) -> Result<(Status, u32), ProcessError> {
         let process = body.process.as_mut().expect("present until finished");
         self.out.reset();
         if self.handle.shared.observer.is_some() {
@@ -365,6 +419,7 @@ impl Worker {
             }
         }
         let status = std::mem::replace(&mut self.out.status, Status::Wait);
+        let receive = self.out.receive;
         let mut yields = std::mem::take(&mut self.out.yields);
         if self.handle.shared.observer.is_some() {
             self.handle.shared.observe(|observer| {
@@ -376,22 +431,20 @@ impl Worker {
         let dispatched = self.dispatch(slot, &**process, &mut yields);
         yields.clear();
         self.out.yields = yields;
-        dispatched.map(|completed_inline| (status, completed_inline))
+        dispatched.map(|()| (status, receive))
     }
 
     /// Hands each yield the process permits itself (see [`Process::check`]) to its handler. A
-    /// handler that panics fails the process. Returns whether a yield was completed inline.
+    /// handler that panics fails the process.
     fn dispatch(
         &self,
         slot: &Arc<Slot>,
         process: &dyn Process,
         yields: &mut Vec<Yield>,
-    ) -> Result<bool, ProcessError> {
-        let completed_inline = Cell::new(false);
+    ) -> Result<(), ProcessError> {
         let cx = Context {
             handle: &self.handle,
             slot,
-            completed_inline: &completed_inline,
         };
         for Yield { tag, command } in yields.drain(..) {
             let kind = command.kind();
@@ -423,7 +476,7 @@ impl Worker {
                 ));
             }
         }
-        Ok(completed_inline.get())
+        Ok(())
     }
 
     fn finish_with(&self, slot: &Arc<Slot>, result: Result<wfcontract::Payload, ProcessError>) {
@@ -431,13 +484,36 @@ impl Worker {
         self.shared().finish(slot, &mut body, result);
     }
 
-    /// Budget used up: to the back of the local queue, so peers get their turn.
-    fn requeue(&self, slot: Task) {
+    /// Budget or time used up: to the back of the local queue, so peers get their turn. After a
+    /// turn that used up its time, the worker looks at the shared queues before its own, so work
+    /// queued there waits for at most one long step per worker.
+    fn requeue(&mut self, slot: Task, out_of_time: bool) {
+        self.look_outside |= out_of_time;
         slot.state.requeue();
         let pushed = with_local_task(self.shared(), slot, |local, task| local.push_back(task));
         debug_assert!(pushed.is_ok(), "a worker always has its local queue");
         self.shared().idle.notify_one();
     }
+}
+
+/// The end of a turn: parks the process as `target` (`BLOCKED` or `IDLE`) unless events that wake
+/// it are waiting. Events queued before `left` was taken are in `left`; any pushed since set the
+/// wakeup flag, which makes the park fail, and only then is the inbox looked at again (see
+/// `state.rs`). Returns true if the process is parked, false if it has events to step with.
+pub(crate) fn park_unless_woken(
+    state: &State,
+    inbox: &Mutex<Inbox>,
+    target: u8,
+    left: Leftover,
+) -> bool {
+    let mut wakes = left.wakes(target);
+    while !wakes {
+        match state.park(target) {
+            Park::Parked => return true,
+            Park::Notified => wakes = Leftover::of(&inbox.lock()).wakes(target),
+        }
+    }
+    false
 }
 
 /// Runs `f(local, task)` if this thread is one of `shared`'s workers; otherwise returns the task.

@@ -545,10 +545,16 @@ fn a_panicking_init_or_handler_fails_its_process() {
 
 #[test]
 fn an_unknown_command_completes_with_an_error_the_process_sees() {
+    // No spawner: the scheduler cannot make processes for `spawn`.
     let scheduler = Scheduler::builder().workers(1).build().unwrap();
     let process = Proc::new((), |_, env, events, out| {
         if env.first {
-            out.push(Tag(9), Command::Now);
+            let request = wfcontract::SpawnRequest {
+                module: None,
+                entry: "child".into(),
+                input: Payload::empty(),
+            };
+            out.push(Tag(9), Command::Spawn(request));
             return;
         }
         let event = events.into_iter().next().unwrap();
@@ -557,10 +563,10 @@ fn an_unknown_command_completes_with_an_error_the_process_sees() {
         out.status = Status::Done(Payload::to_json(&error.message).unwrap());
     });
     let handle = scheduler
-        .spawn_handle(process, "now", Payload::empty())
+        .spawn_handle(process, "spawner", Payload::empty())
         .unwrap();
     let message: String = de(&handle.wait_timeout(PATIENCE).unwrap().unwrap());
-    assert_eq!(message, "this host has no handler for command 'now'");
+    assert_eq!(message, "this host has no handler for command 'spawn'");
 }
 
 #[test]

@@ -8,9 +8,9 @@ use wfhost_scheduler::{InitContext, Process, ProcessError};
 
 use crate::error::Result;
 use crate::grants::Grants;
-use crate::host::Loaded;
 use crate::wasm::{
-    Compiled, GuestLimiter, GuestState, Hibernation, Instances, Limits, WasmProcess, WasmRuntime,
+    Compiled, EngineSettings, GuestLimiter, GuestState, Hibernation, Instances, Limits,
+    ProcessSpec, WasmProcess, WasmRuntime,
 };
 
 /// A compiled module and the runtime around it.
@@ -67,14 +67,20 @@ impl Harness {
         copy_on_write: bool,
         compact: bool,
     ) -> Result<Harness> {
-        let instances = Instances::new(usize::MAX, 1, Hibernation::Off, String::new());
-        let wasm = Arc::new(WasmRuntime::new(
-            limits,
+        let instances = Instances::new(
+            usize::MAX,
+            1,
+            Hibernation::Off,
+            String::new(),
+            limits.step_time_limit,
+        );
+        let settings = EngineSettings {
             pooling,
             copy_on_write,
             compact,
-            instances,
-        )?);
+            cache_dir: None,
+        };
+        let wasm = Arc::new(WasmRuntime::new(limits, settings, instances)?);
         let compiled = wasm.compile(bytes)?;
         Ok(Harness { wasm, compiled })
     }
@@ -89,7 +95,7 @@ impl Harness {
                 limits: GuestLimiter::new(&self.wasm.limits),
             },
         );
-        store.set_epoch_deadline(self.wasm.deadline_ticks());
+        store.set_epoch_deadline(self.wasm.limits.deadline_ticks());
         let instance = self
             .compiled
             .pre
@@ -116,10 +122,11 @@ impl Harness {
     ) -> std::result::Result<Box<dyn Process>, ProcessError> {
         let mut process = WasmProcess::new(
             Arc::clone(&self.wasm),
-            Loaded {
-                name: Arc::from("bench"),
+            ProcessSpec {
                 compiled: Arc::clone(&self.compiled),
+                module_name: Arc::from("bench"),
                 grants: Arc::new(Grants::default()),
+                limits: Arc::clone(&self.wasm.limits),
             },
         );
         process.init(&InitContext::new(Pid(1), None), entry, input)?;

@@ -1,168 +1,57 @@
 //! WebAssembly processes: the only module that names wasmtime types.
 //!
-//! One [`Engine`] per host; each distinct module compiled once (by content hash) into an
-//! `InstancePre`; one `Store` and instance per process, dropped when the process closes. A ticker
-//! thread advances the engine's epoch so that a step that runs too long is interrupted.
+//! One [`Engine`] per host; each distinct module compiled once (by content hash, and kept on disk
+//! when the host has a module cache directory) into an `InstancePre`; one `Store` and instance per
+//! running process, or, hibernated, the pages and globals that differ from a fresh one. A ticker
+//! thread advances the engine's epoch so that a call that runs too long is interrupted.
+//!
+//! | File | What |
+//! |---|---|
+//! | `limits.rs` | The sandbox's limits and the store limiter. |
+//! | `module.rs`, `cache.rs` | Reading and checking modules; compiling each once, in memory and on disk. |
+//! | `wasi.rs` | WASI preview 1 with nothing behind it; guest output to the log. |
+//! | `process/` | A wasm instance as a scheduler `Process`: life cycle, calls into the guest, traps. |
+//! | `instances.rs`, `warm.rs` | Counting instances against the capacity, the queue for one, warm instances. |
+//! | `hibernate/` | Saving a waiting process as the pages and globals that differ, and restoring it. |
 
 #[doc(hidden)]
 pub mod bench;
+mod cache;
 mod hibernate;
+mod instances;
+mod limits;
 mod module;
 mod process;
+mod warm;
 mod wasi;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, Linker, PoolingAllocationConfig, ResourceLimiter,
-    StoreLimits, StoreLimitsBuilder,
-};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, Linker, PoolingAllocationConfig};
 use wasmtime_wasi::p1::WasiP1Ctx;
+use wfcontract::Pid;
+use wfhost_scheduler::Waker;
 
-pub(crate) use hibernate::Instances;
-pub use hibernate::{Hibernation, Residency};
+pub use hibernate::Hibernation;
+pub use instances::Residency;
+pub(crate) use instances::{InstanceSlot, Instances, Ticket};
+pub(crate) use limits::{GuestLimiter, Refusal};
+pub use limits::{Limits, DEFAULT_MAX_CPU_TIME};
+pub(crate) use module::Compiled;
 pub use module::ModuleInfo;
-pub(crate) use module::{Compiled, ModuleCache};
-pub(crate) use process::WasmProcess;
+pub(crate) use process::{ProcessSpec, WasmProcess};
 
 use crate::error::{Error, ErrorKind, Result};
-
-/// WASI preview 1's `errno::notsup`.
-const WASI_ERRNO_NOTSUP: i32 = 58;
+use cache::ModuleCache;
+use warm::WarmPool;
 
 /// How often the epoch advances: the granularity of the step time limit.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
-
-/// The longest step time limit: long enough for anything, short enough that a deadline in ticks
-/// never overflows.
-const MAX_STEP_TIME: Duration = Duration::from_secs(24 * 3600);
-
-/// The sandbox's limits: what one process, and one module, may consume. Every field has a
-/// default suited to running code nobody reviewed; each is also a `wfhost run` flag (named in its
-/// documentation). `SECURITY.md` lists them with the host-wide limits on [`HostBuilder`].
-///
-/// A process that goes over a limit fails with [`ErrorKind::Limit`] and a message naming its pid,
-/// its entry point and the limit; a module over a limit is refused at load with
-/// [`ErrorKind::Limit`].
-///
-/// [`HostBuilder`]: crate::HostBuilder
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// The largest linear memory a process may grow to, in bytes. A module that declares more
-    /// initial memory is refused at load; a `memory.grow` past it fails (returns -1, as wasm
-    /// specifies), and if the guest then traps, the failure says it ran out of memory.
-    /// Default: 64 MiB. CLI: `--max-memory`.
-    pub max_memory_bytes: usize,
-    /// The most elements each of a process's tables may hold (each costs host memory). A module
-    /// that declares more initially is refused at load. Default: 100,000. CLI:
-    /// `--max-table-elements`.
-    pub max_table_elements: usize,
-    /// The most linear memories a module may define. Default: 1 (the ABI needs one; more would
-    /// multiply the memory a process can hold). CLI: `--max-memories`.
-    pub max_memories: usize,
-    /// The most tables a module may define. Default: 1 (what Rust, C and Go toolchains emit).
-    /// CLI: `--max-tables`.
-    pub max_tables: usize,
-    /// How long one call into a guest (`init` with its start function and instantiation, or a
-    /// step) may run before it is interrupted and the process fails. Measured by the host's one
-    /// epoch ticker, granularity 10 ms. Default: 10 s. CLI: `--step-limit`.
-    pub step_time_limit: Duration,
-    /// Fuel (roughly, wasm instructions) one call into a guest may burn, for accounting that is
-    /// deterministic where wall time is not: the same step always burns the same fuel. Costs
-    /// some speed when on. `None`: off. Default: off. CLI: `--fuel`.
-    pub fuel_per_step: Option<u64>,
-    /// The most native stack a guest's wasm frames may use, in bytes; deeper recursion traps with
-    /// a stack overflow. The worker threads' stacks are sized to fit it. Default: 512 KiB.
-    /// CLI: `--max-stack`.
-    pub max_stack_bytes: usize,
-    /// The most yields one step may return. Default: 10,000. CLI: `--max-yields`.
-    pub max_yields_per_step: usize,
-    /// The largest payload, in bytes: a process's input and result, a message, a child's input,
-    /// a host command's input. A yield carrying more completes with a `limit-reached` error; a
-    /// result larger fails the process; the host's own `spawn` and `send` refuse larger ones; a
-    /// larger log record is dropped, with a warning in the host's log; a failure message is cut
-    /// to it. Default: 4 MiB. CLI: `--max-payload`.
-    pub max_payload_bytes: usize,
-    /// The largest answer (step output or init result) a guest may return, in bytes.
-    /// Default: 16 MiB. CLI: `--max-output`.
-    pub max_output_bytes: usize,
-    /// The largest module the host loads, in bytes. Default: 64 MiB. CLI: `--max-module-size`.
-    pub max_module_bytes: usize,
-    /// How long compiling one module may take before loading it fails. A compile that overruns
-    /// finishes in the background (Cranelift cannot be interrupted) and its result is dropped.
-    /// Default: 60 s. CLI: `--compile-limit`.
-    pub compile_time_limit: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_memory_bytes: 64 << 20,
-            max_table_elements: 100_000,
-            max_memories: 1,
-            max_tables: 1,
-            step_time_limit: Duration::from_secs(10),
-            fuel_per_step: None,
-            max_stack_bytes: 512 << 10,
-            max_yields_per_step: 10_000,
-            max_payload_bytes: 4 << 20,
-            max_output_bytes: 16 << 20,
-            max_module_bytes: 64 << 20,
-            compile_time_limit: Duration::from_secs(60),
-        }
-    }
-}
-
-impl Limits {
-    /// Checks that the limits make sense together, saying which one does not.
-    pub(crate) fn validate(&self) -> Result<()> {
-        let bad = |what: &str| Err(Error::new(ErrorKind::Config, what.to_string()));
-        if self.max_memory_bytes < 64 << 10 {
-            return bad("max_memory_bytes must be at least one wasm page (64 KiB)");
-        }
-        if self.max_memories == 0 {
-            return bad("max_memories must be at least 1: a workflow exports a linear memory");
-        }
-        if self.step_time_limit < EPOCH_TICK || self.step_time_limit > MAX_STEP_TIME {
-            return bad("step_time_limit must be between 10 ms (the epoch tick) and 24 hours");
-        }
-        if self.fuel_per_step == Some(0) {
-            return bad("fuel_per_step must be at least 1 (or None for no fuel accounting)");
-        }
-        if self.max_stack_bytes < 16 << 10 || self.max_stack_bytes > 1 << 30 {
-            return bad("max_stack_bytes must be between 16 KiB and 1 GiB");
-        }
-        if self.max_output_bytes == 0 || self.max_payload_bytes == 0 || self.max_module_bytes == 0 {
-            return bad(
-                "max_output_bytes, max_payload_bytes and max_module_bytes must be at least 1",
-            );
-        }
-        if self.compile_time_limit.is_zero() {
-            return bad("compile_time_limit must be more than zero");
-        }
-        Ok(())
-    }
-
-    /// When `len` bytes are over the payload limit, the words that say so: "more than the
-    /// payload limit of ... (Limits::max_payload_bytes, --max-payload)".
-    pub(crate) fn over_payload(&self, len: usize) -> Option<String> {
-        let limit = self.max_payload_bytes;
-        (len > limit).then(|| {
-            format!(
-                "more than the payload limit of {limit} (Limits::max_payload_bytes, --max-payload)"
-            )
-        })
-    }
-
-    /// The stack a worker thread needs to run guests within these limits: the guest's frames
-    /// plus room for the host's own.
-    pub(crate) fn worker_stack_bytes(&self) -> usize {
-        (self.max_stack_bytes + (2 << 20)).max(4 << 20)
-    }
-}
 
 /// A WASI call workflows may not make, because it would block a worker thread.
 #[derive(Debug)]
@@ -187,101 +76,47 @@ pub(crate) struct GuestState {
     pub(crate) limits: GuestLimiter,
 }
 
-/// The store's resource limiter: wasmtime's [`StoreLimits`], remembering whether it refused a
-/// growth, so that a guest that then traps (as Rust's allocator does) is reported as out of
-/// memory rather than as a bare trap.
-pub(crate) struct GuestLimiter {
-    inner: StoreLimits,
-    /// The size a refused `memory.grow` or `table.grow` asked for.
-    pub(crate) refused: Option<Refusal>,
-}
-
-/// A growth the limiter refused.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Refusal {
-    /// Memory, to this many bytes.
-    Memory(usize),
-    /// A table, to this many elements.
-    Table(usize),
-}
-
-impl GuestLimiter {
-    pub(crate) fn new(limits: &Limits) -> GuestLimiter {
-        GuestLimiter {
-            inner: StoreLimitsBuilder::new()
-                .memory_size(limits.max_memory_bytes)
-                .table_elements(limits.max_table_elements)
-                .instances(1)
-                .memories(limits.max_memories)
-                .tables(limits.max_tables)
-                .build(),
-            refused: None,
-        }
-    }
-}
-
-impl ResourceLimiter for GuestLimiter {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        let allowed = self.inner.memory_growing(current, desired, maximum)?;
-        if !allowed {
-            self.refused = Some(Refusal::Memory(desired));
-        }
-        Ok(allowed)
-    }
-
-    fn table_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        let allowed = self.inner.table_growing(current, desired, maximum)?;
-        if !allowed {
-            self.refused = Some(Refusal::Table(desired));
-        }
-        Ok(allowed)
-    }
-
-    fn instances(&self) -> usize {
-        self.inner.instances()
-    }
-
-    fn tables(&self) -> usize {
-        self.inner.tables()
-    }
-
-    fn memories(&self) -> usize {
-        self.inner.memories()
-    }
-}
-
 /// The engine, linker and module cache a host shares among its processes.
 pub(crate) struct WasmRuntime {
     pub(crate) engine: Engine,
     pub(crate) linker: Linker<GuestState>,
-    pub(crate) cache: ModuleCache,
-    pub(crate) limits: Limits,
-    /// Live instances and hibernated processes.
+    cache: ModuleCache,
+    /// The host's limits: every process's, unless it was spawned with its own.
+    pub(crate) limits: Arc<Limits>,
+    /// Live instances, the queue for one, and hibernated processes.
     pub(crate) instances: Arc<Instances>,
+    /// Instances kept for the next restore of their module.
+    pub(crate) warm: Arc<WarmPool>,
+    /// Whether the engine counts fuel (then a process may be given its own fuel limit).
+    pub(crate) fuel: bool,
+    /// The most epoch ticks any call may be given: what `interrupt_all` advances the epoch by.
+    longest_deadline: AtomicU64,
+    /// Set once the host interrupted every guest to shut down.
+    pub(crate) interrupted: AtomicBool,
+    /// The limits of the live processes spawned with their own, which their children inherit.
+    own_limits: parking_lot::Mutex<HashMap<Pid, Arc<Limits>>>,
     ticker: Ticker,
 }
 
+/// How the engine is built: see [`WasmRuntime::new`].
+#[derive(Clone, Debug, Default)]
+pub(crate) struct EngineSettings {
+    /// Instances to pre-allocate for wasmtime's pooling allocator (`None`: allocate on demand).
+    pub(crate) pooling: Option<u32>,
+    /// Map modules' initial memory copy-on-write (see [`MemoryImages`](crate::MemoryImages)).
+    pub(crate) copy_on_write: bool,
+    /// Reserve small memories (see [`Capacity::compact_memories`](crate::Capacity::compact_memories)).
+    pub(crate) compact: bool,
+    /// Where compiled modules are kept between runs; `None`: nowhere.
+    pub(crate) cache_dir: Option<PathBuf>,
+}
+
 impl WasmRuntime {
-    /// `pooling`: instances to pre-allocate for wasmtime's pooling allocator (`None`: allocate on
-    /// demand). `copy_on_write`: map modules' initial memory copy-on-write (see
-    /// [`MemoryImages`](crate::MemoryImages)). `compact`: reserve small memories (see
-    /// [`Capacity::compact_memories`](crate::Capacity::compact_memories)). `instances`: how many
-    /// may be live, and when processes hibernate.
+    /// A runtime for processes within `limits`, with an engine built as `settings` says;
+    /// `instances` says how many may be live, and when processes hibernate.
     pub(crate) fn new(
         limits: Limits,
-        pooling: Option<u32>,
-        copy_on_write: bool,
-        compact: bool,
+        settings: EngineSettings,
         instances: Instances,
     ) -> Result<WasmRuntime> {
         let config_error = |e: wasmtime::Error| {
@@ -300,17 +135,17 @@ impl WasmRuntime {
         }
         config.max_wasm_stack(limits.max_stack_bytes);
         config.consume_fuel(limits.fuel_per_step.is_some());
-        config.memory_init_cow(copy_on_write);
+        config.memory_init_cow(settings.copy_on_write);
         // Compact: reserve only what a memory may grow to (the limiter refuses more), so that
         // many instances fit in the address space: 64 MiB and its guard rather than wasmtime's
         // 4 GiB. The price is an explicit bounds check on each memory access, which the 4 GiB
         // reservation lets wasmtime leave out.
         // The pooling allocator reserves every slot up front: always compact there.
-        if compact || pooling.is_some() {
+        if settings.compact || settings.pooling.is_some() {
             config.memory_reservation(limits.max_memory_bytes as u64);
             config.memory_reservation_for_growth(0);
         }
-        if let Some(instances) = pooling {
+        if let Some(instances) = settings.pooling {
             let mut pool = PoolingAllocationConfig::default();
             let memories = u32::try_from(limits.max_memories).unwrap_or(u32::MAX);
             let tables = u32::try_from(limits.max_tables).unwrap_or(u32::MAX);
@@ -324,92 +159,134 @@ impl WasmRuntime {
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
         let engine = Engine::new(&config).map_err(config_error)?;
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |state: &mut GuestState| {
-            &mut state.wasi
-        })
-        .map_err(config_error)?;
-        // WASI's poll_oneoff would put the worker thread itself to sleep (it is how
-        // `std::thread::sleep` waits), out of reach of the step time limit. A workflow waits with
-        // the `sleep` command instead; calling it fails the process.
-        linker.allow_shadowing(true);
-        linker
-            .func_wrap(
-                module::WASI_MODULE,
-                "poll_oneoff",
-                |_: wasmtime::Caller<'_, GuestState>,
-                 _: i32,
-                 _: i32,
-                 _: i32,
-                 _: i32|
-                 -> wasmtime::Result<i32> {
-                    Err(wasmtime::Error::new(Forbidden("poll_oneoff")))
-                },
-            )
-            .map_err(config_error)?;
-        // The WASI context is rebuilt when a hibernated process is restored, so a guest may not
-        // change it: closing, renumbering or re-flagging a descriptor answers "not supported"
-        // (the only descriptors are stdin, stdout and stderr) and changes nothing.
-        linker
-            .func_wrap(
-                module::WASI_MODULE,
-                "fd_close",
-                |_: wasmtime::Caller<'_, GuestState>, _: i32| -> i32 { WASI_ERRNO_NOTSUP },
-            )
-            .map_err(config_error)?;
-        linker
-            .func_wrap(
-                module::WASI_MODULE,
-                "fd_renumber",
-                |_: wasmtime::Caller<'_, GuestState>, _: i32, _: i32| -> i32 { WASI_ERRNO_NOTSUP },
-            )
-            .map_err(config_error)?;
-        linker
-            .func_wrap(
-                module::WASI_MODULE,
-                "fd_fdstat_set_flags",
-                |_: wasmtime::Caller<'_, GuestState>, _: i32, _: i32| -> i32 { WASI_ERRNO_NOTSUP },
-            )
-            .map_err(config_error)?;
-        linker
-            .func_wrap(
-                module::WASI_MODULE,
-                "fd_fdstat_set_rights",
-                |_: wasmtime::Caller<'_, GuestState>, _: i32, _: i64, _: i64| -> i32 {
-                    WASI_ERRNO_NOTSUP
-                },
-            )
-            .map_err(config_error)?;
-        linker.allow_shadowing(false);
-        let ticker = Ticker::start(engine.clone())?;
+        let linker = wasi::linker(&engine).map_err(config_error)?;
+        let instances = Arc::new(instances);
+        let ticker = Ticker::start(engine.clone(), Arc::clone(&instances))?;
+        let cache = ModuleCache::new(&engine, settings.cache_dir);
         Ok(WasmRuntime {
             engine,
             linker,
-            cache: ModuleCache::default(),
-            limits,
-            instances: Arc::new(instances),
+            cache,
+            fuel: limits.fuel_per_step.is_some(),
+            longest_deadline: AtomicU64::new(limits.deadline_ticks()),
+            limits: Arc::new(limits),
+            instances,
+            warm: Arc::new(WarmPool::default()),
+            own_limits: parking_lot::Mutex::new(HashMap::new()),
+            interrupted: AtomicBool::new(false),
             ticker,
         })
     }
 
-    /// Compiles (or finds in the cache) a module, refusing one over the module limits.
-    pub(crate) fn compile(&self, bytes: &[u8]) -> Result<Arc<Compiled>> {
-        self.cache
-            .get_or_compile(&self.engine, &self.linker, &self.limits, bytes)
+    /// The limits process `pid` runs with: its own, or the host's.
+    pub(crate) fn limits_of(&self, pid: Pid) -> Arc<Limits> {
+        self.own_limits
+            .lock()
+            .get(&pid)
+            .cloned()
+            .unwrap_or_else(|| Arc::clone(&self.limits))
     }
 
-    /// Epoch ticks a call may run.
-    pub(crate) fn deadline_ticks(&self) -> u64 {
-        let ticks = self.limits.step_time_limit.as_millis() / EPOCH_TICK.as_millis();
-        u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
+    /// Process `pid` runs with `limits` (`None`: it has ended), for its children to inherit.
+    pub(crate) fn note_limits(&self, pid: Pid, limits: Option<&Arc<Limits>>) {
+        match limits {
+            Some(limits) if !Arc::ptr_eq(limits, &self.limits) => {
+                self.own_limits.lock().insert(pid, Arc::clone(limits));
+            }
+            Some(_) => {}
+            None => {
+                self.own_limits.lock().remove(&pid);
+            }
+        }
+    }
+
+    /// Compiles (or finds in the caches) a module, refusing one over the module limits.
+    pub(crate) fn compile(self: &Arc<Self>, bytes: &[u8]) -> Result<Arc<Compiled>> {
+        self.cache.get_or_compile(self, bytes)
+    }
+
+    /// Checks limits a process is spawned with against what this engine can do, and notes how
+    /// long its calls may run.
+    pub(crate) fn admit(&self, limits: &Limits) -> Result<()> {
+        limits.validate()?;
+        let host = &self.limits;
+        let refuse = |what: &str| {
+            Err(Error::new(
+                ErrorKind::Config,
+                format!("a process cannot be given {what} than the host's"),
+            ))
+        };
+        if limits.max_memory_bytes > host.max_memory_bytes {
+            return refuse("more memory (max_memory_bytes)");
+        }
+        if limits.max_table_elements > host.max_table_elements
+            || limits.max_tables > host.max_tables
+            || limits.max_memories > host.max_memories
+        {
+            return refuse("more tables or memories");
+        }
+        if limits.max_stack_bytes != host.max_stack_bytes {
+            return refuse("another stack size (max_stack_bytes is the engine's)");
+        }
+        if limits.fuel_per_step.is_some() != self.fuel {
+            return refuse("fuel accounting other (fuel_per_step on or off is the engine's)");
+        }
+        self.longest_deadline
+            .fetch_max(limits.deadline_ticks(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// An instance for a new process: a free one, or one a warm instance gives up. The refusal
+    /// says why when every instance is taken.
+    pub(crate) fn take_instance(&self) -> std::result::Result<InstanceSlot, String> {
+        loop {
+            if let Some(slot) = self.instances.take() {
+                return Ok(slot);
+            }
+            if !self.warm.evict_one(&self.instances) {
+                return Err(self.instances.refusal().to_string());
+            }
+        }
+    }
+
+    /// An instance for a hibernated process that has events to take, or its place in the queue
+    /// for one (`waker` runs it when one is counted for it). Warm instances are given up first.
+    pub(crate) fn take_instance_or_queue(
+        &self,
+        waker: impl FnOnce() -> Waker,
+    ) -> std::result::Result<InstanceSlot, Arc<Ticket>> {
+        if let Some(slot) = self.instances.take() {
+            return Ok(slot);
+        }
+        while self.warm.evict_one(&self.instances) {
+            if let Some(slot) = self.instances.take() {
+                return Ok(slot);
+            }
+        }
+        self.instances.take_or_queue(waker)
+    }
+
+    /// Interrupts every call into a guest now running (the host is shutting down and will not
+    /// wait for them): the epoch jumps past every deadline a call can have.
+    pub(crate) fn interrupt_all(&self) {
+        self.interrupted.store(true, Ordering::Release);
+        let ticks = self
+            .longest_deadline
+            .load(Ordering::Relaxed)
+            .saturating_add(1);
+        for _ in 0..ticks {
+            self.engine.increment_epoch();
+        }
     }
 
     pub(crate) fn stop(&self) {
         self.ticker.stop();
+        self.warm.clear(&self.instances);
     }
 }
 
-/// Advances the engine's epoch every [`EPOCH_TICK`] until stopped.
+/// Advances the engine's epoch every [`EPOCH_TICK`] until stopped, and fails the queue for an
+/// instance when it has stalled.
 struct Ticker {
     stop: Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>,
     thread: parking_lot::Mutex<Option<JoinHandle<()>>>,
@@ -417,7 +294,7 @@ struct Ticker {
 }
 
 impl Ticker {
-    fn start(engine: Engine) -> Result<Ticker> {
+    fn start(engine: Engine, instances: Arc<Instances>) -> Result<Ticker> {
         let stop = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
         let signal = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
@@ -428,6 +305,7 @@ impl Ticker {
                 while !*stopped {
                     if condvar.wait_for(&mut stopped, EPOCH_TICK).timed_out() {
                         engine.increment_epoch();
+                        instances.expire_stalled();
                     }
                 }
             })

@@ -1,22 +1,20 @@
 //! Reading and checking workflow modules. Inspection only parses: it runs no guest code and does not
 //! even compile, so it is safe on modules nobody trusts.
 
-use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use wasmparser::{Parser, Payload as Section, TypeRef};
-use wasmtime::{Engine, ExternType, InstancePre, Linker, Module, ModuleExport, ValType};
+use wasmtime::{ExternType, InstancePre, Module, ModuleExport, ValType};
 use wfcontract::abi;
 use wfcontract::manifest::{self, Manifest};
 
-use std::time::{Duration, Instant};
-
 use crate::error::{Error, ErrorKind, Result};
-use crate::wasm::hibernate::{self, HibernationPlan};
-use crate::wasm::process::WarmInstances;
-use crate::wasm::{GuestState, Limits};
+use crate::wasm::hibernate::HibernationPlan;
+use crate::wasm::instances::Instances;
+use crate::wasm::warm::WarmPool;
+use crate::wasm::{GuestState, Limits, WasmRuntime};
 
 /// The only import module a workflow may use: WASI preview 1, which the host links with nothing
 /// behind it (no files, no environment, no arguments).
@@ -24,6 +22,7 @@ pub(crate) const WASI_MODULE: &str = "wasi_snapshot_preview1";
 
 /// What a module declares about itself, read without running it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ModuleInfo {
     /// The ABI version it was built for.
     pub abi_version: u32,
@@ -43,7 +42,7 @@ pub struct ModuleInfo {
     pub tables: Vec<u64>,
 }
 
-fn bad(message: impl Into<String>) -> Error {
+pub(crate) fn bad(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::BadModule, message)
 }
 
@@ -239,23 +238,44 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A module compiled and linked, ready to instantiate cheaply.
+/// A module compiled and linked, ready to instantiate cheaply. Freed, with its warm instances,
+/// when nothing loads or runs it any more.
 pub(crate) struct Compiled {
+    /// Names this compile among the host's, for its warm instances.
+    pub(crate) id: u64,
     pub(crate) info: ModuleInfo,
     pub(crate) pre: InstancePre<GuestState>,
     /// The ABI's exports, resolved once so that each instantiation finds them by index.
     pub(crate) exports: AbiExports,
     /// How its processes hibernate, or why they cannot.
     pub(crate) hibernation: std::result::Result<Hibernating, String>,
+    instances: Arc<Instances>,
+    warm: Arc<WarmPool>,
+}
+
+impl Compiled {
+    fn image_bytes(&self) -> usize {
+        self.hibernation
+            .as_ref()
+            .map_or(0, |hibernating| hibernating.plan.image.len())
+    }
+}
+
+impl Drop for Compiled {
+    fn drop(&mut self) {
+        self.warm.drop_module(self.id, &self.instances);
+        self.instances.module(self.image_bytes(), false);
+    }
 }
 
 /// A hibernation plan with the module's mutable globals resolved.
 pub(crate) struct Hibernating {
     pub(crate) plan: HibernationPlan,
     pub(crate) globals: Vec<ModuleExport>,
-    /// Instances given up by hibernating (or finished) processes, kept for the next restore.
-    pub(crate) warm: WarmInstances,
 }
+
+/// Names each compile.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Where the ABI's exports are in the module.
 pub(crate) struct AbiExports {
@@ -268,170 +288,15 @@ pub(crate) struct AbiExports {
     pub(crate) initialize: Option<ModuleExport>,
 }
 
-/// Compiles each distinct module once (keyed by content hash).
-#[derive(Default)]
-pub(crate) struct ModuleCache {
-    compiled: Mutex<HashMap<String, Arc<Compiled>>>,
-    /// Hashes of modules whose compile overran the limit: refused at once from then on.
-    too_slow: Mutex<HashSet<String>>,
-    /// Compiles running, including ones that overran their limit and finish in the background.
-    compiles: Arc<CompileSlots>,
-}
-
-/// At most this many compiles run at once, counting overrunning ones still finishing in the
-/// background; a load waits for a free slot, up to its compile time limit.
-const MAX_COMPILES: usize = 4;
-
-/// A counting semaphore for compiles.
-#[derive(Default)]
-struct CompileSlots {
-    running: Mutex<usize>,
-    freed: parking_lot::Condvar,
-}
-
-/// A compile slot, given back when dropped (also if the compiler panics).
-struct CompileSlot(Arc<CompileSlots>);
-
-impl CompileSlots {
-    /// Takes a slot, waiting until `deadline` for one to free up.
-    fn take(self: &Arc<Self>, deadline: Instant) -> Option<CompileSlot> {
-        let mut running = self.running.lock();
-        while *running >= MAX_COMPILES {
-            if self.freed.wait_until(&mut running, deadline).timed_out() {
-                return None;
-            }
-        }
-        *running += 1;
-        Some(CompileSlot(Arc::clone(self)))
-    }
-}
-
-impl Drop for CompileSlot {
-    fn drop(&mut self) {
-        *self.0.running.lock() -= 1;
-        self.0.freed.notify_one();
-    }
-}
-
-impl ModuleCache {
-    /// The compiled form of `bytes`, compiling it on first sight. Refuses a module over `limits`.
-    pub(crate) fn get_or_compile(
-        &self,
-        engine: &Engine,
-        linker: &Linker<GuestState>,
-        limits: &Limits,
-        bytes: &[u8],
-    ) -> Result<Arc<Compiled>> {
-        if bytes.len() > limits.max_module_bytes {
-            return Err(Error::new(
-                ErrorKind::Limit,
-                format!(
-                    "the module is {}, more than the limit of {} (Limits::max_module_bytes, \
-                     --max-module-size)",
-                    self::bytes(bytes.len() as u64),
-                    self::bytes(limits.max_module_bytes as u64)
-                ),
-            ));
-        }
-        let info = ModuleInfo::inspect(bytes)?;
-        info.check_limits(limits)?;
-        if let Some(compiled) = self.compiled.lock().get(&info.sha256) {
-            return Ok(Arc::clone(compiled));
-        }
-        if self.too_slow.lock().contains(&info.sha256) {
-            return Err(Error::new(
-                ErrorKind::Limit,
-                format!(
-                    "compiling this module took longer than the limit of {:?} before \
-                     (Limits::compile_time_limit, --compile-limit); it is not compiled again",
-                    limits.compile_time_limit
-                ),
-            ));
-        }
-        let limit = limits.compile_time_limit;
-        let deadline = Instant::now() + limit;
-        let Some(slot) = self.compiles.take(deadline) else {
-            return Err(Error::new(
-                ErrorKind::Limit,
-                format!(
-                    "{MAX_COMPILES} other compiles kept the compiler busy for the whole compile \
-                     time limit of {limit:?} (some may be modules that overran it); try again later"
-                ),
-            ));
-        };
-        // Compiled outside the lock: compilation takes a while and other modules may be loading.
-        // Only a compile that overran is remembered as too slow, not one that waited for a slot.
-        let compile_deadline = Instant::now() + limit;
-        let prepared = hibernate::prepare(bytes);
-        let source = prepared.rewritten.as_deref().unwrap_or(bytes);
-        let module =
-            compile_in_time(engine, source, compile_deadline, limit, slot).inspect_err(|e| {
-                if e.kind() == ErrorKind::Limit {
-                    self.too_slow.lock().insert(info.sha256.clone());
-                }
-            })?;
-        if let Err(reason) = &prepared.plan {
-            tracing::info!(
-                module = %info.sha256,
-                "processes of this module will not hibernate: {reason}"
-            );
-        }
-        let compiled = Arc::new(link(linker, info, module, prepared.plan)?);
-        let mut cache = self.compiled.lock();
-        let entry = cache
-            .entry(compiled.info.sha256.clone())
-            .or_insert(compiled);
-        Ok(Arc::clone(entry))
-    }
-}
-
-/// Compiles `bytes` on a thread of its own, holding `slot`, giving up at `deadline`. Cranelift
-/// cannot be interrupted, so an overrunning compile finishes in the background (still holding its
-/// slot) and its result is dropped; the module size limit bounds how long that can be.
-fn compile_in_time(
-    engine: &Engine,
-    bytes: &[u8],
-    deadline: Instant,
-    limit: Duration,
-    slot: CompileSlot,
-) -> Result<Module> {
-    let (sender, receiver) = crossbeam_channel::bounded(1);
-    let engine = engine.clone();
-    let owned = bytes.to_vec();
-    std::thread::Builder::new()
-        .name("wfhost-compile".into())
-        .spawn(move || {
-            let _slot = slot;
-            let _ = sender.send(Module::from_binary(&engine, &owned));
-        })
-        .map_err(|e| Error::new(ErrorKind::Config, format!("could not start a thread: {e}")))?;
-    let compiled =
-        match receiver.recv_deadline(deadline) {
-            Ok(compiled) => compiled,
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                return Err(Error::new(
-                    ErrorKind::Limit,
-                    format!(
-                        "compiling the module took longer than the limit of {limit:?} \
-                     (Limits::compile_time_limit, --compile-limit)"
-                    ),
-                ))
-            }
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Err(bad(
-                "the compiler stopped without an answer (it panicked); the module cannot be loaded",
-            )),
-        };
-    compiled.map_err(|e| bad(format!("invalid WebAssembly module: {e:#}")))
-}
-
-fn link(
-    linker: &Linker<GuestState>,
+/// Links a compiled module with the runtime's WASI and resolves what its processes need.
+pub(crate) fn link(
+    runtime: &WasmRuntime,
     info: ModuleInfo,
     module: Module,
     plan: std::result::Result<HibernationPlan, String>,
 ) -> Result<Compiled> {
     check_exports(&module)?;
-    let pre = linker.instantiate_pre(&module).map_err(|e| {
+    let pre = runtime.linker.instantiate_pre(&module).map_err(|e| {
         bad(format!(
             "the module needs an import wfhost does not provide: {e:#} (a workflow may import \
              only WASI preview 1)"
@@ -464,18 +329,19 @@ fn link(
                 _ => Err(format!("its export '{name}' is not a global")),
             })
             .collect::<std::result::Result<Vec<_>, String>>()?;
-        Ok(Hibernating {
-            plan,
-            globals,
-            warm: WarmInstances::default(),
-        })
+        Ok(Hibernating { plan, globals })
     });
-    Ok(Compiled {
+    let compiled = Compiled {
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         info,
         pre,
         exports,
         hibernation,
-    })
+        instances: Arc::clone(&runtime.instances),
+        warm: Arc::clone(&runtime.warm),
+    };
+    runtime.instances.module(compiled.image_bytes(), true);
+    Ok(compiled)
 }
 
 /// The ABI's exports must have exactly the ABI's signatures.

@@ -12,11 +12,15 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use parking_lot::Mutex;
+use wasmtime::{Engine, Linker};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{HostMonotonicClock, WasiCtxBuilder};
 use wfcontract::Pid;
+
+use crate::wasm::module::WASI_MODULE;
+use crate::wasm::{Forbidden, GuestState};
 
 /// A guest line longer than this is logged in pieces, so a guest cannot grow the host's buffer
 /// without bound by never writing a newline.
@@ -258,4 +262,53 @@ impl Logs {
         self.stdout.finish();
         self.stderr.finish();
     }
+}
+
+/// WASI preview 1's `errno::notsup`.
+const WASI_ERRNO_NOTSUP: i32 = 58;
+
+/// The linker every module is instantiated with: WASI preview 1 with nothing behind it, less what a
+/// workflow may not do.
+pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<GuestState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |state: &mut GuestState| &mut state.wasi)?;
+    // WASI's poll_oneoff would put the worker thread itself to sleep (it is how
+    // `std::thread::sleep` waits), out of reach of the step time limit. A workflow waits with
+    // the `sleep` command instead; calling it fails the process.
+    linker.allow_shadowing(true);
+    linker.func_wrap(
+        WASI_MODULE,
+        "poll_oneoff",
+        |_: wasmtime::Caller<'_, GuestState>,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32|
+         -> wasmtime::Result<i32> { Err(wasmtime::Error::new(Forbidden("poll_oneoff"))) },
+    )?;
+    // The WASI context is rebuilt when a hibernated process is restored, so a guest may not
+    // change it: closing, renumbering or re-flagging a descriptor answers "not supported"
+    // (the only descriptors are stdin, stdout and stderr) and changes nothing.
+    linker.func_wrap(
+        WASI_MODULE,
+        "fd_close",
+        |_: wasmtime::Caller<'_, GuestState>, _: i32| -> i32 { WASI_ERRNO_NOTSUP },
+    )?;
+    linker.func_wrap(
+        WASI_MODULE,
+        "fd_renumber",
+        |_: wasmtime::Caller<'_, GuestState>, _: i32, _: i32| -> i32 { WASI_ERRNO_NOTSUP },
+    )?;
+    linker.func_wrap(
+        WASI_MODULE,
+        "fd_fdstat_set_flags",
+        |_: wasmtime::Caller<'_, GuestState>, _: i32, _: i32| -> i32 { WASI_ERRNO_NOTSUP },
+    )?;
+    linker.func_wrap(
+        WASI_MODULE,
+        "fd_fdstat_set_rights",
+        |_: wasmtime::Caller<'_, GuestState>, _: i32, _: i64, _: i64| -> i32 { WASI_ERRNO_NOTSUP },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(linker)
 }

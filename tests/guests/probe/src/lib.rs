@@ -351,6 +351,186 @@ pub async fn close_stdout(_ctx: Ctx, _: ()) -> Result<Value, Error> {
     Ok(json!({ "open": again.metadata().is_ok() }))
 }
 
+/// Sends messages of `size` bytes to `target` as fast as it can, until a send is refused; reports
+/// how many went and the refusal.
+pub async fn flooder(ctx: Ctx, (target, size): (u64, usize)) -> Result<Value, Error> {
+    let message = "z".repeat(size);
+    let mut sent: u64 = 0;
+    loop {
+        if let Err(error) = ctx.send(wfguest::Pid(target), &message).await {
+            return Ok(json!({ "sent": sent, "refused": outcome_error(&error) }));
+        }
+        sent += 1;
+    }
+}
+
+/// The victim of a flood: starts a `flooder` at itself with messages of `size` bytes, then waits
+/// (a `sleep` of `millis`, or a call to host function `gate` when `millis` is zero), then joins
+/// the flooder, and only then receives everything it was sent. Reports the flooder's outcome and
+/// what it received.
+pub async fn flood_victim(ctx: Ctx, (size, millis): (usize, u64)) -> Result<Value, Error> {
+    let flooder = ctx.spawn("flooder", &(ctx.pid().0, size)).await?;
+    if millis > 0 {
+        ctx.sleep(Duration::from_millis(millis)).await?;
+    } else {
+        ctx.call::<_, Value>("gate", &()).await?;
+    }
+    let flood: Value = ctx.join(flooder).await?;
+    let sent = flood["sent"].as_u64().unwrap_or(0);
+    let mut bytes = 0;
+    for _ in 0..sent {
+        let message: String = ctx.recv().await?;
+        bytes += message.len();
+    }
+    Ok(json!({ "flood": flood, "received": sent, "bytes": bytes }))
+}
+
+/// Burns `millis` of CPU per step, for ever: each round ends with a `now`, which comes straight
+/// back.
+pub async fn hog_loop(ctx: Ctx, millis: u64) -> Result<(), Error> {
+    loop {
+        let start = std::time::Instant::now();
+        let mut n: u64 = 0;
+        while start.elapsed() < Duration::from_millis(millis) {
+            n = std::hint::black_box(n.wrapping_add(1));
+        }
+        ctx.now().await?;
+    }
+}
+
+/// Sleeps `millis`, then answers "rested".
+pub async fn nap(ctx: Ctx, millis: u64) -> Result<String, Error> {
+    ctx.sleep(Duration::from_millis(millis)).await?;
+    Ok("rested".into())
+}
+
+/// Joins a child napping `millis` inside a race with a 20 ms sleep, which wins; then joins the
+/// same child again. The first join was abandoned: the second must still get the result.
+pub async fn impatient_join(ctx: Ctx, millis: u64) -> Result<Value, Error> {
+    use futures::FutureExt;
+    let child = ctx.spawn("nap", &millis).await?;
+    let first = futures::select! {
+        result = ctx.join::<String>(child).fuse() => json!({ "joined": result.ok() }),
+        _ = ctx.sleep(Duration::from_millis(20)).fuse() => json!("timed out"),
+    };
+    let second: String = ctx.join(child).await?;
+    Ok(json!({ "first": first, "second": second }))
+}
+
+/// The standard combinators over the SDK's futures: `join_all` over joins of `n` children,
+/// `select` over two sleeps, and `FuturesUnordered` over sleeps of different lengths, which
+/// finish shortest first.
+pub async fn combinators(ctx: Ctx, n: u32) -> Result<Value, Error> {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    use futures::FutureExt;
+    let mut children = Vec::new();
+    for i in 0..n {
+        children.push(ctx.spawn("measure", &"x".repeat(i as usize)).await?);
+    }
+    let lengths: Vec<usize> = futures::future::join_all(children.iter().map(|c| ctx.join(*c)))
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    let winner = futures::select! {
+        _ = ctx.sleep(Duration::from_millis(5)).fuse() => "short",
+        _ = ctx.sleep(Duration::from_secs(3600)).fuse() => "long",
+    };
+    let mut naps: FuturesUnordered<_> = [30u64, 10, 20]
+        .into_iter()
+        .map(|millis| {
+            ctx.sleep(Duration::from_millis(millis))
+                .map(move |r| r.map(|()| millis))
+        })
+        .collect();
+    let mut order = Vec::new();
+    while let Some(millis) = naps.next().await {
+        order.push(millis?);
+    }
+    Ok(json!({ "lengths": lengths, "winner": winner, "order": order }))
+}
+
+/// Receives `count` messages as `u32`: counts the ones that decode and the ones that do not,
+/// with the first bad sender; then, with `recv_valid`, the next good one.
+pub async fn typed_messages(ctx: Ctx, count: u32) -> Result<Value, Error> {
+    let (mut good, mut bad, mut first_bad) = (Vec::new(), 0, None);
+    for _ in 0..count {
+        match ctx.recv::<u32>().await {
+            Ok(n) => good.push(n),
+            Err(Error::Undecodable(message)) => {
+                bad += 1;
+                first_bad.get_or_insert(message.from.0);
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    let valid: u32 = ctx.recv_valid().await?;
+    Ok(json!({ "good": good, "bad": bad, "first_bad": first_bad, "valid": valid }))
+}
+
+/// Receives one `u32` with `?`: a message of another type fails the workflow.
+pub async fn strict_recv(ctx: Ctx, _: ()) -> Result<u32, Error> {
+    ctx.recv().await
+}
+
+/// Sleeps until `millis` after the host's present time, then reports whether the host's clock had
+/// got there.
+pub async fn alarm(ctx: Ctx, millis: u64) -> Result<bool, Error> {
+    let deadline = ctx.now().await? + Duration::from_millis(millis);
+    ctx.sleep_until(deadline).await?;
+    Ok(ctx.now().await? >= deadline)
+}
+
+/// Sends `n` numbered messages to the host, then has a child send one more; returns `n`.
+pub async fn report(ctx: Ctx, n: u32) -> Result<u32, Error> {
+    for i in 0..n {
+        ctx.send(wfguest::Pid::HOST, &format!("progress {i}"))
+            .await?;
+    }
+    let child = ctx.spawn("report_once", &()).await?;
+    ctx.join::<()>(child).await?;
+    Ok(n)
+}
+
+/// Sends one message to the host.
+pub async fn report_once(ctx: Ctx, _: ()) -> Result<(), Error> {
+    ctx.send(wfguest::Pid::HOST, "from a child").await
+}
+
+/// Spawns `n` children in one go (all the spawns are yielded before any is awaited), then counts
+/// the pids it got.
+pub async fn spawn_many(ctx: Ctx, n: u32) -> Result<u32, Error> {
+    let spawns: Vec<_> = (0..n).map(|_| ctx.spawn("echo", &())).collect();
+    let mut got = 0;
+    for spawn in spawns {
+        spawn.await?;
+        got += 1;
+    }
+    Ok(got)
+}
+
+/// Spawns a child that naps for a minute, cancels it, and reports how its join ended.
+pub async fn cancel_sleeper(ctx: Ctx, _: ()) -> Result<Value, Error> {
+    let child = ctx.spawn("nap", &60_000u64).await?;
+    ctx.cancel(child).await?;
+    Ok(match ctx.join::<String>(child).await {
+        Ok(result) => json!({ "ok": result }),
+        Err(error) => outcome_error(&error),
+    })
+}
+
+/// Calls host function `name` with `input` `n` times at once; reports each outcome in order.
+pub async fn calls(ctx: Ctx, (name, n): (String, u32)) -> Result<Vec<Value>, Error> {
+    let calls: Vec<_> = (0..n).map(|i| ctx.call::<_, Value>(&name, &i)).collect();
+    let mut outcomes = Vec::new();
+    for call in calls {
+        outcomes.push(match call.await {
+            Ok(result) => json!({ "ok": result }),
+            Err(error) => outcome_error(&error),
+        });
+    }
+    Ok(outcomes)
+}
+
 wfguest::entry_points!(
     echo,
     fail,
@@ -387,5 +567,21 @@ wfguest::entry_points!(
     big_result,
     strict_call,
     call_sized,
-    close_stdout
+    close_stdout,
+    flooder,
+    flood_victim,
+    hog_loop,
+    nap,
+    impatient_join,
+    combinators,
+    typed_messages,
+    strict_recv,
+    alarm,
+    report,
+    report_once,
+    spawn_many,
+    cancel_sleeper,
+    calls,
+    "send-report" = report,
+    "v2.echo" = echo
 );

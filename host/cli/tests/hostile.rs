@@ -10,7 +10,7 @@ use serde_json::json;
 use wfhost::{ErrorKind, Host, Limits, Payload};
 use wfhost_test_programs::PROBE;
 
-const HOSTILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/hostile");
+const HOSTILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/hostile");
 
 /// How long a case may take before the test calls it a hang. Every limit below is far shorter.
 const HANG: Duration = Duration::from_secs(60);
@@ -222,7 +222,7 @@ const CASES: &[Case] = &[
         "strict_call",
         &["--input", "\"payments.charge\""],
         1,
-        "this module may not call host command 'payments.charge': the host did not grant it \
+        "this module may not call host function 'payments.charge': the host did not grant it \
          (it grants none) (not-allowed)",
     ),
     probe(
@@ -292,11 +292,9 @@ fn every_hostile_guest_fails_alone_with_its_error() {
 #[test]
 fn one_hostile_process_among_a_thousand_hurts_none_of_them() {
     // One worker: the worker that runs each hostile step must go on to run everyone else.
-    let limits = Limits {
-        step_time_limit: Duration::from_millis(200),
-        max_memory_bytes: 16 << 20,
-        ..Limits::default()
-    };
+    let limits = Limits::default()
+        .step_time_limit(Duration::from_millis(200))
+        .max_memory_bytes(16 << 20);
     let host = Host::builder()
         .workers(1)
         .limits(limits)

@@ -2,20 +2,22 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context as _};
-use crossbeam_channel::select;
-use wfhost::{Encoding, ErrorKind, Host, Payload};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::limits::{parse_duration, LimitArgs};
+use anyhow::{bail, Context as _};
+use wfhost::{Encoding, ErrorKind, Host, Payload, Pid};
+
+use super::limits::{parse_duration, CacheArgs, LimitArgs};
 use super::WorkflowFailed;
 use crate::events::EventPrinter;
 
 /// Runs one entry point of a workflow module to completion and prints its result as JSON.
 ///
 /// The module is a .wasm file, or a workflow crate's directory (built first, as `wfhost build`
-/// would). The result goes to stdout; logs (including the workflow's own) go to stderr. Ctrl-C
-/// cancels the workflow, which may clean up; if it has not finished within --grace, it is
-/// terminated (a second Ctrl-C terminates it at once).
+/// would). The result goes to stdout; logs (including the workflow's own) and the messages it
+/// sends the host (`ctx.send(Pid::HOST, ...)`, one line each) go to stderr. Ctrl-C cancels the
+/// workflow, which may clean up; if it has not finished within --grace, it is terminated (a
+/// second Ctrl-C terminates it at once).
 #[derive(Debug, clap::Parser)]
 pub struct RunCommand {
     /// The module: a .wasm file, or the directory of a workflow crate.
@@ -51,6 +53,9 @@ pub struct RunCommand {
 
     #[command(flatten)]
     limits: LimitArgs,
+
+    #[command(flatten)]
+    cache: CacheArgs,
 }
 
 /// "name=path".
@@ -69,7 +74,7 @@ impl RunCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let input = self.read_input()?;
         let module = if self.module.is_dir() {
-            wfhost::build::build_workflow(&self.module, true)?
+            wfhost_cli::build::build_workflow(&self.module, true)?
         } else {
             self.module.clone()
         };
@@ -88,6 +93,9 @@ impl RunCommand {
         if self.events {
             builder = builder.observer(Arc::new(EventPrinter));
         }
+        if let Some(dir) = self.cache.dir() {
+            builder = builder.module_cache(dir);
+        }
         let host = builder.build().context("cannot start the host")?;
         let grants = self.limits.grants();
         host.load_module_with(&name, &module, grants.clone())?;
@@ -95,39 +103,28 @@ impl RunCommand {
             host.load_module_with(extra, path, grants.clone())?;
         }
         let run = host.spawn(&name, &self.entry, Payload::json_bytes(input.into_bytes()))?;
-        let root = run.pid();
-
-        let interrupted = ctrl_c()?;
-        let mut interrupts = 0;
-        let outcome = loop {
-            select! {
-                recv(run.receiver()) -> result => break result.ok().map(|(_, result)| {
-                    result.map_err(|e| wfhost::Error::new(ErrorKind::Failed, e.message()))
-                }),
-                recv(interrupted) -> _ => {
-                    interrupts += 1;
-                    if interrupts == 1 {
-                        eprintln!(
-                            "interrupted: cancelling the workflow; it has {:?} to clean up \
-                             (Ctrl-C again to terminate it now)",
-                            self.grace
-                        );
-                        // It may have finished just now; then there is nothing to cancel.
-                        let _ = host.cancel(root);
-                    } else {
-                        let _ = host.scheduler().terminate(root, "terminated: interrupted twice");
-                    }
-                }
-            }
-        };
+        on_ctrl_c(host.clone(), run.pid(), self.grace)?;
+        // What the workflow sends the host, as it comes; then its result.
+        while let Some(message) = run.recv_message() {
+            eprintln!("message from {}: {}", message.from, render(&message.data)?);
+        }
+        let outcome = run.wait();
         host.shutdown(Duration::from_secs(1));
         match outcome {
-            Some(Ok(result)) => {
+            Ok(result) => {
                 println!("{}", render(&result)?);
                 Ok(())
             }
-            Some(Err(error)) => Err(WorkflowFailed(error.message().to_string()).into()),
-            None => Err(WorkflowFailed("the workflow ended without a result".into()).into()),
+            // It never started: the entry point does not exist or refused its input.
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    ErrorKind::UnknownEntry | ErrorKind::InvalidInput
+                ) =>
+            {
+                Err(anyhow::Error::new(error))
+            }
+            Err(error) => Err(WorkflowFailed(error.message().to_string()).into()),
         }
     }
 
@@ -155,14 +152,22 @@ fn module_name(path: &Path) -> String {
         .unwrap_or_else(|| "main".into())
 }
 
-/// A channel that receives once per Ctrl-C.
-fn ctrl_c() -> anyhow::Result<crossbeam_channel::Receiver<()>> {
-    let (sender, receiver) = crossbeam_channel::bounded(1);
+/// Ctrl-C cancels the workflow, which may clean up within `grace`; a second terminates it.
+fn on_ctrl_c(host: Host, root: Pid, grace: Duration) -> anyhow::Result<()> {
+    let interrupts = AtomicUsize::new(0);
     ctrlc::set_handler(move || {
-        let _ = sender.try_send(());
+        if interrupts.fetch_add(1, Ordering::Relaxed) == 0 {
+            eprintln!(
+                "interrupted: cancelling the workflow; it has {grace:?} to clean up (Ctrl-C again \
+                 to terminate it now)"
+            );
+            // It may have finished just now; then there is nothing to cancel.
+            let _ = host.cancel(root);
+        } else {
+            let _ = host.terminate(root, "terminated: interrupted twice");
+        }
     })
-    .context("cannot install the Ctrl-C handler")?;
-    Ok(receiver)
+    .context("cannot install the Ctrl-C handler")
 }
 
 /// The result as JSON text.

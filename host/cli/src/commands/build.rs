@@ -16,7 +16,7 @@ pub struct BuildCommand {
 
 impl BuildCommand {
     pub fn execute(self) -> anyhow::Result<()> {
-        let module = wfhost::build::build_workflow(&self.crate_dir, !self.debug)?;
+        let module = wfhost_cli::build::build_workflow(&self.crate_dir, !self.debug)?;
         println!("{}", module.display());
         Ok(())
     }

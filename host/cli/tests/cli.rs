@@ -316,10 +316,12 @@ fn input_that_is_not_json_exits_two() {
     assert!(stderr(&missing).contains("cannot read the input file /no/such/input.json"));
 }
 
+/// Input the entry point cannot use means the workflow could not start: exit code 2, as for
+/// input that is not JSON at all.
 #[test]
-fn input_of_the_wrong_type_fails_the_workflow() {
+fn input_of_the_wrong_type_exits_two() {
     let output = run(&["run", HELLO, "greet", "--input", "12"]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2));
     assert!(
         stderr(&output).contains("entry point 'greet' cannot use its input: invalid JSON payload"),
         "{}",
@@ -374,17 +376,17 @@ fn modules_that_are_not_workflows_are_refused_with_the_reason() {
         (
             "abi99.wasm",
             wat_module("wfhost-abi 99\\nentry go\\n", "", true),
-            "the module was built for wfhost ABI version 99, but this host runs version 1",
+            "the module was built for wfhost ABI version 99, but this host runs version 2",
         ),
         (
             "no-exports.wasm",
-            wat_module("wfhost-abi 1\\nentry go\\n", "", false),
+            wat_module("wfhost-abi 2\\nentry go\\n", "", false),
             "not a wfhost workflow: the module does not export 'wfhost_reserve'",
         ),
         (
             "imports.wasm",
             wat_module(
-                "wfhost-abi 1\\nentry go\\n",
+                "wfhost-abi 2\\nentry go\\n",
                 r#"(import "env" "open_socket" (func (param i32)))"#,
                 true,
             ),
@@ -393,7 +395,7 @@ fn modules_that_are_not_workflows_are_refused_with_the_reason() {
         (
             "wasi-unknown.wasm",
             wat_module(
-                "wfhost-abi 1\\nentry go\\n",
+                "wfhost-abi 2\\nentry go\\n",
                 r#"(import "wasi_snapshot_preview1" "sock_bind" (func (param i32)))"#,
                 true,
             ),
@@ -421,12 +423,12 @@ fn inspect_reads_the_manifest_without_running_anything() {
     let output = run(&["inspect", HELLO]);
     assert_eq!(output.status.code(), Some(0));
     let text = stdout(&output);
-    assert!(text.contains("abi version:  1\n"), "{text}");
+    assert!(text.contains("abi version:  2\n"), "{text}");
     assert!(text.contains("entry points: greet, greet_all\n"), "{text}");
 
     let json = run(&["inspect", "--json", PROBE]);
     let info: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
-    assert_eq!(info["abi_version"], 1);
+    assert_eq!(info["abi_version"], 2);
     assert_eq!(info["entry_points"][0], "echo");
 
     let bad = run(&[
@@ -568,7 +570,7 @@ fn events_are_printed_without_changing_the_result() {
         "event: <1> spawned 'supervise'",
         "event: <1> yield #1: spawn probe::measure",
         "event: <2> spawned 'measure' (parent <1>)",
-        "event: <1> completion #1: postcard:[02]",
+        "event: <1> completion #1: postcard:02",
         "event: <1> yield #2: join <2>",
         "event: <2> finished: json:1",
         "event: <1> completion #2: json:1",

@@ -1,9 +1,21 @@
-//! Command dispatch: after a step, each yield goes to the handler registered for its kind.
+//! Command handling, in one place: after a step, each yield goes to the handler registered for its
+//! kind. Every scheduler handles `sleep`, `sleep-until`, `forget`, `now`, `random` (`time.rs`),
+//! `send`, `log` (`messages.rs`), `join` and `cancel` (`processes.rs`), and `spawn` when given a
+//! [`Spawner`] (what a host knows of its modules); a host adds `call` for the functions its
+//! embedder registers. A command with no handler completes with `unknown-command`.
 //!
 //! Handlers run on the worker thread, right after the step, so they must not block: a handler
 //! either answers at once ([`Context::complete`]) or hands the work to another thread (a timer, a
 //! pool, an async runtime) together with a [`Completer`], which finishes the yield later from
 //! anywhere.
+
+mod messages;
+mod processes;
+mod time;
+
+pub use messages::emit;
+pub(crate) use processes::SpawnHandler;
+pub use processes::Spawner;
 
 use std::sync::Arc;
 
@@ -47,8 +59,6 @@ where
 pub struct Context<'a> {
     pub(crate) handle: &'a SchedulerHandle,
     pub(crate) slot: &'a Arc<Slot>,
-    /// Set when a yield is completed inline, so the worker knows to look at the inbox again.
-    pub(crate) completed_inline: &'a std::cell::Cell<bool>,
 }
 
 impl Context<'_> {
@@ -67,7 +77,6 @@ impl Context<'_> {
         // The process is `Running` on this very worker, which checks its inbox after dispatching
         // the yields: no wake-up is needed, only the event.
         let _ = self.slot.inbox.lock().push(Event::completion(tag, result));
-        self.completed_inline.set(true);
     }
 
     /// Spawns a child of the requesting process: as [`SchedulerHandle::spawn_with`] with
@@ -122,10 +131,21 @@ pub(crate) struct Handlers {
 }
 
 impl Handlers {
-    pub(crate) fn new() -> Handlers {
-        Handlers {
+    /// A table with the built-in handlers.
+    pub(crate) fn builtin() -> Handlers {
+        let mut handlers = Handlers {
             table: Default::default(),
-        }
+        };
+        handlers.set(CommandKind::Sleep, Arc::new(time::sleep));
+        handlers.set(CommandKind::SleepUntil, Arc::new(time::sleep));
+        handlers.set(CommandKind::Forget, Arc::new(time::forget));
+        handlers.set(CommandKind::Now, Arc::new(time::now));
+        handlers.set(CommandKind::Random, Arc::new(time::random));
+        handlers.set(CommandKind::Log, Arc::new(messages::log));
+        handlers.set(CommandKind::Send, Arc::new(messages::send));
+        handlers.set(CommandKind::Cancel, Arc::new(processes::cancel));
+        handlers.set(CommandKind::Join, Arc::new(processes::join));
+        handlers
     }
 
     pub(crate) fn set(&mut self, kind: CommandKind, handler: Arc<dyn Handler>) {

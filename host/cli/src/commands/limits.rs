@@ -1,6 +1,7 @@
 //! The sandbox's limits as `wfhost run` flags. Defaults are the library's defaults; a test keeps
 //! the two equal.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::bail;
@@ -31,6 +32,12 @@ pub struct LimitArgs {
     /// The longest one call into a process (init with its start function, or a step) may run.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     step_limit: Duration,
+
+    /// The most time a process may spend running its own code over its whole life (init and every
+    /// step): a process that never stops asking to run ends here instead of holding a worker.
+    /// "off" for no bound.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_max_cpu)]
+    max_cpu: MaxCpu,
 
     /// Fuel (about one unit per wasm instruction) one call into a process may burn: a
     /// deterministic budget, where --step-limit is wall time. Default: off.
@@ -92,8 +99,8 @@ pub struct LimitArgs {
     #[arg(long, value_name = "WHEN", default_value = "when-full", value_parser = parse_hibernation)]
     hibernate: Hibernation,
 
-    /// Withdraw a built-in command from the workflows (sleep, log, send, spawn, join, cancel,
-    /// now, random); using it then fails with a not-allowed error. Repeatable.
+    /// Withdraw a built-in command from the workflows (sleep, sleep-until, log, send, spawn, join,
+    /// cancel, now, random); using it then fails with a not-allowed error. Repeatable.
     #[arg(long, value_name = "COMMAND", value_parser = parse_command)]
     deny: Vec<CommandKind>,
 }
@@ -101,20 +108,20 @@ pub struct LimitArgs {
 impl LimitArgs {
     /// The per-process and per-module limits.
     pub fn limits(&self) -> Limits {
-        Limits {
-            max_memory_bytes: self.max_memory,
-            max_table_elements: self.max_table_elements,
-            max_memories: self.max_memories,
-            max_tables: self.max_tables,
-            step_time_limit: self.step_limit,
-            fuel_per_step: self.fuel,
-            max_stack_bytes: self.max_stack,
-            max_yields_per_step: self.max_yields,
-            max_payload_bytes: self.max_payload,
-            max_output_bytes: self.max_output,
-            max_module_bytes: self.max_module_size,
-            compile_time_limit: self.compile_limit,
-        }
+        Limits::default()
+            .max_memory_bytes(self.max_memory)
+            .max_table_elements(self.max_table_elements)
+            .max_memories(self.max_memories)
+            .max_tables(self.max_tables)
+            .step_time_limit(self.step_limit)
+            .max_cpu_time(self.max_cpu.0)
+            .fuel_per_step(self.fuel)
+            .max_stack_bytes(self.max_stack)
+            .max_yields_per_step(self.max_yields)
+            .max_payload_bytes(self.max_payload)
+            .max_output_bytes(self.max_output)
+            .max_module_bytes(self.max_module_size)
+            .compile_time_limit(self.compile_limit)
     }
 
     /// The builder with every limit applied.
@@ -185,7 +192,7 @@ fn parse_size(text: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("'{text}' is too large"))
 }
 
-/// "10s", "500ms", "2m", or a number of seconds.
+/// "10s", "500ms", "2m", "1h", or a number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
@@ -194,14 +201,31 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     };
     let value: f64 = number
         .parse()
-        .map_err(|_| format!("'{text}' is not a duration: use e.g. 10s, 500ms or 2m"))?;
+        .map_err(|_| format!("'{text}' is not a duration: use e.g. 10s, 500ms, 2m or 1h"))?;
     let seconds = match unit {
         "ms" => value / 1000.0,
         "s" => value,
         "m" => value * 60.0,
-        _ => return Err(format!("'{text}': unknown unit '{unit}' (use ms, s or m)")),
+        "h" => value * 3600.0,
+        _ => {
+            return Err(format!(
+                "'{text}': unknown unit '{unit}' (use ms, s, m or h)"
+            ))
+        }
     };
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("'{text}': {e}"))
+}
+
+/// `--max-cpu`: a duration, or none.
+#[derive(Clone, Copy, Debug)]
+struct MaxCpu(Option<Duration>);
+
+/// A duration, or "off" for none.
+fn parse_max_cpu(text: &str) -> Result<MaxCpu, String> {
+    match text.trim() {
+        "off" | "none" => Ok(MaxCpu(None)),
+        other => parse_duration(other).map(|d| MaxCpu(Some(d))),
+    }
 }
 
 /// A built-in command by name.
@@ -212,8 +236,8 @@ fn parse_command(text: &str) -> Result<CommandKind, String> {
         .find(|kind| kind.name() == text)
         .ok_or_else(|| {
             format!(
-                "'{text}' is not a built-in command (sleep, log, send, spawn, join, cancel, now, \
-                 random)"
+                "'{text}' is not a built-in command (sleep, sleep-until, log, send, spawn, join, \
+                 cancel, now, random)"
             )
         })
 }
@@ -251,7 +275,47 @@ mod tests {
             .contains("unknown unit 'mb'"));
         assert!(parse_size("lots").unwrap_err().contains("is not a size"));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_max_cpu("off").unwrap().0, None);
+        assert_eq!(
+            parse_max_cpu("5m").unwrap().0,
+            Some(Duration::from_secs(300))
+        );
         assert_eq!(parse_command("spawn"), Ok(CommandKind::Spawn));
         assert!(parse_command("call").is_err());
+    }
+}
+
+/// Where compiled modules are kept between runs, so that running a module again does not compile
+/// it again.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Module cache")]
+pub struct CacheArgs {
+    /// Keep compiled modules here. It must belong to you and be writable by nobody else (compiled
+    /// code runs as native code); otherwise it is not used. Default: $XDG_CACHE_HOME/wfhost/modules
+    /// or ~/.cache/wfhost/modules.
+    #[arg(long, value_name = "DIR", env = "WFHOST_MODULE_CACHE")]
+    module_cache: Option<PathBuf>,
+
+    /// Compile every module afresh and keep nothing.
+    #[arg(long, conflicts_with = "module_cache")]
+    no_module_cache: bool,
+}
+
+impl CacheArgs {
+    /// The directory to use, if any.
+    pub fn dir(&self) -> Option<PathBuf> {
+        if self.no_module_cache {
+            return None;
+        }
+        self.module_cache.clone().or_else(|| {
+            let base = std::env::var_os("XDG_CACHE_HOME")
+                .filter(|dir| !dir.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| {
+                    std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache"))
+                })?;
+            Some(base.join("wfhost").join("modules"))
+        })
     }
 }

@@ -4,13 +4,18 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::error::{Error, ErrorKind, Result};
+/// Why a workflow crate could not be built; the message says what to do.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BuildError(String);
+
+type Result<T> = std::result::Result<T, BuildError>;
 
 /// The target workflows are built for.
 pub const TARGET: &str = "wasm32-wasip1";
 
-fn fail(message: impl Into<String>) -> Error {
-    Error::new(ErrorKind::Build, message)
+fn fail(message: impl Into<String>) -> BuildError {
+    BuildError(message.into())
 }
 
 fn cargo() -> Command {

@@ -1,0 +1,416 @@
+//! Configuring and starting a [`Host`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use wfcontract::{CommandKind, Payload};
+use wfhost_scheduler::{Scheduler, DEFAULT_BUDGET};
+
+use crate::capacity::{Capacity, MemoryImages};
+use crate::error::{Error, ErrorKind, Result};
+use crate::functions::{
+    CallInfo, FunctionSettings, Functions, HostFunction, DEFAULT_FUNCTION_QUEUE,
+    DEFAULT_FUNCTION_THREADS, DEFAULT_FUNCTION_TIMEOUT,
+};
+use crate::host::Host;
+use crate::modules::Modules;
+use crate::observe::{Adapter, Observer};
+use crate::spawner::GuestSpawner;
+use crate::wasm::{EngineSettings, Hibernation, Instances, Limits, WasmRuntime};
+
+/// How long a cancelled process may clean up before it is terminated, unless
+/// [`HostBuilder::cancel_grace`] says otherwise.
+pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(10);
+
+/// The most live processes, unless [`HostBuilder::max_processes`] says otherwise: a guest that
+/// spawns without end hits this instead of exhausting the host's memory.
+pub const DEFAULT_MAX_PROCESSES: usize = 1_000_000;
+
+/// The most queued messages per process, unless [`HostBuilder::mailbox_limit`] says otherwise.
+pub const DEFAULT_MAILBOX_LIMIT: usize = 100_000;
+
+/// The most queued message bytes per process, unless [`HostBuilder::mailbox_bytes`] says
+/// otherwise.
+pub const DEFAULT_MAILBOX_BYTES: usize = 64 << 20;
+
+/// The most children per process, unless [`HostBuilder::max_children`] says otherwise.
+pub const DEFAULT_MAX_CHILDREN: usize = 10_000;
+
+/// Configures a [`Host`]. Every option has a default; see each method.
+pub struct HostBuilder {
+    workers: Option<usize>,
+    budget: usize,
+    pooling: Option<u32>,
+    limits: Limits,
+    cancel_grace: Option<Duration>,
+    functions: HashMap<String, HostFunction>,
+    duplicate_functions: Vec<String>,
+    function_threads: usize,
+    function_queue: usize,
+    function_timeout: Option<Duration>,
+    runtime: Option<tokio::runtime::Handle>,
+    observer: Option<Arc<dyn Observer>>,
+    max_processes: Option<usize>,
+    mailbox_limit: Option<usize>,
+    mailbox_bytes: Option<usize>,
+    max_children: Option<usize>,
+    max_sleeps: usize,
+    memory_images: MemoryImages,
+    hibernation: Hibernation,
+    module_cache: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for HostBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut functions: Vec<&String> = self.functions.keys().collect();
+        functions.sort();
+        f.debug_struct("HostBuilder")
+            .field("workers", &self.workers)
+            .field("budget", &self.budget)
+            .field("pooling", &self.pooling)
+            .field("limits", &self.limits)
+            .field("cancel_grace", &self.cancel_grace)
+            .field("functions", &functions)
+            .field("function_threads", &self.function_threads)
+            .field("function_queue", &self.function_queue)
+            .field("function_timeout", &self.function_timeout)
+            .field("max_processes", &self.max_processes)
+            .field("mailbox_limit", &self.mailbox_limit)
+            .field("mailbox_bytes", &self.mailbox_bytes)
+            .field("max_children", &self.max_children)
+            .field("max_sleeps", &self.max_sleeps)
+            .field("memory_images", &self.memory_images)
+            .field("hibernation", &self.hibernation)
+            .field("module_cache", &self.module_cache)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for HostBuilder {
+    fn default() -> Self {
+        HostBuilder {
+            workers: None,
+            budget: DEFAULT_BUDGET,
+            pooling: None,
+            limits: Limits::default(),
+            cancel_grace: Some(DEFAULT_CANCEL_GRACE),
+            functions: HashMap::new(),
+            duplicate_functions: Vec::new(),
+            function_threads: DEFAULT_FUNCTION_THREADS,
+            function_queue: DEFAULT_FUNCTION_QUEUE,
+            function_timeout: Some(DEFAULT_FUNCTION_TIMEOUT),
+            runtime: None,
+            observer: None,
+            max_processes: Some(DEFAULT_MAX_PROCESSES),
+            mailbox_limit: Some(DEFAULT_MAILBOX_LIMIT),
+            mailbox_bytes: Some(DEFAULT_MAILBOX_BYTES),
+            max_children: Some(DEFAULT_MAX_CHILDREN),
+            max_sleeps: wfhost_scheduler::DEFAULT_MAX_SLEEPS,
+            memory_images: MemoryImages::Auto,
+            hibernation: Hibernation::WhenFull,
+            module_cache: None,
+        }
+    }
+}
+
+impl HostBuilder {
+    /// Worker threads that run processes. Default: one per core.
+    pub fn workers(mut self, workers: usize) -> HostBuilder {
+        self.workers = Some(workers);
+        self
+    }
+
+    /// Events a process may consume per turn before its peers get a turn. Default: 32.
+    pub fn budget(mut self, events: usize) -> HostBuilder {
+        self.budget = events;
+        self
+    }
+
+    /// Pre-allocates `instances` instance slots with wasmtime's pooling allocator: instantiation
+    /// gets cheaper, and at most that many processes can be live at once. Use it when many
+    /// processes are expected. Default: off (memory is allocated per instance on demand).
+    pub fn pooling(mut self, instances: u32) -> HostBuilder {
+        self.pooling = Some(instances);
+        self
+    }
+
+    /// Per-process sandbox limits. Default: [`Limits::default`].
+    pub fn limits(mut self, limits: Limits) -> HostBuilder {
+        self.limits = limits;
+        self
+    }
+
+    /// How long a cancelled process may run on (to clean up) before it is terminated: it then fails
+    /// without another step. `None`: never. Default: [`DEFAULT_CANCEL_GRACE`] (10 s).
+    pub fn cancel_grace(mut self, grace: Option<Duration>) -> HostBuilder {
+        self.cancel_grace = grace;
+        self
+    }
+
+    /// Registers blocking host function `name`, which workflows call with `ctx.call(name, input)`
+    /// (see [`HostFunction::typed`]). It runs on a thread of the host's blocking pool, never on a
+    /// worker, so it may block. Registering a name twice is an error at [`build`](Self::build).
+    pub fn function<I, O, E, F>(self, name: &str, function: F) -> HostBuilder
+    where
+        I: serde::de::DeserializeOwned,
+        O: serde::Serialize,
+        E: std::fmt::Display,
+        F: Fn(I) -> std::result::Result<O, E> + Send + Sync + 'static,
+    {
+        self.register(name, HostFunction::typed(function))
+    }
+
+    /// Registers async host function `name` (see [`HostFunction::typed_async`]): its future runs
+    /// on a tokio runtime (the one given to [`runtime`](Self::runtime), or the host's own), so an
+    /// HTTP call in flight holds no thread.
+    pub fn function_async<I, O, E, F, Fut>(self, name: &str, function: F) -> HostBuilder
+    where
+        I: serde::de::DeserializeOwned,
+        O: serde::Serialize,
+        E: std::fmt::Display,
+        F: Fn(I) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = std::result::Result<O, E>> + Send + 'static,
+    {
+        self.register(name, HostFunction::typed_async(function))
+    }
+
+    /// Registers blocking host function `name` working on raw payloads, told who calls.
+    pub fn function_raw<F>(self, name: &str, function: F) -> HostBuilder
+    where
+        F: Fn(CallInfo, Payload) -> std::result::Result<Payload, wfcontract::CommandError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.register(name, HostFunction::blocking(function))
+    }
+
+    /// Registers host function `name`, with its options.
+    pub fn register(mut self, name: &str, function: HostFunction) -> HostBuilder {
+        if self.functions.insert(name.to_string(), function).is_some() {
+            self.duplicate_functions.push(name.to_string());
+        }
+        self
+    }
+
+    /// Blocking host functions that may run at once; more calls wait for one to finish (a call
+    /// that overran its timeout stops counting). Default: [`DEFAULT_FUNCTION_THREADS`] (4).
+    pub fn function_threads(mut self, threads: usize) -> HostBuilder {
+        self.function_threads = threads;
+        self
+    }
+
+    /// How many host-function calls may be in flight (running or waiting for a thread); a call
+    /// beyond it completes with a `limit-reached` error at once, so a flood of calls cannot
+    /// exhaust the host's memory. Default: [`DEFAULT_FUNCTION_QUEUE`] (10,000).
+    pub fn function_queue(mut self, calls: usize) -> HostBuilder {
+        self.function_queue = calls;
+        self
+    }
+
+    /// How long a host-function call may take unless its [`HostFunction::timeout`] says
+    /// otherwise: past it the workflow gets a `timeout` error. `None`: no limit. Default:
+    /// [`DEFAULT_FUNCTION_TIMEOUT`] (60 s).
+    pub fn function_timeout(mut self, timeout: Option<Duration>) -> HostBuilder {
+        self.function_timeout = timeout;
+        self
+    }
+
+    /// Runs host functions on the embedder's tokio runtime (async ones as its tasks, blocking ones
+    /// on its blocking pool) instead of a small runtime of the host's own. Default: the host's
+    /// own (two threads, plus the blocking pool), started only when a function is registered.
+    pub fn runtime(mut self, runtime: tokio::runtime::Handle) -> HostBuilder {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// How instances get their module's initial memory: copy-on-write images (less resident
+    /// memory) or copies (fewer memory mappings, so more live processes under the OS limit).
+    /// Default: [`MemoryImages::Auto`], which picks what fits; see [`Host::capacity`].
+    pub fn memory_images(mut self, images: MemoryImages) -> HostBuilder {
+        self.memory_images = images;
+        self
+    }
+
+    /// When a process waiting for events gives its instance back, keeping only the memory pages
+    /// and globals that differ from a fresh instance, to be restored at its next event. With
+    /// hibernation, the OS's memory-mapping limit bounds the instances that are live at once,
+    /// not the processes. Default: [`Hibernation::WhenFull`]. CLI: `--hibernate`.
+    pub fn hibernation(mut self, hibernation: Hibernation) -> HostBuilder {
+        self.hibernation = hibernation;
+        self
+    }
+
+    /// Keeps compiled modules in `dir` (created if missing), by module and engine settings, so
+    /// that loading the same module in a later run does not compile it again. Compiled code is
+    /// native code: the directory is used only if it belongs to the user the host runs as and
+    /// nobody else may write to it (otherwise the host warns and compiles). Default: none. CLI:
+    /// on, in `$XDG_CACHE_HOME/wfhost/modules` (or `~/.cache/wfhost/modules`); `--module-cache`.
+    pub fn module_cache(mut self, dir: impl Into<PathBuf>) -> HostBuilder {
+        self.module_cache = Some(dir.into());
+        self
+    }
+
+    /// The most processes live at once; spawning more fails (for a guest, with a
+    /// `limit-reached` error). `None`: no limit. Default: [`DEFAULT_MAX_PROCESSES`] (1,000,000).
+    /// The host may hold fewer: its [capacity](Host::capacity) also counts the pooling slots and
+    /// the OS's memory-mapping limit. CLI: `--max-processes`.
+    pub fn max_processes(mut self, limit: Option<usize>) -> HostBuilder {
+        self.max_processes = limit;
+        self
+    }
+
+    /// The most messages a process's mailbox holds; a send beyond it fails (for a guest, with a
+    /// `mailbox-full` error), so a fast sender cannot exhaust the host's memory through a slow
+    /// receiver. Messages stay in the mailbox until the process asks for them. The same bound
+    /// holds for a process's messages to the host, until [`Run::recv_message`] reads them.
+    /// Cancels and completions are never refused. `None`: no limit. Default:
+    /// [`DEFAULT_MAILBOX_LIMIT`] (100,000). CLI: `--mailbox-limit`.
+    ///
+    /// [`Run::recv_message`]: crate::Run::recv_message
+    pub fn mailbox_limit(mut self, messages: Option<usize>) -> HostBuilder {
+        self.mailbox_limit = messages;
+        self
+    }
+
+    /// The most payload bytes a process's mailbox holds, summed over its queued messages; a send
+    /// beyond it fails as with [`mailbox_limit`](Self::mailbox_limit). `None`: no limit.
+    /// Default: [`DEFAULT_MAILBOX_BYTES`] (64 MiB). CLI: `--mailbox-bytes`.
+    pub fn mailbox_bytes(mut self, bytes: Option<usize>) -> HostBuilder {
+        self.mailbox_bytes = bytes;
+        self
+    }
+
+    /// The most children one process may have at once (running, or finished and not yet joined);
+    /// a spawn beyond it completes with a `limit-reached` error, so a spawn bomb stops there.
+    /// `None`: no limit. Default: [`DEFAULT_MAX_CHILDREN`] (10,000). CLI: `--max-children`.
+    pub fn max_children(mut self, limit: Option<usize>) -> HostBuilder {
+        self.max_children = limit;
+        self
+    }
+
+    /// The most sleeps one process may have pending; one more completes with a `limit-reached`
+    /// error. Default: 10,000. CLI: `--max-sleeps`.
+    pub fn max_sleeps(mut self, sleeps: usize) -> HostBuilder {
+        self.max_sleeps = sleeps;
+        self
+    }
+
+    /// Tells `observer` about every spawn, event, yield and exit (as `wfhost run --events` does).
+    /// Default: none.
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> HostBuilder {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Starts the host: the engine, the epoch ticker, the worker threads and, when a host function
+    /// is registered, the runtime that runs host functions.
+    pub fn build(self) -> Result<Host> {
+        let config = |message: String| Error::new(ErrorKind::Config, message);
+        if let Some(name) = self.duplicate_functions.first() {
+            return Err(config(format!(
+                "host function '{name}' is registered twice"
+            )));
+        }
+        if self.function_threads == 0 && !self.functions.is_empty() {
+            return Err(config(
+                "function_threads must be at least 1 when functions are registered".into(),
+            ));
+        }
+        if self.function_queue == 0 && !self.functions.is_empty() {
+            return Err(config(
+                "function_queue must be at least 1 when functions are registered".into(),
+            ));
+        }
+        let stack = self.limits.worker_stack_bytes();
+        // A step's input must fit in the guest's memory beside everything else it holds.
+        let step_bytes = self
+            .limits
+            .max_payload_bytes
+            .max(self.limits.max_memory_bytes / 4);
+        if self.max_processes == Some(0) || self.pooling == Some(0) {
+            return Err(config(
+                "max_processes and pooling must be at least 1 (a host that can run nothing)".into(),
+            ));
+        }
+        let workers = self.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        });
+        let capacity = Capacity::plan(
+            self.max_processes,
+            self.pooling,
+            self.memory_images,
+            self.hibernation,
+            self.limits.max_memories,
+            self.limits.max_memory_bytes,
+            Capacity::os_mappings(),
+        );
+        tracing::info!("capacity: {capacity}");
+        // A running process gives its instance back within a step time limit when it
+        // hibernates; twice that without one given back means none will be.
+        let stall = self.limits.step_time_limit.saturating_mul(2);
+        let instances = Instances::new(
+            capacity.instances,
+            workers,
+            capacity.hibernation,
+            capacity.instance_refusal(),
+            stall,
+        );
+        let settings = EngineSettings {
+            pooling: self.pooling,
+            copy_on_write: capacity.copy_on_write,
+            compact: capacity.compact_memories,
+            cache_dir: self.module_cache,
+        };
+        let wasm = Arc::new(WasmRuntime::new(self.limits, settings, instances)?);
+        let modules = Arc::new(Modules::default());
+        let functions = Functions::start(
+            self.functions,
+            FunctionSettings {
+                threads: self.function_threads,
+                queue: self.function_queue,
+                timeout: self.function_timeout,
+                runtime: self.runtime,
+            },
+        )
+        .map_err(|e| config(format!("could not start the host-function runtime: {e}")))?;
+        let mut scheduler = Scheduler::builder()
+            .workers(workers)
+            .budget(self.budget)
+            .thread_name("wfhost-worker")
+            .cancel_grace(self.cancel_grace)
+            .max_processes((capacity.processes != usize::MAX).then_some(capacity.processes))
+            .mailbox_limit(self.mailbox_limit)
+            .mailbox_bytes(self.mailbox_bytes)
+            .max_children(self.max_children)
+            .max_sleeps(self.max_sleeps)
+            .step_bytes(step_bytes)
+            .stack_size(Some(stack))
+            .spawner(GuestSpawner {
+                wasm: Arc::clone(&wasm),
+                modules: Arc::clone(&modules),
+                capacity,
+                warned: AtomicBool::new(false),
+            })
+            .handler(CommandKind::Call, functions);
+        let interrupted = Arc::clone(&wasm);
+        scheduler = scheduler.interrupt(move || interrupted.interrupt_all());
+        if let Some(observer) = self.observer {
+            scheduler = scheduler.observer(Arc::new(Adapter(observer)));
+        }
+        let scheduler = scheduler.build().map_err(|e| config(e.to_string()))?;
+        Ok(Host::new(
+            scheduler,
+            wasm,
+            modules,
+            capacity,
+            (
+                self.mailbox_limit.unwrap_or(usize::MAX),
+                self.mailbox_bytes.unwrap_or(usize::MAX),
+            ),
+        ))
+    }
+}

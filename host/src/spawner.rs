@@ -1,0 +1,58 @@
+//! What a guest's `spawn` starts: a process of a loaded module, with its grants and its parent's
+//! limits.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use wfcontract::{CommandError, ErrorKind, Pid, SpawnRequest};
+use wfhost_scheduler::{Error, Spawn, Spawner};
+
+use crate::capacity::Capacity;
+use crate::modules::Modules;
+use crate::wasm::{WasmProcess, WasmRuntime};
+
+/// Makes the wasm processes guests spawn.
+pub(crate) struct GuestSpawner {
+    pub(crate) wasm: Arc<WasmRuntime>,
+    pub(crate) modules: Arc<Modules>,
+    pub(crate) capacity: Capacity,
+    /// Set once the operator has been told the host is full.
+    pub(crate) warned: AtomicBool,
+}
+
+impl Spawner for GuestSpawner {
+    fn process(&self, parent: Pid, request: SpawnRequest) -> Result<Spawn, CommandError> {
+        let invalid = |message: String| CommandError::new(ErrorKind::InvalidInput, message);
+        let module = request.module.ok_or_else(|| {
+            invalid("spawn names no module, and the spawner is not a wasm process".into())
+        })?;
+        let loaded = self
+            .modules
+            .get(&module)
+            .map_err(|e| invalid(e.message().to_string()))?;
+        let info = &loaded.compiled.info;
+        if !info.has_entry(&request.entry) {
+            return Err(invalid(
+                info.unknown_entry(&request.entry).message().to_string(),
+            ));
+        }
+        let confined = !loaded.grants.reaches_any_process();
+        // A child runs within its parent's limits: a process spawned with lower ones cannot
+        // escape them through its children.
+        let limits = self.wasm.limits_of(parent);
+        let process = WasmProcess::new(Arc::clone(&self.wasm), loaded.spec(None, limits));
+        Ok(Spawn::new(process, request.entry, request.input).confined(confined))
+    }
+
+    fn refused(&self, error: Error) -> CommandError {
+        match error {
+            Error::TooManyProcesses(_) => {
+                if !self.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!("a guest's spawn was refused: {}", self.capacity.refusal());
+                }
+                CommandError::new(ErrorKind::LimitReached, self.capacity.guest_refusal())
+            }
+            other => other.into_command_error(),
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The saved state of a hibernated process, and writing it back into an instance.
+
+use wasmtime::{Global, Memory, Store, Val};
+
+use super::pagemap::touched_chunks;
+
+/// A hibernated process: what differs from a fresh instance of its module.
+pub(crate) struct Snapshot {
+    /// The linear memory's size in bytes.
+    memory_bytes: usize,
+    /// The mutable globals' values, in the plan's order.
+    globals: Box<[Val]>,
+    /// The indices of the saved chunks, each [`CHUNK`] bytes of memory.
+    pub(super) chunks: Box<[u32]>,
+    /// The saved chunks' bytes, one after another (the last may be short, at the memory's end),
+    /// LZ4-compressed: what a waiting process leaves in memory is mostly zeros and small numbers.
+    data: Box<[u8]>,
+    /// The saved chunks' bytes before compression.
+    raw_len: usize,
+}
+
+/// The granularity of the diff: the OS page, as the pagemap reports.
+pub(crate) const CHUNK: usize = 4096;
+
+static ZEROS: [u8; CHUNK] = [0; CHUNK];
+
+impl Snapshot {
+    /// Saves the state of a process's instance: its globals, and the chunks of `memory` that differ
+    /// from `image`.
+    pub(crate) fn take<T>(
+        store: &mut Store<T>,
+        memory: Memory,
+        globals: &[Global],
+        image: &[u8],
+    ) -> Snapshot {
+        let values: Box<[Val]> = globals.iter().map(|g| g.get(&mut *store)).collect();
+        let data = memory.data(&*store);
+        let touched = touched_chunks(data);
+        let mut chunks = Vec::new();
+        let mut saved = Vec::new();
+        for index in 0..data.len().div_ceil(CHUNK) {
+            if touched.as_ref().is_some_and(|t| !t[index]) {
+                continue;
+            }
+            let start = index * CHUNK;
+            let end = (start + CHUNK).min(data.len());
+            let now = &data[start..end];
+            let initial = image.get(start..end).unwrap_or(&ZEROS[..end - start]);
+            if now != initial {
+                chunks.push(index as u32);
+                saved.extend_from_slice(now);
+            }
+        }
+        Snapshot {
+            memory_bytes: data.len(),
+            globals: values,
+            chunks: chunks.into_boxed_slice(),
+            data: lz4_flex::block::compress(&saved).into_boxed_slice(),
+            raw_len: saved.len(),
+        }
+    }
+
+    /// Writes the saved state into a fresh instance of the same module.
+    pub(crate) fn restore<T>(
+        &self,
+        store: &mut Store<T>,
+        memory: Memory,
+        globals: &[Global],
+    ) -> wasmtime::Result<()> {
+        let size = memory.data_size(&*store);
+        if self.memory_bytes > size {
+            let page = memory.page_size(&*store);
+            memory.grow(&mut *store, (self.memory_bytes - size) as u64 / page)?;
+        }
+        self.write(store, memory, globals)
+    }
+
+    /// Writes the saved state into an instance of the same module that another process used:
+    /// its touched chunks go back to the initial image, the saved ones are written, the globals
+    /// set. `false` (and nothing written) when that cannot be done exactly: the memories differ
+    /// in size, or the page map cannot be read.
+    pub(crate) fn restore_over<T>(
+        &self,
+        store: &mut Store<T>,
+        memory: Memory,
+        globals: &[Global],
+        image: &[u8],
+    ) -> wasmtime::Result<bool> {
+        let data = memory.data(&*store);
+        if data.len() != self.memory_bytes {
+            return Ok(false);
+        }
+        let Some(touched) = touched_chunks(data) else {
+            return Ok(false);
+        };
+        let data = memory.data_mut(&mut *store);
+        let mut saved = self.chunks.iter().copied().peekable();
+        for (index, touched) in touched.into_iter().enumerate() {
+            // Chunks the snapshot holds are written next; the rest go back to the image.
+            if saved.next_if_eq(&(index as u32)).is_some() || !touched {
+                continue;
+            }
+            let start = index * CHUNK;
+            let end = (start + CHUNK).min(data.len());
+            let initial = image.get(start..end).unwrap_or(&ZEROS[..end - start]);
+            if data[start..end] != *initial {
+                data[start..end].copy_from_slice(initial);
+            }
+        }
+        self.write(store, memory, globals)?;
+        Ok(true)
+    }
+
+    /// Writes the saved chunks and sets the globals.
+    fn write<T>(
+        &self,
+        store: &mut Store<T>,
+        memory: Memory,
+        globals: &[Global],
+    ) -> wasmtime::Result<()> {
+        let saved = lz4_flex::block::decompress(&self.data, self.raw_len)
+            .map_err(|e| wasmtime::Error::msg(format!("its saved memory is corrupt: {e}")))?;
+        let data = memory.data_mut(&mut *store);
+        let mut saved = &saved[..];
+        for &index in self.chunks.iter() {
+            let start = index as usize * CHUNK;
+            let end = (start + CHUNK).min(data.len());
+            let Some((chunk, rest)) = saved.split_at_checked(end - start) else {
+                return Err(wasmtime::Error::msg(
+                    "its saved memory is shorter than its pages",
+                ));
+            };
+            data[start..end].copy_from_slice(chunk);
+            saved = rest;
+        }
+        for (global, value) in globals.iter().zip(self.globals.iter()) {
+            global.set(&mut *store, *value)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes this snapshot holds on the host's heap.
+    pub(crate) fn size(&self) -> usize {
+        std::mem::size_of::<Snapshot>()
+            + self.data.len()
+            + self.chunks.len() * std::mem::size_of::<u32>()
+            + self.globals.len() * std::mem::size_of::<Val>()
+    }
+}

@@ -1,0 +1,579 @@
+//! A WebAssembly instance as a scheduler [`Process`]: its life from `init` to `close`, and its
+//! sleep in between (hibernation).
+//!
+//! | File | What |
+//! |---|---|
+//! | `mod.rs` | The life cycle: start, wake, step, hibernate, close. |
+//! | `live.rs` | A live instance and its store. |
+//! | `call.rs` | One call into the guest: input into its memory, the answer out, within the limits. |
+//! | `trap.rs` | What a failed call means: a limit, a trap, a panic, an exit. |
+
+mod call;
+mod live;
+mod trap;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wfcontract::abi::InitResponse;
+use wfcontract::{
+    Command, CommandError, ErrorKind, Event, InitRequest, Payload, Pid, Status, StepOutput,
+};
+use wfhost_scheduler::{
+    Events, FailureKind, InitContext, Process, ProcessError, Readiness, WakerSource,
+};
+
+pub(crate) use live::Live;
+
+use crate::grants::Grants;
+use crate::wasm::hibernate::Snapshot;
+use crate::wasm::instances::TicketState;
+use crate::wasm::limits::ticks;
+use crate::wasm::wasi::Logs;
+use crate::wasm::{Compiled, InstanceSlot, Limits, Ticket, WasmRuntime};
+use call::Export;
+
+/// What a process runs, and within what.
+#[derive(Clone)]
+pub(crate) struct ProcessSpec {
+    pub(crate) compiled: Arc<Compiled>,
+    /// The name the module was loaded under: a child spawned with no module name runs this one.
+    pub(crate) module_name: Arc<str>,
+    /// The commands the process may use.
+    pub(crate) grants: Arc<Grants>,
+    /// Its limits: the host's, or its own from `SpawnOptions`.
+    pub(crate) limits: Arc<Limits>,
+}
+
+/// Which bound the running call's epoch deadline is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Deadline {
+    /// The step time limit.
+    Step,
+    /// What is left of the process's CPU time.
+    Cpu,
+}
+
+/// One process: a module, the entry point it runs, and (between `init` and `close`) its instance,
+/// or, hibernated, its saved state.
+pub(crate) struct WasmProcess {
+    runtime: Arc<WasmRuntime>,
+    spec: ProcessSpec,
+    pid: Pid,
+    entry: String,
+    live: Option<Live>,
+    /// While hibernated: its state, and no instance.
+    snapshot: Option<Snapshot>,
+    /// While hibernated and waiting for an instance to wake into: its place in the queue.
+    ticket: Option<Arc<Ticket>>,
+    /// Its stdout and stderr, from `init` on.
+    logs: Option<Logs>,
+    /// Time spent running its code so far, and which bound the current call's deadline is.
+    cpu: Duration,
+    deadline: Deadline,
+    /// Encoded input for the next call; reused, and given up when it hibernates.
+    scratch: Vec<u8>,
+}
+
+impl WasmProcess {
+    pub(crate) fn new(runtime: Arc<WasmRuntime>, spec: ProcessSpec) -> WasmProcess {
+        WasmProcess {
+            runtime,
+            spec,
+            pid: Pid::HOST,
+            entry: String::new(),
+            live: None,
+            snapshot: None,
+            ticket: None,
+            logs: None,
+            cpu: Duration::ZERO,
+            deadline: Deadline::Step,
+            scratch: Vec::new(),
+        }
+    }
+
+    fn limits(&self) -> &Limits {
+        &self.spec.limits
+    }
+
+    /// "process <7> (entry point 'greet') <what>", of `kind`.
+    fn fail(&self, kind: FailureKind, what: impl std::fmt::Display) -> ProcessError {
+        ProcessError::with_kind(
+            kind,
+            format!("process {} (entry point '{}') {what}", self.pid, self.entry),
+        )
+    }
+
+    /// Sets the budgets of one call into the guest: its time (the step time limit, or what is
+    /// left of its CPU time if less), and its fuel when fuel is on.
+    fn arm(&mut self) {
+        let limits = Arc::clone(&self.spec.limits);
+        let step = limits.deadline_ticks();
+        let (ticks, deadline) = match limits.max_cpu_time {
+            Some(cpu) => {
+                let left = ticks(cpu.saturating_sub(self.cpu));
+                if left < step {
+                    (left, Deadline::Cpu)
+                } else {
+                    (step, Deadline::Step)
+                }
+            }
+            None => (step, Deadline::Step),
+        };
+        self.deadline = deadline;
+        if let Some(live) = self.live.as_mut() {
+            arm_store(&mut live.store, ticks, limits.fuel_per_step);
+        }
+    }
+
+    /// Counts `since`'s time against the process's CPU time.
+    fn spent(&mut self, since: Instant) {
+        self.cpu += since.elapsed();
+    }
+
+    /// The failure of a process whose CPU time is used up.
+    fn out_of_cpu(&self) -> ProcessError {
+        let limit = self.limits().max_cpu_time.unwrap_or_default();
+        self.fail(
+            FailureKind::Limit,
+            format_args!(
+                "used up its CPU time limit of {limit:?} over its life and was stopped \
+                 (Limits::max_cpu_time, --max-cpu)"
+            ),
+        )
+    }
+
+    /// A new instance of the process's module, counted by `slot`. `initialize`: run the module's
+    /// `_initialize` (not when restoring from hibernation, whose memory has it done already).
+    fn instantiate(&mut self, initialize: bool, slot: InstanceSlot) -> Result<Live, ProcessError> {
+        let logs = self.logs.get_or_insert_with(|| Logs::new(self.pid));
+        let mut store = Live::store(&self.spec.compiled, logs.wasi(), &self.spec.limits);
+        // Instantiation runs the module's start function: it gets the same budgets as a step.
+        arm_store(
+            &mut store,
+            self.spec.limits.deadline_ticks(),
+            self.spec.limits.fuel_per_step,
+        );
+        let compiled = Arc::clone(&self.spec.compiled);
+        let instance = match compiled.pre.instantiate(&mut store) {
+            Ok(instance) => instance,
+            Err(error) if trap::is_guest_fault(&error) => {
+                return Err(self.classify(
+                    error,
+                    store.data().limits.refused,
+                    None,
+                    "in its start function",
+                ))
+            }
+            // Everything else is a resource the instance could not get: its memory or table
+            // (over a limit, or refused by the OS), or a slot in the instance pool.
+            Err(error) => {
+                return Err(self.fail(
+                    FailureKind::Limit,
+                    format_args!("could not be instantiated: {error:#}"),
+                ))
+            }
+        };
+        let exports = &compiled.exports;
+        if let Some(export) = exports.initialize.as_ref().filter(|_| initialize) {
+            let initialize = instance
+                .get_module_export(&mut store, export)
+                .and_then(|e| e.into_func())
+                .and_then(|f| f.typed::<(), ()>(&store).ok())
+                .ok_or_else(|| {
+                    self.fail(
+                        FailureKind::BadOutput,
+                        "exports an _initialize that is not a function () -> ()",
+                    )
+                })?;
+            if let Err(error) = initialize.call(&mut store, ()) {
+                return Err(self.classify(
+                    error,
+                    store.data().limits.refused,
+                    None,
+                    "while initializing",
+                ));
+            }
+        }
+        // The exports and their signatures were checked when the module was loaded.
+        let mut func = |export| {
+            instance
+                .get_module_export(&mut store, export)
+                .and_then(|e| e.into_func())
+                .ok_or_else(|| {
+                    self.fail(
+                        FailureKind::BadOutput,
+                        "lacks an ABI export it was loaded with",
+                    )
+                })
+        };
+        let reserve = func(&exports.reserve)?;
+        let init = func(&exports.init)?;
+        let step = func(&exports.step)?;
+        let panic_message = func(&exports.panic_message)?;
+        let memory = instance
+            .get_module_export(&mut store, &exports.memory)
+            .and_then(|e| e.into_memory())
+            .ok_or_else(|| {
+                self.fail(
+                    FailureKind::BadOutput,
+                    "exports a 'memory' that is not a memory",
+                )
+            })?;
+        let globals = match &compiled.hibernation {
+            Ok(hibernating) => hibernating
+                .globals
+                .iter()
+                .map(|export| {
+                    instance
+                        .get_module_export(&mut store, export)
+                        .and_then(|e| e.into_global())
+                        .ok_or_else(|| {
+                            self.fail(
+                                FailureKind::BadOutput,
+                                "lacks a global export it was loaded with",
+                            )
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            Err(_) => Vec::new(),
+        };
+        let wrong = |e: wasmtime::Error| {
+            self.fail(
+                FailureKind::BadOutput,
+                format_args!("has a mistyped export: {e:#}"),
+            )
+        };
+        Ok(Live {
+            reserve: reserve.typed(&store).map_err(wrong)?,
+            init: init.typed(&store).map_err(wrong)?,
+            step: step.typed(&store).map_err(wrong)?,
+            panic_message: panic_message.typed(&store).map_err(wrong)?,
+            memory,
+            store,
+            globals,
+            _slot: slot,
+        })
+    }
+
+    /// Gives the instance back, keeping what differs from a fresh one, when the host's
+    /// [`Hibernation`](crate::Hibernation) policy says so and the module allows it.
+    fn hibernate_if_due(&mut self) {
+        let compiled = Arc::clone(&self.spec.compiled);
+        let Ok(hibernating) = &compiled.hibernation else {
+            return;
+        };
+        if !self.runtime.instances.should_hibernate() {
+            return;
+        }
+        let Some(mut live) = self.live.take() else {
+            return;
+        };
+        let snapshot = Snapshot::take(
+            &mut live.store,
+            live.memory,
+            &live.globals,
+            &hibernating.plan.image,
+        );
+        self.runtime
+            .warm
+            .offer(compiled.id, live, &self.runtime.instances);
+        self.set_scratch(Vec::new());
+        let bytes = snapshot.size();
+        tracing::debug!(pid = %self.pid, saved = bytes, "process hibernated");
+        self.runtime.instances.hibernated(bytes);
+        self.snapshot = Some(snapshot);
+    }
+
+    /// Restores the snapshot into a warm instance of the module, if one is kept and fits.
+    fn wake_warm(&mut self) -> bool {
+        let compiled = Arc::clone(&self.spec.compiled);
+        let (Ok(hibernating), Some(logs), Some(snapshot)) =
+            (&compiled.hibernation, &self.logs, &self.snapshot)
+        else {
+            return false;
+        };
+        let Some(mut live) = self.runtime.warm.take(compiled.id, &self.runtime.instances) else {
+            return false;
+        };
+        // The instance's WASI context was its last process's: this one gets its own.
+        live.store.data_mut().wasi = logs.wasi();
+        match snapshot.restore_over(
+            &mut live.store,
+            live.memory,
+            &live.globals,
+            &hibernating.plan.image,
+        ) {
+            Ok(true) => {}
+            // A memory of another size, or no page map: a fresh instance instead.
+            Ok(false) => return false,
+            Err(error) => {
+                tracing::warn!(
+                    pid = %self.pid,
+                    "could not restore into a warm instance ({error:#}); trying a fresh one"
+                );
+                return false;
+            }
+        }
+        self.woken(live, "a warm instance");
+        true
+    }
+
+    /// Restores the snapshot into a fresh instance counted by `slot`.
+    fn wake_fresh(&mut self, slot: InstanceSlot) -> Result<(), ProcessError> {
+        let mut live = self.instantiate(false, slot)?;
+        let Some(snapshot) = &self.snapshot else {
+            return Ok(());
+        };
+        if let Err(error) = snapshot.restore(&mut live.store, live.memory, &live.globals) {
+            return Err(self.fail(
+                FailureKind::Limit,
+                format_args!("could not be restored from hibernation: {error:#}"),
+            ));
+        }
+        self.woken(live, "a fresh instance");
+        Ok(())
+    }
+
+    /// The process runs in `live` from now on: its snapshot is spent.
+    fn woken(&mut self, live: Live, into: &str) {
+        if let Some(snapshot) = self.snapshot.take() {
+            tracing::debug!(pid = %self.pid, saved = snapshot.size(), "process restored into {into}");
+            self.runtime.instances.woken(snapshot.size(), true);
+        }
+        self.live = Some(live);
+    }
+
+    /// The failure of a hibernated process that waited for an instance while none was given back.
+    fn no_instance(&self) -> ProcessError {
+        self.fail(
+            FailureKind::Limit,
+            format_args!(
+                "could not be woken: no instance was given back for {:?} (every instance is held \
+                 by a process that does not hibernate); {}",
+                self.runtime.instances.stall(),
+                self.runtime.instances.refusal()
+            ),
+        )
+    }
+
+    /// Swaps the input buffer, keeping the host's count of buffer bytes.
+    fn set_scratch(&mut self, scratch: Vec<u8>) {
+        self.runtime
+            .instances
+            .buffer(self.scratch.capacity(), scratch.capacity());
+        self.scratch = scratch;
+    }
+
+    /// Gives back what the process holds outside its instance: its saved state, its place in
+    /// the queue for an instance, its buffer. Idempotent.
+    fn release(&mut self) {
+        if self.pid != Pid::HOST && !Arc::ptr_eq(&self.spec.limits, &self.runtime.limits) {
+            self.runtime.note_limits(self.pid, None);
+        }
+        if let Some(snapshot) = self.snapshot.take() {
+            self.runtime.instances.woken(snapshot.size(), false);
+        }
+        if let Some(ticket) = self.ticket.take() {
+            self.runtime.instances.withdraw(&ticket);
+        }
+        self.set_scratch(Vec::new());
+    }
+}
+
+/// Sets a store's time budget (`ticks` epoch ticks) and fuel for one call.
+fn arm_store(store: &mut wasmtime::Store<crate::wasm::GuestState>, ticks: u64, fuel: Option<u64>) {
+    store.set_epoch_deadline(ticks);
+    store.data_mut().limits.refused = None;
+    if let Some(fuel) = fuel {
+        // Fuel is enabled exactly when this is set, so this cannot fail.
+        let _ = store.set_fuel(fuel);
+    }
+}
+
+impl Drop for WasmProcess {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl Process for WasmProcess {
+    fn init(
+        &mut self,
+        ctx: &InitContext,
+        method: &str,
+        input: Payload,
+    ) -> Result<(), ProcessError> {
+        self.pid = ctx.pid();
+        self.entry = method.to_string();
+        self.runtime.note_limits(self.pid, Some(&self.spec.limits));
+        let info = &self.spec.compiled.info;
+        if !info.has_entry(method) {
+            return Err(ProcessError::with_kind(
+                FailureKind::Refused,
+                info.unknown_entry(method).to_string(),
+            ));
+        }
+        let slot = self.runtime.take_instance().map_err(|refusal| {
+            self.fail(
+                FailureKind::Limit,
+                format_args!("could not be given an instance: {refusal}"),
+            )
+        })?;
+        let started = Instant::now();
+        let live = self.instantiate(true, slot);
+        self.spent(started);
+        self.live = Some(live?);
+        let request = InitRequest {
+            pid: ctx.pid(),
+            parent: ctx.parent(),
+            entry: method.to_string(),
+            input,
+            max_yields: u32::try_from(self.limits().max_yields_per_step).unwrap_or(u32::MAX),
+        };
+        let bytes = self.call(Export::Init, &request)?;
+        let answer: InitResponse = postcard::from_bytes(&bytes).map_err(|e| self.malformed(e))?;
+        answer.map_err(|message| {
+            ProcessError::with_kind(FailureKind::InvalidInput, self.capped(message))
+        })
+    }
+
+    fn prepare(&mut self, waker: &WakerSource<'_>) -> Result<Readiness, ProcessError> {
+        if self.snapshot.is_none() {
+            return Ok(Readiness::Ready);
+        }
+        // Hibernated, and about to step: it needs an instance.
+        let granted = match self.ticket.take() {
+            Some(ticket) => match ticket.state() {
+                TicketState::Granted => Some(self.runtime.instances.redeem(&ticket)),
+                TicketState::Waiting => {
+                    self.ticket = Some(ticket);
+                    return Ok(Readiness::NotReady);
+                }
+                TicketState::Expired => return Err(self.no_instance()),
+            },
+            None => None,
+        };
+        let started = Instant::now();
+        let woken = if self.wake_warm() {
+            // A granted instance not needed after all goes to the next waiter.
+            drop(granted);
+            Ok(())
+        } else {
+            let slot = match granted {
+                Some(slot) => slot,
+                None => match self.runtime.take_instance_or_queue(|| waker.waker()) {
+                    Ok(slot) => slot,
+                    Err(ticket) => {
+                        self.ticket = Some(ticket);
+                        return Ok(Readiness::NotReady);
+                    }
+                },
+            };
+            self.wake_fresh(slot)
+        };
+        self.spent(started);
+        woken.map(|()| Readiness::Ready)
+    }
+
+    fn check(&self, command: &Command) -> Result<(), CommandError> {
+        self.spec.grants.permits(command)?;
+        let (what, len) = match command {
+            Command::Send(send) => ("message", send.message.bytes.len()),
+            Command::Spawn(spawn) => ("child's input", spawn.input.bytes.len()),
+            Command::Call(call) => ("host function's input", call.input.bytes.len()),
+            Command::Log(record) => {
+                let len = record.message.len()
+                    + record
+                        .fields
+                        .iter()
+                        .map(|f| f.key.len() + f.value.len())
+                        .sum::<usize>();
+                ("log record", len)
+            }
+            _ => return Ok(()),
+        };
+        let Some(over) = self.limits().over_payload(len) else {
+            return Ok(());
+        };
+        if matches!(command, Command::Log(_)) {
+            tracing::warn!(pid = %self.pid, "dropped a log record of {len} bytes, {over}");
+        }
+        Err(CommandError::new(
+            ErrorKind::LimitReached,
+            format!("the {what} is {len} bytes, {over}"),
+        ))
+    }
+
+    fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+        let events: &[Event] = events.as_slice();
+        if let Some(logs) = &self.logs {
+            logs.new_call();
+        }
+        let bytes = self.call(Export::Step, events)?;
+        let mut output = self.decode_step(&bytes)?;
+        if let Status::Failed(message) | Status::Cancelled(message) = &mut output.status {
+            *message = self.capped(std::mem::take(message));
+        }
+        if let Status::Done(result) = &output.status {
+            let len = result.bytes.len();
+            if let Some(over) = self.limits().over_payload(len) {
+                return Err(self.fail(
+                    FailureKind::Limit,
+                    format_args!("finished with a result of {len} bytes, {over}"),
+                ));
+            }
+        }
+        if !output.status.is_final()
+            && self
+                .limits()
+                .max_cpu_time
+                .is_some_and(|limit| self.cpu >= limit)
+        {
+            return Err(self.out_of_cpu());
+        }
+        // Waiting for messages, or for commands that take a while: worth giving the instance up.
+        // Not while the answer to one of its commands is coming straight back.
+        let waiting = match output.status {
+            Status::Idle => true,
+            Status::Wait => !output.yields.iter().any(|y| {
+                matches!(
+                    y.command,
+                    Command::Now
+                        | Command::Random
+                        | Command::Send(_)
+                        | Command::Spawn(_)
+                        | Command::Cancel(_)
+                )
+            }),
+            _ => false,
+        };
+        out.status = output.status;
+        out.yields = output.yields;
+        out.receive = output.receive;
+        for y in &mut out.yields {
+            // "This module" means the module this process runs, by the name it was loaded under.
+            if let Command::Spawn(spawn) = &mut y.command {
+                if spawn.module.is_none() {
+                    spawn.module = Some(self.spec.module_name.to_string());
+                }
+            }
+        }
+        if waiting {
+            self.hibernate_if_due();
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) {
+        if let (Some(live), Ok(_)) = (self.live.take(), &self.spec.compiled.hibernation) {
+            self.runtime
+                .warm
+                .offer(self.spec.compiled.id, live, &self.runtime.instances);
+        }
+        self.release();
+        if let Some(logs) = &self.logs {
+            logs.finish();
+        }
+    }
+}
