@@ -93,6 +93,9 @@ pub(crate) struct Queues {
     global: Injector<Task>,
     /// New processes spawned from outside the workers, served after `global`.
     fresh: Injector<Task>,
+    /// Processes whose last turn used up its time slice: served after everything else, unless the
+    /// worker has since given the others as much time as that turn took (see `worker.rs`).
+    overrun: Injector<Task>,
     stealers: Box<[Stealer<Task>]>,
 }
 
@@ -109,6 +112,7 @@ impl Queues {
         Queues {
             global: Injector::new(),
             fresh: Injector::new(),
+            overrun: Injector::new(),
             stealers: stealers.into_boxed_slice(),
         }
     }
@@ -120,6 +124,22 @@ impl Queues {
     /// Queues a new process spawned from outside the workers.
     pub(crate) fn push_fresh(&self, task: Task) {
         self.fresh.push(task);
+    }
+
+    /// Queues a process whose turn used up its time slice.
+    pub(crate) fn push_overrun(&self, task: Task) {
+        self.overrun.push(task);
+    }
+
+    /// A process whose last turn used up its time slice, if any.
+    pub(crate) fn pop_overrun(&self) -> Option<Task> {
+        loop {
+            match self.overrun.steal() {
+                Steal::Success(task) => return Some(task),
+                Steal::Empty => return None,
+                Steal::Retry => std::hint::spin_loop(),
+            }
+        }
     }
 
     /// Wakes first, then one new process; with `fresh_first`, the other way round.
@@ -192,13 +212,17 @@ impl Queues {
         None
     }
 
-    /// The shared queues first (wakes, then new processes), then the other workers.
+    /// The shared queues first (wakes, then new processes), then the other workers, then the
+    /// processes that overran their time slice.
     pub(crate) fn search(&self, me: usize, local: &Worker<Task>) -> Found {
         if let Some(task) = self.pop_shared(local, false) {
             return Found::Global(task);
         }
-        match self.steal(me, local) {
-            Some(task) => Found::Stolen(task),
+        if let Some(task) = self.steal(me, local) {
+            return Found::Stolen(task);
+        }
+        match self.pop_overrun() {
+            Some(task) => Found::Global(task),
             None => Found::Nothing,
         }
     }
@@ -207,6 +231,7 @@ impl Queues {
     pub(crate) fn has_work(&self) -> bool {
         !self.global.is_empty()
             || !self.fresh.is_empty()
+            || !self.overrun.is_empty()
             || self.stealers.iter().any(|s| !s.is_empty())
     }
 
@@ -214,5 +239,6 @@ impl Queues {
     pub(crate) fn clear_global(&self) {
         while !matches!(self.global.steal(), Steal::Empty) {}
         while !matches!(self.fresh.steal(), Steal::Empty) {}
+        while !matches!(self.overrun.steal(), Steal::Empty) {}
     }
 }

@@ -473,3 +473,87 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         "a panic without a message"
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use wfcontract::{Payload, Status, StepOutput};
+
+    use crate::handle::Spawn;
+    use crate::process::{Events, InitContext, Process, ProcessError};
+    use crate::{Error, Scheduler};
+
+    /// Waits for messages for ever.
+    struct Idle;
+
+    impl Process for Idle {
+        fn init(&mut self, _: &InitContext, _: &str, _: Payload) -> Result<(), ProcessError> {
+            Ok(())
+        }
+
+        fn step(&mut self, _: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+            out.status = Status::Idle;
+            Ok(())
+        }
+    }
+
+    /// A spawn that loses the race with a shutdown takes its child back from the parent too, so
+    /// that it does not count against the parent's children limit.
+    #[test]
+    fn a_spawn_that_races_shutdown_leaves_no_phantom_child() {
+        let scheduler = Scheduler::builder().workers(1).build().unwrap();
+        let shared = Arc::clone(&scheduler.handle().shared);
+        let parent = scheduler.spawn(Idle, "parent", Payload::empty()).unwrap();
+        let parent = shared.slot(parent).unwrap();
+        // The shutdown's sweep has begun, but the spawn passed the `stopping` check before it.
+        shared.shutdown.store(true, std::sync::atomic::Ordering::SeqCst);
+        let refused = shared.spawn(Spawn::new(Idle, "child", Payload::empty()), Some(&parent));
+        assert_eq!(refused, Err(Error::ShuttingDown));
+        assert!(parent.exit.lock().children.is_empty());
+        assert_eq!(shared.live.load(std::sync::atomic::Ordering::SeqCst), 1);
+        scheduler.shutdown(std::time::Duration::ZERO);
+    }
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A cancel whose grace-period timer cannot be armed says so in the log: nothing else would
+    /// end a process that ignores the cancel.
+    #[test]
+    fn a_grace_timer_that_cannot_be_armed_is_logged() {
+        let scheduler = Scheduler::builder()
+            .workers(1)
+            .cancel_grace(Some(std::time::Duration::from_secs(10)))
+            .build()
+            .unwrap();
+        let shared = Arc::clone(&scheduler.handle().shared);
+        let pid = scheduler.spawn(Idle, "idle", Payload::empty()).unwrap();
+        shared.timer.shutdown();
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || scheduler.cancel(pid).unwrap());
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            log.contains("the cancel grace period could not be armed"),
+            "{log}"
+        );
+        scheduler.shutdown(std::time::Duration::ZERO);
+    }
+}

@@ -28,11 +28,13 @@ use crate::sync::Mutex;
 /// so the check does not fall into step with periodic workloads).
 const GLOBAL_POLL_INTERVAL: u32 = 61;
 
-/// A turn that has run this long ends at its next step boundary, even with budget left: the
-/// process goes to the back of the worker's queue and the worker looks at the shared queues first.
-/// So a process whose every step takes long (each just under the step time limit) gets one step per
-/// round, as its peers get theirs, and what it would otherwise hold up waits for one such step per
-/// worker. Go preempts at 10 ms too.
+/// A turn that has run this long ends at its next step boundary, even with budget left, and its
+/// process goes to the queue of processes that overran (served after every other queue). The
+/// worker then owes the others as much time as that turn took: it serves the overrun queue first
+/// again only once it has spent that long on other processes, or has nothing else to run. So a
+/// process whose every step takes long (each just under the step time limit) cannot hold a
+/// worker: everything else runnable gets at least as much of the worker's time. Go preempts at
+/// 10 ms too.
 const TURN_SLICE: Duration = Duration::from_millis(10);
 
 /// What a worker thread keeps where code running on it (handlers, scheduler calls from inside a
@@ -100,6 +102,11 @@ pub(crate) struct Worker {
     tick: u32,
     /// The last turn ran out of time: look at the shared queues before the local one.
     look_outside: bool,
+    /// Time this worker owes processes other than those that overran their time slice: what
+    /// overrunning turns took, less what turns of others have taken since.
+    owed: Duration,
+    /// Set by a turn that ended because it ran out of time.
+    overran: bool,
     /// The events of the current step; reused.
     events: Vec<Event>,
     /// The output of the current step; reused.
@@ -120,6 +127,8 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize, deque: Deque<Task>) {
         index,
         tick: 0,
         look_outside: false,
+        owed: Duration::ZERO,
+        overran: false,
         events: Vec::new(),
         out: StepOutput::new(),
     };
@@ -146,12 +155,25 @@ impl Worker {
                     None => return,
                 },
             };
-            self.turn(task);
+            let started = Instant::now();
+            let overran = self.turn(task);
+            let took = started.elapsed();
+            self.owed = if overran {
+                self.owed + took
+            } else {
+                self.owed.saturating_sub(took)
+            };
         }
     }
 
-    /// From this worker's own queue, with the periodic look at the global queue first.
+    /// From this worker's own queue, with the periodic look at the global queue first; a process
+    /// that overran its time slice first once the others have had their time.
     fn next_local(&mut self) -> Option<Task> {
+        if self.owed.is_zero() {
+            if let Some(task) = self.shared().queues.pop_overrun() {
+                return Some(task);
+            }
+        }
         let global_first = std::mem::take(&mut self.look_outside)
             || self.tick.is_multiple_of(GLOBAL_POLL_INTERVAL);
         let shared = Arc::clone(&self.handle.shared);
@@ -237,8 +259,16 @@ impl Worker {
         self.shared().counters.bump(Some(self.index), counter);
     }
 
-    /// One turn of one process: init if new, then step while it has events, budget and time.
-    fn turn(&mut self, slot: Task) {
+    /// One turn of one process. Returns true if the turn used up its time slice (the process
+    /// then went to the overrun queue).
+    fn turn(&mut self, slot: Task) -> bool {
+        self.overran = false;
+        self.turn_steps(slot);
+        self.overran
+    }
+
+    /// Init if new, then step while it has events, budget and time.
+    fn turn_steps(&mut self, slot: Task) {
         if !slot.state.start_running() {
             debug_assert!(false, "queued process {} was not Ready", slot.pid);
             return;
@@ -484,11 +514,18 @@ impl Worker {
         self.shared().finish(slot, &mut body, result);
     }
 
-    /// Budget or time used up: to the back of the local queue, so peers get their turn. After a
-    /// turn that used up its time, the worker looks at the shared queues before its own, so work
-    /// queued there waits for at most one long step per worker.
+    /// Budget used up: to the back of the local queue, so peers get their turn. Time used up: to
+    /// the overrun queue, behind everything else; and the worker looks at the shared queues
+    /// before its own next, so work queued there waits for at most one long step per worker.
     fn requeue(&mut self, slot: Task, out_of_time: bool) {
-        self.look_outside |= out_of_time;
+        if out_of_time {
+            self.look_outside = true;
+            self.overran = true;
+            slot.state.requeue();
+            self.shared().queues.push_overrun(slot);
+            self.shared().idle.notify_one();
+            return;
+        }
         slot.state.requeue();
         let pushed = with_local_task(self.shared(), slot, |local, task| local.push_back(task));
         debug_assert!(pushed.is_ok(), "a worker always has its local queue");

@@ -1,0 +1,461 @@
+//! What one process cannot do to another: flood it with messages, hold a worker, take an
+//! instance it needs without it waiting its turn; and what a parent and the host hear of a
+//! child that was stopped. Native processes, exact counts, no sleeps as synchronisation.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{de, pc, Proc, PATIENCE};
+use crossbeam_channel::unbounded;
+use parking_lot::Mutex;
+use wfcontract::{
+    Command, ErrorKind, EventKind, Payload, Pid, SendRequest, SpawnRequest, Status, StepOutput, Tag,
+};
+use wfhost_scheduler::{
+    Events, FailureKind, InitContext, Process, ProcessError, Readiness, Scheduler, Spawn, Spawner,
+    Waker, WakerSource,
+};
+
+/// Messages stay in the mailbox until the process asks for them, then arrive no more than it
+/// asked for per step; the mailbox limit applies to the rest.
+#[test]
+fn messages_wait_in_the_mailbox_until_the_process_asks_for_them() {
+    let (gate, gates) = unbounded();
+    let gate = Mutex::new(gate);
+    let scheduler = Scheduler::builder()
+        .workers(1)
+        .mailbox_limit(Some(5))
+        .handler(
+            wfcontract::CommandKind::Call,
+            move |req: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>| {
+                gate.lock().send(cx.completer(req.tag)).unwrap();
+            },
+        )
+        .build()
+        .unwrap();
+    // Its first step asks for no message and waits for a call; from its second on it asks for
+    // two messages at a time, until it has five. It records what each step brought.
+    let seen = Arc::new(Mutex::new(Vec::<usize>::new()));
+    let record = Arc::clone(&seen);
+    let process = Proc::new((), move |_, env, events, out| {
+        let messages = events.filter(|e| e.kind == EventKind::Message).count();
+        let mut seen = record.lock();
+        seen.push(messages);
+        if env.first {
+            out.push(
+                Tag(1),
+                Command::Call(wfcontract::CallRequest {
+                    name: "gate".into(),
+                    input: Payload::empty(),
+                }),
+            );
+            out.receive = 0;
+            out.status = Status::Wait;
+        } else if seen.iter().sum::<usize>() == 5 {
+            out.status = Status::Done(Payload::empty());
+        } else {
+            out.receive = 2;
+            out.status = Status::Idle;
+        }
+    });
+    let handle = scheduler
+        .spawn_handle(process, "receiver", Payload::empty())
+        .unwrap();
+    let pid = handle.pid();
+    let call = gates.recv_timeout(PATIENCE).unwrap();
+    // Five fit; the sixth is refused though the process is waiting: nothing left the mailbox.
+    for n in 0..5u32 {
+        scheduler.send(pid, pc(&n)).unwrap();
+    }
+    assert_eq!(
+        scheduler.send(pid, pc(&5u32)),
+        Err(wfhost_scheduler::Error::MailboxFull(pid))
+    );
+    call.complete(Ok(Payload::empty()));
+    handle.wait_timeout(PATIENCE).unwrap().unwrap();
+    assert_eq!(*seen.lock(), [0, 0, 2, 2, 1]);
+}
+
+/// A process that cannot step yet (it waits for something taken) is not stepped, whatever
+/// arrives for it, until its waker is woken; then one step takes everything queued.
+struct Gated {
+    open: Arc<AtomicBool>,
+    waker: Arc<Mutex<Option<Waker>>>,
+    prepared: Arc<AtomicUsize>,
+    steps: Arc<AtomicUsize>,
+}
+
+impl Process for Gated {
+    fn init(&mut self, _: &InitContext, _: &str, _: Payload) -> Result<(), ProcessError> {
+        Ok(())
+    }
+
+    fn prepare(&mut self, waker: &WakerSource<'_>) -> Result<Readiness, ProcessError> {
+        self.prepared.fetch_add(1, Ordering::SeqCst);
+        if self.open.load(Ordering::SeqCst) {
+            return Ok(Readiness::Ready);
+        }
+        *self.waker.lock() = Some(waker.waker());
+        // The gate may have opened while the waker was being handed over.
+        if self.open.load(Ordering::SeqCst) {
+            return Ok(Readiness::Ready);
+        }
+        Ok(Readiness::NotReady)
+    }
+
+    fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+        self.steps.fetch_add(1, Ordering::SeqCst);
+        let messages = events.filter(|e| e.kind == EventKind::Message).count();
+        out.receive = 100;
+        out.status = if messages > 0 {
+            Status::Done(pc(&messages))
+        } else {
+            Status::Idle
+        };
+        Ok(())
+    }
+}
+
+#[test]
+fn a_process_that_is_not_ready_waits_for_its_waker_without_being_stepped() {
+    let scheduler = Scheduler::builder().workers(2).build().unwrap();
+    let open = Arc::new(AtomicBool::new(true));
+    let waker = Arc::new(Mutex::new(None));
+    let prepared = Arc::new(AtomicUsize::new(0));
+    let steps = Arc::new(AtomicUsize::new(0));
+    let process = Gated {
+        open: Arc::clone(&open),
+        waker: Arc::clone(&waker),
+        prepared: Arc::clone(&prepared),
+        steps: Arc::clone(&steps),
+    };
+    let (tx, rx) = unbounded();
+    let pid = scheduler
+        .spawn_with(Spawn::new(process, "gated", Payload::empty()).notify(tx))
+        .unwrap();
+    // Its first step: idle, asking for messages. Then the gate closes.
+    while steps.load(Ordering::SeqCst) < 1 {
+        std::thread::yield_now();
+    }
+    open.store(false, Ordering::SeqCst);
+    for n in 0..50u32 {
+        scheduler.send(pid, pc(&n)).unwrap();
+    }
+    // Fifty messages arrived; it is not stepped while it cannot.
+    while waker.lock().is_none() {
+        std::thread::yield_now();
+    }
+    assert_eq!(steps.load(Ordering::SeqCst), 1);
+    assert!(rx.try_recv().is_err());
+    // It was asked again only when something arrived while it was being asked (at most once per
+    // message), never in a loop.
+    let asked = prepared.load(Ordering::SeqCst);
+    assert!(asked <= 51, "asked {asked} times");
+    open.store(true, Ordering::SeqCst);
+    waker.lock().as_ref().unwrap().wake();
+    let (_, result) = rx.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(
+        de::<usize>(&result.unwrap()),
+        32,
+        "one budget of messages in one step"
+    );
+    assert_eq!(steps.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn a_waiting_process_can_still_be_terminated() {
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let process = Gated {
+        open: Arc::new(AtomicBool::new(false)),
+        waker: Arc::default(),
+        prepared: Arc::default(),
+        steps: Arc::default(),
+    };
+    let handle = scheduler
+        .spawn_handle(process, "gated", Payload::empty())
+        .unwrap();
+    scheduler.terminate(handle.pid(), "enough").unwrap();
+    let error = handle.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert_eq!(
+        (error.kind(), error.message()),
+        (FailureKind::Terminated, "enough")
+    );
+}
+
+/// A process whose every step takes longer than a turn's time slice (a hog asking to run again
+/// each time) does not hold its worker: the processes queued meanwhile all run before its next
+/// step.
+#[test]
+fn a_process_that_overran_its_time_slice_waits_behind_the_others() {
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let hog_steps = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (started, running) = unbounded();
+    let hog = {
+        let steps = Arc::clone(&hog_steps);
+        let stop = Arc::clone(&stop);
+        Proc::new((), move |_, _, _, out| {
+            if steps.fetch_add(1, Ordering::SeqCst) == 0 {
+                started.send(()).unwrap();
+            }
+            // Work that takes a while: longer than a turn's slice.
+            std::thread::sleep(Duration::from_millis(50));
+            out.status = if stop.load(Ordering::SeqCst) {
+                Status::Done(Payload::empty())
+            } else {
+                Status::Continue
+            };
+        })
+    };
+    let hog = scheduler
+        .spawn_handle(hog, "hog", Payload::empty())
+        .unwrap();
+    running.recv_timeout(PATIENCE).unwrap();
+    let (tx, rx) = unbounded();
+    for i in 0..50u64 {
+        let quick = Proc::new((), |_, env, _, out| {
+            out.status = Status::Done(env.input.clone());
+        });
+        scheduler
+            .spawn_with(Spawn::new(quick, "quick", pc(&i)).notify(tx.clone()))
+            .unwrap();
+    }
+    let mut sum = 0;
+    for _ in 0..50 {
+        sum += de::<u64>(&rx.recv_timeout(PATIENCE).unwrap().1.unwrap());
+    }
+    let hog_steps_then = hog_steps.load(Ordering::SeqCst);
+    stop.store(true, Ordering::SeqCst);
+    hog.wait_timeout(PATIENCE).unwrap().unwrap();
+    assert_eq!(sum, 49 * 50 / 2);
+    // The others ran after the hog's first step, or its second if they were queued late; a hog
+    // that kept its worker for a whole budget of steps would show 32.
+    assert!(
+        hog_steps_then <= 3,
+        "the hog took {hog_steps_then} steps first"
+    );
+}
+
+/// A spawner for the tests below: `child` processes that nap (sleep) for their input's
+/// milliseconds, and report being cancelled the way the SDK does.
+struct Nappers;
+
+impl Spawner for Nappers {
+    fn process(
+        &self,
+        _parent: Pid,
+        request: SpawnRequest,
+    ) -> Result<Spawn, wfcontract::CommandError> {
+        let napper = Proc::new((), |_, env, events, out| {
+            let cancelled = events
+                .as_slice()
+                .iter()
+                .any(|e| e.kind == EventKind::Cancel);
+            if cancelled {
+                out.status =
+                    Status::Cancelled("entry point 'nap' stopped: it was cancelled".into());
+            } else if env.first {
+                let millis: u64 = de(&env.input);
+                out.push(Tag(1), Command::Sleep(Duration::from_millis(millis)));
+            } else {
+                out.status = Status::Done(pc(&"rested"));
+            }
+        });
+        Ok(Spawn::new(napper, request.entry, request.input))
+    }
+}
+
+#[test]
+fn a_cancelled_child_joins_as_child_cancelled_naming_itself_once() {
+    let scheduler = Scheduler::builder()
+        .workers(2)
+        .spawner(Nappers)
+        .build()
+        .unwrap();
+    let parent = Proc::new(None::<Pid>, |child, _, events, out| {
+        for event in events {
+            match event.tag {
+                Tag(1) => {
+                    let pid: Pid = de(&event.data);
+                    *child = Some(pid);
+                    out.push(Tag(2), Command::Cancel(pid));
+                    out.push(Tag(3), Command::Join(pid));
+                }
+                Tag(3) => {
+                    let error = event.error.expect("the child was cancelled");
+                    out.status = Status::Done(pc(&(error.kind.name(), error.message)));
+                    return;
+                }
+                _ => {}
+            }
+        }
+        if child.is_none() {
+            out.push(
+                Tag(1),
+                Command::Spawn(SpawnRequest {
+                    module: None,
+                    entry: "nap".into(),
+                    input: pc(&60_000u64),
+                }),
+            );
+        }
+        out.status = Status::Wait;
+    });
+    let handle = scheduler
+        .spawn_handle(parent, "parent", Payload::empty())
+        .unwrap();
+    let (kind, message): (String, String) = de(&handle.wait_timeout(PATIENCE).unwrap().unwrap());
+    assert_eq!(kind, "child-cancelled");
+    assert_eq!(
+        message,
+        format!(
+            "process {} was stopped: entry point 'nap' stopped: it was cancelled",
+            Pid(handle.pid().0 + 1)
+        )
+    );
+}
+
+/// A child whose failure already names it (as a wasm process's does) is not named twice.
+#[test]
+fn a_failure_that_names_its_process_is_not_prefixed_again() {
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let parent = Proc::new((), |_, env, events, out| {
+        if env.first {
+            out.push(Tag(1), Command::Join(Pid(env.pid.unwrap().0 + 1)));
+            out.status = Status::Wait;
+            return;
+        }
+        let error = events.into_iter().next().unwrap().error.unwrap();
+        out.status = Status::Done(pc(&(error.kind == ErrorKind::ChildFailed, error.message)));
+    });
+    let parent = scheduler
+        .spawn_handle(parent, "parent", Payload::empty())
+        .unwrap();
+    let child_pid = Pid(parent.pid().0 + 1);
+    let child = Proc::new((), move |_, _, _, out| {
+        out.status = Status::Failed(format!("process {child_pid} (entry point 'x') trapped"));
+    });
+    let (tx, rx) = unbounded();
+    scheduler
+        .spawn_with(Spawn::new(child, "x", Payload::empty()).notify(tx))
+        .unwrap();
+    rx.recv_timeout(PATIENCE).unwrap().1.unwrap_err();
+    let (failed, message): (bool, String) = de(&parent.wait_timeout(PATIENCE).unwrap().unwrap());
+    assert!(failed);
+    assert_eq!(
+        message,
+        format!("process {child_pid} (entry point 'x') trapped")
+    );
+}
+
+#[test]
+fn messages_to_the_host_reach_the_outbox_of_the_process_started_and_its_children() {
+    let scheduler = Scheduler::builder()
+        .workers(2)
+        .spawner(Nappers)
+        .build()
+        .unwrap();
+    let (outbox, messages) = wfhost_scheduler::outbox(100, 1 << 20);
+    let process = Proc::new(0u8, |stage, _, _, out| {
+        *stage += 1;
+        if *stage == 1 {
+            for n in 0..3u32 {
+                out.push(
+                    Tag(u64::from(n) + 1),
+                    Command::Send(SendRequest {
+                        to: Pid::HOST,
+                        message: pc(&n),
+                    }),
+                );
+            }
+            out.status = Status::Wait;
+        } else {
+            out.status = Status::Done(Payload::empty());
+        }
+    });
+    let (tx, rx) = unbounded();
+    scheduler
+        .spawn_with(
+            Spawn::new(process, "reporter", Payload::empty())
+                .notify(tx)
+                .outbox(outbox),
+        )
+        .unwrap();
+    rx.recv_timeout(PATIENCE).unwrap().1.unwrap();
+    let got: Vec<u32> = (0..3)
+        .map(|_| de(&messages.recv_timeout(PATIENCE).unwrap().1))
+        .collect();
+    assert_eq!(got, [0, 1, 2]);
+    assert!(messages.try_recv().is_none());
+
+    // Without an outbox, a message to the host is refused with a reason.
+    let lonely = Proc::new((), |_, env, events, out| {
+        if env.first {
+            out.push(
+                Tag(1),
+                Command::Send(SendRequest {
+                    to: Pid::HOST,
+                    message: Payload::empty(),
+                }),
+            );
+            out.status = Status::Wait;
+            return;
+        }
+        let error = events.into_iter().next().unwrap().error.unwrap();
+        out.status = Status::Done(pc(&error.kind.name()));
+    });
+    let handle = scheduler
+        .spawn_handle(lonely, "lonely", Payload::empty())
+        .unwrap();
+    let kind: String = de(&handle.wait_timeout(PATIENCE).unwrap().unwrap());
+    assert_eq!(kind, "no-such-process");
+}
+
+#[test]
+fn a_process_past_its_timeout_ends_with_timeout() {
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let forever = Proc::new((), |_, _, _, out| out.status = Status::Idle);
+    let (tx, rx) = unbounded();
+    scheduler
+        .spawn_with(
+            Spawn::new(forever, "forever", Payload::empty())
+                .notify(tx)
+                .timeout(Duration::from_millis(50)),
+        )
+        .unwrap();
+    let error = rx.recv_timeout(PATIENCE).unwrap().1.unwrap_err();
+    assert_eq!(error.kind(), FailureKind::Timeout);
+    assert_eq!(
+        error.message(),
+        "timed out: it ran longer than its timeout of 50ms"
+    );
+    assert_eq!(scheduler.live(), 0);
+}
+
+#[test]
+fn a_step_reporting_cancelled_ends_the_process_as_cancelled() {
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let process = Proc::new((), |_, _, events, out| {
+        out.status = if events
+            .as_slice()
+            .iter()
+            .any(|e| e.kind == EventKind::Cancel)
+        {
+            Status::Cancelled("stopped as asked".into())
+        } else {
+            Status::Idle
+        };
+    });
+    let handle = scheduler
+        .spawn_handle(process, "p", Payload::empty())
+        .unwrap();
+    scheduler.cancel(handle.pid()).unwrap();
+    let error = handle.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert_eq!(
+        (error.kind(), error.message()),
+        (FailureKind::Cancelled, "stopped as asked")
+    );
+}
