@@ -268,6 +268,10 @@ fn a_process_woken_while_every_instance_is_taken_waits_for_one() {
     let answer = waiter.wait_timeout(PATIENCE).expect("finished").unwrap();
     assert_eq!(answer.decode::<u64>().unwrap(), 42);
     assert_eq!(host.residency().restores, 1);
+    // The waiter waited in the queue for an instance without being stepped: its first step, the
+    // spinner's one, and the step that took the message. (Retrying would step it again and again
+    // until the spinner's step limit.)
+    assert_eq!(host.counters().steps, 3);
 }
 
 #[test]

@@ -508,7 +508,9 @@ mod tests {
         let parent = scheduler.spawn(Idle, "parent", Payload::empty()).unwrap();
         let parent = shared.slot(parent).unwrap();
         // The shutdown's sweep has begun, but the spawn passed the `stopping` check before it.
-        shared.shutdown.store(true, std::sync::atomic::Ordering::SeqCst);
+        shared
+            .shutdown
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let refused = shared.spawn(Spawn::new(Idle, "child", Payload::empty()), Some(&parent));
         assert_eq!(refused, Err(Error::ShuttingDown));
         assert!(parent.exit.lock().children.is_empty());

@@ -398,6 +398,29 @@ pub async fn hog_loop(ctx: Ctx, millis: u64) -> Result<(), Error> {
     }
 }
 
+/// Starts `hogs` children that each burn 250 ms of CPU per step for ever, and `naps` children
+/// that each sleep 100 ms; joins the nappers, cancels the hogs, and reports how many napped.
+pub async fn crowd(ctx: Ctx, (hogs, naps): (u32, u32)) -> Result<u32, Error> {
+    let mut hogging = Vec::new();
+    for _ in 0..hogs {
+        hogging.push(ctx.spawn("hog_loop", &250u64).await?);
+    }
+    let mut nappers = Vec::new();
+    for _ in 0..naps {
+        nappers.push(ctx.spawn("nap", &100u64).await?);
+    }
+    let mut rested = 0;
+    for napper in nappers {
+        if ctx.join::<String>(napper).await? == "rested" {
+            rested += 1;
+        }
+    }
+    for hog in hogging {
+        ctx.cancel(hog).await?;
+    }
+    Ok(rested)
+}
+
 /// Sleeps `millis`, then answers "rested".
 pub async fn nap(ctx: Ctx, millis: u64) -> Result<String, Error> {
     ctx.sleep(Duration::from_millis(millis)).await?;
@@ -571,6 +594,7 @@ wfguest::entry_points!(
     flooder,
     flood_victim,
     hog_loop,
+    crowd,
     nap,
     impatient_join,
     combinators,
