@@ -116,6 +116,7 @@ impl Host {
         bytes: &[u8],
         grants: Grants,
     ) -> Result<ModuleInfo> {
+        self.inner.running()?;
         let compiled = self.inner.wasm.compile(bytes)?;
         let info = compiled.info.clone();
         self.inner.modules.insert(name, compiled, grants);
@@ -148,6 +149,7 @@ impl Host {
         options: &SpawnOptions,
     ) -> Result<Run> {
         let inner = &self.inner;
+        inner.running()?;
         let loaded = inner.modules.get(module)?;
         if !loaded.compiled.info.has_entry(entry) {
             return Err(loaded.compiled.info.unknown_entry(entry));
@@ -242,6 +244,17 @@ impl Host {
 }
 
 impl Inner {
+    /// Refuses work once a shutdown has begun.
+    fn running(&self) -> Result<()> {
+        if self.handle.is_stopping() {
+            return Err(Error::new(
+                ErrorKind::ShuttingDown,
+                "the host is shutting down and accepts no new processes or modules",
+            ));
+        }
+        Ok(())
+    }
+
     fn shutdown(&self, grace: Duration) -> ShutdownReport {
         let mut scheduler = self.scheduler.lock();
         if let Some(scheduler) = scheduler.take() {

@@ -73,3 +73,39 @@ pub use wfhost_scheduler::{Counters, ShutdownReport, DEFAULT_MAX_SLEEPS};
 /// Hooks for the benchmarks. Not a stable API.
 #[doc(hidden)]
 pub use wasm::bench as __bench;
+
+/// What an embedder cannot do, checked when the documentation's tests run: every one of these
+/// fails to compile.
+///
+/// Reach the scheduler underneath, which would let it send from a spoofed pid, complete another
+/// process's yield, or start processes around the payload and grant checks:
+///
+/// ```compile_fail
+/// let host = wfhost::Host::builder().build().unwrap();
+/// let _ = host.scheduler();
+/// ```
+///
+/// ```compile_fail
+/// use wfhost::scheduler::SchedulerHandle;
+/// ```
+///
+/// Take a run's result channel, or get scheduler results from it:
+///
+/// ```compile_fail
+/// fn result(run: &wfhost::Run) {
+///     let _ = run.receiver();
+/// }
+/// ```
+///
+/// Build the option structs by struct literal, which adding a field would break:
+///
+/// ```compile_fail
+/// let _ = wfhost::Limits { max_memory_bytes: 1 << 20, ..wfhost::Limits::default() };
+/// ```
+///
+/// ```compile_fail
+/// fn info(info: wfhost::ModuleInfo) {
+///     let wfhost::ModuleInfo { abi_version, entries, imports, exports, sha256, size, memories, tables } = info;
+/// }
+/// ```
+mod not_exposed {}

@@ -24,7 +24,8 @@ struct Cli {
     #[command(subcommand)]
     command: commands::Command,
 
-    /// More logging on stderr: -v info, -vv debug, -vvv trace. RUST_LOG, when set, wins.
+    /// More logging on stderr: -v info, -vv the host's debug lines, -vvv everything. RUST_LOG,
+    /// when set, wins.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
 }
@@ -36,7 +37,8 @@ fn init_logging(verbose: u8) {
             // Guest logs are the workflow's own output: shown by default.
             0 => "warn,wfhost::guest=info",
             1 => "info",
-            2 => "debug",
+            // The host's own debug lines, not its dependencies' (wasmtime's compiler is chatty).
+            2 => "info,wfhost=debug,wfhost_scheduler=debug,wfhost_cli=debug",
             _ => "trace",
         }),
     };

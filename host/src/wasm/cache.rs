@@ -115,10 +115,18 @@ impl ModuleCache {
             .as_ref()
             .and_then(|disk| disk.load(&runtime.engine, source))
         {
-            Some(module) => module,
+            Some(module) => {
+                tracing::debug!(
+                    module = %info.sha256,
+                    "loaded its compiled code from the module cache"
+                );
+                module
+            }
             None => {
+                let started = Instant::now();
                 let module =
                     self.compile(&runtime.engine, &info, source, limits.compile_time_limit)?;
+                tracing::debug!(module = %info.sha256, "compiled in {:?}", started.elapsed());
                 if let Some(disk) = &self.disk {
                     disk.store(&module, source);
                 }

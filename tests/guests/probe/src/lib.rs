@@ -421,6 +421,15 @@ pub async fn crowd(ctx: Ctx, (hogs, naps): (u32, u32)) -> Result<u32, Error> {
     Ok(rested)
 }
 
+/// Calls host function `name`, then spins for ever in its next step.
+pub async fn call_then_spin(ctx: Ctx, name: String) -> Result<(), Error> {
+    ctx.call::<_, Value>(&name, &()).await?;
+    let mut n: u64 = 0;
+    loop {
+        n = std::hint::black_box(n.wrapping_add(1));
+    }
+}
+
 /// Sleeps `millis`, then answers "rested".
 pub async fn nap(ctx: Ctx, millis: u64) -> Result<String, Error> {
     ctx.sleep(Duration::from_millis(millis)).await?;
@@ -595,6 +604,7 @@ wfguest::entry_points!(
     flood_victim,
     hog_loop,
     crowd,
+    call_then_spin,
     nap,
     impatient_join,
     combinators,

@@ -1,0 +1,198 @@
+//! Host functions: timeouts, async functions on the host's runtime or the embedder's, and a
+//! shutdown that returns whatever the functions and guests are doing.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use wfhost::{Grants, Host, HostBuilder, HostFunction, Limits, Payload};
+use wfhost_test_programs::PROBE;
+
+const PATIENCE: Duration = Duration::from_secs(120);
+
+fn json(value: Value) -> Payload {
+    Payload::to_json(&value).unwrap()
+}
+
+fn start(builder: HostBuilder) -> Host {
+    let host = builder.build().unwrap();
+    host.load_module_with("probe", PROBE, Grants::default().allow_all_functions())
+        .unwrap();
+    host
+}
+
+fn outcomes(host: &Host, function: &str, calls: u32) -> Vec<Value> {
+    host.spawn("probe", "calls", json(json!([function, calls])))
+        .unwrap()
+        .wait_timeout(PATIENCE)
+        .expect("finished")
+        .unwrap()
+        .decode()
+        .unwrap()
+}
+
+/// Ten calls to a function that never returns, on two threads: each times out (a `timeout` error
+/// the workflow sees), the threads are not held by them, and other functions still run.
+#[test]
+fn hung_blocking_functions_time_out_and_do_not_hold_the_pool() {
+    let (_keep, never) = crossbeam_channel::bounded::<()>(0);
+    let host = start(
+        Host::builder()
+            .workers(2)
+            .function_threads(2)
+            .register(
+                "hang",
+                HostFunction::typed(move |_: u32| -> Result<u32, String> {
+                    let _ = never.recv();
+                    Err("unreachable".into())
+                })
+                .timeout(Some(Duration::from_millis(100))),
+            )
+            .function("double", |n: u32| Ok::<_, String>(n * 2)),
+    );
+    let hung = outcomes(&host, "hang", 10);
+    assert_eq!(hung.len(), 10);
+    for outcome in &hung {
+        assert_eq!(outcome["error"], "timeout", "{outcome}");
+        assert_eq!(
+            outcome["message"],
+            "host function 'hang' did not finish within its timeout of 100ms; whatever it was \
+             doing may or may not have happened (timeout)"
+        );
+    }
+    assert_eq!(
+        outcomes(&host, "double", 3),
+        [json!({"ok": 0}), json!({"ok": 2}), json!({"ok": 4})]
+    );
+    let report = host.shutdown(Duration::from_secs(1));
+    assert_eq!(report.closed, 0);
+}
+
+/// Drops a flag when the future holding it is dropped.
+struct Dropped(Arc<AtomicBool>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// An async function runs on the host's runtime; one past its timeout is cancelled (its future
+/// dropped) and the workflow gets `timeout`.
+#[test]
+fn async_functions_run_and_time_out_by_being_dropped() {
+    let dropped = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&dropped);
+    let host = start(
+        Host::builder()
+            .workers(1)
+            .function_timeout(Some(Duration::from_millis(200)))
+            .function_async("delay", move |millis: u64| {
+                let guard = Dropped(Arc::clone(&flag));
+                async move {
+                    tokio::time::sleep(Duration::from_millis(millis)).await;
+                    drop(guard);
+                    Ok::<_, String>(millis)
+                }
+            }),
+    );
+    let quick = host
+        .spawn("probe", "call", json(json!(["delay", 10])))
+        .unwrap()
+        .wait_timeout(PATIENCE)
+        .unwrap()
+        .unwrap();
+    assert_eq!(quick.decode::<Value>().unwrap(), json!({"ok": 10}));
+    dropped.store(false, Ordering::SeqCst);
+    let slow = host
+        .spawn("probe", "call", json(json!(["delay", 60_000])))
+        .unwrap()
+        .wait_timeout(PATIENCE)
+        .unwrap()
+        .unwrap();
+    assert_eq!(slow.decode::<Value>().unwrap()["error"], "timeout");
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the overrunning future was dropped"
+    );
+    host.shutdown(Duration::from_secs(1));
+}
+
+/// Given the embedder's runtime, async functions run there: an HTTP call in flight holds no thread
+/// of the host's.
+#[test]
+fn async_functions_run_on_the_embedders_runtime_when_given_one() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("embedder-runtime")
+        .enable_time()
+        .build()
+        .unwrap();
+    let host = start(
+        Host::builder()
+            .workers(1)
+            .runtime(runtime.handle().clone())
+            .function_async("where", |_: Value| async {
+                Ok::<_, String>(std::thread::current().name().unwrap_or("").to_string())
+            }),
+    );
+    let outcome = outcomes(&host, "where", 1);
+    assert_eq!(outcome, [json!({"ok": "embedder-runtime"})]);
+    host.shutdown(Duration::from_secs(1));
+}
+
+/// Shutdown returns within its grace period and a short bound, whatever is running: a guest spinning
+/// with a step limit of a minute, and a host function that never returns and has no timeout.
+#[test]
+fn shutdown_returns_whatever_guests_and_functions_do() {
+    let (_keep, never) = crossbeam_channel::bounded::<()>(0);
+    let (entered, called) = crossbeam_channel::unbounded();
+    let entered_too = entered.clone();
+    let host = start(
+        Host::builder()
+            .workers(2)
+            .limits(Limits::default().step_time_limit(Duration::from_secs(60)))
+            .register(
+                "hang",
+                HostFunction::typed(move |_: Value| -> Result<Value, String> {
+                    entered.send("hang").unwrap();
+                    let _ = never.recv();
+                    Err("unreachable".into())
+                })
+                .timeout(None),
+            )
+            .function("started", move |_: Value| -> Result<Value, String> {
+                entered_too.send("started").unwrap();
+                Ok(Value::Null)
+            }),
+    );
+    let spinner = host
+        .spawn("probe", "call_then_spin", json(json!("started")))
+        .unwrap();
+    let caller = host
+        .spawn("probe", "strict_call", json(json!("hang")))
+        .unwrap();
+    // Both are under way: the spinner is about to spin, the hanging call is running.
+    let mut seen: Vec<&str> = (0..2)
+        .map(|_| called.recv_timeout(PATIENCE).unwrap())
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, ["hang", "started"]);
+    let (done, report) = crossbeam_channel::bounded(1);
+    let stopping = host.clone();
+    std::thread::spawn(move || {
+        let _ = done.send(stopping.shutdown(Duration::from_millis(200)));
+    });
+    // A hung shutdown would wait for the spinner's step limit (a minute) or for ever.
+    let report = report
+        .recv_timeout(Duration::from_secs(30))
+        .expect("shutdown returned");
+    assert_eq!(report.live_at_start, 2);
+    let spun = spinner.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert_eq!(spun.kind(), wfhost::ErrorKind::Terminated, "{spun}");
+    assert!(spun.message().contains("the host shut down"), "{spun}");
+    // The caller saw the cancel while its call hung, and stopped.
+    let called = caller.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert_eq!(called.kind(), wfhost::ErrorKind::Cancelled, "{called}");
+}
