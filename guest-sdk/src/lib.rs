@@ -9,14 +9,26 @@
 //! any code) and exports the ABI functions. Authors write no `unsafe` and no ABI glue.
 //!
 //! A [`Ctx`] is the workflow's handle on its host. Each method is a command the host carries out:
-//! [`Ctx::sleep`] (the timer lives in the host), [`Ctx::log`], messages ([`Ctx::send`],
-//! [`Ctx::recv`]), child workflows ([`Ctx::spawn`], [`Ctx::join`]), host commands
+//! [`Ctx::sleep`] and [`Ctx::sleep_until`] (the timer lives in the host), [`Ctx::log`], messages
+//! ([`Ctx::send`], [`Ctx::recv`]), child workflows ([`Ctx::spawn`], [`Ctx::join`]), host functions
 //! ([`Ctx::call`]), and time and randomness ([`Ctx::now`], [`Ctx::random`]). Awaiting one suspends
 //! the workflow: the SDK yields the command with a tag, and the host's completion resumes it.
-//! Several can be in flight at once: create them, then await them together.
+//! Several can be in flight at once: create them, then await them together, with the `futures`
+//! crate's combinators if you like (below). The SDK gives the host at most as many commands per
+//! step as the host takes, and the rest with the next steps.
 //!
-//! When the host cancels the process, every pending await returns [`Error::Cancelled`]; the
-//! workflow may still run clean-up commands before it returns.
+//! **Messages** wait at the host, in the workflow's bounded mailbox, until a receive asks for one:
+//! the workflow holds in memory only what it asked for. [`Ctx::recv`] decodes the message as the
+//! type asked for; one that does not decode is [`Error::Undecodable`], which holds it (match it,
+//! or let `?` fail the workflow); [`Ctx::recv_valid`] skips such messages. A message to
+//! [`Pid::HOST`] goes to the application that started the workflow.
+//!
+//! **Joins** keep results: a [`JoinFuture`] dropped before its child finished abandons only the
+//! wait, and the next join of the same child gets the result.
+//!
+//! **Cancellation.** When the host cancels the process, every pending await returns
+//! [`Error::Cancelled`]; the workflow may still run clean-up commands before it returns. An entry
+//! point that returns `Error::Cancelled` ends as cancelled: a joining parent sees `child-cancelled`.
 //!
 //! For full control, implement [`Machine`] and write the step state machine by hand.
 //!
@@ -39,6 +51,55 @@
 //! }
 //!
 //! wfguest::entry_points!(greet, nap);
+//! # fn main() {}
+//! ```
+//!
+//! The SDK's futures are ordinary futures: `join_all`, `select!` and `FuturesUnordered` from the
+//! `futures` crate work on them (the host's tests run this code in `tests/guests/probe`).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use futures::stream::{FuturesUnordered, StreamExt};
+//! use futures::FutureExt;
+//! use wfguest::{Ctx, Error, Pid};
+//!
+//! async fn gather(ctx: Ctx, inputs: Vec<String>) -> Result<Vec<usize>, Error> {
+//!     // Every child at once, then every result, in order.
+//!     let mut children = Vec::new();
+//!     for input in &inputs {
+//!         children.push(ctx.spawn("measure", input).await?);
+//!     }
+//!     futures::future::join_all(children.iter().map(|child| ctx.join(*child)))
+//!         .await
+//!         .into_iter()
+//!         .collect()
+//! }
+//!
+//! async fn deadline(ctx: Ctx, child: Pid) -> Result<Option<String>, Error> {
+//!     // The first to finish wins; the join that lost keeps its result for a later join.
+//!     futures::select! {
+//!         result = ctx.join::<String>(child).fuse() => result.map(Some),
+//!         _ = ctx.sleep(Duration::from_secs(30)).fuse() => Ok(None),
+//!     }
+//! }
+//!
+//! async fn fastest_first(ctx: Ctx, millis: Vec<u64>) -> Result<Vec<u64>, Error> {
+//!     let mut naps: FuturesUnordered<_> = millis
+//!         .into_iter()
+//!         .map(|m| ctx.sleep(Duration::from_millis(m)).map(move |r| r.map(|()| m)))
+//!         .collect();
+//!     let mut order = Vec::new();
+//!     while let Some(m) = naps.next().await {
+//!         order.push(m?);
+//!     }
+//!     Ok(order)
+//! }
+//!
+//! async fn measure(_ctx: Ctx, text: String) -> Result<usize, Error> {
+//!     Ok(text.len())
+//! }
+//!
+//! wfguest::entry_points!(gather, deadline, "fastest-first" = fastest_first, measure);
 //! # fn main() {}
 //! ```
 #![deny(missing_docs)]

@@ -229,8 +229,7 @@ fn the_module_cache_keeps_compiled_modules_between_hosts() {
 /// The library is for embedding: the command line's dependencies stay in the CLI's crate.
 #[test]
 fn the_library_does_not_depend_on_the_command_lines_crates() {
-    let manifest =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).unwrap();
+    let manifest = include_str!("../Cargo.toml");
     let dependencies = manifest.split("[dev-dependencies]").next().unwrap();
     for cli_only in [
         "clap",

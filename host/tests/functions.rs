@@ -1,12 +1,13 @@
 //! Host functions: timeouts, async functions on the host's runtime or the embedder's, and a
 //! shutdown that returns whatever the functions and guests are doing.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use wfhost::{Grants, Host, HostBuilder, HostFunction, Limits, Payload};
+use std::sync::Arc;
+
+use wfhost::contract::{Event, EventKind};
+use wfhost::{Grants, Host, HostBuilder, HostFunction, Limits, Observer, Payload, Pid};
 use wfhost_test_programs::PROBE;
 
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -69,27 +70,27 @@ fn hung_blocking_functions_time_out_and_do_not_hold_the_pool() {
     assert_eq!(report.closed, 0);
 }
 
-/// Drops a flag when the future holding it is dropped.
-struct Dropped(Arc<AtomicBool>);
+/// Says so on a channel when the future holding it is dropped.
+struct Dropped(crossbeam_channel::Sender<()>);
 
 impl Drop for Dropped {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
+        let _ = self.0.send(());
     }
 }
 
 /// An async function runs on the host's runtime; one past its timeout is cancelled (its future
-/// dropped) and the workflow gets `timeout`.
+/// dropped) and the workflow gets `timeout`. The workflow's completion does not wait for the drop
+/// (a future that blocks its thread must not hold the workflow), so the test waits for it.
 #[test]
 fn async_functions_run_and_time_out_by_being_dropped() {
-    let dropped = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&dropped);
+    let (flag, dropped) = crossbeam_channel::unbounded();
     let host = start(
         Host::builder()
             .workers(1)
             .function_timeout(Some(Duration::from_millis(200)))
             .function_async("delay", move |millis: u64| {
-                let guard = Dropped(Arc::clone(&flag));
+                let guard = Dropped(flag.clone());
                 async move {
                     tokio::time::sleep(Duration::from_millis(millis)).await;
                     drop(guard);
@@ -104,7 +105,11 @@ fn async_functions_run_and_time_out_by_being_dropped() {
         .unwrap()
         .unwrap();
     assert_eq!(quick.decode::<Value>().unwrap(), json!({"ok": 10}));
-    dropped.store(false, Ordering::SeqCst);
+    assert_eq!(
+        dropped.try_recv(),
+        Ok(()),
+        "the finished future was dropped"
+    );
     let slow = host
         .spawn("probe", "call", json(json!(["delay", 60_000])))
         .unwrap()
@@ -112,10 +117,12 @@ fn async_functions_run_and_time_out_by_being_dropped() {
         .unwrap()
         .unwrap();
     assert_eq!(slow.decode::<Value>().unwrap()["error"], "timeout");
-    assert!(
-        dropped.load(Ordering::SeqCst),
+    assert_eq!(
+        dropped.recv_timeout(PATIENCE),
+        Ok(()),
         "the overrunning future was dropped"
     );
+    assert!(dropped.is_empty());
     host.shutdown(Duration::from_secs(1));
 }
 
@@ -142,6 +149,17 @@ fn async_functions_run_on_the_embedders_runtime_when_given_one() {
     host.shutdown(Duration::from_secs(1));
 }
 
+/// Says which process is about to step with a completion: the step has begun.
+struct Completions(crossbeam_channel::Sender<Pid>);
+
+impl Observer for Completions {
+    fn event(&self, pid: Pid, event: &Event) {
+        if event.kind == EventKind::YieldComplete {
+            let _ = self.0.send(pid);
+        }
+    }
+}
+
 /// Shutdown returns within its grace period and a short bound, whatever is running: a guest spinning
 /// with a step limit of a minute, and a host function that never returns and has no timeout.
 #[test]
@@ -149,9 +167,11 @@ fn shutdown_returns_whatever_guests_and_functions_do() {
     let (_keep, never) = crossbeam_channel::bounded::<()>(0);
     let (entered, called) = crossbeam_channel::unbounded();
     let entered_too = entered.clone();
+    let (completed, completions) = crossbeam_channel::unbounded();
     let host = start(
         Host::builder()
             .workers(2)
+            .observer(Arc::new(Completions(completed)))
             .limits(Limits::default().step_time_limit(Duration::from_secs(60)))
             .register(
                 "hang",
@@ -179,6 +199,8 @@ fn shutdown_returns_whatever_guests_and_functions_do() {
         .collect();
     seen.sort_unstable();
     assert_eq!(seen, ["hang", "started"]);
+    // The spinner's step with the completion of `started` has begun: it spins from here on.
+    assert_eq!(completions.recv_timeout(PATIENCE), Ok(spinner.pid()));
     let (done, report) = crossbeam_channel::bounded(1);
     let stopping = host.clone();
     std::thread::spawn(move || {

@@ -164,9 +164,11 @@ fn rust_shapes(registry: &Registry) -> BTreeMap<String, Shape> {
 
 fn parse_wit() -> (Resolve, wit_parser::PackageId) {
     let mut resolve = Resolve::new();
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/wfhost.wit");
-    let text = std::fs::read_to_string(path).unwrap();
-    let package = resolve.push_str(path, &text).expect("wfhost.wit parses");
+    // Read at build time: the binary always checks the text it was built with.
+    let text = include_str!("../wfhost.wit");
+    let package = resolve
+        .push_str("wfhost.wit", text)
+        .expect("wfhost.wit parses");
     (resolve, package)
 }
 

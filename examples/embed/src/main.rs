@@ -3,7 +3,7 @@
 // `cargo run -p embed -- path/to/order.wasm` to skip building the module.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -23,7 +23,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let module: PathBuf = match std::env::args_os().nth(1) {
         Some(path) => path.into(),
         None => {
-            let order = Path::new(env!("CARGO_MANIFEST_DIR")).join("../order");
+            // `cargo run` names the package's directory; an installed binary falls back to
+            // where it was built.
+            let package = std::env::var_os("CARGO_MANIFEST_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+            let order = package.join("../order");
             wfhost_cli::build::build_workflow(&order, true)?
         }
     };

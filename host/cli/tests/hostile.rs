@@ -10,14 +10,14 @@ use serde_json::json;
 use wfhost::{ErrorKind, Host, Limits, Payload};
 use wfhost_test_programs::PROBE;
 
-const HOSTILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/hostile");
-
 /// How long a case may take before the test calls it a hang. Every limit below is far shorter.
 const HANG: Duration = Duration::from_secs(60);
 
 /// `tests/hostile/<name>.wat`, compiled to a `.wasm` file.
 fn hostile(name: &str) -> PathBuf {
-    let text = Path::new(HOSTILE).join(format!("{name}.wat"));
+    let text = wfhost_test_programs::workspace_root()
+        .join("tests/hostile")
+        .join(format!("{name}.wat"));
     let bytes = wat::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", text.display()));
     let dir = std::env::temp_dir().join(format!("wfhost-hostile-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

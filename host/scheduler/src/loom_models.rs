@@ -9,7 +9,7 @@ use wfcontract::{Event, Payload, Pid};
 
 use crate::inbox::Inbox;
 use crate::park::{Idle, Unpark};
-use crate::state::{Notify, State, BLOCKED};
+use crate::state::{Notify, Park, State, Wake, BLOCKED, WAITING};
 use crate::sync::Mutex;
 use crate::worker::{park_unless_woken, Leftover};
 
@@ -96,6 +96,24 @@ fn loom_two_producers_schedule_a_parked_process_exactly_once() {
         } else {
             assert_eq!(schedules, 1);
         }
+    });
+}
+
+/// A process that could not step parks as `Waiting` while whatever it waits for is freed on
+/// another thread, which wakes it: exactly one side takes responsibility, so the wake-up is never
+/// lost (the worker sees the flag and tries again) and the process is never queued twice.
+#[test]
+fn loom_a_resource_freed_while_the_process_goes_to_wait_is_never_lost() {
+    loom::model(|| {
+        let process = Arc::new(Process::running());
+        let waker = {
+            let process = Arc::clone(&process);
+            thread::spawn(move || process.state.notify(Wake::All) == Notify::Schedule)
+        };
+        let parked = process.state.park(WAITING) == Park::Parked;
+        let scheduled = waker.join().unwrap();
+        // Parked: the waker queued it. Not parked: the worker requeues it itself.
+        assert_eq!(parked, scheduled);
     });
 }
 

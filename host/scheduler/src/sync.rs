@@ -1,5 +1,5 @@
 //! The synchronisation primitives the scheduler's protocols are built from, swapped for loom's
-//! under `--cfg loom` so that the models in `loom_models.rs` explore every interleaving of the
+//! under `--cfg loom` so that the models in `loom_models.rs` explore the interleavings of the
 //! real code.
 
 #[cfg(not(loom))]

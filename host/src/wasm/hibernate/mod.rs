@@ -4,10 +4,12 @@
 //! Between steps a workflow has no live wasm frames: the SDK's executor returns from `step` with
 //! every future parked in linear memory. So a waiting process is fully described by its linear
 //! memory and its mutable globals (the stack pointer among them). Hibernating saves the memory pages
-//! that differ from the module's initial image and the globals' values, then drops the instance
-//! (its memory mappings and resident pages go back to the OS). The next event restores it: a fresh
-//! instance of the same module, grown to the saved size, the saved pages written back, the globals
-//! set. The guest cannot tell; `step` stays a function of the events it is given.
+//! that differ from the module's initial image and the globals' values, then gives the instance up:
+//! kept warm for the next restore of the same module when there is room (`warm.rs`), dropped
+//! otherwise (its memory mappings and resident pages go back to the OS). The next event restores
+//! it: into a warm instance, reset to the image first, or a fresh one grown to the saved size; the
+//! saved pages are written back and the globals set. The guest cannot tell; `step` stays a
+//! function of the events it is given.
 //!
 //! That is sound only for modules whose whole state is memory and globals, which the host checks
 //! when it loads a module ([`prepare`]): no start function (it would run again at each restore),
