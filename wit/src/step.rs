@@ -59,7 +59,9 @@ pub struct StepOutput {
     /// The most messages the process takes with its next step. Messages beyond it stay queued at
     /// the host, in the process's bounded mailbox, until a step asks for them: what a process
     /// holds in its own memory is only what it asked for, so no sender can flood it. Zero (the
-    /// default): none; a message then does not wake the process either.
+    /// default): none; a message then does not wake the process either. `u32::MAX`: every
+    /// message, for as long as the steps keep saying so (what a native process that handles each
+    /// message as it comes would ask).
     pub receive: u32,
 }
 

@@ -129,7 +129,10 @@ impl Inbox {
     /// The process takes up to `messages` messages with its next step(s) (its latest step's
     /// `receive`). Returns whether messages it now takes are already queued.
     pub(crate) fn accept(&mut self, messages: u32) -> bool {
-        self.accept = messages as usize;
+        self.accept = match messages {
+            u32::MAX => usize::MAX,
+            n => n as usize,
+        };
         self.accept > 0 && !self.mailbox.is_empty()
     }
 
@@ -175,7 +178,9 @@ impl Inbox {
                 let event = queue.pop_front().expect("looked at above");
                 if event.kind == EventKind::Message {
                     self.mailbox_bytes -= event.data.bytes.len();
-                    self.accept -= 1;
+                    if self.accept != usize::MAX {
+                        self.accept -= 1;
+                    }
                 }
                 bytes = bytes.saturating_add(size);
                 out.push(event);

@@ -49,6 +49,7 @@
 #![deny(missing_docs)]
 
 mod builder;
+mod clock;
 mod counters;
 mod handle;
 mod handlers;

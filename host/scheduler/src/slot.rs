@@ -52,6 +52,9 @@ pub(crate) struct Body {
     /// The process asked to run again (`Continue`) when its turn's budget was spent: its next
     /// turn steps it even with no events.
     pub(crate) step_due: bool,
+    /// What the last step asked to receive ([`StepOutput::receive`](wfcontract::StepOutput)), as
+    /// given to the inbox.
+    pub(crate) accepting: u32,
 }
 
 pub(crate) struct Start {
@@ -106,6 +109,7 @@ impl Slot {
                 process: Some(process),
                 start: Some(start),
                 step_due: false,
+                accepting: 0,
             }),
             exit: parking_lot::Mutex::new(Exit {
                 retained: parent.is_some(),

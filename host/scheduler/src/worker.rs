@@ -4,11 +4,12 @@ use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_deque::Worker as Deque;
 use wfcontract::{Event, Status, StepOutput, Yield};
 
+use crate::clock::{self, Reading};
 use crate::counters::Counter;
 use crate::handle::SchedulerHandle;
 use crate::handlers::{unknown_command, Context, Request};
@@ -70,6 +71,13 @@ pub(crate) fn on_worker(shared: &Shared) -> bool {
     current_index(shared).is_some()
 }
 
+/// What a step said, and whether its yields were completed inline.
+struct Stepped {
+    status: Status,
+    receive: u32,
+    completed_inline: bool,
+}
+
 /// What was left in the inbox after a drain, or after a step said what it takes next.
 #[derive(Clone, Copy)]
 pub(crate) struct Leftover {
@@ -107,6 +115,10 @@ pub(crate) struct Worker {
     owed: Duration,
     /// Set by a turn that ended because it ran out of time.
     overran: bool,
+    /// The last reading of the clock (`clock.rs`), taken when a turn ends (and when a step within
+    /// a turn ends, if the turn goes on): the end of one turn is the start of the next when the
+    /// worker goes straight on, so a turn of one step costs one reading.
+    clock: Reading,
     /// The events of the current step; reused.
     events: Vec<Event>,
     /// The output of the current step; reused.
@@ -129,6 +141,7 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize, deque: Deque<Task>) {
         look_outside: false,
         owed: Duration::ZERO,
         overran: false,
+        clock: clock::now(),
         events: Vec::new(),
         out: StepOutput::new(),
     };
@@ -151,13 +164,18 @@ impl Worker {
             let task = match self.next_local() {
                 Some(task) => task,
                 None => match self.search() {
-                    Some(task) => task,
+                    Some(task) => {
+                        // The search may have waited: the last reading is stale.
+                        self.clock = clock::now();
+                        task
+                    }
                     None => return,
                 },
             };
-            let started = Instant::now();
-            let overran = self.turn(task);
-            let took = started.elapsed();
+            let started = self.clock;
+            let overran = self.turn(task, started);
+            self.clock = clock::now();
+            let took = self.clock.since(started);
             self.owed = if overran {
                 self.owed + took
             } else {
@@ -261,19 +279,25 @@ impl Worker {
 
     /// One turn of one process. Returns true if the turn used up its time slice (the process
     /// then went to the overrun queue).
-    fn turn(&mut self, slot: Task) -> bool {
+    fn turn(&mut self, slot: Task, started: Reading) -> bool {
         self.overran = false;
-        self.turn_steps(slot);
+        self.turn_steps(slot, started);
         self.overran
     }
 
+    /// Whether the turn that began at `started` has used up its time slice; read only where the
+    /// turn would otherwise go on.
+    fn out_of_time(&mut self, started: Reading) -> bool {
+        self.clock = clock::now();
+        self.clock.since(started) >= TURN_SLICE
+    }
+
     /// Init if new, then step while it has events, budget and time.
-    fn turn_steps(&mut self, slot: Task) {
+    fn turn_steps(&mut self, slot: Task, started: Reading) {
         if !slot.state.start_running() {
             debug_assert!(false, "queued process {} was not Ready", slot.pid);
             return;
         }
-        let started = Instant::now();
         let mut budget = self.shared().config.budget;
         // A step with no events is due after init and after `Continue`.
         let mut step_without_events = false;
@@ -324,8 +348,28 @@ impl Worker {
                 } else {
                     budget = budget.saturating_sub(count.max(1));
                     match self.step(&slot, &mut body) {
-                        Ok((status, receive)) => {
+                        // None and all are not worn down by drains: asked again, they leave the
+                        // inbox as it was, so what was left at the drain still stands, with what
+                        // the step's own yields completed. (Events pushed from elsewhere during
+                        // the step set the wake-up flag: see `park_unless_woken`.)
+                        Ok(Stepped {
+                            status,
+                            receive,
+                            completed_inline,
+                        }) if receive == body.accepting
+                            && (receive == 0 || receive == u32::MAX) =>
+                        {
+                            let left = Leftover {
+                                any: left.any || completed_inline,
+                                ..left
+                            };
+                            (Some(status), left)
+                        }
+                        Ok(Stepped {
+                            status, receive, ..
+                        }) => {
                             // What it takes from now on decides what is left that wakes it.
+                            body.accepting = receive;
                             let mut inbox = slot.inbox.lock();
                             inbox.accept(receive);
                             (Some(status), Leftover::of(&inbox))
@@ -337,7 +381,6 @@ impl Worker {
                 }
             };
             step_without_events = false;
-            let out_of_time = started.elapsed() >= TURN_SLICE;
             target = match status {
                 Some(Status::Done(result)) => return self.finish_with(&slot, Ok(result)),
                 Some(Status::Failed(message)) => {
@@ -348,6 +391,7 @@ impl Worker {
                     return self.finish_with(&slot, Err(error));
                 }
                 Some(Status::Continue) => {
+                    let out_of_time = self.out_of_time(started);
                     if budget == 0 || out_of_time {
                         // Remembered with the process, so the next turn steps it though no
                         // event will arrive.
@@ -364,6 +408,7 @@ impl Worker {
             if park_unless_woken(&slot.state, &slot.inbox, target, left) {
                 return;
             }
+            let out_of_time = self.out_of_time(started);
             if budget == 0 || out_of_time {
                 return self.requeue(slot, out_of_time);
             }
@@ -422,7 +467,7 @@ impl Worker {
 
     /// Steps the process with the drained events and dispatches its yields. Returns its status
     /// and how many messages it takes next.
-    fn step(&mut self, slot: &Arc<Slot>, body: &mut Body) -> Result<(Status, u32), ProcessError> {
+    fn step(&mut self, slot: &Arc<Slot>, body: &mut Body) -> Result<Stepped, ProcessError> {
         let process = body.process.as_mut().expect("present until finished");
         self.out.reset();
         if self.handle.shared.observer.is_some() {
@@ -461,7 +506,11 @@ impl Worker {
         let dispatched = self.dispatch(slot, &**process, &mut yields);
         yields.clear();
         self.out.yields = yields;
-        dispatched.map(|()| (status, receive))
+        dispatched.map(|completed_inline| Stepped {
+            status,
+            receive,
+            completed_inline,
+        })
     }
 
     /// Hands each yield the process permits itself (see [`Process::check`]) to its handler. A
@@ -471,10 +520,11 @@ impl Worker {
         slot: &Arc<Slot>,
         process: &dyn Process,
         yields: &mut Vec<Yield>,
-    ) -> Result<(), ProcessError> {
+    ) -> Result<bool, ProcessError> {
         let cx = Context {
             handle: &self.handle,
             slot,
+            completed_inline: std::cell::Cell::new(false),
         };
         for Yield { tag, command } in yields.drain(..) {
             let kind = command.kind();
@@ -506,7 +556,7 @@ impl Worker {
                 ));
             }
         }
-        Ok(())
+        Ok(cx.completed_inline.get())
     }
 
     fn finish_with(&self, slot: &Arc<Slot>, result: Result<wfcontract::Payload, ProcessError>) {

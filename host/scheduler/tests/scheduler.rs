@@ -1203,3 +1203,32 @@ fn a_confined_process_cancels_and_joins_only_its_own_children() {
     let report = scheduler.shutdown(Duration::ZERO);
     assert_eq!(report.closed, 2);
 }
+
+/// A yield completed inline (`now`) wakes the step after it, whatever the process asks to
+/// receive: a step that asks for no messages, or for all, as the one before did, must still see
+/// the completion its own yield got.
+#[test]
+fn inline_completions_wake_the_next_step_whatever_the_process_receives() {
+    const STEPS: u64 = 1_000;
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    for receive in [0, 1, u32::MAX] {
+        let process = Proc::new(0u64, move |completed, _, events, out| {
+            out.receive = receive;
+            *completed += events
+                .into_iter()
+                .filter(|event| event.kind == EventKind::YieldComplete)
+                .count() as u64;
+            if *completed == STEPS {
+                out.status = Status::Done(pc(completed));
+                return;
+            }
+            out.push(Tag(*completed + 1), Command::Now);
+            out.status = Status::Wait;
+        });
+        let handle = scheduler
+            .spawn_handle(process, "clock-reader", Payload::empty())
+            .unwrap();
+        let completed: u64 = de(&handle.wait_timeout(PATIENCE).unwrap().unwrap());
+        assert_eq!(completed, STEPS, "receive {receive}");
+    }
+}

@@ -59,6 +59,9 @@ where
 pub struct Context<'a> {
     pub(crate) handle: &'a SchedulerHandle,
     pub(crate) slot: &'a Arc<Slot>,
+    /// Set when a yield was completed inline: the worker must not park the process on what it
+    /// saw in the inbox before the step.
+    pub(crate) completed_inline: std::cell::Cell<bool>,
 }
 
 impl Context<'_> {
@@ -77,6 +80,7 @@ impl Context<'_> {
         // The process is `Running` on this very worker, which checks its inbox after dispatching
         // the yields: no wake-up is needed, only the event.
         let _ = self.slot.inbox.lock().push(Event::completion(tag, result));
+        self.completed_inline.set(true);
     }
 
     /// Spawns a child of the requesting process: as [`SchedulerHandle::spawn_with`] with

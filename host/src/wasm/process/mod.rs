@@ -107,7 +107,7 @@ impl WasmProcess {
     /// Sets the budgets of one call into the guest: its time (the step time limit, or what is
     /// left of its CPU time if less), and its fuel when fuel is on.
     fn arm(&mut self) {
-        let limits = Arc::clone(&self.spec.limits);
+        let limits = &self.spec.limits;
         let step = limits.deadline_ticks();
         let (ticks, deadline) = match limits.max_cpu_time {
             Some(cpu) => {
@@ -120,9 +120,10 @@ impl WasmProcess {
             }
             None => (step, Deadline::Step),
         };
+        let fuel = limits.fuel_per_step;
         self.deadline = deadline;
         if let Some(live) = self.live.as_mut() {
-            arm_store(&mut live.store, ticks, limits.fuel_per_step);
+            arm_store(&mut live.store, ticks, fuel);
         }
     }
 
