@@ -222,6 +222,9 @@ impl HostBuilder {
     /// Runs host functions on the embedder's tokio runtime (async ones as its tasks, blocking ones
     /// on its blocking pool) instead of a small runtime of the host's own. Default: the host's
     /// own (two threads, plus the blocking pool), started only when a function is registered.
+    /// Calls with a timeout need the runtime's time driver (`enable_time` or `enable_all`);
+    /// without it they fail at once, saying so. At shutdown the host aborts the calls it still
+    /// runs there.
     pub fn runtime(mut self, runtime: tokio::runtime::Handle) -> HostBuilder {
         self.runtime = Some(runtime);
         self
@@ -365,6 +368,9 @@ impl HostBuilder {
             compact: capacity.compact_memories,
             cache_dir: self.module_cache,
         };
+        // A step of the host's limits may yield its most commands with no room to spare.
+        let waiting_completions = wfhost_scheduler::DEFAULT_MAX_WAITING_COMPLETIONS
+            .max(self.limits.max_yields_per_step.saturating_mul(4));
         let wasm = Arc::new(WasmRuntime::new(self.limits, settings, instances)?);
         let modules = Arc::new(Modules::default());
         let functions = Functions::start(
@@ -387,6 +393,7 @@ impl HostBuilder {
             .mailbox_bytes(self.mailbox_bytes)
             .max_children(self.max_children)
             .max_sleeps(self.max_sleeps)
+            .max_waiting_completions(waiting_completions)
             .step_bytes(step_bytes)
             .stack_size(Some(stack))
             .spawner(GuestSpawner {

@@ -44,7 +44,8 @@ enum HostFunctions {
 }
 
 impl Default for Grants {
-    /// Every built-in command (sleep, log, send, spawn, join, cancel, now, random), with `cancel`
+    /// Every built-in command (sleep, sleep-until, log, send, spawn, join, cancel, now, random),
+    /// with `cancel`
     /// and `join` reaching only the process's own children; no host functions.
     fn default() -> Self {
         Grants {
@@ -110,10 +111,15 @@ impl Grants {
         self.any_process
     }
 
-    /// Withdraws built-in command `kind`; `Call` withdraws every host function. `Forget` stays.
+    /// Withdraws built-in command `kind`; `Call` withdraws every host function, `Sleep` both
+    /// kinds of sleep (`sleep-until` is a sleep too). `Forget` stays.
     pub fn deny(mut self, kind: CommandKind) -> Grants {
-        if kind == CommandKind::Call {
-            self.host_functions = HostFunctions::Named(BTreeSet::new());
+        match kind {
+            CommandKind::Call => self.host_functions = HostFunctions::Named(BTreeSet::new()),
+            CommandKind::Sleep => {
+                self.builtins.remove(&CommandKind::SleepUntil);
+            }
+            _ => {}
         }
         self.builtins.remove(&kind);
         self
@@ -227,6 +233,26 @@ mod tests {
         assert_eq!(
             Grants::none().allow_all_functions().permits(&call("z")),
             Ok(())
+        );
+    }
+
+    /// Denying sleeps denies both kinds: `sleep-until` is no way around it.
+    #[test]
+    fn denying_sleep_denies_sleep_until_too() {
+        let grants = Grants::default().deny(CommandKind::Sleep);
+        for sleep in [Command::Sleep(Duration::ZERO), Command::SleepUntil(0)] {
+            assert_eq!(
+                grants.permits(&sleep).map_err(|e| e.kind),
+                Err(ErrorKind::NotAllowed)
+            );
+        }
+        let until_only = Grants::default().deny(CommandKind::SleepUntil);
+        assert_eq!(until_only.permits(&Command::Sleep(Duration::ZERO)), Ok(()));
+        assert_eq!(
+            until_only
+                .permits(&Command::SleepUntil(0))
+                .map_err(|e| e.kind),
+            Err(ErrorKind::NotAllowed)
         );
     }
 }

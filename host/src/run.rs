@@ -175,7 +175,13 @@ impl<T> Run<T> {
         match received {
             Ok((_, result)) => Some(result),
             Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => Some(Err(lost(self.pid))),
+            // Another thread reading messages may have taken the result meanwhile and kept it.
+            Err(RecvTimeoutError::Disconnected) => Some(
+                self.arrived
+                    .lock()
+                    .take()
+                    .unwrap_or_else(|| Err(lost(self.pid))),
+            ),
         }
     }
 

@@ -174,12 +174,13 @@ fn spawn_options_set_grants_limits_and_a_timeout_for_one_process() {
     );
 }
 
-/// Compiled modules kept on disk are used by the next host (the file is not written again), a
-/// damaged file is replaced by a fresh compile, and a directory others may write to is not used.
+/// Compiled modules kept on disk are used by the next host (the file is not written again), only
+/// this user may read or write them, a damaged file (by one byte) is replaced by a fresh compile,
+/// and a directory others may write to is not used.
 #[cfg(unix)]
 #[test]
 fn the_module_cache_keeps_compiled_modules_between_hosts() {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let dir = std::env::temp_dir().join(format!("wfhost-module-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let files = || -> Vec<std::path::PathBuf> {
@@ -207,14 +208,22 @@ fn the_module_cache_keeps_compiled_modules_between_hosts() {
     let cached = files();
     assert_eq!(cached.len(), 1, "{cached:?}");
     assert_eq!(cached[0].extension().unwrap(), "cwasm");
-    let written = std::fs::metadata(&cached[0]).unwrap().modified().unwrap();
+    let mode = |path: &std::path::Path| std::fs::metadata(path).unwrap().mode() & 0o777;
+    assert_eq!((mode(&dir), mode(&cached[0])), (0o700, 0o600));
+    // A file is written to a new name and renamed into place: a new inode means a new write.
+    let inode = || std::fs::metadata(&cached[0]).unwrap().ino();
+    let written = inode();
     load();
-    assert_eq!(
-        std::fs::metadata(&cached[0]).unwrap().modified().unwrap(),
-        written,
-        "the second host compiled again"
-    );
-    // Damaged: the next host compiles and replaces it.
+    assert_eq!(inode(), written, "the second host compiled again");
+    // One byte changed, the length kept: the digest refuses it, and a fresh compile replaces it.
+    let mut bytes = std::fs::read(&cached[0]).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&cached[0], &bytes).unwrap();
+    load();
+    assert_ne!(inode(), written, "the damaged file was used");
+    assert_ne!(std::fs::read(&cached[0]).unwrap(), bytes);
+    // Not a compiled module at all: the same.
     std::fs::write(&cached[0], b"not a compiled module").unwrap();
     load();
     assert!(std::fs::metadata(&cached[0]).unwrap().len() > 1000);

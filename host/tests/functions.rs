@@ -204,7 +204,9 @@ fn shutdown_returns_whatever_guests_and_functions_do() {
     let (done, report) = crossbeam_channel::bounded(1);
     let stopping = host.clone();
     std::thread::spawn(move || {
-        let _ = done.send(stopping.shutdown(Duration::from_millis(200)));
+        // Long enough for the caller to see its cancel on a loaded machine; the spinner never
+        // ends by itself, so the shutdown always takes all of it.
+        let _ = done.send(stopping.shutdown(Duration::from_secs(2)));
     });
     // A hung shutdown would wait for the spinner's step limit (a minute) or for ever.
     let report = report
@@ -217,4 +219,90 @@ fn shutdown_returns_whatever_guests_and_functions_do() {
     // The caller saw the cancel while its call hung, and stopped.
     let called = caller.wait_timeout(PATIENCE).unwrap().unwrap_err();
     assert_eq!(called.kind(), wfhost::ErrorKind::Cancelled, "{called}");
+}
+
+/// An async function whose closure panics before it returns a future fails the call with the
+/// panic's message, and frees its place: with room for one call in flight, the next still runs.
+#[test]
+fn an_async_function_that_panics_fails_its_call_and_frees_its_place() {
+    let host = start(
+        Host::builder()
+            .workers(1)
+            .function_queue(1)
+            .register(
+                "boom",
+                HostFunction::future(
+                    |_, _| -> std::future::Ready<Result<Payload, wfhost::CommandError>> {
+                        panic!("boom")
+                    },
+                ),
+            )
+            .function("double", |n: u32| Ok::<_, String>(n * 2)),
+    );
+    // One at a time: the queue has room for one.
+    for _ in 0..2 {
+        let failed = outcomes(&host, "boom", 1);
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0]["error"], "failed", "{}", failed[0]);
+        assert_eq!(
+            failed[0]["message"],
+            "host function 'boom' panicked: boom (failed)"
+        );
+    }
+    assert_eq!(outcomes(&host, "double", 1), [json!({"ok": 0})]);
+    host.shutdown(Duration::from_secs(1));
+}
+
+/// At shutdown, async calls still running on the embedder's runtime are aborted (their futures
+/// dropped), though the runtime lives on; and the functions themselves are dropped, so one that
+/// holds a clone of the host does not keep it alive.
+#[test]
+fn shutdown_aborts_calls_on_the_embedders_runtime_and_drops_the_functions() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (flag, dropped) = crossbeam_channel::unbounded();
+    let (entered, called) = crossbeam_channel::unbounded();
+    let keeps_host: Arc<std::sync::OnceLock<Host>> = Arc::default();
+    let function_guard = Dropped(flag.clone());
+    let held = Arc::clone(&keeps_host);
+    let host = start(
+        Host::builder()
+            .workers(1)
+            .runtime(runtime.handle().clone())
+            .register(
+                "forever",
+                HostFunction::future(move |_, _| {
+                    let _ = (&function_guard, &held);
+                    let guard = Dropped(flag.clone());
+                    let entered = entered.clone();
+                    async move {
+                        let _ = entered.send(());
+                        std::future::pending::<()>().await;
+                        drop(guard);
+                        Ok(Payload::empty())
+                    }
+                })
+                .timeout(None),
+            ),
+    );
+    keeps_host.set(host.clone()).unwrap();
+    let run = host
+        .spawn("probe", "call", json(json!(["forever", null])))
+        .unwrap();
+    called.recv_timeout(PATIENCE).unwrap();
+    assert!(dropped.is_empty());
+    host.shutdown(Duration::from_millis(100));
+    // The call's future, then the function (with its guard and the host it held).
+    assert_eq!(dropped.recv_timeout(PATIENCE), Ok(()));
+    assert_eq!(dropped.recv_timeout(PATIENCE), Ok(()));
+    // The workflow saw the shutdown's cancel while its call was in flight.
+    let ended = run.wait_timeout(PATIENCE).unwrap().unwrap();
+    assert_eq!(
+        ended.decode::<Value>().unwrap(),
+        json!({"error": null, "message": "cancelled"})
+    );
+    drop(runtime);
 }

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use wfhost::{ErrorKind, Host, Limits, Payload};
@@ -39,23 +39,31 @@ fn wfhost_run(module: &Path, entry: &str, flags: &[&str]) -> Outcome {
         .arg(entry)
         .args(flags)
         .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
+        .env(
+            "WFHOST_MODULE_CACHE",
+            std::env::temp_dir().join("wfhost-tests-module-cache"),
+        )
+        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("run wfhost");
-    let started = Instant::now();
+    // Read while it runs, so no amount of output blocks it; the pipe closes when it exits.
+    let mut pipe = child.stderr.take().expect("piped");
+    let (done, read) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut stderr = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut pipe, &mut stderr);
+        let _ = done.send(stderr);
+    });
     // A guard against a hang, not a synchronisation: the normal way out is the child's exit.
-    while child.try_wait().expect("wait for wfhost").is_none() {
-        if started.elapsed() > HANG {
-            let _ = child.kill();
-            panic!("wfhost run {} {entry} {flags:?} hung", module.display());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let output = child.wait_with_output().expect("collect output");
+    let Ok(stderr) = read.recv_timeout(HANG) else {
+        let _ = child.kill();
+        panic!("wfhost run {} {entry} {flags:?} hung", module.display());
+    };
+    let status = child.wait().expect("wait for wfhost");
     Outcome {
-        code: output.status.code(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        code: status.code(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
     }
 }
 

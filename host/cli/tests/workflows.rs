@@ -6,9 +6,13 @@ use std::process::{Command, Output};
 use serde_json::{json, Value};
 use wfhost_test_programs::PROBE;
 
+/// The binary, with a module cache of the tests' own rather than the user's.
 fn wfhost() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_wfhost"));
-    command.env_remove("RUST_LOG");
+    command.env_remove("RUST_LOG").env(
+        "WFHOST_MODULE_CACHE",
+        std::env::temp_dir().join("wfhost-tests-module-cache"),
+    );
     command
 }
 
@@ -159,13 +163,18 @@ fn hibernation_and_restores_are_logged_at_debug() {
     assert!(err.contains("process restored into"), "{err}");
 }
 
-/// A second run of the same module loads its compiled code from the cache instead of compiling.
+/// A second run of the same module loads its compiled code from the cache instead of compiling,
+/// also for a user whose umask lets their group write new files (the default on many
+/// distributions); `--no-module-cache` compiles even where the environment names a cache.
 #[test]
 fn a_second_run_does_not_compile_again() {
     let dir = std::env::temp_dir().join(format!("wfhost-cli-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let run_once = || {
-        let output = wfhost()
+        let output = Command::new("sh")
+            .args(["-c", "umask 002 && exec \"$0\" \"$@\""])
+            .arg(env!("CARGO_BIN_EXE_wfhost"))
+            .env_remove("RUST_LOG")
             .env("WFHOST_MODULE_CACHE", &dir)
             .args(["-vv", "run", PROBE, "echo", "--input", "1"])
             .output()

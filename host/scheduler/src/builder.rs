@@ -21,6 +21,10 @@ pub const DEFAULT_MAX_SLEEPS: usize = 10_000;
 /// The most joins waiting on one process, unless [`Builder::max_watchers`] says otherwise.
 pub const DEFAULT_MAX_WATCHERS: usize = 1_000;
 
+/// The most completions of its own yields a process may leave untaken, unless
+/// [`Builder::max_waiting_completions`] says otherwise.
+pub const DEFAULT_MAX_WAITING_COMPLETIONS: usize = 50_000;
+
 /// Scheduler settings. Build one with [`Builder`].
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
@@ -35,6 +39,7 @@ pub(crate) struct Config {
     pub(crate) stack_size: Option<usize>,
     pub(crate) max_sleeps: usize,
     pub(crate) max_watchers: usize,
+    pub(crate) max_waiting_completions: usize,
     pub(crate) step_bytes: usize,
 }
 
@@ -106,6 +111,7 @@ impl Builder {
                 stack_size: None,
                 max_sleeps: DEFAULT_MAX_SLEEPS,
                 max_watchers: DEFAULT_MAX_WATCHERS,
+                max_waiting_completions: DEFAULT_MAX_WAITING_COMPLETIONS,
                 step_bytes: usize::MAX,
             },
             handlers,
@@ -142,10 +148,21 @@ impl Builder {
 
     /// The most joins that may wait on one running process; one more completes with a
     /// `limit-reached` error (each waiting join gets its own copy of the result). The parent's
-    /// own join is always accepted.
+    /// joins are counted apart, against the same number, so others cannot crowd them out.
     /// Default: [`DEFAULT_MAX_WATCHERS`].
     pub fn max_watchers(mut self, joins: usize) -> Builder {
         self.config.max_watchers = joins;
+        self
+    }
+
+    /// The most completions of its own yields a process may have waiting to be taken. Yields that
+    /// complete at once (`now`, `random`, `send`, `spawn`, refused ones) queue their completions
+    /// in the host, and a step takes at most a budget of events: a process that yields faster
+    /// than it takes would grow the host's memory without bound. Past this it fails with a
+    /// `Limit` failure. Default: [`DEFAULT_MAX_WAITING_COMPLETIONS`]; keep it well above the most
+    /// yields one step may make.
+    pub fn max_waiting_completions(mut self, completions: usize) -> Builder {
+        self.config.max_waiting_completions = completions;
         self
     }
 

@@ -1,10 +1,10 @@
 //! The workers' clock for time slices: cheap rather than fine. A worker reads it once per turn
 //! (see `worker.rs`), and with steps of a few hundred nanoseconds a precise clock's reading was a
 //! tenth of a step's cost. On Linux this is `CLOCK_MONOTONIC_COARSE`: the time of the last timer
-//! tick, read without the hardware counter, to within a tick (1 to 4 ms). That is fine enough for
-//! a 10 ms slice, and the time turns are charged stays right on average: a turn shorter than a
-//! tick reads as a whole tick as often as a tick boundary falls inside it, and as nothing
-//! otherwise. Elsewhere it is `Instant`.
+//! tick, read without the hardware counter, to within a tick (1 to 4 ms; a kernel whose ticks are
+//! further apart gets `Instant`). That is fine enough for a 10 ms slice, and the time turns are
+//! charged stays right on average: a turn shorter than a tick reads as a whole tick as often as a
+//! tick boundary falls inside it, and as nothing otherwise. Elsewhere it is `Instant`.
 
 use std::time::Duration;
 
@@ -19,9 +19,18 @@ impl Reading {
     }
 }
 
+/// The coarse clock's ticks may be at most this far apart; a kernel with slower ticks (100 Hz)
+/// gets the precise clock instead.
+const COARSEST: Duration = Duration::from_millis(4);
+
 /// Reads the clock.
 #[cfg(target_os = "linux")]
 pub(crate) fn now() -> Reading {
+    use std::sync::OnceLock;
+    static COARSE_WILL_DO: OnceLock<bool> = OnceLock::new();
+    if !*COARSE_WILL_DO.get_or_init(|| coarse_resolution().is_some_and(|tick| tick <= COARSEST)) {
+        return fine();
+    }
     let mut time = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -34,6 +43,24 @@ pub(crate) fn now() -> Reading {
     Reading(Duration::new(
         u64::try_from(time.tv_sec).unwrap_or(0),
         u32::try_from(time.tv_nsec).unwrap_or(0),
+    ))
+}
+
+/// How far apart the coarse clock's ticks are, if the kernel says.
+#[cfg(target_os = "linux")]
+fn coarse_resolution() -> Option<Duration> {
+    let mut resolution = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `resolution` is a valid, writable timespec; the clock id is a constant Linux defines.
+    let failed = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut resolution) } != 0;
+    if failed {
+        return None;
+    }
+    Some(Duration::new(
+        u64::try_from(resolution.tv_sec).ok()?,
+        u32::try_from(resolution.tv_nsec).ok()?,
     ))
 }
 

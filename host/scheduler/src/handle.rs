@@ -292,13 +292,21 @@ impl SchedulerHandle {
         let ready = {
             let mut exit = slot.exit.lock();
             if !exit.finished {
-                // The parent's own join is never refused: others cannot crowd it out.
+                // The parent's joins and everyone else's are counted apart: others cannot crowd
+                // the parent out, and the parent cannot pile up joins without bound either (each
+                // gets its own copy of the result).
                 let limit = shared.config.max_watchers;
-                if !reaps && exit.watchers.len() >= limit {
+                let waiting = exit
+                    .watchers
+                    .iter()
+                    .filter(|notice| notice.reaps() == reaps)
+                    .count();
+                if waiting >= limit {
                     drop(exit);
+                    let by = if reaps { " by its parent" } else { "" };
                     let error = CommandError::new(
                         ErrorKind::LimitReached,
-                        format!("{limit} joins already wait on process {target}"),
+                        format!("{limit} joins{by} already wait on process {target}"),
                     );
                     let _ = shared.deliver_to(watcher, Event::completion(tag, Err(error)));
                     return;

@@ -105,7 +105,10 @@ impl Inbox {
         }
         Ok(match event.kind {
             EventKind::Cancel => {
-                self.signals.push_back(event);
+                // A cancel is a cancel: one waiting is enough, however many are sent.
+                if self.signals.is_empty() {
+                    self.signals.push_back(event);
+                }
                 Some(Wake::Message)
             }
             EventKind::Message => {
@@ -134,6 +137,11 @@ impl Inbox {
             n => n as usize,
         };
         self.accept > 0 && !self.mailbox.is_empty()
+    }
+
+    /// How many completions wait to be taken.
+    pub(crate) fn completions(&self) -> usize {
+        self.completions.len()
     }
 
     /// Asks the next turn to end the process with `reason` (of `kind`) instead of stepping it.
@@ -222,6 +230,22 @@ mod tests {
 
     fn message(n: u64) -> Event {
         Event::message(Pid(n), Payload::empty())
+    }
+
+    /// However many cancels are sent, one waits: a process cancelling another in a loop cannot
+    /// grow its inbox.
+    #[test]
+    fn repeated_cancels_wait_as_one() {
+        let mut inbox = Inbox::default();
+        for _ in 0..10_000 {
+            assert_eq!(inbox.push(Event::cancel()), Ok(Some(Wake::Message)));
+        }
+        let mut out = Vec::new();
+        assert_eq!(inbox.drain_into(&mut out, usize::MAX, usize::MAX), 1);
+        assert_eq!(out[0].kind, EventKind::Cancel);
+        // Taken, the next cancel waits again.
+        inbox.push(Event::cancel()).unwrap();
+        assert_eq!(inbox.drain_into(&mut out, usize::MAX, usize::MAX), 1);
     }
 
     #[test]

@@ -69,7 +69,10 @@ mod sync;
 mod timer;
 mod worker;
 
-pub use builder::{BuildError, Builder, DEFAULT_BUDGET, DEFAULT_MAX_SLEEPS, DEFAULT_MAX_WATCHERS};
+pub use builder::{
+    BuildError, Builder, DEFAULT_BUDGET, DEFAULT_MAX_SLEEPS, DEFAULT_MAX_WAITING_COMPLETIONS,
+    DEFAULT_MAX_WATCHERS,
+};
 pub use counters::Counters;
 pub use handle::{Error, ProcessHandle, SchedulerHandle, Spawn};
 pub use handlers::{emit as emit_guest_log, Completer, Context, Handler, Request, Spawner};

@@ -160,7 +160,11 @@ impl Shared {
                 let reason =
                     format!("terminated: it did not finish within {grace:?} of being cancelled");
                 let action = Action::Terminate(FailureKind::Terminated, reason);
-                if let Err(error) = self.timer.schedule(grace, slot.pid, action, usize::MAX) {
+                let scheduled = self.timer.schedule(grace, slot.pid, action, usize::MAX);
+                if scheduled.is_ok() {
+                    slot.has_timers.store(true, Ordering::Relaxed);
+                }
+                if let Err(error) = scheduled {
                     // Without the timer nothing ends a process that ignores the cancel. At shutdown
                     // that is the shutdown's job; otherwise someone must hear of it.
                     if self.stopping.load(Ordering::Acquire) {

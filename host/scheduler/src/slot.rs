@@ -88,6 +88,13 @@ pub(crate) enum Notice {
     Channel(Sender<(Pid, ProcessResult)>),
 }
 
+impl Notice {
+    /// Whether this is the parent's join, which releases the retained result.
+    pub(crate) fn reaps(&self) -> bool {
+        matches!(self, Notice::Process { reaps: true, .. })
+    }
+}
+
 impl Slot {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(

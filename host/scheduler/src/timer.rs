@@ -45,6 +45,9 @@ struct Timers {
     sleeps: BTreeMap<(Pid, Tag), Key>,
     /// Pending sleeps per process, to hold each to the limit.
     per_pid: HashMap<Pid, usize>,
+    /// Where each process's pending terminations are (its timeout, its cancel grace period: at
+    /// most a few), so a finished process's go with it rather than wait for their deadlines.
+    terminations: HashMap<Pid, Vec<Key>>,
     seq: u64,
     /// The scheduler whose processes the timers act on. Weak, so pending timers do not keep a
     /// scheduler alive.
@@ -173,9 +176,12 @@ impl Timer {
         }
         let key = (deadline, timers.seq);
         timers.seq += 1;
-        if let Action::Complete(tag) = action {
-            timers.sleeps.insert((pid, tag), key);
-            *timers.per_pid.entry(pid).or_insert(0) += 1;
+        match action {
+            Action::Complete(tag) => {
+                timers.sleeps.insert((pid, tag), key);
+                *timers.per_pid.entry(pid).or_insert(0) += 1;
+            }
+            Action::Terminate(..) => timers.terminations.entry(pid).or_default().push(key),
         }
         timers.queue.insert(key, Entry { pid, action });
         if timers
@@ -199,7 +205,7 @@ impl Timer {
         }
     }
 
-    /// Drops every pending sleep of `pid` (which has finished).
+    /// Drops every pending timer of `pid` (which has finished).
     pub(crate) fn forget_all(&self, pid: Pid) {
         let mut timers = self.inner.0.lock();
         let tags: Vec<(Pid, Tag)> = timers
@@ -213,6 +219,9 @@ impl Timer {
             }
         }
         timers.per_pid.remove(&pid);
+        for key in timers.terminations.remove(&pid).unwrap_or_default() {
+            timers.queue.remove(&key);
+        }
         self.next_due.update(&timers);
     }
 
@@ -225,6 +234,7 @@ impl Timer {
             timers.queue.clear();
             timers.sleeps.clear();
             timers.per_pid.clear();
+            timers.terminations.clear();
             self.next_due.update(&timers);
             timers.thread.take()
         };
@@ -243,10 +253,20 @@ impl Timers {
             .first_key_value()
             .is_some_and(|((deadline, _), _)| *deadline <= now)
         {
-            let (_, entry) = self.queue.pop_first().expect("checked");
-            if let Action::Complete(tag) = entry.action {
-                self.sleeps.remove(&(entry.pid, tag));
-                self.uncount(entry.pid);
+            let (key, entry) = self.queue.pop_first().expect("checked");
+            match entry.action {
+                Action::Complete(tag) => {
+                    self.sleeps.remove(&(entry.pid, tag));
+                    self.uncount(entry.pid);
+                }
+                Action::Terminate(..) => {
+                    if let Some(keys) = self.terminations.get_mut(&entry.pid) {
+                        keys.retain(|pending| *pending != key);
+                        if keys.is_empty() {
+                            self.terminations.remove(&entry.pid);
+                        }
+                    }
+                }
             }
             due.push(entry);
         }
@@ -310,5 +330,39 @@ fn fire(shared: &Shared, entry: Entry) {
         Action::Terminate(kind, reason) => {
             let _ = shared.request_termination(&slot, kind, reason);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::FailureKind;
+
+    /// A finished process's timers all go with it, terminations included: a day-long timeout must
+    /// not sit in the queue for a day after its process ended.
+    #[test]
+    fn a_finished_process_leaves_no_timer_behind() {
+        let timer = Timer::default();
+        let (pid, other) = (Pid(7), Pid(8));
+        let day = Duration::from_secs(24 * 3600);
+        let terminate = || Action::Terminate(FailureKind::Timeout, "timed out".into());
+        timer.schedule(day, pid, terminate(), usize::MAX).unwrap();
+        timer.schedule(day, pid, terminate(), usize::MAX).unwrap();
+        timer
+            .schedule(day, pid, Action::Complete(Tag(1)), 10)
+            .unwrap();
+        timer.schedule(day, other, terminate(), usize::MAX).unwrap();
+        timer.forget_all(pid);
+        {
+            let timers = timer.inner.0.lock();
+            assert_eq!(timers.queue.len(), 1);
+            assert_eq!(timers.queue.values().next().unwrap().pid, other);
+            assert!(timers.sleeps.is_empty());
+            assert!(timers.per_pid.is_empty());
+            assert_eq!(timers.terminations.keys().collect::<Vec<_>>(), [&other]);
+        }
+        timer.forget_all(other);
+        assert_eq!(timer.next_due.nanos.load(Ordering::Acquire), u64::MAX);
+        timer.shutdown();
     }
 }

@@ -71,6 +71,17 @@ pub(crate) fn on_worker(shared: &Shared) -> bool {
     current_index(shared).is_some()
 }
 
+/// The failure of a process that left more than `most` completions untaken.
+fn too_many_completions(most: usize) -> (FailureKind, String) {
+    (
+        FailureKind::Limit,
+        format!(
+            "it left more than {most} completions of its yields untaken (it yields faster than \
+             it takes what they return; the scheduler's max_waiting_completions)"
+        ),
+    )
+}
+
 /// What a step said, and whether its yields were completed inline.
 struct Stepped {
     status: Status,
@@ -322,12 +333,22 @@ impl Worker {
                         drop(body);
                         return self.wait_for_resource(slot);
                     }
-                    Err(error) => return self.shared().finish(&slot, &mut body, Err(error)),
+                    Err(error) => {
+                        // Ended from outside meanwhile (a timeout, a termination): that is why it
+                        // ends, not whatever getting it ready failed on.
+                        let error = match slot.inbox.lock().take_terminate() {
+                            Some((kind, reason)) => ProcessError::with_kind(kind, reason),
+                            None => error,
+                        };
+                        return self.shared().finish(&slot, &mut body, Err(error));
+                    }
                 }
                 let drained = {
                     let mut inbox = slot.inbox.lock();
+                    let most = self.shared().config.max_waiting_completions;
                     match inbox.take_terminate() {
                         Some(ended) => Err(ended),
+                        None if inbox.completions() > most => Err(too_many_completions(most)),
                         None => {
                             let max_bytes = self.shared().config.step_bytes;
                             let count = inbox.drain_into(&mut self.events, budget, max_bytes);
@@ -524,7 +545,7 @@ impl Worker {
         let cx = Context {
             handle: &self.handle,
             slot,
-            completed_inline: std::cell::Cell::new(false),
+            completed_inline: std::sync::atomic::AtomicBool::new(false),
         };
         for Yield { tag, command } in yields.drain(..) {
             let kind = command.kind();
@@ -556,7 +577,7 @@ impl Worker {
                 ));
             }
         }
-        Ok(cx.completed_inline.get())
+        Ok(cx.completed_inline.into_inner())
     }
 
     fn finish_with(&self, slot: &Arc<Slot>, result: Result<wfcontract::Payload, ProcessError>) {

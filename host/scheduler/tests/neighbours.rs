@@ -191,23 +191,30 @@ fn a_waiting_process_can_still_be_terminated() {
 #[test]
 fn a_process_that_overran_its_time_slice_waits_behind_the_others() {
     let scheduler = Scheduler::builder().workers(1).build().unwrap();
-    let hog_steps = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
+    let quick_done = Arc::new(AtomicUsize::new(0));
+    // How many quick processes had finished when the hog's second step began.
+    let (second_step, seen_at_second_step) = unbounded();
     let (started, running) = unbounded();
+    let (queued, all_queued) = unbounded::<()>();
     let hog = {
-        let steps = Arc::clone(&hog_steps);
-        let stop = Arc::clone(&stop);
+        let quick_done = Arc::clone(&quick_done);
+        let mut steps = 0;
         Proc::new((), move |_, _, _, out| {
-            if steps.fetch_add(1, Ordering::SeqCst) == 0 {
-                started.send(()).unwrap();
+            steps += 1;
+            out.status = Status::Continue;
+            match steps {
+                1 => {
+                    started.send(()).unwrap();
+                    // The others are queued while this step runs; then it works on past a
+                    // turn's slice.
+                    all_queued.recv_timeout(PATIENCE).unwrap();
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                _ => {
+                    second_step.send(quick_done.load(Ordering::SeqCst)).unwrap();
+                    out.status = Status::Done(Payload::empty());
+                }
             }
-            // Work that takes a while: longer than a turn's slice.
-            std::thread::sleep(Duration::from_millis(50));
-            out.status = if stop.load(Ordering::SeqCst) {
-                Status::Done(Payload::empty())
-            } else {
-                Status::Continue
-            };
         })
     };
     let hog = scheduler
@@ -216,27 +223,24 @@ fn a_process_that_overran_its_time_slice_waits_behind_the_others() {
     running.recv_timeout(PATIENCE).unwrap();
     let (tx, rx) = unbounded();
     for i in 0..50u64 {
-        let quick = Proc::new((), |_, env, _, out| {
+        let done = Arc::clone(&quick_done);
+        let quick = Proc::new((), move |_, env, _, out| {
+            done.fetch_add(1, Ordering::SeqCst);
             out.status = Status::Done(env.input.clone());
         });
         scheduler
             .spawn_with(Spawn::new(quick, "quick", pc(&i)).notify(tx.clone()))
             .unwrap();
     }
+    queued.send(()).unwrap();
     let mut sum = 0;
     for _ in 0..50 {
         sum += de::<u64>(&rx.recv_timeout(PATIENCE).unwrap().1.unwrap());
     }
-    let hog_steps_then = hog_steps.load(Ordering::SeqCst);
-    stop.store(true, Ordering::SeqCst);
     hog.wait_timeout(PATIENCE).unwrap().unwrap();
     assert_eq!(sum, 49 * 50 / 2);
-    // The others ran after the hog's first step, or its second if they were queued late; a hog
-    // that kept its worker for a whole budget of steps would show 32.
-    assert!(
-        hog_steps_then <= 3,
-        "the hog took {hog_steps_then} steps first"
-    );
+    // A hog that kept its worker would have stepped again before any of them ran.
+    assert_eq!(seen_at_second_step.recv_timeout(PATIENCE), Ok(50));
 }
 
 /// A spawner for the tests below: `child` processes that nap (sleep) for their input's

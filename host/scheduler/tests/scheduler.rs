@@ -1232,3 +1232,114 @@ fn inline_completions_wake_the_next_step_whatever_the_process_receives() {
         assert_eq!(completed, STEPS, "receive {receive}");
     }
 }
+
+/// A process that yields faster than it takes what its yields return (1,000 `now`s a step, always
+/// asking to run again) would pile their completions up in the host: it fails with `Limit` once
+/// more than the limit wait, and the host keeps no more than that.
+#[test]
+fn a_process_that_yields_faster_than_it_takes_fails_at_the_limit() {
+    let scheduler = Scheduler::builder()
+        .workers(1)
+        .max_waiting_completions(5_000)
+        .build()
+        .unwrap();
+    let taken = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&taken);
+    let process = Proc::new(0u64, move |tag, _, events, out| {
+        counted.fetch_add(events.into_iter().count() as u64, Ordering::Relaxed);
+        for _ in 0..1_000 {
+            *tag += 1;
+            out.push(Tag(*tag), Command::Now);
+        }
+        out.status = Status::Continue;
+    });
+    let handle = scheduler
+        .spawn_handle(process, "yielder", Payload::empty())
+        .unwrap();
+    let error = handle.wait_timeout(PATIENCE).unwrap().unwrap_err();
+    assert_eq!(
+        error.kind(),
+        wfhost_scheduler::FailureKind::Limit,
+        "{error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("it left more than 5000 completions of its yields untaken"),
+        "{error}"
+    );
+    // Each step adds 1,000 and a turn takes one budget (32) of them. The first turn steps twice
+    // (its first step has no events, so 31 are left for the second): 1,969 wait after it, then
+    // 2,937, 3,905, 4,873 and 5,841 after turns two to five; the sixth finds more than 5,000 and
+    // fails the process without stepping it. Taken: 31 + 4 x 32.
+    assert_eq!(
+        taken.load(Ordering::Relaxed),
+        DEFAULT_BUDGET as u64 - 1 + 4 * DEFAULT_BUDGET as u64
+    );
+}
+
+/// A parent may pile up joins of its child only to the same limit as everyone else (each gets a
+/// copy of the result); others cannot crowd the parent's out.
+#[test]
+fn a_parents_joins_of_one_child_are_bounded_too() {
+    let (builder, gates) = forward_calls(Scheduler::builder().workers(1).max_watchers(10));
+    let scheduler = builder.build().unwrap();
+    let child = Proc::new((), |_, env, _, out| {
+        if env.first {
+            out.push(Tag(1), call("gate"));
+        } else {
+            out.status = Status::Done(pc(&7u32));
+        }
+    });
+    // The parent joins the child named in its first message 25 times, then says so through a
+    // gate, and counts the answers.
+    const JOINED: Tag = Tag(100);
+    let parent = Proc::new((0u32, 0u32), |(joined, refused), _, events, out| {
+        out.status = Status::Wait;
+        for event in events {
+            match event.kind {
+                EventKind::Message => {
+                    let child: Pid = de(&event.data);
+                    for tag in 0..25 {
+                        out.push(Tag(tag), Command::Join(child));
+                    }
+                    out.push(JOINED, call("gate"));
+                }
+                EventKind::YieldComplete if event.tag == JOINED => {}
+                EventKind::YieldComplete => match event.into_result() {
+                    Ok(data) => {
+                        assert_eq!(de::<u32>(&data), 7);
+                        *joined += 1;
+                    }
+                    Err(error) => {
+                        assert_eq!(error.kind, ErrorKind::LimitReached, "{error}");
+                        assert!(error.message.contains("joins by its parent"), "{error}");
+                        *refused += 1;
+                    }
+                },
+                EventKind::Cancel => {}
+            }
+        }
+        if *joined + *refused == 25 {
+            out.status = Status::Done(pc(&(*joined, *refused)));
+        }
+    });
+    let parent = scheduler
+        .spawn_handle(parent, "parent", Payload::empty())
+        .unwrap();
+    let child = scheduler
+        .spawn_with(Spawn::new(child, "child", Payload::empty()).parent(parent.pid()))
+        .unwrap();
+    // Ten strangers' joins fill the others' share; the parent's are counted apart.
+    for stranger in 0..10u64 {
+        scheduler.join(child, Pid(1_000_000 + stranger), Tag(0));
+    }
+    let gate = gates.recv_timeout(PATIENCE).unwrap();
+    scheduler.send(parent.pid(), pc(&child)).unwrap();
+    // The refusals come at once; the ten joins that wait are answered when the child ends.
+    let joins_made = gates.recv_timeout(PATIENCE).unwrap();
+    gate.complete(Ok(Payload::empty()));
+    joins_made.complete(Ok(Payload::empty()));
+    let (joined, refused): (u32, u32) = de(&parent.wait_timeout(PATIENCE).unwrap().unwrap());
+    assert_eq!((joined, refused), (10, 15));
+}

@@ -3,24 +3,37 @@
 //! holding one of `threads` permits, and an async one runs as a task of its own. Either way the
 //! worker that dispatched the call goes straight back to running processes.
 //!
-//! A call past its timeout completes with `timeout`. An async function's future is then dropped;
-//! a blocking function cannot be stopped, so its thread finishes on its own and its permit goes
-//! back at once, so that hung functions do not hold every permit. Those abandoned threads are
-//! counted: past [`MAX_ABANDONED`] of them, blocking calls are refused (`unavailable`) until some
-//! return. At shutdown, queued and running tasks are dropped and the host's runtime is given a
-//! moment, not more, to finish.
+//! A call's timeout counts from the moment the worker hands it over, so the wait for a permit is
+//! part of it: a call past its timeout completes with `timeout`, and one that had not started by
+//! then never starts. An async function's task is aborted (its future dropped); a blocking function
+//! cannot be stopped once it runs, so its thread finishes on its own and its permit goes back at
+//! once, so that hung functions do not hold every permit. Those abandoned threads are counted: past
+//! [`MAX_ABANDONED`] of them, blocking calls are refused (`unavailable`) until some return.
+//!
+//! Every call completes, whatever happens to its task: a guard it holds completes it with an error
+//! if the task panics or is dropped first, and does the bookkeeping (calls in flight, the task
+//! registry) either way.
+//!
+//! At shutdown, queued and running tasks are aborted (an async function's own task with them),
+//! the registered functions are dropped (one holding a clone of the `Host` would otherwise keep it
+//! alive), and the host's runtime is given a moment, not more, to finish.
 
+use std::any::Any;
 use std::collections::HashMap;
+use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::task::Poll;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::Semaphore;
-use tokio::task::AbortHandle;
-use wfcontract::{Command, CommandError, ErrorKind, Payload};
+use tokio::task::{AbortHandle, JoinError, JoinHandle};
+use tokio::time::Instant;
+use wfcontract::{Command, CommandError, ErrorKind, Payload, Pid};
 use wfhost_scheduler::{Completer, Context, Handler, Request};
 
 use super::{Body, CallInfo, HostFunction};
@@ -32,6 +45,10 @@ pub(crate) const MAX_ABANDONED: usize = 64;
 /// How long shutdown waits for the host's own runtime to wind down: its tasks are dropped, and
 /// threads still inside a blocking function are left behind.
 const SHUTDOWN_WAIT: Duration = Duration::from_millis(100);
+
+/// What a call with a timeout needs of the embedder's runtime, in the words its error uses.
+const NO_TIMERS: &str = "the tokio runtime given to HostBuilder::runtime must have its time \
+                         driver enabled (enable_time / enable_all)";
 
 /// How host functions run.
 #[derive(Clone, Debug)]
@@ -51,21 +68,33 @@ const RUNNING: u8 = 0;
 const DONE: u8 = 1;
 const ABANDONED: u8 = 2;
 
+/// Every call's task by id, to abort them at shutdown (the embedder's runtime lives on). `None`
+/// is a mark left by a call whose task ended before the handler made its entry, so that the entry
+/// is never made: the handler spawns without the lock (a runtime that has shut down drops the task
+/// at once, inside the spawn, and the task's guard then takes the lock).
+type Tasks = Arc<Mutex<HashMap<u64, Option<AbortHandle>>>>;
+
 /// The `call` handler.
 pub(crate) struct Functions {
-    functions: HashMap<String, (Arc<str>, HostFunction)>,
+    /// The registered functions, by name. Emptied at shutdown: a function holding a clone of the
+    /// `Host` keeps it alive through this handler (a cycle), and the host must go when it shuts
+    /// down. Calls from then on are refused by `stopping` first.
+    functions: RwLock<HashMap<String, (Arc<str>, HostFunction)>>,
     timeout: Option<Duration>,
     queue: usize,
     /// Where calls run; `None` when no function is registered.
     handle: Option<Handle>,
     /// The host's own runtime, when it has one; taken at shutdown.
     own: Mutex<Option<Runtime>>,
+    /// Whether `handle`'s runtime has a time driver, which every call with a timeout needs; found
+    /// out at the first such call (the host's own runtime has one).
+    timers: OnceLock<bool>,
     permits: Arc<Semaphore>,
     in_flight: Arc<AtomicUsize>,
     abandoned: Arc<AtomicUsize>,
     stopping: Arc<AtomicBool>,
-    /// Every call's task, to drop them at shutdown (the embedder's runtime lives on).
-    tasks: Arc<Mutex<HashMap<u64, AbortHandle>>>,
+    /// Every call's task, to abort them at shutdown.
+    tasks: Tasks,
     next_task: AtomicU64,
 }
 
@@ -89,18 +118,26 @@ impl Functions {
                 (Some(runtime.handle().clone()), Some(runtime))
             }
         };
+        let timers = OnceLock::new();
+        if own.is_some() {
+            // Built above with `enable_time`: nothing to find out.
+            let _ = timers.set(true);
+        }
         Ok(Functions {
-            functions: functions
-                .into_iter()
-                .map(|(name, function)| {
-                    let shared: Arc<str> = Arc::from(name.as_str());
-                    (name, (shared, function))
-                })
-                .collect(),
+            functions: RwLock::new(
+                functions
+                    .into_iter()
+                    .map(|(name, function)| {
+                        let shared: Arc<str> = Arc::from(name.as_str());
+                        (name, (shared, function))
+                    })
+                    .collect(),
+            ),
             timeout: settings.timeout,
             queue: settings.queue.max(1),
             handle,
             own: Mutex::new(own),
+            timers,
             permits: Arc::new(Semaphore::new(settings.threads.max(1))),
             in_flight: Arc::new(AtomicUsize::new(0)),
             abandoned: Arc::new(AtomicUsize::new(0)),
@@ -111,7 +148,8 @@ impl Functions {
     }
 
     fn unknown(&self, name: &str) -> CommandError {
-        let mut known: Vec<&str> = self.functions.keys().map(String::as_str).collect();
+        let functions = self.functions.read();
+        let mut known: Vec<&str> = functions.keys().map(String::as_str).collect();
         known.sort_unstable();
         CommandError::new(
             ErrorKind::UnknownCommand,
@@ -132,15 +170,41 @@ impl Handler for Functions {
         let Command::Call(call) = request.command else {
             return;
         };
-        let Some((name, function)) = self.functions.get(&call.name) else {
-            return cx.complete(request.tag, Err(self.unknown(&call.name)));
+        // First: once the host has shut down its functions are gone, and the caller should hear
+        // why rather than that the function does not exist.
+        if self.stopping.load(Ordering::Acquire) {
+            return cx.complete(request.tag, Err(shutting_down()));
+        }
+        // Cloned out (two `Arc`s) so that the lock is not held past this statement.
+        let found = self
+            .functions
+            .read()
+            .get(&call.name)
+            .map(|(name, function)| (Arc::clone(name), function.clone()));
+        let Some((name, function)) = found else {
+            let error = if self.stopping.load(Ordering::Acquire) {
+                shutting_down()
+            } else {
+                self.unknown(&call.name)
+            };
+            return cx.complete(request.tag, Err(error));
         };
         let Some(handle) = self.handle.clone() else {
             return cx.complete(request.tag, Err(self.unknown(&call.name)));
         };
-        if self.stopping.load(Ordering::Acquire) {
-            return cx.complete(request.tag, Err(shutting_down()));
-        }
+        let timeout = function.timeout.unwrap_or(self.timeout);
+        // The deadline counts from here: the wait for the runtime and for a permit is part of the
+        // call. A timeout too large for the clock is no deadline at all, as with tokio's own.
+        let deadline = match timeout {
+            Some(timeout) => {
+                // Without a time driver tokio panics when the timer is made; better to say so.
+                if !*self.timers.get_or_init(|| has_timers(&handle)) {
+                    return cx.complete(request.tag, Err(no_timers(&name)));
+                }
+                Instant::now().checked_add(timeout)
+            }
+            None => None,
+        };
         // Never queue without bound, nor block a worker: a call past the bound is refused, and
         // the workflow sees why.
         let in_flight = self.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -156,44 +220,70 @@ impl Handler for Functions {
             );
             return cx.complete(request.tag, Err(error));
         }
+        let id = self.next_task.fetch_add(1, Ordering::Relaxed);
+        // From here on the guard owns the completion and the bookkeeping, whatever becomes of
+        // the task (which may be dropped inside `spawn` itself, if the runtime has shut down).
+        let finish = Finish {
+            completer: Some(cx.completer(request.tag)),
+            pid: request.pid,
+            name: Arc::clone(&name),
+            id,
+            settled: false,
+            in_flight: Arc::clone(&self.in_flight),
+            tasks: Arc::clone(&self.tasks),
+            stopping: Arc::clone(&self.stopping),
+        };
         let call = Call {
             info: CallInfo {
                 pid: request.pid,
-                name: Arc::clone(name),
+                name,
             },
             input: call.input,
-            body: function.body.clone(),
-            timeout: function.timeout.unwrap_or(self.timeout),
-            completer: cx.completer(request.tag),
+            body: function.body,
+            timeout,
+            deadline,
             handle: handle.clone(),
             permits: Arc::clone(&self.permits),
             abandoned: Arc::clone(&self.abandoned),
         };
-        let id = self.next_task.fetch_add(1, Ordering::Relaxed);
-        let tasks = Arc::clone(&self.tasks);
-        let in_flight = Arc::clone(&self.in_flight);
-        // The task's entry is made before the task can end (under the lock), so its own removal
-        // never comes first.
-        let mut registry = self.tasks.lock();
         let task = handle.spawn(async move {
-            let (pid, name) = (call.info.pid, Arc::clone(&call.info.name));
-            let (completer, result) = call.run().await;
-            in_flight.fetch_sub(1, Ordering::AcqRel);
-            tasks.lock().remove(&id);
-            if let Err(error) = &result {
-                if error.kind == ErrorKind::Timeout {
-                    tracing::warn!(%pid, function = %name, "a host-function call timed out");
-                }
-            }
-            completer.complete(result);
+            let run = std::pin::pin!(call.run());
+            let result = match CatchPanic(run).await {
+                Ok(result) => result,
+                Err(panic) => Err(panicked_with(&finish.name, &*panic)),
+            };
+            finish.complete(result);
         });
-        registry.insert(id, task.abort_handle());
+        let abort = task.abort_handle();
+        // Dropping the `JoinHandle` detaches the task; it is reached through `abort` from now on.
+        drop(task);
+        let mut tasks = self.tasks.lock();
+        if tasks.remove(&id).is_some() {
+            // The task has ended already and left its mark: there is nothing to abort.
+            return;
+        }
+        if self.stopping.load(Ordering::Acquire) {
+            // Shutdown has swept the registry already (it sets `stopping` before taking the
+            // lock, so this sees it): abort the task here, as the sweep would have.
+            drop(tasks);
+            abort.abort();
+            return;
+        }
+        tasks.insert(id, Some(abort));
     }
 
     fn shutdown(&self) {
         // Calls still queued or running are dropped: their processes are being closed.
         self.stopping.store(true, Ordering::Release);
-        for (_, task) in self.tasks.lock().drain() {
+        // Taken under the lock, aborted outside it: a task dropped at once takes the lock in its
+        // guard.
+        let tasks: Vec<AbortHandle> = self
+            .tasks
+            .lock()
+            .drain()
+            .filter_map(|(_, task)| task)
+            .collect();
+        for task in tasks {
             task.abort();
         }
         if let Some(runtime) = self.own.lock().take() {
@@ -204,6 +294,101 @@ impl Handler for Functions {
                 runtime.shutdown_timeout(SHUTDOWN_WAIT);
             }
         }
+        // Last, outside the lock: dropping a function runs the embedder's code, which may drop
+        // the last clone of the `Host` (and so shut it down) or anything else.
+        let functions = std::mem::take(&mut *self.functions.write());
+        drop(functions);
+    }
+}
+
+/// A call's completion and bookkeeping, held by its task: done once, by [`Finish::complete`] or,
+/// if the task panics or is dropped first (aborted at shutdown, dropped by a runtime that shut
+/// down), by `drop`, so that no call leaves its workflow waiting or its count behind.
+struct Finish {
+    /// `None` once completed.
+    completer: Option<Completer>,
+    pid: Pid,
+    name: Arc<str>,
+    id: u64,
+    /// Whether the bookkeeping is done.
+    settled: bool,
+    in_flight: Arc<AtomicUsize>,
+    tasks: Tasks,
+    stopping: Arc<AtomicBool>,
+}
+
+impl Finish {
+    /// Counts the call out and removes its task's entry, once.
+    fn settle(&mut self) {
+        if std::mem::replace(&mut self.settled, true) {
+            return;
+        }
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let mut tasks = self.tasks.lock();
+        // No entry yet: the handler has not made it, so leave a mark that it never does. Not at
+        // shutdown, when the handler makes none and nothing would remove the mark.
+        if tasks.remove(&self.id).is_none() && !self.stopping.load(Ordering::Acquire) {
+            tasks.insert(self.id, None);
+        }
+    }
+
+    /// Completes the call with `result`, the bookkeeping done first so that a workflow calling
+    /// again at once finds its slot free.
+    fn complete(mut self, result: Result<Payload, CommandError>) {
+        self.settle();
+        if let Err(error) = &result {
+            if error.kind == ErrorKind::Timeout {
+                tracing::warn!(
+                    pid = %self.pid,
+                    function = %self.name,
+                    "a host-function call timed out"
+                );
+            }
+        }
+        if let Some(completer) = self.completer.take() {
+            completer.complete(result);
+        }
+    }
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        self.settle();
+        let Some(completer) = self.completer.take() else {
+            return;
+        };
+        let name = &self.name;
+        let error = if std::thread::panicking() {
+            tracing::error!(
+                pid = %self.pid,
+                function = %name,
+                "a host-function call's task panicked"
+            );
+            CommandError::new(
+                ErrorKind::Failed,
+                format!(
+                    "host function '{name}' panicked: the task running the call panicked (see the \
+                     host's log); whatever it was doing may or may not have happened"
+                ),
+            )
+        } else if self.stopping.load(Ordering::Acquire) {
+            shutting_down()
+        } else {
+            tracing::warn!(
+                pid = %self.pid,
+                function = %name,
+                "a host-function call's task was dropped"
+            );
+            CommandError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "host function '{name}' did not finish: the tokio runtime running it dropped \
+                     its task (was it shut down?); whatever it was doing may or may not have \
+                     happened"
+                ),
+            )
+        };
+        completer.complete(Err(error));
     }
 }
 
@@ -212,84 +397,188 @@ struct Call {
     info: CallInfo,
     input: Payload,
     body: Body,
+    /// For the error message; `deadline` is what counts.
     timeout: Option<Duration>,
-    completer: Completer,
+    /// When the call times out, counted from its start; `None`: never.
+    deadline: Option<Instant>,
     handle: Handle,
     permits: Arc<Semaphore>,
     abandoned: Arc<AtomicUsize>,
 }
 
 impl Call {
-    async fn run(self) -> (Completer, Result<Payload, CommandError>) {
+    async fn run(self) -> Result<Payload, CommandError> {
         let Call {
             info,
             input,
             body,
             timeout,
-            completer,
+            deadline,
             handle,
             permits,
             abandoned,
         } = self;
         let name = Arc::clone(&info.name);
-        let result = match body {
+        // Out of time already (the runtime was slow to start this task): the function never runs.
+        if expired(deadline) {
+            return Err(timed_out(&name, timeout));
+        }
+        match body {
             Body::Async(function) => {
-                let task = handle.spawn(function(info, input));
-                let abort = task.abort_handle();
-                match within(timeout, task).await {
+                // The closure runs here, on this task: a panic in it is the function's.
+                let future = match catch_unwind(AssertUnwindSafe(|| function(info, input))) {
+                    Ok(future) => future,
+                    Err(panic) => return Err(panicked_with(&name, &*panic)),
+                };
+                // Aborted when dropped: on timeout (inside `until`), and when this call's task is
+                // aborted at shutdown or dropped, so the function never outlives its call.
+                let task = AbortOnDrop(handle.spawn(future));
+                match until(deadline, task).await {
                     Some(Ok(result)) => result,
                     Some(Err(error)) => Err(panicked(&name, error)),
-                    None => {
-                        abort.abort();
-                        Err(timed_out(&name, timeout))
-                    }
+                    None => Err(timed_out(&name, timeout)),
                 }
             }
             Body::Blocking(function) => {
                 if abandoned.load(Ordering::Acquire) >= MAX_ABANDONED {
-                    return (completer, Err(too_many_abandoned(&name)));
+                    return Err(too_many_abandoned(&name));
                 }
-                let Ok(permit) = permits.acquire_owned().await else {
-                    return (completer, Err(shutting_down()));
+                let permit = match until(deadline, permits.acquire_owned()).await {
+                    Some(Ok(permit)) => permit,
+                    Some(Err(_)) => return Err(shutting_down()),
+                    None => return Err(timed_out(&name, timeout)),
                 };
+                // Again: calls that queued for a permit while threads were being abandoned all
+                // passed the first check.
+                if abandoned.load(Ordering::Acquire) >= MAX_ABANDONED {
+                    return Err(too_many_abandoned(&name));
+                }
+                // A permit that came just as the deadline passed: the function does not start.
+                if expired(deadline) {
+                    return Err(timed_out(&name, timeout));
+                }
                 let state = Arc::new(AtomicU8::new(RUNNING));
-                let on_thread = Arc::clone(&state);
-                let left = Arc::clone(&abandoned);
-                let task = handle.spawn_blocking(move || {
-                    let result = catch_unwind(AssertUnwindSafe(|| function(info, input)));
-                    if on_thread.swap(DONE, Ordering::AcqRel) == ABANDONED {
-                        left.fetch_sub(1, Ordering::AcqRel);
-                    }
-                    result
-                });
-                let outcome = within(timeout, task).await;
+                let running = Running {
+                    state: Arc::clone(&state),
+                    abandoned: Arc::clone(&abandoned),
+                };
+                // Aborted when dropped (on timeout, at shutdown): that stops a blocking task only
+                // before it starts, which is what is wanted of a call given up on. Its closure is
+                // then dropped unrun, and `running` with it.
+                let task = AbortOnDrop(handle.spawn_blocking(move || {
+                    let _running = running;
+                    catch_unwind(AssertUnwindSafe(|| function(info, input)))
+                }));
+                let outcome = until(deadline, task).await;
                 drop(permit);
                 match outcome {
                     Some(Ok(Ok(result))) => result,
                     Some(Ok(Err(panic))) => Err(panicked_with(&name, &*panic)),
                     Some(Err(error)) => Err(panicked(&name, error)),
                     None => {
-                        if state.swap(ABANDONED, Ordering::AcqRel) == RUNNING {
-                            abandoned.fetch_add(1, Ordering::AcqRel);
+                        // Counted before the swap and uncounted if the thread was done, so the
+                        // count never dips below the truth (a wrapped count would refuse all).
+                        abandoned.fetch_add(1, Ordering::AcqRel);
+                        if state.swap(ABANDONED, Ordering::AcqRel) != RUNNING {
+                            abandoned.fetch_sub(1, Ordering::AcqRel);
                         }
                         Err(timed_out(&name, timeout))
                     }
                 }
             }
-        };
-        (completer, result)
+        }
     }
 }
 
-/// `task`'s outcome, or `None` if it overran `timeout`.
-async fn within<T>(
-    timeout: Option<Duration>,
-    task: tokio::task::JoinHandle<T>,
-) -> Option<Result<T, tokio::task::JoinError>> {
-    match timeout {
-        Some(timeout) => tokio::time::timeout(timeout, task).await.ok(),
-        None => Some(task.await),
+/// A blocking call's claim on its thread, owned by the closure run there: dropped when the
+/// function returns or when the closure is dropped unrun (its task aborted before it started),
+/// it marks the call done and, if the call had been abandoned, counts it out.
+struct Running {
+    state: Arc<AtomicU8>,
+    abandoned: Arc<AtomicUsize>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.state.swap(DONE, Ordering::AcqRel) == ABANDONED {
+            self.abandoned.fetch_sub(1, Ordering::AcqRel);
+        }
     }
+}
+
+/// A task's `JoinHandle` that aborts the task when dropped (a plain one detaches it), so that a
+/// call's own task takes the function's task with it however it ends. Aborting a task that has
+/// finished does nothing.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = Result<T, JoinError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A future whose panics are caught and returned, so that a call's task completes its call with
+/// the panic's message (tokio would catch it too, but only into a `JoinHandle` nobody awaits,
+/// and it drops the future after unwinding, when the guard can no longer tell a panic from an
+/// abort). It is not polled again after a panic.
+struct CatchPanic<F>(F);
+
+impl<F: Future + Unpin> Future for CatchPanic<F> {
+    type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        let future = &mut self.0;
+        match catch_unwind(AssertUnwindSafe(|| Pin::new(future).poll(cx))) {
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}
+
+/// `future`'s output, or `None` if `deadline` came first (`future` is then dropped before this
+/// returns). The runtime must have a time driver when there is a deadline: see [`has_timers`].
+async fn until<F: Future>(deadline: Option<Instant>, future: F) -> Option<F::Output> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
+        None => Some(future.await),
+    }
+}
+
+/// Whether `deadline` has passed.
+fn expired(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|deadline| Instant::now() >= deadline)
+}
+
+/// Whether `handle`'s runtime has a time driver. A `Handle` cannot be asked, and tokio panics
+/// when a timer is made on a runtime without one; so one is made here (a timer is only registered
+/// when first polled, so this one costs nothing) and the panic caught. The panic hook still
+/// reports that panic, once; a process built with `panic = "abort"` aborts there, as it would have
+/// at the call's timer.
+fn has_timers(handle: &Handle) -> bool {
+    let made = catch_unwind(AssertUnwindSafe(|| {
+        let _entered = handle.enter();
+        let _sleep = tokio::time::sleep(Duration::ZERO);
+    }));
+    if made.is_err() {
+        tracing::error!("{NO_TIMERS}: host functions with a timeout cannot be called");
+    }
+    made.is_ok()
+}
+
+fn no_timers(name: &str) -> CommandError {
+    CommandError::new(
+        ErrorKind::Failed,
+        format!("host function '{name}' was not called: it has a timeout, and {NO_TIMERS}"),
+    )
 }
 
 fn timed_out(name: &str, timeout: Option<Duration>) -> CommandError {
@@ -303,14 +592,14 @@ fn timed_out(name: &str, timeout: Option<Duration>) -> CommandError {
     )
 }
 
-fn panicked(name: &str, error: tokio::task::JoinError) -> CommandError {
+fn panicked(name: &str, error: JoinError) -> CommandError {
     match error.try_into_panic() {
         Ok(panic) => panicked_with(name, &*panic),
         Err(_) => shutting_down(),
     }
 }
 
-fn panicked_with(name: &str, panic: &(dyn std::any::Any + Send)) -> CommandError {
+fn panicked_with(name: &str, panic: &(dyn Any + Send)) -> CommandError {
     let message = panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

@@ -215,6 +215,12 @@ impl Limits {
                 "max_output_bytes, max_payload_bytes and max_module_bytes must be at least 1",
             );
         }
+        if self.max_yields_per_step == 0 {
+            return bad(
+                "max_yields_per_step must be at least 1: a workflow that may yield nothing can \
+                 never wait for anything",
+            );
+        }
         if self.compile_time_limit.is_zero() {
             return bad("compile_time_limit must be more than zero");
         }

@@ -297,8 +297,9 @@ pub struct CacheArgs {
     #[arg(long, value_name = "DIR", env = "WFHOST_MODULE_CACHE")]
     module_cache: Option<PathBuf>,
 
-    /// Compile every module afresh and keep nothing.
-    #[arg(long, conflicts_with = "module_cache")]
+    /// Compile every module afresh and keep nothing (whatever --module-cache or
+    /// WFHOST_MODULE_CACHE say).
+    #[arg(long)]
     no_module_cache: bool,
 }
 

@@ -106,7 +106,14 @@ impl RunCommand {
         on_ctrl_c(host.clone(), run.pid(), self.grace)?;
         // What the workflow sends the host, as it comes; then its result.
         while let Some(message) = run.recv_message() {
-            eprintln!("message from {}: {}", message.from, render(&message.data)?);
+            // A message is the workflow talking, not its result: shown whatever it holds.
+            let shown = render(&message.data).unwrap_or_else(|_| {
+                format!(
+                    "(JSON that is not UTF-8) {}",
+                    String::from_utf8_lossy(&message.data.bytes)
+                )
+            });
+            eprintln!("message from {}: {shown}", message.from);
         }
         let outcome = run.wait();
         host.shutdown(Duration::from_secs(1));

@@ -61,7 +61,7 @@ pub struct Context<'a> {
     pub(crate) slot: &'a Arc<Slot>,
     /// Set when a yield was completed inline: the worker must not park the process on what it
     /// saw in the inbox before the step.
-    pub(crate) completed_inline: std::cell::Cell<bool>,
+    pub(crate) completed_inline: std::sync::atomic::AtomicBool,
 }
 
 impl Context<'_> {
@@ -80,7 +80,8 @@ impl Context<'_> {
         // The process is `Running` on this very worker, which checks its inbox after dispatching
         // the yields: no wake-up is needed, only the event.
         let _ = self.slot.inbox.lock().push(Event::completion(tag, result));
-        self.completed_inline.set(true);
+        self.completed_inline
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Spawns a child of the requesting process: as [`SchedulerHandle::spawn_with`] with

@@ -441,9 +441,11 @@ pub async fn nap(ctx: Ctx, millis: u64) -> Result<String, Error> {
 pub async fn impatient_join(ctx: Ctx, millis: u64) -> Result<Value, Error> {
     use futures::FutureExt;
     let child = ctx.spawn("nap", &millis).await?;
-    let first = futures::select! {
-        result = ctx.join::<String>(child).fuse() => json!({ "joined": result.ok() }),
+    // Biased to the sleep: should both be ready at once (a slow host), the join is still the one
+    // abandoned.
+    let first = futures::select_biased! {
         _ = ctx.sleep(Duration::from_millis(20)).fuse() => json!("timed out"),
+        result = ctx.join::<String>(child).fuse() => json!({ "joined": result.ok() }),
     };
     let second: String = ctx.join(child).await?;
     Ok(json!({ "first": first, "second": second }))
