@@ -8,6 +8,7 @@
 //! past it the workflow gets a `timeout` error, an async function's future is dropped, and a
 //! blocking one's thread is left to finish on its own (its result dropped).
 
+mod call;
 mod runner;
 
 use std::future::Future;
