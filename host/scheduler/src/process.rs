@@ -94,6 +94,15 @@ impl std::fmt::Debug for Waker {
 }
 
 impl Waker {
+    /// A waker that wakes nothing, for driving a process by hand (in tests, or in a host that is
+    /// not a scheduler).
+    pub fn noop() -> Waker {
+        Waker {
+            shared: std::sync::Weak::new(),
+            slot: std::sync::Weak::new(),
+        }
+    }
+
     /// Makes the process runnable (at once if it is waiting; after its current step if it is
     /// running). Waking a process that is not waiting does no harm.
     pub fn wake(&self) {

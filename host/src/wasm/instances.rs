@@ -6,7 +6,7 @@
 //! hibernated process woken by an event when none is free waits for one in a queue instead,
 //! without being stepped: the scheduler parks it (`Readiness::NotReady`) with its events queued,
 //! and the instance given back next is handed straight to the longest waiter, which the scheduler
-//! then runs. If no instance at all is given back for a while (twice the step time limit: a
+//! then runs. While anyone waits, a new process finds no instance free: it never overtakes them. If no instance at all is given back for a while (twice the step time limit: a
 //! running process gives its instance back within a step time limit when it hibernates), the
 //! instances are all held by processes that do not hibernate, and the waiters fail with `Limit`
 //! rather than wait for ever.
@@ -72,7 +72,7 @@ pub(crate) struct Ticket {
 /// Where a ticket stands.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum TicketState {
-    /// Still in the queue.
+    /// Still in the queue (or withdrawn, which only its withdrawer sees, and it looks no more).
     Waiting,
     /// An instance was counted for it: take it with [`Instances::redeem`].
     Granted,
@@ -113,9 +113,12 @@ pub(crate) struct Instances {
     live: AtomicUsize,
     /// Of `live`, the instances kept warm for reuse.
     warm: AtomicUsize,
-    /// Processes waiting for an instance, oldest first (withdrawn ones are skipped when reached).
+    /// Processes waiting for an instance, oldest first. Tickets no longer waiting (withdrawn)
+    /// are skipped when reached, and swept out when they outnumber the waiting ones.
     queue: Mutex<VecDeque<Arc<Ticket>>>,
-    /// The queue's length, read without the lock by whoever gives an instance back.
+    /// The tickets in the queue still waiting, read without the lock by whoever gives an
+    /// instance back. Whoever moves a ticket out of `WAITING` (a grant, a withdrawal, an expiry)
+    /// counts it out.
     queued: AtomicUsize,
     /// When an instance was last given back, in nanoseconds after `base`.
     last_release: AtomicU64,
@@ -187,8 +190,15 @@ impl Instances {
             .is_ok()
     }
 
-    /// One more live instance, for a new process; `None` when every one is taken.
+    /// One more live instance, for a new process; `None` when every one is taken, or when a
+    /// woken process waits for one: a new process never overtakes it (between an instance's
+    /// release and its grant to the waiter, a spawn could otherwise take it, and a neighbour
+    /// spawning without pause could keep a waiter waiting for ever).
     pub(crate) fn take(self: &Arc<Self>) -> Option<InstanceSlot> {
+        // SeqCst: as in `take_or_queue`, against `release`.
+        if self.queued.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
         self.count_one().then(|| InstanceSlot(Arc::clone(self)))
     }
 
@@ -199,7 +209,7 @@ impl Instances {
         waker: impl FnOnce() -> Waker,
     ) -> Result<InstanceSlot, Arc<Ticket>> {
         let mut queue = self.queue.lock();
-        if queue.is_empty() && self.count_one() {
+        if self.queued.load(Ordering::SeqCst) == 0 && self.count_one() {
             return Ok(InstanceSlot(Arc::clone(self)));
         }
         let ticket = Arc::new(Ticket {
@@ -227,41 +237,46 @@ impl Instances {
     /// Leaves the queue (the process ended, or found an instance another way). A ticket granted
     /// meanwhile gives its instance back, to the next waiter.
     pub(crate) fn withdraw(self: &Arc<Self>, ticket: &Ticket) {
+        // Under the lock, so that the sweep below and `serve` agree on what waits.
+        let mut queue = self.queue.lock();
         let withdrawn =
             ticket
                 .state
                 .compare_exchange(WAITING, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire);
-        if withdrawn == Err(GRANTED) {
-            drop(InstanceSlot(Arc::clone(self)));
+        match withdrawn {
+            Ok(_) => {
+                let waiting = self.queued.fetch_sub(1, Ordering::SeqCst) - 1;
+                // Swept when stale tickets are the larger part: each costs a withdrawal, so the
+                // sweeps cost O(1) per withdrawal, and the queue stays within twice its waiters.
+                if queue.len() > 2 * waiting + 16 {
+                    queue.retain(|t| t.state.load(Ordering::Acquire) == WAITING);
+                }
+            }
+            Err(GRANTED) => {
+                drop(queue);
+                drop(InstanceSlot(Arc::clone(self)));
+            }
+            Err(_) => {}
         }
     }
 
     /// Grants instances to the oldest waiters while the capacity allows. Under the queue lock.
     fn serve(&self, queue: &mut VecDeque<Arc<Ticket>>) {
         while let Some(ticket) = queue.front() {
+            // Withdrawn: counted out already. (Only `serve`, `withdraw` and `expire_stalled`
+            // move a ticket out of `WAITING`, all under the queue lock.)
             if ticket.state.load(Ordering::Acquire) != WAITING {
                 queue.pop_front();
-                self.queued.fetch_sub(1, Ordering::SeqCst);
                 continue;
             }
             if !self.count_one() {
                 return;
             }
             let ticket = queue.pop_front().expect("looked at above");
-            self.queued.fetch_sub(1, Ordering::SeqCst);
             // Release: the count is the ticket's from here on.
-            match ticket.state.compare_exchange(
-                WAITING,
-                GRANTED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => ticket.waker.wake(),
-                // Withdrawn just now: the count goes back.
-                Err(_) => {
-                    self.live.fetch_sub(1, Ordering::SeqCst);
-                }
-            }
+            ticket.state.store(GRANTED, Ordering::Release);
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            ticket.waker.wake();
         }
     }
 
@@ -287,7 +302,10 @@ impl Instances {
             return;
         }
         let mut queue = self.queue.lock();
-        let Some(oldest) = queue.iter().find(|t| t.state() == TicketState::Waiting) else {
+        let Some(oldest) = queue
+            .iter()
+            .find(|t| t.state.load(Ordering::Acquire) == WAITING)
+        else {
             return;
         };
         let released = self.base + Duration::from_nanos(self.last_release.load(Ordering::Relaxed));
@@ -295,12 +313,9 @@ impl Instances {
             return;
         }
         for ticket in queue.drain(..) {
-            self.queued.fetch_sub(1, Ordering::SeqCst);
-            if ticket
-                .state
-                .compare_exchange(WAITING, EXPIRED, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
+            if ticket.state.load(Ordering::Acquire) == WAITING {
+                ticket.state.store(EXPIRED, Ordering::Release);
+                self.queued.fetch_sub(1, Ordering::SeqCst);
                 ticket.waker.wake();
             }
         }
@@ -378,12 +393,7 @@ impl Instances {
 
     pub(crate) fn residency(&self) -> Residency {
         let warm = self.warm.load(Ordering::Relaxed);
-        let waiting = self
-            .queue
-            .lock()
-            .iter()
-            .filter(|t| t.state() == TicketState::Waiting)
-            .count();
+        let waiting = self.queued.load(Ordering::Relaxed);
         Residency {
             live_instances: self.live.load(Ordering::Relaxed).saturating_sub(warm),
             warm_instances: warm,
@@ -396,5 +406,89 @@ impl Instances {
             hibernations: self.hibernations.load(Ordering::Relaxed),
             restores: self.restores.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instances(max: usize) -> Arc<Instances> {
+        Arc::new(Instances::new(
+            max,
+            1,
+            Hibernation::WhenFull,
+            "full".into(),
+            Duration::from_secs(3600),
+        ))
+    }
+
+    #[test]
+    fn a_new_process_never_takes_the_instance_a_waiter_is_owed() {
+        let instances = instances(1);
+        let held = instances.take().expect("one free");
+        let ticket = instances.take_or_queue(Waker::noop).expect_err("none free");
+        // The moment inside `release` after the count went down and before the waiter is
+        // served: a spawn then must not take the instance.
+        std::mem::forget(held);
+        instances.live.fetch_sub(1, Ordering::SeqCst);
+        assert!(instances.take().is_none());
+        instances.serve(&mut instances.queue.lock());
+        assert_eq!(ticket.state(), TicketState::Granted);
+        let slot = instances.redeem(&ticket);
+        assert!(instances.take().is_none());
+        drop(slot);
+        assert!(instances.take().is_some());
+    }
+
+    #[test]
+    fn a_withdrawn_ticket_stops_counting_as_a_waiter_at_once() {
+        let instances = instances(1);
+        let held = instances.take().expect("one free");
+        let first = instances.take_or_queue(Waker::noop).expect_err("none free");
+        let second = instances.take_or_queue(Waker::noop).expect_err("none free");
+        // The first is withdrawn while the second waits behind it.
+        instances.withdraw(&first);
+        assert_eq!(instances.residency().waiting_for_instance, 1);
+        assert_eq!(instances.queued.load(Ordering::SeqCst), 1);
+        instances.withdraw(&second);
+        assert_eq!(instances.queued.load(Ordering::SeqCst), 0);
+        // Nobody waits: warm instances may be kept again (one worker, one instance free after
+        // `held` goes), and `WhenFull` does not hibernate for a waiter that left.
+        drop(held);
+        assert!(instances.may_keep_warm());
+        assert!(!instances.should_hibernate());
+        // Nothing was granted to the withdrawn tickets: the instance is free.
+        assert_eq!(instances.live.load(Ordering::SeqCst), 0);
+        assert!(instances.take().is_some());
+    }
+
+    #[test]
+    fn withdrawn_tickets_do_not_pile_up_behind_a_waiter() {
+        let instances = instances(1);
+        let _held = instances.take().expect("one free");
+        let oldest = instances.take_or_queue(Waker::noop).expect_err("none free");
+        for _ in 0..10_000 {
+            let ticket = instances.take_or_queue(Waker::noop).expect_err("none free");
+            instances.withdraw(&ticket);
+        }
+        assert_eq!(instances.queued.load(Ordering::SeqCst), 1);
+        assert!(instances.queue.lock().len() <= 2 + 16);
+        assert_eq!(oldest.state(), TicketState::Waiting);
+    }
+
+    #[test]
+    fn a_ticket_granted_as_it_is_withdrawn_gives_its_instance_to_the_next() {
+        let instances = instances(1);
+        let held = instances.take().expect("one free");
+        let first = instances.take_or_queue(Waker::noop).expect_err("none free");
+        let second = instances.take_or_queue(Waker::noop).expect_err("none free");
+        drop(held);
+        assert_eq!(first.state(), TicketState::Granted);
+        instances.withdraw(&first);
+        assert_eq!(second.state(), TicketState::Granted);
+        assert_eq!(instances.live.load(Ordering::SeqCst), 1);
+        drop(instances.redeem(&second));
+        assert_eq!(instances.live.load(Ordering::SeqCst), 0);
     }
 }
