@@ -405,6 +405,13 @@ impl HostBuilder {
             .handler(CommandKind::Call, functions);
         let interrupted = Arc::clone(&wasm);
         scheduler = scheduler.interrupt(move || interrupted.interrupt_all());
+        // Once every process is closed (also when the shutdown was called from a worker and goes
+        // on in a thread of its own): until then the epoch ticker still enforces step limits.
+        let (stopped, unloaded) = (Arc::clone(&wasm), Arc::clone(&modules));
+        scheduler = scheduler.on_stopped(move || {
+            stopped.stop();
+            unloaded.clear();
+        });
         if let Some(observer) = self.observer {
             scheduler = scheduler.observer(Arc::new(Adapter(observer)));
         }

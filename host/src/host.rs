@@ -258,9 +258,8 @@ impl Inner {
     fn shutdown(&self, grace: Duration) -> ShutdownReport {
         let mut scheduler = self.scheduler.lock();
         if let Some(scheduler) = scheduler.take() {
+            // The wasm runtime and the modules are stopped by the scheduler's `on_stopped` hook.
             let report = scheduler.shutdown(grace);
-            self.wasm.stop();
-            self.modules.clear();
             let _ = self.report.set(report);
         }
         self.report.get().cloned().unwrap_or_default()

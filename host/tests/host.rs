@@ -1,8 +1,9 @@
 //! The host as a library: loading modules, running many processes, limits, errors.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use wfhost::{ErrorKind, Host, Limits, Payload};
+use wfhost::{ErrorKind, Host, Limits, Observer, Payload, Pid};
 use wfhost_test_programs::{COUNTDOWN, HELLO, PROBE};
 
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -173,6 +174,82 @@ fn shutdown_closes_what_is_still_running() {
     );
     assert_eq!(err.kind(), ErrorKind::Cancelled);
     assert_eq!(report.finished_in_grace, 1);
+}
+
+/// Shuts the host down from a worker, right before the step of the process running
+/// `call_then_spin` that takes its call's completion (and then spins).
+struct ShutdownBeforeSpin {
+    host: Mutex<Option<Host>>,
+    spinner: Mutex<Option<Pid>>,
+    report: Mutex<Option<wfhost::ShutdownReport>>,
+}
+
+impl Observer for ShutdownBeforeSpin {
+    fn spawned(&self, pid: Pid, _parent: Option<Pid>, entry: &str) {
+        if entry == "call_then_spin" {
+            *self.spinner.lock().unwrap() = Some(pid);
+        }
+    }
+
+    fn event(&self, pid: Pid, event: &wfhost::contract::Event) {
+        let completion = event.kind == wfhost::contract::EventKind::YieldComplete;
+        if !completion || *self.spinner.lock().unwrap() != Some(pid) {
+            return;
+        }
+        let host = self.host.lock().unwrap().take();
+        if let Some(host) = host {
+            *self.report.lock().unwrap() = Some(host.shutdown(Duration::from_secs(60)));
+        }
+    }
+}
+
+#[test]
+fn a_shutdown_called_on_a_worker_still_holds_steps_to_their_limit() {
+    let observer = Arc::new(ShutdownBeforeSpin {
+        host: Mutex::new(None),
+        spinner: Mutex::new(None),
+        report: Mutex::new(None),
+    });
+    let host = Host::builder()
+        .workers(2)
+        .limits(Limits::default().step_time_limit(Duration::from_millis(200)))
+        .observer(Arc::clone(&observer) as Arc<dyn Observer>)
+        .function("noop", |_: serde_json::Value| {
+            Ok::<_, String>(serde_json::Value::Null)
+        })
+        .build()
+        .unwrap();
+    host.load_module_with(
+        "probe",
+        PROBE,
+        wfhost::Grants::default().allow_function("noop"),
+    )
+    .unwrap();
+    *observer.host.lock().unwrap() = Some(host.clone());
+    let spinner = host
+        .spawn("probe", "call_then_spin", json(serde_json::json!("noop")))
+        .unwrap();
+    // The shutdown goes on in a thread of its own while the spinner's step runs on the worker
+    // that called it. The step limit still stops that step: the wasm runtime (its epoch ticker)
+    // stops only once every process is closed, not when the detached shutdown returns (which
+    // left the spinner to run until the end of the 60 s grace period).
+    let error = spinner
+        .wait_timeout(PATIENCE)
+        .expect("stopped")
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Limit, "{error}");
+    assert!(error.message().contains("step time limit"), "{error}");
+    let report = observer.report.lock().unwrap().take().expect("shut down");
+    assert!(report.detached);
+    assert_eq!(report.live_at_start, 1);
+    // The host stays shut: a later shutdown reports the first.
+    assert_eq!(host.shutdown(Duration::ZERO), report);
+    assert_eq!(
+        host.spawn("probe", "echo", json(serde_json::json!(1)))
+            .unwrap_err()
+            .kind(),
+        ErrorKind::ShuttingDown
+    );
 }
 
 #[test]

@@ -57,11 +57,21 @@ pub struct Builder {
     config: Config,
     handlers: Handlers,
     observer: Option<Arc<dyn Observer>>,
-    interrupt: Option<Interrupt>,
+    hooks: Hooks,
 }
 
 /// What a shutdown calls when its grace period is over: see [`Builder::interrupt`].
 pub(crate) type Interrupt = Arc<dyn Fn() + Send + Sync>;
+
+/// What a shutdown calls once it is over: see [`Builder::on_stopped`].
+pub(crate) type Stopped = Box<dyn FnOnce() + Send>;
+
+/// What a shutdown calls on the embedder's behalf.
+#[derive(Default)]
+pub(crate) struct Hooks {
+    pub(crate) interrupt: Option<Interrupt>,
+    pub(crate) stopped: Option<Stopped>,
+}
 
 impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -69,7 +79,8 @@ impl std::fmt::Debug for Builder {
             .field("config", &self.config)
             .field("handlers", &self.handlers.registered().collect::<Vec<_>>())
             .field("observer", &self.observer.is_some())
-            .field("interrupt", &self.interrupt.is_some())
+            .field("interrupt", &self.hooks.interrupt.is_some())
+            .field("on_stopped", &self.hooks.stopped.is_some())
             .finish()
     }
 }
@@ -116,7 +127,7 @@ impl Builder {
             },
             handlers,
             observer: None,
-            interrupt: None,
+            hooks: Hooks::default(),
         }
     }
 
@@ -231,7 +242,18 @@ impl Builder {
     /// it should make steps still running end soon (a wasm host interrupts its guests), so that
     /// a shutdown does not wait for them. Default: none; the workers finish their steps.
     pub fn interrupt(mut self, interrupt: impl Fn() + Send + Sync + 'static) -> Builder {
-        self.interrupt = Some(Arc::new(interrupt));
+        self.hooks.interrupt = Some(Arc::new(interrupt));
+        self
+    }
+
+    /// Calls `stopped` once, when a shutdown is over: the workers joined, the handlers and the
+    /// timer stopped, every process closed. On the thread that called
+    /// [`Scheduler::shutdown`](crate::Scheduler::shutdown) before it returns, or, for a
+    /// shutdown called from a worker, on the thread that carries it out: what the processes use
+    /// while they wind down (a wasm host's epoch ticker) must be stopped here, not after
+    /// `shutdown` returns. Default: none.
+    pub fn on_stopped(mut self, stopped: impl FnOnce() + Send + 'static) -> Builder {
+        self.hooks.stopped = Some(Box::new(stopped));
         self
     }
 
@@ -267,6 +289,6 @@ impl Builder {
                 "the budget must be at least 1 event".into(),
             ));
         }
-        Scheduler::start(self.config, self.handlers, self.observer, self.interrupt)
+        Scheduler::start(self.config, self.handlers, self.observer, self.hooks)
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_deque::Worker as Deque;
 
-use crate::builder::{BuildError, Builder, Config, Interrupt};
+use crate::builder::{BuildError, Builder, Config, Hooks};
 use crate::handle::SchedulerHandle;
 use crate::handlers::Handlers;
 use crate::observe::Observer;
@@ -22,7 +22,7 @@ use crate::worker;
 pub struct Scheduler {
     handle: SchedulerHandle,
     threads: Vec<JoinHandle<()>>,
-    interrupt: Option<Interrupt>,
+    hooks: Hooks,
     done: bool,
 }
 
@@ -68,7 +68,7 @@ impl Scheduler {
         config: Config,
         handlers: Handlers,
         observer: Option<Arc<dyn Observer>>,
-        interrupt: Option<Interrupt>,
+        hooks: Hooks,
     ) -> Result<Scheduler, BuildError> {
         let deques: Vec<Deque<Task>> = (0..config.workers).map(|_| Deque::new_fifo()).collect();
         let queues = Queues::new(deques.iter().map(Deque::stealer).collect());
@@ -79,7 +79,7 @@ impl Scheduler {
                 shared: Arc::clone(&shared),
             },
             threads: Vec::with_capacity(deques.len()),
-            interrupt,
+            hooks,
             done: false,
         };
         for (index, deque) in deques.into_iter().enumerate() {
@@ -139,14 +139,14 @@ impl Scheduler {
         self.done = true;
         let shared = Arc::clone(&self.handle.shared);
         let threads = std::mem::take(&mut self.threads);
-        let interrupt = self.interrupt.take();
+        let hooks = std::mem::take(&mut self.hooks);
         if worker::on_worker(&shared) {
             // Joining would wait for this very thread: a thread of its own finishes the job.
             let live_at_start = shared.live.load(Ordering::Acquire);
             self.handle.request_stop();
             let finisher = std::thread::Builder::new()
                 .name("wfhost-shutdown".into())
-                .spawn(move || stop(&shared, threads, grace, interrupt));
+                .spawn(move || stop(&shared, threads, grace, hooks));
             if let Err(error) = finisher {
                 tracing::error!("could not start the shutdown thread: {error}");
             }
@@ -156,17 +156,17 @@ impl Scheduler {
                 ..ShutdownReport::default()
             };
         }
-        stop(&shared, threads, grace, interrupt)
+        stop(&shared, threads, grace, hooks)
     }
 }
 
 /// Requests the stop, waits up to `grace`, stops and joins the workers, stops the handlers and the
-/// timer, and closes whatever is left.
+/// timer, closes whatever is left, and calls the `stopped` hook.
 fn stop(
     shared: &Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
     grace: Duration,
-    interrupt: Option<Interrupt>,
+    hooks: Hooks,
 ) -> ShutdownReport {
     let live_at_start = shared.live.load(Ordering::Acquire);
     SchedulerHandle {
@@ -193,7 +193,7 @@ fn stop(
     std::sync::atomic::fence(Ordering::SeqCst);
     shared.idle.shutdown();
     // Steps still running are not waited for past the grace period.
-    if let Some(interrupt) = interrupt {
+    if let Some(interrupt) = hooks.interrupt {
         if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| interrupt())) {
             tracing::warn!(
                 "the shutdown interrupt panicked: {}",
@@ -228,6 +228,14 @@ fn stop(
     }
     shared.table.clear();
     shared.queues.clear_global();
+    if let Some(stopped) = hooks.stopped {
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(stopped)) {
+            tracing::warn!(
+                "the stopped hook panicked: {}",
+                crate::shared::panic_message(&*panic)
+            );
+        }
+    }
     ShutdownReport {
         live_at_start,
         finished_in_grace: live_at_start.saturating_sub(remaining),

@@ -754,7 +754,22 @@ fn a_stop_requested_inside_a_step_does_not_deadlock() {
 #[test]
 fn shutdown_called_inside_a_step_detaches_instead_of_joining_itself() {
     let owner: Arc<Mutex<Option<Scheduler>>> = Arc::new(Mutex::new(None));
-    let scheduler = Scheduler::builder().workers(2).build().unwrap();
+    // The stopped hook runs on the detached thread, after every process was closed.
+    let closes = Arc::new(AtomicU64::new(0));
+    let (hook_tx, hook_rx) = unbounded();
+    let seen = Arc::clone(&closes);
+    let scheduler = Scheduler::builder()
+        .workers(2)
+        .on_stopped(move || {
+            hook_tx
+                .send((
+                    seen.load(Ordering::SeqCst),
+                    std::thread::current().name().map(String::from),
+                ))
+                .unwrap()
+        })
+        .build()
+        .unwrap();
     let (tx, rx) = unbounded();
     let inside = Arc::clone(&owner);
     let process = Proc::new((), move |_, _, _, out| {
@@ -767,8 +782,11 @@ fn shutdown_called_inside_a_step_detaches_instead_of_joining_itself() {
     let handle = scheduler.handle().clone();
     // A process that ignores cancels: the detached shutdown must still close it, once.
     let (closed_tx, closed_rx) = unbounded();
-    let stubborn = Proc::new((), |_, _, _, out| out.status = Status::Idle)
-        .on_close(move |_| closed_tx.send(()).unwrap());
+    let counted = Arc::clone(&closes);
+    let stubborn = Proc::new((), |_, _, _, out| out.status = Status::Idle).on_close(move |_| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        closed_tx.send(()).unwrap()
+    });
     let stubborn = handle
         .spawn_handle(stubborn, "stubborn", Payload::empty())
         .unwrap();
@@ -784,6 +802,34 @@ fn shutdown_called_inside_a_step_detaches_instead_of_joining_itself() {
     assert_eq!(
         err.message(),
         "the host shut down before the process finished"
+    );
+    let (closed_before, thread) = hook_rx.recv_timeout(PATIENCE).expect("the hook ran");
+    assert_eq!(closed_before, 1);
+    assert_eq!(thread.as_deref(), Some("wfhost-shutdown"));
+    // Consumed by running: its sender is gone.
+    assert_eq!(
+        hook_rx.try_recv(),
+        Err(crossbeam_channel::TryRecvError::Disconnected)
+    );
+}
+
+#[test]
+fn the_stopped_hook_runs_once_before_shutdown_returns() {
+    let (hook_tx, hook_rx) = unbounded();
+    let scheduler = Scheduler::builder()
+        .workers(2)
+        .on_stopped(move || hook_tx.send(()).unwrap())
+        .build()
+        .unwrap();
+    let handle = scheduler.handle().clone();
+    let report = scheduler.shutdown(PATIENCE);
+    assert!(!report.detached);
+    assert_eq!(hook_rx.try_recv(), Ok(()));
+    // Consumed by running: its sender is gone.
+    assert!(handle.is_stopping());
+    assert_eq!(
+        hook_rx.try_recv(),
+        Err(crossbeam_channel::TryRecvError::Disconnected)
     );
 }
 
