@@ -206,8 +206,12 @@ impl<T> Run<T> {
     }
 
     /// The next message the process (or a descendant) sent to the host, waiting for one while it
-    /// runs. `None` once it has finished and every message it sent has been read; its result is
-    /// kept for [`wait`](Self::wait).
+    /// runs. `None` once it has finished and every message queued has been read; its result is
+    /// kept for [`wait`](Self::wait). Messages are queued before their sender's result, so none
+    /// the process sent is missed. Its descendants are cancelled when it finishes and may still
+    /// send while they clean up: those are queued too, and later calls return them, but are not
+    /// waited for (a descendant that ignores its cancel could otherwise hold this up for as long
+    /// as it runs).
     pub fn recv_message(&self) -> Option<Message> {
         self.recv_message_until(None)
     }
@@ -258,7 +262,7 @@ impl<T> Run<T> {
             match ready.index() {
                 i if i == message => match ready.recv(self.messages.channel()) {
                     Ok(received) => {
-                        let (from, data) = self.messages.received(received);
+                        let (from, data) = received.into_parts();
                         return Some(Message { from, data });
                     }
                     Err(_) => self.senders_gone.store(true, Ordering::Relaxed),

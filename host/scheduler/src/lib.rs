@@ -77,7 +77,7 @@ pub use counters::Counters;
 pub use handle::{Error, ProcessHandle, SchedulerHandle, Spawn};
 pub use handlers::{emit as emit_guest_log, Completer, Context, Handler, Request, Spawner};
 pub use observe::Observer;
-pub use outbox::{outbox, Outbox, OutboxReceiver};
+pub use outbox::{outbox, Outbox, OutboxReceiver, Queued};
 pub use process::{
     Events, FailureKind, InitContext, Process, ProcessError, ProcessResult, Readiness, Waker,
     WakerSource,

@@ -20,15 +20,40 @@ pub(crate) enum OutboxRefused {
 /// The sending half: cloned into every process that inherits it.
 #[derive(Clone, Debug)]
 pub struct Outbox {
-    sender: Sender<(Pid, Payload)>,
+    sender: Sender<Queued>,
     held: Arc<Held>,
 }
 
 /// The receiving half, held by whoever started the process.
 #[derive(Debug)]
 pub struct OutboxReceiver {
-    receiver: Receiver<(Pid, Payload)>,
+    receiver: Receiver<Queued>,
+}
+
+/// A message in an outbox. It counts against the outbox's limits until it is taken apart
+/// ([`Queued::into_parts`]) or dropped, however it left the channel.
+#[derive(Debug)]
+pub struct Queued {
+    from: Pid,
+    data: Payload,
+    /// `data`'s size when queued, counted out when this goes.
+    size: usize,
     held: Arc<Held>,
+}
+
+impl Queued {
+    /// The sender and the message; the outbox has room for another from now on.
+    pub fn into_parts(mut self) -> (Pid, Payload) {
+        let data = std::mem::replace(&mut self.data, Payload::empty());
+        (self.from, data)
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.held.messages.fetch_sub(1, Ordering::Relaxed);
+        self.held.bytes.fetch_sub(self.size, Ordering::Relaxed);
+    }
 }
 
 /// What an outbox holds, against its limits. The channel itself is unbounded (a bounded one would
@@ -57,7 +82,7 @@ pub fn outbox(messages: usize, bytes: usize) -> (Outbox, OutboxReceiver) {
             sender,
             held: Arc::clone(&held),
         },
-        OutboxReceiver { receiver, held },
+        OutboxReceiver { receiver },
     )
 }
 
@@ -82,42 +107,32 @@ impl Outbox {
             held.messages.fetch_sub(1, Ordering::Relaxed);
             return Err(OutboxRefused::Full);
         }
-        self.sender.send((from, message)).map_err(|_| {
-            held.messages.fetch_sub(1, Ordering::Relaxed);
-            held.bytes.fetch_sub(size, Ordering::Relaxed);
-            OutboxRefused::Closed
-        })
+        // From here the counts are the message's: a refused send drops it and so counts it out.
+        let queued = Queued {
+            from,
+            data: message,
+            size,
+            held: Arc::clone(held),
+        };
+        self.sender.send(queued).map_err(|_| OutboxRefused::Closed)
     }
 }
 
 impl OutboxReceiver {
-    fn taken(&self, message: (Pid, Payload)) -> (Pid, Payload) {
-        self.held.messages.fetch_sub(1, Ordering::Relaxed);
-        self.held
-            .bytes
-            .fetch_sub(message.1.bytes.len(), Ordering::Relaxed);
-        message
-    }
-
     /// The next message, if one is queued.
     pub fn try_recv(&self) -> Option<(Pid, Payload)> {
-        self.receiver.try_recv().ok().map(|m| self.taken(m))
+        self.receiver.try_recv().ok().map(Queued::into_parts)
     }
 
     /// The next message, waiting up to `timeout`.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<(Pid, Payload), RecvTimeoutError> {
-        self.receiver.recv_timeout(timeout).map(|m| self.taken(m))
+        self.receiver.recv_timeout(timeout).map(Queued::into_parts)
     }
 
-    /// The channel underneath, for `crossbeam_channel::select!`; pass what it yields to
-    /// [`OutboxReceiver::received`].
-    pub fn channel(&self) -> &Receiver<(Pid, Payload)> {
+    /// The channel underneath, for `crossbeam_channel::select!`. What it yields counts against
+    /// the outbox until taken apart or dropped.
+    pub fn channel(&self) -> &Receiver<Queued> {
         &self.receiver
-    }
-
-    /// Accounts for a message taken from [`OutboxReceiver::channel`] directly.
-    pub fn received(&self, message: (Pid, Payload)) -> (Pid, Payload) {
-        self.taken(message)
     }
 }
 
@@ -138,5 +153,25 @@ mod tests {
         assert_eq!(receiver.try_recv().map(|m| m.1.bytes.len()), Some(4));
         drop(receiver);
         assert_eq!(outbox.send(Pid(2), sized(0)), Err(OutboxRefused::Closed));
+        // The refused message and the one still queued at the drop are both counted out.
+        assert_eq!(outbox.held.messages.load(Ordering::Relaxed), 0);
+        assert_eq!(outbox.held.bytes.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_message_taken_from_the_raw_channel_frees_its_place_however_it_goes() {
+        let (outbox, receiver) = outbox(1, 10);
+        assert_eq!(outbox.send(Pid(1), Payload::opaque(vec![0; 4])), Ok(()));
+        assert_eq!(
+            outbox.send(Pid(1), Payload::empty()),
+            Err(OutboxRefused::Full)
+        );
+        // Dropped unread.
+        drop(receiver.channel().try_recv().unwrap());
+        assert_eq!(outbox.send(Pid(2), Payload::opaque(vec![0; 10])), Ok(()));
+        // Taken apart.
+        let (from, data) = receiver.channel().try_recv().unwrap().into_parts();
+        assert_eq!((from, data.bytes.len()), (Pid(2), 10));
+        assert_eq!(outbox.send(Pid(3), Payload::opaque(vec![0; 10])), Ok(()));
     }
 }
