@@ -189,6 +189,10 @@ impl HostBuilder {
     }
 
     /// Registers host function `name`, with its options.
+    ///
+    /// A function that holds a clone of the [`Host`] (to spawn or send from inside a call) keeps
+    /// the host alive through its own handler: dropping every other clone then does not stop it.
+    /// Call [`Host::shutdown`], which drops the functions and so ends the cycle.
     pub fn register(mut self, name: &str, function: HostFunction) -> HostBuilder {
         if self.functions.insert(name.to_string(), function).is_some() {
             self.duplicate_functions.push(name.to_string());
