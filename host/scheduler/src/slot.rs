@@ -25,6 +25,9 @@ pub(crate) struct Slot {
     pub(crate) exit: parking_lot::Mutex<Exit>,
     /// Set by the first cancel, which arms the grace-period timer; later cancels do not.
     pub(crate) cancel_armed: std::sync::atomic::AtomicBool,
+    /// Nanoseconds its turns have taken since it last went to the overrun queue: see
+    /// `worker::TURN_SLICE`. Written by the worker running it, before handing it on.
+    pub(crate) charge: std::sync::atomic::AtomicU64,
     /// Set by the first `sleep`: the timer may hold entries to drop when the process ends.
     pub(crate) has_timers: std::sync::atomic::AtomicBool,
     /// May cancel and join only its own children (see `Spawn::confined`).
@@ -124,6 +127,7 @@ impl Slot {
                 ..Exit::default()
             }),
             cancel_armed: std::sync::atomic::AtomicBool::new(false),
+            charge: std::sync::atomic::AtomicU64::new(0),
             has_timers: std::sync::atomic::AtomicBool::new(false),
             confined,
             outbox,

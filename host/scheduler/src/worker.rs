@@ -29,13 +29,15 @@ use crate::sync::Mutex;
 /// so the check does not fall into step with periodic workloads).
 const GLOBAL_POLL_INTERVAL: u32 = 61;
 
-/// A turn that has run this long ends at its next step boundary, even with budget left, and its
-/// process goes to the queue of processes that overran (served after every other queue). The
-/// worker then owes the others as much time as that turn took: it serves the overrun queue first
-/// again only once it has spent that long on other processes, or has nothing else to run. So a
-/// process whose every step takes long (each just under the step time limit) cannot hold a
-/// worker: everything else runnable gets at least as much of the worker's time. Go preempts at
-/// 10 ms too.
+/// A process whose turns have run this long in all since it last went behind the others (its
+/// charge, `Slot::charge`) ends its turn at the next step boundary, even with budget left, and
+/// goes to the queue of processes that overran (served after every other queue), whether it asked
+/// to run again or to wait. The worker then owes the others as much time as that charge: it serves
+/// the overrun queue first again only once it has spent that long on other processes, or has
+/// nothing else to run. So a process whose every step takes long (each just under the step time
+/// limit), or that runs a little under the slice and then waits for a moment (a zero sleep, a
+/// message from a partner), cannot hold a worker: everything else runnable gets at least as much
+/// of the worker's time. Go preempts at 10 ms too.
 const TURN_SLICE: Duration = Duration::from_millis(10);
 
 /// What a worker thread keeps where code running on it (handlers, scheduler calls from inside a
@@ -124,8 +126,10 @@ pub(crate) struct Worker {
     /// Time this worker owes processes other than those that overran their time slice: what
     /// overrunning turns took, less what turns of others have taken since.
     owed: Duration,
-    /// Set by a turn that ended because it ran out of time.
+    /// Set by a turn that ended because its process's charge reached the slice.
     overran: bool,
+    /// The charge the process of the current turn came with (see [`TURN_SLICE`]).
+    charge: Duration,
     /// The last reading of the clock (`clock.rs`), taken when a turn ends (and when a step within
     /// a turn ends, if the turn goes on): the end of one turn is the start of the next when the
     /// worker goes straight on, so a turn of one step costs one reading.
@@ -152,6 +156,7 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize, deque: Deque<Task>) {
         look_outside: false,
         owed: Duration::ZERO,
         overran: false,
+        charge: Duration::ZERO,
         clock: clock::now(),
         events: Vec::new(),
         out: StepOutput::new(),
@@ -188,7 +193,7 @@ impl Worker {
             self.clock = clock::now();
             let took = self.clock.since(started);
             self.owed = if overran {
-                self.owed + took
+                self.owed + self.charge + took
             } else {
                 self.owed.saturating_sub(took)
             };
@@ -288,19 +293,28 @@ impl Worker {
         self.shared().counters.bump(Some(self.index), counter);
     }
 
-    /// One turn of one process. Returns true if the turn used up its time slice (the process
-    /// then went to the overrun queue).
+    /// One turn of one process. Returns true if the process's charge reached the time slice (the
+    /// process then went to the overrun queue).
     fn turn(&mut self, slot: Task, started: Reading) -> bool {
         self.overran = false;
+        self.charge = Duration::from_nanos(slot.charge.load(Ordering::Relaxed));
         self.turn_steps(slot, started);
         self.overran
     }
 
-    /// Whether the turn that began at `started` has used up its time slice; read only where the
-    /// turn would otherwise go on.
+    /// Whether the process's charge with the turn that began at `started` has reached the time
+    /// slice; read where the turn would otherwise go on, and before it parks.
     fn out_of_time(&mut self, started: Reading) -> bool {
         self.clock = clock::now();
-        self.clock.since(started) >= TURN_SLICE
+        self.charge + self.clock.since(started) >= TURN_SLICE
+    }
+
+    /// Records the process's charge with this turn, before the process is handed on (queued or
+    /// parked, after which another worker may run it). Relaxed: the hand-off publishes it.
+    fn charge(&self, slot: &Slot, started: Reading) {
+        let charge = self.charge + self.clock.since(started);
+        let nanos = u64::try_from(charge.as_nanos()).unwrap_or(u64::MAX);
+        slot.charge.store(nanos, Ordering::Relaxed);
     }
 
     /// Init if new, then step while it has events, budget and time.
@@ -417,7 +431,7 @@ impl Worker {
                         // Remembered with the process, so the next turn steps it though no
                         // event will arrive.
                         slot.body.lock().step_due = true;
-                        return self.requeue(slot, out_of_time);
+                        return self.requeue(slot, started, out_of_time);
                     }
                     step_without_events = true;
                     continue;
@@ -426,12 +440,19 @@ impl Worker {
                 Some(Status::Wait) => BLOCKED,
                 None => target,
             };
+            // A process that has had its slice goes behind the others even if it now waits: its
+            // next turn finds what arrived meanwhile, or parks it. Otherwise a process running
+            // just under the slice and then waiting a moment would be back at once, every time.
+            if self.out_of_time(started) {
+                return self.requeue(slot, started, true);
+            }
+            self.charge(&slot, started);
             if park_unless_woken(&slot.state, &slot.inbox, target, left) {
                 return;
             }
             let out_of_time = self.out_of_time(started);
             if budget == 0 || out_of_time {
-                return self.requeue(slot, out_of_time);
+                return self.requeue(slot, started, out_of_time);
             }
         }
     }
@@ -463,7 +484,10 @@ impl Worker {
             Park::Parked => {}
             // Something arrived during the turn (perhaps the wake-up itself): try again at its
             // next turn, behind the others.
-            Park::Notified => self.requeue(slot, false),
+            Park::Notified => {
+                let started = self.clock;
+                self.requeue(slot, started, false)
+            }
         }
     }
 
@@ -586,17 +610,20 @@ impl Worker {
     }
 
     /// Budget used up: to the back of the local queue, so peers get their turn. Time used up: to
-    /// the overrun queue, behind everything else; and the worker looks at the shared queues
-    /// before its own next, so work queued there waits for at most one long step per worker.
-    fn requeue(&mut self, slot: Task, out_of_time: bool) {
+    /// the overrun queue, behind everything else, its charge paid; and the worker looks at the
+    /// shared queues before its own next, so work queued there waits for at most one long step
+    /// per worker.
+    fn requeue(&mut self, slot: Task, started: Reading, out_of_time: bool) {
         if out_of_time {
             self.look_outside = true;
             self.overran = true;
+            slot.charge.store(0, Ordering::Relaxed);
             slot.state.requeue();
             self.shared().queues.push_overrun(slot);
             self.shared().idle.notify_one();
             return;
         }
+        self.charge(&slot, started);
         slot.state.requeue();
         let pushed = with_local_task(self.shared(), slot, |local, task| local.push_back(task));
         debug_assert!(pushed.is_ok(), "a worker always has its local queue");

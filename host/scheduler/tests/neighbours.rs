@@ -243,6 +243,92 @@ fn a_process_that_overran_its_time_slice_waits_behind_the_others() {
     assert_eq!(seen_at_second_step.recv_timeout(PATIENCE), Ok(50));
 }
 
+/// Two processes whose turns each stay under the time slice, each waking the other at once at
+/// the end of its turn (a message), run up a charge all the same: once their turns add up to the
+/// slice they go behind the others, so processes queued meanwhile run within a few of their steps.
+/// (Counted by turns, the pair would have the worker to itself, and new processes would start one
+/// per 61 of their turns.)
+#[test]
+fn processes_whose_short_turns_add_up_to_the_slice_wait_behind_the_others() {
+    const QUICK: usize = 50;
+    const MOST_STEPS: usize = 2_000;
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let quick_done = Arc::new(AtomicUsize::new(0));
+    let hog_steps = Arc::new(AtomicUsize::new(0));
+    let (started, running) = unbounded();
+    // Each step: most of a slice, then a message to the partner (its pid is the input, or the
+    // first message), then a wait for the partner's.
+    let hog = |first: bool| {
+        let quick_done = Arc::clone(&quick_done);
+        let hog_steps = Arc::clone(&hog_steps);
+        let started = started.clone();
+        Proc::new(None::<Pid>, move |partner, env, events, out| {
+            let steps = hog_steps.fetch_add(1, Ordering::SeqCst) + 1;
+            for event in events.as_slice() {
+                if event.kind == EventKind::Message && partner.is_none() {
+                    *partner = Some(event.from);
+                }
+            }
+            if env.first && !first {
+                *partner = Some(de::<Pid>(&env.input));
+                started.send(()).unwrap();
+            }
+            if quick_done.load(Ordering::SeqCst) == QUICK || steps >= MOST_STEPS {
+                out.status = Status::Done(Payload::empty());
+                return;
+            }
+            out.receive = 1;
+            out.status = Status::Idle;
+            let Some(partner) = *partner else { return };
+            std::thread::sleep(Duration::from_millis(7));
+            out.push(
+                Tag(steps as u64),
+                Command::Send(SendRequest {
+                    to: partner,
+                    message: Payload::empty(),
+                }),
+            );
+        })
+    };
+    let first = scheduler
+        .spawn_handle(hog(true), "ping", Payload::empty())
+        .unwrap();
+    let second = scheduler
+        .spawn_handle(hog(false), "pong", pc(&first.pid()))
+        .unwrap();
+    running.recv_timeout(PATIENCE).unwrap();
+    let (tx, rx) = unbounded();
+    for i in 0..QUICK as u64 {
+        let done = Arc::clone(&quick_done);
+        let quick = Proc::new((), move |_, env, _, out| {
+            done.fetch_add(1, Ordering::SeqCst);
+            out.status = Status::Done(env.input.clone());
+        });
+        scheduler
+            .spawn_with(Spawn::new(quick, "quick", pc(&i)).notify(tx.clone()))
+            .unwrap();
+    }
+    // The pair's step under way when the last was queued.
+    let queued_at = hog_steps.load(Ordering::SeqCst);
+    let mut sum = 0;
+    for _ in 0..QUICK {
+        sum += de::<u64>(&rx.recv_timeout(PATIENCE).unwrap().1.unwrap());
+    }
+    let stepped_meanwhile = hog_steps.load(Ordering::SeqCst) - queued_at;
+    assert_eq!(sum, 49 * 50 / 2);
+    // Each one's charge reaches the slice within two steps of 7 ms (three, read with a coarse
+    // clock), then the queued processes all run before its next step.
+    assert!(
+        stepped_meanwhile <= 6,
+        "the pair stepped {stepped_meanwhile} times while {QUICK} processes waited"
+    );
+    // The one that steps first after that finishes; the other waits for its message for ever.
+    for pair in [first, second] {
+        let _ = scheduler.terminate(pair.pid(), "enough");
+        pair.wait_timeout(PATIENCE).unwrap().ok();
+    }
+}
+
 /// A spawner for the tests below: `child` processes that nap (sleep) for their input's
 /// milliseconds, and report being cancelled the way the SDK does.
 struct Nappers;
