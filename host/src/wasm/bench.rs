@@ -85,6 +85,12 @@ impl Harness {
         Ok(Harness { wasm, compiled })
     }
 
+    /// The runtime the harness's processes run in.
+    #[cfg(test)]
+    pub(crate) fn runtime(&self) -> &WasmRuntime {
+        &self.wasm
+    }
+
     /// Raw wasmtime: a store with a WASI context, instantiated from the `InstancePre`.
     pub fn instantiate_raw(&self) -> RawInstance {
         let wasi = super::wasi::Logs::new(Pid(1)).wasi();

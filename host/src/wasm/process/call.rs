@@ -25,6 +25,10 @@ impl WasmProcess {
         export: Export,
         request: &Req,
     ) -> Result<Vec<u8>, ProcessError> {
+        self.refuse_if_shut_down(match export {
+            Export::Init => "before its init",
+            Export::Step => "before its step",
+        })?;
         let mut scratch = std::mem::take(&mut self.scratch);
         let before = scratch.capacity();
         scratch.clear();

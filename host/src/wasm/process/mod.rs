@@ -10,6 +10,8 @@
 
 mod call;
 mod live;
+#[cfg(test)]
+mod tests;
 mod trap;
 
 use std::sync::Arc;
@@ -104,6 +106,19 @@ impl WasmProcess {
         )
     }
 
+    /// Refuses to start a call into the guest once the host has interrupted every guest to shut
+    /// down: a call armed after that would get a whole step's time again, so a process stepping
+    /// again and again (or queued behind one that was interrupted) could hold the shutdown.
+    fn refuse_if_shut_down(&self, during: &str) -> Result<(), ProcessError> {
+        if self.runtime.interrupted.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(self.fail(
+                FailureKind::Terminated,
+                format_args!("was stopped {during}: the host shut down"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Sets the budgets of one call into the guest: its time (the step time limit, or what is
     /// left of its CPU time if less), and its fuel when fuel is on.
     fn arm(&mut self) {
@@ -147,6 +162,7 @@ impl WasmProcess {
     /// A new instance of the process's module, counted by `slot`. `initialize`: run the module's
     /// `_initialize` (not when restoring from hibernation, whose memory has it done already).
     fn instantiate(&mut self, initialize: bool, slot: InstanceSlot) -> Result<Live, ProcessError> {
+        self.refuse_if_shut_down("before it was instantiated")?;
         let logs = self.logs.get_or_insert_with(|| Logs::new(self.pid));
         let mut store = Live::store(&self.spec.compiled, logs.wasi(), &self.spec.limits);
         // Instantiation runs the module's start function: it gets the same budgets as a step.
