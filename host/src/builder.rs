@@ -12,8 +12,8 @@ use wfhost_scheduler::{Scheduler, DEFAULT_BUDGET};
 use crate::capacity::{Capacity, MemoryImages};
 use crate::error::{Error, ErrorKind, Result};
 use crate::functions::{
-    CallInfo, FunctionSettings, Functions, HostFunction, DEFAULT_FUNCTION_QUEUE,
-    DEFAULT_FUNCTION_THREADS, DEFAULT_FUNCTION_TIMEOUT,
+    CallInfo, FunctionSettings, Functions, HostFunction, DEFAULT_FUNCTION_CALLS_PER_PROCESS,
+    DEFAULT_FUNCTION_QUEUE, DEFAULT_FUNCTION_THREADS, DEFAULT_FUNCTION_TIMEOUT,
 };
 use crate::host::Host;
 use crate::modules::Modules;
@@ -50,6 +50,7 @@ pub struct HostBuilder {
     duplicate_functions: Vec<String>,
     function_threads: usize,
     function_queue: usize,
+    function_calls_per_process: usize,
     function_timeout: Option<Duration>,
     runtime: Option<tokio::runtime::Handle>,
     observer: Option<Arc<dyn Observer>>,
@@ -76,6 +77,10 @@ impl std::fmt::Debug for HostBuilder {
             .field("functions", &functions)
             .field("function_threads", &self.function_threads)
             .field("function_queue", &self.function_queue)
+            .field(
+                "function_calls_per_process",
+                &self.function_calls_per_process,
+            )
             .field("function_timeout", &self.function_timeout)
             .field("max_processes", &self.max_processes)
             .field("mailbox_limit", &self.mailbox_limit)
@@ -101,6 +106,7 @@ impl Default for HostBuilder {
             duplicate_functions: Vec::new(),
             function_threads: DEFAULT_FUNCTION_THREADS,
             function_queue: DEFAULT_FUNCTION_QUEUE,
+            function_calls_per_process: DEFAULT_FUNCTION_CALLS_PER_PROCESS,
             function_timeout: Some(DEFAULT_FUNCTION_TIMEOUT),
             runtime: None,
             observer: None,
@@ -212,6 +218,15 @@ impl HostBuilder {
     /// exhaust the host's memory. Default: [`DEFAULT_FUNCTION_QUEUE`] (10,000).
     pub fn function_queue(mut self, calls: usize) -> HostBuilder {
         self.function_queue = calls;
+        self
+    }
+
+    /// How many host-function calls one process may have in flight; a call beyond it completes
+    /// with a `limit-reached` error at once, so one process cannot fill the host's queue
+    /// ([`function_queue`](HostBuilder::function_queue)) and keep its neighbours' calls out.
+    /// Default: [`DEFAULT_FUNCTION_CALLS_PER_PROCESS`] (1,000).
+    pub fn function_calls_per_process(mut self, calls: usize) -> HostBuilder {
+        self.function_calls_per_process = calls;
         self
     }
 
@@ -382,6 +397,7 @@ impl HostBuilder {
             FunctionSettings {
                 threads: self.function_threads,
                 queue: self.function_queue,
+                per_process: self.function_calls_per_process,
                 timeout: self.function_timeout,
                 runtime: self.runtime,
             },

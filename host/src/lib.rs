@@ -56,8 +56,8 @@ pub use builder::{
 pub use capacity::{Capacity, CapacityLimit, MemoryImages};
 pub use error::{Error, ErrorKind, Result};
 pub use functions::{
-    CallInfo, HostFunction, DEFAULT_FUNCTION_QUEUE, DEFAULT_FUNCTION_THREADS,
-    DEFAULT_FUNCTION_TIMEOUT,
+    CallInfo, HostFunction, DEFAULT_FUNCTION_CALLS_PER_PROCESS, DEFAULT_FUNCTION_QUEUE,
+    DEFAULT_FUNCTION_THREADS, DEFAULT_FUNCTION_TIMEOUT,
 };
 pub use grants::Grants;
 pub use host::Host;

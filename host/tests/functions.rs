@@ -306,3 +306,61 @@ fn shutdown_aborts_calls_on_the_embedders_runtime_and_drops_the_functions() {
     );
     drop(runtime);
 }
+
+/// One process may have only so many calls in flight (`function_calls_per_process`): those past
+/// it are refused at once with `limit-reached`, so its neighbours' calls still find room in the
+/// host's queue. (Before, one process calling five times filled a queue of five.)
+#[test]
+fn one_process_cannot_fill_the_queue_of_calls() {
+    let (gate, opened) = tokio::sync::watch::channel(false);
+    let (started, starts) = crossbeam_channel::unbounded();
+    let host = start(
+        Host::builder()
+            .workers(2)
+            .function_queue(5)
+            .function_calls_per_process(3)
+            .function_async("hold", move |n: u32| {
+                let mut opened = opened.clone();
+                let _ = started.send(n);
+                async move {
+                    let _ = opened.wait_for(|open| *open).await;
+                    Ok::<_, String>(n)
+                }
+            })
+            .function("double", |n: u32| Ok::<_, String>(n * 2)),
+    );
+    let holder = host
+        .spawn("probe", "calls", json(json!(["hold", 5])))
+        .unwrap();
+    let mut held: Vec<u32> = (0..3)
+        .map(|_| starts.recv_timeout(PATIENCE).unwrap())
+        .collect();
+    held.sort_unstable();
+    assert_eq!(held, [0, 1, 2]);
+    // The queue has room for two more calls: the neighbour's.
+    assert_eq!(
+        outcomes(&host, "double", 2),
+        [json!({"ok": 0}), json!({"ok": 2})]
+    );
+    gate.send(true).unwrap();
+    let outcomes: Vec<Value> = holder
+        .wait_timeout(PATIENCE)
+        .expect("finished")
+        .unwrap()
+        .decode()
+        .unwrap();
+    assert_eq!(
+        outcomes[..3],
+        [json!({"ok": 0}), json!({"ok": 1}), json!({"ok": 2})]
+    );
+    for refused in &outcomes[3..] {
+        assert_eq!(refused["error"], "limit-reached", "{refused}");
+        assert_eq!(
+            refused["message"],
+            "this process has 3 host-function calls in flight, the most one process may have \
+             (HostBuilder::function_calls_per_process); await some first (limit-reached)"
+        );
+    }
+    assert!(starts.is_empty(), "a refused call ran");
+    host.shutdown(Duration::from_secs(1));
+}

@@ -32,6 +32,9 @@ pub(super) const MAX_ABANDONED: usize = 64;
 /// at once, inside the spawn, and the task's guard then takes the lock).
 pub(super) type Tasks = Arc<Mutex<HashMap<u64, Option<AbortHandle>>>>;
 
+/// How many calls each process has in flight; a process with none has no entry.
+pub(super) type CallsByProcess = Arc<Mutex<HashMap<Pid, usize>>>;
+
 /// A running blocking call's state, shared with its thread.
 const RUNNING: u8 = 0;
 const DONE: u8 = 1;
@@ -49,6 +52,7 @@ pub(super) struct Finish {
     /// Whether the bookkeeping is done.
     pub(super) settled: bool,
     pub(super) in_flight: Arc<AtomicUsize>,
+    pub(super) by_process: CallsByProcess,
     pub(super) tasks: Tasks,
     pub(super) stopping: Arc<AtomicBool>,
 }
@@ -60,6 +64,15 @@ impl Finish {
             return;
         }
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        {
+            let mut by_process = self.by_process.lock();
+            if let Some(calls) = by_process.get_mut(&self.pid) {
+                *calls -= 1;
+                if *calls == 0 {
+                    by_process.remove(&self.pid);
+                }
+            }
+        }
         let mut tasks = self.tasks.lock();
         // No entry yet: the handler has not made it, so leave a mark that it never does. Not at
         // shutdown, when the handler makes none and nothing would remove the mark.

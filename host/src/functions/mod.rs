@@ -34,6 +34,12 @@ pub const DEFAULT_FUNCTION_THREADS: usize = 4;
 /// [`HostBuilder::function_queue`](crate::HostBuilder::function_queue) says otherwise.
 pub const DEFAULT_FUNCTION_QUEUE: usize = 10_000;
 
+/// Calls one process may have in flight at once, unless
+/// [`HostBuilder::function_calls_per_process`](crate::HostBuilder::function_calls_per_process)
+/// says otherwise: a tenth of [`DEFAULT_FUNCTION_QUEUE`], so that one process cannot take the
+/// whole queue from its neighbours.
+pub const DEFAULT_FUNCTION_CALLS_PER_PROCESS: usize = 1_000;
+
 /// Who is calling a host function.
 #[derive(Clone, Debug)]
 #[non_exhaustive]

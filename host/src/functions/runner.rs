@@ -32,7 +32,9 @@ use tokio::time::Instant;
 use wfcontract::{Command, CommandError, ErrorKind};
 use wfhost_scheduler::{Context, Handler, Request};
 
-use super::call::{panicked_with, shutting_down, Call, CatchPanic, Finish, Tasks, MAX_ABANDONED};
+use super::call::{
+    panicked_with, shutting_down, Call, CallsByProcess, CatchPanic, Finish, Tasks, MAX_ABANDONED,
+};
 use super::{CallInfo, HostFunction};
 
 /// How long shutdown waits for the host's own runtime to wind down: its tasks are dropped, and
@@ -50,6 +52,8 @@ pub(crate) struct FunctionSettings {
     pub(crate) threads: usize,
     /// Calls in flight (running or waiting for a permit) at once.
     pub(crate) queue: usize,
+    /// Calls one process may have in flight at once.
+    pub(crate) per_process: usize,
     /// A call's timeout unless its function says otherwise.
     pub(crate) timeout: Option<Duration>,
     /// The embedder's runtime, if calls run there rather than on one of the host's own.
@@ -64,6 +68,7 @@ pub(crate) struct Functions {
     functions: RwLock<HashMap<String, (Arc<str>, HostFunction)>>,
     timeout: Option<Duration>,
     queue: usize,
+    per_process: usize,
     /// Where calls run; `None` when no function is registered.
     handle: Option<Handle>,
     /// The host's own runtime, when it has one; taken at shutdown.
@@ -73,6 +78,8 @@ pub(crate) struct Functions {
     timers: OnceLock<bool>,
     permits: Arc<Semaphore>,
     in_flight: Arc<AtomicUsize>,
+    /// Each process's share of `in_flight`.
+    by_process: CallsByProcess,
     abandoned: Arc<AtomicUsize>,
     stopping: Arc<AtomicBool>,
     /// Every call's task, to abort them at shutdown.
@@ -117,11 +124,13 @@ impl Functions {
             ),
             timeout: settings.timeout,
             queue: settings.queue.max(1),
+            per_process: settings.per_process.max(1),
             handle,
             own: Mutex::new(own),
             timers,
             permits: Arc::new(Semaphore::new(settings.threads.max(1))),
             in_flight: Arc::new(AtomicUsize::new(0)),
+            by_process: Arc::default(),
             abandoned: Arc::new(AtomicUsize::new(0)),
             stopping: Arc::new(AtomicBool::new(false)),
             tasks: Arc::default(),
@@ -202,6 +211,25 @@ impl Handler for Functions {
             );
             return cx.complete(request.tag, Err(error));
         }
+        // Nor may one process take the whole queue from its neighbours.
+        {
+            let mut by_process = self.by_process.lock();
+            let calls = by_process.entry(request.pid).or_insert(0);
+            if *calls >= self.per_process {
+                drop(by_process);
+                self.in_flight.fetch_sub(1, Ordering::AcqRel);
+                let error = CommandError::new(
+                    ErrorKind::LimitReached,
+                    format!(
+                        "this process has {} host-function calls in flight, the most one process \
+                         may have (HostBuilder::function_calls_per_process); await some first",
+                        self.per_process
+                    ),
+                );
+                return cx.complete(request.tag, Err(error));
+            }
+            *calls += 1;
+        }
         let id = self.next_task.fetch_add(1, Ordering::Relaxed);
         // From here on the guard owns the completion and the bookkeeping, whatever becomes of
         // the task (which may be dropped inside `spawn` itself, if the runtime has shut down).
@@ -212,6 +240,7 @@ impl Handler for Functions {
             id,
             settled: false,
             in_flight: Arc::clone(&self.in_flight),
+            by_process: Arc::clone(&self.by_process),
             tasks: Arc::clone(&self.tasks),
             stopping: Arc::clone(&self.stopping),
         };

@@ -110,7 +110,11 @@ impl WasmProcess {
     /// down: a call armed after that would get a whole step's time again, so a process stepping
     /// again and again (or queued behind one that was interrupted) could hold the shutdown.
     fn refuse_if_shut_down(&self, during: &str) -> Result<(), ProcessError> {
-        if self.runtime.interrupted.load(std::sync::atomic::Ordering::Acquire) {
+        if self
+            .runtime
+            .interrupted
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
             return Err(self.fail(
                 FailureKind::Terminated,
                 format_args!("was stopped {during}: the host shut down"),
