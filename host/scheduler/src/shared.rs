@@ -165,6 +165,8 @@ impl Shared {
                     slot.has_timers.store(true, Ordering::Relaxed);
                 }
                 if let Err(error) = scheduled {
+                    // A later cancel tries again (the timer thread may start then).
+                    slot.cancel_armed.store(false, Ordering::Release);
                     // Without the timer nothing ends a process that ignores the cancel. At shutdown
                     // that is the shutdown's job; otherwise someone must hear of it.
                     if self.stopping.load(Ordering::Acquire) {
@@ -536,8 +538,8 @@ mod tests {
         }
     }
 
-    /// A cancel whose grace-period timer cannot be armed says so in the log: nothing else would
-    /// end a process that ignores the cancel.
+    /// A cancel whose grace-period timer cannot be armed says so in the log (nothing else would
+    /// end a process that ignores the cancel), and the next cancel tries again.
     #[test]
     fn a_grace_timer_that_cannot_be_armed_is_logged() {
         let scheduler = Scheduler::builder()
@@ -548,18 +550,25 @@ mod tests {
         let shared = Arc::clone(&scheduler.handle().shared);
         let pid = scheduler.spawn(Idle, "idle", Payload::empty()).unwrap();
         shared.timer.shutdown();
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::with_default(subscriber, || scheduler.cancel(pid).unwrap());
-        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-        assert!(
-            log.contains("the cancel grace period could not be armed"),
-            "{log}"
-        );
+        let cancel = || {
+            let captured = Captured::default();
+            let writer = captured.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_ansi(false)
+                .finish();
+            tracing::subscriber::with_default(subscriber, || scheduler.cancel(pid).unwrap());
+            let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+            assert!(
+                log.contains("the cancel grace period could not be armed"),
+                "{log}"
+            );
+        };
+        cancel();
+        // Not marked as armed: the next cancel tries again (and says so again).
+        let slot = shared.slot(pid).unwrap();
+        assert!(!slot.cancel_armed.load(std::sync::atomic::Ordering::Acquire));
+        cancel();
         scheduler.shutdown(std::time::Duration::ZERO);
     }
 }
