@@ -125,6 +125,25 @@ impl Grants {
         self
     }
 
+    /// What both these grants and `other` allow.
+    pub(crate) fn intersection(&self, other: &Grants) -> Grants {
+        use HostFunctions::{All, Named};
+        let host_functions = match (&self.host_functions, &other.host_functions) {
+            (All, All) => All,
+            (All, Named(names)) | (Named(names), All) => Named(names.clone()),
+            (Named(a), Named(b)) => Named(a.intersection(b).cloned().collect()),
+        };
+        Grants {
+            builtins: self
+                .builtins
+                .intersection(&other.builtins)
+                .copied()
+                .collect(),
+            host_functions,
+            any_process: self.any_process && other.any_process,
+        }
+    }
+
     /// Whether these grants let a process run `command`; if not, the `not-allowed` error its
     /// yield completes with.
     pub fn permits(&self, command: &Command) -> Result<(), CommandError> {

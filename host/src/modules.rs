@@ -19,11 +19,12 @@ pub(crate) struct Loaded {
 
 impl Loaded {
     /// What a process of this module runs with: these limits, and its grants unless `grants`
-    /// replaces them.
+    /// replaces them (which then also bound its children's).
     pub(crate) fn spec(&self, grants: Option<Arc<Grants>>, limits: Arc<Limits>) -> ProcessSpec {
         ProcessSpec {
             compiled: Arc::clone(&self.compiled),
             module_name: Arc::clone(&self.name),
+            bound: grants.is_some(),
             grants: grants.unwrap_or_else(|| Arc::clone(&self.grants)),
             limits,
         }

@@ -1,5 +1,5 @@
-//! What a guest's `spawn` starts: a process of a loaded module, with its grants and its parent's
-//! limits.
+//! What a guest's `spawn` starts: a process of a loaded module, with its grants (bounded by its
+//! parent's, when those were narrowed) and its parent's limits.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -36,11 +36,14 @@ impl Spawner for GuestSpawner {
                 info.unknown_entry(&request.entry).message().to_string(),
             ));
         }
-        let confined = !loaded.grants.reaches_any_process();
-        // A child runs within its parent's limits: a process spawned with lower ones cannot
-        // escape them through its children.
-        let limits = self.wasm.limits_of(parent);
-        let process = WasmProcess::new(Arc::clone(&self.wasm), loaded.spec(None, limits));
+        // Within its parent's limits, and its parent's grants if they were narrowed.
+        let inherited = self.wasm.inherited(parent);
+        let grants = inherited
+            .bound
+            .map(|bound| Arc::new(loaded.grants.intersection(&bound)));
+        let spec = loaded.spec(grants, inherited.limits);
+        let confined = !spec.grants.reaches_any_process();
+        let process = WasmProcess::new(Arc::clone(&self.wasm), spec);
         Ok(Spawn::new(process, request.entry, request.input).confined(confined))
     }
 

@@ -178,6 +178,51 @@ fn spawn_options_set_grants_limits_and_a_timeout_for_one_process() {
 /// this user may read or write them, a damaged file (by one byte) is replaced by a fresh compile,
 /// and a directory others may write to is not used.
 #[cfg(unix)]
+/// Grants narrowed for one process bound its descendants too: it cannot get its module's grants
+/// back by spawning its own module (or another), however deep. Without narrowed grants, a child
+/// runs with its module's.
+#[test]
+fn narrowed_grants_bound_the_children_of_the_process() {
+    let host = Host::builder()
+        .workers(2)
+        .function("double", |n: u32| Ok::<_, String>(n * 2))
+        .build()
+        .unwrap();
+    host.load_module_with("probe", PROBE, Grants::default().allow_all_functions())
+        .unwrap();
+    host.load_module_with("other", PROBE, Grants::default().allow_function("double"))
+        .unwrap();
+    let outcome = |options: &SpawnOptions, input: Value| -> Value {
+        host.spawn_with("probe", "supervise", json(input), options)
+            .unwrap()
+            .wait_timeout(PATIENCE)
+            .unwrap()
+            .unwrap()
+            .decode()
+            .unwrap()
+    };
+    let call = json!(["double", 21]);
+    let narrowed = SpawnOptions::new().grants(Grants::default());
+    let refused = "this module may not call host function 'double': the host did not grant it \
+                   (it grants none) (not-allowed)";
+    // Its own module, and another module, as a child.
+    for module in [Value::Null, json!("other")] {
+        let child = outcome(&narrowed, json!([module, "call", call]));
+        assert_eq!(child["ok"]["error"], "not-allowed", "{child}");
+        assert_eq!(child["ok"]["message"], refused, "{child}");
+    }
+    // A grandchild.
+    let grandchild = outcome(&narrowed, json!([null, "supervise", [null, "call", call]]));
+    assert_eq!(
+        grandchild["ok"]["ok"]["error"], "not-allowed",
+        "{grandchild}"
+    );
+    // Not narrowed: the child has its module's grants, whatever its parent's module grants.
+    let child = outcome(&SpawnOptions::new(), json!(["other", "call", call]));
+    assert_eq!(child["ok"], json!({"ok": 42}), "{child}");
+    host.shutdown(Duration::from_secs(1));
+}
+
 #[test]
 fn the_module_cache_keeps_compiled_modules_between_hosts() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};

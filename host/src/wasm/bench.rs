@@ -132,6 +132,7 @@ impl Harness {
                 compiled: Arc::clone(&self.compiled),
                 module_name: Arc::from("bench"),
                 grants: Arc::new(Grants::default()),
+                bound: false,
                 limits: Arc::clone(&self.wasm.limits),
             },
         );

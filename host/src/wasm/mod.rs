@@ -47,6 +47,7 @@ pub use module::ModuleInfo;
 pub(crate) use process::{ProcessSpec, WasmProcess};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::grants::Grants;
 use cache::ModuleCache;
 use warm::WarmPool;
 
@@ -93,8 +94,9 @@ pub(crate) struct WasmRuntime {
     longest_deadline: AtomicU64,
     /// Set once the host interrupted every guest to shut down.
     pub(crate) interrupted: AtomicBool,
-    /// The limits of the live processes spawned with their own, which their children inherit.
-    own_limits: parking_lot::Mutex<HashMap<Pid, Arc<Limits>>>,
+    /// What the live processes spawned with their own limits or narrowed grants pass on to their
+    /// children.
+    inherited: parking_lot::Mutex<HashMap<Pid, Inherited>>,
     ticker: Ticker,
 }
 
@@ -172,30 +174,38 @@ impl WasmRuntime {
             limits: Arc::new(limits),
             instances,
             warm: Arc::new(WarmPool::default()),
-            own_limits: parking_lot::Mutex::new(HashMap::new()),
+            inherited: parking_lot::Mutex::new(HashMap::new()),
             interrupted: AtomicBool::new(false),
             ticker,
         })
     }
 
-    /// The limits process `pid` runs with: its own, or the host's.
-    pub(crate) fn limits_of(&self, pid: Pid) -> Arc<Limits> {
-        self.own_limits
+    /// What process `pid` passes on to its children: its limits (its own, or the host's), and the
+    /// grants that bound theirs, if its own were narrowed (see [`ProcessSpec::bound`]).
+    pub(crate) fn inherited(&self, pid: Pid) -> Inherited {
+        self.inherited
             .lock()
             .get(&pid)
             .cloned()
-            .unwrap_or_else(|| Arc::clone(&self.limits))
+            .unwrap_or_else(|| Inherited {
+                limits: Arc::clone(&self.limits),
+                bound: None,
+            })
     }
 
-    /// Process `pid` runs with `limits` (`None`: it has ended), for its children to inherit.
-    pub(crate) fn note_limits(&self, pid: Pid, limits: Option<&Arc<Limits>>) {
-        match limits {
-            Some(limits) if !Arc::ptr_eq(limits, &self.limits) => {
-                self.own_limits.lock().insert(pid, Arc::clone(limits));
+    /// Process `pid` runs with `spec` (`None`: it has ended), for its children to inherit.
+    pub(crate) fn note_process(&self, pid: Pid, spec: Option<&ProcessSpec>) {
+        match spec {
+            Some(spec) if spec.bound || !Arc::ptr_eq(&spec.limits, &self.limits) => {
+                let inherited = Inherited {
+                    limits: Arc::clone(&spec.limits),
+                    bound: spec.bound.then(|| Arc::clone(&spec.grants)),
+                };
+                self.inherited.lock().insert(pid, inherited);
             }
             Some(_) => {}
             None => {
-                self.own_limits.lock().remove(&pid);
+                self.inherited.lock().remove(&pid);
             }
         }
     }
@@ -283,6 +293,18 @@ impl WasmRuntime {
         self.ticker.stop();
         self.warm.clear(&self.instances);
     }
+}
+
+/// What a process passes on to the children it spawns.
+#[derive(Clone)]
+pub(crate) struct Inherited {
+    /// A child runs within its parent's limits: a process spawned with lower ones cannot escape
+    /// them through its children.
+    pub(crate) limits: Arc<Limits>,
+    /// A child's grants are its module's, but never more than these: a process whose grants were
+    /// narrowed (by `SpawnOptions::grants`, or by inheriting this) cannot get its module's full
+    /// grants back by spawning. `None`: its module's grants.
+    pub(crate) bound: Option<Arc<Grants>>,
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until stopped, and fails the queue for an

@@ -43,6 +43,9 @@ pub(crate) struct ProcessSpec {
     pub(crate) module_name: Arc<str>,
     /// The commands the process may use.
     pub(crate) grants: Arc<Grants>,
+    /// Whether `grants` are narrower than its module's (given to this process, or inherited):
+    /// then they also bound its children's.
+    pub(crate) bound: bool,
     /// Its limits: the host's, or its own from `SpawnOptions`.
     pub(crate) limits: Arc<Limits>,
 }
@@ -389,8 +392,10 @@ impl WasmProcess {
     /// Gives back what the process holds outside its instance: its saved state, its place in
     /// the queue for an instance, its buffer. Idempotent.
     fn release(&mut self) {
-        if self.pid != Pid::HOST && !Arc::ptr_eq(&self.spec.limits, &self.runtime.limits) {
-            self.runtime.note_limits(self.pid, None);
+        if self.pid != Pid::HOST
+            && (self.spec.bound || !Arc::ptr_eq(&self.spec.limits, &self.runtime.limits))
+        {
+            self.runtime.note_process(self.pid, None);
         }
         if let Some(snapshot) = self.snapshot.take() {
             self.runtime.instances.woken(snapshot.size(), false);
@@ -427,7 +432,7 @@ impl Process for WasmProcess {
     ) -> Result<(), ProcessError> {
         self.pid = ctx.pid();
         self.entry = method.to_string();
-        self.runtime.note_limits(self.pid, Some(&self.spec.limits));
+        self.runtime.note_process(self.pid, Some(&self.spec));
         let info = &self.spec.compiled.info;
         if !info.has_entry(method) {
             return Err(ProcessError::with_kind(
