@@ -19,17 +19,36 @@ macro_rules! line {
     }};
 }
 
+/// Text a guest chose (a log line, an error message, a name) for one line: cut at [`SHOWN`]
+/// bytes with its size, and its line breaks and other control characters escaped.
+pub fn text(text: &str) -> String {
+    let mut end = text.len().min(SHOWN);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let shown: String = text[..end]
+        .chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect();
+    if end < text.len() {
+        format!("{shown}... ({} bytes in all)", text.len())
+    } else {
+        shown
+    }
+}
+
 /// A payload for a human: its text (JSON) or its bytes in hex, cut at [`SHOWN`] with its size.
 pub fn show(payload: &Payload) -> String {
     let bytes = &payload.bytes;
     let shown = match (payload.encoding, std::str::from_utf8(bytes)) {
-        (Encoding::Json, Ok(text)) => {
-            let mut end = text.len().min(SHOWN);
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            format!("json:{}", &text[..end])
-        }
+        (Encoding::Json, Ok(json)) => return format!("json:{}", text(json)),
         (encoding, _) => {
             let hex: String = bytes
                 .iter()
@@ -39,11 +58,7 @@ pub fn show(payload: &Payload) -> String {
             format!("{}:{hex}", encoding.name())
         }
     };
-    let cut = match payload.encoding {
-        Encoding::Json if std::str::from_utf8(bytes).is_ok() => bytes.len() > SHOWN,
-        _ => bytes.len() > SHOWN / 2,
-    };
-    if cut {
+    if bytes.len() > SHOWN / 2 {
         format!("{shown}... ({} bytes in all)", bytes.len())
     } else {
         shown
@@ -54,17 +69,17 @@ fn command(command: &Command) -> String {
     match command {
         Command::Sleep(duration) => format!("sleep {duration:?}"),
         Command::SleepUntil(nanos) => format!("sleep until {nanos} ns after the Unix epoch"),
-        Command::Log(record) => format!("log {:?}: {}", record.level, record.message),
+        Command::Log(record) => format!("log {:?}: {}", record.level, text(&record.message)),
         Command::Send(send) => format!("send to {}: {}", send.to, show(&send.message)),
         Command::Spawn(spawn) => format!(
             "spawn {}::{} {}",
-            spawn.module.as_deref().unwrap_or("(self)"),
-            spawn.entry,
+            text(spawn.module.as_deref().unwrap_or("(self)")),
+            text(&spawn.entry),
             show(&spawn.input)
         ),
         Command::Join(pid) => format!("join {pid}"),
         Command::Cancel(pid) => format!("cancel {pid}"),
-        Command::Call(call) => format!("call {} {}", call.name, show(&call.input)),
+        Command::Call(call) => format!("call {} {}", text(&call.name), show(&call.input)),
         Command::Now => "now".into(),
         Command::Random => "random".into(),
         Command::Forget(tag) => format!("forget {tag}"),
@@ -73,6 +88,7 @@ fn command(command: &Command) -> String {
 
 impl Observer for EventPrinter {
     fn spawned(&self, pid: Pid, parent: Option<Pid>, entry: &str) {
+        let entry = text(entry);
         match parent {
             Some(parent) => line!("event: {pid} spawned '{entry}' (parent {parent})"),
             None => line!("event: {pid} spawned '{entry}'"),
@@ -87,7 +103,11 @@ impl Observer for EventPrinter {
                     event.tag,
                     show(&event.data)
                 ),
-                Some(error) => line!("event: {pid} completion {}: error {error}", event.tag),
+                Some(error) => line!(
+                    "event: {pid} completion {}: error {}",
+                    event.tag,
+                    text(&error.to_string())
+                ),
             },
             EventKind::Message => {
                 line!(
@@ -107,7 +127,7 @@ impl Observer for EventPrinter {
     fn finished(&self, pid: Pid, result: &wfhost::Result<Payload>) {
         match result {
             Ok(payload) => line!("event: {pid} finished: {}", show(payload)),
-            Err(error) => line!("event: {pid} failed: {error}"),
+            Err(error) => line!("event: {pid} failed: {}", text(&error.to_string())),
         }
     }
 }
@@ -129,5 +149,25 @@ mod tests {
         );
         let raw = Payload::opaque(vec![0xab; 1000]);
         assert!(show(&raw).ends_with("... (1000 bytes in all)"));
+    }
+
+    #[test]
+    fn text_a_guest_chose_is_cut_with_its_size_and_kept_on_one_line() {
+        assert_eq!(text("two\nlines"), "two\\nlines");
+        let long = "é".repeat(1_000);
+        let shown = text(&long);
+        assert_eq!(
+            shown,
+            format!("{}... (2000 bytes in all)", "é".repeat(SHOWN / 2))
+        );
+        let log = Command::Log(wfhost::contract::LogRecord {
+            level: wfhost::contract::Level::Info,
+            message: "y".repeat(1 << 20),
+            fields: Vec::new(),
+        });
+        assert_eq!(
+            command(&log),
+            format!("log Info: {}... (1048576 bytes in all)", "y".repeat(SHOWN))
+        );
     }
 }

@@ -7,6 +7,7 @@ use crossbeam_utils::CachePadded;
 /// What the scheduler has done since it started. Each figure is a sum over workers, read without
 /// stopping them, so figures read together may be a few events apart.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Counters {
     /// Calls to `Process::step`.
     pub steps: u64,

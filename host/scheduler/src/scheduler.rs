@@ -31,6 +31,7 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
 /// What a shutdown did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ShutdownReport {
     /// Processes live when the shutdown began.
     pub live_at_start: usize,
