@@ -256,7 +256,7 @@ impl Ctx {
         CommandFuture::new(&self.state, Command::Cancel(pid), unit)
     }
 
-    /// Calls host command `name`, which the embedding application registered.
+    /// Calls host function `name`, which the embedding application registered.
     pub fn call<I: Serialize + ?Sized, O: DeserializeOwned>(
         &self,
         name: &str,

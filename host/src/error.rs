@@ -38,6 +38,9 @@ pub enum ErrorKind {
     NoSuchProcess,
     /// The host is shutting down.
     ShuttingDown,
+    /// The host could not get what the request needed just now (a thread for its timer, say);
+    /// the request may succeed later.
+    Unavailable,
     /// A file could not be read.
     Io,
     /// A setting is invalid, or the host could not start.
@@ -77,9 +80,8 @@ impl Error {
     pub(crate) fn refused(error: wfhost_scheduler::Error) -> Error {
         let kind = match error {
             wfhost_scheduler::Error::NoSuchProcess(_) => ErrorKind::NoSuchProcess,
-            wfhost_scheduler::Error::ShuttingDown | wfhost_scheduler::Error::Unavailable(_) => {
-                ErrorKind::ShuttingDown
-            }
+            wfhost_scheduler::Error::ShuttingDown => ErrorKind::ShuttingDown,
+            wfhost_scheduler::Error::Unavailable(_) => ErrorKind::Unavailable,
             wfhost_scheduler::Error::TooManyProcesses(_)
             | wfhost_scheduler::Error::TooManyChildren { .. }
             | wfhost_scheduler::Error::MailboxFull(_) => ErrorKind::Limit,

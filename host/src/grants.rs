@@ -75,7 +75,7 @@ impl Grants {
     }
 
     /// Also allows host function `name` (as registered with
-    /// [`HostBuilder::command`](crate::HostBuilder::function)).
+    /// [`HostBuilder::function`](crate::HostBuilder::function)).
     pub fn allow_function(mut self, name: impl Into<String>) -> Grants {
         if let HostFunctions::Named(names) = &mut self.host_functions {
             names.insert(name.into());
@@ -99,8 +99,9 @@ impl Grants {
     }
 
     /// Lets `cancel` and `join` reach any process, not only the caller's own children: for
-    /// supervisors you trust. (`send` reaches any pid whatever the grants: a message cannot take
-    /// anything from its receiver, and every mailbox is bounded.)
+    /// supervisors you trust. (`send` reaches any pid whatever the grants: a message waits in its
+    /// receiver's bounded mailbox until the receiver asks for it, so all it can take is mailbox
+    /// space, and a full mailbox refuses it.)
     pub fn allow_any_process(mut self) -> Grants {
         self.any_process = true;
         self

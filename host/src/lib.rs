@@ -16,7 +16,7 @@
 //! A **process** is one running entry point: its own wasmtime instance, driven by the host's
 //! scheduler one **step** at a time. Each step hands the process the events that happened to it
 //! (completions, messages, a cancel) and collects the **yields**: **commands** it wants carried
-//! out (sleep, log, send a message, spawn a child, call a host command...). Their completions come
+//! out (sleep, log, send a message, spawn a child, call a host function...). Their completions come
 //! back as events for a later step. Thousands of processes share one worker thread per core.
 //!
 //! A [`Host`] owns all of that: build one with [`Host::builder`] (every option documents its

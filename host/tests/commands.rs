@@ -19,7 +19,7 @@ fn host_with(builder: wfhost::HostBuilder) -> Host {
         ("ring", RING),
         ("fanout", FANOUT),
     ] {
-        // The probe is trusted with every host command; grants have their own test below.
+        // The probe is trusted with every host function; grants have their own test below.
         let grants = match name {
             "probe" => Grants::default().allow_all_functions(),
             _ => Grants::default(),

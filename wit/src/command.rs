@@ -29,7 +29,7 @@ pub enum Command {
     Join(Pid),
     /// Delivers a cancel to the given process. Completes with no data once delivered.
     Cancel(Pid),
-    /// Runs a host command that the embedding application registered. Completes with its result.
+    /// Runs a host function that the embedding application registered. Completes with its result.
     Call(CallRequest),
     /// Completes with the host's wall-clock time as nanoseconds since the Unix epoch (postcard u64).
     Now,
@@ -63,7 +63,7 @@ pub struct SpawnRequest {
 /// The argument of [`Command::Call`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallRequest {
-    /// The host command's registered name, such as `inventory.reserve`.
+    /// The host function's registered name, such as `inventory.reserve`.
     pub name: String,
     /// Its input.
     pub input: Payload,

@@ -81,7 +81,7 @@ impl Event {
 /// The class of a [`CommandError`], for code that reacts differently to each.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ErrorKind {
-    /// The host has no handler for this command (or no host command of this name).
+    /// The host has no handler for this command (or no host function of this name).
     UnknownCommand,
     /// The target pid never existed or its process has finished.
     NoSuchProcess,

@@ -5,7 +5,7 @@
 //! A **process** is one running entry point of a workflow module. The host drives it by calling
 //! `step` with a batch of [`Event`]s; the process answers with a [`StepOutput`]: its [`Status`] and
 //! the [`Yield`]s it wants carried out. A yield pairs a [`Command`] (sleep, send a message, spawn a
-//! child, call a host command, ...) with a [`Tag`] the process chose; when the host finishes the
+//! child, call a host function, ...) with a [`Tag`] the process chose; when the host finishes the
 //! command it sends back an [`EventKind::YieldComplete`] event with the same tag and either a result
 //! [`Payload`] or a [`CommandError`].
 //!

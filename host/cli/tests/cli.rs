@@ -507,7 +507,7 @@ fn usage_errors_exit_two_and_help_explains() {
 
 #[test]
 fn a_host_command_not_granted_is_an_error_the_workflow_sees() {
-    // The CLI registers no host commands and grants none.
+    // The CLI registers no host functions and grants none.
     let output = run(&["run", PROBE, "unknown_command"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let seen: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();

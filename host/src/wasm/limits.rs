@@ -72,7 +72,7 @@ pub struct Limits {
     /// The most yields one step may return. Default: 10,000. CLI: `--max-yields`.
     pub max_yields_per_step: usize,
     /// The largest payload, in bytes: a process's input and result, a message, a child's input,
-    /// a host command's input. A yield carrying more completes with a `limit-reached` error; a
+    /// a host function's input. A yield carrying more completes with a `limit-reached` error; a
     /// result larger fails the process; the host's own `spawn` and `send` refuse larger ones; a
     /// larger log record is dropped, with a warning in the host's log; a failure message is cut
     /// to it. Default: 4 MiB. CLI: `--max-payload`.

@@ -52,7 +52,7 @@ pub struct LimitArgs {
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     max_yields: usize,
 
-    /// The largest payload: an input, a result, a message, a child's input, a host command's
+    /// The largest payload: an input, a result, a message, a child's input, a host function's
     /// input.
     #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = parse_size)]
     max_payload: usize,

@@ -293,6 +293,8 @@ impl WasmProcess {
         let Some(mut live) = self.live.take() else {
             return;
         };
+        // Saving is work done for the process, as restoring is: it counts as its CPU time.
+        let started = Instant::now();
         let snapshot = Snapshot::take(
             &mut live.store,
             live.memory,
@@ -307,6 +309,7 @@ impl WasmProcess {
         tracing::debug!(pid = %self.pid, saved = bytes, "process hibernated");
         self.runtime.instances.hibernated(bytes);
         self.snapshot = Some(snapshot);
+        self.spent(started);
     }
 
     /// Restores the snapshot into a warm instance of the module, if one is kept and fits.

@@ -74,7 +74,7 @@ pub async fn sleepy(ctx: Ctx, n: u32) -> Result<u32, Error> {
     Ok(n)
 }
 
-/// Calls a host command nobody registered; returns the error's kind and message.
+/// Calls a host function nobody registered; returns the error's kind and message.
 pub async fn unknown_command(ctx: Ctx, _: ()) -> Result<Value, Error> {
     match ctx.call::<_, Value>("no.such.command", &()).await {
         Ok(value) => Ok(json!({ "unexpected": value })),
@@ -215,7 +215,7 @@ pub async fn cancel_unknown(ctx: Ctx, pid: u64) -> Result<Value, Error> {
     })
 }
 
-/// Calls host command `name` with `input`; reports `{"ok": ...}` or the error.
+/// Calls host function `name` with `input`; reports `{"ok": ...}` or the error.
 pub async fn call(ctx: Ctx, (name, input): (String, Value)) -> Result<Value, Error> {
     Ok(match ctx.call::<_, Value>(&name, &input).await {
         Ok(result) => json!({ "ok": result }),
@@ -223,7 +223,7 @@ pub async fn call(ctx: Ctx, (name, input): (String, Value)) -> Result<Value, Err
     })
 }
 
-/// Calls host command `name` with a string of `len` bytes; reports the outcome as `call` does.
+/// Calls host function `name` with a string of `len` bytes; reports the outcome as `call` does.
 pub async fn call_sized(ctx: Ctx, (name, len): (String, usize)) -> Result<Value, Error> {
     call(ctx, (name, Value::String("y".repeat(len)))).await
 }
@@ -335,7 +335,7 @@ pub async fn big_result(_ctx: Ctx, mib: usize) -> Result<String, Error> {
     Ok("x".repeat(mib << 20))
 }
 
-/// Calls host command `name`, failing if the call fails.
+/// Calls host function `name`, failing if the call fails.
 pub async fn strict_call(ctx: Ctx, name: String) -> Result<Value, Error> {
     ctx.call(&name, &()).await
 }
