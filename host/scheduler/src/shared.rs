@@ -95,8 +95,18 @@ impl Shared {
     /// Queues a process that just became `Ready`. On one of this scheduler's workers a woken
     /// process goes to the worker's `next` slot and a spawned one to its deque; from any other
     /// thread, a woken one to the global queue and a spawned one to the queue of new processes,
-    /// which workers serve after the woken ones.
+    /// which workers serve after the woken ones. A woken process that parked with its time slice
+    /// used up goes to the overrun queue, wherever it is woken from.
     pub(crate) fn schedule(&self, task: Task, spawned: bool) {
+        // Relaxed: the park that set it happens before the notify that made the process Ready.
+        // Read before it is taken: a wake that finds it clear (nearly all) writes nothing.
+        if !spawned
+            && task.behind.load(Ordering::Relaxed)
+            && task.behind.swap(false, Ordering::Relaxed)
+        {
+            self.queues.push_overrun(task);
+            return self.idle.notify_one();
+        }
         let task = match worker::with_local_task(self, task, |local, task| {
             if spawned {
                 local.push_back(task);

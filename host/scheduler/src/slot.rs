@@ -28,6 +28,9 @@ pub(crate) struct Slot {
     /// Nanoseconds its turns have taken since it last went to the overrun queue: see
     /// `worker::TURN_SLICE`. Written by the worker running it, before handing it on.
     pub(crate) charge: std::sync::atomic::AtomicU64,
+    /// Set when it parked with its charge paid: whoever wakes it queues it behind the others (the
+    /// overrun queue). Taken by `Shared::schedule`.
+    pub(crate) behind: std::sync::atomic::AtomicBool,
     /// Set by the first `sleep`: the timer may hold entries to drop when the process ends.
     pub(crate) has_timers: std::sync::atomic::AtomicBool,
     /// May cancel and join only its own children (see `Spawn::confined`).
@@ -128,6 +131,7 @@ impl Slot {
             }),
             cancel_armed: std::sync::atomic::AtomicBool::new(false),
             charge: std::sync::atomic::AtomicU64::new(0),
+            behind: std::sync::atomic::AtomicBool::new(false),
             has_timers: std::sync::atomic::AtomicBool::new(false),
             confined,
             outbox,

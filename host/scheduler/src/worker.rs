@@ -31,13 +31,13 @@ const GLOBAL_POLL_INTERVAL: u32 = 61;
 
 /// A process whose turns have run this long in all since it last went behind the others (its
 /// charge, `Slot::charge`) ends its turn at the next step boundary, even with budget left, and
-/// goes to the queue of processes that overran (served after every other queue), whether it asked
-/// to run again or to wait. The worker then owes the others as much time as that charge: it serves
-/// the overrun queue first again only once it has spent that long on other processes, or has
-/// nothing else to run. So a process whose every step takes long (each just under the step time
-/// limit), or that runs a little under the slice and then waits for a moment (a zero sleep, a
-/// message from a partner), cannot hold a worker: everything else runnable gets at least as much
-/// of the worker's time. Go preempts at 10 ms too.
+/// goes to the queue of processes that overran (served after every other queue): at once if it
+/// asked to run again, when it is woken if it waits. The worker then owes the others as much time
+/// as that charge: it serves the overrun queue first again only once it has spent that long on
+/// other processes, or has nothing else to run. So a process whose every step takes long (each
+/// just under the step time limit), or that runs a little under the slice and then waits for a
+/// moment (a zero sleep, a message from a partner), cannot hold a worker: everything else runnable
+/// gets at least as much of the worker's time. Go preempts at 10 ms too.
 const TURN_SLICE: Duration = Duration::from_millis(10);
 
 /// What a worker thread keeps where code running on it (handlers, scheduler calls from inside a
@@ -297,6 +297,10 @@ impl Worker {
     /// process then went to the overrun queue).
     fn turn(&mut self, slot: Task, started: Reading) -> bool {
         self.overran = false;
+        if slot.behind.load(Ordering::Relaxed) {
+            // Set by a park that failed (an event came): it runs on in this turn instead.
+            slot.behind.store(false, Ordering::Relaxed);
+        }
         self.charge = Duration::from_nanos(slot.charge.load(Ordering::Relaxed));
         self.turn_steps(slot, started);
         self.overran
@@ -440,13 +444,17 @@ impl Worker {
                 Some(Status::Wait) => BLOCKED,
                 None => target,
             };
-            // A process that has had its slice goes behind the others even if it now waits: its
-            // next turn finds what arrived meanwhile, or parks it. Otherwise a process running
-            // just under the slice and then waiting a moment would be back at once, every time.
+            // A process that has had its slice goes behind the others even if it now waits: it
+            // parks, and whoever wakes it queues it in the overrun queue. Otherwise a process
+            // running just under the slice and then waiting a moment would be back at once,
+            // every time. (The flag is set before the park, which publishes it to the waker.)
             if self.out_of_time(started) {
-                return self.requeue(slot, started, true);
+                self.overran = true;
+                slot.charge.store(0, Ordering::Relaxed);
+                slot.behind.store(true, Ordering::Relaxed);
+            } else {
+                self.charge(&slot, started);
             }
-            self.charge(&slot, started);
             if park_unless_woken(&slot.state, &slot.inbox, target, left) {
                 return;
             }
