@@ -193,10 +193,16 @@ impl WasmRuntime {
             })
     }
 
+    /// Whether a process running with `spec` passes on anything but the host's defaults (and so
+    /// has an entry while it lives).
+    pub(crate) fn passes_on(&self, spec: &ProcessSpec) -> bool {
+        spec.bound || !Arc::ptr_eq(&spec.limits, &self.limits)
+    }
+
     /// Process `pid` runs with `spec` (`None`: it has ended), for its children to inherit.
     pub(crate) fn note_process(&self, pid: Pid, spec: Option<&ProcessSpec>) {
         match spec {
-            Some(spec) if spec.bound || !Arc::ptr_eq(&spec.limits, &self.limits) => {
+            Some(spec) if self.passes_on(spec) => {
                 let inherited = Inherited {
                     limits: Arc::clone(&spec.limits),
                     bound: spec.bound.then(|| Arc::clone(&spec.grants)),

@@ -395,9 +395,7 @@ impl WasmProcess {
     /// Gives back what the process holds outside its instance: its saved state, its place in
     /// the queue for an instance, its buffer. Idempotent.
     fn release(&mut self) {
-        if self.pid != Pid::HOST
-            && (self.spec.bound || !Arc::ptr_eq(&self.spec.limits, &self.runtime.limits))
-        {
+        if self.pid != Pid::HOST && self.runtime.passes_on(&self.spec) {
             self.runtime.note_process(self.pid, None);
         }
         if let Some(snapshot) = self.snapshot.take() {
