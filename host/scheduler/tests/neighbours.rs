@@ -185,6 +185,27 @@ fn a_waiting_process_can_still_be_terminated() {
     );
 }
 
+/// Spawns `n` processes from outside the workers that each count themselves done in `done` and
+/// finish with their index; their results arrive on the receiver returned.
+fn spawn_quick(
+    scheduler: &Scheduler,
+    done: &Arc<AtomicUsize>,
+    n: u64,
+) -> crossbeam_channel::Receiver<(Pid, wfhost_scheduler::ProcessResult)> {
+    let (tx, rx) = unbounded();
+    for i in 0..n {
+        let done = Arc::clone(done);
+        let quick = Proc::new((), move |_, env, _, out| {
+            done.fetch_add(1, Ordering::SeqCst);
+            out.status = Status::Done(env.input.clone());
+        });
+        scheduler
+            .spawn_with(Spawn::new(quick, "quick", pc(&i)).notify(tx.clone()))
+            .unwrap();
+    }
+    rx
+}
+
 /// A process whose every step takes longer than a turn's time slice (a hog asking to run again
 /// each time) does not hold its worker: the processes queued meanwhile all run before its next
 /// step.
@@ -221,17 +242,7 @@ fn a_process_that_overran_its_time_slice_waits_behind_the_others() {
         .spawn_handle(hog, "hog", Payload::empty())
         .unwrap();
     running.recv_timeout(PATIENCE).unwrap();
-    let (tx, rx) = unbounded();
-    for i in 0..50u64 {
-        let done = Arc::clone(&quick_done);
-        let quick = Proc::new((), move |_, env, _, out| {
-            done.fetch_add(1, Ordering::SeqCst);
-            out.status = Status::Done(env.input.clone());
-        });
-        scheduler
-            .spawn_with(Spawn::new(quick, "quick", pc(&i)).notify(tx.clone()))
-            .unwrap();
-    }
+    let rx = spawn_quick(&scheduler, &quick_done, 50);
     queued.send(()).unwrap();
     let mut sum = 0;
     for _ in 0..50 {
@@ -297,17 +308,7 @@ fn processes_whose_short_turns_add_up_to_the_slice_wait_behind_the_others() {
         .spawn_handle(hog(false), "pong", pc(&first.pid()))
         .unwrap();
     running.recv_timeout(PATIENCE).unwrap();
-    let (tx, rx) = unbounded();
-    for i in 0..QUICK as u64 {
-        let done = Arc::clone(&quick_done);
-        let quick = Proc::new((), move |_, env, _, out| {
-            done.fetch_add(1, Ordering::SeqCst);
-            out.status = Status::Done(env.input.clone());
-        });
-        scheduler
-            .spawn_with(Spawn::new(quick, "quick", pc(&i)).notify(tx.clone()))
-            .unwrap();
-    }
+    let rx = spawn_quick(&scheduler, &quick_done, QUICK as u64);
     // The pair's step under way when the last was queued.
     let queued_at = hog_steps.load(Ordering::SeqCst);
     let mut sum = 0;
