@@ -10,6 +10,8 @@ use wfcontract::{CommandKind, Payload};
 use wfhost_scheduler::{Scheduler, DEFAULT_BUDGET};
 
 use crate::capacity::{Capacity, MemoryImages};
+use crate::durable::store::{SqliteStore, SyncMode};
+use crate::durable::{store_error, Durable, DurableSend, Ids};
 use crate::error::{Error, ErrorKind, Result};
 use crate::functions::{
     CallInfo, FunctionSettings, Functions, HostFunction, DEFAULT_FUNCTION_CALLS_PER_PROCESS,
@@ -62,6 +64,7 @@ pub struct HostBuilder {
     memory_images: MemoryImages,
     hibernation: Hibernation,
     module_cache: Option<PathBuf>,
+    store: Option<(PathBuf, SyncMode)>,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -90,6 +93,7 @@ impl std::fmt::Debug for HostBuilder {
             .field("memory_images", &self.memory_images)
             .field("hibernation", &self.hibernation)
             .field("module_cache", &self.module_cache)
+            .field("store", &self.store)
             .finish_non_exhaustive()
     }
 }
@@ -118,6 +122,7 @@ impl Default for HostBuilder {
             memory_images: MemoryImages::Auto,
             hibernation: Hibernation::WhenFull,
             module_cache: None,
+            store: None,
         }
     }
 }
@@ -328,6 +333,15 @@ impl HostBuilder {
         self
     }
 
+    /// Makes the host durable, with its journal in the SQLite file at `path` (created if need
+    /// be), synced as `sync` says ([`SyncMode::Full`], the default, syncs every commit). Workflows
+    /// started with [`Host::start`] are journaled there, and [`Host::recover`] resumes the
+    /// unfinished ones after a restart. Processes started with [`Host::spawn`] stay in memory.
+    pub fn store(mut self, path: impl Into<PathBuf>, sync: SyncMode) -> HostBuilder {
+        self.store = Some((path.into(), sync));
+        self
+    }
+
     /// Starts the host: the engine, the epoch ticker, the worker threads and, when a host function
     /// is registered, the runtime that runs host functions.
     pub fn build(self) -> Result<Host> {
@@ -392,6 +406,18 @@ impl HostBuilder {
             .max(self.limits.max_yields_per_step.saturating_mul(4));
         let wasm = Arc::new(WasmRuntime::new(self.limits, settings, instances)?);
         let modules = Arc::new(Modules::default());
+        let ids = Arc::new(Ids::default());
+        let durable = match &self.store {
+            Some((path, sync)) => {
+                let store = SqliteStore::open(path, *sync).map_err(store_error)?;
+                Some(Arc::new(Durable::open(
+                    store,
+                    Arc::clone(&ids),
+                    Arc::clone(&modules),
+                )?))
+            }
+            None => None,
+        };
         let functions = Functions::start(
             self.functions,
             FunctionSettings {
@@ -400,6 +426,7 @@ impl HostBuilder {
                 per_process: self.function_calls_per_process,
                 timeout: self.function_timeout,
                 runtime: self.runtime,
+                keys: durable.as_ref().map(|_| Arc::clone(&ids)),
             },
         )
         .map_err(|e| config(format!("could not start the host-function runtime: {e}")))?;
@@ -421,8 +448,12 @@ impl HostBuilder {
                 modules: Arc::clone(&modules),
                 capacity,
                 warned: AtomicBool::new(false),
+                durable: durable.clone(),
             })
             .handler(CommandKind::Call, functions);
+        if let Some(durable) = &durable {
+            scheduler = scheduler.handler(CommandKind::Send, DurableSend(Arc::clone(durable)));
+        }
         let interrupted = Arc::clone(&wasm);
         scheduler = scheduler.interrupt(move || interrupted.interrupt_all());
         // Once every process is closed (also when the shutdown was called from a worker and goes
@@ -436,6 +467,13 @@ impl HostBuilder {
             scheduler = scheduler.observer(Arc::new(Adapter(observer)));
         }
         let scheduler = scheduler.build().map_err(|e| config(e.to_string()))?;
+        if let Some(durable) = &durable {
+            let _ = durable.scheduler.set(scheduler.handle().clone());
+            let (workflows, _) = durable.reader.lock().high_water().map_err(store_error)?;
+            scheduler
+                .handle()
+                .reserve_pids_through(wfcontract::Pid(workflows));
+        }
         Ok(Host::new(
             scheduler,
             wasm,
@@ -445,6 +483,7 @@ impl HostBuilder {
                 self.mailbox_limit.unwrap_or(usize::MAX),
                 self.mailbox_bytes.unwrap_or(usize::MAX),
             ),
+            durable,
         ))
     }
 }

@@ -45,6 +45,14 @@ pub enum ErrorKind {
     Io,
     /// A setting is invalid, or the host could not start.
     Config,
+    /// A durable workflow's replay did not match its journal: the module behaves differently
+    /// from the one that wrote it. The workflow fails rather than diverge silently.
+    Nondeterminism,
+    /// The durable store could not be opened, read or written (full, read-only, corrupt, or
+    /// written by a newer wfhost). Once a write fails the host takes no new work.
+    Store,
+    /// No durable workflow has that id.
+    UnknownWorkflow,
 }
 
 /// A failure, with the kind and a message that says what was wrong and what to do.
@@ -81,7 +89,9 @@ impl Error {
         let kind = match error {
             wfhost_scheduler::Error::NoSuchProcess(_) => ErrorKind::NoSuchProcess,
             wfhost_scheduler::Error::ShuttingDown => ErrorKind::ShuttingDown,
-            wfhost_scheduler::Error::Unavailable(_) => ErrorKind::Unavailable,
+            wfhost_scheduler::Error::Unavailable(_) | wfhost_scheduler::Error::PidInUse(_) => {
+                ErrorKind::Unavailable
+            }
             wfhost_scheduler::Error::TooManyProcesses(_)
             | wfhost_scheduler::Error::TooManyChildren { .. }
             | wfhost_scheduler::Error::MailboxFull(_) => ErrorKind::Limit,
@@ -101,6 +111,7 @@ impl Error {
             FailureKind::Cancelled => ErrorKind::Cancelled,
             FailureKind::Timeout => ErrorKind::Timeout,
             FailureKind::InvalidInput => ErrorKind::InvalidInput,
+            FailureKind::Nondeterminism => ErrorKind::Nondeterminism,
             _ => ErrorKind::Failed,
         };
         Error::new(kind, error.message())

@@ -12,6 +12,8 @@ use wfhost_scheduler::{
 
 use crate::builder::HostBuilder;
 use crate::capacity::Capacity;
+use crate::durable::store::Op;
+use crate::durable::Durable;
 use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;
 use crate::modules::Modules;
@@ -27,19 +29,21 @@ use crate::wasm::{Limits, ModuleInfo, Residency, WasmProcess, WasmRuntime};
 /// host's own functions keeps the host alive until `shutdown` is called.
 #[derive(Clone)]
 pub struct Host {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
-    handle: SchedulerHandle,
+pub(crate) struct Inner {
+    pub(crate) handle: SchedulerHandle,
     /// Taken by the first shutdown.
     scheduler: Mutex<Option<Scheduler>>,
     report: OnceLock<ShutdownReport>,
-    wasm: Arc<WasmRuntime>,
-    modules: Arc<Modules>,
-    capacity: Capacity,
+    pub(crate) wasm: Arc<WasmRuntime>,
+    pub(crate) modules: Arc<Modules>,
+    pub(crate) capacity: Capacity,
     /// The bounds of what a process started here may send the host: messages, bytes.
-    outbox: (usize, usize),
+    pub(crate) outbox: (usize, usize),
+    /// The journal and the store, when the host is durable.
+    pub(crate) durable: Option<Arc<Durable>>,
 }
 
 impl std::fmt::Debug for Host {
@@ -63,6 +67,7 @@ impl Host {
         modules: Arc<Modules>,
         capacity: Capacity,
         outbox: (usize, usize),
+        durable: Option<Arc<Durable>>,
     ) -> Host {
         Host {
             inner: Arc::new(Inner {
@@ -73,6 +78,7 @@ impl Host {
                 modules,
                 capacity,
                 outbox,
+                durable,
             }),
         }
     }
@@ -119,6 +125,11 @@ impl Host {
         self.inner.running()?;
         let compiled = self.inner.wasm.compile(bytes)?;
         let info = compiled.info.clone();
+        if let Some(durable) = &self.inner.durable {
+            // Kept by hash before anything runs it: a workflow recovers with the module it
+            // started with, whatever the file on disk holds by then.
+            durable.keep_module(&info.sha256, bytes)?;
+        }
         self.inner.modules.insert(name, compiled, grants);
         Ok(info)
     }
@@ -202,12 +213,19 @@ impl Host {
     /// ([`ErrorKind::Limit`]).
     pub fn send(&self, pid: Pid, message: Payload) -> Result<()> {
         check_payload(&self.inner.wasm.limits, "the message", &message)?;
+        if let Some(durable) = self.inner.durable.as_ref().filter(|d| d.ids.contains(pid)) {
+            return durable.send_from_host(&self.inner.handle, pid, message);
+        }
         self.inner.handle.send(pid, message).map_err(Error::refused)
     }
 
     /// Asks process `pid` to stop: a cancel, delivered ahead of its queued messages. It may clean
     /// up, within the cancel grace period.
     pub fn cancel(&self, pid: Pid) -> Result<()> {
+        if let Some(durable) = self.inner.durable.as_ref().filter(|d| d.ids.contains(pid)) {
+            // Kept before it is delivered: a restart delivers it again if no step took it.
+            durable.write(vec![Op::Cancel { num: pid.0 }])?;
+        }
         self.inner.handle.cancel(pid).map_err(Error::refused)
     }
 
@@ -245,7 +263,7 @@ impl Host {
 
 impl Inner {
     /// Refuses work once a shutdown has begun.
-    fn running(&self) -> Result<()> {
+    pub(crate) fn running(&self) -> Result<()> {
         if self.handle.is_stopping() {
             return Err(Error::new(
                 ErrorKind::ShuttingDown,
@@ -258,8 +276,17 @@ impl Inner {
     fn shutdown(&self, grace: Duration) -> ShutdownReport {
         let mut scheduler = self.scheduler.lock();
         if let Some(scheduler) = scheduler.take() {
+            // What ends from here on is the host stopping, not the workflows: a durable host
+            // journals no end for them, and a restart resumes them.
+            if let Some(durable) = &self.durable {
+                durable.stop();
+            }
             // The wasm runtime and the modules are stopped by the scheduler's `on_stopped` hook.
             let report = scheduler.shutdown(grace);
+            if let Some(durable) = &self.durable {
+                // Whatever was handed to the journal is written before the host returns.
+                durable.writer.stop();
+            }
             let _ = self.report.set(report);
         }
         self.report.get().cloned().unwrap_or_default()

@@ -39,6 +39,7 @@
 
 mod builder;
 mod capacity;
+mod durable;
 mod error;
 mod functions;
 mod grants;
@@ -54,6 +55,9 @@ pub use builder::{
     DEFAULT_MAX_CHILDREN, DEFAULT_MAX_PROCESSES,
 };
 pub use capacity::{Capacity, CapacityLimit, MemoryImages};
+pub use durable::api::WorkflowResult;
+pub use durable::record::StepRecord;
+pub use durable::store::{self as store, SyncMode};
 pub use error::{Error, ErrorKind, Result};
 pub use functions::{
     CallInfo, HostFunction, DEFAULT_FUNCTION_CALLS_PER_PROCESS, DEFAULT_FUNCTION_QUEUE,
@@ -63,6 +67,7 @@ pub use grants::Grants;
 pub use host::Host;
 pub use observe::Observer;
 pub use run::{Message, Run, SpawnOptions};
+pub use wasm::reads::Read as WasiRead;
 pub use wasm::{Hibernation, Limits, ModuleInfo, Residency, DEFAULT_MAX_CPU_TIME};
 pub use wfcontract as contract;
 pub use wfcontract::{

@@ -4,10 +4,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use wfcontract::{CommandError, ErrorKind, Pid, SpawnRequest};
+use wfcontract::{CommandError, ErrorKind, Pid, SpawnRequest, Tag};
 use wfhost_scheduler::{Error, Spawn, Spawner};
 
 use crate::capacity::Capacity;
+use crate::durable::process::{unix_millis, DurableProcess};
+use crate::durable::store::{Ending, Op};
+use crate::durable::writer::{Done, Entry};
+use crate::durable::{ChildStart, Durable};
 use crate::modules::Modules;
 use crate::wasm::{WasmProcess, WasmRuntime};
 
@@ -18,10 +22,61 @@ pub(crate) struct GuestSpawner {
     pub(crate) capacity: Capacity,
     /// Set once the operator has been told the host is full.
     pub(crate) warned: AtomicBool,
+    /// The journal, when the host is durable: a durable workflow's children are durable too.
+    pub(crate) durable: Option<Arc<Durable>>,
+}
+
+impl GuestSpawner {
+    /// The child a durable parent's step journaled for this spawn, if any.
+    fn journaled(&self, parent: Pid, tag: Tag) -> Option<ChildStart> {
+        self.durable.as_ref()?.spawned.lock().remove(&(parent, tag))
+    }
+
+    /// A journaled child that could not start: its end is journaled before its parent hears.
+    fn refuse_child(&self, child: Pid, error: &CommandError) {
+        if let Some(durable) = &self.durable {
+            let entry = Entry {
+                ops: vec![Op::End {
+                    num: child.0,
+                    ending: Ending::Failed {
+                        kind: "refused".into(),
+                        message: error.message.clone(),
+                    },
+                    at: unix_millis(),
+                }],
+                done: Done::Nothing,
+            };
+            if let Err(e) = durable.writer.submit(entry) {
+                tracing::error!("a refused child could not be journaled: {e}");
+            }
+        }
+    }
 }
 
 impl Spawner for GuestSpawner {
-    fn process(&self, parent: Pid, request: SpawnRequest) -> Result<Spawn, CommandError> {
+    fn process(&self, parent: Pid, tag: Tag, request: SpawnRequest) -> Result<Spawn, CommandError> {
+        let child = self.journaled(parent, tag);
+        let spawn = self.make(parent, request, child.as_ref());
+        if let (Err(error), Some(child)) = (&spawn, &child) {
+            self.refuse_child(child.pid, error);
+        }
+        spawn
+    }
+
+    fn refused(&self, error: Error) -> CommandError {
+        // A journaled child the scheduler refused journals its own end when it is dropped
+        // unstarted (`DurableProcess`'s drop).
+        self.refused_error(error)
+    }
+}
+
+impl GuestSpawner {
+    fn make(
+        &self,
+        parent: Pid,
+        request: SpawnRequest,
+        child: Option<&ChildStart>,
+    ) -> Result<Spawn, CommandError> {
         let invalid = |message: String| CommandError::new(ErrorKind::InvalidInput, message);
         let module = request.module.ok_or_else(|| {
             invalid("spawn names no module, and the spawner is not a wasm process".into())
@@ -44,10 +99,25 @@ impl Spawner for GuestSpawner {
         let spec = loaded.spec(grants, inherited.limits);
         let confined = !spec.grants.reaches_any_process();
         let process = WasmProcess::new(Arc::clone(&self.wasm), spec);
-        Ok(Spawn::new(process, request.entry, request.input).confined(confined))
+        let (Some(child), Some(durable)) = (child, &self.durable) else {
+            return Ok(Spawn::new(process, request.entry, request.input).confined(confined));
+        };
+        let process = DurableProcess::new(
+            process,
+            Arc::clone(durable),
+            Arc::clone(&child.id),
+            Arc::from(info.sha256.as_str()),
+            Vec::new(),
+        )
+        .reserved(child.pid);
+        durable.ids.insert(child.pid, Arc::clone(&child.id));
+        Ok(Spawn::new(process, request.entry, request.input)
+            .confined(confined)
+            .pid(child.pid)
+            .survives_stop(true))
     }
 
-    fn refused(&self, error: Error) -> CommandError {
+    fn refused_error(&self, error: Error) -> CommandError {
         match error {
             Error::TooManyProcesses(_) => {
                 if !self.warned.swap(true, Ordering::Relaxed) {

@@ -47,6 +47,9 @@ pub enum Error {
     /// The scheduler could not take the request now (it could not arm a timer).
     #[error("the scheduler cannot take this now: {0}")]
     Unavailable(String),
+    /// A spawn asked for a pid ([`Spawn::pid`]) that a process has.
+    #[error("pid {0} is in use by another process")]
+    PidInUse(Pid),
 }
 
 impl Error {
@@ -54,7 +57,9 @@ impl Error {
     pub fn into_command_error(self) -> CommandError {
         let kind = match self {
             Error::NoSuchProcess(_) => ErrorKind::NoSuchProcess,
-            Error::ShuttingDown | Error::Unavailable(_) => ErrorKind::Unavailable,
+            Error::ShuttingDown | Error::Unavailable(_) | Error::PidInUse(_) => {
+                ErrorKind::Unavailable
+            }
             Error::MailboxFull(_) => ErrorKind::MailboxFull,
             Error::TooManyProcesses(_) | Error::TooManyChildren { .. } => ErrorKind::LimitReached,
         };
@@ -87,6 +92,8 @@ pub struct Spawn {
     pub(crate) confined: bool,
     pub(crate) outbox: Option<Outbox>,
     pub(crate) timeout: Option<Duration>,
+    pub(crate) pid: Option<Pid>,
+    pub(crate) survives_stop: bool,
 }
 
 impl std::fmt::Debug for Spawn {
@@ -115,7 +122,25 @@ impl Spawn {
             confined: false,
             outbox: None,
             timeout: None,
+            pid: None,
+            survives_stop: false,
         }
+    }
+
+    /// Starts the process under `pid`, one [`SchedulerHandle::reserve_pid`] gave, or one a
+    /// durable host recorded (see [`SchedulerHandle::reserve_pids_through`]). A pid in use fails
+    /// the spawn with [`Error::PidInUse`]. Default: the next free pid.
+    pub fn pid(mut self, pid: Pid) -> Spawn {
+        self.pid = Some(pid);
+        self
+    }
+
+    /// A stop neither cancels the process nor waits for it: it is closed where it stands when
+    /// the workers stop, as a durable host's workflows are, to go on after a restart. Default:
+    /// cancelled and waited for, as every process.
+    pub fn survives_stop(mut self, survives: bool) -> Spawn {
+        self.survives_stop = survives;
+        self
     }
 
     /// Where the new process's messages to [`Pid::HOST`] go (see [`outbox`](crate::outbox)). A
@@ -238,8 +263,23 @@ impl SchedulerHandle {
     /// Sends a message to `to` on behalf of `from`. Messages from one sender to one receiver
     /// arrive in the order they were sent.
     pub fn send_from(&self, from: Pid, to: Pid, message: Payload) -> Result<(), Error> {
+        self.send_numbered(from, to, 0, message)
+    }
+
+    /// As [`send_from`](Self::send_from), the message's event carrying `number` as its tag: a
+    /// durable host's number for the message, which the receiver's journal records when it takes
+    /// it. Guests ignore a message's tag.
+    pub fn send_numbered(
+        &self,
+        from: Pid,
+        to: Pid,
+        number: u64,
+        message: Payload,
+    ) -> Result<(), Error> {
+        let mut event = Event::message(from, message);
+        event.tag = wfcontract::Tag(number);
         self.shared
-            .deliver_to(to, Event::message(from, message))
+            .deliver_to(to, event)
             .map_err(|refused| match refused {
                 Refused::Closed => Error::NoSuchProcess(to),
                 Refused::Full => Error::MailboxFull(to),
@@ -364,12 +404,30 @@ impl SchedulerHandle {
         if shared.stopping.swap(true, Ordering::AcqRel) {
             return;
         }
-        let live: Vec<Arc<Slot>> = shared.table.iter().map(|e| Arc::clone(e.value())).collect();
+        let live: Vec<Arc<Slot>> = shared
+            .table
+            .iter()
+            .filter(|e| !e.value().survives_stop)
+            .map(|e| Arc::clone(e.value()))
+            .collect();
         for slot in live {
             let _ = shared.cancel(&slot);
         }
         let _guard = shared.stop_signal.lock();
         shared.stop_condvar.notify_all();
+    }
+
+    /// A pid nobody has: a process spawned with it ([`Spawn::pid`]) gets it.
+    pub fn reserve_pid(&self) -> Pid {
+        self.shared.next_pid()
+    }
+
+    /// Makes sure pids up to `last` are never handed out by [`reserve_pid`](Self::reserve_pid) or
+    /// a spawn: they belong to processes a durable host recorded and will start again.
+    pub fn reserve_pids_through(&self, last: Pid) {
+        self.shared
+            .next_pid
+            .fetch_max(last.0.saturating_add(1), Ordering::Relaxed);
     }
 
     /// True once a stop has been requested.

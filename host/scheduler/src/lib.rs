@@ -75,12 +75,14 @@ pub use builder::{
 };
 pub use counters::Counters;
 pub use handle::{Error, ProcessHandle, SchedulerHandle, Spawn};
-pub use handlers::{emit as emit_guest_log, Completer, Context, Handler, Request, Spawner};
+pub use handlers::{
+    emit as emit_guest_log, send_handler, Completer, Context, Handler, Request, Spawner,
+};
 pub use observe::Observer;
 pub use outbox::{outbox, Outbox, OutboxReceiver, Queued};
 pub use process::{
-    Events, FailureKind, InitContext, Process, ProcessError, ProcessResult, Readiness, Waker,
-    WakerSource,
+    Events, FailureKind, Hold, InitContext, Process, ProcessError, ProcessResult, Readiness,
+    Release, Waker, WakerSource,
 };
 pub use scheduler::{Scheduler, ShutdownReport, DEFAULT_GRACE};
 pub use wfcontract::{

@@ -40,9 +40,80 @@ pub trait Process: Send + 'static {
         Ok(())
     }
 
+    /// Called after each step that succeeded, with what it answered, before any of its yields is
+    /// dispatched or its status acted on. A durable process hands the step to its journal here
+    /// and calls [`Hold::hold`]: the scheduler then keeps the yields and the status, parks the
+    /// process (as for [`Readiness::NotReady`]), and acts on them only once the [`Release`] it got
+    /// is released (the step is on disk). Default: nothing held.
+    fn journal(&mut self, out: &StepOutput, hold: &Hold<'_>) {
+        let _ = (out, hold);
+    }
+
+    /// Called once when the process ends, with how it ended, just before [`close`](Process::close).
+    fn end(&mut self, result: &ProcessResult) {
+        let _ = result;
+    }
+
     /// Releases resources. Called exactly once, after the final step, on cancellation timeout, or
     /// at shutdown; never concurrently with `init` or `step`.
     fn close(&mut self) {}
+}
+
+/// Lets [`Process::journal`] hold a step's effects until its journal has it: see there.
+pub struct Hold<'a> {
+    pub(crate) shared: &'a std::sync::Arc<crate::shared::Shared>,
+    pub(crate) slot: &'a std::sync::Arc<crate::slot::Slot>,
+    pub(crate) held: std::cell::Cell<bool>,
+}
+
+impl std::fmt::Debug for Hold<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold")
+            .field("pid", &self.slot.pid)
+            .field("held", &self.held.get())
+            .finish()
+    }
+}
+
+impl Hold<'_> {
+    /// Holds this step's yields and status until the returned [`Release`] is released.
+    pub fn hold(&self) -> Release {
+        self.held.set(true);
+        Release {
+            waker: WakerSource {
+                shared: self.shared,
+                slot: self.slot,
+            }
+            .waker(),
+            slot: std::sync::Arc::downgrade(self.slot),
+        }
+    }
+}
+
+/// Lets a held step go on (see [`Process::journal`]), from any thread. Dropping it unreleased
+/// leaves the process parked until it is terminated or the scheduler stops: what a host does when
+/// its journal cannot be written.
+#[must_use = "a held step that is never released leaves its process parked"]
+pub struct Release {
+    waker: Waker,
+    slot: std::sync::Weak<crate::slot::Slot>,
+}
+
+impl std::fmt::Debug for Release {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Release").finish_non_exhaustive()
+    }
+}
+
+impl Release {
+    /// The step's yields are dispatched and its status acted on, at the process's next turn.
+    pub fn release(self) {
+        if let Some(slot) = self.slot.upgrade() {
+            slot.released
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        self.waker.wake();
+    }
 }
 
 /// Whether a process can step now: see [`Process::prepare`].
@@ -163,6 +234,8 @@ pub enum FailureKind {
     /// It could not start with its input: its `init` refused it (the input did not decode as the
     /// entry point's type, or the entry point failed to start).
     InvalidInput,
+    /// Replayed from a journal, it did not do what the journal says it did.
+    Nondeterminism,
 }
 
 impl FailureKind {
@@ -178,6 +251,7 @@ impl FailureKind {
             FailureKind::Cancelled => "cancelled",
             FailureKind::Timeout => "timeout",
             FailureKind::InvalidInput => "invalid-input",
+            FailureKind::Nondeterminism => "nondeterminism",
         }
     }
 }

@@ -177,7 +177,7 @@ fn stop(
     let deadline = Instant::now() + grace;
     {
         let mut guard = shared.stop_signal.lock();
-        while shared.live.load(Ordering::Acquire) > 0 {
+        while shared.stoppable() > 0 {
             if shared
                 .stop_condvar
                 .wait_until(&mut guard, deadline)

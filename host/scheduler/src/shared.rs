@@ -30,9 +30,11 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     /// Every process that has not ended, plus ended ones whose result is retained for a parent.
     pub(crate) table: DashMap<Pid, Arc<Slot>, PidHash>,
-    next_pid: AtomicU64,
+    pub(crate) next_pid: AtomicU64,
     /// Processes that have not ended.
     pub(crate) live: AtomicUsize,
+    /// Live processes that survive a stop (`Spawn::survives_stop`): a stop does not wait for them.
+    pub(crate) surviving: AtomicUsize,
     pub(crate) queues: Queues,
     pub(crate) idle: Idle,
     pub(crate) handlers: Handlers,
@@ -62,6 +64,7 @@ impl Shared {
             table: DashMap::with_hasher_and_shard_amount(PidHash::default(), TABLE_SHARDS),
             next_pid: AtomicU64::new(1),
             live: AtomicUsize::new(0),
+            surviving: AtomicUsize::new(0),
             queues,
             idle: Idle::new(),
             handlers,
@@ -72,6 +75,12 @@ impl Shared {
             timer: Timer::default(),
             observer,
         }
+    }
+
+    /// Live processes a stop waits for: all but those that survive it.
+    pub(crate) fn stoppable(&self) -> usize {
+        let live = self.live.load(Ordering::Acquire);
+        live.saturating_sub(self.surviving.load(Ordering::Acquire))
     }
 
     pub(crate) fn next_pid(&self) -> Pid {
@@ -221,7 +230,11 @@ impl Shared {
     /// (state `Running`), or at shutdown once the workers have stopped.
     pub(crate) fn finish(&self, slot: &Arc<Slot>, body: &mut Body, result: ProcessResult) {
         body.start = None;
+        body.held = None;
         if let Some(mut process) = body.process.take() {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| process.end(&result))) {
+                tracing::warn!(pid = %slot.pid, "end panicked: {}", panic_message(&*panic));
+            }
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| process.close())) {
                 tracing::warn!(pid = %slot.pid, "close panicked: {}", panic_message(&*panic));
             }
@@ -273,7 +286,11 @@ impl Shared {
         // parent, `wait` on a handle) already sees the process gone from `live` and the counters.
         // Still-running children keep `live` above zero, so a stop cannot complete under `orphan`.
         self.bump(Counter::Completion);
-        if self.live.fetch_sub(1, Ordering::AcqRel) == 1 && self.stopping.load(Ordering::Acquire) {
+        if slot.survives_stop {
+            self.surviving.fetch_sub(1, Ordering::AcqRel);
+        }
+        let left = self.live.fetch_sub(1, Ordering::AcqRel) - 1;
+        if left <= self.surviving.load(Ordering::Acquire) && self.stopping.load(Ordering::Acquire) {
             let _guard = self.stop_signal.lock();
             self.stop_condvar.notify_all();
         }
@@ -358,7 +375,6 @@ impl Shared {
                 self.config.max_processes.unwrap_or(usize::MAX),
             ));
         }
-        let pid = self.next_pid();
         let Spawn {
             process,
             method,
@@ -368,7 +384,10 @@ impl Shared {
             confined,
             outbox,
             timeout,
+            pid,
+            survives_stop,
         } = spawn;
+        let pid = pid.unwrap_or_else(|| self.next_pid());
         let looked_up;
         let parent = match (parent, parent_pid) {
             (Some(slot), _) => Some(slot),
@@ -393,6 +412,7 @@ impl Shared {
             notices,
             self.config.mailbox(),
             confined,
+            survives_stop,
             outbox,
         );
         if let Some(parent) = parent {
@@ -415,8 +435,23 @@ impl Shared {
                 exit.children.insert(pid, Arc::clone(&slot));
             }
         }
+        // A pid asked for may be taken; the entry is claimed before anything else sees it.
+        match self.table.entry(pid) {
+            dashmap::Entry::Occupied(_) => {
+                if let Some(parent) = parent {
+                    parent.exit.lock().children.remove(&pid);
+                }
+                self.live.fetch_sub(1, Ordering::AcqRel);
+                return Err(Error::PidInUse(pid));
+            }
+            dashmap::Entry::Vacant(entry) => {
+                entry.insert(Arc::clone(&slot));
+            }
+        }
+        if survives_stop {
+            self.surviving.fetch_add(1, Ordering::AcqRel);
+        }
         self.observe(|observer| observer.spawned(pid, slot.parent, &method_for_observer));
-        self.table.insert(pid, Arc::clone(&slot));
         // Dekker with `Scheduler::shutdown`, which sets `shutdown` and then sweeps the table:
         // either that sweep sees this process, or this sees `shutdown` and takes it back.
         fence(Ordering::SeqCst);
@@ -425,6 +460,9 @@ impl Shared {
             // Taken back from its parent too, or it would count against the parent's children.
             if let Some(parent) = parent {
                 parent.exit.lock().children.remove(&pid);
+            }
+            if survives_stop {
+                self.surviving.fetch_sub(1, Ordering::AcqRel);
             }
             self.live.fetch_sub(1, Ordering::AcqRel);
             return Err(Error::ShuttingDown);
@@ -437,6 +475,9 @@ impl Shared {
                 if let Some(parent) = parent {
                     parent.exit.lock().children.remove(&pid);
                 }
+                if survives_stop {
+                    self.surviving.fetch_sub(1, Ordering::AcqRel);
+                }
                 self.live.fetch_sub(1, Ordering::AcqRel);
                 return Err(Error::Unavailable(error.message));
             }
@@ -444,7 +485,7 @@ impl Shared {
         }
         self.bump(Counter::Spawn);
         // A stop that began after the check above may have missed this process: cancel it too.
-        if self.stopping.load(Ordering::Acquire) {
+        if !survives_stop && self.stopping.load(Ordering::Acquire) {
             let _ = self.cancel(&slot);
         }
         self.schedule(slot, true);

@@ -35,6 +35,10 @@ pub(crate) struct Slot {
     pub(crate) has_timers: std::sync::atomic::AtomicBool,
     /// May cancel and join only its own children (see `Spawn::confined`).
     pub(crate) confined: bool,
+    /// Not cancelled by a stop, nor waited for (see `Spawn::survives_stop`).
+    pub(crate) survives_stop: bool,
+    /// Set by the [`Release`](crate::Release) of a held step; taken by the turn that acts on it.
+    pub(crate) released: std::sync::atomic::AtomicBool,
     /// Where its messages to `Pid::HOST` go: its own outbox, or the one it inherited from its
     /// parent. `None`: nobody outside listens.
     pub(crate) outbox: Option<Outbox>,
@@ -61,6 +65,15 @@ pub(crate) struct Body {
     /// What the last step asked to receive ([`StepOutput::receive`](wfcontract::StepOutput)), as
     /// given to the inbox.
     pub(crate) accepting: u32,
+    /// A step whose yields and status wait for its release (see `Process::journal`).
+    pub(crate) held: Option<Held>,
+}
+
+/// What a held step answered.
+pub(crate) struct Held {
+    pub(crate) status: wfcontract::Status,
+    pub(crate) receive: u32,
+    pub(crate) yields: Vec<wfcontract::Yield>,
 }
 
 pub(crate) struct Start {
@@ -111,6 +124,7 @@ impl Slot {
         watchers: Vec<Notice>,
         mailbox_limit: MailboxLimit,
         confined: bool,
+        survives_stop: bool,
         outbox: Option<Outbox>,
     ) -> Arc<Slot> {
         Arc::new(Slot {
@@ -123,6 +137,7 @@ impl Slot {
                 start: Some(start),
                 step_due: false,
                 accepting: 0,
+                held: None,
             }),
             exit: parking_lot::Mutex::new(Exit {
                 retained: parent.is_some(),
@@ -134,6 +149,8 @@ impl Slot {
             behind: std::sync::atomic::AtomicBool::new(false),
             has_timers: std::sync::atomic::AtomicBool::new(false),
             confined,
+            survives_stop,
+            released: std::sync::atomic::AtomicBool::new(false),
             outbox,
         })
     }

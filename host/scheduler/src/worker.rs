@@ -16,11 +16,11 @@ use crate::handlers::{unknown_command, Context, Request};
 use crate::inbox::Inbox;
 use crate::park::{Unpark, SPIN_ROUNDS, SPIN_TIGHT};
 use crate::process::{
-    Events, FailureKind, InitContext, Process, ProcessError, Readiness, WakerSource,
+    Events, FailureKind, Hold, InitContext, Process, ProcessError, Readiness, WakerSource,
 };
 use crate::queue::{Found, Local, Task};
 use crate::shared::{panic_message, Shared};
-use crate::slot::{Body, Slot};
+use crate::slot::{Body, Held, Slot};
 use crate::state::{Park, State, BLOCKED, IDLE, WAITING};
 use crate::sync::Mutex;
 
@@ -334,6 +334,36 @@ impl Worker {
         loop {
             let (status, left) = {
                 let mut body = slot.body.lock();
+                if body.held.is_some() {
+                    match self.resume_held(&slot, &mut body) {
+                        None => {
+                            drop(body);
+                            return self.wait_for_resource(slot);
+                        }
+                        Some(Err(error)) => {
+                            return self.shared().finish(&slot, &mut body, Err(error));
+                        }
+                        Some(Ok(stepped)) => {
+                            let left = Leftover::of(&slot.inbox.lock());
+                            let (status, left) = settle(&slot, &mut body, stepped, left);
+                            drop(body);
+                            match self.after_step(&slot, started, &mut budget, status, &mut target)
+                            {
+                                AfterStep::Return => return,
+                                AfterStep::StepAgain => {
+                                    step_without_events = true;
+                                    continue;
+                                }
+                                AfterStep::Park(target) => {
+                                    if self.park_or_go_on(&slot, started, budget, target, left) {
+                                        return;
+                                    }
+                                    continue;
+                                }
+                            }
+                        }
+                    }
+                }
                 if std::mem::take(&mut body.step_due) {
                     step_without_events = true;
                 }
@@ -387,31 +417,12 @@ impl Worker {
                 } else {
                     budget = budget.saturating_sub(count.max(1));
                     match self.step(&slot, &mut body) {
-                        // None and all are not worn down by drains: asked again, they leave the
-                        // inbox as it was, so what was left at the drain still stands, with what
-                        // the step's own yields completed. (Events pushed from elsewhere during
-                        // the step set the wake-up flag: see `park_unless_woken`.)
-                        Ok(Stepped {
-                            status,
-                            receive,
-                            completed_inline,
-                        }) if receive == body.accepting
-                            && (receive == 0 || receive == u32::MAX) =>
-                        {
-                            let left = Leftover {
-                                any: left.any || completed_inline,
-                                ..left
-                            };
-                            (Some(status), left)
-                        }
-                        Ok(Stepped {
-                            status, receive, ..
-                        }) => {
-                            // What it takes from now on decides what is left that wakes it.
-                            body.accepting = receive;
-                            let mut inbox = slot.inbox.lock();
-                            inbox.accept(receive);
-                            (Some(status), Leftover::of(&inbox))
+                        Ok(Some(stepped)) => settle(&slot, &mut body, stepped, left),
+                        Ok(None) => {
+                            // Held until its journal has it: parked until released.
+                            drop(body);
+                            self.charge(&slot, started);
+                            return self.wait_for_resource(slot);
                         }
                         Err(error) => {
                             return self.shared().finish(&slot, &mut body, Err(error));
@@ -420,49 +431,92 @@ impl Worker {
                 }
             };
             step_without_events = false;
-            target = match status {
-                Some(Status::Done(result)) => return self.finish_with(&slot, Ok(result)),
-                Some(Status::Failed(message)) => {
-                    return self.finish_with(&slot, Err(ProcessError::new(message)))
-                }
-                Some(Status::Cancelled(message)) => {
-                    let error = ProcessError::with_kind(FailureKind::Cancelled, message);
-                    return self.finish_with(&slot, Err(error));
-                }
-                Some(Status::Continue) => {
-                    let out_of_time = self.out_of_time(started);
-                    if budget == 0 || out_of_time {
-                        // Remembered with the process, so the next turn steps it though no
-                        // event will arrive.
-                        slot.body.lock().step_due = true;
-                        return self.requeue(slot, started, out_of_time);
-                    }
+            match self.after_step(&slot, started, &mut budget, status, &mut target) {
+                AfterStep::Return => return,
+                AfterStep::StepAgain => {
                     step_without_events = true;
                     continue;
                 }
-                Some(Status::Idle) => IDLE,
-                Some(Status::Wait) => BLOCKED,
-                None => target,
-            };
-            // A process that has had its slice goes behind the others even if it now waits: it
-            // parks, and whoever wakes it queues it in the overrun queue. Otherwise a process
-            // running just under the slice and then waiting a moment would be back at once,
-            // every time. (The flag is set before the park, which publishes it to the waker.)
-            if self.out_of_time(started) {
-                self.overran = true;
-                slot.charge.store(0, Ordering::Relaxed);
-                slot.behind.store(true, Ordering::Relaxed);
-            } else {
-                self.charge(&slot, started);
-            }
-            if park_unless_woken(&slot.state, &slot.inbox, target, left) {
-                return;
-            }
-            let out_of_time = self.out_of_time(started);
-            if budget == 0 || out_of_time {
-                return self.requeue(slot, started, out_of_time);
+                AfterStep::Park(target) => {
+                    if self.park_or_go_on(&slot, started, budget, target, left) {
+                        return;
+                    }
+                }
             }
         }
+    }
+
+    /// Acts on a step's status: finishes the process, steps it again, or says how it parks.
+    fn after_step(
+        &mut self,
+        slot: &Task,
+        started: Reading,
+        budget: &mut usize,
+        status: Option<Status>,
+        target: &mut u8,
+    ) -> AfterStep {
+        *target = match status {
+            Some(Status::Done(result)) => {
+                self.finish_with(slot, Ok(result));
+                return AfterStep::Return;
+            }
+            Some(Status::Failed(message)) => {
+                self.finish_with(slot, Err(ProcessError::new(message)));
+                return AfterStep::Return;
+            }
+            Some(Status::Cancelled(message)) => {
+                let error = ProcessError::with_kind(FailureKind::Cancelled, message);
+                self.finish_with(slot, Err(error));
+                return AfterStep::Return;
+            }
+            Some(Status::Continue) => {
+                let out_of_time = self.out_of_time(started);
+                if *budget == 0 || out_of_time {
+                    // Remembered with the process, so the next turn steps it though no
+                    // event will arrive.
+                    slot.body.lock().step_due = true;
+                    self.requeue(Arc::clone(slot), started, out_of_time);
+                    return AfterStep::Return;
+                }
+                return AfterStep::StepAgain;
+            }
+            Some(Status::Idle) => IDLE,
+            Some(Status::Wait) => BLOCKED,
+            None => *target,
+        };
+        AfterStep::Park(*target)
+    }
+
+    /// Parks the process as `target` unless events that wake it wait; then it goes on in this
+    /// turn (false) or, out of budget or time, is queued again (true).
+    fn park_or_go_on(
+        &mut self,
+        slot: &Task,
+        started: Reading,
+        budget: usize,
+        target: u8,
+        left: Leftover,
+    ) -> bool {
+        // A process that has had its slice goes behind the others even if it now waits: it
+        // parks, and whoever wakes it queues it in the overrun queue. Otherwise a process
+        // running just under the slice and then waiting a moment would be back at once,
+        // every time. (The flag is set before the park, which publishes it to the waker.)
+        if self.out_of_time(started) {
+            self.overran = true;
+            slot.charge.store(0, Ordering::Relaxed);
+            slot.behind.store(true, Ordering::Relaxed);
+        } else {
+            self.charge(slot, started);
+        }
+        if park_unless_woken(&slot.state, &slot.inbox, target, left) {
+            return true;
+        }
+        let out_of_time = self.out_of_time(started);
+        if budget == 0 || out_of_time {
+            self.requeue(Arc::clone(slot), started, out_of_time);
+            return true;
+        }
+        false
     }
 
     /// Asks the process whether it can step now (see [`Process::prepare`]).
@@ -520,7 +574,7 @@ impl Worker {
 
     /// Steps the process with the drained events and dispatches its yields. Returns its status
     /// and how many messages it takes next.
-    fn step(&mut self, slot: &Arc<Slot>, body: &mut Body) -> Result<Stepped, ProcessError> {
+    fn step(&mut self, slot: &Arc<Slot>, body: &mut Body) -> Result<Option<Stepped>, ProcessError> {
         let process = body.process.as_mut().expect("present until finished");
         self.out.reset();
         if self.handle.shared.observer.is_some() {
@@ -546,24 +600,74 @@ impl Worker {
                 ))
             }
         }
-        let status = std::mem::replace(&mut self.out.status, Status::Wait);
-        let receive = self.out.receive;
-        let mut yields = std::mem::take(&mut self.out.yields);
         if self.handle.shared.observer.is_some() {
+            let yields = &self.out.yields;
             self.handle.shared.observe(|observer| {
-                for y in &yields {
+                for y in yields {
                     observer.yielded(slot.pid, y);
                 }
             });
         }
+        let hold = Hold {
+            shared: &self.handle.shared,
+            slot,
+            held: std::cell::Cell::new(false),
+        };
+        let out = &self.out;
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| process.journal(out, &hold))) {
+            return Err(ProcessError::with_kind(
+                FailureKind::Trap,
+                format!("journaling a step panicked: {}", panic_message(&*panic)),
+            ));
+        }
+        let status = std::mem::replace(&mut self.out.status, Status::Wait);
+        let receive = self.out.receive;
+        if hold.held.get() {
+            // Acted on when released, at a later turn (`resume_held`).
+            body.held = Some(Held {
+                status,
+                receive,
+                yields: std::mem::take(&mut self.out.yields),
+            });
+            return Ok(None);
+        }
+        let mut yields = std::mem::take(&mut self.out.yields);
         let dispatched = self.dispatch(slot, &**process, &mut yields);
         yields.clear();
         self.out.yields = yields;
-        dispatched.map(|completed_inline| Stepped {
+        dispatched.map(|completed_inline| {
+            Some(Stepped {
+                status,
+                receive,
+                completed_inline,
+            })
+        })
+    }
+
+    /// Acts on a held step whose release came: dispatches its yields. `None` if it was woken
+    /// before its release (it parks again).
+    fn resume_held(
+        &mut self,
+        slot: &Arc<Slot>,
+        body: &mut Body,
+    ) -> Option<Result<Stepped, ProcessError>> {
+        if !slot.released.swap(false, Ordering::Acquire) {
+            return None;
+        }
+        let Held {
             status,
             receive,
-            completed_inline,
-        })
+            mut yields,
+        } = body.held.take().expect("checked by the caller");
+        let process = body.process.as_mut().expect("present until finished");
+        Some(
+            self.dispatch(slot, &**process, &mut yields)
+                .map(|completed_inline| Stepped {
+                    status,
+                    receive,
+                    completed_inline,
+                }),
+        )
     }
 
     /// Hands each yield the process permits itself (see [`Process::check`]) to its handler. A
@@ -637,6 +741,47 @@ impl Worker {
         debug_assert!(pushed.is_ok(), "a worker always has its local queue");
         self.shared().idle.notify_one();
     }
+}
+
+/// What a turn does after a step.
+enum AfterStep {
+    /// The process finished or was queued again: the turn is over.
+    Return,
+    /// It asked to run again (`Continue`) and may.
+    StepAgain,
+    /// It waits: park it as this target unless something woke it.
+    Park(u8),
+}
+
+/// What a step's `receive` leaves that wakes the process: `left` (what the drain left), with
+/// what the step's own yields completed, or, when what it takes changed, the inbox anew.
+fn settle(
+    slot: &Slot,
+    body: &mut Body,
+    stepped: Stepped,
+    left: Leftover,
+) -> (Option<Status>, Leftover) {
+    let Stepped {
+        status,
+        receive,
+        completed_inline,
+    } = stepped;
+    // None and all are not worn down by drains: asked again, they leave the inbox as it was, so
+    // what was left at the drain still stands, with what the step's own yields completed.
+    // (Events pushed from elsewhere during the step set the wake-up flag: see
+    // `park_unless_woken`.)
+    if receive == body.accepting && (receive == 0 || receive == u32::MAX) {
+        let left = Leftover {
+            any: left.any || completed_inline,
+            ..left
+        };
+        return (Some(status), left);
+    }
+    // What it takes from now on decides what is left that wakes it.
+    body.accepting = receive;
+    let mut inbox = slot.inbox.lock();
+    inbox.accept(receive);
+    (Some(status), Leftover::of(&inbox))
 }
 
 /// The end of a turn: parks the process as `target` (`BLOCKED` or `IDLE`) unless events that wake

@@ -48,6 +48,12 @@ pub struct CallInfo {
     pub pid: Pid,
     /// The function's name.
     pub name: Arc<str>,
+    /// In a durable workflow: a key naming this call (the workflow's id and the call's place in
+    /// it). A call whose answer the journal had not taken when the host stopped runs again after
+    /// a restart, with the same key: a function with effects outside should do them once per
+    /// key (pass it on as the idempotency key of the service it calls, or record it with the
+    /// effect). `None` for processes that are not durable.
+    pub idempotency_key: Option<String>,
 }
 
 type Blocking = dyn Fn(CallInfo, Payload) -> Result<Payload, CommandError> + Send + Sync;

@@ -58,6 +58,8 @@ pub(crate) struct FunctionSettings {
     pub(crate) timeout: Option<Duration>,
     /// The embedder's runtime, if calls run there rather than on one of the host's own.
     pub(crate) runtime: Option<Handle>,
+    /// The durable workflows' ids, in a durable host: each call gets an idempotency key.
+    pub(crate) keys: Option<Arc<crate::durable::Ids>>,
 }
 
 /// The `call` handler.
@@ -85,6 +87,7 @@ pub(crate) struct Functions {
     /// Every call's task, to abort them at shutdown.
     tasks: Tasks,
     next_task: AtomicU64,
+    keys: Option<Arc<crate::durable::Ids>>,
 }
 
 impl Functions {
@@ -135,6 +138,7 @@ impl Functions {
             stopping: Arc::new(AtomicBool::new(false)),
             tasks: Arc::default(),
             next_task: AtomicU64::new(0),
+            keys: settings.keys,
         })
     }
 
@@ -248,6 +252,10 @@ impl Handler for Functions {
             info: CallInfo {
                 pid: request.pid,
                 name,
+                idempotency_key: self
+                    .keys
+                    .as_ref()
+                    .and_then(|ids| ids.key(request.pid, request.tag)),
             },
             input: call.input,
             body: function.body,

@@ -99,6 +99,7 @@ impl Harness {
             GuestState {
                 wasi,
                 limits: GuestLimiter::new(&self.wasm.limits),
+                reads: crate::wasm::reads::ReadState::default(),
             },
         );
         store.set_epoch_deadline(self.wasm.limits.deadline_ticks());

@@ -22,6 +22,7 @@ mod instances;
 mod limits;
 mod module;
 mod process;
+pub(crate) mod reads;
 mod warm;
 mod wasi;
 
@@ -75,6 +76,9 @@ impl std::error::Error for Forbidden {}
 pub(crate) struct GuestState {
     pub(crate) wasi: WasiP1Ctx,
     pub(crate) limits: GuestLimiter,
+    /// How the WASI clocks and `random_get` are answered: the running process's, swapped in for
+    /// each call into the guest.
+    pub(crate) reads: reads::ReadState,
 }
 
 /// The engine, linker and module cache a host shares among its processes.

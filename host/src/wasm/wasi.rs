@@ -309,6 +309,7 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<GuestState>> {
         "fd_fdstat_set_rights",
         |_: wasmtime::Caller<'_, GuestState>, _: i32, _: i64, _: i64| -> i32 { WASI_ERRNO_NOTSUP },
     )?;
+    crate::wasm::reads::shadow(&mut linker)?;
     linker.allow_shadowing(false);
     Ok(linker)
 }

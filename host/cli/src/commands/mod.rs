@@ -1,6 +1,7 @@
 //! One file per subcommand.
 
 mod build;
+mod durable;
 mod inspect;
 mod limits;
 mod run;
@@ -11,6 +12,9 @@ pub enum Command {
     Build(build::BuildCommand),
     Run(Box<run::RunCommand>),
     Inspect(inspect::InspectCommand),
+    Resume(Box<durable::ResumeCommand>),
+    List(durable::ListCommand),
+    History(durable::HistoryCommand),
 }
 
 impl Command {
@@ -19,6 +23,9 @@ impl Command {
             Command::Build(command) => command.execute(),
             Command::Run(command) => command.execute(),
             Command::Inspect(command) => command.execute(),
+            Command::Resume(command) => command.execute(),
+            Command::List(command) => command.execute(),
+            Command::History(command) => command.execute(),
         }
     }
 }

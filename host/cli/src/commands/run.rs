@@ -51,6 +51,20 @@ pub struct RunCommand {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     grace: Duration,
 
+    /// Run durably, journaling every step in this SQLite file (created if need be): a run that
+    /// is killed resumes with `wfhost resume --store FILE`. Unfinished workflows already in the
+    /// store resume too, while this one runs. Ctrl-C stops the host without cancelling anything.
+    #[arg(long, value_name = "FILE")]
+    store: Option<PathBuf>,
+
+    /// The durable workflow's id (with --store). Running an id that finished prints its stored
+    /// result. Default: a new random id, printed on stderr.
+    #[arg(long, value_name = "ID", requires = "store")]
+    id: Option<String>,
+
+    #[command(flatten)]
+    durability: super::durable::SyncArgs,
+
     #[command(flatten)]
     limits: LimitArgs,
 
@@ -96,14 +110,44 @@ impl RunCommand {
         if let Some(dir) = self.cache.dir() {
             builder = builder.module_cache(dir);
         }
+        if let Some(store) = &self.store {
+            builder = builder.store(store, self.durability.mode());
+        }
         let host = builder.build().context("cannot start the host")?;
         let grants = self.limits.grants();
         host.load_module_with(&name, &module, grants.clone())?;
         for (extra, path) in &self.modules {
             host.load_module_with(extra, path, grants.clone())?;
         }
-        let run = host.spawn(&name, &self.entry, Payload::json_bytes(input.into_bytes()))?;
-        on_ctrl_c(host.clone(), run.pid(), self.grace)?;
+        let input = Payload::json_bytes(input.into_bytes());
+        let run = match &self.store {
+            Some(store) => {
+                let recovered = host.recover()?;
+                if !recovered.is_empty() {
+                    eprintln!(
+                        "resuming {} unfinished workflow(s) of {} beside this one",
+                        recovered.len(),
+                        store.display()
+                    );
+                }
+                let id = match &self.id {
+                    Some(id) => id.clone(),
+                    None => {
+                        let id = super::durable::new_id();
+                        eprintln!("workflow id: {id}");
+                        id
+                    }
+                };
+                let run = host.start(&id, &name, &self.entry, input)?;
+                super::durable::stop_on_ctrl_c(host.clone(), store.clone())?;
+                run
+            }
+            None => {
+                let run = host.spawn(&name, &self.entry, input)?;
+                on_ctrl_c(host.clone(), run.pid(), self.grace)?;
+                run
+            }
+        };
         // What the workflow sends the host, as it comes; then its result.
         while let Some(message) = run.recv_message() {
             // A message is the workflow talking, not its result: shown whatever it holds.
@@ -178,7 +222,7 @@ fn on_ctrl_c(host: Host, root: Pid, grace: Duration) -> anyhow::Result<()> {
 }
 
 /// The result as JSON text.
-fn render(result: &Payload) -> anyhow::Result<String> {
+pub(super) fn render(result: &Payload) -> anyhow::Result<String> {
     match result.encoding {
         Encoding::Json => String::from_utf8(result.bytes.clone())
             .context("the workflow returned JSON that is not UTF-8"),

@@ -6,7 +6,8 @@ use crate::handle::Error;
 use crate::handlers::{Context, Request};
 use crate::outbox::OutboxRefused;
 
-pub(crate) fn send(request: Request, cx: &Context<'_>) {
+/// The built-in `send`: to another process's mailbox, or to the host's outbox for [`Pid::HOST`].
+pub fn send(request: Request, cx: &Context<'_>) {
     if let Command::Send(send) = request.command {
         let result = if send.to == Pid::HOST {
             send_to_host(cx, send.message)

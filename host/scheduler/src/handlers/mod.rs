@@ -14,6 +14,7 @@ mod processes;
 mod time;
 
 pub use messages::emit;
+pub use messages::send as send_handler;
 pub(crate) use processes::SpawnHandler;
 pub use processes::Spawner;
 
@@ -154,6 +155,7 @@ impl Handlers {
     }
 
     pub(crate) fn set(&mut self, kind: CommandKind, handler: Arc<dyn Handler>) {
+        debug_assert!(kind.index() < self.table.len());
         self.table[kind.index()] = Some(handler);
     }
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use wfcontract::{Command, CommandError, ErrorKind, Payload, Pid, SpawnRequest};
+use wfcontract::{Command, CommandError, ErrorKind, Payload, Pid, SpawnRequest, Tag};
 
 use crate::handle::{Error, Spawn};
 use crate::handlers::{Context, Handler, Request};
@@ -12,7 +12,8 @@ use crate::handlers::{Context, Handler, Request};
 pub trait Spawner: Send + Sync + 'static {
     /// The process `request` asks for, spawned by `parent`: its body, entry point and input, with
     /// any options. An error completes the spawn with it.
-    fn process(&self, parent: Pid, request: SpawnRequest) -> Result<Spawn, CommandError>;
+    /// `tag` is the spawn's yield: a durable host reserved the child's pid under it.
+    fn process(&self, parent: Pid, tag: Tag, request: SpawnRequest) -> Result<Spawn, CommandError>;
 
     /// The error the spawning process sees when the scheduler refused the new process (a limit,
     /// shutdown). Default: the refusal as it is.
@@ -29,11 +30,14 @@ impl Handler for SpawnHandler {
         let Command::Spawn(spawn) = request.command else {
             return;
         };
-        let result = self.0.process(cx.pid(), spawn).and_then(|spawn| {
-            let pid = cx.spawn_child(spawn).map_err(|e| self.0.refused(e))?;
-            Payload::to_postcard(&pid)
-                .map_err(|e| CommandError::new(ErrorKind::Failed, e.to_string()))
-        });
+        let result = self
+            .0
+            .process(cx.pid(), request.tag, spawn)
+            .and_then(|spawn| {
+                let pid = cx.spawn_child(spawn).map_err(|e| self.0.refused(e))?;
+                Payload::to_postcard(&pid)
+                    .map_err(|e| CommandError::new(ErrorKind::Failed, e.to_string()))
+            });
         cx.complete(request.tag, result);
     }
 }

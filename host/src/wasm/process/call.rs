@@ -46,7 +46,9 @@ impl WasmProcess {
         self.runtime.instances.buffer(before, scratch.capacity());
         self.arm();
         let started = Instant::now();
+        self.swap_reads();
         let result = self.call_encoded(export, &scratch);
+        self.swap_reads();
         self.spent(started);
         self.scratch = scratch;
         result

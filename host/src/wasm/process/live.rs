@@ -37,6 +37,7 @@ impl Live {
             GuestState {
                 wasi,
                 limits: GuestLimiter::new(limits),
+                reads: crate::wasm::reads::ReadState::default(),
             },
         );
         store.limiter(|state| &mut state.limits);

@@ -31,6 +31,7 @@ use crate::grants::Grants;
 use crate::wasm::hibernate::Snapshot;
 use crate::wasm::instances::TicketState;
 use crate::wasm::limits::ticks;
+use crate::wasm::reads::{ReadState, Reads};
 use crate::wasm::wasi::Logs;
 use crate::wasm::{Compiled, InstanceSlot, Limits, Ticket, WasmRuntime};
 use call::Export;
@@ -78,6 +79,8 @@ pub(crate) struct WasmProcess {
     deadline: Deadline,
     /// Encoded input for the next call; reused, and given up when it hibernates.
     scratch: Vec<u8>,
+    /// How its WASI clock and random reads are answered (in its instance's state during a call).
+    reads: ReadState,
 }
 
 impl WasmProcess {
@@ -94,6 +97,33 @@ impl WasmProcess {
             cpu: Duration::ZERO,
             deadline: Deadline::Step,
             scratch: Vec::new(),
+            reads: ReadState::default(),
+        }
+    }
+
+    /// Moves the process's read state into its instance for a call, or back out after it.
+    fn swap_reads(&mut self) {
+        if let Some(live) = self.live.as_mut() {
+            std::mem::swap(&mut self.reads, &mut live.store.data_mut().reads);
+        }
+    }
+
+    /// The name its module was loaded under (what its spawns without a module name run).
+    pub(crate) fn module_name(&self) -> &str {
+        &self.spec.module_name
+    }
+
+    /// How its WASI reads are answered from now on; returns how they were.
+    pub(crate) fn set_reads(&mut self, reads: Reads) -> Reads {
+        std::mem::replace(&mut self.reads.reads, reads)
+    }
+
+    /// Makes its monotonic clock read `nanos` now (a process replayed in a new host goes on from
+    /// the last value its journal gave it).
+    pub(crate) fn set_monotonic(&mut self, nanos: u64) {
+        let elapsed = std::time::Duration::from_nanos(nanos);
+        if let Some(origin) = Instant::now().checked_sub(elapsed) {
+            self.reads.origin = origin;
         }
     }
 
@@ -210,7 +240,10 @@ impl WasmProcess {
                         "exports an _initialize that is not a function () -> ()",
                     )
                 })?;
-            if let Err(error) = initialize.call(&mut store, ()) {
+            std::mem::swap(&mut self.reads, &mut store.data_mut().reads);
+            let initialized = initialize.call(&mut store, ());
+            std::mem::swap(&mut self.reads, &mut store.data_mut().reads);
+            if let Err(error) = initialized {
                 return Err(self.classify(
                     error,
                     store.data().limits.refused,

@@ -21,6 +21,9 @@ pub(super) fn is_guest_fault(error: &wasmtime::Error) -> bool {
     error.downcast_ref::<Trap>().is_some()
         || error.downcast_ref::<I32Exit>().is_some()
         || error.downcast_ref::<Forbidden>().is_some()
+        || error
+            .downcast_ref::<crate::wasm::reads::Diverged>()
+            .is_some()
 }
 
 impl WasmProcess {

@@ -565,7 +565,52 @@ pub async fn calls(ctx: Ctx, (name, n): (String, u32)) -> Result<Vec<Value>, Err
     Ok(outcomes)
 }
 
+/// A mix for crash tests: a `HashMap` (seeded from WASI's `random_get`), `now` and `random`,
+/// `n` children it exchanges messages with and joins, and sleeps. Its result depends only on `n`.
+pub async fn durable_mix(ctx: Ctx, n: u32) -> Result<Value, Error> {
+    let mut seen = std::collections::HashMap::new();
+    let started = ctx.now().await?;
+    let (a, b) = (ctx.random().await?, ctx.random().await?);
+    let parent = ctx.pid().0;
+    let mut children = Vec::new();
+    for i in 0..n {
+        children.push(ctx.spawn("durable_child", &(parent, i)).await?);
+    }
+    let mut sum = 0u64;
+    for _ in 0..n {
+        let (from, value): (u64, u64) = ctx.recv().await?;
+        sum += value;
+        seen.insert(from, value);
+        ctx.send(wfguest::Pid(from), &(value + 1)).await?;
+        ctx.sleep(Duration::from_millis(2)).await?;
+    }
+    let mut joined = 0u64;
+    for child in children {
+        joined += ctx.join::<u64>(child).await?;
+    }
+    let later = ctx.now().await?;
+    Ok(json!({
+        "sum": sum,
+        "joined": joined,
+        "distinct": seen.len(),
+        "clock_forward": later >= started,
+        "randoms_differ": a != b,
+    }))
+}
+
+/// A child of `durable_mix`: sends `i * i` to its parent, sleeps, returns the parent's answer.
+pub async fn durable_child(ctx: Ctx, (parent, i): (u64, u32)) -> Result<u64, Error> {
+    let me = ctx.pid().0;
+    ctx.sleep(Duration::from_millis(u64::from(i % 3))).await?;
+    ctx.send(wfguest::Pid(parent), &(me, u64::from(i * i)))
+        .await?;
+    let answer: u64 = ctx.recv().await?;
+    Ok(answer)
+}
+
 wfguest::entry_points!(
+    durable_mix,
+    durable_child,
     echo,
     fail,
     panic,

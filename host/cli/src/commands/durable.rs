@@ -1,0 +1,287 @@
+//! The durable commands: `resume`, `list`, `history`, and what `run --store` shares with them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use wfhost::store::{Ending, SqliteStore, Store, Workflow};
+use wfhost::{Host, Payload, StepRecord, SyncMode};
+
+use super::limits::{CacheArgs, LimitArgs};
+use super::WorkflowFailed;
+
+/// How hard the store syncs.
+#[derive(Debug, clap::Args)]
+pub struct SyncArgs {
+    /// `full` (default): every commit is on disk before anything it acknowledges happens.
+    /// `normal`: faster, and a crash of wfhost loses nothing, but a power loss may lose the last
+    /// commits.
+    #[arg(long, value_name = "MODE", default_value = "full", value_parser = ["full", "normal"])]
+    sync: String,
+}
+
+impl SyncArgs {
+    pub fn mode(&self) -> SyncMode {
+        if self.sync == "normal" {
+            SyncMode::Normal
+        } else {
+            SyncMode::Full
+        }
+    }
+}
+
+/// A new workflow id: "wf-" and 16 random hex digits.
+pub fn new_id() -> String {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        bytes = nanos.to_le_bytes();
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("wf-{hex}")
+}
+
+/// Ctrl-C stops the host without cancelling the workflows: they resume later.
+pub fn stop_on_ctrl_c(host: Host, store: PathBuf) -> anyhow::Result<()> {
+    ctrlc::set_handler(move || {
+        eprintln!(
+            "interrupted: stopping; the workflows are kept in {} (resume them with `wfhost resume \
+             --store {}`)",
+            store.display(),
+            store.display()
+        );
+        host.shutdown(Duration::ZERO);
+        std::process::exit(130);
+    })
+    .context("cannot install the Ctrl-C handler")
+}
+
+fn open(store: &PathBuf) -> anyhow::Result<SqliteStore> {
+    if !store.exists() {
+        anyhow::bail!(
+            "there is no store at {}: give the file `wfhost run --store` wrote",
+            store.display()
+        );
+    }
+    Ok(SqliteStore::open(store, SyncMode::Full)?)
+}
+
+/// Resumes every unfinished workflow of a store and runs them to the end, printing each result.
+///
+/// Each workflow replays its journal with the module it started with (kept in the store), then
+/// goes on: timers fire at their due time (at once if it passed), messages not yet taken are
+/// delivered. Results go to stdout as `ID: RESULT`, one line each.
+#[derive(Debug, clap::Parser)]
+pub struct ResumeCommand {
+    /// The store `wfhost run --store` wrote.
+    #[arg(long, value_name = "FILE")]
+    store: PathBuf,
+
+    /// Worker threads. Default: one per core.
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
+
+    #[command(flatten)]
+    durability: SyncArgs,
+
+    #[command(flatten)]
+    limits: LimitArgs,
+
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+impl ResumeCommand {
+    pub fn execute(self) -> anyhow::Result<()> {
+        open(&self.store)?;
+        let mut builder = self
+            .limits
+            .apply(Host::builder())?
+            .store(&self.store, self.durability.mode());
+        if let Some(workers) = self.workers {
+            anyhow::ensure!(workers > 0, "--workers must be at least 1");
+            builder = builder.workers(workers);
+        }
+        if let Some(dir) = self.cache.dir() {
+            builder = builder.module_cache(dir);
+        }
+        let host = builder.build().context("cannot start the host")?;
+        stop_on_ctrl_c(host.clone(), self.store.clone())?;
+        let runs = host.recover()?;
+        eprintln!("resuming {} workflow(s)", runs.len());
+        let mut failed = 0;
+        for (id, run) in runs {
+            match run.wait() {
+                Ok(result) => println!("{id}: {}", super::run::render(&result)?),
+                Err(error) => {
+                    failed += 1;
+                    println!("{id}: failed: {}", error.message());
+                }
+            }
+        }
+        host.shutdown(Duration::from_secs(1));
+        if failed > 0 {
+            return Err(WorkflowFailed(format!("{failed} workflow(s) failed")).into());
+        }
+        Ok(())
+    }
+}
+
+/// Lists the workflows of a store: id, entry point, status, when started, steps.
+#[derive(Debug, clap::Parser)]
+pub struct ListCommand {
+    /// The store.
+    #[arg(long, value_name = "FILE")]
+    store: PathBuf,
+}
+
+impl ListCommand {
+    pub fn execute(self) -> anyhow::Result<()> {
+        let mut store = open(&self.store)?;
+        let workflows = store.workflows(false)?;
+        println!(
+            "{:<32} {:<16} {:<8} {:<24} STEPS",
+            "ID", "ENTRY", "STATUS", "STARTED"
+        );
+        for w in workflows {
+            println!(
+                "{:<32} {:<16} {:<8} {:<24} {}",
+                w.start.id,
+                w.start.entry,
+                w.state.name(),
+                time(w.start.started),
+                w.steps
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Shows the journal of one workflow: each step's events and yields, with times.
+#[derive(Debug, clap::Parser)]
+pub struct HistoryCommand {
+    /// The store.
+    #[arg(long, value_name = "FILE")]
+    store: PathBuf,
+
+    /// The workflow's id.
+    id: String,
+
+    /// One JSON object per line (the workflow, then one per step), for tools.
+    #[arg(long)]
+    json: bool,
+}
+
+impl HistoryCommand {
+    pub fn execute(self) -> anyhow::Result<()> {
+        let mut store = open(&self.store)?;
+        let Some(workflow) = store.workflow(&self.id)? else {
+            anyhow::bail!(
+                "no workflow '{}' in {} (`wfhost list --store {}` shows them)",
+                self.id,
+                self.store.display(),
+                self.store.display()
+            );
+        };
+        let steps = store.steps(workflow.start.num, 0)?;
+        if self.json {
+            println!("{}", workflow_json(&workflow));
+        } else {
+            print_workflow(&workflow);
+        }
+        for step in steps {
+            let record = StepRecord::decode(&step.record)
+                .with_context(|| format!("step {} of the journal does not decode", step.seq))?;
+            if self.json {
+                let value = serde_json::json!({
+                    "step": step.seq,
+                    "at": step.at,
+                    "events": record.events.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>(),
+                    "reads": record.reads.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    "yields": record.output.yields.iter().map(|y| format!("{:?}", y.command)).collect::<Vec<_>>(),
+                    "status": format!("{:?}", record.output.status),
+                });
+                println!("{value}");
+            } else {
+                println!("step {} at {}", step.seq, time(step.at));
+                for event in &record.events {
+                    println!("  event  {event:?}");
+                }
+                for read in &record.reads {
+                    println!("  read   {read}");
+                }
+                for y in &record.output.yields {
+                    println!("  yield  #{} {:?}", y.tag.0, y.command);
+                }
+                println!("  status {:?}", record.output.status);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn ending_text(ending: &Option<Ending>) -> String {
+    match ending {
+        None => String::new(),
+        Some(Ending::Done(bytes)) => match postcard::from_bytes::<Payload>(bytes) {
+            Ok(payload) => super::run::render(&payload).unwrap_or_default(),
+            Err(_) => "(undecodable)".into(),
+        },
+        Some(Ending::Failed { kind, message }) => format!("{kind}: {message}"),
+    }
+}
+
+fn print_workflow(w: &Workflow) {
+    println!(
+        "workflow {} (pid {}): entry '{}', module {}, {}, started {}",
+        w.start.id,
+        w.start.num,
+        w.start.entry,
+        w.start.module,
+        w.state.name(),
+        time(w.start.started)
+    );
+    if w.ending.is_some() {
+        println!("result: {}", ending_text(&w.ending));
+    }
+}
+
+fn workflow_json(w: &Workflow) -> serde_json::Value {
+    serde_json::json!({
+        "id": w.start.id,
+        "pid": w.start.num,
+        "entry": w.start.entry,
+        "module": w.start.module,
+        "status": w.state.name(),
+        "started": w.start.started,
+        "finished": w.finished,
+        "steps": w.steps,
+        "result": ending_text(&w.ending),
+    })
+}
+
+/// Milliseconds since the Unix epoch, as UTC "YYYY-MM-DD hh:mm:ss.mmm".
+fn time(millis: u64) -> String {
+    let secs = millis / 1000;
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:03}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        millis % 1000
+    )
+}

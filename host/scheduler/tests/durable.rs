@@ -1,0 +1,180 @@
+//! What a durable host needs of the scheduler: steps held until their journal has them, processes
+//! started under pids it recorded, and processes a stop leaves alone.
+
+use std::time::Duration;
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use wfcontract::{Command, Event, EventKind, Payload, Pid, SendRequest, Status, StepOutput};
+use wfhost_scheduler::{
+    Error, Events, Hold, InitContext, Process, ProcessError, Release, Scheduler, Spawn,
+};
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Counts to `until`: each step sends `n` to itself and holds the step; the test releases holds.
+struct Journaled {
+    until: u64,
+    pid: Pid,
+    steps: u64,
+    holds: Sender<(u64, Release)>,
+}
+
+impl Process for Journaled {
+    fn init(&mut self, ctx: &InitContext, _: &str, _: Payload) -> Result<(), ProcessError> {
+        self.pid = ctx.pid();
+        Ok(())
+    }
+
+    fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+        let got: Vec<Event> = events.collect();
+        assert!(got.iter().all(|e| e.kind != EventKind::Cancel));
+        self.steps += 1;
+        out.receive = u32::MAX;
+        if self.steps > self.until {
+            out.status = Status::Done(Payload::json_bytes(self.steps.to_string().into_bytes()));
+            return Ok(());
+        }
+        out.yields.push(wfcontract::Yield {
+            tag: wfcontract::Tag(self.steps),
+            command: Command::Send(SendRequest {
+                to: self.pid,
+                message: Payload::empty(),
+            }),
+        });
+        out.status = Status::Idle;
+        Ok(())
+    }
+
+    fn journal(&mut self, _: &StepOutput, hold: &Hold<'_>) {
+        self.holds.send((self.steps, hold.hold())).unwrap();
+    }
+}
+
+fn journaled(until: u64) -> (Journaled, Receiver<(u64, Release)>) {
+    let (holds, rx) = unbounded();
+    let process = Journaled {
+        until,
+        pid: Pid::HOST,
+        steps: 0,
+        holds,
+    };
+    (process, rx)
+}
+
+#[test]
+fn a_held_step_has_no_effect_until_it_is_released() {
+    let scheduler = Scheduler::builder().workers(2).build().unwrap();
+    let (process, holds) = journaled(3);
+    let handle = scheduler
+        .handle()
+        .spawn_handle_with(Spawn::new(process, "main", Payload::empty()))
+        .unwrap();
+    // Each step's send reaches the process only once released: without the release nothing
+    // steps again, so exactly one hold at a time is outstanding.
+    for expected in 1..=4 {
+        let (step, release) = holds.recv_timeout(PATIENCE).unwrap();
+        assert_eq!(step, expected);
+        assert!(
+            holds.try_recv().is_err(),
+            "a second step ran before the release"
+        );
+        assert!(handle.wait_timeout(Duration::ZERO).is_none());
+        release.release();
+    }
+    assert_eq!(handle.wait().unwrap(), Payload::json_bytes(b"4".to_vec()));
+    let counters = scheduler.handle().counters();
+    assert_eq!(counters.steps, 4);
+    scheduler.shutdown(PATIENCE);
+}
+
+#[test]
+fn a_release_racing_the_park_is_not_lost() {
+    // Releasing from inside `journal`'s own thread before the worker parks the process: the
+    // process must still go on (the wake-up sets the flag that makes the park fail).
+    struct Eager {
+        steps: u64,
+    }
+    impl Process for Eager {
+        fn init(&mut self, _: &InitContext, _: &str, _: Payload) -> Result<(), ProcessError> {
+            Ok(())
+        }
+        fn step(&mut self, _: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+            self.steps += 1;
+            out.status = if self.steps == 1_000 {
+                Status::Done(Payload::json_bytes(b"1000".to_vec()))
+            } else {
+                Status::Continue
+            };
+            Ok(())
+        }
+        fn journal(&mut self, _: &StepOutput, hold: &Hold<'_>) {
+            hold.hold().release();
+        }
+    }
+    let scheduler = Scheduler::builder().workers(2).build().unwrap();
+    let runs: Vec<_> = (0..20)
+        .map(|_| {
+            scheduler
+                .handle()
+                .spawn_handle_with(Spawn::new(Eager { steps: 0 }, "main", Payload::empty()))
+                .unwrap()
+        })
+        .collect();
+    for run in runs {
+        assert_eq!(run.wait().unwrap(), Payload::json_bytes(b"1000".to_vec()));
+    }
+    assert_eq!(scheduler.handle().counters().steps, 20_000);
+    scheduler.shutdown(PATIENCE);
+}
+
+#[test]
+fn a_process_starts_under_the_pid_it_is_given_and_reserved_pids_are_skipped() {
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let handle = scheduler.handle();
+    handle.reserve_pids_through(Pid(1_000));
+    let reserved = handle.reserve_pid();
+    assert_eq!(reserved, Pid(1_001));
+    let (waiter, _holds) = journaled(1_000_000);
+    let run = handle
+        .spawn_handle_with(Spawn::new(waiter, "main", Payload::empty()).pid(Pid(7)))
+        .unwrap();
+    assert_eq!(run.pid(), Pid(7));
+    let (other, _more) = journaled(1);
+    let taken = handle.spawn_with(Spawn::new(other, "main", Payload::empty()).pid(Pid(7)));
+    assert_eq!(taken, Err(Error::PidInUse(Pid(7))));
+    assert_eq!(handle.live(), 1);
+    let next = handle
+        .spawn_with(Spawn::new(journaled(1).0, "main", Payload::empty()))
+        .unwrap();
+    assert_eq!(next, Pid(1_002));
+    scheduler.shutdown(Duration::ZERO);
+}
+
+#[test]
+fn a_stop_neither_cancels_nor_waits_for_processes_that_survive_it() {
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let handle = scheduler.handle();
+    let (ended_tx, ended_rx) = unbounded();
+    // Waits for a message that never comes; a cancel would fail the assertion in its step.
+    let (process, holds) = journaled(1_000_000);
+    let survivor = handle
+        .spawn_handle_with(
+            Spawn::new(process, "main", Payload::empty())
+                .survives_stop(true)
+                .notify(ended_tx),
+        )
+        .unwrap();
+    let (_, release) = holds.recv_timeout(PATIENCE).unwrap();
+    drop(release);
+    let started = std::time::Instant::now();
+    let report = scheduler.shutdown(Duration::from_secs(600));
+    // Not waited for: the grace period of ten minutes was not spent on it.
+    assert!(started.elapsed() < Duration::from_secs(300));
+    assert_eq!(report.live_at_start, 1);
+    let (pid, result) = ended_rx.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(pid, survivor.pid());
+    assert_eq!(
+        result.unwrap_err().kind(),
+        wfhost_scheduler::FailureKind::Terminated
+    );
+}

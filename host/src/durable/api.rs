@@ -1,0 +1,220 @@
+//! The durable side of [`Host`]: starting workflows under ids, recovering them, reading results.
+
+use std::sync::Arc;
+
+use wfcontract::{Payload, Pid};
+use wfhost_scheduler::{FailureKind, ProcessError, Spawn};
+
+use super::process::{unix_millis, DurableProcess};
+use super::store::{Ending, NewWorkflow, Op, State};
+use super::{store_error, Durable};
+use crate::error::{Error, ErrorKind, Result};
+use crate::run::Run;
+use crate::wasm::WasmProcess;
+use crate::Host;
+
+/// Where a durable workflow stands, as [`Host::result`] reads it from the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkflowResult {
+    /// It has not finished (it runs, or waits for a restart to resume it).
+    Running,
+    /// It finished with this result.
+    Done(Payload),
+    /// It failed: the kind (as the scheduler names it: "failed", "trap", "nondeterminism", ...)
+    /// and what happened.
+    Failed {
+        /// The failure's kind.
+        kind: String,
+        /// What happened.
+        message: String,
+    },
+}
+
+impl Host {
+    pub(crate) fn durable(&self) -> Result<&Arc<Durable>> {
+        self.inner.durable.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Config,
+                "this host has no store: build it with HostBuilder::store to run durable workflows",
+            )
+        })
+    }
+
+    /// Starts entry point `entry` of module `module` with `input` as durable workflow `id`: its
+    /// start is on disk before this returns, every step is journaled before its effects happen,
+    /// and a host started on the same store after a crash resumes it ([`Host::recover`]).
+    ///
+    /// Idempotent: if workflow `id` runs in this host, the returned [`Run`] follows it; if it has
+    /// finished, the run has its stored result at once. An unfinished workflow of the store that
+    /// does not run here (the host was not [`recover`](Host::recover)ed) is an error.
+    pub fn start(&self, id: &str, module: &str, entry: &str, input: Payload) -> Result<Run> {
+        let inner = &self.inner;
+        let durable = self.durable()?;
+        inner.running()?;
+        durable.writable()?;
+        if id.is_empty() || id.len() > 1024 || id.chars().any(char::is_control) {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "a workflow id must be 1 to 1024 characters, none of them a control character",
+            ));
+        }
+        let loaded = inner.modules.get(module)?;
+        if !loaded.compiled.info.has_entry(entry) {
+            return Err(loaded.compiled.info.unknown_entry(entry));
+        }
+        let id: Arc<str> = Arc::from(id);
+        let pid = inner.handle.reserve_pid();
+        if let Some(running) = durable.ids.claim(pid, &id) {
+            return self.follow(running);
+        }
+        let claimed = scopeguard(durable, pid);
+        let stored = durable.reader.lock().workflow(&id).map_err(store_error)?;
+        if let Some(workflow) = stored {
+            return match workflow.ending {
+                Some(ending) => Ok(finished_run(Pid(workflow.start.num), ending)),
+                None => Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "workflow '{id}' is unfinished in the store but does not run in this \
+                         host: recover it first (Host::recover, or `wfhost resume`)"
+                    ),
+                )),
+            };
+        }
+        let hash = loaded.compiled.info.sha256.clone();
+        durable.write(vec![Op::Start(NewWorkflow {
+            num: pid.0,
+            id: id.to_string(),
+            parent: None,
+            module: hash.clone(),
+            module_name: loaded.name.to_string(),
+            entry: entry.to_string(),
+            input: postcard::to_allocvec(&input)
+                .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the input: {e}")))?,
+            started: unix_millis(),
+        })])?;
+        let process = WasmProcess::new(
+            Arc::clone(&inner.wasm),
+            loaded.spec(None, Arc::clone(&inner.wasm.limits)),
+        );
+        let process =
+            DurableProcess::new(process, Arc::clone(durable), id, hash.into(), Vec::new());
+        let run = self.spawn_durable(process, pid, None, entry, input)?;
+        std::mem::forget(claimed);
+        Ok(run)
+    }
+
+    /// Spawns a durable process under its recorded pid, with a run to follow it.
+    pub(crate) fn spawn_durable(
+        &self,
+        process: DurableProcess,
+        pid: Pid,
+        parent: Option<Pid>,
+        entry: &str,
+        input: Payload,
+    ) -> Result<Run> {
+        let inner = &self.inner;
+        let (result, receiver) = crossbeam_channel::bounded(1);
+        let (outbox, messages) = wfhost_scheduler::outbox(inner.outbox.0, inner.outbox.1);
+        let mut spawn = Spawn::new(process, entry, input)
+            .pid(pid)
+            .survives_stop(true)
+            .notify(result);
+        spawn = match parent {
+            Some(parent) => spawn.parent(parent),
+            None => spawn.outbox(outbox),
+        };
+        inner.handle.spawn_with(spawn).map_err(|e| match e {
+            wfhost_scheduler::Error::TooManyProcesses(_) => {
+                Error::new(ErrorKind::Limit, inner.capacity.refusal())
+            }
+            other => Error::refused(other),
+        })?;
+        Ok(Run::new(pid, receiver, messages))
+    }
+
+    /// A run following process `pid`, which runs here.
+    fn follow(&self, pid: Pid) -> Result<Run> {
+        let (result, receiver) = crossbeam_channel::bounded(1);
+        let (_, messages) = wfhost_scheduler::outbox(1, 1);
+        self.inner.handle.watch(pid, result).map_err(|_| {
+            Error::new(
+                ErrorKind::Unavailable,
+                "the workflow is being started or has just ended: ask again",
+            )
+        })?;
+        Ok(Run::new(pid, receiver, messages))
+    }
+
+    /// Where durable workflow `id` stands, from the store.
+    pub fn result(&self, id: &str) -> Result<WorkflowResult> {
+        let durable = self.durable()?;
+        let workflow = durable.reader.lock().workflow(id).map_err(store_error)?;
+        let Some(workflow) = workflow else {
+            return Err(Error::new(
+                ErrorKind::UnknownWorkflow,
+                format!("no workflow '{id}' in the store"),
+            ));
+        };
+        Ok(match (workflow.state, workflow.ending) {
+            (State::Running, _) | (_, None) => WorkflowResult::Running,
+            (_, Some(Ending::Done(bytes))) => {
+                WorkflowResult::Done(postcard::from_bytes(&bytes).map_err(|e| {
+                    Error::new(
+                        ErrorKind::Store,
+                        format!("the stored result of '{id}': {e}"),
+                    )
+                })?)
+            }
+            (_, Some(Ending::Failed { kind, message })) => WorkflowResult::Failed { kind, message },
+        })
+    }
+}
+
+/// Takes a claimed id back unless forgotten (the start went through).
+struct Claim<'a>(&'a Durable, Pid);
+
+fn scopeguard(durable: &Durable, pid: Pid) -> Claim<'_> {
+    Claim(durable, pid)
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.0.ids.remove(self.1);
+    }
+}
+
+/// A run that has ended already, with `ending`.
+pub(crate) fn finished_run(pid: Pid, ending: Ending) -> Run {
+    let (result, receiver) = crossbeam_channel::bounded(1);
+    let (_, messages) = wfhost_scheduler::outbox(1, 1);
+    let outcome = match ending {
+        Ending::Done(bytes) => postcard::from_bytes(&bytes).map_err(|e| {
+            ProcessError::with_kind(FailureKind::Failed, format!("its stored result: {e}"))
+        }),
+        Ending::Failed { kind, message } => {
+            Err(ProcessError::with_kind(kind_named(&kind), message))
+        }
+    };
+    let _ = result.send((pid, outcome));
+    Run::new(pid, receiver, messages)
+}
+
+/// The failure kind named `name` (as `FailureKind::name` writes it).
+pub(crate) fn kind_named(name: &str) -> FailureKind {
+    [
+        FailureKind::Failed,
+        FailureKind::Trap,
+        FailureKind::Limit,
+        FailureKind::BadOutput,
+        FailureKind::Refused,
+        FailureKind::Terminated,
+        FailureKind::Cancelled,
+        FailureKind::Timeout,
+        FailureKind::InvalidInput,
+        FailureKind::Nondeterminism,
+    ]
+    .into_iter()
+    .find(|kind| kind.name() == name)
+    .unwrap_or(FailureKind::Failed)
+}

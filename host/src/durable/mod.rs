@@ -1,0 +1,298 @@
+//! Durability: every step of a durable workflow is journaled before its effects happen, and a
+//! host started on an existing store recovers every unfinished workflow from its journal.
+//!
+//! | File | What |
+//! |---|---|
+//! | `store/` | The [`Store`](store::Store) trait and SQLite behind it: schema, migrations. |
+//! | `record.rs` | What one journaled step holds. |
+//! | `writer.rs` | The writer thread: group commit, then each step's effects go. |
+//! | `process.rs` | A durable workflow: journals its steps, replays them after a restart. |
+//! | `recover.rs` | Starting every unfinished workflow of a store again. |
+
+pub(crate) mod api;
+pub(crate) mod process;
+pub mod record;
+pub(crate) mod recover;
+pub mod store;
+pub(crate) mod writer;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Mutex, RwLock};
+use wfcontract::{CommandError, ErrorKind, Payload, Pid, Tag};
+use wfhost_scheduler::SchedulerHandle;
+
+use crate::modules::Modules;
+use store::{Ending, SqliteStore, Store};
+use writer::Writer;
+
+/// The workflow ids of the durable processes running in this host, by pid, and back.
+#[derive(Debug, Default)]
+pub(crate) struct Ids(RwLock<IdMaps>);
+
+/// Workflow ids by pid, and pids by workflow id.
+type IdMaps = (HashMap<Pid, Arc<str>>, HashMap<Arc<str>, Pid>);
+
+impl Ids {
+    pub(crate) fn insert(&self, pid: Pid, id: Arc<str>) {
+        let mut ids = self.0.write();
+        ids.1.insert(Arc::clone(&id), pid);
+        ids.0.insert(pid, id);
+    }
+
+    /// Claims `id` for `pid` unless a process has it: the pid that has it, if one does.
+    pub(crate) fn claim(&self, pid: Pid, id: &Arc<str>) -> Option<Pid> {
+        let mut ids = self.0.write();
+        if let Some(running) = ids.1.get(id) {
+            return Some(*running);
+        }
+        ids.1.insert(Arc::clone(id), pid);
+        ids.0.insert(pid, Arc::clone(id));
+        None
+    }
+
+    pub(crate) fn remove(&self, pid: Pid) {
+        let mut ids = self.0.write();
+        if let Some(id) = ids.0.remove(&pid) {
+            ids.1.remove(&id);
+        }
+    }
+
+    pub(crate) fn contains(&self, pid: Pid) -> bool {
+        self.0.read().0.contains_key(&pid)
+    }
+
+    pub(crate) fn get(&self, pid: Pid) -> Option<Arc<str>> {
+        self.0.read().0.get(&pid).cloned()
+    }
+
+    /// The idempotency key of yield `tag` of `pid`: its workflow id and the yield's tag, which
+    /// a replay gives the same yield again.
+    pub(crate) fn key(&self, pid: Pid, tag: Tag) -> Option<String> {
+        self.get(pid).map(|id| format!("{id}#{}", tag.0))
+    }
+}
+
+/// A child a durable workflow's step spawns, as journaled with the step.
+pub(crate) struct ChildStart {
+    pub(crate) pid: Pid,
+    pub(crate) id: Arc<str>,
+}
+
+/// What a durable host shares among its workflows.
+pub(crate) struct Durable {
+    pub(crate) writer: Writer,
+    /// For reads while the writer writes.
+    pub(crate) reader: Mutex<Box<dyn Store>>,
+    pub(crate) ids: Arc<Ids>,
+    next_message: AtomicU64,
+    /// Numbers given to messages journaled and not yet dispatched, by sender and yield.
+    pub(crate) sent: Mutex<HashMap<(Pid, Tag), u64>>,
+    /// Children journaled and not yet started, by parent and yield.
+    pub(crate) spawned: Mutex<HashMap<(Pid, Tag), ChildStart>>,
+    /// Messages refused before a restart, for the senders that had not heard yet.
+    refused: Mutex<HashMap<u64, String>>,
+    stopping: AtomicBool,
+    pub(crate) scheduler: OnceLock<SchedulerHandle>,
+    modules: Arc<Modules>,
+    /// Module hashes known to be in the store.
+    kept: Mutex<std::collections::HashSet<String>>,
+}
+
+impl Durable {
+    pub(crate) fn open(
+        store: SqliteStore,
+        ids: Arc<Ids>,
+        modules: Arc<Modules>,
+    ) -> crate::Result<Durable> {
+        let mut reader = store.open_reader().map_err(store_error)?;
+        let (_, messages) = reader.high_water().map_err(store_error)?;
+        let writer = Writer::start(Box::new(store)).map_err(|e| {
+            crate::Error::new(
+                crate::ErrorKind::Store,
+                format!("could not start the journal's writer thread: {e}"),
+            )
+        })?;
+        Ok(Durable {
+            writer,
+            reader: Mutex::new(Box::new(reader)),
+            ids,
+            next_message: AtomicU64::new(messages + 1),
+            sent: Mutex::new(HashMap::new()),
+            spawned: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
+            stopping: AtomicBool::new(false),
+            scheduler: OnceLock::new(),
+            modules,
+            kept: Mutex::new(std::collections::HashSet::new()),
+        })
+    }
+
+    pub(crate) fn next_message(&self) -> u64 {
+        self.next_message.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// From now on, what ends is the host stopping, not the workflows: nothing more is journaled
+    /// as an end.
+    pub(crate) fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+    }
+
+    /// The hash of the module loaded as `name`.
+    pub(crate) fn module_hash(&self, name: &str) -> Option<String> {
+        self.modules
+            .get(name)
+            .ok()
+            .map(|loaded| loaded.compiled.info.sha256.clone())
+    }
+
+    /// Remembers the messages refused before a restart.
+    pub(crate) fn set_refused(&self, refused: HashMap<u64, String>) {
+        *self.refused.lock() = refused;
+    }
+
+    /// Why message `number` was refused, if it was (before a restart).
+    pub(crate) fn refusal(&self, number: u64) -> Option<CommandError> {
+        self.refused
+            .lock()
+            .get(&number)
+            .map(|why| CommandError::new(ErrorKind::MailboxFull, why.clone()))
+    }
+
+    /// Why the start of `child` was refused, if it was.
+    pub(crate) fn refused_child(&self, child: Pid) -> Option<CommandError> {
+        let workflow = self.reader.lock().workflow_by_num(child.0).ok()??;
+        match workflow.ending {
+            Some(Ending::Failed { kind, message }) if kind == "refused" => {
+                Some(CommandError::new(ErrorKind::InvalidInput, message))
+            }
+            _ => None,
+        }
+    }
+
+    /// The result of workflow `target` if it has ended, as a join sees it.
+    pub(crate) fn ended(&self, target: Pid) -> Option<Result<Payload, CommandError>> {
+        let workflow = self.reader.lock().workflow_by_num(target.0).ok()??;
+        match workflow.ending? {
+            Ending::Done(bytes) => Some(
+                postcard::from_bytes(&bytes)
+                    .map_err(|e| CommandError::new(ErrorKind::Failed, e.to_string())),
+            ),
+            Ending::Failed { kind, message } => {
+                let kind = if kind == "cancelled" || kind == "terminated" {
+                    ErrorKind::ChildCancelled
+                } else {
+                    ErrorKind::ChildFailed
+                };
+                Some(Err(CommandError::new(
+                    kind,
+                    format!("process {target} ended: {message}"),
+                )))
+            }
+        }
+    }
+}
+
+impl Durable {
+    /// Writes `ops` and waits until they are on disk.
+    pub(crate) fn write(&self, ops: Vec<store::Op>) -> crate::Result<()> {
+        self.writer.write(ops).map_err(store_error)
+    }
+
+    /// Refuses new work once the store has failed.
+    pub(crate) fn writable(&self) -> crate::Result<()> {
+        match self.writer.failed() {
+            Some(error) => Err(store_error(error)),
+            None => Ok(()),
+        }
+    }
+
+    /// Keeps a module's bytes in the store, once per hash.
+    pub(crate) fn keep_module(&self, hash: &str, bytes: &[u8]) -> crate::Result<()> {
+        if self.kept.lock().contains(hash) {
+            return Ok(());
+        }
+        self.write(vec![store::Op::Module {
+            hash: hash.to_string(),
+            bytes: Arc::from(bytes),
+        }])?;
+        self.kept.lock().insert(hash.to_string());
+        Ok(())
+    }
+
+    /// A message from the host to durable workflow `to`: on disk before it is delivered, so a
+    /// restart delivers it if no step took it.
+    pub(crate) fn send_from_host(
+        &self,
+        scheduler: &SchedulerHandle,
+        to: Pid,
+        message: Payload,
+    ) -> crate::Result<()> {
+        let number = self.next_message();
+        let payload = postcard::to_allocvec(&message).map_err(|e| {
+            crate::Error::new(crate::ErrorKind::InvalidInput, format!("the message: {e}"))
+        })?;
+        self.write(vec![store::Op::Message(store::NewMessage {
+            id: number,
+            receiver: to.0,
+            sender: 0,
+            payload,
+        })])?;
+        scheduler
+            .send_numbered(Pid::HOST, to, number, message)
+            .map_err(|refused| {
+                let error = crate::Error::refused(refused);
+                self.refuse(number, error.message());
+                error
+            })
+    }
+
+    /// Marks message `number` refused (before anyone hears so).
+    pub(crate) fn refuse(&self, number: u64, why: &str) {
+        let entry = writer::Entry {
+            ops: vec![store::Op::Refused {
+                id: number,
+                error: why.to_string(),
+            }],
+            done: writer::Done::Nothing,
+        };
+        if let Err(error) = self.writer.submit(entry) {
+            tracing::error!("a refused message could not be journaled: {error}");
+        }
+    }
+}
+
+pub(crate) fn store_error(error: store::StoreError) -> crate::Error {
+    crate::Error::new(crate::ErrorKind::Store, error.0)
+}
+
+/// `send` in a durable host: a message a durable step journaled goes out under its number (the
+/// receiver's journal records it when taken); a refusal is journaled before the sender hears.
+pub(crate) struct DurableSend(pub(crate) Arc<Durable>);
+
+impl wfhost_scheduler::Handler for DurableSend {
+    fn handle(&self, request: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>) {
+        let number = self.0.sent.lock().remove(&(request.pid, request.tag));
+        let (Some(number), wfcontract::Command::Send(send)) = (number, &request.command) else {
+            return wfhost_scheduler::send_handler(request, cx);
+        };
+        let result = cx
+            .scheduler()
+            .send_numbered(cx.pid(), send.to, number, send.message.clone());
+        if let Err(refused) = &result {
+            self.0.refuse(number, &refused.to_string());
+        }
+        cx.complete(
+            request.tag,
+            result
+                .map(|()| Payload::empty())
+                .map_err(wfhost_scheduler::Error::into_command_error),
+        );
+    }
+}

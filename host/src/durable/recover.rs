@@ -1,0 +1,174 @@
+//! Recovery: every unfinished workflow of the store starts again under its pid, replays its
+//! journal, and goes on; the messages waiting for them are delivered again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use wfcontract::{Payload, Pid};
+
+use super::process::DurableProcess;
+use super::record::StepRecord;
+use super::store::{Cancel, Ending, Op};
+use super::store_error;
+use crate::error::{Error, ErrorKind, Result};
+use crate::grants::Grants;
+use crate::run::Run;
+use crate::wasm::WasmProcess;
+use crate::Host;
+
+/// The name a module kept in the store is loaded under to recover its workflows (their children
+/// without a module name run it too).
+fn stored_name(hash: &str) -> String {
+    format!("wfhost:{hash}")
+}
+
+impl Host {
+    /// Starts every unfinished workflow of the store again: each replays its journal in a fresh
+    /// instance of the module it started with (kept in the store by hash), checking that it does
+    /// what the journal says, and goes on from there: its timers fire at their due time (at once
+    /// if that passed while the host was down), host calls that had not answered run again with
+    /// the same idempotency key, and messages that had not been taken are delivered again.
+    ///
+    /// Returns a [`Run`] for each top-level workflow recovered (children are followed by their
+    /// parents), with its id. Call it once, after loading modules and before starting new work.
+    pub fn recover(&self) -> Result<Vec<(String, Run)>> {
+        let durable = self.durable()?.clone();
+        let inner = &self.inner;
+        inner.running()?;
+        let (unfinished, messages) = {
+            let mut reader = durable.reader.lock();
+            (
+                reader.workflows(true).map_err(store_error)?,
+                reader.messages().map_err(store_error)?,
+            )
+        };
+        durable.set_refused(
+            messages
+                .iter()
+                .filter_map(|m| m.refused.clone().map(|why| (m.message.id, why)))
+                .collect(),
+        );
+        if let Some(last) = unfinished.last() {
+            inner.handle.reserve_pids_through(Pid(last.start.num));
+        }
+        let mut runs = Vec::new();
+        let mut recovered: HashMap<u64, ()> = HashMap::new();
+        for workflow in unfinished {
+            let start = &workflow.start;
+            let pid = Pid(start.num);
+            if durable.ids.contains(pid) {
+                continue;
+            }
+            let id: Arc<str> = Arc::from(start.id.as_str());
+            let fail = |message: String| {
+                tracing::error!(workflow = %id, "could not be recovered: {message}");
+                durable.write(vec![Op::End {
+                    num: start.num,
+                    ending: Ending::Failed {
+                        kind: "failed".into(),
+                        message: format!("could not be recovered: {message}"),
+                    },
+                    at: super::process::unix_millis(),
+                }])
+            };
+            let name = stored_name(&start.module);
+            let loaded = match inner.modules.get(&name) {
+                Ok(loaded) => loaded,
+                Err(_) => {
+                    let bytes: Option<Vec<u8>> = durable
+                        .reader
+                        .lock()
+                        .module(&start.module)
+                        .map_err(store_error)?;
+                    let Some(bytes) = bytes else {
+                        fail(format!("the store lacks its module {}", start.module))?;
+                        continue;
+                    };
+                    let compiled = inner.wasm.compile(&bytes)?;
+                    inner.modules.insert(&name, compiled, Grants::default());
+                    inner.modules.get(&name)?
+                }
+            };
+            let steps = durable
+                .reader
+                .lock()
+                .steps(start.num, 0)
+                .map_err(store_error)?;
+            let records: std::result::Result<Vec<StepRecord>, _> = steps
+                .iter()
+                .map(|s| StepRecord::decode(&s.record))
+                .collect();
+            let records = match records {
+                Ok(records) => records,
+                Err(e) => {
+                    fail(format!("its journal does not decode: {e}"))?;
+                    continue;
+                }
+            };
+            let input: Payload = match postcard::from_bytes(&start.input) {
+                Ok(input) => input,
+                Err(e) => {
+                    fail(format!("its input does not decode: {e}"))?;
+                    continue;
+                }
+            };
+            let process = WasmProcess::new(
+                Arc::clone(&inner.wasm),
+                loaded.spec(None, Arc::clone(&inner.wasm.limits)),
+            );
+            let process = DurableProcess::new(
+                process,
+                Arc::clone(&durable),
+                Arc::clone(&id),
+                Arc::from(start.module.as_str()),
+                records,
+            );
+            durable.ids.insert(pid, Arc::clone(&id));
+            // Linked to its parent if the parent runs again too; a parent that ended had
+            // cancelled it.
+            let parent = start
+                .parent
+                .map(Pid)
+                .filter(|p| recovered.contains_key(&p.0));
+            let orphaned = start.parent.is_some() && parent.is_none();
+            let run = self.spawn_durable(process, pid, parent, &start.entry, input);
+            let run = match run {
+                Ok(run) => run,
+                Err(error) => {
+                    durable.ids.remove(pid);
+                    return Err(error);
+                }
+            };
+            recovered.insert(start.num, ());
+            if workflow.cancel == Cancel::Asked || (orphaned && workflow.cancel == Cancel::No) {
+                let _ = inner.handle.cancel(pid);
+            }
+            if start.parent.is_none() {
+                runs.push((start.id.clone(), run));
+            }
+        }
+        for message in messages {
+            if message.refused.is_some() || !recovered.contains_key(&message.message.receiver) {
+                continue;
+            }
+            let m = &message.message;
+            let payload: Payload = match postcard::from_bytes(&m.payload) {
+                Ok(payload) => payload,
+                Err(e) => {
+                    return Err(Error::new(
+                        ErrorKind::Store,
+                        format!("message {} in the store does not decode: {e}", m.id),
+                    ))
+                }
+            };
+            if let Err(refused) =
+                inner
+                    .handle
+                    .send_numbered(Pid(m.sender), Pid(m.receiver), m.id, payload)
+            {
+                durable.refuse(m.id, &refused.to_string());
+            }
+        }
+        Ok(runs)
+    }
+}

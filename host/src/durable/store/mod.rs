@@ -1,0 +1,226 @@
+//! Where a durable host keeps its workflows: the [`Store`] trait, what it is given to write, and
+//! what it reads back. SQLite (`sqlite.rs`) is the embedded default; the engine sees only the
+//! trait, so another store (PostgreSQL, for many hosts) plugs in without touching it.
+
+mod schema;
+mod sqlite;
+
+pub use sqlite::{SqliteStore, SyncMode};
+
+/// A store that could not be read or written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct StoreError(pub String);
+
+impl StoreError {
+    pub(crate) fn new(what: impl std::fmt::Display) -> StoreError {
+        StoreError(what.to_string())
+    }
+}
+
+/// The result of a store operation.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A workflow as it starts: everything needed to start it again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewWorkflow {
+    /// Its pid, stable across restarts.
+    pub num: u64,
+    /// The id it was started under.
+    pub id: String,
+    /// The workflow that spawned it, if any.
+    pub parent: Option<u64>,
+    /// SHA-256 of its module, in hex: the store keeps the bytes.
+    pub module: String,
+    /// The name its module was loaded under.
+    pub module_name: String,
+    /// Its entry point.
+    pub entry: String,
+    /// Its input, postcard-encoded as a `Payload`.
+    pub input: Vec<u8>,
+    /// When it started, in milliseconds since the Unix epoch.
+    pub started: u64,
+}
+
+/// How a workflow ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// With this result (a postcard-encoded `Payload`).
+    Done(Vec<u8>),
+    /// Failed: the failure's kind (as `FailureKind::name`) and message.
+    Failed {
+        /// `FailureKind::name()`.
+        kind: String,
+        /// What happened.
+        message: String,
+    },
+}
+
+/// A message waiting at its durable receiver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewMessage {
+    /// Its number: the tag its event carries, unique in the store.
+    pub id: u64,
+    /// Who gets it.
+    pub receiver: u64,
+    /// Who sent it (0: the host).
+    pub sender: u64,
+    /// The payload, postcard-encoded.
+    pub payload: Vec<u8>,
+}
+
+/// One step of one workflow, as the engine journals it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewStep {
+    /// The workflow.
+    pub num: u64,
+    /// Its position, from 1.
+    pub seq: u64,
+    /// When it ran, in milliseconds since the Unix epoch.
+    pub at: u64,
+    /// The step record (events, reads, output), postcard-encoded.
+    pub record: Vec<u8>,
+    /// The messages it took (their rows go).
+    pub consumed: Vec<u64>,
+    /// It took a cancel.
+    pub took_cancel: bool,
+}
+
+/// One thing to write. A batch of them is written in one transaction, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Keep a module's bytes (once per hash).
+    Module {
+        /// SHA-256, hex.
+        hash: String,
+        /// The bytes.
+        bytes: std::sync::Arc<[u8]>,
+    },
+    /// A workflow starts.
+    Start(NewWorkflow),
+    /// A workflow stepped.
+    Step(NewStep),
+    /// A message is sent to a durable workflow.
+    Message(NewMessage),
+    /// A message could not be delivered (the receiver's mailbox was full, or it ended): the
+    /// sender is told so, and so is a replay of the sender.
+    Refused {
+        /// The message.
+        id: u64,
+        /// Why.
+        error: String,
+    },
+    /// A workflow ended.
+    End {
+        /// The workflow.
+        num: u64,
+        /// How.
+        ending: Ending,
+        /// When, in milliseconds since the Unix epoch.
+        at: u64,
+    },
+    /// A cancel was asked for (from outside, or by its parent).
+    Cancel {
+        /// The workflow.
+        num: u64,
+    },
+}
+
+/// Where a workflow stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Not finished.
+    Running,
+    /// Finished with a result.
+    Done,
+    /// Finished with a failure.
+    Failed,
+}
+
+impl State {
+    /// "running", "done", "failed".
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Running => "running",
+            State::Done => "done",
+            State::Failed => "failed",
+        }
+    }
+}
+
+/// A workflow as the store has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workflow {
+    /// How it started.
+    pub start: NewWorkflow,
+    /// Where it stands.
+    pub state: State,
+    /// How it ended, once it has.
+    pub ending: Option<Ending>,
+    /// When it ended, in milliseconds since the Unix epoch.
+    pub finished: Option<u64>,
+    /// Steps journaled.
+    pub steps: u64,
+    /// A cancel was asked for; and whether a step took it.
+    pub cancel: Cancel,
+}
+
+/// Whether a workflow was asked to cancel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cancel {
+    /// Never.
+    No,
+    /// Asked, not yet taken by a step.
+    Asked,
+    /// Taken by a step.
+    Taken,
+}
+
+/// One journaled step, read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// Its position, from 1.
+    pub seq: u64,
+    /// When it ran, in milliseconds since the Unix epoch.
+    pub at: u64,
+    /// The record, postcard-encoded.
+    pub record: Vec<u8>,
+}
+
+/// A message the store holds: waiting for its receiver, or refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// As sent.
+    pub message: NewMessage,
+    /// Why it was refused, if it was.
+    pub refused: Option<String>,
+}
+
+/// A durable store. Writes come in batches from one writer; reads may come from another
+/// connection at the same time (`open_reader`).
+pub trait Store: Send {
+    /// Writes `ops` in one transaction, durably (as the store's sync setting says) before it
+    /// returns.
+    fn commit(&mut self, ops: &[Op]) -> StoreResult<()>;
+
+    /// The highest workflow number and message number in the store (0 when none).
+    fn high_water(&mut self) -> StoreResult<(u64, u64)>;
+
+    /// The workflow started under `id`.
+    fn workflow(&mut self, id: &str) -> StoreResult<Option<Workflow>>;
+
+    /// The workflow numbered `num`.
+    fn workflow_by_num(&mut self, num: u64) -> StoreResult<Option<Workflow>>;
+
+    /// Every workflow (or every unfinished one), by number.
+    fn workflows(&mut self, unfinished_only: bool) -> StoreResult<Vec<Workflow>>;
+
+    /// The steps of workflow `num` after `after`, in order.
+    fn steps(&mut self, num: u64, after: u64) -> StoreResult<Vec<Step>>;
+
+    /// The bytes of the module with this hash.
+    fn module(&mut self, hash: &str) -> StoreResult<Option<Vec<u8>>>;
+
+    /// Every message still held (waiting, or refused and not yet forgotten), by number.
+    fn messages(&mut self) -> StoreResult<Vec<Message>>;
+}

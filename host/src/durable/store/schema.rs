@@ -1,0 +1,50 @@
+//! The SQLite schema, by version. `PRAGMA user_version` says which migrations ran; each runs in
+//! the transaction that bumps it, so a crash leaves the store at one version or the next.
+
+/// Migration `i` takes the store from version `i` to `i + 1`.
+pub(super) const MIGRATIONS: &[&str] = &[
+    // 1: the first release.
+    "
+    CREATE TABLE modules (
+        hash TEXT PRIMARY KEY,
+        bytes BLOB NOT NULL
+    );
+    CREATE TABLE workflows (
+        num INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        parent INTEGER,
+        module TEXT NOT NULL,
+        module_name TEXT NOT NULL,
+        entry TEXT NOT NULL,
+        input BLOB NOT NULL,
+        started INTEGER NOT NULL,
+        -- 0 running, 1 done, 2 failed
+        state INTEGER NOT NULL DEFAULT 0,
+        result BLOB,
+        error_kind TEXT,
+        error TEXT,
+        finished INTEGER,
+        steps INTEGER NOT NULL DEFAULT 0,
+        -- 0 never asked, 1 asked, 2 taken by a step
+        cancel INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX workflows_running ON workflows(state) WHERE state = 0;
+    CREATE TABLE steps (
+        num INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        at INTEGER NOT NULL,
+        record BLOB NOT NULL,
+        PRIMARY KEY (num, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY,
+        receiver INTEGER NOT NULL,
+        sender INTEGER NOT NULL,
+        payload BLOB NOT NULL,
+        refused TEXT
+    );
+    ",
+];
+
+/// The version this build writes.
+pub(super) const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -1,0 +1,401 @@
+//! The embedded store: one SQLite file in WAL mode. One connection writes (the journal's writer
+//! thread); others read at the same time.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::schema::{MIGRATIONS, VERSION};
+use super::{
+    Cancel, Ending, Message, NewMessage, NewWorkflow, Op, State, Step, Store, StoreError,
+    StoreResult, Workflow,
+};
+
+/// How hard SQLite syncs a commit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncMode {
+    /// `synchronous=FULL`: a commit is on disk when it returns. The default.
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: in WAL mode the store cannot be corrupted, but the last commits
+    /// before a power loss (not a crash of the host process) may be lost, though they were
+    /// acknowledged.
+    Normal,
+}
+
+/// A SQLite store.
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Connection,
+    path: PathBuf,
+}
+
+fn sql(what: &str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+    move |error| StoreError::new(format_args!("{what}: {error}"))
+}
+
+impl SqliteStore {
+    /// Opens (creating if need be) the store at `path`, migrating it to this version's schema.
+    pub fn open(path: impl AsRef<Path>, sync: SyncMode) -> StoreResult<SqliteStore> {
+        let path = path.as_ref().to_path_buf();
+        let conn = Connection::open(&path).map_err(|e| {
+            StoreError::new(format_args!(
+                "could not open the store {}: {e}",
+                path.display()
+            ))
+        })?;
+        let mut store = SqliteStore { conn, path };
+        store.configure(sync)?;
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// Another connection to the same store, for reading while this one writes.
+    pub fn open_reader(&self) -> StoreResult<SqliteStore> {
+        SqliteStore::open(&self.path, SyncMode::Full)
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn configure(&mut self, sync: SyncMode) -> StoreResult<()> {
+        let bad = |e: rusqlite::Error| {
+            StoreError::new(format_args!(
+                "{} is not a usable wfhost store: {e}",
+                self.path.display()
+            ))
+        };
+        self.conn
+            .busy_timeout(Duration::from_secs(30))
+            .map_err(bad)?;
+        let mode: String = self
+            .conn
+            .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
+            .map_err(bad)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::new(format_args!(
+                "{} cannot be put in WAL mode (it stays in '{mode}' mode): is it on a file \
+                 system that supports shared memory?",
+                self.path.display()
+            )));
+        }
+        let sync = match sync {
+            SyncMode::Full => "FULL",
+            SyncMode::Normal => "NORMAL",
+        };
+        self.conn
+            .execute_batch(&format!(
+                "PRAGMA synchronous={sync}; PRAGMA foreign_keys=OFF; PRAGMA wal_autocheckpoint=4000;"
+            ))
+            .map_err(bad)?;
+        Ok(())
+    }
+
+    fn migrate(&mut self) -> StoreResult<()> {
+        let path = self.path.display().to_string();
+        let version: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .map_err(|e| {
+                StoreError::new(format_args!(
+                    "{path} is not a wfhost store (SQLite says: {e})"
+                ))
+            })?;
+        if version > VERSION {
+            return Err(StoreError::new(format_args!(
+                "{path} was written by a newer wfhost (schema version {version}; this one knows \
+                 up to {VERSION}): upgrade wfhost to open it"
+            )));
+        }
+        if version == 0 {
+            // A new file, or a SQLite file that is not ours: ours has the version set.
+            let tables: i64 = self
+                .conn
+                .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
+                .map_err(sql("reading the schema"))?;
+            if tables > 0 {
+                return Err(StoreError::new(format_args!(
+                    "{path} is a SQLite database that is not a wfhost store: give a new file"
+                )));
+            }
+        }
+        for (from, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            let tx = self
+                .conn
+                .transaction()
+                .map_err(sql("starting a migration"))?;
+            tx.execute_batch(migration)
+                .map_err(sql("migrating the store"))?;
+            tx.pragma_update(None, "user_version", from as i64 + 1)
+                .map_err(sql("migrating the store"))?;
+            tx.commit().map_err(sql("migrating the store"))?;
+        }
+        Ok(())
+    }
+}
+
+const WORKFLOW_COLUMNS: &str = "num, id, parent, module, module_name, entry, input, started, \
+     state, result, error_kind, error, finished, steps, cancel";
+
+fn workflow_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workflow> {
+    let state: i64 = row.get(8)?;
+    let state = match state {
+        0 => State::Running,
+        1 => State::Done,
+        _ => State::Failed,
+    };
+    let ending = match state {
+        State::Running => None,
+        State::Done => Some(Ending::Done(
+            row.get::<_, Option<Vec<u8>>>(9)?.unwrap_or_default(),
+        )),
+        State::Failed => Some(Ending::Failed {
+            kind: row.get::<_, Option<String>>(10)?.unwrap_or_default(),
+            message: row.get::<_, Option<String>>(11)?.unwrap_or_default(),
+        }),
+    };
+    let cancel: i64 = row.get(14)?;
+    Ok(Workflow {
+        start: NewWorkflow {
+            num: row.get::<_, i64>(0)? as u64,
+            id: row.get(1)?,
+            parent: row.get::<_, Option<i64>>(2)?.map(|n| n as u64),
+            module: row.get(3)?,
+            module_name: row.get(4)?,
+            entry: row.get(5)?,
+            input: row.get(6)?,
+            started: row.get::<_, i64>(7)? as u64,
+        },
+        state,
+        ending,
+        finished: row.get::<_, Option<i64>>(12)?.map(|n| n as u64),
+        steps: row.get::<_, i64>(13)? as u64,
+        cancel: match cancel {
+            0 => Cancel::No,
+            1 => Cancel::Asked,
+            _ => Cancel::Taken,
+        },
+    })
+}
+
+/// SQLite keeps integers signed: numbers past `i64::MAX` do not occur (pids and message numbers
+/// count up from 1), and are refused rather than wrapped.
+fn int(n: u64) -> rusqlite::Result<i64> {
+    i64::try_from(n).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+}
+
+fn write(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
+    match op {
+        Op::Module { hash, bytes } => {
+            tx.prepare_cached("INSERT OR IGNORE INTO modules (hash, bytes) VALUES (?1, ?2)")?
+                .execute(params![hash, &bytes[..]])?;
+        }
+        Op::Start(w) => {
+            tx.prepare_cached(
+                "INSERT INTO workflows (num, id, parent, module, module_name, entry, input, \
+                 started) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                int(w.num)?,
+                w.id,
+                w.parent.map(int).transpose()?,
+                w.module,
+                w.module_name,
+                w.entry,
+                w.input,
+                int(w.started)?
+            ])?;
+        }
+        Op::Step(step) => {
+            tx.prepare_cached("INSERT INTO steps (num, seq, at, record) VALUES (?1, ?2, ?3, ?4)")?
+                .execute(params![
+                    int(step.num)?,
+                    int(step.seq)?,
+                    int(step.at)?,
+                    step.record
+                ])?;
+            if step.took_cancel {
+                tx.prepare_cached("UPDATE workflows SET steps = ?2, cancel = 2 WHERE num = ?1")?
+                    .execute(params![int(step.num)?, int(step.seq)?])?;
+            } else {
+                tx.prepare_cached("UPDATE workflows SET steps = ?2 WHERE num = ?1")?
+                    .execute(params![int(step.num)?, int(step.seq)?])?;
+            }
+            for id in &step.consumed {
+                tx.prepare_cached("DELETE FROM messages WHERE id = ?1")?
+                    .execute(params![int(*id)?])?;
+            }
+        }
+        Op::Message(NewMessage {
+            id,
+            receiver,
+            sender,
+            payload,
+        }) => {
+            tx.prepare_cached(
+                "INSERT INTO messages (id, receiver, sender, payload) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![int(*id)?, int(*receiver)?, int(*sender)?, payload])?;
+        }
+        Op::Refused { id, error } => {
+            tx.prepare_cached("UPDATE messages SET refused = ?2 WHERE id = ?1")?
+                .execute(params![int(*id)?, error])?;
+        }
+        Op::End { num, ending, at } => {
+            let mut update = tx.prepare_cached(
+                "UPDATE workflows SET state = ?2, result = ?3, error_kind = ?4, error = ?5, \
+                 finished = ?6 WHERE num = ?1 AND state = 0",
+            )?;
+            match ending {
+                Ending::Done(result) => update.execute(params![
+                    int(*num)?,
+                    1,
+                    result,
+                    None::<String>,
+                    None::<String>,
+                    int(*at)?
+                ])?,
+                Ending::Failed { kind, message } => update.execute(params![
+                    int(*num)?,
+                    2,
+                    None::<Vec<u8>>,
+                    kind,
+                    message,
+                    int(*at)?
+                ])?,
+            };
+            // What waited for it is of no use now.
+            tx.prepare_cached("DELETE FROM messages WHERE receiver = ?1")?
+                .execute(params![int(*num)?])?;
+        }
+        Op::Cancel { num } => {
+            tx.prepare_cached("UPDATE workflows SET cancel = 1 WHERE num = ?1 AND cancel = 0")?
+                .execute(params![int(*num)?])?;
+        }
+    }
+    Ok(())
+}
+
+impl Store for SqliteStore {
+    fn commit(&mut self, ops: &[Op]) -> StoreResult<()> {
+        let path = self.path.display().to_string();
+        let failed = |e: rusqlite::Error| {
+            StoreError::new(format_args!("could not write to the store {path}: {e}"))
+        };
+        let tx = self.conn.transaction().map_err(failed)?;
+        for op in ops {
+            write(&tx, op).map_err(failed)?;
+        }
+        tx.commit().map_err(failed)
+    }
+
+    fn high_water(&mut self) -> StoreResult<(u64, u64)> {
+        let workflows: Option<i64> = self
+            .conn
+            .query_row("SELECT max(num) FROM workflows", [], |row| row.get(0))
+            .map_err(sql("reading the store"))?;
+        let messages: Option<i64> = self
+            .conn
+            .query_row("SELECT max(id) FROM messages", [], |row| row.get(0))
+            .map_err(sql("reading the store"))?;
+        // Numbers of messages already taken may come again: only those still held must differ.
+        Ok((
+            workflows.unwrap_or(0).max(0) as u64,
+            messages.unwrap_or(0).max(0) as u64,
+        ))
+    }
+
+    fn workflow(&mut self, id: &str) -> StoreResult<Option<Workflow>> {
+        self.conn
+            .prepare_cached(&format!(
+                "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE id = ?1"
+            ))
+            .and_then(|mut s| s.query_row(params![id], workflow_row).optional())
+            .map_err(sql("reading a workflow"))
+    }
+
+    fn workflow_by_num(&mut self, num: u64) -> StoreResult<Option<Workflow>> {
+        let num = int(num).map_err(sql("reading a workflow"))?;
+        self.conn
+            .prepare_cached(&format!(
+                "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE num = ?1"
+            ))
+            .and_then(|mut s| s.query_row(params![num], workflow_row).optional())
+            .map_err(sql("reading a workflow"))
+    }
+
+    fn workflows(&mut self, unfinished_only: bool) -> StoreResult<Vec<Workflow>> {
+        let filter = if unfinished_only {
+            "WHERE state = 0"
+        } else {
+            ""
+        };
+        let mut statement = self
+            .conn
+            .prepare(&format!(
+                "SELECT {WORKFLOW_COLUMNS} FROM workflows {filter} ORDER BY num"
+            ))
+            .map_err(sql("listing workflows"))?;
+        let rows = statement
+            .query_map([], workflow_row)
+            .map_err(sql("listing workflows"))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql("listing workflows"))
+    }
+
+    fn steps(&mut self, num: u64, after: u64) -> StoreResult<Vec<Step>> {
+        let mut statement = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, at, record FROM steps WHERE num = ?1 AND seq > ?2 ORDER BY seq",
+            )
+            .map_err(sql("reading a journal"))?;
+        let (num, after) = (
+            int(num).map_err(sql("reading a journal"))?,
+            int(after).map_err(sql("reading a journal"))?,
+        );
+        let rows = statement
+            .query_map(params![num, after], |row| {
+                Ok(Step {
+                    seq: row.get::<_, i64>(0)? as u64,
+                    at: row.get::<_, i64>(1)? as u64,
+                    record: row.get(2)?,
+                })
+            })
+            .map_err(sql("reading a journal"))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql("reading a journal"))
+    }
+
+    fn module(&mut self, hash: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.conn
+            .prepare_cached("SELECT bytes FROM modules WHERE hash = ?1")
+            .and_then(|mut s| s.query_row(params![hash], |row| row.get(0)).optional())
+            .map_err(sql("reading a module"))
+    }
+
+    fn messages(&mut self) -> StoreResult<Vec<Message>> {
+        let mut statement = self
+            .conn
+            .prepare("SELECT id, receiver, sender, payload, refused FROM messages ORDER BY id")
+            .map_err(sql("reading messages"))?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok(Message {
+                    message: NewMessage {
+                        id: row.get::<_, i64>(0)? as u64,
+                        receiver: row.get::<_, i64>(1)? as u64,
+                        sender: row.get::<_, i64>(2)? as u64,
+                        payload: row.get(3)?,
+                    },
+                    refused: row.get(4)?,
+                })
+            })
+            .map_err(sql("reading messages"))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql("reading messages"))
+    }
+}

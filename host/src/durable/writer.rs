@@ -1,0 +1,160 @@
+//! The journal's writer: one thread that writes what every worker hands it in batches, one
+//! transaction and one sync per batch (group commit), and then lets each step's effects go.
+
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+use wfhost_scheduler::Release;
+
+use super::store::{Op, Store, StoreError};
+
+/// The most entries one transaction takes: enough to pay for a sync many times over, few enough
+/// that a batch does not hold the steps behind it for long.
+const MAX_BATCH: usize = 8_192;
+
+/// Who hears that an entry is on disk.
+pub(crate) enum Done {
+    /// A held step: released.
+    Release(Release),
+    /// A caller waiting (a start, a message from the host, a cancel).
+    Reply(Sender<Result<(), StoreError>>),
+    /// Nobody waits.
+    Nothing,
+}
+
+/// Ops written together, and who hears of it.
+pub(crate) struct Entry {
+    pub(crate) ops: Vec<Op>,
+    pub(crate) done: Done,
+}
+
+/// Hands entries to the writer thread.
+pub(crate) struct Writer {
+    sender: Mutex<Option<Sender<Entry>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Set by the first failed write: the store takes nothing more.
+    failed: std::sync::Arc<Mutex<Option<StoreError>>>,
+}
+
+impl Writer {
+    pub(crate) fn start(store: Box<dyn Store>) -> std::io::Result<Writer> {
+        let (sender, receiver) = crossbeam_channel::unbounded();
+        let failed = std::sync::Arc::new(Mutex::new(None));
+        let failed_in = std::sync::Arc::clone(&failed);
+        let thread = std::thread::Builder::new()
+            .name("wfhost-journal".into())
+            .spawn(move || run(store, &receiver, &failed_in))?;
+        Ok(Writer {
+            sender: Mutex::new(Some(sender)),
+            thread: Mutex::new(Some(thread)),
+            failed,
+        })
+    }
+
+    /// Why the store takes nothing more, if it does not.
+    pub(crate) fn failed(&self) -> Option<StoreError> {
+        self.failed.lock().clone()
+    }
+
+    /// Queues `entry`. Refused once the store has failed or the writer stopped.
+    pub(crate) fn submit(&self, entry: Entry) -> Result<(), StoreError> {
+        if let Some(error) = self.failed() {
+            return Err(error);
+        }
+        let sender = self.sender.lock();
+        match sender.as_ref() {
+            Some(sender) => sender
+                .send(entry)
+                .map_err(|_| StoreError::new("the journal's writer has stopped")),
+            None => Err(StoreError::new("the host has shut down its journal")),
+        }
+    }
+
+    /// Writes `ops` and waits until they are on disk.
+    pub(crate) fn write(&self, ops: Vec<Op>) -> Result<(), StoreError> {
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        self.submit(Entry {
+            ops,
+            done: Done::Reply(reply),
+        })?;
+        answer
+            .recv()
+            .unwrap_or_else(|_| Err(StoreError::new("the journal's writer has stopped")))
+    }
+
+    /// Writes what is queued, then stops the thread.
+    pub(crate) fn stop(&self) {
+        drop(self.sender.lock().take());
+        if let Some(thread) = self.thread.lock().take() {
+            if thread.join().is_err() {
+                tracing::error!("the journal's writer panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Fault injection for crash tests: with `WFHOST_CRASH_AFTER_COMMITS=N` in its environment, the
+/// host aborts (as a `kill -9` would stop it, with nothing flushed) right after its Nth commit,
+/// before anything that commit acknowledges happens. Tests pick N to crash at exact points.
+const CRASH_AFTER: &str = "WFHOST_CRASH_AFTER_COMMITS";
+
+fn run(mut store: Box<dyn Store>, receiver: &Receiver<Entry>, failed: &Mutex<Option<StoreError>>) {
+    let crash_after: Option<u64> = std::env::var(CRASH_AFTER).ok().and_then(|n| n.parse().ok());
+    let mut commits = 0u64;
+    let mut batch: Vec<Entry> = Vec::new();
+    let mut ops: Vec<Op> = Vec::new();
+    while let Ok(first) = receiver.recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match receiver.try_recv() {
+                Ok(entry) => batch.push(entry),
+                Err(_) => break,
+            }
+        }
+        let broken = failed.lock().clone();
+        let result = match broken {
+            Some(error) => Err(error),
+            None => {
+                for entry in &mut batch {
+                    ops.append(&mut entry.ops);
+                }
+                let written = store.commit(&ops);
+                ops.clear();
+                written
+            }
+        };
+        if result.is_ok() {
+            commits += 1;
+            if crash_after == Some(commits) {
+                std::process::abort();
+            }
+        }
+        if let Err(error) = &result {
+            let mut failed = failed.lock();
+            if failed.is_none() {
+                tracing::error!(
+                    "{error}; the host takes no more work, and what was not written waits \
+                     (restart the host on a working store to resume it)"
+                );
+                *failed = Some(error.clone());
+            }
+        }
+        for entry in batch.drain(..) {
+            match (entry.done, &result) {
+                (Done::Release(release), Ok(())) => release.release(),
+                // Never released: its effects must not happen, the process waits.
+                (Done::Release(_), Err(_)) | (Done::Nothing, _) => {}
+                (Done::Reply(reply), result) => {
+                    let _ = reply.send(result.clone());
+                }
+            }
+        }
+    }
+}
