@@ -609,8 +609,6 @@ pub async fn durable_child(ctx: Ctx, (parent, i): (u64, u32)) -> Result<u64, Err
 }
 
 wfguest::entry_points!(
-    durable_mix,
-    durable_child,
     echo,
     fail,
     panic,
@@ -663,6 +661,8 @@ wfguest::entry_points!(
     spawn_many,
     cancel_sleeper,
     calls,
+    durable_mix,
+    durable_child,
     "send-report" = report,
     "v2.echo" = echo
 );
