@@ -332,7 +332,7 @@ impl Worker {
         let mut step_without_events = false;
         let mut target = BLOCKED;
         loop {
-            let (status, left) = {
+            let (status, left) = 'step: {
                 let mut body = slot.body.lock();
                 if body.held.is_some() {
                     match self.resume_held(&slot, &mut body) {
@@ -343,24 +343,10 @@ impl Worker {
                         Some(Err(error)) => {
                             return self.shared().finish(&slot, &mut body, Err(error));
                         }
+                        // Acted on as a step that just ended.
                         Some(Ok(stepped)) => {
                             let left = Leftover::of(&slot.inbox.lock());
-                            let (status, left) = settle(&slot, &mut body, stepped, left);
-                            drop(body);
-                            match self.after_step(&slot, started, &mut budget, status, &mut target)
-                            {
-                                AfterStep::Return => return,
-                                AfterStep::StepAgain => {
-                                    step_without_events = true;
-                                    continue;
-                                }
-                                AfterStep::Park(target) => {
-                                    if self.park_or_go_on(&slot, started, budget, target, left) {
-                                        return;
-                                    }
-                                    continue;
-                                }
-                            }
+                            break 'step settle(&slot, &mut body, stepped, left);
                         }
                     }
                 }

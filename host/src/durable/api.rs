@@ -67,7 +67,7 @@ impl Host {
         if let Some(running) = durable.ids.claim(pid, &id) {
             return self.follow(running);
         }
-        let claimed = scopeguard(durable, pid);
+        let claimed = Claim(durable, pid);
         let stored = durable.reader.lock().workflow(&id).map_err(store_error)?;
         if let Some(workflow) = stored {
             return match workflow.ending {
@@ -173,10 +173,6 @@ impl Host {
 
 /// Takes a claimed id back unless forgotten (the start went through).
 struct Claim<'a>(&'a Durable, Pid);
-
-fn scopeguard(durable: &Durable, pid: Pid) -> Claim<'_> {
-    Claim(durable, pid)
-}
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {

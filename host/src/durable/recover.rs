@@ -1,7 +1,7 @@
 //! Recovery: every unfinished workflow of the store starts again under its pid, replays its
 //! journal, and goes on; the messages waiting for them are delivered again.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use wfcontract::{Payload, Pid};
@@ -52,7 +52,7 @@ impl Host {
             inner.handle.reserve_pids_through(Pid(last.start.num));
         }
         let mut runs = Vec::new();
-        let mut recovered: HashMap<u64, ()> = HashMap::new();
+        let mut recovered: HashSet<u64> = HashSet::new();
         for workflow in unfinished {
             let start = &workflow.start;
             let pid = Pid(start.num);
@@ -126,10 +126,7 @@ impl Host {
             durable.ids.insert(pid, Arc::clone(&id));
             // Linked to its parent if the parent runs again too; a parent that ended had
             // cancelled it.
-            let parent = start
-                .parent
-                .map(Pid)
-                .filter(|p| recovered.contains_key(&p.0));
+            let parent = start.parent.map(Pid).filter(|p| recovered.contains(&p.0));
             let orphaned = start.parent.is_some() && parent.is_none();
             let run = self.spawn_durable(process, pid, parent, &start.entry, input);
             let run = match run {
@@ -139,7 +136,7 @@ impl Host {
                     return Err(error);
                 }
             };
-            recovered.insert(start.num, ());
+            recovered.insert(start.num);
             if workflow.cancel == Cancel::Asked || (orphaned && workflow.cancel == Cancel::No) {
                 let _ = inner.handle.cancel(pid);
             }
@@ -148,7 +145,7 @@ impl Host {
             }
         }
         for message in messages {
-            if message.refused.is_some() || !recovered.contains_key(&message.message.receiver) {
+            if message.refused.is_some() || !recovered.contains(&message.message.receiver) {
                 continue;
             }
             let m = &message.message;

@@ -9,14 +9,13 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use parking_lot::Mutex;
 use wasmtime::{Engine, Linker};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
-use wasmtime_wasi::{HostMonotonicClock, WasiCtxBuilder};
+use wasmtime_wasi::WasiCtxBuilder;
 use wfcontract::Pid;
 
 use crate::wasm::module::WASI_MODULE;
@@ -206,28 +205,11 @@ impl tokio::io::AsyncWrite for LogStream {
 }
 
 /// What of a process's WASI outlives its instance: its two log streams (a hibernated process
-/// keeps its partial lines and line budget) and the origin of its monotonic clock (which must not
-/// start again at zero when the process is restored into a fresh instance).
+/// keeps its partial lines and line budget). Its clocks and randomness are answered by the host
+/// (`reads.rs`), from the process's own state.
 pub(crate) struct Logs {
     pub(crate) stdout: LogStream,
     pub(crate) stderr: LogStream,
-    clock: ProcessClock,
-}
-
-/// A monotonic clock counting from when its process started.
-#[derive(Clone, Copy)]
-struct ProcessClock {
-    origin: Instant,
-}
-
-impl HostMonotonicClock for ProcessClock {
-    fn resolution(&self) -> u64 {
-        1
-    }
-
-    fn now(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
 }
 
 impl Logs {
@@ -235,19 +217,15 @@ impl Logs {
         Logs {
             stdout: LogStream::new(pid, "stdout"),
             stderr: LogStream::new(pid, "stderr"),
-            clock: ProcessClock {
-                origin: Instant::now(),
-            },
         }
     }
 
-    /// A WASI context writing to these streams, with this process's monotonic clock: no
+    /// A WASI context writing to these streams: no
     /// preopens, no environment, no arguments, empty stdin (the builder's defaults).
     pub(crate) fn wasi(&self) -> WasiP1Ctx {
         WasiCtxBuilder::new()
             .stdout(self.stdout.clone())
             .stderr(self.stderr.clone())
-            .monotonic_clock(self.clock)
             .build_p1()
     }
 
