@@ -11,7 +11,7 @@ use wfhost_scheduler::{Scheduler, DEFAULT_BUDGET};
 
 use crate::capacity::{Capacity, MemoryImages};
 use crate::durable::store::{SqliteStore, SyncMode};
-use crate::durable::{store_error, Durable, DurableSend, Ids};
+use crate::durable::{store_error, Durable, DurableJoin, DurableSend, Ids};
 use crate::error::{Error, ErrorKind, Result};
 use crate::functions::{
     CallInfo, FunctionSettings, Functions, HostFunction, DEFAULT_FUNCTION_CALLS_PER_PROCESS,
@@ -452,7 +452,9 @@ impl HostBuilder {
             })
             .handler(CommandKind::Call, functions);
         if let Some(durable) = &durable {
-            scheduler = scheduler.handler(CommandKind::Send, DurableSend(Arc::clone(durable)));
+            scheduler = scheduler
+                .handler(CommandKind::Send, DurableSend(Arc::clone(durable)))
+                .handler(CommandKind::Join, DurableJoin(Arc::clone(durable)));
         }
         let interrupted = Arc::clone(&wasm);
         scheduler = scheduler.interrupt(move || interrupted.interrupt_all());

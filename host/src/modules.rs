@@ -58,6 +58,18 @@ impl Modules {
         })
     }
 
+    /// A module loaded with these bytes (by their SHA-256), under any name.
+    pub(crate) fn by_hash(&self, hash: &str) -> Option<Loaded> {
+        let by_name = self.by_name.read();
+        let mut found: Vec<&Loaded> = by_name
+            .values()
+            .filter(|loaded| loaded.compiled.info.sha256 == hash)
+            .collect();
+        // The same one each time when several names share the bytes.
+        found.sort_by(|a, b| a.name.cmp(&b.name));
+        found.first().map(|loaded| (*loaded).clone())
+    }
+
     /// Loads `compiled` under `name`, replacing any module of that name.
     pub(crate) fn insert(&self, name: &str, compiled: Arc<Compiled>, grants: Grants) {
         let loaded = Loaded {

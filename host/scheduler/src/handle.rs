@@ -430,6 +430,12 @@ impl SchedulerHandle {
             .fetch_max(last.0.saturating_add(1), Ordering::Relaxed);
     }
 
+    /// Whether a process with this pid is known to the scheduler: running, waiting, or ended
+    /// with its result still kept for its parent's join.
+    pub fn exists(&self, pid: Pid) -> bool {
+        self.shared.slot(pid).is_some()
+    }
+
     /// True once a stop has been requested.
     pub fn is_stopping(&self) -> bool {
         self.shared.stopping.load(Ordering::Acquire)

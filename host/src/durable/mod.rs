@@ -178,7 +178,22 @@ impl Durable {
 
     /// The result of workflow `target` if it has ended, as a join sees it.
     pub(crate) fn ended(&self, target: Pid) -> Option<Result<Payload, CommandError>> {
+        self.ended_for(target, None)
+    }
+
+    /// As [`ended`](Self::ended), for a join by `caller` that may join only its own children
+    /// when `confined`: another's ended workflow is, to it, no process at all.
+    fn ended_for(
+        &self,
+        target: Pid,
+        confined: Option<Pid>,
+    ) -> Option<Result<Payload, CommandError>> {
         let workflow = self.reader.lock().workflow_by_num(target.0).ok()??;
+        if let Some(caller) = confined {
+            if workflow.start.parent != Some(caller.0) {
+                return None;
+            }
+        }
         match workflow.ending? {
             Ending::Done(bytes) => Some(
                 postcard::from_bytes(&bytes)
@@ -270,6 +285,24 @@ impl Durable {
 
 pub(crate) fn store_error(error: store::StoreError) -> crate::Error {
     crate::Error::new(crate::ErrorKind::Store, error.0)
+}
+
+/// `join` in a durable host: a workflow that ended before a restart is not in the scheduler, and
+/// its result comes from the store.
+pub(crate) struct DurableJoin(pub(crate) Arc<Durable>);
+
+impl wfhost_scheduler::Handler for DurableJoin {
+    fn handle(&self, request: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>) {
+        if let wfcontract::Command::Join(target) = request.command {
+            if !cx.scheduler().exists(target) && self.0.ids.get(target).is_none() {
+                let confined = cx.confined().then(|| cx.pid());
+                if let Some(result) = self.0.ended_for(target, confined) {
+                    return cx.complete(request.tag, result);
+                }
+            }
+        }
+        wfhost_scheduler::join_handler(request, cx)
+    }
 }
 
 /// `send` in a durable host: a message a durable step journaled goes out under its number (the

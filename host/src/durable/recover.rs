@@ -29,9 +29,19 @@ impl Host {
     /// if that passed while the host was down), host calls that had not answered run again with
     /// the same idempotency key, and messages that had not been taken are delivered again.
     ///
+    /// A workflow runs the module loaded now with the same bytes, under that module's grants;
+    /// with none loaded, the bytes kept in the store, with default grants (see
+    /// [`recover_with`](Self::recover_with)).
+    ///
     /// Returns a [`Run`] for each top-level workflow recovered (children are followed by their
     /// parents), with its id. Call it once, after loading modules and before starting new work.
     pub fn recover(&self) -> Result<Vec<(String, Run)>> {
+        self.recover_with(Grants::default())
+    }
+
+    /// As [`recover`](Self::recover), with `grants` for the workflows whose module is not loaded
+    /// (they run the bytes the store kept).
+    pub fn recover_with(&self, grants: Grants) -> Result<Vec<(String, Run)>> {
         let durable = self.durable()?.clone();
         let inner = &self.inner;
         inner.running()?;
@@ -72,7 +82,12 @@ impl Host {
                 }])
             };
             let name = stored_name(&start.module);
-            let loaded = match inner.modules.get(&name) {
+            let loaded = match inner
+                .modules
+                .by_hash(&start.module)
+                .ok_or(())
+                .or_else(|()| inner.modules.get(&name))
+            {
                 Ok(loaded) => loaded,
                 Err(_) => {
                     let bytes: Option<Vec<u8>> = durable
@@ -85,7 +100,7 @@ impl Host {
                         continue;
                     };
                     let compiled = inner.wasm.compile(&bytes)?;
-                    inner.modules.insert(&name, compiled, Grants::default());
+                    inner.modules.insert(&name, compiled, grants.clone());
                     inner.modules.get(&name)?
                 }
             };

@@ -1,11 +1,11 @@
-//! The durable commands: `resume`, `list`, `history`, and what `run --store` shares with them.
+//! The durable commands `resume` and `list`, and what `run --store` and `history` share with them.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use wfhost::store::{Ending, SqliteStore, Store, Workflow};
-use wfhost::{Host, Payload, StepRecord, SyncMode};
+use wfhost::store::{SqliteStore, Store};
+use wfhost::{Host, SyncMode};
 
 use super::limits::{CacheArgs, LimitArgs};
 use super::WorkflowFailed;
@@ -58,7 +58,7 @@ pub fn stop_on_ctrl_c(host: Host, store: PathBuf) -> anyhow::Result<()> {
     .context("cannot install the Ctrl-C handler")
 }
 
-fn open(store: &PathBuf) -> anyhow::Result<SqliteStore> {
+pub(super) fn open(store: &PathBuf) -> anyhow::Result<SqliteStore> {
     if !store.exists() {
         anyhow::bail!(
             "there is no store at {}: give the file `wfhost run --store` wrote",
@@ -109,7 +109,7 @@ impl ResumeCommand {
         }
         let host = builder.build().context("cannot start the host")?;
         stop_on_ctrl_c(host.clone(), self.store.clone())?;
-        let runs = host.recover()?;
+        let runs = host.recover_with(self.limits.grants())?;
         eprintln!("resuming {} workflow(s)", runs.len());
         let mut failed = 0;
         for (id, run) in runs {
@@ -159,111 +159,8 @@ impl ListCommand {
     }
 }
 
-/// Shows the journal of one workflow: each step's events and yields, with times.
-#[derive(Debug, clap::Parser)]
-pub struct HistoryCommand {
-    /// The store.
-    #[arg(long, value_name = "FILE")]
-    store: PathBuf,
-
-    /// The workflow's id.
-    id: String,
-
-    /// One JSON object per line (the workflow, then one per step), for tools.
-    #[arg(long)]
-    json: bool,
-}
-
-impl HistoryCommand {
-    pub fn execute(self) -> anyhow::Result<()> {
-        let mut store = open(&self.store)?;
-        let Some(workflow) = store.workflow(&self.id)? else {
-            anyhow::bail!(
-                "no workflow '{}' in {} (`wfhost list --store {}` shows them)",
-                self.id,
-                self.store.display(),
-                self.store.display()
-            );
-        };
-        let steps = store.steps(workflow.start.num, 0)?;
-        if self.json {
-            println!("{}", workflow_json(&workflow));
-        } else {
-            print_workflow(&workflow);
-        }
-        for step in steps {
-            let record = StepRecord::decode(&step.record)
-                .with_context(|| format!("step {} of the journal does not decode", step.seq))?;
-            if self.json {
-                let value = serde_json::json!({
-                    "step": step.seq,
-                    "at": step.at,
-                    "events": record.events.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>(),
-                    "reads": record.reads.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                    "yields": record.output.yields.iter().map(|y| format!("{:?}", y.command)).collect::<Vec<_>>(),
-                    "status": format!("{:?}", record.output.status),
-                });
-                println!("{value}");
-            } else {
-                println!("step {} at {}", step.seq, time(step.at));
-                for event in &record.events {
-                    println!("  event  {event:?}");
-                }
-                for read in &record.reads {
-                    println!("  read   {read}");
-                }
-                for y in &record.output.yields {
-                    println!("  yield  #{} {:?}", y.tag.0, y.command);
-                }
-                println!("  status {:?}", record.output.status);
-            }
-        }
-        Ok(())
-    }
-}
-
-fn ending_text(ending: &Option<Ending>) -> String {
-    match ending {
-        None => String::new(),
-        Some(Ending::Done(bytes)) => match postcard::from_bytes::<Payload>(bytes) {
-            Ok(payload) => super::run::render(&payload).unwrap_or_default(),
-            Err(_) => "(undecodable)".into(),
-        },
-        Some(Ending::Failed { kind, message }) => format!("{kind}: {message}"),
-    }
-}
-
-fn print_workflow(w: &Workflow) {
-    println!(
-        "workflow {} (pid {}): entry '{}', module {}, {}, started {}",
-        w.start.id,
-        w.start.num,
-        w.start.entry,
-        w.start.module,
-        w.state.name(),
-        time(w.start.started)
-    );
-    if w.ending.is_some() {
-        println!("result: {}", ending_text(&w.ending));
-    }
-}
-
-fn workflow_json(w: &Workflow) -> serde_json::Value {
-    serde_json::json!({
-        "id": w.start.id,
-        "pid": w.start.num,
-        "entry": w.start.entry,
-        "module": w.start.module,
-        "status": w.state.name(),
-        "started": w.start.started,
-        "finished": w.finished,
-        "steps": w.steps,
-        "result": ending_text(&w.ending),
-    })
-}
-
 /// Milliseconds since the Unix epoch, as UTC "YYYY-MM-DD hh:mm:ss.mmm".
-fn time(millis: u64) -> String {
+pub(super) fn time(millis: u64) -> String {
     let secs = millis / 1000;
     let (days, rest) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).

@@ -2,6 +2,7 @@
 
 mod build;
 mod durable;
+mod history;
 mod inspect;
 mod limits;
 mod run;
@@ -14,7 +15,7 @@ pub enum Command {
     Inspect(inspect::InspectCommand),
     Resume(Box<durable::ResumeCommand>),
     List(durable::ListCommand),
-    History(durable::HistoryCommand),
+    History(history::HistoryCommand),
 }
 
 impl Command {

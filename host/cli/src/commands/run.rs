@@ -122,7 +122,7 @@ impl RunCommand {
         let input = Payload::json_bytes(input.into_bytes());
         let run = match &self.store {
             Some(store) => {
-                let recovered = host.recover()?;
+                let recovered = host.recover_with(grants)?;
                 if !recovered.is_empty() {
                     eprintln!(
                         "resuming {} unfinished workflow(s) of {} beside this one",

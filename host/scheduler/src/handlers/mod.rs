@@ -15,6 +15,7 @@ mod time;
 
 pub use messages::emit;
 pub use messages::send as send_handler;
+pub use processes::join as join_handler;
 pub(crate) use processes::SpawnHandler;
 pub use processes::Spawner;
 
@@ -74,6 +75,11 @@ impl Context<'_> {
     /// The requesting process.
     pub fn pid(&self) -> Pid {
         self.slot.pid
+    }
+
+    /// Whether the requesting process may act only on its own children.
+    pub fn confined(&self) -> bool {
+        self.slot.confined
     }
 
     /// Completes yield `tag` of the requesting process now.

@@ -76,7 +76,9 @@ pub(crate) fn cancel(request: Request, cx: &Context<'_>) {
     }
 }
 
-pub(crate) fn join(request: Request, cx: &Context<'_>) {
+/// The built-in `join`: waits for the target's result (at once if it has ended and its result is
+/// still kept), or completes with `no-such-process`.
+pub fn join(request: Request, cx: &Context<'_>) {
     if let Command::Join(pid) = request.command {
         if let Err(error) = within_reach(cx, pid, "join") {
             return cx.complete(request.tag, Err(error));

@@ -44,6 +44,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
         refused TEXT
     );
     ",
+    // 2: message numbers are never given twice, also once the messages were taken and deleted.
+    "
+    CREATE TABLE counters (
+        name TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+    );
+    INSERT INTO counters (name, value) SELECT 'messages', coalesce(max(id), 0) FROM messages;
+    ",
 ];
 
 /// The version this build writes.

@@ -286,8 +286,17 @@ impl Store for SqliteStore {
             StoreError::new(format_args!("could not write to the store {path}: {e}"))
         };
         let tx = self.conn.transaction().map_err(failed)?;
+        let mut last_message = None;
         for op in ops {
             write(&tx, op).map_err(failed)?;
+            if let Op::Message(message) = op {
+                last_message = last_message.max(Some(message.id));
+            }
+        }
+        if let Some(last) = last_message {
+            tx.prepare_cached("UPDATE counters SET value = max(value, ?1) WHERE name = 'messages'")
+                .and_then(|mut s| s.execute(params![int(last)?]))
+                .map_err(failed)?;
         }
         tx.commit().map_err(failed)
     }
@@ -299,9 +308,13 @@ impl Store for SqliteStore {
             .map_err(sql("reading the store"))?;
         let messages: Option<i64> = self
             .conn
-            .query_row("SELECT max(id) FROM messages", [], |row| row.get(0))
+            .query_row(
+                "SELECT max(coalesce((SELECT max(id) FROM messages), 0), \
+                 coalesce((SELECT value FROM counters WHERE name = 'messages'), 0))",
+                [],
+                |row| row.get(0),
+            )
             .map_err(sql("reading the store"))?;
-        // Numbers of messages already taken may come again: only those still held must differ.
         Ok((
             workflows.unwrap_or(0).max(0) as u64,
             messages.unwrap_or(0).max(0) as u64,

@@ -566,7 +566,8 @@ pub async fn calls(ctx: Ctx, (name, n): (String, u32)) -> Result<Vec<Value>, Err
 }
 
 /// A mix for crash tests: a `HashMap` (seeded from WASI's `random_get`), `now` and `random`,
-/// `n` children it exchanges messages with and joins, and sleeps. Its result depends only on `n`.
+/// `n` children it exchanges messages with and joins, each running a saga of child activities,
+/// and sleeps. Its result depends only on `n`; `extra` counts messages that came more than once.
 pub async fn durable_mix(ctx: Ctx, n: u32) -> Result<Value, Error> {
     let mut seen = std::collections::HashMap::new();
     let started = ctx.now().await?;
@@ -584,28 +585,106 @@ pub async fn durable_mix(ctx: Ctx, n: u32) -> Result<Value, Error> {
         ctx.send(wfguest::Pid(from), &(value + 1)).await?;
         ctx.sleep(Duration::from_millis(2)).await?;
     }
-    let mut joined = 0u64;
+    let (mut answers, mut sagas, mut extra) = (0u64, Vec::new(), 0u64);
     for child in children {
-        joined += ctx.join::<u64>(child).await?;
+        let (answer, saga, more): (u64, String, u64) = ctx.join(child).await?;
+        answers += answer;
+        sagas.push(saga);
+        extra += more;
+    }
+    while ctx
+        .recv_timeout::<Value>(Duration::from_millis(20))
+        .await?
+        .is_some()
+    {
+        extra += 1;
     }
     let later = ctx.now().await?;
     Ok(json!({
         "sum": sum,
-        "joined": joined,
+        "joined": answers,
+        "sagas": sagas,
+        "extra": extra,
         "distinct": seen.len(),
         "clock_forward": later >= started,
         "randoms_differ": a != b,
     }))
 }
 
-/// A child of `durable_mix`: sends `i * i` to its parent, sleeps, returns the parent's answer.
-pub async fn durable_child(ctx: Ctx, (parent, i): (u64, u32)) -> Result<u64, Error> {
-    let me = ctx.pid().0;
+/// A child of `durable_mix`: runs a saga of activities (child workflows), sends `i * i` to its
+/// parent, returns the parent's answer, the saga's outcome, and how many messages came after it.
+pub async fn durable_child(ctx: Ctx, (parent, i): (u64, u32)) -> Result<(u64, String, u64), Error> {
     ctx.sleep(Duration::from_millis(u64::from(i % 3))).await?;
+    let saga = child_saga(&ctx, i).await?;
+    let me = ctx.pid().0;
     ctx.send(wfguest::Pid(parent), &(me, u64::from(i * i)))
         .await?;
     let answer: u64 = ctx.recv().await?;
-    Ok(answer)
+    let mut extra = 0;
+    while ctx
+        .recv_timeout::<Value>(Duration::from_millis(5))
+        .await?
+        .is_some()
+    {
+        extra += 1;
+    }
+    Ok((answer, saga, extra))
+}
+
+/// Three activities in turn; child 3 (and every fourth after it) fails its last one, and the
+/// saga undoes the others in reverse order.
+async fn child_saga(ctx: &Ctx, i: u32) -> Result<String, Error> {
+    let mut done = Vec::new();
+    for step in ["reserve", "charge", "ship"] {
+        let fails = step == "ship" && i % 4 == 3;
+        let activity = ctx.spawn("durable_activity", &(step, i, fails)).await?;
+        match ctx.join::<String>(activity).await {
+            Ok(receipt) => done.push(receipt),
+            Err(_) => {
+                let mut undone = Vec::new();
+                for receipt in done.iter().rev() {
+                    let undo = ctx.spawn("durable_activity", &(receipt, i, false)).await?;
+                    undone.push(ctx.join::<String>(undo).await?);
+                }
+                return Ok(format!("compensated {}", undone.join(",")));
+            }
+        }
+    }
+    Ok(done.join(","))
+}
+
+/// One step of a saga: a short nap, then a receipt (or a failure when asked to fail).
+pub async fn durable_activity(
+    ctx: Ctx,
+    (step, i, fails): (String, u32, bool),
+) -> Result<String, Error> {
+    ctx.sleep(Duration::from_millis(1)).await?;
+    if fails {
+        return Err(Error::msg(format!("{step} {i} failed")));
+    }
+    Ok(format!("{step}-{i}"))
+}
+
+/// An order saga over host commands `reserve`, `charge`, `ship` (each given the order and
+/// answering a receipt); when one fails, those done are undone with `undo` in reverse order.
+pub async fn order_saga(ctx: Ctx, order: u32) -> Result<Value, Error> {
+    let mut receipts: Vec<String> = Vec::new();
+    for step in ["reserve", "charge", "ship"] {
+        ctx.sleep(Duration::from_millis(1)).await?;
+        match ctx.call::<_, String>(step, &order).await {
+            Ok(receipt) => receipts.push(receipt),
+            Err(error) => {
+                let mut undone = Vec::new();
+                for receipt in receipts.iter().rev() {
+                    undone.push(ctx.call::<_, String>("undo", receipt).await?);
+                }
+                return Ok(
+                    json!({ "order": order, "failed": error.to_string(), "undone": undone }),
+                );
+            }
+        }
+    }
+    Ok(json!({ "order": order, "receipts": receipts }))
 }
 
 wfguest::entry_points!(
@@ -663,6 +742,8 @@ wfguest::entry_points!(
     calls,
     durable_mix,
     durable_child,
+    durable_activity,
+    order_saga,
     "send-report" = report,
     "v2.echo" = echo
 );

@@ -1,0 +1,9 @@
+//! Durable workflows embedded in a Rust application: host calls across crashes, timers across a
+//! restart, replay against a changed module, and a store that cannot be written.
+
+mod durable {
+    pub mod common;
+    mod crashes;
+    mod faults;
+    mod restart;
+}

@@ -1,0 +1,180 @@
+//! An application's host killed after N journal commits, for many N, then started again: every
+//! order saga ends as in an uninterrupted run, and a host call whose answer was journaled is never
+//! made again (one whose answer was not may be, with the same idempotency key).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{json, Value};
+use wfhost::contract::{Command as Yielded, EventKind, Tag};
+use wfhost::store::{SqliteStore, Store};
+use wfhost::{Host, StepRecord, SyncMode};
+
+use super::common::{host_on, json, order_functions, saga_calls, saga_result, tempdir, PATIENCE};
+
+const ORDERS: u32 = 10;
+/// Set in the copy of this test binary that plays the application: the store to use.
+const STORE: &str = "WFHOST_TEST_ORDERS_STORE";
+const LOG: &str = "WFHOST_TEST_ORDERS_LOG";
+const PHASE: &str = "WFHOST_TEST_ORDERS_PHASE";
+const THIS_TEST: &str = "durable::crashes::order_sagas_call_each_host_function_once_per_key";
+
+/// The application: recovers what the store holds, starts orders 0..ORDERS (idempotently), and
+/// prints their results as one JSON line.
+fn application(store: &Path, log: &Path, phase: &str) -> Value {
+    let host = host_on(order_functions(Host::builder(), log, phase), store);
+    host.recover().unwrap();
+    let runs: Vec<_> = (0..ORDERS)
+        .map(|n| {
+            host.start(&format!("order-{n}"), "probe", "order_saga", json(json!(n)))
+                .unwrap()
+        })
+        .collect();
+    let results: Vec<Value> = runs
+        .into_iter()
+        .map(|run| {
+            run.wait_timeout(PATIENCE)
+                .expect("the saga ends")
+                .expect("the saga succeeds")
+                .decode()
+                .unwrap()
+        })
+        .collect();
+    host.shutdown(std::time::Duration::from_secs(5));
+    Value::Array(results)
+}
+
+fn expected() -> Value {
+    Value::Array((0..ORDERS).map(saga_result).collect())
+}
+
+/// The log's calls: key → phases it ran in, in order.
+fn calls(log: &Path) -> BTreeMap<String, Vec<String>> {
+    let mut calls: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
+        let mut words = line.split(' ');
+        let (phase, key) = (words.next().unwrap(), words.next().unwrap());
+        calls
+            .entry(key.to_string())
+            .or_default()
+            .push(phase.to_string());
+    }
+    calls
+}
+
+/// The keys of the host calls whose answers the store's journal holds.
+fn journaled_answers(store: &Path) -> BTreeSet<String> {
+    let mut store = SqliteStore::open(store, SyncMode::Full).unwrap();
+    let mut keys = BTreeSet::new();
+    for workflow in store.workflows(false).unwrap() {
+        let mut is_call: HashMap<Tag, bool> = HashMap::new();
+        for step in store.steps(workflow.start.num, 0).unwrap() {
+            let record = StepRecord::decode(&step.record).unwrap();
+            for event in &record.events {
+                if event.kind == EventKind::YieldComplete && is_call.get(&event.tag) == Some(&true)
+                {
+                    keys.insert(format!("{}#{}", workflow.start.id, event.tag.0));
+                }
+            }
+            for y in &record.output.yields {
+                is_call.insert(y.tag, matches!(y.command, Yielded::Call(_)));
+            }
+        }
+    }
+    keys
+}
+
+/// Runs the application in a copy of this test binary.
+fn application_process(
+    store: &Path,
+    log: &Path,
+    phase: &str,
+    crash_after: Option<u64>,
+) -> (bool, Value) {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", THIS_TEST, "--nocapture", "--test-threads", "1"])
+        .env(STORE, store)
+        .env(LOG, log)
+        .env(PHASE, phase)
+        .env_remove("WFHOST_CRASH_AFTER_COMMITS");
+    if let Some(n) = crash_after {
+        command.env("WFHOST_CRASH_AFTER_COMMITS", n.to_string());
+    }
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let result = stdout
+        .lines()
+        .find_map(|line| line.split_once("RESULT ").map(|(_, result)| result))
+        .map(|line| serde_json::from_str(line).unwrap())
+        .unwrap_or(Value::Null);
+    (output.status.success(), result)
+}
+
+/// Run plainly, it is the uninterrupted run; in the copy the crash test starts, the application.
+#[test]
+fn order_sagas_call_each_host_function_once_per_key() {
+    if let Some(store) = std::env::var_os(STORE) {
+        let log = std::env::var_os(LOG).unwrap();
+        let phase = std::env::var(PHASE).unwrap();
+        let result = application(Path::new(&store), Path::new(&log), &phase);
+        println!("RESULT {result}");
+        return;
+    }
+    let dir = tempdir("orders");
+    let (store, log) = (dir.join("wf.db"), dir.join("calls.log"));
+    assert_eq!(application(&store, &log, "run"), expected());
+    let calls = calls(&log);
+    let total: usize = (0..ORDERS).map(saga_calls).sum();
+    assert_eq!(calls.len(), total, "{calls:?}");
+    assert!(calls.values().all(|phases| phases.len() == 1), "{calls:?}");
+    assert_eq!(journaled_answers(&store).len(), total);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn an_application_killed_after_any_commit_makes_each_journaled_call_once() {
+    let dir = tempdir("order-crashes");
+    let total: usize = (0..ORDERS).map(saga_calls).sum();
+    let mut crashed = 0;
+    let mut repeated = 0;
+    for n in 1..=300u64 {
+        let (store, log) = (dir.join(format!("{n}.db")), dir.join(format!("{n}.log")));
+        let (finished, result) = application_process(&store, &log, "crashed", Some(n));
+        if finished {
+            assert_eq!(result, expected(), "a run of fewer than {n} commits");
+            break;
+        }
+        crashed += 1;
+        let answered = journaled_answers(&store);
+        let (finished, result) = application_process(&store, &log, "resumed", None);
+        assert!(finished, "crash after commit {n}: the restart failed");
+        assert_eq!(result, expected(), "crash after commit {n}");
+        let calls = calls(&log);
+        assert_eq!(calls.len(), total, "crash after commit {n}: {calls:?}");
+        for (key, phases) in &calls {
+            let again = phases.iter().filter(|p| *p == "resumed").count();
+            if answered.contains(key) {
+                assert_eq!(
+                    again, 0,
+                    "crash after commit {n}: {key} ran again: {phases:?}"
+                );
+            }
+            // At most once before the crash and once after it.
+            assert!(
+                phases.len() <= 2,
+                "crash after commit {n}: {key}: {phases:?}"
+            );
+            if phases.len() == 2 {
+                repeated += 1;
+            }
+        }
+        let _ = std::fs::remove_file(&store);
+    }
+    assert!(crashed >= 30, "only {crashed} crash points were reached");
+    eprintln!(
+        "{crashed} crash points, {repeated} calls made again (their answers were not on disk)"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

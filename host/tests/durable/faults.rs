@@ -1,0 +1,1 @@
+//! A store that cannot be written.

@@ -1,0 +1,1 @@
+//! A host stopped and started again on the same store.
