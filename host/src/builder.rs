@@ -65,6 +65,7 @@ pub struct HostBuilder {
     hibernation: Hibernation,
     module_cache: Option<PathBuf>,
     store: Option<(PathBuf, SyncMode)>,
+    store_limit: Option<u64>,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -94,6 +95,7 @@ impl std::fmt::Debug for HostBuilder {
             .field("hibernation", &self.hibernation)
             .field("module_cache", &self.module_cache)
             .field("store", &self.store)
+            .field("store_limit", &self.store_limit)
             .finish_non_exhaustive()
     }
 }
@@ -123,6 +125,7 @@ impl Default for HostBuilder {
             hibernation: Hibernation::WhenFull,
             module_cache: None,
             store: None,
+            store_limit: None,
         }
     }
 }
@@ -342,6 +345,14 @@ impl HostBuilder {
         self
     }
 
+    /// Caps the store's file at about `bytes`. At the cap a commit fails as on a full disk: the
+    /// host takes no new work, nothing already acknowledged is lost, and a host started again
+    /// with room resumes every workflow. Default: no cap (the disk is the limit).
+    pub fn store_limit(mut self, bytes: u64) -> HostBuilder {
+        self.store_limit = Some(bytes);
+        self
+    }
+
     /// Starts the host: the engine, the epoch ticker, the worker threads and, when a host function
     /// is registered, the runtime that runs host functions.
     pub fn build(self) -> Result<Host> {
@@ -409,7 +420,10 @@ impl HostBuilder {
         let ids = Arc::new(Ids::default());
         let durable = match &self.store {
             Some((path, sync)) => {
-                let store = SqliteStore::open(path, *sync).map_err(store_error)?;
+                let mut store = SqliteStore::open(path, *sync).map_err(store_error)?;
+                if let Some(bytes) = self.store_limit {
+                    store.limit_size(bytes).map_err(store_error)?;
+                }
                 Some(Arc::new(Durable::open(
                     store,
                     Arc::clone(&ids),
@@ -471,6 +485,12 @@ impl HostBuilder {
         let scheduler = scheduler.build().map_err(|e| config(e.to_string()))?;
         if let Some(durable) = &durable {
             let _ = durable.scheduler.set(scheduler.handle().clone());
+            let weak = Arc::downgrade(durable);
+            durable.writer.on_failure(Box::new(move |error| {
+                if let Some(durable) = weak.upgrade() {
+                    durable.stop_all(error);
+                }
+            }));
             let (workflows, _) = durable.reader.lock().high_water().map_err(store_error)?;
             scheduler
                 .handle()

@@ -179,6 +179,29 @@ fn an_uninterrupted_durable_run_gives_the_result_and_a_journal() {
         .filter(|event| event["kind"] == "message")
         .count();
     assert_eq!(taken, CHILDREN as usize);
+    // Its journal replays with the module it kept; a module without its entry point is caught.
+    let replay = |module: Option<&str>| {
+        let mut command = wfhost();
+        command.args(["replay", "--store", store.to_str().unwrap(), "mix"]);
+        if let Some(module) = module {
+            command.args(["--module", module]);
+        }
+        command.output().unwrap()
+    };
+    let same = replay(None);
+    assert_eq!(same.status.code(), Some(0), "{}", text(&same.stderr));
+    assert!(
+        text(&same.stdout).contains("replay the same"),
+        "{}",
+        text(&same.stdout)
+    );
+    let other = replay(Some(wfhost_test_programs::TINY));
+    assert_eq!(other.status.code(), Some(1), "{}", text(&other.stderr));
+    assert!(
+        text(&other.stderr).contains("diverged from its journal at step 0: it does not start"),
+        "{}",
+        text(&other.stderr)
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use wfcontract::{Payload, Pid};
-use wfhost_scheduler::{FailureKind, ProcessError, Spawn};
+use wfhost_scheduler::{FailureKind, InitContext, ProcessError, Spawn};
 
 use super::process::{unix_millis, DurableProcess};
+use super::record::StepRecord;
 use super::store::{Ending, NewWorkflow, Op, State};
 use super::{store_error, Durable};
 use crate::error::{Error, ErrorKind, Result};
@@ -168,6 +169,53 @@ impl Host {
             }
             (_, Some(Ending::Failed { kind, message })) => WorkflowResult::Failed { kind, message },
         })
+    }
+}
+
+impl Host {
+    /// Replays the journal of durable workflow `id` with module `module` (loaded in this host),
+    /// without running anything: whether a new build of a workflow's module does what the old one
+    /// did, before recovering its workflows with it. Returns the steps replayed; a module that
+    /// differs is an [`ErrorKind::Nondeterminism`] error naming the step and what differs.
+    pub fn replay(&self, id: &str, module: &str) -> Result<u64> {
+        let inner = &self.inner;
+        let durable = self.durable()?;
+        let loaded = inner.modules.get(module)?;
+        let (workflow, steps) = {
+            let mut reader = durable.reader.lock();
+            let workflow = reader.workflow(id).map_err(store_error)?.ok_or_else(|| {
+                Error::new(
+                    ErrorKind::UnknownWorkflow,
+                    format!("no workflow '{id}' in the store"),
+                )
+            })?;
+            let steps = reader.steps(workflow.start.num, 0).map_err(store_error)?;
+            (workflow, steps)
+        };
+        let records = steps
+            .iter()
+            .map(|s| StepRecord::decode(&s.record))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| Error::new(ErrorKind::Store, format!("the journal of '{id}': {e}")))?;
+        let input: Payload = postcard::from_bytes(&workflow.start.input).map_err(|e| {
+            Error::new(ErrorKind::Store, format!("the stored input of '{id}': {e}"))
+        })?;
+        let process = WasmProcess::new(
+            Arc::clone(&inner.wasm),
+            loaded.spec(None, Arc::clone(&inner.wasm.limits)),
+        );
+        let start = &workflow.start;
+        let process = DurableProcess::new(
+            process,
+            Arc::clone(durable),
+            Arc::from(id),
+            Arc::from(start.module.as_str()),
+            records,
+        );
+        let ctx = InitContext::new(Pid(start.num), start.parent.map(Pid));
+        process
+            .check_replay(&ctx, &start.entry, input)
+            .map_err(|e| Error::new(ErrorKind::Nondeterminism, e.message()))
     }
 }
 

@@ -144,6 +144,25 @@ impl Durable {
         self.stopping.store(true, Ordering::Release);
     }
 
+    /// The store failed: every durable workflow stops where its journal ends, its end not
+    /// journaled (a host started on a working store resumes it), and whoever waits for it hears
+    /// why.
+    pub(crate) fn stop_all(&self, error: &store::StoreError) {
+        self.stop();
+        let Some(scheduler) = self.scheduler.get() else {
+            return;
+        };
+        let pids: Vec<Pid> = self.ids.0.read().0.keys().copied().collect();
+        let reason = format!(
+            "{}; the workflow stops where its journal ends and resumes when a host is started \
+             on the store again",
+            error.0
+        );
+        for pid in pids {
+            let _ = scheduler.terminate(pid, reason.clone());
+        }
+    }
+
     /// The hash of the module loaded as `name`.
     pub(crate) fn module_hash(&self, name: &str) -> Option<String> {
         self.modules

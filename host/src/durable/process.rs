@@ -223,6 +223,31 @@ impl DurableProcess {
         Ok(last)
     }
 
+    /// Replays the whole journal into a fresh instance and closes it, touching nothing else:
+    /// whether this module does what the journal says. Returns the steps replayed.
+    pub(crate) fn check_replay(
+        mut self,
+        ctx: &InitContext,
+        entry: &str,
+        input: Payload,
+    ) -> Result<u64, ProcessError> {
+        self.pid = ctx.pid();
+        let reads = self
+            .replay
+            .front()
+            .map_or_else(VecDeque::new, |first| first.reads.iter().cloned().collect());
+        self.inner.set_reads(Reads::Replay {
+            reads,
+            diverged: None,
+        });
+        let result = match self.inner.init(ctx, entry, input) {
+            Ok(()) => self.replay_all().map(|_| self.seq),
+            Err(error) => Err(self.nondeterminism(0, format_args!("it does not start: {error}"))),
+        };
+        self.inner.close();
+        result
+    }
+
     /// After a replay: what was pending goes on. Yields whose effect is known (a message
     /// already sent, a child already started, a join of a workflow that ended) complete at once;
     /// the rest are dispatched again (timers at their due time, host calls with the same key).

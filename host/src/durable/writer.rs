@@ -35,21 +35,34 @@ pub(crate) struct Writer {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Set by the first failed write: the store takes nothing more.
     failed: std::sync::Arc<Mutex<Option<StoreError>>>,
+    /// Called once, on the writer thread, after the first failed write.
+    on_failure: std::sync::Arc<OnFailure>,
 }
+
+/// What the host does when its store fails.
+type OnFailure = std::sync::OnceLock<Box<dyn Fn(&StoreError) + Send + Sync>>;
 
 impl Writer {
     pub(crate) fn start(store: Box<dyn Store>) -> std::io::Result<Writer> {
         let (sender, receiver) = crossbeam_channel::unbounded();
         let failed = std::sync::Arc::new(Mutex::new(None));
         let failed_in = std::sync::Arc::clone(&failed);
+        let on_failure = std::sync::Arc::new(OnFailure::new());
+        let on_failure_in = std::sync::Arc::clone(&on_failure);
         let thread = std::thread::Builder::new()
             .name("wfhost-journal".into())
-            .spawn(move || run(store, &receiver, &failed_in))?;
+            .spawn(move || run(store, &receiver, &failed_in, &on_failure_in))?;
         Ok(Writer {
             sender: Mutex::new(Some(sender)),
             thread: Mutex::new(Some(thread)),
             failed,
+            on_failure,
         })
+    }
+
+    /// Sets what happens, once, when a write fails (the writer thread calls it).
+    pub(crate) fn on_failure(&self, hook: Box<dyn Fn(&StoreError) + Send + Sync>) {
+        let _ = self.on_failure.set(hook);
     }
 
     /// Why the store takes nothing more, if it does not.
@@ -105,7 +118,12 @@ impl Drop for Writer {
 /// before anything that commit acknowledges happens. Tests pick N to crash at exact points.
 const CRASH_AFTER: &str = "WFHOST_CRASH_AFTER_COMMITS";
 
-fn run(mut store: Box<dyn Store>, receiver: &Receiver<Entry>, failed: &Mutex<Option<StoreError>>) {
+fn run(
+    mut store: Box<dyn Store>,
+    receiver: &Receiver<Entry>,
+    failed: &Mutex<Option<StoreError>>,
+    on_failure: &OnFailure,
+) {
     let crash_after: Option<u64> = std::env::var(CRASH_AFTER).ok().and_then(|n| n.parse().ok());
     let mut commits = 0u64;
     let mut batch: Vec<Entry> = Vec::new();
@@ -137,13 +155,22 @@ fn run(mut store: Box<dyn Store>, receiver: &Receiver<Entry>, failed: &Mutex<Opt
             }
         }
         if let Err(error) = &result {
-            let mut failed = failed.lock();
-            if failed.is_none() {
+            let first = {
+                let mut failed = failed.lock();
+                let first = failed.is_none();
+                if first {
+                    *failed = Some(error.clone());
+                }
+                first
+            };
+            if first {
                 tracing::error!(
-                    "{error}; the host takes no more work, and what was not written waits \
-                     (restart the host on a working store to resume it)"
+                    "{error}; the host takes no more work, and its durable workflows stop where \
+                     their journals end (a host started on a working store resumes them)"
                 );
-                *failed = Some(error.clone());
+                if let Some(hook) = on_failure.get() {
+                    hook(error);
+                }
             }
         }
         for entry in batch.drain(..) {

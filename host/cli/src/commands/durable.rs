@@ -182,3 +182,73 @@ pub(super) fn time(millis: u64) -> String {
         millis % 1000
     )
 }
+
+/// Replays a workflow's journal with a module, running nothing: does a new build do what the one
+/// that wrote the journal did? Exit code 1 when it does not, with the step and what differs.
+#[derive(Debug, clap::Parser)]
+pub struct ReplayCommand {
+    /// The store.
+    #[arg(long, value_name = "FILE")]
+    store: PathBuf,
+
+    /// The workflow's id.
+    id: String,
+
+    /// The module to replay with (a `.wasm` file). Default: the one the workflow started with,
+    /// as the store kept it.
+    #[arg(long, value_name = "FILE")]
+    module: Option<PathBuf>,
+
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+impl ReplayCommand {
+    pub fn execute(self) -> anyhow::Result<()> {
+        let mut store = open(&self.store)?;
+        let Some(workflow) = store.workflow(&self.id)? else {
+            anyhow::bail!(
+                "no workflow '{}' in {} (`wfhost list --store {}` shows them)",
+                self.id,
+                self.store.display(),
+                self.store.display()
+            );
+        };
+        let mut builder = Host::builder()
+            .workers(1)
+            .store(&self.store, SyncMode::Full);
+        if let Some(dir) = self.cache.dir() {
+            builder = builder.module_cache(dir);
+        }
+        let host = builder.build().context("cannot start the host")?;
+        let shown = match &self.module {
+            Some(path) => {
+                host.load_module("replayed", path)?;
+                path.display().to_string()
+            }
+            None => {
+                let hash = &workflow.start.module;
+                let bytes = store.module(hash)?.with_context(|| {
+                    format!("the store lacks the module {hash} the workflow started with")
+                })?;
+                host.load_module_bytes("replayed", &bytes)?;
+                format!("its own module ({hash})")
+            }
+        };
+        let replayed = host.replay(&self.id, "replayed");
+        host.shutdown(Duration::from_secs(1));
+        match replayed {
+            Ok(steps) => {
+                println!(
+                    "workflow {}: {steps} step(s) replay the same with {shown}",
+                    self.id
+                );
+                Ok(())
+            }
+            Err(error) if error.kind() == wfhost::ErrorKind::Nondeterminism => {
+                Err(WorkflowFailed(error.message().to_string()).into())
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+}

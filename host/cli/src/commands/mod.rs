@@ -16,6 +16,7 @@ pub enum Command {
     Resume(Box<durable::ResumeCommand>),
     List(durable::ListCommand),
     History(history::HistoryCommand),
+    Replay(durable::ReplayCommand),
 }
 
 impl Command {
@@ -27,6 +28,7 @@ impl Command {
             Command::Resume(command) => command.execute(),
             Command::List(command) => command.execute(),
             Command::History(command) => command.execute(),
+            Command::Replay(command) => command.execute(),
         }
     }
 }

@@ -31,6 +31,39 @@ pub struct SqliteStore {
     path: PathBuf,
 }
 
+/// Refuses a file shorter than its header says it is (cut by a failed copy, a full disk or a
+/// broken restore): SQLite would read it and fail only at the pages that are missing.
+fn check_length(path: &Path) -> StoreResult<()> {
+    use std::io::Read;
+    let Ok(mut file) = std::fs::File::open(path) else {
+        // Not there yet (it is created), or unreadable (opening it says why).
+        return Ok(());
+    };
+    let mut header = [0u8; 100];
+    if file.read_exact(&mut header).is_err() || !header.starts_with(b"SQLite format 3\0") {
+        return Ok(());
+    }
+    let page = match u16::from_be_bytes([header[16], header[17]]) {
+        1 => 65_536,
+        size => u64::from(size),
+    };
+    let pages = u64::from(u32::from_be_bytes([
+        header[28], header[29], header[30], header[31],
+    ]));
+    // The page count is valid when the change counter matches "version valid for".
+    let valid = header[24..28] == header[92..96];
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if valid && len < pages * page {
+        return Err(StoreError::new(format_args!(
+            "the store {} is truncated: the file has {len} bytes and its header says {}: \
+             restore it from a copy (recovering from it would lose what was acknowledged)",
+            path.display(),
+            pages * page
+        )));
+    }
+    Ok(())
+}
+
 fn sql(what: &str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
     move |error| StoreError::new(format_args!("{what}: {error}"))
 }
@@ -39,16 +72,40 @@ impl SqliteStore {
     /// Opens (creating if need be) the store at `path`, migrating it to this version's schema.
     pub fn open(path: impl AsRef<Path>, sync: SyncMode) -> StoreResult<SqliteStore> {
         let path = path.as_ref().to_path_buf();
+        check_length(&path)?;
         let conn = Connection::open(&path).map_err(|e| {
             StoreError::new(format_args!(
                 "could not open the store {}: {e}",
                 path.display()
             ))
         })?;
+        if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
+            return Err(StoreError::new(format_args!(
+                "the store {} is read-only: give a file (and a directory, for its journal files) \
+                 that this user may write",
+                path.display()
+            )));
+        }
         let mut store = SqliteStore { conn, path };
         store.configure(sync)?;
         store.migrate()?;
         Ok(store)
+    }
+
+    /// Caps the file at about `bytes`: a commit that would grow it further fails as a full disk
+    /// does, and the host stops taking new work. The cap never goes below what the file holds.
+    pub fn limit_size(&mut self, bytes: u64) -> StoreResult<()> {
+        let page: i64 = self
+            .conn
+            .query_row("PRAGMA page_size", [], |row| row.get(0))
+            .map_err(sql("reading the page size"))?;
+        let pages = bytes.div_ceil(page.max(1) as u64).max(1);
+        self.conn
+            .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |row| {
+                row.get::<_, i64>(0)
+            })
+            .map_err(sql("limiting the store's size"))?;
+        Ok(())
     }
 
     /// Another connection to the same store, for reading while this one writes.
@@ -283,7 +340,20 @@ impl Store for SqliteStore {
     fn commit(&mut self, ops: &[Op]) -> StoreResult<()> {
         let path = self.path.display().to_string();
         let failed = |e: rusqlite::Error| {
-            StoreError::new(format_args!("could not write to the store {path}: {e}"))
+            let why = match e.sqlite_error_code() {
+                Some(rusqlite::ErrorCode::DiskFull) => {
+                    "it is full (the disk, or its size limit): free space or raise the limit \
+                     and start again; what was written before resumes"
+                        .to_string()
+                }
+                Some(rusqlite::ErrorCode::ReadOnly) => {
+                    "it has become read-only: make it writable and start again; what was \
+                     written before resumes"
+                        .to_string()
+                }
+                _ => e.to_string(),
+            };
+            StoreError::new(format_args!("could not write to the store {path}: {why}"))
         };
         let tx = self.conn.transaction().map_err(failed)?;
         let mut last_message = None;

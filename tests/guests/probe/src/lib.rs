@@ -687,6 +687,20 @@ pub async fn order_saga(ctx: Ctx, order: u32) -> Result<Value, Error> {
     Ok(json!({ "order": order, "receipts": receipts }))
 }
 
+/// The tiny guest's `tally` as a later build might change it: the same input and result, but a
+/// nap after each number. Replaying a journal `tiny` wrote with it is a nondeterminism error.
+pub async fn tally(ctx: Ctx, count: u32) -> Result<(u32, u64), Error> {
+    let mut seen = 0u32;
+    let mut sum = 0u64;
+    while seen < count {
+        let n: u64 = ctx.recv().await?;
+        ctx.sleep(Duration::from_millis(1)).await?;
+        seen += 1;
+        sum = sum.wrapping_add(n);
+    }
+    Ok((seen, sum))
+}
+
 wfguest::entry_points!(
     echo,
     fail,
@@ -744,6 +758,7 @@ wfguest::entry_points!(
     durable_child,
     durable_activity,
     order_saga,
+    tally,
     "send-report" = report,
     "v2.echo" = echo
 );
