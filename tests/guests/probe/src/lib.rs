@@ -701,6 +701,21 @@ pub async fn tally(ctx: Ctx, count: u32) -> Result<(u32, u64), Error> {
     Ok((seen, sum))
 }
 
+/// Asks the host for the time `n` times in a row; returns each answer in nanoseconds since the
+/// epoch. The gaps are what one step costs end to end (in a durable host: its commit too).
+pub async fn ticks(ctx: Ctx, n: u32) -> Result<Vec<u64>, Error> {
+    let mut ticks = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let now = ctx.now().await?;
+        let nanos = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(Error::msg)?
+            .as_nanos();
+        ticks.push(u64::try_from(nanos).unwrap_or(u64::MAX));
+    }
+    Ok(ticks)
+}
+
 wfguest::entry_points!(
     echo,
     fail,
@@ -759,6 +774,7 @@ wfguest::entry_points!(
     durable_activity,
     order_saga,
     tally,
+    ticks,
     "send-report" = report,
     "v2.echo" = echo
 );

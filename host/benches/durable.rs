@@ -1,0 +1,277 @@
+//! Durable workflows next to the same workflows in memory, side by side in one run:
+//! `cargo bench -p wfhost --bench durable [-- workload ...]`.
+//!
+//! - `ring`: 1,000 wasm processes pass a token 200,000 hops, each hop a step; in memory, and
+//!   durable with `synchronous=FULL` (every hop journaled before the next member sees the token).
+//! - `sagas`: 10,000 order sagas at once, each three host calls with a 1 ms timer before each
+//!   (about 7 steps a saga); steps per second in memory and durable.
+//! - `latency`: one workflow asking for the time 2,000 times in a row, nothing else running: p50
+//!   and p99 of the gap between answers (one step with its commit, end to end).
+//! - `bytes`: journal bytes per step and the store's size, after the sagas.
+//! - `recover`: `WFHOST_BENCH_RECOVER` (default 100,000) workflows each sleeping an hour, their host
+//!   stopped; then a new host on the store: the time until `recover` returns with every one
+//!   running again (replayed, its timer re-armed).
+//!
+//! `WFHOST_BENCH_ROUNDS` (default 3) sets the rounds; figures are medians. Stores go to a fresh
+//! temporary directory (`TMPDIR`), on the disk whose sync cost they measure.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{alternate, env_count as count, median};
+use serde_json::json;
+use wfhost::{Grants, Host, HostBuilder, Payload, SyncMode};
+use wfhost_test_programs::{PROBE, RING};
+
+const RING_MEMBERS: u32 = 1_000;
+const RING_HOPS: u64 = 200_000;
+const SAGAS: u32 = 10_000;
+const TICKS: u32 = 2_000;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let wanted = common::wanted(&args);
+    let rounds = count("WFHOST_BENCH_ROUNDS", 3);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let dir = std::env::temp_dir().join(format!("wfhost-bench-durable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    println!("durable: {workers} workers, {rounds} rounds each, alternating; medians");
+    if wanted("ring") {
+        ring(rounds, &dir);
+    }
+    if wanted("sagas") || wanted("bytes") {
+        sagas(rounds, &dir);
+    }
+    if wanted("latency") {
+        latency(rounds, &dir);
+    }
+    if wanted("recover") {
+        recover(count("WFHOST_BENCH_RECOVER", 100_000), &dir);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fresh store path in `dir`.
+fn fresh(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    path
+}
+
+fn ring(rounds: usize, dir: &Path) {
+    let run = |durable: bool| {
+        let mut builder = Host::builder();
+        if durable {
+            builder = builder.store(fresh(dir, "ring.db"), SyncMode::Full);
+        }
+        let host = builder.build().expect("host");
+        host.load_module("ring", RING).expect("ring module");
+        let plan = Payload::to_postcard(&(RING_MEMBERS, RING_HOPS)).expect("encodes");
+        let run = if durable {
+            host.start("ring", "ring", "ring", plan)
+        } else {
+            host.spawn("ring", "ring", plan)
+        };
+        let seconds = common::time(|| {
+            let report = run.expect("starts").wait().expect("the ring finishes");
+            let (members, hops, _, _): (u32, u64, f64, f64) = report.decode().expect("a report");
+            assert_eq!((members, hops), (RING_MEMBERS, RING_HOPS));
+        });
+        host.shutdown(Duration::from_secs(10));
+        seconds
+    };
+    let (durable, memory) = alternate(rounds, || run(true), || run(false));
+    let rate = |seconds: f64| RING_HOPS as f64 / seconds;
+    println!(
+        "ring: durable {:.0} hops/s  memory {:.0} hops/s  ({RING_MEMBERS} processes, {RING_HOPS} \
+         hops)  memory/durable={:.2}",
+        rate(durable),
+        rate(memory),
+        durable / memory
+    );
+}
+
+/// Registers the saga's host functions: each answers at once.
+fn functions(builder: HostBuilder) -> HostBuilder {
+    let mut builder = builder;
+    for name in ["reserve", "charge", "ship", "undo"] {
+        builder = builder.function(name, move |order: serde_json::Value| {
+            Ok::<_, String>(format!("{name}-{order}"))
+        });
+    }
+    builder
+}
+
+fn sagas(rounds: usize, dir: &Path) {
+    let bytes = std::cell::RefCell::new(Vec::new());
+    let steps_taken = std::cell::RefCell::new(Vec::new());
+    let run = |durable: bool| {
+        let path = fresh(dir, "sagas.db");
+        let mut builder = functions(Host::builder());
+        if durable {
+            builder = builder.store(&path, SyncMode::Full);
+        }
+        let host = builder.build().expect("host");
+        host.load_module_with("probe", PROBE, Grants::default().allow_all_functions())
+            .expect("probe module");
+        let before = host.counters().steps;
+        let seconds = common::time(|| {
+            let runs: Vec<_> = (0..SAGAS)
+                .map(|n| {
+                    let input = Payload::to_json(&json!(n)).expect("encodes");
+                    if durable {
+                        host.start(&format!("order-{n}"), "probe", "order_saga", input)
+                    } else {
+                        host.spawn("probe", "order_saga", input)
+                    }
+                    .expect("starts")
+                })
+                .collect();
+            for run in runs {
+                run.wait().expect("the saga ends");
+            }
+        });
+        let steps = host.counters().steps - before;
+        host.shutdown(Duration::from_secs(10));
+        if durable {
+            let size = std::fs::metadata(&path).map_or(0, |m| m.len())
+                + std::fs::metadata(format!("{}-wal", path.display())).map_or(0, |m| m.len());
+            let journal = journal_bytes(&path);
+            bytes.borrow_mut().push((journal / steps.max(1), size));
+        }
+        steps_taken.borrow_mut().push(steps as f64);
+        steps as f64 / seconds
+    };
+    let (durable, memory) = alternate(rounds, || 1.0 / run(true), || 1.0 / run(false));
+    println!(
+        "sagas: durable {:.0} steps/s  memory {:.0} steps/s  ({SAGAS} sagas, {:.0} steps each \
+         round)  memory/durable={:.2}",
+        1.0 / durable,
+        1.0 / memory,
+        median(steps_taken.into_inner()),
+        durable / memory
+    );
+    let bytes = bytes.into_inner();
+    let per_step = median(bytes.iter().map(|b| b.0 as f64).collect());
+    let size = median(bytes.iter().map(|b| b.1 as f64).collect());
+    println!(
+        "bytes: {per_step:.0} journal bytes per step (records only)  store after one round: \
+         {:.1} MiB (with its module and write-ahead log)",
+        size / (1024.0 * 1024.0)
+    );
+}
+
+/// The bytes of every step record in the store.
+fn journal_bytes(path: &Path) -> u64 {
+    use wfhost::store::{SqliteStore, Store};
+    let mut store = SqliteStore::open(path, SyncMode::Normal).expect("the store opens");
+    let mut total = 0;
+    for workflow in store.workflows(false).expect("workflows") {
+        for step in store.steps(workflow.start.num, 0).expect("steps") {
+            total += step.record.len() as u64;
+        }
+    }
+    total
+}
+
+fn latency(rounds: usize, dir: &Path) {
+    let mut all = Vec::new();
+    for round in 0..rounds {
+        for durable in [true, false] {
+            let mut builder = Host::builder();
+            if durable {
+                builder = builder.store(fresh(dir, "latency.db"), SyncMode::Full);
+            }
+            let host = builder.build().expect("host");
+            host.load_module("probe", PROBE).expect("probe module");
+            let input = Payload::to_json(&TICKS).expect("encodes");
+            let run = if durable {
+                host.start(&format!("ticks-{round}"), "probe", "ticks", input)
+            } else {
+                host.spawn("probe", "ticks", input)
+            };
+            let ticks: Vec<u64> = run
+                .expect("starts")
+                .wait()
+                .expect("it ends")
+                .decode()
+                .expect("ticks");
+            let mut gaps: Vec<f64> = ticks
+                .windows(2)
+                .map(|w| w[1].saturating_sub(w[0]) as f64 / 1e3)
+                .collect();
+            gaps.sort_by(f64::total_cmp);
+            let at = |q: f64| gaps[((gaps.len() - 1) as f64 * q) as usize];
+            all.push((durable, at(0.5), at(0.99)));
+            host.shutdown(Duration::from_secs(10));
+        }
+    }
+    for durable in [true, false] {
+        let of = |pick: fn(&(bool, f64, f64)) -> f64| {
+            median(all.iter().filter(|a| a.0 == durable).map(pick).collect())
+        };
+        println!(
+            "latency ({}): p50 {:.0} us  p99 {:.0} us  (one step after another, {TICKS} steps)",
+            if durable { "durable, FULL" } else { "memory" },
+            of(|a| a.1),
+            of(|a| a.2)
+        );
+    }
+}
+
+fn recover(n: usize, dir: &Path) {
+    let path = fresh(dir, "recover.db");
+    let build = || {
+        let host = Host::builder()
+            .store(&path, SyncMode::Full)
+            .build()
+            .expect("host");
+        host.load_module("probe", PROBE).expect("probe module");
+        host
+    };
+    let host = build();
+    // Starts wait for their commit: many threads at once share commits.
+    let threads = 64;
+    let started = common::time(|| {
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                let host = &host;
+                scope.spawn(move || {
+                    for i in (t..n).step_by(threads) {
+                        let input = Payload::to_json(&3_600_000u64).expect("encodes");
+                        host.start(&format!("sleeper-{i}"), "probe", "nap", input)
+                            .expect("starts");
+                    }
+                });
+            }
+        });
+    });
+    // Each has journaled its first step (the sleep) once the steps counter says so.
+    while host.counters().steps < n as u64 {
+        std::thread::yield_now();
+    }
+    host.shutdown(Duration::from_secs(10));
+    drop(host);
+    let host = build();
+    let mut recovered = 0;
+    // Running again: each recovered process has taken its first step (its replay, which re-arms
+    // its timer).
+    let seconds = common::time(|| {
+        recovered = host.recover().expect("recovers").len();
+        while host.counters().steps < n as u64 {
+            std::thread::yield_now();
+        }
+    });
+    assert_eq!(recovered, n);
+    let live = host.live();
+    host.shutdown(Duration::from_secs(30));
+    println!(
+        "recover: {n} sleeping workflows running again in {seconds:.2} s ({:.0}/s; {live} live; \
+         starting them took {started:.1} s)",
+        n as f64 / seconds
+    );
+}
