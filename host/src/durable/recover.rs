@@ -10,7 +10,7 @@ use super::process::DurableProcess;
 use super::record::StepRecord;
 use super::store::{Cancel, Ending, Op};
 use super::store_error;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::Result;
 use crate::grants::Grants;
 use crate::run::Run;
 use crate::wasm::WasmProcess;
@@ -167,10 +167,11 @@ impl Host {
             let payload: Payload = match postcard::from_bytes(&m.payload) {
                 Ok(payload) => payload,
                 Err(e) => {
-                    return Err(Error::new(
-                        ErrorKind::Store,
-                        format!("message {} in the store does not decode: {e}", m.id),
-                    ))
+                    // Refused, as a full mailbox is: the sender (if it waits) hears so.
+                    let why = format!("message {} in the store does not decode: {e}", m.id);
+                    tracing::error!("{why}");
+                    durable.refuse(m.id, &why);
+                    continue;
                 }
             };
             if let Err(refused) =
