@@ -484,7 +484,7 @@ impl HostBuilder {
         }
         let scheduler = scheduler.build().map_err(|e| config(e.to_string()))?;
         if let Some(durable) = &durable {
-            let _ = durable.scheduler.set(scheduler.handle().clone());
+            durable.set_scheduler(scheduler.handle());
             let weak = Arc::downgrade(durable);
             durable.writer.on_failure(Box::new(move |error| {
                 if let Some(durable) = weak.upgrade() {

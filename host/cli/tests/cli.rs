@@ -1,19 +1,13 @@
 //! The `wfhost` binary, run the way a user runs it: stdout, stderr and exit codes.
 
+mod common;
+
+use common::wfhost;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use wfhost_test_programs::{COUNTDOWN, GUEST_TARGET_DIR, HELLO, PROBE};
-
-/// The binary, with a module cache of the tests' own rather than the user's.
-fn wfhost() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_wfhost"));
-    command.env_remove("RUST_LOG").env(
-        "WFHOST_MODULE_CACHE",
-        std::env::temp_dir().join("wfhost-tests-module-cache"),
-    );
-    command
-}
 
 fn run(args: &[&str]) -> Output {
     wfhost().args(args).output().expect("run wfhost")

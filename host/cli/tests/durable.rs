@@ -2,24 +2,19 @@
 //! N the run reaches) resumes and ends with the result of an uninterrupted run, every message taken
 //! once, every yield completed once, no child started twice.
 
+mod common;
+
+use common::wfhost;
+
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{json, Value};
 use wfhost::contract::EventKind;
 use wfhost::store::{SqliteStore, State, Store};
 use wfhost::{StepRecord, SyncMode};
 use wfhost_test_programs::PROBE;
-
-fn wfhost() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_wfhost"));
-    command.env_remove("RUST_LOG").env(
-        "WFHOST_MODULE_CACHE",
-        std::env::temp_dir().join("wfhost-tests-module-cache"),
-    );
-    command
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

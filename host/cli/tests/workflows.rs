@@ -1,20 +1,14 @@
 //! Workflows run with the `wfhost` binary as a new user would: floods, hogs, messages to the
 //! host, the event printout, the logs of hibernation, and the module cache.
 
+mod common;
+
+use common::wfhost;
+
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
 use wfhost_test_programs::PROBE;
-
-/// The binary, with a module cache of the tests' own rather than the user's.
-fn wfhost() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_wfhost"));
-    command.env_remove("RUST_LOG").env(
-        "WFHOST_MODULE_CACHE",
-        std::env::temp_dir().join("wfhost-tests-module-cache"),
-    );
-    command
-}
 
 fn run(args: &[&str]) -> Output {
     wfhost().args(args).output().expect("run wfhost")

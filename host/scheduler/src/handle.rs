@@ -73,6 +73,22 @@ pub struct SchedulerHandle {
     pub(crate) shared: Arc<Shared>,
 }
 
+/// A [`SchedulerHandle`] that does not keep the scheduler alive: for what the scheduler itself
+/// holds (a handler's state), which would otherwise never be freed.
+#[derive(Clone, Debug)]
+pub struct WeakSchedulerHandle {
+    shared: std::sync::Weak<Shared>,
+}
+
+impl WeakSchedulerHandle {
+    /// The handle, while the scheduler exists.
+    pub fn upgrade(&self) -> Option<SchedulerHandle> {
+        self.shared
+            .upgrade()
+            .map(|shared| SchedulerHandle { shared })
+    }
+}
+
 impl std::fmt::Debug for SchedulerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SchedulerHandle")
@@ -428,6 +444,13 @@ impl SchedulerHandle {
         self.shared
             .next_pid
             .fetch_max(last.0.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// A handle that does not keep the scheduler alive.
+    pub fn downgrade(&self) -> WeakSchedulerHandle {
+        WeakSchedulerHandle {
+            shared: Arc::downgrade(&self.shared),
+        }
     }
 
     /// Whether a process with this pid is known to the scheduler: running, waiting, or ended

@@ -74,7 +74,7 @@ pub use builder::{
     DEFAULT_MAX_WATCHERS,
 };
 pub use counters::Counters;
-pub use handle::{Error, ProcessHandle, SchedulerHandle, Spawn};
+pub use handle::{Error, ProcessHandle, SchedulerHandle, Spawn, WeakSchedulerHandle};
 pub use handlers::{
     emit as emit_guest_log, join_handler, send_handler, Completer, Context, Handler, Request,
     Spawner,

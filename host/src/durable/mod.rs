@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 use wfcontract::{CommandError, ErrorKind, Payload, Pid, Tag};
-use wfhost_scheduler::SchedulerHandle;
+use wfhost_scheduler::{SchedulerHandle, WeakSchedulerHandle};
 
 use crate::modules::Modules;
 use store::{Ending, SqliteStore, Store};
@@ -95,7 +95,8 @@ pub(crate) struct Durable {
     /// Messages refused before a restart, for the senders that had not heard yet.
     refused: Mutex<HashMap<u64, String>>,
     stopping: AtomicBool,
-    pub(crate) scheduler: OnceLock<SchedulerHandle>,
+    /// Weak: the scheduler holds this host's handlers, which hold the `Durable`.
+    scheduler: OnceLock<WeakSchedulerHandle>,
     modules: Arc<Modules>,
     /// Module hashes known to be in the store.
     kept: Mutex<std::collections::HashSet<String>>,
@@ -130,6 +131,16 @@ impl Durable {
         })
     }
 
+    /// Sets the scheduler the host runs on (once, when it is built).
+    pub(crate) fn set_scheduler(&self, scheduler: &SchedulerHandle) {
+        let _ = self.scheduler.set(scheduler.downgrade());
+    }
+
+    /// The scheduler, while it exists.
+    pub(crate) fn scheduler(&self) -> Option<SchedulerHandle> {
+        self.scheduler.get().and_then(WeakSchedulerHandle::upgrade)
+    }
+
     pub(crate) fn next_message(&self) -> u64 {
         self.next_message.fetch_add(1, Ordering::Relaxed)
     }
@@ -149,7 +160,7 @@ impl Durable {
     /// why.
     pub(crate) fn stop_all(&self, error: &store::StoreError) {
         self.stop();
-        let Some(scheduler) = self.scheduler.get() else {
+        let Some(scheduler) = self.scheduler() else {
             return;
         };
         let pids: Vec<Pid> = self.ids.0.read().0.keys().copied().collect();

@@ -223,6 +223,18 @@ impl DurableProcess {
         Ok(last)
     }
 
+    /// How the reads of `init` and the first step are served: from the journal's first step when
+    /// there is one to replay, else recorded.
+    fn first_reads(&self) -> Reads {
+        match self.replay.front() {
+            Some(first) => Reads::Replay {
+                reads: first.reads.iter().cloned().collect(),
+                diverged: None,
+            },
+            None => Reads::Record(Vec::new()),
+        }
+    }
+
     /// Replays the whole journal into a fresh instance and closes it, touching nothing else:
     /// whether this module does what the journal says. Returns the steps replayed.
     pub(crate) fn check_replay(
@@ -232,14 +244,7 @@ impl DurableProcess {
         input: Payload,
     ) -> Result<u64, ProcessError> {
         self.pid = ctx.pid();
-        let reads = self
-            .replay
-            .front()
-            .map_or_else(VecDeque::new, |first| first.reads.iter().cloned().collect());
-        self.inner.set_reads(Reads::Replay {
-            reads,
-            diverged: None,
-        });
+        self.inner.set_reads(self.first_reads());
         let result = match self.inner.init(ctx, entry, input) {
             Ok(()) => self.replay_all().map(|_| self.seq),
             Err(error) => Err(self.nondeterminism(0, format_args!("it does not start: {error}"))),
@@ -252,7 +257,7 @@ impl DurableProcess {
     /// already sent, a child already started, a join of a workflow that ended) complete at once;
     /// the rest are dispatched again (timers at their due time, host calls with the same key).
     fn rearm(&mut self, out: &mut Vec<Yield>) {
-        let Some(scheduler) = self.durable.scheduler.get() else {
+        let Some(scheduler) = self.durable.scheduler() else {
             return;
         };
         let pending: Vec<(Tag, Pending)> =
@@ -334,14 +339,7 @@ impl Process for DurableProcess {
         self.pid = ctx.pid();
         self.reserved = None;
         self.durable.ids.insert(self.pid, Arc::clone(&self.id));
-        let reads = match self.replay.front() {
-            Some(first) => Reads::Replay {
-                reads: first.reads.iter().cloned().collect(),
-                diverged: None,
-            },
-            None => Reads::Record(Vec::new()),
-        };
-        self.inner.set_reads(reads);
+        self.inner.set_reads(self.first_reads());
         self.inner.init(ctx, method, input)
     }
 
@@ -428,7 +426,7 @@ impl Process for DurableProcess {
                     self.durable.sent.lock().insert((self.pid, y.tag), number);
                 }
                 Command::Spawn(spawn) => {
-                    let Some(scheduler) = self.durable.scheduler.get() else {
+                    let Some(scheduler) = self.durable.scheduler() else {
                         continue;
                     };
                     let child = scheduler.reserve_pid();

@@ -1,10 +1,10 @@
 //! The durable commands `resume` and `list`, and what `run --store` and `history` share with them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use wfhost::store::{SqliteStore, Store};
+use wfhost::store::{SqliteStore, Store, Workflow};
 use wfhost::{Host, SyncMode};
 
 use super::limits::{CacheArgs, LimitArgs};
@@ -66,6 +66,17 @@ pub(super) fn open(store: &PathBuf) -> anyhow::Result<SqliteStore> {
         );
     }
     Ok(SqliteStore::open(store, SyncMode::Full)?)
+}
+
+/// Workflow `id` of `store` (opened from `path`), or an error that says how to list them.
+pub(super) fn find(store: &mut SqliteStore, path: &Path, id: &str) -> anyhow::Result<Workflow> {
+    store.workflow(id)?.with_context(|| {
+        format!(
+            "no workflow '{id}' in {} (`wfhost list --store {}` shows them)",
+            path.display(),
+            path.display()
+        )
+    })
 }
 
 /// Resumes every unfinished workflow of a store and runs them to the end, printing each result.
@@ -206,14 +217,7 @@ pub struct ReplayCommand {
 impl ReplayCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let mut store = open(&self.store)?;
-        let Some(workflow) = store.workflow(&self.id)? else {
-            anyhow::bail!(
-                "no workflow '{}' in {} (`wfhost list --store {}` shows them)",
-                self.id,
-                self.store.display(),
-                self.store.display()
-            );
-        };
+        let workflow = find(&mut store, &self.store, &self.id)?;
         let mut builder = Host::builder()
             .workers(1)
             .store(&self.store, SyncMode::Full);

@@ -9,7 +9,7 @@ use wfhost::contract::{Event, EventKind, Status, Yield};
 use wfhost::store::{Ending, Store, Workflow};
 use wfhost::{Payload, StepRecord};
 
-use super::durable::{open, time};
+use super::durable::{find, open, time};
 
 /// Shows the journal of one workflow: each step's events, WASI reads and yields, with times.
 #[derive(Debug, clap::Parser)]
@@ -29,14 +29,7 @@ pub struct HistoryCommand {
 impl HistoryCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let mut store = open(&self.store)?;
-        let Some(workflow) = store.workflow(&self.id)? else {
-            anyhow::bail!(
-                "no workflow '{}' in {} (`wfhost list --store {}` shows them)",
-                self.id,
-                self.store.display(),
-                self.store.display()
-            );
-        };
+        let workflow = find(&mut store, &self.store, &self.id)?;
         let steps = store.steps(workflow.start.num, 0)?;
         let mut out = std::io::stdout().lock();
         let written = (|| -> std::io::Result<()> {
@@ -88,8 +81,8 @@ impl HistoryCommand {
 
 /// A payload as JSON: itself when it is JSON, else its encoding and bytes in hex.
 fn payload_json(payload: &Payload) -> Value {
-    if let Ok(value) = serde_json::from_slice::<Value>(&payload.bytes) {
-        if payload.encoding.name() == "json" {
+    if payload.encoding.name() == "json" {
+        if let Ok(value) = serde_json::from_slice::<Value>(&payload.bytes) {
             return value;
         }
     }

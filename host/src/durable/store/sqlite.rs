@@ -33,8 +33,17 @@ pub struct SqliteStore {
 
 /// Refuses a file shorter than its header says it is (cut by a failed copy, a full disk or a
 /// broken restore): SQLite would read it and fail only at the pages that are missing.
+///
+/// Only when the file is the whole store: while a write-ahead log holds frames (a host has the
+/// store open, or died in a checkpoint, which writes page 1 before the pages that lengthen the
+/// file), SQLite completes the file from the log, and a short file is no damage.
 fn check_length(path: &Path) -> StoreResult<()> {
     use std::io::Read;
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+        return Ok(());
+    }
     let Ok(mut file) = std::fs::File::open(path) else {
         // Not there yet (it is created), or unreadable (opening it says why).
         return Ok(());
