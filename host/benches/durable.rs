@@ -11,6 +11,10 @@
 //! - `recover`: `WFHOST_BENCH_RECOVER` (default 100,000) workflows each sleeping an hour, their host
 //!   stopped; then a new host on the store: the time until `recover` returns with every one
 //!   running again (replayed, its timer re-armed).
+//! - `history`: one workflow with `WFHOST_BENCH_HISTORY` (default 1,000,000) journaled events
+//!   (steps of 1,000 random numbers each), its host stopped; then a new host on a copy of the
+//!   store: the time from `recover` until the workflow has answered a message, from its snapshot
+//!   and with snapshots off (its whole journal replayed).
 //!
 //! `WFHOST_BENCH_ROUNDS` (default 3) sets the rounds; figures are medians. Stores go to a fresh
 //! temporary directory (`TMPDIR`), on the disk whose sync cost they measure.
@@ -22,7 +26,7 @@ use std::time::Duration;
 
 use common::{alternate, env_count as count, median};
 use serde_json::json;
-use wfhost::{Grants, Host, HostBuilder, Payload, SyncMode};
+use wfhost::{Grants, Host, HostBuilder, Payload, Snapshots, SyncMode};
 use wfhost_test_programs::{PROBE, RING};
 
 const RING_MEMBERS: u32 = 1_000;
@@ -49,6 +53,9 @@ fn main() {
     }
     if wanted("recover") {
         recover(count("WFHOST_BENCH_RECOVER", 100_000), &dir);
+    }
+    if wanted("history") {
+        history(count("WFHOST_BENCH_HISTORY", 1_000_000), rounds, &dir);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -274,4 +281,82 @@ fn recover(n: usize, dir: &Path) {
          starting them took {started:.1} s)",
         n as f64 / seconds
     );
+}
+
+/// Events per step in `history`.
+const HISTORY_WIDTH: usize = 1_000;
+
+fn history(events: usize, rounds: usize, dir: &Path) {
+    let steps = events.div_ceil(HISTORY_WIDTH);
+    for (name, snapshots) in [
+        ("snapshot", Snapshots::default()),
+        ("replay", Snapshots::off()),
+    ] {
+        let path = fresh(dir, &format!("history-{name}.db"));
+        let host = Host::builder()
+            .store(&path, SyncMode::Full)
+            .snapshots(snapshots)
+            .build()
+            .expect("host");
+        host.load_module("probe", PROBE).expect("probe module");
+        let input = Payload::to_json(&(steps, HISTORY_WIDTH)).expect("encodes");
+        let mut told = (0u64, 0u64);
+        let built = common::time(|| {
+            let run = host
+                .start("history", "probe", "long_history", input)
+                .expect("starts");
+            told = run
+                .recv_message()
+                .expect("it tells the host")
+                .data
+                .decode()
+                .expect("count and sum");
+        });
+        host.shutdown(Duration::from_secs(10));
+        drop(host);
+        let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+        let journaled = {
+            use wfhost::store::{SqliteStore, Store};
+            let mut store = SqliteStore::open(&path, SyncMode::Normal).expect("the store opens");
+            store
+                .workflow("history")
+                .expect("reads")
+                .map_or(0, |w| w.steps)
+        };
+        let mut times = Vec::new();
+        for round in 0..rounds {
+            let copy = fresh(dir, &format!("history-{name}-{round}.db"));
+            for suffix in ["", "-wal"] {
+                let from = format!("{}{suffix}", path.display());
+                if Path::new(&from).exists() {
+                    std::fs::copy(&from, format!("{}{suffix}", copy.display()))
+                        .expect("a copy of the store");
+                }
+            }
+            let host = Host::builder()
+                .store(&copy, SyncMode::Full)
+                .build()
+                .expect("host");
+            host.load_module("probe", PROBE).expect("probe module");
+            let mut result = (0u64, 0u64, 0u64, 0u64);
+            let seconds = common::time(|| {
+                let (_, run) = host.recover().expect("recovers").pop().expect("one");
+                host.send(run.pid(), Payload::to_json(&1u64).expect("encodes"))
+                    .expect("sends");
+                result = run.wait().expect("it ends").decode().expect("its result");
+            });
+            assert_eq!((result.0, result.1), told, "the same history");
+            let counters = host.durable_counters().expect("durable");
+            times.push((seconds, counters.events_replayed));
+            host.shutdown(Duration::from_secs(10));
+        }
+        let ms = median(times.iter().map(|t| t.0 * 1e3).collect());
+        println!(
+            "history ({name}): {} events in {journaled} steps (written in {built:.1} s, store \
+             {:.0} MiB): answering again {ms:.1} ms after recover, {} events replayed",
+            told.0,
+            size as f64 / (1024.0 * 1024.0),
+            times[0].1
+        );
+    }
 }

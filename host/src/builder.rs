@@ -10,6 +10,7 @@ use wfcontract::{CommandKind, Payload};
 use wfhost_scheduler::{Scheduler, DEFAULT_BUDGET};
 
 use crate::capacity::{Capacity, MemoryImages};
+use crate::durable::snapshot::Snapshots;
 use crate::durable::store::{SqliteStore, SyncMode};
 use crate::durable::{store_error, Durable, DurableJoin, DurableSend, Ids};
 use crate::error::{Error, ErrorKind, Result};
@@ -66,6 +67,7 @@ pub struct HostBuilder {
     module_cache: Option<PathBuf>,
     store: Option<(PathBuf, SyncMode)>,
     store_limit: Option<u64>,
+    snapshots: Snapshots,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -96,6 +98,7 @@ impl std::fmt::Debug for HostBuilder {
             .field("module_cache", &self.module_cache)
             .field("store", &self.store)
             .field("store_limit", &self.store_limit)
+            .field("snapshots", &self.snapshots)
             .finish_non_exhaustive()
     }
 }
@@ -126,6 +129,7 @@ impl Default for HostBuilder {
             module_cache: None,
             store: None,
             store_limit: None,
+            snapshots: Snapshots::default(),
         }
     }
 }
@@ -353,6 +357,16 @@ impl HostBuilder {
         self
     }
 
+    /// When durable workflows save their state to the store (a snapshot: the pages and globals of
+    /// their instance that differ from a fresh one, and what they wait for), so that recovery
+    /// replays only the steps after it. Default ([`Snapshots::default`]): every 1,000 events,
+    /// and when a step leaves a workflow hibernated. [`Snapshots::off`]: recovery replays every
+    /// journal from its start. A module whose processes cannot hibernate never snapshots.
+    pub fn snapshots(mut self, snapshots: Snapshots) -> HostBuilder {
+        self.snapshots = snapshots;
+        self
+    }
+
     /// Starts the host: the engine, the epoch ticker, the worker threads and, when a host function
     /// is registered, the runtime that runs host functions.
     pub fn build(self) -> Result<Host> {
@@ -428,6 +442,7 @@ impl HostBuilder {
                     store,
                     Arc::clone(&ids),
                     Arc::clone(&modules),
+                    self.snapshots,
                 )?))
             }
             None => None,
@@ -486,9 +501,9 @@ impl HostBuilder {
         if let Some(durable) = &durable {
             durable.set_scheduler(scheduler.handle());
             let weak = Arc::downgrade(durable);
-            durable.writer.on_failure(Box::new(move |error| {
+            durable.writer.on_failure(Box::new(move |error, lost| {
                 if let Some(durable) = weak.upgrade() {
-                    durable.stop_all(error);
+                    durable.store_failed(error, lost);
                 }
             }));
             let (workflows, _) = durable.reader.lock().high_water().map_err(store_error)?;

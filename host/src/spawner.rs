@@ -107,7 +107,6 @@ impl GuestSpawner {
             Arc::clone(durable),
             Arc::clone(&child.id),
             Arc::from(info.sha256.as_str()),
-            Vec::new(),
         )
         .reserved(child.pid);
         durable.ids.insert(child.pid, Arc::clone(&child.id));

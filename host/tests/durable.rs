@@ -6,4 +6,5 @@ mod durable {
     mod crashes;
     mod faults;
     mod restart;
+    mod snapshots;
 }

@@ -23,6 +23,16 @@ fn text(bytes: &[u8]) -> String {
 /// Children of the mix.
 const CHILDREN: u32 = 6;
 
+/// How often the runs of the crash sweep save snapshots: after every step at odd crash points
+/// (so that recovery starts from a snapshot, whatever the point), as by default at even ones.
+fn snapshot_every(n: u64) -> &'static str {
+    if n % 2 == 1 {
+        "1"
+    } else {
+        "1000"
+    }
+}
+
 fn run_mix(store: &Path, crash_after: Option<u64>) -> Output {
     let mut command = wfhost();
     command.args([
@@ -35,6 +45,8 @@ fn run_mix(store: &Path, crash_after: Option<u64>) -> Output {
         store.to_str().unwrap(),
         "--id",
         "mix",
+        "--snapshot-every",
+        crash_after.map_or("1000", snapshot_every),
     ]);
     if let Some(n) = crash_after {
         command.env("WFHOST_CRASH_AFTER_COMMITS", n.to_string());
@@ -218,6 +230,7 @@ fn a_run_killed_after_any_commit_resumes_to_the_same_result() {
             let mut resume = wfhost();
             resume
                 .args(["resume", "--store", store.to_str().unwrap()])
+                .args(["--snapshot-every", snapshot_every(n)])
                 .env("WFHOST_CRASH_AFTER_COMMITS", (n % 7 + 1).to_string());
             let output = resume.output().unwrap();
             assert!(
@@ -228,6 +241,7 @@ fn a_run_killed_after_any_commit_resumes_to_the_same_result() {
         }
         let resumed = wfhost()
             .args(["resume", "--store", store.to_str().unwrap()])
+            .args(["--snapshot-every", snapshot_every(n)])
             .output()
             .unwrap();
         assert_eq!(

@@ -98,8 +98,7 @@ impl Host {
             Arc::clone(&inner.wasm),
             loaded.spec(None, Arc::clone(&inner.wasm.limits)),
         );
-        let process =
-            DurableProcess::new(process, Arc::clone(durable), id, hash.into(), Vec::new());
+        let process = DurableProcess::new(process, Arc::clone(durable), id, hash.into());
         let run = self.spawn_durable(process, pid, None, entry, input)?;
         std::mem::forget(claimed);
         Ok(run)
@@ -173,6 +172,13 @@ impl Host {
 }
 
 impl Host {
+    /// What this host counts about snapshots and replay since it started: how many workflows
+    /// recovered from a snapshot, how many journaled steps and events they replayed. Replay
+    /// happens at each recovered workflow's first step, so the counts settle once those ran.
+    pub fn durable_counters(&self) -> Result<crate::DurableCounters> {
+        Ok(self.durable()?.counts.read())
+    }
+
     /// Replays the journal of durable workflow `id` with module `module` (loaded in this host),
     /// without running anything: whether a new build of a workflow's module does what the old one
     /// did, before recovering its workflows with it. Returns the steps replayed; a module that
@@ -210,8 +216,8 @@ impl Host {
             Arc::clone(durable),
             Arc::from(id),
             Arc::from(start.module.as_str()),
-            records,
-        );
+        )
+        .checking(records);
         let ctx = InitContext::new(Pid(start.num), start.parent.map(Pid));
         process
             .check_replay(&ctx, &start.entry, input)

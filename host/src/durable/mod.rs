@@ -6,13 +6,15 @@
 //! | `store/` | The [`Store`](store::Store) trait and SQLite behind it: schema, migrations. |
 //! | `record.rs` | What one journaled step holds. |
 //! | `writer.rs` | The writer thread: group commit, then each step's effects go. |
-//! | `process.rs` | A durable workflow: journals its steps, replays them after a restart. |
+//! | `process/` | A durable workflow: journals its steps; after a restart, restores its snapshot and replays the steps after it. |
+//! | `snapshot.rs` | A workflow's state after a step, so that recovery need not replay what came before. |
 //! | `recover.rs` | Starting every unfinished workflow of a store again. |
 
 pub(crate) mod api;
 pub(crate) mod process;
 pub mod record;
 pub(crate) mod recover;
+pub(crate) mod snapshot;
 pub mod store;
 pub(crate) mod writer;
 
@@ -22,9 +24,10 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 use wfcontract::{CommandError, ErrorKind, Payload, Pid, Tag};
-use wfhost_scheduler::{SchedulerHandle, WeakSchedulerHandle};
+use wfhost_scheduler::{SchedulerHandle, Waker, WeakSchedulerHandle};
 
 use crate::modules::Modules;
+use snapshot::{Counts, Snapshots};
 use store::{Ending, SqliteStore, Store};
 use writer::Writer;
 
@@ -95,11 +98,19 @@ pub(crate) struct Durable {
     /// Messages refused before a restart, for the senders that had not heard yet.
     refused: Mutex<HashMap<u64, String>>,
     stopping: AtomicBool,
+    /// A write failed.
+    failed: AtomicBool,
     /// Weak: the scheduler holds this host's handlers, which hold the `Durable`.
     scheduler: OnceLock<WeakSchedulerHandle>,
     modules: Arc<Modules>,
     /// Module hashes known to be in the store.
     kept: Mutex<std::collections::HashSet<String>>,
+    /// While a recovery starts workflows, the wakers of those it started, which wait for it to
+    /// finish before their first step (a parent's first step joins children that must exist).
+    gate: Mutex<Option<Vec<Waker>>>,
+    /// When workflows save snapshots.
+    pub(crate) snapshots: Snapshots,
+    pub(crate) counts: Counts,
 }
 
 impl Durable {
@@ -107,6 +118,7 @@ impl Durable {
         store: SqliteStore,
         ids: Arc<Ids>,
         modules: Arc<Modules>,
+        snapshots: Snapshots,
     ) -> crate::Result<Durable> {
         let mut reader = store.open_reader().map_err(store_error)?;
         let (_, messages) = reader.high_water().map_err(store_error)?;
@@ -125,9 +137,13 @@ impl Durable {
             spawned: Mutex::new(HashMap::new()),
             refused: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
             scheduler: OnceLock::new(),
             modules,
             kept: Mutex::new(std::collections::HashSet::new()),
+            gate: Mutex::new(None),
+            snapshots,
+            counts: Counts::default(),
         })
     }
 
@@ -139,6 +155,30 @@ impl Durable {
     /// The scheduler, while it exists.
     pub(crate) fn scheduler(&self) -> Option<SchedulerHandle> {
         self.scheduler.get().and_then(WeakSchedulerHandle::upgrade)
+    }
+
+    /// Holds back the first step of recovered workflows until [`open_gate`](Self::open_gate).
+    pub(crate) fn close_gate(&self) {
+        self.gate.lock().get_or_insert_with(Vec::new);
+    }
+
+    /// Lets the recovered workflows held back go on.
+    pub(crate) fn open_gate(&self) {
+        for waker in self.gate.lock().take().unwrap_or_default() {
+            waker.wake();
+        }
+    }
+
+    /// Whether a recovered workflow must wait for the recovery to finish; if so, `waker` wakes
+    /// it then.
+    pub(crate) fn held_at_gate(&self, waker: impl FnOnce() -> Waker) -> bool {
+        match self.gate.lock().as_mut() {
+            Some(wakers) => {
+                wakers.push(waker());
+                true
+            }
+            None => false,
+        }
     }
 
     pub(crate) fn next_message(&self) -> u64 {
@@ -155,22 +195,28 @@ impl Durable {
         self.stopping.store(true, Ordering::Release);
     }
 
-    /// The store failed: every durable workflow stops where its journal ends, its end not
-    /// journaled (a host started on a working store resumes it), and whoever waits for it hears
-    /// why.
-    pub(crate) fn stop_all(&self, error: &store::StoreError) {
+    /// A write failed, with the held steps of `lost`: every durable workflow stops where its
+    /// journal ends, its end not journaled (a host started on a working store resumes it), and
+    /// whoever waits for it hears why. Those in `lost`, and any that started since the first
+    /// failure, stop too.
+    pub(crate) fn store_failed(&self, error: &store::StoreError, lost: &[Pid]) {
+        let first = !self.failed.swap(true, Ordering::AcqRel);
         self.stop();
         let Some(scheduler) = self.scheduler() else {
             return;
         };
-        let pids: Vec<Pid> = self.ids.0.read().0.keys().copied().collect();
         let reason = format!(
             "{}; the workflow stops where its journal ends and resumes when a host is started \
              on the store again",
             error.0
         );
-        for pid in pids {
-            let _ = scheduler.terminate(pid, reason.clone());
+        let everyone: Vec<Pid> = if first {
+            self.ids.0.read().0.keys().copied().collect()
+        } else {
+            Vec::new()
+        };
+        for pid in everyone.iter().chain(lost) {
+            let _ = scheduler.terminate(*pid, reason.clone());
         }
     }
 

@@ -25,6 +25,11 @@ pub struct StepRecord {
 }
 
 impl StepRecord {
+    /// What the step counts toward the next snapshot: its events, and at least one.
+    pub fn weight(&self) -> u64 {
+        self.events.len().max(1) as u64
+    }
+
     /// Decodes a record from the store.
     pub fn decode(bytes: &[u8]) -> Result<StepRecord, postcard::Error> {
         postcard::from_bytes(bytes)

@@ -1,5 +1,6 @@
-//! Recovery: every unfinished workflow of the store starts again under its pid, replays its
-//! journal, and goes on; the messages waiting for them are delivered again.
+//! Recovery: every unfinished workflow of the store starts again under its pid, from its latest
+//! snapshot and the journal after it, and goes on; the messages waiting for them are delivered
+//! again.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -8,8 +9,9 @@ use wfcontract::{Payload, Pid};
 
 use super::process::DurableProcess;
 use super::record::StepRecord;
-use super::store::{Cancel, Ending, Op};
-use super::store_error;
+use super::snapshot::{Counts, SavedWorkflow};
+use super::store::{Cancel, Ending, Op, Workflow};
+use super::{store_error, Durable};
 use crate::error::Result;
 use crate::grants::Grants;
 use crate::run::Run;
@@ -22,10 +24,68 @@ fn stored_name(hash: &str) -> String {
     format!("wfhost:{hash}")
 }
 
+/// Opens the gate when a recovery ends, however it ends.
+struct Gate<'a>(&'a Durable);
+
+impl Drop for Gate<'_> {
+    fn drop(&mut self) {
+        self.0.open_gate();
+    }
+}
+
+impl Durable {
+    /// The snapshot recovery starts `workflow` from: its latest, when it came from the module
+    /// the workflow runs and decodes. One that does not is counted and set aside (the whole
+    /// journal is replayed).
+    fn saved(&self, workflow: &Workflow) -> Option<SavedWorkflow> {
+        let start = &workflow.start;
+        let snapshot = match self.reader.lock().snapshot(start.num) {
+            Ok(snapshot) => snapshot?,
+            Err(error) => {
+                tracing::warn!(workflow = %start.id, "its snapshot could not be read: {error}");
+                Counts::add(&self.counts.snapshots_ignored, 1);
+                return None;
+            }
+        };
+        let saved = if snapshot.module != start.module {
+            Err(format!(
+                "it came from module {}, and the workflow runs {}",
+                snapshot.module, start.module
+            ))
+        } else if snapshot.seq > workflow.steps {
+            Err(format!(
+                "it follows step {} of a journal of {}",
+                snapshot.seq, workflow.steps
+            ))
+        } else {
+            SavedWorkflow::decode(&snapshot.state).and_then(|saved| {
+                if saved.seq == snapshot.seq {
+                    Ok(saved)
+                } else {
+                    Err(format!(
+                        "it says step {} in a row for step {}",
+                        saved.seq, snapshot.seq
+                    ))
+                }
+            })
+        };
+        saved
+            .inspect_err(|why| {
+                tracing::warn!(
+                    workflow = %start.id,
+                    "its snapshot is not used ({why}); replaying its whole journal"
+                );
+                Counts::add(&self.counts.snapshots_ignored, 1);
+            })
+            .ok()
+    }
+}
+
 impl Host {
-    /// Starts every unfinished workflow of the store again: each replays its journal in a fresh
-    /// instance of the module it started with (kept in the store by hash), checking that it does
-    /// what the journal says, and goes on from there: its timers fire at their due time (at once
+    /// Starts every unfinished workflow of the store again: each starts from its latest snapshot
+    /// (see [`HostBuilder::snapshots`](crate::HostBuilder::snapshots)), or a fresh instance of
+    /// the module it started with (kept in the store by hash), replays the journal after that,
+    /// checking that it does what the journal says, and goes on from there: its timers fire at their due time (at once
     /// if that passed while the host was down), host calls that had not answered run again with
     /// the same idempotency key, and messages that had not been taken are delivered again.
     ///
@@ -45,6 +105,9 @@ impl Host {
         let durable = self.durable()?.clone();
         let inner = &self.inner;
         inner.running()?;
+        // No recovered workflow steps before every one of them is there and has its messages.
+        durable.close_gate();
+        let _gate = Gate(&durable);
         let (unfinished, messages) = {
             let mut reader = durable.reader.lock();
             (
@@ -104,10 +167,12 @@ impl Host {
                     inner.modules.get(&name)?
                 }
             };
+            let saved = durable.saved(&workflow);
+            let after = saved.as_ref().map_or(0, |saved| saved.seq);
             let steps = durable
                 .reader
                 .lock()
-                .steps(start.num, 0)
+                .steps(start.num, after)
                 .map_err(store_error)?;
             let records: std::result::Result<Vec<StepRecord>, _> = steps
                 .iter()
@@ -136,8 +201,8 @@ impl Host {
                 Arc::clone(&durable),
                 Arc::clone(&id),
                 Arc::from(start.module.as_str()),
-                records,
-            );
+            )
+            .recovered(saved, records);
             durable.ids.insert(pid, Arc::clone(&id));
             // Linked to its parent if the parent runs again too; a parent that ended had
             // cancelled it.

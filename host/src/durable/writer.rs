@@ -5,6 +5,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
+use wfcontract::Pid;
 use wfhost_scheduler::Release;
 
 use super::store::{Op, Store, StoreError};
@@ -15,8 +16,8 @@ const MAX_BATCH: usize = 8_192;
 
 /// Who hears that an entry is on disk.
 pub(crate) enum Done {
-    /// A held step: released.
-    Release(Release),
+    /// A held step of this process: released.
+    Release(Release, Pid),
     /// A caller waiting (a start, a message from the host, a cancel).
     Reply(Sender<Result<(), StoreError>>),
     /// Nobody waits.
@@ -35,12 +36,14 @@ pub(crate) struct Writer {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Set by the first failed write: the store takes nothing more.
     failed: std::sync::Arc<Mutex<Option<StoreError>>>,
-    /// Called once, on the writer thread, after the first failed write.
+    /// Called on the writer thread after each failed write.
     on_failure: std::sync::Arc<OnFailure>,
 }
 
-/// What the host does when its store fails.
-type OnFailure = std::sync::OnceLock<Box<dyn Fn(&StoreError) + Send + Sync>>;
+/// What the host does when a write fails: told why, and which processes' held steps were lost
+/// with it (they are never released).
+type FailureHook = Box<dyn Fn(&StoreError, &[Pid]) + Send + Sync>;
+type OnFailure = std::sync::OnceLock<FailureHook>;
 
 impl Writer {
     pub(crate) fn start(store: Box<dyn Store>) -> std::io::Result<Writer> {
@@ -60,8 +63,8 @@ impl Writer {
         })
     }
 
-    /// Sets what happens, once, when a write fails (the writer thread calls it).
-    pub(crate) fn on_failure(&self, hook: Box<dyn Fn(&StoreError) + Send + Sync>) {
+    /// Sets what happens when a write fails (the writer thread calls it after each).
+    pub(crate) fn on_failure(&self, hook: FailureHook) {
         let _ = self.on_failure.set(hook);
     }
 
@@ -168,16 +171,23 @@ fn run(
                     "{error}; the host takes no more work, and its durable workflows stop where \
                      their journals end (a host started on a working store resumes them)"
                 );
-                if let Some(hook) = on_failure.get() {
-                    hook(error);
-                }
+            }
+            // Never released: their effects must not happen; the host stops those processes.
+            let lost: Vec<Pid> = batch
+                .iter()
+                .filter_map(|entry| match entry.done {
+                    Done::Release(_, pid) => Some(pid),
+                    _ => None,
+                })
+                .collect();
+            if let Some(hook) = on_failure.get() {
+                hook(error, &lost);
             }
         }
         for entry in batch.drain(..) {
             match (entry.done, &result) {
-                (Done::Release(release), Ok(())) => release.release(),
-                // Never released: its effects must not happen, the process waits.
-                (Done::Release(_), Err(_)) | (Done::Nothing, _) => {}
+                (Done::Release(release, _), Ok(())) => release.release(),
+                (Done::Release(..), Err(_)) | (Done::Nothing, _) => {}
                 (Done::Reply(reply), result) => {
                     let _ = reply.send(result.clone());
                 }

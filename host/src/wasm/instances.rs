@@ -351,6 +351,12 @@ impl Instances {
         self.hibernations.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A process starts hibernated, from `bytes` of saved state a durable store kept.
+    pub(crate) fn restored(&self, bytes: usize) {
+        self.hibernated.fetch_add(1, Ordering::Relaxed);
+        self.hibernated_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
     /// A snapshot of `bytes` is gone: restored (`restored`) or dropped with its process.
     pub(crate) fn woken(&self, bytes: usize, restored: bool) {
         self.hibernated.fetch_sub(1, Ordering::Relaxed);

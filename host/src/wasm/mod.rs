@@ -45,7 +45,7 @@ pub(crate) use limits::{GuestLimiter, Refusal};
 pub use limits::{Limits, DEFAULT_MAX_CPU_TIME};
 pub(crate) use module::Compiled;
 pub use module::ModuleInfo;
-pub(crate) use process::{ProcessSpec, WasmProcess};
+pub(crate) use process::{ProcessSpec, SavedProcess, WasmProcess};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;

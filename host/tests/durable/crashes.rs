@@ -9,7 +9,7 @@ use std::process::Command;
 use serde_json::{json, Value};
 use wfhost::contract::{Command as Yielded, EventKind, Tag};
 use wfhost::store::{SqliteStore, Store};
-use wfhost::{Host, StepRecord, SyncMode};
+use wfhost::{Host, Snapshots, StepRecord, SyncMode};
 
 use super::common::{host_on, json, order_functions, saga_calls, saga_result, tempdir, PATIENCE};
 
@@ -18,12 +18,21 @@ const ORDERS: u32 = 10;
 const STORE: &str = "WFHOST_TEST_ORDERS_STORE";
 const LOG: &str = "WFHOST_TEST_ORDERS_LOG";
 const PHASE: &str = "WFHOST_TEST_ORDERS_PHASE";
+/// How many events between snapshots (`Snapshots::every`).
+const SNAPSHOT_EVERY: &str = "WFHOST_TEST_ORDERS_SNAPSHOT_EVERY";
 const THIS_TEST: &str = "durable::crashes::order_sagas_call_each_host_function_once_per_key";
 
 /// The application: recovers what the store holds, starts orders 0..ORDERS (idempotently), and
 /// prints their results as one JSON line.
-fn application(store: &Path, log: &Path, phase: &str) -> Value {
-    let host = host_on(order_functions(Host::builder(), log, phase), store);
+fn application(store: &Path, log: &Path, phase: &str, snapshot_every: u64) -> Value {
+    let snapshots = Snapshots {
+        every: snapshot_every,
+        ..Snapshots::default()
+    };
+    let host = host_on(
+        order_functions(Host::builder().snapshots(snapshots), log, phase),
+        store,
+    );
     host.recover().unwrap();
     let runs: Vec<_> = (0..ORDERS)
         .map(|n| {
@@ -91,6 +100,7 @@ fn application_process(
     log: &Path,
     phase: &str,
     crash_after: Option<u64>,
+    snapshot_every: u64,
 ) -> (bool, Value) {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
@@ -98,6 +108,7 @@ fn application_process(
         .env(STORE, store)
         .env(LOG, log)
         .env(PHASE, phase)
+        .env(SNAPSHOT_EVERY, snapshot_every.to_string())
         .env_remove("WFHOST_CRASH_AFTER_COMMITS");
     if let Some(n) = crash_after {
         command.env("WFHOST_CRASH_AFTER_COMMITS", n.to_string());
@@ -118,13 +129,14 @@ fn order_sagas_call_each_host_function_once_per_key() {
     if let Some(store) = std::env::var_os(STORE) {
         let log = std::env::var_os(LOG).unwrap();
         let phase = std::env::var(PHASE).unwrap();
-        let result = application(Path::new(&store), Path::new(&log), &phase);
+        let every = std::env::var(SNAPSHOT_EVERY).unwrap().parse().unwrap();
+        let result = application(Path::new(&store), Path::new(&log), &phase, every);
         println!("RESULT {result}");
         return;
     }
     let dir = tempdir("orders");
     let (store, log) = (dir.join("wf.db"), dir.join("calls.log"));
-    assert_eq!(application(&store, &log, "run"), expected());
+    assert_eq!(application(&store, &log, "run", 1_000), expected());
     let calls = calls(&log);
     let total: usize = (0..ORDERS).map(saga_calls).sum();
     assert_eq!(calls.len(), total, "{calls:?}");
@@ -141,14 +153,16 @@ fn an_application_killed_after_any_commit_makes_each_journaled_call_once() {
     let mut repeated = 0;
     for n in 1..=300u64 {
         let (store, log) = (dir.join(format!("{n}.db")), dir.join(format!("{n}.log")));
-        let (finished, result) = application_process(&store, &log, "crashed", Some(n));
+        // At odd points a snapshot after every step: the restart starts from snapshots.
+        let every = if n % 2 == 1 { 1 } else { 1_000 };
+        let (finished, result) = application_process(&store, &log, "crashed", Some(n), every);
         if finished {
             assert_eq!(result, expected(), "a run of fewer than {n} commits");
             break;
         }
         crashed += 1;
         let answered = journaled_answers(&store);
-        let (finished, result) = application_process(&store, &log, "resumed", None);
+        let (finished, result) = application_process(&store, &log, "resumed", None, every);
         assert!(finished, "crash after commit {n}: the restart failed");
         assert_eq!(result, expected(), "crash after commit {n}");
         let calls = calls(&log);

@@ -5,28 +5,46 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use wfhost::store::{SqliteStore, Store, Workflow};
-use wfhost::{Host, SyncMode};
+use wfhost::{Host, HostBuilder, Snapshots, SyncMode};
 
 use super::limits::{CacheArgs, LimitArgs};
 use super::WorkflowFailed;
 
-/// How hard the store syncs.
+/// How hard the store syncs, and how often workflows save snapshots to it.
 #[derive(Debug, clap::Args)]
-pub struct SyncArgs {
+pub struct DurabilityArgs {
     /// `full` (default): every commit is on disk before anything it acknowledges happens.
     /// `normal`: faster, and a crash of wfhost loses nothing, but a power loss may lose the last
     /// commits.
     #[arg(long, value_name = "MODE", default_value = "full", value_parser = ["full", "normal"])]
     sync: String,
+
+    /// A workflow saves a snapshot of its state after this many events (and when it hibernates),
+    /// so that recovery replays only the steps after the latest one. 0: never (recovery replays
+    /// every journal from its start).
+    #[arg(long, value_name = "EVENTS", default_value_t = 1_000)]
+    snapshot_every: u64,
 }
 
-impl SyncArgs {
+impl DurabilityArgs {
     pub fn mode(&self) -> SyncMode {
         if self.sync == "normal" {
             SyncMode::Normal
         } else {
             SyncMode::Full
         }
+    }
+
+    /// The builder with the store at `store`, synced and snapshotted as these say.
+    pub fn apply(&self, builder: HostBuilder, store: &Path) -> HostBuilder {
+        let snapshots = match self.snapshot_every {
+            0 => Snapshots::off(),
+            every => Snapshots {
+                every,
+                ..Snapshots::default()
+            },
+        };
+        builder.store(store, self.mode()).snapshots(snapshots)
     }
 }
 
@@ -95,7 +113,7 @@ pub struct ResumeCommand {
     workers: Option<usize>,
 
     #[command(flatten)]
-    durability: SyncArgs,
+    durability: DurabilityArgs,
 
     #[command(flatten)]
     limits: LimitArgs,
@@ -108,9 +126,8 @@ impl ResumeCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         open(&self.store)?;
         let mut builder = self
-            .limits
-            .apply(Host::builder())?
-            .store(&self.store, self.durability.mode());
+            .durability
+            .apply(self.limits.apply(Host::builder())?, &self.store);
         if let Some(workers) = self.workers {
             anyhow::ensure!(workers > 0, "--workers must be at least 1");
             builder = builder.workers(workers);
@@ -131,6 +148,18 @@ impl ResumeCommand {
                     println!("{id}: failed: {}", error.message());
                 }
             }
+        }
+        if let Ok(counters) = host.durable_counters() {
+            eprintln!(
+                "recovery: {} workflow(s) from a snapshot, {} step(s) of {} event(s) replayed{}",
+                counters.snapshots_restored,
+                counters.steps_replayed,
+                counters.events_replayed,
+                match counters.snapshots_ignored {
+                    0 => String::new(),
+                    n => format!(", {n} damaged or outdated snapshot(s) set aside"),
+                }
+            );
         }
         host.shutdown(Duration::from_secs(1));
         if failed > 0 {

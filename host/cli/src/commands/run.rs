@@ -63,7 +63,7 @@ pub struct RunCommand {
     id: Option<String>,
 
     #[command(flatten)]
-    durability: super::durable::SyncArgs,
+    durability: super::durable::DurabilityArgs,
 
     #[command(flatten)]
     limits: LimitArgs,
@@ -111,7 +111,7 @@ impl RunCommand {
             builder = builder.module_cache(dir);
         }
         if let Some(store) = &self.store {
-            builder = builder.store(store, self.durability.mode());
+            builder = self.durability.apply(builder, store);
         }
         let host = builder.build().context("cannot start the host")?;
         let grants = self.limits.grants();

@@ -86,6 +86,20 @@ pub struct NewStep {
     pub took_cancel: bool,
 }
 
+/// A workflow's state after one of its steps: with it, recovery need not replay the steps up to
+/// that one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewSnapshot {
+    /// The workflow.
+    pub num: u64,
+    /// The step it follows.
+    pub seq: u64,
+    /// SHA-256 of the module it came from, in hex: it applies to those bytes only.
+    pub module: String,
+    /// The state, encoded by the engine.
+    pub state: Vec<u8>,
+}
+
 /// One thing to write. A batch of them is written in one transaction, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -124,6 +138,8 @@ pub enum Op {
         /// The workflow.
         num: u64,
     },
+    /// A workflow's snapshot, in place of the one it had.
+    Snapshot(NewSnapshot),
 }
 
 /// Where a workflow stands.
@@ -217,6 +233,9 @@ pub trait Store: Send {
 
     /// The steps of workflow `num` after `after`, in order.
     fn steps(&mut self, num: u64, after: u64) -> StoreResult<Vec<Step>>;
+
+    /// The latest snapshot of workflow `num`, if it has one.
+    fn snapshot(&mut self, num: u64) -> StoreResult<Option<NewSnapshot>>;
 
     /// The bytes of the module with this hash.
     fn module(&mut self, hash: &str) -> StoreResult<Option<Vec<u8>>>;

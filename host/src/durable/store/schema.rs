@@ -52,6 +52,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     INSERT INTO counters (name, value) SELECT 'messages', coalesce(max(id), 0) FROM messages;
     ",
+    // 3: snapshots, so that recovery replays only the steps after the latest one.
+    "
+    CREATE TABLE snapshots (
+        num INTEGER PRIMARY KEY,
+        seq INTEGER NOT NULL,
+        module TEXT NOT NULL,
+        state BLOB NOT NULL
+    );
+    ",
 ];
 
 /// The version this build writes.

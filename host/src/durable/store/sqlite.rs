@@ -8,8 +8,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::schema::{MIGRATIONS, VERSION};
 use super::{
-    Cancel, Ending, Message, NewMessage, NewWorkflow, Op, State, Step, Store, StoreError,
-    StoreResult, Workflow,
+    Cancel, Ending, Message, NewMessage, NewSnapshot, NewWorkflow, Op, State, Step, Store,
+    StoreError, StoreResult, Workflow,
 };
 
 /// How hard SQLite syncs a commit.
@@ -333,13 +333,26 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
                     int(*at)?
                 ])?,
             };
-            // What waited for it is of no use now.
+            // What waited for it, and its snapshot, are of no use now.
             tx.prepare_cached("DELETE FROM messages WHERE receiver = ?1")?
+                .execute(params![int(*num)?])?;
+            tx.prepare_cached("DELETE FROM snapshots WHERE num = ?1")?
                 .execute(params![int(*num)?])?;
         }
         Op::Cancel { num } => {
             tx.prepare_cached("UPDATE workflows SET cancel = 1 WHERE num = ?1 AND cancel = 0")?
                 .execute(params![int(*num)?])?;
+        }
+        Op::Snapshot(snapshot) => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO snapshots (num, seq, module, state) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![
+                int(snapshot.num)?,
+                int(snapshot.seq)?,
+                snapshot.module,
+                snapshot.state
+            ])?;
         }
     }
     Ok(())
@@ -460,6 +473,24 @@ impl Store for SqliteStore {
             .map_err(sql("reading a journal"))?;
         rows.collect::<rusqlite::Result<Vec<_>>>()
             .map_err(sql("reading a journal"))
+    }
+
+    fn snapshot(&mut self, num: u64) -> StoreResult<Option<NewSnapshot>> {
+        let num = int(num).map_err(sql("reading a snapshot"))?;
+        self.conn
+            .prepare_cached("SELECT seq, module, state FROM snapshots WHERE num = ?1")
+            .and_then(|mut s| {
+                s.query_row(params![num], |row| {
+                    Ok(NewSnapshot {
+                        num: num as u64,
+                        seq: row.get::<_, i64>(0)?.max(0) as u64,
+                        module: row.get(1)?,
+                        state: row.get(2)?,
+                    })
+                })
+                .optional()
+            })
+            .map_err(sql("reading a snapshot"))
     }
 
     fn module(&mut self, hash: &str) -> StoreResult<Option<Vec<u8>>> {

@@ -33,7 +33,7 @@ mod snapshot;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use snapshot::Snapshot;
+pub(crate) use snapshot::{Image, Snapshot};
 
 use analysis::analyse;
 use rewrite::export_globals;

@@ -1,6 +1,7 @@
 //! The saved state of a hibernated process, and writing it back into an instance.
 
-use wasmtime::{Global, Memory, Store, Val};
+use serde::{Deserialize, Serialize};
+use wasmtime::{Global, Memory, Store, Val, V128};
 
 use super::pagemap::touched_chunks;
 
@@ -72,6 +73,13 @@ impl Snapshot {
             let page = memory.page_size(&*store);
             memory.grow(&mut *store, (self.memory_bytes - size) as u64 / page)?;
         }
+        let size = memory.data_size(&*store);
+        if size != self.memory_bytes {
+            return Err(wasmtime::Error::msg(format!(
+                "its saved memory has {} bytes and its instance {size}",
+                self.memory_bytes
+            )));
+        }
         self.write(store, memory, globals)
     }
 
@@ -133,10 +141,99 @@ impl Snapshot {
             data[start..end].copy_from_slice(chunk);
             saved = rest;
         }
+        if globals.len() != self.globals.len() {
+            return Err(wasmtime::Error::msg(
+                "its saved globals do not match its module's",
+            ));
+        }
         for (global, value) in globals.iter().zip(self.globals.iter()) {
             global.set(&mut *store, *value)?;
         }
         Ok(())
+    }
+
+    /// The snapshot as plain data, to be kept in a durable store. `None` for a global of a
+    /// reference type, which a module that hibernates does not have.
+    pub(crate) fn to_image(&self) -> Option<Image> {
+        let globals = self
+            .globals
+            .iter()
+            .map(|value| match value {
+                Val::I32(v) => Some(GlobalValue::I32(*v)),
+                Val::I64(v) => Some(GlobalValue::I64(*v)),
+                Val::F32(bits) => Some(GlobalValue::F32(*bits)),
+                Val::F64(bits) => Some(GlobalValue::F64(*bits)),
+                Val::V128(v) => Some(GlobalValue::V128(v.as_u128())),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Image {
+            memory_bytes: self.memory_bytes as u64,
+            globals,
+            chunks: self.chunks.to_vec(),
+            data: self.data.to_vec(),
+            raw_len: self.raw_len as u64,
+        })
+    }
+
+    /// A snapshot from an image a store kept, checked against what the module it is for allows:
+    /// `globals` mutable globals and at most `max_memory` bytes of memory. The store is not
+    /// trusted to be intact: anything that does not fit is refused with what is wrong.
+    pub(crate) fn from_image(
+        image: Image,
+        globals: usize,
+        max_memory: usize,
+    ) -> Result<Snapshot, String> {
+        let memory_bytes = usize::try_from(image.memory_bytes)
+            .ok()
+            .filter(|&bytes| bytes <= max_memory)
+            .ok_or_else(|| {
+                format!(
+                    "its memory of {} bytes is over the limit of {max_memory} bytes",
+                    image.memory_bytes
+                )
+            })?;
+        if image.globals.len() != globals {
+            return Err(format!(
+                "it has {} globals where the module has {globals}",
+                image.globals.len()
+            ));
+        }
+        let mut expected = 0usize;
+        let mut previous = None;
+        for &index in &image.chunks {
+            let start = index as usize * CHUNK;
+            if previous.is_some_and(|p| p >= index) || start >= memory_bytes {
+                return Err(format!(
+                    "its page {index} is out of order or out of its memory"
+                ));
+            }
+            previous = Some(index);
+            expected += (start + CHUNK).min(memory_bytes) - start;
+        }
+        if image.raw_len != expected as u64 {
+            return Err(format!(
+                "its pages hold {} bytes where they should hold {expected}",
+                image.raw_len
+            ));
+        }
+        Ok(Snapshot {
+            memory_bytes,
+            globals: image
+                .globals
+                .into_iter()
+                .map(|value| match value {
+                    GlobalValue::I32(v) => Val::I32(v),
+                    GlobalValue::I64(v) => Val::I64(v),
+                    GlobalValue::F32(bits) => Val::F32(bits),
+                    GlobalValue::F64(bits) => Val::F64(bits),
+                    GlobalValue::V128(v) => Val::V128(V128::from(v)),
+                })
+                .collect(),
+            chunks: image.chunks.into_boxed_slice(),
+            data: image.data.into_boxed_slice(),
+            raw_len: expected,
+        })
     }
 
     /// Bytes this snapshot holds on the host's heap.
@@ -146,4 +243,25 @@ impl Snapshot {
             + self.chunks.len() * std::mem::size_of::<u32>()
             + self.globals.len() * std::mem::size_of::<Val>()
     }
+}
+
+/// A snapshot as plain data: what a durable store keeps of a process between steps.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Image {
+    memory_bytes: u64,
+    globals: Vec<GlobalValue>,
+    chunks: Vec<u32>,
+    /// LZ4-compressed.
+    data: Vec<u8>,
+    raw_len: u64,
+}
+
+/// The value of a mutable global (floats by their bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+enum GlobalValue {
+    I32(i32),
+    I64(i64),
+    F32(u32),
+    F64(u64),
+    V128(u128),
 }

@@ -6,10 +6,12 @@
 //! | `mod.rs` | The life cycle: start, wake, step, hibernate, close. |
 //! | `live.rs` | A live instance and its store. |
 //! | `call.rs` | One call into the guest: input into its memory, the answer out, within the limits. |
+//! | `saved.rs` | A process saved for a durable store between steps, and started again from it. |
 //! | `trap.rs` | What a failed call means: a limit, a trap, a panic, an exit. |
 
 mod call;
 mod live;
+mod saved;
 #[cfg(test)]
 mod tests;
 mod trap;
@@ -26,6 +28,7 @@ use wfhost_scheduler::{
 };
 
 pub(crate) use live::Live;
+pub(crate) use saved::SavedProcess;
 
 use crate::grants::Grants;
 use crate::wasm::hibernate::Snapshot;

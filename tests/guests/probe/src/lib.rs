@@ -716,6 +716,32 @@ pub async fn ticks(ctx: Ctx, n: u32) -> Result<Vec<u64>, Error> {
     Ok(ticks)
 }
 
+/// A long history: `steps` steps that each ask the host for `width` random numbers at once (so
+/// `steps * width` events), folding them into a sum and a map held in memory. Then it tells the
+/// host the count and the sum, waits for one number, and returns the count, the sum, the map's
+/// size and that number: a workflow restored from a snapshot must have kept all of it.
+pub async fn long_history(
+    ctx: Ctx,
+    (steps, width): (u32, u32),
+) -> Result<(u64, u64, u64, u64), Error> {
+    use std::collections::HashMap;
+    let mut sum = 0u64;
+    let mut count = 0u64;
+    let mut buckets: HashMap<u64, u64> = HashMap::new();
+    for _ in 0..steps {
+        let values = futures::future::join_all((0..width).map(|_| ctx.random())).await;
+        for value in values {
+            let value = value?;
+            sum = sum.wrapping_add(value);
+            count += 1;
+            *buckets.entry(value % 97).or_default() += 1;
+        }
+    }
+    ctx.send(wfguest::Pid::HOST, &(count, sum)).await?;
+    let last: u64 = ctx.recv().await?;
+    Ok((count, sum, buckets.len() as u64, last))
+}
+
 wfguest::entry_points!(
     echo,
     fail,
@@ -775,6 +801,7 @@ wfguest::entry_points!(
     order_saga,
     tally,
     ticks,
+    long_history,
     "send-report" = report,
     "v2.echo" = echo
 );

@@ -1,13 +1,16 @@
 //! A durable workflow: a wasm process whose every step is journaled before its effects happen,
-//! and which, after a restart, replays its journal and re-arms what it was waiting for.
+//! and which, after a restart, starts from its snapshot, replays the journal after it and re-arms
+//! what it was waiting for (`replay.rs`).
+
+mod replay;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use serde::{Deserialize, Serialize};
 use wfcontract::{
-    Command, CommandError, ErrorKind, Event, EventKind, Payload, Pid, Status, StepOutput, Tag,
-    Yield,
+    Command, CommandError, Event, EventKind, Payload, Pid, Status, StepOutput, Tag, Yield,
 };
 use wfhost_scheduler::{
     Events, FailureKind, Hold, InitContext, Process, ProcessError, ProcessResult, Readiness,
@@ -15,10 +18,11 @@ use wfhost_scheduler::{
 };
 
 use super::record::StepRecord;
-use super::store::{Ending, NewMessage, NewStep, NewWorkflow, Op};
+use super::snapshot::{Counts, SavedWorkflow};
+use super::store::{Ending, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op};
 use super::writer::{Done, Entry};
 use super::{ChildStart, Durable};
-use crate::wasm::reads::{Read, Reads};
+use crate::wasm::reads::Reads;
 use crate::wasm::WasmProcess;
 
 /// Nanoseconds since the Unix epoch.
@@ -34,8 +38,8 @@ pub(crate) fn unix_millis() -> u64 {
 }
 
 /// A yield not yet answered, with what the host decided about it when it was journaled.
-#[derive(Clone, Debug)]
-struct Pending {
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Pending {
     command: Command,
     due: Option<u64>,
     sent: Option<u64>,
@@ -53,8 +57,19 @@ pub(crate) struct DurableProcess {
     pid: Pid,
     /// Steps journaled (or replayed) so far.
     seq: u64,
-    /// The journal to replay before its first live step (recovery), oldest first.
+    /// After a restart, its snapshot, until `init` starts it from there.
+    saved: Option<SavedWorkflow>,
+    /// The journal to replay before its first live step (recovery), oldest first: after its
+    /// snapshot, or all of it.
     replay: VecDeque<StepRecord>,
+    /// Recovered, and its first step after the restart not yet taken.
+    recovering: bool,
+    /// The status and receive of its last step, when it comes from a snapshot.
+    last: Option<(Status, u32)>,
+    /// The last value its monotonic clock gave it.
+    monotonic: Option<u64>,
+    /// Events since its last snapshot (a step with none counts as one).
+    since_snapshot: u64,
     /// Yields not yet answered, by tag.
     pending: BTreeMap<Tag, Pending>,
     /// The events of the step being journaled.
@@ -76,7 +91,6 @@ impl DurableProcess {
         durable: Arc<Durable>,
         id: Arc<str>,
         module: Arc<str>,
-        replay: Vec<StepRecord>,
     ) -> DurableProcess {
         DurableProcess {
             inner,
@@ -85,7 +99,12 @@ impl DurableProcess {
             module,
             pid: Pid::HOST,
             seq: 0,
-            replay: replay.into(),
+            saved: None,
+            replay: VecDeque::new(),
+            recovering: false,
+            last: None,
+            monotonic: None,
+            since_snapshot: 0,
             pending: BTreeMap::new(),
             events: Vec::new(),
             rearmed: 0,
@@ -95,22 +114,29 @@ impl DurableProcess {
         }
     }
 
+    /// A workflow recovered after a restart: from `saved` if it has a snapshot, then the
+    /// journaled steps `replay` (those after the snapshot, or all of them).
+    pub(crate) fn recovered(
+        mut self,
+        saved: Option<SavedWorkflow>,
+        replay: Vec<StepRecord>,
+    ) -> DurableProcess {
+        self.saved = saved;
+        self.replay = replay.into();
+        self.recovering = true;
+        self
+    }
+
+    /// A workflow whose journal `replay` is checked against its module (nothing runs).
+    pub(crate) fn checking(mut self, replay: Vec<StepRecord>) -> DurableProcess {
+        self.replay = replay.into();
+        self
+    }
+
     /// A child journaled under `pid` by its parent's step.
     pub(crate) fn reserved(mut self, pid: Pid) -> DurableProcess {
         self.reserved = Some(pid);
         self
-    }
-
-    fn nondeterminism(&self, seq: u64, what: impl std::fmt::Display) -> ProcessError {
-        ProcessError::with_kind(
-            FailureKind::Nondeterminism,
-            format!(
-                "workflow '{}' (process {}) diverged from its journal at step {seq}: {what}. The \
-                 module behaves differently from the one that wrote the journal (a changed \
-                 build, or code that reads time or randomness outside the SDK)",
-                self.id, self.pid
-            ),
-        )
     }
 
     /// The yields as the guest made them: a spawn of "this module" names none (the host filled
@@ -161,172 +187,32 @@ impl DurableProcess {
         }
     }
 
-    /// Replays the whole journal into the fresh instance, checking each step's answer.
-    fn replay_all(&mut self) -> Result<Option<StepOutput>, ProcessError> {
-        let mut last = None;
-        let mut monotonic = None;
-        let mut first = true;
-        while let Some(record) = self.replay.pop_front() {
-            let seq = self.seq + 1;
-            if !first {
-                self.inner.set_reads(Reads::Replay {
-                    reads: record.reads.iter().cloned().collect(),
-                    diverged: None,
-                });
-            }
-            first = false;
-            for read in &record.reads {
-                if let Read::Clock { id: 1, nanos } = read {
-                    monotonic = Some(*nanos);
-                }
-            }
-            let mut events = record.events.clone();
-            let mut out = StepOutput::new();
-            let stepped = self.inner.step(Events::new(&mut events), &mut out);
-            let reads = self.inner.set_reads(Reads::Live);
-            if let Reads::Replay {
-                diverged: Some(what),
-                ..
-            } = &reads
-            {
-                return Err(self.nondeterminism(seq, what));
-            }
-            if let Err(error) = stepped {
-                return Err(self.nondeterminism(
-                    seq,
-                    format_args!("the step failed on replay ({error}) where it had succeeded"),
-                ));
-            }
-            if let Reads::Replay { reads, .. } = &reads {
-                if !reads.is_empty() {
-                    return Err(self.nondeterminism(
-                        seq,
-                        format_args!(
-                            "it made {} fewer WASI reads (clock, randomness) than the journal has",
-                            reads.len()
-                        ),
-                    ));
-                }
-            }
-            self.normalize(&mut out.yields);
-            if out != record.output {
-                return Err(self.nondeterminism(seq, differences(&record.output, &out)));
-            }
-            self.seq = seq;
-            self.track(&record.events, &record);
-            last = Some(record.output);
+    /// Its state after step `seq` (answered `out`), when the host's snapshot policy says one is
+    /// due and its module can hibernate.
+    fn snapshot_if_due(&mut self, seq: u64, out: &StepOutput) -> Option<NewSnapshot> {
+        let policy = self.durable.snapshots;
+        if !policy.due(self.since_snapshot, self.inner.is_hibernated()) {
+            return None;
         }
-        if let Some(nanos) = monotonic {
-            self.inner.set_monotonic(nanos);
-        }
-        self.inner.set_reads(Reads::Record(Vec::new()));
-        Ok(last)
+        let process = self.inner.save()?;
+        let pending = self.pending.iter().map(|(t, p)| (*t, p.clone())).collect();
+        let saved = SavedWorkflow::new(
+            seq,
+            out.status.clone(),
+            out.receive,
+            pending,
+            self.monotonic,
+            process,
+        );
+        self.since_snapshot = 0;
+        Counts::add(&self.durable.counts.snapshots_written, 1);
+        Some(NewSnapshot {
+            num: self.pid.0,
+            seq,
+            module: self.module.to_string(),
+            state: saved.encode(),
+        })
     }
-
-    /// How the reads of `init` and the first step are served: from the journal's first step when
-    /// there is one to replay, else recorded.
-    fn first_reads(&self) -> Reads {
-        match self.replay.front() {
-            Some(first) => Reads::Replay {
-                reads: first.reads.iter().cloned().collect(),
-                diverged: None,
-            },
-            None => Reads::Record(Vec::new()),
-        }
-    }
-
-    /// Replays the whole journal into a fresh instance and closes it, touching nothing else:
-    /// whether this module does what the journal says. Returns the steps replayed.
-    pub(crate) fn check_replay(
-        mut self,
-        ctx: &InitContext,
-        entry: &str,
-        input: Payload,
-    ) -> Result<u64, ProcessError> {
-        self.pid = ctx.pid();
-        self.inner.set_reads(self.first_reads());
-        let result = match self.inner.init(ctx, entry, input) {
-            Ok(()) => self.replay_all().map(|_| self.seq),
-            Err(error) => Err(self.nondeterminism(0, format_args!("it does not start: {error}"))),
-        };
-        self.inner.close();
-        result
-    }
-
-    /// After a replay: what was pending goes on. Yields whose effect is known (a message
-    /// already sent, a child already started, a join of a workflow that ended) complete at once;
-    /// the rest are dispatched again (timers at their due time, host calls with the same key).
-    fn rearm(&mut self, out: &mut Vec<Yield>) {
-        let Some(scheduler) = self.durable.scheduler() else {
-            return;
-        };
-        let pending: Vec<(Tag, Pending)> =
-            self.pending.iter().map(|(t, p)| (*t, p.clone())).collect();
-        for (tag, pending) in pending {
-            let complete = |result: Result<Payload, CommandError>| {
-                let _ = scheduler.complete_yield(self.pid, tag, result);
-            };
-            match (&pending.command, pending.sent, pending.spawned) {
-                (Command::Send(_), Some(number), _) => match self.durable.refusal(number) {
-                    Some(error) => complete(Err(error)),
-                    None => complete(Ok(Payload::empty())),
-                },
-                (Command::Spawn(_), _, Some(child)) => match self.durable.refused_child(child) {
-                    Some(error) => complete(Err(error)),
-                    None => complete(
-                        Payload::to_postcard(&child)
-                            .map_err(|e| CommandError::new(ErrorKind::Failed, e.to_string())),
-                    ),
-                },
-                (Command::Join(target), _, _) => match self.durable.ended(*target) {
-                    Some(result) => complete(result),
-                    None => out.push(Yield {
-                        tag,
-                        command: pending.command,
-                    }),
-                },
-                (Command::Sleep(_), _, _) => out.push(Yield {
-                    tag,
-                    command: Command::SleepUntil(pending.due.unwrap_or(0)),
-                }),
-                (command, _, _) => out.push(Yield {
-                    tag,
-                    command: command.clone(),
-                }),
-            }
-        }
-    }
-}
-
-/// What differs between a journaled answer and a replayed one, for the error message.
-fn differences(journaled: &StepOutput, replayed: &StepOutput) -> String {
-    let mut what = Vec::new();
-    if journaled.status != replayed.status {
-        what.push(format!(
-            "its status was {:?} and is now {:?}",
-            journaled.status, replayed.status
-        ));
-    }
-    if journaled.receive != replayed.receive {
-        what.push(format!(
-            "it asked for {} messages and now asks for {}",
-            journaled.receive, replayed.receive
-        ));
-    }
-    let (a, b) = (&journaled.yields, &replayed.yields);
-    if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
-        let show = |y: Option<&Yield>| match y {
-            Some(y) => format!("{:?} (tag {})", y.command, y.tag.0),
-            None => "nothing".to_string(),
-        };
-        what.push(format!(
-            "its yield #{} was {} and is now {}",
-            i + 1,
-            show(a.get(i)),
-            show(b.get(i))
-        ));
-    }
-    what.join("; ")
 }
 
 impl Process for DurableProcess {
@@ -339,11 +225,22 @@ impl Process for DurableProcess {
         self.pid = ctx.pid();
         self.reserved = None;
         self.durable.ids.insert(self.pid, Arc::clone(&self.id));
+        if let Some(saved) = self.saved.take() {
+            return self.init_saved(ctx, method, input, saved);
+        }
         self.inner.set_reads(self.first_reads());
         self.inner.init(ctx, method, input)
     }
 
     fn prepare(&mut self, waker: &WakerSource<'_>) -> Result<Readiness, ProcessError> {
+        if self.recovering && self.durable.held_at_gate(|| waker.waker()) {
+            return Ok(Readiness::NotReady);
+        }
+        if self.recovering && self.replay.is_empty() {
+            // Restored from its snapshot with nothing to replay: its first step is answered
+            // from the snapshot, and it takes an instance only for an event.
+            return Ok(Readiness::Ready);
+        }
         self.inner.prepare(waker)
     }
 
@@ -353,19 +250,21 @@ impl Process for DurableProcess {
 
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
         let mut rearmed = Vec::new();
-        if !self.replay.is_empty() {
-            let last = self.replay_all()?;
+        if std::mem::take(&mut self.recovering) {
+            let last = match self.replay_all()? {
+                Some(output) => Some((output.status, output.receive)),
+                None => self.last.take(),
+            };
             self.rearm(&mut rearmed);
-            if events.len() == 0 {
-                // Nothing new: the process stands where its journal left it.
-                if let Some(last) = last {
-                    out.status = last.status;
-                    out.receive = last.receive;
-                }
+            if let Some((status, receive)) = last.filter(|_| events.len() == 0) {
+                // Nothing new: the process stands where its snapshot and journal left it.
+                out.status = status;
+                out.receive = receive;
                 out.yields = rearmed;
                 self.synthetic = true;
                 return Ok(());
             }
+            self.inner.wake_now()?;
         }
         self.events.clear();
         self.events.extend(events.as_slice().iter().cloned());
@@ -401,6 +300,7 @@ impl Process for DurableProcess {
             sent: Vec::new(),
             spawned: Vec::new(),
         };
+        self.note_reads(&record.reads);
         let mut ops = Vec::new();
         let own = self.inner.module_name().to_string();
         for (index, y) in record.output.yields.iter().enumerate() {
@@ -494,22 +394,32 @@ impl Process for DurableProcess {
             consumed,
             took_cancel,
         }));
-        if let Some(ending) = ending {
-            self.ended = true;
-            ops.push(Op::End {
-                num: self.pid.0,
-                ending,
-                at,
-            });
+        self.since_snapshot += record.weight();
+        match ending {
+            Some(ending) => {
+                self.ended = true;
+                ops.push(Op::End {
+                    num: self.pid.0,
+                    ending,
+                    at,
+                });
+            }
+            None => {
+                if let Some(snapshot) = self.snapshot_if_due(seq, out) {
+                    ops.push(Op::Snapshot(snapshot));
+                }
+            }
         }
         self.seq = seq;
         let release = hold.hold();
         if let Err(error) = self.durable.writer.submit(Entry {
             ops,
-            done: Done::Release(release),
+            done: Done::Release(release, self.pid),
         }) {
-            // Never released: the step's effects must not happen unjournaled.
+            // Never released: the step's effects must not happen unjournaled. The process stops
+            // where its journal ends.
             tracing::error!(pid = %self.pid, "a step could not be journaled: {error}");
+            self.durable.store_failed(&error, &[self.pid]);
         }
     }
 

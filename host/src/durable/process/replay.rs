@@ -1,0 +1,267 @@
+//! Recovery of one durable workflow: its snapshot restored, the journal after it replayed (each
+//! step's answer checked against the journal), then what it waited for re-armed.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use wfcontract::{Command, CommandError, ErrorKind, Payload, StepOutput, Tag, Yield};
+use wfhost_scheduler::{Events, FailureKind, InitContext, Process, ProcessError};
+
+use super::{DurableProcess, Pending};
+use crate::durable::record::StepRecord;
+use crate::durable::snapshot::{Counts, SavedWorkflow};
+use crate::wasm::reads::{Read, Reads};
+
+impl DurableProcess {
+    pub(super) fn nondeterminism(&self, seq: u64, what: impl std::fmt::Display) -> ProcessError {
+        ProcessError::with_kind(
+            FailureKind::Nondeterminism,
+            format!(
+                "workflow '{}' (process {}) diverged from its journal at step {seq}: {what}. The \
+                 module behaves differently from the one that wrote the journal (a changed \
+                 build, or code that reads time or randomness outside the SDK)",
+                self.id, self.pid
+            ),
+        )
+    }
+
+    /// Starts the process from its snapshot, hibernated, in place of `init`. A snapshot that does
+    /// not fit its module is set aside: the whole journal is read again and replayed instead.
+    pub(super) fn init_saved(
+        &mut self,
+        ctx: &InitContext,
+        method: &str,
+        input: Payload,
+        saved: SavedWorkflow,
+    ) -> Result<(), ProcessError> {
+        let SavedWorkflow {
+            seq,
+            status,
+            receive,
+            pending,
+            monotonic,
+            process,
+            ..
+        } = saved;
+        if let Err(error) = self.inner.init_saved(ctx, method, process) {
+            tracing::warn!(
+                workflow = %self.id,
+                "its snapshot at step {seq} is not used ({}); replaying its whole journal",
+                error.message()
+            );
+            Counts::add(&self.durable.counts.snapshots_ignored, 1);
+            self.replay = self.whole_journal()?;
+            self.inner.set_reads(self.first_reads());
+            return self.inner.init(ctx, method, input);
+        }
+        Counts::add(&self.durable.counts.snapshots_restored, 1);
+        self.seq = seq;
+        self.pending = pending.into_iter().collect();
+        self.last = Some((status, receive));
+        self.monotonic = monotonic;
+        if let Some(nanos) = monotonic {
+            self.inner.set_monotonic(nanos);
+        }
+        self.inner.set_reads(Reads::Record(Vec::new()));
+        Ok(())
+    }
+
+    /// The workflow's whole journal, read from the store.
+    fn whole_journal(&self) -> Result<VecDeque<StepRecord>, ProcessError> {
+        let fail = |what: String| {
+            ProcessError::new(format!(
+                "workflow '{}' could not be recovered: {what}",
+                self.id
+            ))
+        };
+        let steps = self
+            .durable
+            .reader
+            .lock()
+            .steps(self.pid.0, 0)
+            .map_err(|e| fail(e.to_string()))?;
+        steps
+            .iter()
+            .map(|s| StepRecord::decode(&s.record))
+            .collect::<Result<_, _>>()
+            .map_err(|e| fail(format!("its journal does not decode: {e}")))
+    }
+
+    /// Replays the journal queued for replay into the instance, checking each step's answer.
+    /// Returns the last step's answer.
+    pub(super) fn replay_all(&mut self) -> Result<Option<StepOutput>, ProcessError> {
+        let mut last = None;
+        // The first step's reads (its `init`'s among them) were set before `init`.
+        let mut first = self.seq == 0;
+        let durable = Arc::clone(&self.durable);
+        let counts = &durable.counts;
+        while let Some(record) = self.replay.pop_front() {
+            let seq = self.seq + 1;
+            if !first {
+                self.inner.set_reads(Reads::Replay {
+                    reads: record.reads.iter().cloned().collect(),
+                    diverged: None,
+                });
+            }
+            first = false;
+            self.note_reads(&record.reads);
+            let mut events = record.events.clone();
+            let mut out = StepOutput::new();
+            let stepped = self.inner.step(Events::new(&mut events), &mut out);
+            let reads = self.inner.set_reads(Reads::Live);
+            if let Reads::Replay {
+                diverged: Some(what),
+                ..
+            } = &reads
+            {
+                return Err(self.nondeterminism(seq, what));
+            }
+            if let Err(error) = stepped {
+                return Err(self.nondeterminism(
+                    seq,
+                    format_args!("the step failed on replay ({error}) where it had succeeded"),
+                ));
+            }
+            if let Reads::Replay { reads, .. } = &reads {
+                if !reads.is_empty() {
+                    return Err(self.nondeterminism(
+                        seq,
+                        format_args!(
+                            "it made {} fewer WASI reads (clock, randomness) than the journal has",
+                            reads.len()
+                        ),
+                    ));
+                }
+            }
+            self.normalize(&mut out.yields);
+            if out != record.output {
+                return Err(self.nondeterminism(seq, differences(&record.output, &out)));
+            }
+            Counts::add(&counts.steps_replayed, 1);
+            Counts::add(&counts.events_replayed, record.events.len() as u64);
+            self.since_snapshot += record.weight();
+            self.seq = seq;
+            self.track(&record.events, &record);
+            last = Some(record.output);
+        }
+        if let Some(nanos) = self.monotonic {
+            self.inner.set_monotonic(nanos);
+        }
+        self.inner.set_reads(Reads::Record(Vec::new()));
+        Ok(last)
+    }
+
+    /// Remembers the last value the monotonic clock gave among `reads`.
+    pub(super) fn note_reads(&mut self, reads: &[Read]) {
+        for read in reads {
+            if let Read::Clock { id: 1, nanos } = read {
+                self.monotonic = Some(*nanos);
+            }
+        }
+    }
+
+    /// How the reads of `init` and the first step are served: from the journal's first step when
+    /// there is one to replay, else recorded.
+    pub(super) fn first_reads(&self) -> Reads {
+        match self.replay.front() {
+            Some(first) => Reads::Replay {
+                reads: first.reads.iter().cloned().collect(),
+                diverged: None,
+            },
+            None => Reads::Record(Vec::new()),
+        }
+    }
+
+    /// Replays the whole journal into a fresh instance and closes it, touching nothing else:
+    /// whether this module does what the journal says. Returns the steps replayed.
+    pub(crate) fn check_replay(
+        mut self,
+        ctx: &InitContext,
+        entry: &str,
+        input: Payload,
+    ) -> Result<u64, ProcessError> {
+        self.pid = ctx.pid();
+        self.inner.set_reads(self.first_reads());
+        let result = match self.inner.init(ctx, entry, input) {
+            Ok(()) => self.replay_all().map(|_| self.seq),
+            Err(error) => Err(self.nondeterminism(0, format_args!("it does not start: {error}"))),
+        };
+        self.inner.close();
+        result
+    }
+
+    /// After a replay: what was pending goes on. Yields whose effect is known (a message
+    /// already sent, a child already started, a join of a workflow that ended) complete at once;
+    /// the rest are dispatched again (timers at their due time, host calls with the same key).
+    pub(super) fn rearm(&mut self, out: &mut Vec<Yield>) {
+        let Some(scheduler) = self.durable.scheduler() else {
+            return;
+        };
+        let pending: Vec<(Tag, Pending)> =
+            self.pending.iter().map(|(t, p)| (*t, p.clone())).collect();
+        for (tag, pending) in pending {
+            let complete = |result: Result<Payload, CommandError>| {
+                let _ = scheduler.complete_yield(self.pid, tag, result);
+            };
+            match (&pending.command, pending.sent, pending.spawned) {
+                (Command::Send(_), Some(number), _) => match self.durable.refusal(number) {
+                    Some(error) => complete(Err(error)),
+                    None => complete(Ok(Payload::empty())),
+                },
+                (Command::Spawn(_), _, Some(child)) => match self.durable.refused_child(child) {
+                    Some(error) => complete(Err(error)),
+                    None => complete(
+                        Payload::to_postcard(&child)
+                            .map_err(|e| CommandError::new(ErrorKind::Failed, e.to_string())),
+                    ),
+                },
+                (Command::Join(target), _, _) => match self.durable.ended(*target) {
+                    Some(result) => complete(result),
+                    None => out.push(Yield {
+                        tag,
+                        command: pending.command,
+                    }),
+                },
+                (Command::Sleep(_), _, _) => out.push(Yield {
+                    tag,
+                    command: Command::SleepUntil(pending.due.unwrap_or(0)),
+                }),
+                (command, _, _) => out.push(Yield {
+                    tag,
+                    command: command.clone(),
+                }),
+            }
+        }
+    }
+}
+
+/// What differs between a journaled answer and a replayed one, for the error message.
+fn differences(journaled: &StepOutput, replayed: &StepOutput) -> String {
+    let mut what = Vec::new();
+    if journaled.status != replayed.status {
+        what.push(format!(
+            "its status was {:?} and is now {:?}",
+            journaled.status, replayed.status
+        ));
+    }
+    if journaled.receive != replayed.receive {
+        what.push(format!(
+            "it asked for {} messages and now asks for {}",
+            journaled.receive, replayed.receive
+        ));
+    }
+    let (a, b) = (&journaled.yields, &replayed.yields);
+    if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
+        let show = |y: Option<&Yield>| match y {
+            Some(y) => format!("{:?} (tag {})", y.command, y.tag.0),
+            None => "nothing".to_string(),
+        };
+        what.push(format!(
+            "its yield #{} was {} and is now {}",
+            i + 1,
+            show(a.get(i)),
+            show(b.get(i))
+        ));
+    }
+    what.join("; ")
+}

@@ -1,0 +1,167 @@
+//! Snapshots: a durable workflow's whole state after a step, so that recovery replays only the
+//! steps after the latest one and its time does not grow with the length of its history.
+//!
+//! The state is the process's hibernation image (the pages and globals that differ from a fresh
+//! instance of its module) and what the engine knows of it: its position in the journal, what it
+//! waits for, its last answer. A snapshot is written in the transaction of the step it follows,
+//! so it never runs ahead of the journal; it replaces the workflow's previous one and goes when
+//! the workflow ends. It applies only to the module bytes it came from (their hash is kept with
+//! it); one that does not fit is ignored and the whole journal is replayed instead.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use wfcontract::{Status, Tag};
+
+use super::process::Pending;
+use crate::wasm::SavedProcess;
+
+/// The encoding this build writes; others are ignored (the journal is replayed).
+const VERSION: u32 = 1;
+
+/// A workflow's state after step `seq`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SavedWorkflow {
+    version: u32,
+    /// The step it follows.
+    pub(crate) seq: u64,
+    /// That step's status and what it asked to receive.
+    pub(crate) status: Status,
+    pub(crate) receive: u32,
+    /// Its yields not yet answered.
+    pub(crate) pending: Vec<(Tag, Pending)>,
+    /// The last value its monotonic clock gave it, in nanoseconds.
+    pub(crate) monotonic: Option<u64>,
+    /// Its instance.
+    pub(crate) process: SavedProcess,
+}
+
+impl SavedWorkflow {
+    pub(crate) fn new(
+        seq: u64,
+        status: Status,
+        receive: u32,
+        pending: Vec<(Tag, Pending)>,
+        monotonic: Option<u64>,
+        process: SavedProcess,
+    ) -> SavedWorkflow {
+        SavedWorkflow {
+            version: VERSION,
+            seq,
+            status,
+            receive,
+            pending,
+            monotonic,
+            process,
+        }
+    }
+
+    /// The snapshot's bytes: its postcard encoding, then the SHA-256 of that. A page of the store
+    /// damaged on disk would otherwise restore as memory the guest never wrote.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut bytes = postcard::to_allocvec(self).unwrap_or_default();
+        let digest = Sha256::digest(&bytes);
+        bytes.extend_from_slice(&digest);
+        bytes
+    }
+
+    /// Decodes a snapshot of this build's encoding, checking its digest.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<SavedWorkflow, String> {
+        let Some((body, digest)) = bytes.split_last_chunk::<32>() else {
+            return Err(format!(
+                "it is {} bytes long, too short to be one",
+                bytes.len()
+            ));
+        };
+        if Sha256::digest(body)[..] != digest[..] {
+            return Err("its digest does not match its bytes: it is damaged".into());
+        }
+        let saved: SavedWorkflow = postcard::from_bytes(body).map_err(|e| e.to_string())?;
+        if saved.version != VERSION {
+            return Err(format!(
+                "it is of version {}; this build reads {VERSION}",
+                saved.version
+            ));
+        }
+        Ok(saved)
+    }
+}
+
+/// When a durable workflow's state is saved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Snapshots {
+    /// After this many events since its last snapshot (a step with none counts as one); 0: only
+    /// when it hibernates.
+    pub every: u64,
+    /// Also when a step leaves it hibernated (its image is made then anyway).
+    pub at_hibernation: bool,
+}
+
+impl Default for Snapshots {
+    /// Every 1,000 events, and at hibernation.
+    fn default() -> Snapshots {
+        Snapshots {
+            every: 1_000,
+            at_hibernation: true,
+        }
+    }
+}
+
+impl Snapshots {
+    /// Never: recovery replays every journal from its start.
+    pub fn off() -> Snapshots {
+        Snapshots {
+            every: 0,
+            at_hibernation: false,
+        }
+    }
+
+    /// Whether a workflow with `since` events since its last snapshot saves one now.
+    pub(crate) fn due(&self, since: u64, hibernated: bool) -> bool {
+        (self.every > 0 && since >= self.every) || (self.at_hibernation && hibernated && since > 0)
+    }
+}
+
+/// What a durable host counts about snapshots and replay since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DurableCounters {
+    /// Snapshots written.
+    pub snapshots_written: u64,
+    /// Workflows recovered from a snapshot.
+    pub snapshots_restored: u64,
+    /// Snapshots found at recovery and not used (another module, another encoding, damaged):
+    /// those workflows replayed their whole journal.
+    pub snapshots_ignored: u64,
+    /// Journaled steps replayed at recovery.
+    pub steps_replayed: u64,
+    /// Events in those steps.
+    pub events_replayed: u64,
+}
+
+/// The live counts behind [`DurableCounters`].
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub(crate) snapshots_written: AtomicU64,
+    pub(crate) snapshots_restored: AtomicU64,
+    pub(crate) snapshots_ignored: AtomicU64,
+    pub(crate) steps_replayed: AtomicU64,
+    pub(crate) events_replayed: AtomicU64,
+}
+
+impl Counts {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn read(&self) -> DurableCounters {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        DurableCounters {
+            snapshots_written: get(&self.snapshots_written),
+            snapshots_restored: get(&self.snapshots_restored),
+            snapshots_ignored: get(&self.snapshots_ignored),
+            steps_replayed: get(&self.steps_replayed),
+            events_replayed: get(&self.events_replayed),
+        }
+    }
+}

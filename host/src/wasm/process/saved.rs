@@ -1,0 +1,108 @@
+//! A process saved between steps for a durable store, and started again from what was saved: the
+//! hibernation image (pages and globals that differ from a fresh instance), kept on disk.
+//!
+//! A process started from a saved image does not run its module's `_initialize` or its entry
+//! point's `init`: its memory has both done. It starts hibernated, and takes an instance only
+//! when it next steps.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use wfhost_scheduler::{FailureKind, InitContext, ProcessError};
+
+use super::WasmProcess;
+use crate::wasm::hibernate::{Image, Snapshot};
+use crate::wasm::wasi::Logs;
+
+/// A process as a durable store keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SavedProcess {
+    image: Image,
+    /// The CPU time it had used, in nanoseconds (it counts against `Limits::max_cpu_time`).
+    cpu_nanos: u64,
+}
+
+impl WasmProcess {
+    /// Its state now, for a durable store: the hibernation image of its instance (taken now if it
+    /// is live), and the time it has used. `None` when its module's processes cannot hibernate.
+    pub(crate) fn save(&mut self) -> Option<SavedProcess> {
+        let compiled = Arc::clone(&self.spec.compiled);
+        let hibernating = compiled.hibernation.as_ref().ok()?;
+        let image = match (&self.snapshot, self.live.as_mut()) {
+            (Some(snapshot), _) => snapshot.to_image()?,
+            (None, Some(live)) => {
+                let started = Instant::now();
+                let snapshot = Snapshot::take(
+                    &mut live.store,
+                    live.memory,
+                    &live.globals,
+                    &hibernating.plan.image,
+                );
+                self.spent(started);
+                snapshot.to_image()?
+            }
+            (None, None) => return None,
+        };
+        Some(SavedProcess {
+            image,
+            cpu_nanos: u64::try_from(self.cpu.as_nanos()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// Starts the process from what [`save`](Self::save) kept, hibernated: in place of `init`.
+    /// Fails (touching nothing) when the image does not fit its module.
+    pub(crate) fn init_saved(
+        &mut self,
+        ctx: &InitContext,
+        method: &str,
+        saved: SavedProcess,
+    ) -> Result<(), ProcessError> {
+        let compiled = Arc::clone(&self.spec.compiled);
+        let hibernating = compiled
+            .hibernation
+            .as_ref()
+            .map_err(|why| ProcessError::new(format!("its module cannot hibernate: {why}")))?;
+        let snapshot = Snapshot::from_image(
+            saved.image,
+            hibernating.plan.globals.len(),
+            self.spec.limits.max_memory_bytes,
+        )
+        .map_err(|why| ProcessError::new(format!("its saved image does not fit: {why}")))?;
+        self.pid = ctx.pid();
+        self.entry = method.to_string();
+        self.runtime.note_process(self.pid, Some(&self.spec));
+        self.logs.get_or_insert_with(|| Logs::new(self.pid));
+        self.cpu = Duration::from_nanos(saved.cpu_nanos);
+        self.runtime.instances.restored(snapshot.size());
+        self.snapshot = Some(snapshot);
+        Ok(())
+    }
+
+    /// Whether it holds no instance now (hibernated).
+    pub(crate) fn is_hibernated(&self) -> bool {
+        self.snapshot.is_some()
+    }
+
+    /// Wakes it at once if it is hibernated, into a warm instance or a fresh one, for a step that
+    /// could not wait for an instance to be given back.
+    pub(crate) fn wake_now(&mut self) -> Result<(), ProcessError> {
+        if self.snapshot.is_none() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let woken = if self.wake_warm() {
+            Ok(())
+        } else {
+            match self.runtime.take_instance() {
+                Ok(slot) => self.wake_fresh(slot),
+                Err(refusal) => Err(self.fail(
+                    FailureKind::Limit,
+                    format_args!("could not be woken: {refusal}"),
+                )),
+            }
+        };
+        self.spent(started);
+        woken
+    }
+}
