@@ -164,7 +164,8 @@ impl Durable {
 
     /// Lets the recovered workflows held back go on.
     pub(crate) fn open_gate(&self) {
-        for waker in self.gate.lock().take().unwrap_or_default() {
+        let wakers = self.gate.lock().take().unwrap_or_default();
+        for waker in wakers {
             waker.wake();
         }
     }

@@ -52,7 +52,7 @@ impl Durable {
                 "it came from module {}, and the workflow runs {}",
                 snapshot.module, start.module
             ))
-        } else if snapshot.seq > workflow.steps {
+        } else if snapshot.seq == 0 || snapshot.seq > workflow.steps {
             Err(format!(
                 "it follows step {} of a journal of {}",
                 snapshot.seq, workflow.steps
@@ -126,6 +126,7 @@ impl Host {
         }
         let mut runs = Vec::new();
         let mut recovered: HashSet<u64> = HashSet::new();
+        let mut cancels = Vec::new();
         for workflow in unfinished {
             let start = &workflow.start;
             let pid = Pid(start.num);
@@ -218,7 +219,8 @@ impl Host {
             };
             recovered.insert(start.num);
             if workflow.cancel == Cancel::Asked || (orphaned && workflow.cancel == Cancel::No) {
-                let _ = inner.handle.cancel(pid);
+                // Once the gate is open: a cancel's grace period runs from there.
+                cancels.push(pid);
             }
             if start.parent.is_none() {
                 runs.push((start.id.clone(), run));
@@ -246,6 +248,10 @@ impl Host {
             {
                 durable.refuse(m.id, &refused.to_string());
             }
+        }
+        durable.open_gate();
+        for pid in cancels {
+            let _ = inner.handle.cancel(pid);
         }
         Ok(runs)
     }

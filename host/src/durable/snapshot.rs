@@ -94,7 +94,9 @@ pub struct Snapshots {
     /// After this many events since its last snapshot (a step with none counts as one); 0: only
     /// when it hibernates.
     pub every: u64,
-    /// Also when a step leaves it hibernated (its image is made then anyway).
+    /// Also when a step leaves it hibernated (its image is made then anyway), after a tenth of
+    /// `every` events since its last snapshot (at least one): a guest cannot make the host write
+    /// its image at every event.
     pub at_hibernation: bool,
 }
 
@@ -119,7 +121,16 @@ impl Snapshots {
 
     /// Whether a workflow with `since` events since its last snapshot saves one now.
     pub(crate) fn due(&self, since: u64, hibernated: bool) -> bool {
-        (self.every > 0 && since >= self.every) || (self.at_hibernation && hibernated && since > 0)
+        (self.every > 0 && since >= self.every)
+            || (self.at_hibernation && hibernated && since >= (self.every / 10).max(1))
+    }
+
+    /// Only when a step leaves a workflow hibernated, after any event.
+    pub fn at_hibernation() -> Snapshots {
+        Snapshots {
+            every: 0,
+            at_hibernation: true,
+        }
     }
 }
 

@@ -127,7 +127,7 @@ fn recover_and_finish(store: &Path, told: Told) -> DurableCounters {
 fn a_long_history_recovers_from_its_snapshot_without_replaying_it() {
     let dir = tempdir("snapshot-none");
     let store = dir.join("wf.db");
-    let told = long_history(&store, Hibernation::Always, Snapshots::default());
+    let told = long_history(&store, Hibernation::Always, Snapshots::at_hibernation());
     assert_eq!(told.0, u64::from(STEPS * WIDTH));
     let journal = journal(&store);
     assert_eq!(journal.events, JOURNAL_EVENTS);
@@ -183,7 +183,7 @@ fn a_damaged_snapshot_is_set_aside_and_the_journal_replayed() {
     for (name, cut) in [("flipped", false), ("cut", true)] {
         let dir = tempdir(&format!("snapshot-{name}"));
         let store = dir.join("wf.db");
-        let told = long_history(&store, Hibernation::Always, Snapshots::default());
+        let told = long_history(&store, Hibernation::Always, Snapshots::at_hibernation());
         let steps = journal(&store).steps;
         {
             let mut store = SqliteStore::open(&store, SyncMode::Full).unwrap();

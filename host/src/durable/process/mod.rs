@@ -70,6 +70,11 @@ pub(crate) struct DurableProcess {
     monotonic: Option<u64>,
     /// Events since its last snapshot (a step with none counts as one).
     since_snapshot: u64,
+    /// Recovered: its `init`, run once the recovery's gate opens.
+    deferred: Option<(InitContext, String, Payload)>,
+    /// Events its first step after recovery took without an instance to give them to: they go
+    /// to its next step.
+    stash: Vec<Event>,
     /// Yields not yet answered, by tag.
     pending: BTreeMap<Tag, Pending>,
     /// The events of the step being journaled.
@@ -105,6 +110,8 @@ impl DurableProcess {
             last: None,
             monotonic: None,
             since_snapshot: 0,
+            deferred: None,
+            stash: Vec::new(),
             pending: BTreeMap::new(),
             events: Vec::new(),
             rearmed: 0,
@@ -225,8 +232,10 @@ impl Process for DurableProcess {
         self.pid = ctx.pid();
         self.reserved = None;
         self.durable.ids.insert(self.pid, Arc::clone(&self.id));
-        if let Some(saved) = self.saved.take() {
-            return self.init_saved(ctx, method, input, saved);
+        if self.recovering {
+            // Started past the recovery's gate: a process waiting there holds no instance.
+            self.deferred = Some((ctx.clone(), method.to_string(), input));
+            return Ok(());
         }
         self.inner.set_reads(self.first_reads());
         self.inner.init(ctx, method, input)
@@ -236,7 +245,16 @@ impl Process for DurableProcess {
         if self.recovering && self.durable.held_at_gate(|| waker.waker()) {
             return Ok(Readiness::NotReady);
         }
-        if self.recovering && self.replay.is_empty() {
+        if let Some((ctx, method, input)) = self.deferred.take() {
+            match self.saved.take() {
+                Some(saved) => self.init_saved(&ctx, &method, input, saved)?,
+                None => {
+                    self.inner.set_reads(self.first_reads());
+                    self.inner.init(&ctx, &method, input)?;
+                }
+            }
+        }
+        if self.recovering && self.replay.is_empty() && self.inner.is_hibernated() {
             // Restored from its snapshot with nothing to replay: its first step is answered
             // from the snapshot, and it takes an instance only for an event.
             return Ok(Readiness::Ready);
@@ -256,19 +274,35 @@ impl Process for DurableProcess {
                 None => self.last.take(),
             };
             self.rearm(&mut rearmed);
-            if let Some((status, receive)) = last.filter(|_| events.len() == 0) {
-                // Nothing new: the process stands where its snapshot and journal left it.
-                out.status = status;
-                out.receive = receive;
-                out.yields = rearmed;
-                self.synthetic = true;
-                return Ok(());
+            if let Some((status, receive)) = last {
+                let new = events.len() > 0;
+                if !new {
+                    // The replay's instance goes back if the host is short of them.
+                    self.inner.hibernate_if_waiting(&status);
+                }
+                if !new || !self.inner.wake_now()? {
+                    // Nothing new, or no instance for it now: the process stands where its
+                    // snapshot and journal left it; its events wait for its next step, which
+                    // queues for an instance.
+                    self.stash.extend(events.as_slice().iter().cloned());
+                    out.status = if new { Status::Continue } else { status };
+                    out.receive = receive;
+                    out.yields = rearmed;
+                    self.synthetic = true;
+                    return Ok(());
+                }
             }
-            self.inner.wake_now()?;
         }
         self.events.clear();
-        self.events.extend(events.as_slice().iter().cloned());
-        self.inner.step(events, out)?;
+        let mut stashed = std::mem::take(&mut self.stash);
+        if stashed.is_empty() {
+            self.events.extend(events.as_slice().iter().cloned());
+            self.inner.step(events, out)?;
+        } else {
+            stashed.extend(events.as_slice().iter().cloned());
+            self.events.extend(stashed.iter().cloned());
+            self.inner.step(Events::new(&mut stashed), out)?;
+        }
         self.rearmed = rearmed.len();
         if !rearmed.is_empty() {
             out.yields.splice(0..0, rearmed);

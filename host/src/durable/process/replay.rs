@@ -90,20 +90,32 @@ impl DurableProcess {
     /// Replays the journal queued for replay into the instance, checking each step's answer.
     /// Returns the last step's answer.
     pub(super) fn replay_all(&mut self) -> Result<Option<StepOutput>, ProcessError> {
-        let mut last = None;
         // The first step's reads (its `init`'s among them) were set before `init`.
         let mut first = self.seq == 0;
         let durable = Arc::clone(&self.durable);
         let counts = &durable.counts;
+        // One replayed step follows another at once: no hibernating in between.
+        self.inner.pin(true);
+        let replayed = self.replay_queued(&mut first, counts);
+        self.inner.pin(false);
+        replayed
+    }
+
+    fn replay_queued(
+        &mut self,
+        first: &mut bool,
+        counts: &Counts,
+    ) -> Result<Option<StepOutput>, ProcessError> {
+        let mut last = None;
         while let Some(record) = self.replay.pop_front() {
             let seq = self.seq + 1;
-            if !first {
+            if !*first {
                 self.inner.set_reads(Reads::Replay {
                     reads: record.reads.iter().cloned().collect(),
                     diverged: None,
                 });
             }
-            first = false;
+            *first = false;
             self.note_reads(&record.reads);
             let mut events = record.events.clone();
             let mut out = StepOutput::new();

@@ -20,6 +20,9 @@ pub(crate) struct Snapshot {
     raw_len: usize,
 }
 
+/// A WebAssembly page: linear memories grow by these.
+const WASM_PAGE: usize = 65_536;
+
 /// The granularity of the diff: the OS page, as the pagemap reports.
 pub(crate) const CHUNK: usize = 4096;
 
@@ -193,6 +196,11 @@ impl Snapshot {
                     image.memory_bytes
                 )
             })?;
+        if memory_bytes % WASM_PAGE != 0 {
+            return Err(format!(
+                "its memory of {memory_bytes} bytes is not a whole number of pages"
+            ));
+        }
         if image.globals.len() != globals {
             return Err(format!(
                 "it has {} globals where the module has {globals}",

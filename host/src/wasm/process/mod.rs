@@ -84,6 +84,9 @@ pub(crate) struct WasmProcess {
     scratch: Vec<u8>,
     /// How its WASI clock and random reads are answered (in its instance's state during a call).
     reads: ReadState,
+    /// Keeps its instance between steps whatever the policy (a durable replay steps it again at
+    /// once).
+    pinned: bool,
 }
 
 impl WasmProcess {
@@ -101,7 +104,13 @@ impl WasmProcess {
             deadline: Deadline::Step,
             scratch: Vec::new(),
             reads: ReadState::default(),
+            pinned: false,
         }
+    }
+
+    /// Keeps its instance between steps (`true`), or lets it hibernate as the host's policy says.
+    pub(crate) fn pin(&mut self, pinned: bool) {
+        self.pinned = pinned;
     }
 
     /// Moves the process's read state into its instance for a call, or back out after it.
@@ -622,7 +631,7 @@ impl Process for WasmProcess {
                 }
             }
         }
-        if waiting {
+        if waiting && !self.pinned {
             self.hibernate_if_due();
         }
         Ok(())

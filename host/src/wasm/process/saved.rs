@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use wfhost_scheduler::{FailureKind, InitContext, ProcessError};
+use wfcontract::Status;
+use wfhost_scheduler::{InitContext, ProcessError};
 
 use super::WasmProcess;
 use crate::wasm::hibernate::{Image, Snapshot};
@@ -79,27 +80,32 @@ impl WasmProcess {
         Ok(())
     }
 
+    /// Gives its instance back if it waits (`status`) and the host's policy says so, as a step
+    /// that leaves it waiting does.
+    pub(crate) fn hibernate_if_waiting(&mut self, status: &Status) {
+        if matches!(status, Status::Idle | Status::Wait) && !self.pinned {
+            self.hibernate_if_due();
+        }
+    }
+
     /// Whether it holds no instance now (hibernated).
     pub(crate) fn is_hibernated(&self) -> bool {
         self.snapshot.is_some()
     }
 
-    /// Wakes it at once if it is hibernated, into a warm instance or a fresh one, for a step that
-    /// could not wait for an instance to be given back.
-    pub(crate) fn wake_now(&mut self) -> Result<(), ProcessError> {
+    /// Wakes it at once if it is hibernated, into a warm instance or a fresh one. `false` when
+    /// no instance can be had now (the caller steps it later, through `prepare`, which queues).
+    pub(crate) fn wake_now(&mut self) -> Result<bool, ProcessError> {
         if self.snapshot.is_none() {
-            return Ok(());
+            return Ok(true);
         }
         let started = Instant::now();
         let woken = if self.wake_warm() {
-            Ok(())
+            Ok(true)
         } else {
             match self.runtime.take_instance() {
-                Ok(slot) => self.wake_fresh(slot),
-                Err(refusal) => Err(self.fail(
-                    FailureKind::Limit,
-                    format_args!("could not be woken: {refusal}"),
-                )),
+                Ok(slot) => self.wake_fresh(slot).map(|()| true),
+                Err(_) => Ok(false),
             }
         };
         self.spent(started);
