@@ -196,7 +196,7 @@ impl Snapshot {
                     image.memory_bytes
                 )
             })?;
-        if memory_bytes % WASM_PAGE != 0 {
+        if !memory_bytes.is_multiple_of(WASM_PAGE) {
             return Err(format!(
                 "its memory of {memory_bytes} bytes is not a whole number of pages"
             ));
@@ -244,6 +244,49 @@ impl Snapshot {
         })
     }
 
+    /// Checks the snapshot against the compiled module it is to be restored into: each global of
+    /// the type the module declares, the memory within the module's bounds. A snapshot kept in a
+    /// store is checked before it is used, so that one that does not fit is set aside rather than
+    /// failing when it is restored.
+    pub(crate) fn fits(&self, module: &wasmtime::Module, globals: &[String]) -> Result<(), String> {
+        use wasmtime::{ExternType, ValType};
+        for (name, value) in globals.iter().zip(self.globals.iter()) {
+            let Some(ExternType::Global(global)) = module.get_export(name) else {
+                return Err(format!("the module has no global '{name}'"));
+            };
+            let same = matches!(
+                (global.content(), value),
+                (ValType::I32, Val::I32(_))
+                    | (ValType::I64, Val::I64(_))
+                    | (ValType::F32, Val::F32(_))
+                    | (ValType::F64, Val::F64(_))
+                    | (ValType::V128, Val::V128(_))
+            );
+            if !same {
+                return Err(format!("its global '{name}' is not of the module's type"));
+            }
+        }
+        let memory = module.exports().find_map(|export| match export.ty() {
+            ExternType::Memory(memory) => Some(memory),
+            _ => None,
+        });
+        let Some(memory) = memory else {
+            return Err("the module exports no memory".into());
+        };
+        let page = memory.page_size();
+        let pages = self.memory_bytes as u64 / page;
+        if !(self.memory_bytes as u64).is_multiple_of(page)
+            || pages < memory.minimum()
+            || memory.maximum().is_some_and(|max| pages > max)
+        {
+            return Err(format!(
+                "its memory of {} bytes is outside the module's bounds",
+                self.memory_bytes
+            ));
+        }
+        Ok(())
+    }
+
     /// Bytes this snapshot holds on the host's heap.
     pub(crate) fn size(&self) -> usize {
         std::mem::size_of::<Snapshot>()
@@ -256,17 +299,17 @@ impl Snapshot {
 /// A snapshot as plain data: what a durable store keeps of a process between steps.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Image {
-    memory_bytes: u64,
-    globals: Vec<GlobalValue>,
-    chunks: Vec<u32>,
+    pub(super) memory_bytes: u64,
+    pub(super) globals: Vec<GlobalValue>,
+    pub(super) chunks: Vec<u32>,
     /// LZ4-compressed.
-    data: Vec<u8>,
-    raw_len: u64,
+    pub(super) data: Vec<u8>,
+    pub(super) raw_len: u64,
 }
 
 /// The value of a mutable global (floats by their bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-enum GlobalValue {
+pub(super) enum GlobalValue {
     I32(i32),
     I64(i64),
     F32(u32),

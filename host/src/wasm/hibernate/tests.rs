@@ -276,3 +276,64 @@ fn a_snapshot_restored_over_a_used_instance_leaves_nothing_of_its_last_process()
     assert_eq!(&b.memory.data(&store)[100..107], b"initial");
     assert_eq!(b.globals[0].get(&mut store).i32(), Some(55));
 }
+
+/// A snapshot kept as an image in a store comes back whole, and an image that does not fit its
+/// module (a global of another type, a memory outside the module's bounds or not in whole pages,
+/// pages out of order, a length that does not add up) is refused with the reason, never
+/// restored.
+#[test]
+fn an_image_round_trips_and_one_that_does_not_fit_is_refused() {
+    use super::snapshot::{GlobalValue, Image};
+    let fixture = Fixture::new(
+        r#"(module
+            (memory (export "memory") 1 4)
+            (global $count (mut i32) (i32.const 0))
+            (func (export "bump") (result i32)
+                (global.set $count (i32.add (global.get $count) (i32.const 1)))
+                (i32.store (i32.const 70000) (global.get $count))
+                (global.get $count))
+            (func (export "grow") (drop (memory.grow (i32.const 1))))
+            (func (export "read") (param i32) (result i32) (i32.load (local.get 0))))"#,
+    );
+    let globals = fixture.plan.globals.len();
+    let mut store = fixture.store();
+    let running = fixture.instantiate(&mut store);
+    running.call::<(), ()>(&mut store, "grow", ());
+    running.call::<(), i32>(&mut store, "bump", ());
+    running.call::<(), i32>(&mut store, "bump", ());
+    let image = running
+        .take(&mut store, &fixture.plan.image)
+        .to_image()
+        .unwrap();
+    drop(store);
+
+    let restored = Snapshot::from_image(image.clone(), globals, 1 << 30).unwrap();
+    restored
+        .fits(&fixture.module, &fixture.plan.globals)
+        .unwrap();
+    let mut store = fixture.store();
+    let running = fixture.instantiate(&mut store);
+    restored
+        .restore(&mut store, running.memory, &running.globals)
+        .unwrap();
+    assert_eq!(running.call::<i32, i32>(&mut store, "read", 70000), 2);
+    assert_eq!(running.call::<(), i32>(&mut store, "bump", ()), 3);
+
+    let refused = |change: fn(&mut Image)| {
+        let mut image = image.clone();
+        change(&mut image);
+        match Snapshot::from_image(image, globals, 1 << 30) {
+            Err(why) => why,
+            Ok(snapshot) => snapshot
+                .fits(&fixture.module, &fixture.plan.globals)
+                .unwrap_err(),
+        }
+    };
+    assert!(refused(|i| i.globals[0] = GlobalValue::I64(2)).contains("type"));
+    assert!(refused(|i| i.memory_bytes = 8 << 16).contains("bounds"));
+    assert!(refused(|i| i.memory_bytes += 4096).contains("pages"));
+    assert!(refused(|i| i.memory_bytes = 64 << 30).contains("limit"));
+    assert!(refused(|i| i.globals.clear()).contains("globals"));
+    assert!(refused(|i| i.chunks = vec![20, 17]).contains("order"));
+    assert!(refused(|i| i.raw_len += 1).contains("hold"));
+}

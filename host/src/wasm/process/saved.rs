@@ -69,6 +69,10 @@ impl WasmProcess {
             hibernating.plan.globals.len(),
             self.spec.limits.max_memory_bytes,
         )
+        .and_then(|snapshot| {
+            snapshot.fits(compiled.pre.module(), &hibernating.plan.globals)?;
+            Ok(snapshot)
+        })
         .map_err(|why| ProcessError::new(format!("its saved image does not fit: {why}")))?;
         self.pid = ctx.pid();
         self.entry = method.to_string();
