@@ -1,8 +1,10 @@
 //! Durable workflows next to the same workflows in memory, side by side in one run:
 //! `cargo bench -p wfhost --bench durable [-- workload ...]`.
 //!
-//! - `ring`: 1,000 wasm processes pass a token 200,000 hops, each hop a step; in memory, and
-//!   durable with `synchronous=FULL` (every hop journaled before the next member sees the token).
+//! - `ring`: 1,000 wasm processes pass a token `WFHOST_BENCH_RING_HOPS` (default 200,000) hops,
+//!   each hop a step; in memory, and durable with `synchronous=FULL` (every hop journaled; the
+//!   token goes on before the commit, which every effect outside the journal waits for); and the
+//!   store's size after a durable round.
 //! - `sagas`: 10,000 order sagas at once, each three host calls with a 1 ms timer before each
 //!   (about 7 steps a saga); steps per second in memory and durable.
 //! - `latency`: one workflow asking for the time 2,000 times in a row, nothing else running: p50
@@ -30,7 +32,6 @@ use wfhost::{Grants, Host, HostBuilder, Payload, Snapshots, SyncMode};
 use wfhost_test_programs::{PROBE, RING};
 
 const RING_MEMBERS: u32 = 1_000;
-const RING_HOPS: u64 = 200_000;
 const SAGAS: u32 = 10_000;
 const TICKS: u32 = 2_000;
 
@@ -43,7 +44,11 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     println!("durable: {workers} workers, {rounds} rounds each, alternating; medians");
     if wanted("ring") {
-        ring(rounds, &dir);
+        ring(
+            rounds,
+            count("WFHOST_BENCH_RING_HOPS", 200_000) as u64,
+            &dir,
+        );
     }
     if wanted("sagas") || wanted("bytes") {
         sagas(rounds, &dir);
@@ -69,15 +74,17 @@ fn fresh(dir: &Path, name: &str) -> PathBuf {
     path
 }
 
-fn ring(rounds: usize, dir: &Path) {
+fn ring(rounds: usize, hops: u64, dir: &Path) {
+    let sizes = std::cell::RefCell::new(Vec::new());
     let run = |durable: bool| {
+        let path = fresh(dir, "ring.db");
         let mut builder = Host::builder();
         if durable {
-            builder = builder.store(fresh(dir, "ring.db"), SyncMode::Full);
+            builder = builder.store(&path, SyncMode::Full);
         }
         let host = builder.build().expect("host");
         host.load_module("ring", RING).expect("ring module");
-        let plan = Payload::to_postcard(&(RING_MEMBERS, RING_HOPS)).expect("encodes");
+        let plan = Payload::to_postcard(&(RING_MEMBERS, hops)).expect("encodes");
         let run = if durable {
             host.start("ring", "ring", "ring", plan)
         } else {
@@ -85,21 +92,31 @@ fn ring(rounds: usize, dir: &Path) {
         };
         let seconds = common::time(|| {
             let report = run.expect("starts").wait().expect("the ring finishes");
-            let (members, hops, _, _): (u32, u64, f64, f64) = report.decode().expect("a report");
-            assert_eq!((members, hops), (RING_MEMBERS, RING_HOPS));
+            let (members, done, _, _): (u32, u64, f64, f64) = report.decode().expect("a report");
+            assert_eq!((members, done), (RING_MEMBERS, hops));
         });
         host.shutdown(Duration::from_secs(10));
+        if durable {
+            sizes.borrow_mut().push(store_size(&path) as f64);
+        }
         seconds
     };
     let (durable, memory) = alternate(rounds, || run(true), || run(false));
-    let rate = |seconds: f64| RING_HOPS as f64 / seconds;
+    let rate = |seconds: f64| hops as f64 / seconds;
     println!(
-        "ring: durable {:.0} hops/s  memory {:.0} hops/s  ({RING_MEMBERS} processes, {RING_HOPS} \
-         hops)  memory/durable={:.2}",
+        "ring: durable {:.0} hops/s  memory {:.0} hops/s  ({RING_MEMBERS} processes, {hops} \
+         hops)  memory/durable={:.2}  store after a round: {:.1} MiB",
         rate(durable),
         rate(memory),
-        durable / memory
+        durable / memory,
+        median(sizes.into_inner()) / (1024.0 * 1024.0)
     );
+}
+
+/// The bytes of a store's file and its write-ahead log.
+fn store_size(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+        + std::fs::metadata(format!("{}-wal", path.display())).map_or(0, |m| m.len())
 }
 
 /// Registers the saga's host functions: each answers at once.
@@ -145,8 +162,7 @@ fn sagas(rounds: usize, dir: &Path) {
         let steps = host.counters().steps - before;
         host.shutdown(Duration::from_secs(10));
         if durable {
-            let size = std::fs::metadata(&path).map_or(0, |m| m.len())
-                + std::fs::metadata(format!("{}-wal", path.display())).map_or(0, |m| m.len());
+            let size = store_size(&path);
             let journal = journal_bytes(&path);
             bytes.borrow_mut().push((journal / steps.max(1), size));
         }

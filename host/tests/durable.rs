@@ -7,4 +7,5 @@ mod durable {
     mod faults;
     mod restart;
     mod snapshots;
+    mod store;
 }

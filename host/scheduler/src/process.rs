@@ -44,7 +44,8 @@ pub trait Process: Send + 'static {
     /// dispatched or its status acted on. A durable process hands the step to its journal here
     /// and calls [`Hold::hold`]: the scheduler then keeps the yields and the status, parks the
     /// process (as for [`Readiness::NotReady`]), and acts on them only once the [`Release`] it got
-    /// is released (the step is on disk). Default: nothing held.
+    /// is released (the step is on disk). Yields it marks with [`Hold::dispatch_now`] are
+    /// dispatched at once instead. Default: nothing held.
     fn journal(&mut self, out: &StepOutput, hold: &Hold<'_>) {
         let _ = (out, hold);
     }
@@ -64,6 +65,8 @@ pub struct Hold<'a> {
     pub(crate) shared: &'a std::sync::Arc<crate::shared::Shared>,
     pub(crate) slot: &'a std::sync::Arc<crate::slot::Slot>,
     pub(crate) held: std::cell::Cell<bool>,
+    /// Indices of yields dispatched without waiting for the release.
+    pub(crate) now: std::cell::RefCell<Vec<usize>>,
 }
 
 impl std::fmt::Debug for Hold<'_> {
@@ -87,6 +90,15 @@ impl Hold<'_> {
             .waker(),
             slot: std::sync::Arc::downgrade(self.slot),
         }
+    }
+
+    /// Dispatches the step's yield at `index` (in the output given to [`Process::journal`]) as
+    /// soon as `journal` returns, without waiting for the release, when the step is held. For
+    /// effects that stay inside the journal: a durable host delivers a message to another
+    /// journaled workflow at once, because whatever the receiver does with it is journaled after
+    /// the sender's step, so no crash can keep the one and lose the other.
+    pub fn dispatch_now(&self, index: usize) {
+        self.now.borrow_mut().push(index);
     }
 }
 

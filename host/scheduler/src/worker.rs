@@ -598,6 +598,7 @@ impl Worker {
             shared: &self.handle.shared,
             slot,
             held: std::cell::Cell::new(false),
+            now: std::cell::RefCell::new(Vec::new()),
         };
         let out = &self.out;
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| process.journal(out, &hold))) {
@@ -609,11 +610,26 @@ impl Worker {
         let status = std::mem::replace(&mut self.out.status, Status::Wait);
         let receive = self.out.receive;
         if hold.held.get() {
-            // Acted on when released, at a later turn (`resume_held`).
+            let mut yields = std::mem::take(&mut self.out.yields);
+            let mut now = hold.now.into_inner();
+            if !now.is_empty() {
+                // Those the process lets go before its release, in the order it yielded them.
+                now.sort_unstable();
+                now.dedup();
+                let (early, rest): (Vec<_>, Vec<_>) = yields
+                    .into_iter()
+                    .enumerate()
+                    .partition(|(index, _)| now.binary_search(index).is_ok());
+                yields = rest.into_iter().map(|(_, y)| y).collect();
+                let mut early = early.into_iter().map(|(_, y)| y).collect();
+                // What they complete inline is in the inbox when the release resumes it.
+                self.dispatch(slot, &**process, &mut early)?;
+            }
+            // The rest is acted on when released, at a later turn (`resume_held`).
             body.held = Some(Held {
                 status,
                 receive,
-                yields: std::mem::take(&mut self.out.yields),
+                yields,
             });
             return Ok(None);
         }

@@ -178,3 +178,110 @@ fn a_stop_neither_cancels_nor_waits_for_processes_that_survive_it() {
         wfhost_scheduler::FailureKind::Terminated
     );
 }
+
+/// Tells the test of every message it takes; never ends on its own.
+struct Listener(Sender<(Pid, Payload)>, Pid);
+
+impl Process for Listener {
+    fn init(&mut self, ctx: &InitContext, _: &str, _: Payload) -> Result<(), ProcessError> {
+        self.1 = ctx.pid();
+        Ok(())
+    }
+
+    fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+        for event in events {
+            if event.kind == EventKind::Message {
+                self.0.send((self.1, event.data)).unwrap();
+            }
+        }
+        out.receive = u32::MAX;
+        out.status = Status::Wait;
+        Ok(())
+    }
+}
+
+#[test]
+fn yields_marked_to_go_now_are_dispatched_before_the_release_and_the_rest_after() {
+    /// Sends one message to each of `to` in one step, holds it, and lets the first go now.
+    struct Sender2 {
+        to: [Pid; 2],
+        holds: Sender<Release>,
+        done: bool,
+    }
+    impl Process for Sender2 {
+        fn init(&mut self, _: &InitContext, _: &str, _: Payload) -> Result<(), ProcessError> {
+            Ok(())
+        }
+        fn step(&mut self, _: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+            if std::mem::replace(&mut self.done, true) {
+                out.status = Status::Done(Payload::empty());
+                return Ok(());
+            }
+            for (n, to) in self.to.iter().enumerate() {
+                out.yields.push(wfcontract::Yield {
+                    tag: wfcontract::Tag(n as u64 + 1),
+                    command: Command::Send(SendRequest {
+                        to: *to,
+                        message: Payload::json_bytes(n.to_string().into_bytes()),
+                    }),
+                });
+            }
+            out.receive = u32::MAX;
+            out.status = Status::Continue;
+            Ok(())
+        }
+        fn journal(&mut self, out: &StepOutput, hold: &Hold<'_>) {
+            if out.yields.is_empty() {
+                return;
+            }
+            self.holds.send(hold.hold()).unwrap();
+            hold.dispatch_now(0);
+        }
+    }
+    let scheduler = Scheduler::builder().workers(2).build().unwrap();
+    let handle = scheduler.handle();
+    let (heard_tx, heard) = unbounded();
+    let early = handle
+        .spawn(
+            Listener(heard_tx.clone(), Pid::HOST),
+            "main",
+            Payload::empty(),
+        )
+        .unwrap();
+    let late = handle
+        .spawn(Listener(heard_tx, Pid::HOST), "main", Payload::empty())
+        .unwrap();
+    let (holds_tx, holds) = unbounded();
+    let sender = handle
+        .spawn_handle_with(Spawn::new(
+            Sender2 {
+                to: [early, late],
+                holds: holds_tx,
+                done: false,
+            },
+            "main",
+            Payload::empty(),
+        ))
+        .unwrap();
+    let release = holds.recv_timeout(PATIENCE).unwrap();
+    // The first message arrives while the step is held; the second, and the sender's next step
+    // (its status was `Continue`), wait for the release.
+    assert_eq!(
+        heard.recv_timeout(PATIENCE).unwrap(),
+        (early, Payload::json_bytes(b"0".to_vec()))
+    );
+    assert!(sender.wait_timeout(Duration::ZERO).is_none());
+    assert!(
+        heard.try_recv().is_err(),
+        "a held yield went before the release"
+    );
+    release.release();
+    assert_eq!(
+        heard.recv_timeout(PATIENCE).unwrap(),
+        (late, Payload::json_bytes(b"1".to_vec()))
+    );
+    assert_eq!(sender.wait().unwrap(), Payload::empty());
+    assert!(heard.try_recv().is_err());
+    assert_eq!(handle.counters().steps, 2 + 2 + 2);
+    scheduler.shutdown(Duration::ZERO);
+}

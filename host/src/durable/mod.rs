@@ -120,6 +120,10 @@ impl Durable {
         modules: Arc<Modules>,
         snapshots: Snapshots,
     ) -> crate::Result<Durable> {
+        let mut store = store;
+        // The steps a host appended before it stopped are moved into place before a recovery
+        // reads them.
+        store.tidy(true).map_err(store_error)?;
         let mut reader = store.open_reader().map_err(store_error)?;
         let (_, messages) = reader.high_water().map_err(store_error)?;
         let writer = Writer::start(Box::new(store)).map_err(|e| {

@@ -158,20 +158,6 @@ fn run(
             }
         }
         if let Err(error) = &result {
-            let first = {
-                let mut failed = failed.lock();
-                let first = failed.is_none();
-                if first {
-                    *failed = Some(error.clone());
-                }
-                first
-            };
-            if first {
-                tracing::error!(
-                    "{error}; the host takes no more work, and its durable workflows stop where \
-                     their journals end (a host started on a working store resumes them)"
-                );
-            }
             // Never released: their effects must not happen; the host stops those processes.
             let lost: Vec<Pid> = batch
                 .iter()
@@ -180,9 +166,7 @@ fn run(
                     _ => None,
                 })
                 .collect();
-            if let Some(hook) = on_failure.get() {
-                hook(error, &lost);
-            }
+            fail(failed, on_failure, error, &lost);
         }
         for entry in batch.drain(..) {
             match (entry.done, &result) {
@@ -193,5 +177,38 @@ fn run(
                 }
             }
         }
+        if result.is_ok() {
+            // Off the path of the steps just let go; what it writes was durable already.
+            if let Err(error) = store.tidy(false) {
+                fail(failed, on_failure, &error, &[]);
+            }
+        }
+    }
+}
+
+/// Records the store's first failure (the host takes no more work) and tells the host, with the
+/// processes whose held steps were lost.
+fn fail(
+    failed: &Mutex<Option<StoreError>>,
+    on_failure: &OnFailure,
+    error: &StoreError,
+    lost: &[Pid],
+) {
+    let first = {
+        let mut failed = failed.lock();
+        let first = failed.is_none();
+        if first {
+            *failed = Some(error.clone());
+        }
+        first
+    };
+    if first {
+        tracing::error!(
+            "{error}; the host takes no more work, and its durable workflows stop where their \
+             journals end (a host started on a working store resumes them)"
+        );
+    }
+    if let Some(hook) = on_failure.get() {
+        hook(error, lost);
     }
 }

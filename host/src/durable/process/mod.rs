@@ -336,6 +336,8 @@ impl Process for DurableProcess {
         };
         self.note_reads(&record.reads);
         let mut ops = Vec::new();
+        // Messages to journaled workflows go before this step is on disk (see `journal`'s end).
+        let mut early = Vec::new();
         let own = self.inner.module_name().to_string();
         for (index, y) in record.output.yields.iter().enumerate() {
             // A yield the process may not make is refused at dispatch, the same way every time:
@@ -358,6 +360,7 @@ impl Process for DurableProcess {
                     }));
                     record.sent.push((y.tag, number));
                     self.durable.sent.lock().insert((self.pid, y.tag), number);
+                    early.push(rearmed + index);
                 }
                 Command::Spawn(spawn) => {
                     let Some(scheduler) = self.durable.scheduler() else {
@@ -454,6 +457,16 @@ impl Process for DurableProcess {
             // where its journal ends.
             tracing::error!(pid = %self.pid, "a step could not be journaled: {error}");
             self.durable.store_failed(&error, &[self.pid]);
+            return;
+        }
+        // A message to a journaled workflow is delivered now, before this step is on disk: the
+        // receiver's step that takes it is queued to the one writer after this one, and batches
+        // commit in order, so a crash that loses this step loses what the receiver did with it
+        // too (and a failed write stops both). What leaves the journal (host calls, messages to
+        // the host, results) still waits for the commit of the step that makes it, which comes
+        // after every step it depends on.
+        for index in early {
+            hold.dispatch_now(index);
         }
     }
 
@@ -469,15 +482,15 @@ impl Process for DurableProcess {
                 message: error.message().into(),
             },
         };
-        let entry = Entry {
-            ops: vec![Op::End {
-                num: self.pid.0,
-                ending,
-                at: unix_millis(),
-            }],
-            done: Done::Nothing,
-        };
-        if let Err(error) = self.durable.writer.submit(entry) {
+        // Waited for: whoever hears of the end hears of it once it is on disk, and with it the
+        // steps (possibly of other workflows, whose messages it took before their commit) that
+        // led to it.
+        let ops = vec![Op::End {
+            num: self.pid.0,
+            ending,
+            at: unix_millis(),
+        }];
+        if let Err(error) = self.durable.writer.write(ops) {
             tracing::error!(pid = %self.pid, "the end of a workflow could not be journaled: {error}");
         }
     }

@@ -219,6 +219,14 @@ pub trait Store: Send {
     /// returns.
     fn commit(&mut self, ops: &[Op]) -> StoreResult<()>;
 
+    /// Work the store does between commits, after the steps of the last one were let go (the
+    /// SQLite store moves its log of steps into the table ordered by workflow once the log is
+    /// long, or whenever `all`). Default: none.
+    fn tidy(&mut self, all: bool) -> StoreResult<()> {
+        let _ = all;
+        Ok(())
+    }
+
     /// The highest workflow number and message number in the store (0 when none).
     fn high_water(&mut self) -> StoreResult<(u64, u64)>;
 

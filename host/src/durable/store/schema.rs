@@ -61,6 +61,19 @@ pub(super) const MIGRATIONS: &[&str] = &[
         state BLOB NOT NULL
     );
     ",
+    // 4: steps are appended to a log in commit order (a commit writes a few pages at its end,
+    // not one page per workflow it touches) and moved into `steps`, ordered by workflow, many
+    // at a time; a workflow's step count is read from its steps, no longer kept in its row.
+    "
+    CREATE TABLE log (
+        lsn INTEGER PRIMARY KEY,
+        num INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        at INTEGER NOT NULL,
+        record BLOB NOT NULL
+    );
+    CREATE UNIQUE INDEX log_steps ON log(num, seq);
+    ",
 ];
 
 /// The version this build writes.

@@ -1,6 +1,7 @@
 //! The embedded store: one SQLite file in WAL mode. One connection writes (the journal's writer
 //! thread); others read at the same time.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -29,7 +30,14 @@ pub enum SyncMode {
 pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
+    /// Steps appended to the log since it was last moved into `steps` (about).
+    logged: u64,
 }
+
+/// How many steps the log holds before [`Store::tidy`] moves them into `steps`: enough that a
+/// workflow's page there is written once for many of its steps, few enough that the log's index
+/// stays a few pages (each commit writes the pages it touches).
+const LOG_STEPS: u64 = 32_768;
 
 /// Refuses a file shorter than its header says it is (cut by a failed copy, a full disk or a
 /// broken restore): SQLite would read it and fail only at the pages that are missing.
@@ -95,9 +103,18 @@ impl SqliteStore {
                 path.display()
             )));
         }
-        let mut store = SqliteStore { conn, path };
+        let mut store = SqliteStore {
+            conn,
+            path,
+            logged: 0,
+        };
         store.configure(sync)?;
         store.migrate()?;
+        let logged: i64 = store
+            .conn
+            .query_row("SELECT count(*) FROM log", [], |row| row.get(0))
+            .map_err(sql("reading the store"))?;
+        store.logged = logged.max(0) as u64;
         Ok(store)
     }
 
@@ -152,9 +169,14 @@ impl SqliteStore {
             SyncMode::Full => "FULL",
             SyncMode::Normal => "NORMAL",
         };
+        // A page cache of 64 MiB, the statement journal (moving the log) in memory, and a
+        // checkpoint every 16,000 pages of write-ahead log, so that a page written by many
+        // commits goes to the database file once (BENCHMARKS.md).
         self.conn
             .execute_batch(&format!(
-                "PRAGMA synchronous={sync}; PRAGMA foreign_keys=OFF; PRAGMA wal_autocheckpoint=4000;"
+                "PRAGMA synchronous={sync}; PRAGMA foreign_keys=OFF; \
+                 PRAGMA wal_autocheckpoint=16000; PRAGMA cache_size=-65536; \
+                 PRAGMA temp_store=MEMORY;"
             ))
             .map_err(bad)?;
         Ok(())
@@ -204,7 +226,11 @@ impl SqliteStore {
 }
 
 const WORKFLOW_COLUMNS: &str = "num, id, parent, module, module_name, entry, input, started, \
-     state, result, error_kind, error, finished, steps, cancel";
+     state, result, error_kind, error, finished, \
+     max(steps, \
+         coalesce((SELECT max(seq) FROM steps s WHERE s.num = workflows.num), 0), \
+         coalesce((SELECT max(seq) FROM log l WHERE l.num = workflows.num), 0)), \
+     cancel";
 
 fn workflow_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workflow> {
     let state: i64 = row.get(8)?;
@@ -253,7 +279,9 @@ fn int(n: u64) -> rusqlite::Result<i64> {
     i64::try_from(n).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
 }
 
-fn write(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
+/// Writes `op`; `elided` are the messages sent and taken within this transaction, neither
+/// written nor deleted.
+fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusqlite::Result<()> {
     match op {
         Op::Module { hash, bytes } => {
             tx.prepare_cached("INSERT OR IGNORE INTO modules (hash, bytes) VALUES (?1, ?2)")?
@@ -276,21 +304,33 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
             ])?;
         }
         Op::Step(step) => {
-            tx.prepare_cached("INSERT INTO steps (num, seq, at, record) VALUES (?1, ?2, ?3, ?4)")?
+            // The log's index refuses a step twice in the log; this, a step moved out of it.
+            let added = tx
+                .prepare_cached(
+                    "INSERT INTO log (num, seq, at, record) SELECT ?1, ?2, ?3, ?4 \
+                     WHERE NOT EXISTS (SELECT 1 FROM steps WHERE num = ?1 AND seq = ?2)",
+                )?
                 .execute(params![
                     int(step.num)?,
                     int(step.seq)?,
                     int(step.at)?,
                     step.record
                 ])?;
-            if step.took_cancel {
-                tx.prepare_cached("UPDATE workflows SET steps = ?2, cancel = 2 WHERE num = ?1")?
-                    .execute(params![int(step.num)?, int(step.seq)?])?;
-            } else {
-                tx.prepare_cached("UPDATE workflows SET steps = ?2 WHERE num = ?1")?
-                    .execute(params![int(step.num)?, int(step.seq)?])?;
+            if added == 0 {
+                return Err(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY),
+                    Some(format!(
+                        "step {} of workflow {} is in the store already (does another host \
+                         write to this store?)",
+                        step.seq, step.num
+                    )),
+                ));
             }
-            for id in &step.consumed {
+            if step.took_cancel {
+                tx.prepare_cached("UPDATE workflows SET cancel = 2 WHERE num = ?1")?
+                    .execute(params![int(step.num)?])?;
+            }
+            for id in step.consumed.iter().filter(|id| !elided.contains(id)) {
                 tx.prepare_cached("DELETE FROM messages WHERE id = ?1")?
                     .execute(params![int(*id)?])?;
             }
@@ -301,6 +341,9 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
             sender,
             payload,
         }) => {
+            if elided.contains(id) {
+                return Ok(());
+            }
             tx.prepare_cached(
                 "INSERT INTO messages (id, receiver, sender, payload) VALUES (?1, ?2, ?3, ?4)",
             )?
@@ -377,12 +420,28 @@ impl Store for SqliteStore {
             };
             StoreError::new(format_args!("could not write to the store {path}: {why}"))
         };
-        let tx = self.conn.transaction().map_err(failed)?;
+        // A message sent by one step and taken by another in the same transaction (a workflow
+        // delivers to another before its commit) is neither inserted nor deleted.
+        let mut sent = HashSet::new();
+        let mut elided = HashSet::new();
         let mut last_message = None;
         for op in ops {
-            write(&tx, op).map_err(failed)?;
-            if let Op::Message(message) = op {
-                last_message = last_message.max(Some(message.id));
+            match op {
+                Op::Message(message) => {
+                    sent.insert(message.id);
+                    last_message = last_message.max(Some(message.id));
+                }
+                Op::Step(step) => {
+                    elided.extend(step.consumed.iter().filter(|id| sent.contains(id)));
+                }
+                _ => {}
+            }
+        }
+        let tx = self.conn.transaction().map_err(failed)?;
+        for op in ops {
+            write(&tx, op, &elided).map_err(failed)?;
+            if let Op::Step(_) = op {
+                self.logged += 1;
             }
         }
         if let Some(last) = last_message {
@@ -391,6 +450,28 @@ impl Store for SqliteStore {
                 .map_err(failed)?;
         }
         tx.commit().map_err(failed)
+    }
+
+    fn tidy(&mut self, all: bool) -> StoreResult<()> {
+        if self.logged == 0 || (!all && self.logged < LOG_STEPS) {
+            return Ok(());
+        }
+        let path = self.path.display().to_string();
+        let failed = |e: rusqlite::Error| {
+            StoreError::new(format_args!(
+                "could not move the log of steps into place in the store {path}: {e}"
+            ))
+        };
+        let tx = self.conn.transaction().map_err(failed)?;
+        tx.execute_batch(
+            "INSERT INTO steps (num, seq, at, record) \
+             SELECT num, seq, at, record FROM log ORDER BY num, seq; \
+             DELETE FROM log;",
+        )
+        .map_err(failed)?;
+        tx.commit().map_err(failed)?;
+        self.logged = 0;
+        Ok(())
     }
 
     fn high_water(&mut self) -> StoreResult<(u64, u64)> {
@@ -455,7 +536,9 @@ impl Store for SqliteStore {
         let mut statement = self
             .conn
             .prepare_cached(
-                "SELECT seq, at, record FROM steps WHERE num = ?1 AND seq > ?2 ORDER BY seq",
+                "SELECT seq, at, record FROM steps WHERE num = ?1 AND seq > ?2 \
+                 UNION ALL SELECT seq, at, record FROM log WHERE num = ?1 AND seq > ?2 \
+                 ORDER BY seq",
             )
             .map_err(sql("reading a journal"))?;
         let (num, after) = (
