@@ -123,7 +123,10 @@ impl Durable {
         let mut store = store;
         // The steps a host appended before it stopped are moved into place before a recovery
         // reads them.
-        store.tidy(true).map_err(store_error)?;
+        if let Err(error) = store.tidy(true) {
+            // Reads take the log as well; a full store (or one capped) still opens.
+            tracing::warn!("{error}; the steps stay in the log for now");
+        }
         let mut reader = store.open_reader().map_err(store_error)?;
         let (_, messages) = reader.high_water().map_err(store_error)?;
         let writer = Writer::start(Box::new(store)).map_err(|e| {

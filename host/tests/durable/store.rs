@@ -50,12 +50,12 @@ fn steps_read_back_in_order_across_the_log_and_the_table_and_survive_a_reopen() 
     let path = super::common::tempdir("store-log").join("wf.db");
     let mut store = SqliteStore::open(&path, SyncMode::Normal).unwrap();
     store.commit(&[start(1), start(2), start(3)]).unwrap();
-    // 10,000 steps of 1 and 2 interleaved, a commit per 100: more than the log holds before
-    // it is moved, so some are in `steps` and the rest in the log.
+    // 40,000 steps of 1 and 2 interleaved, a commit per 200: more than the log holds before
+    // it is moved (32,768), so the first 16,400 of each are in `steps` and the rest in the log.
     let mut next = [0u64; 3];
-    for _ in 0..100 {
+    for _ in 0..200 {
         let mut batch = Vec::new();
-        for _ in 0..50 {
+        for _ in 0..100 {
             for num in [1u64, 2] {
                 next[num as usize] += 1;
                 batch.push(step(num, next[num as usize], Vec::new()));
@@ -64,11 +64,15 @@ fn steps_read_back_in_order_across_the_log_and_the_table_and_survive_a_reopen() 
         store.commit(&batch).unwrap();
         store.tidy(false).unwrap();
     }
-    let all: Vec<u64> = (1..=5_000).collect();
+    let all: Vec<u64> = (1..=20_000).collect();
     assert_eq!(seqs(&mut store, 1, 0), all);
     assert_eq!(
-        seqs(&mut store, 2, 4_990),
-        (4_991..=5_000).collect::<Vec<_>>()
+        seqs(&mut store, 2, 16_390),
+        (16_391..=20_000).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        seqs(&mut store, 2, 19_990),
+        (19_991..=20_000).collect::<Vec<_>>()
     );
     assert_eq!(seqs(&mut store, 3, 0), Vec::<u64>::new());
     let counts: Vec<u64> = store
@@ -77,21 +81,21 @@ fn steps_read_back_in_order_across_the_log_and_the_table_and_survive_a_reopen() 
         .iter()
         .map(|w| w.steps)
         .collect();
-    assert_eq!(counts, vec![5_000, 5_000, 0]);
-    assert_eq!(store.workflow("w2").unwrap().unwrap().steps, 5_000);
+    assert_eq!(counts, vec![20_000, 20_000, 0]);
+    assert_eq!(store.workflow("w2").unwrap().unwrap().steps, 20_000);
     drop(store);
     let mut store = SqliteStore::open(&path, SyncMode::Normal).unwrap();
     assert_eq!(
-        seqs(&mut store, 1, 4_000),
-        (4_001..=5_000).collect::<Vec<_>>()
+        seqs(&mut store, 1, 16_000),
+        (16_001..=20_000).collect::<Vec<_>>()
     );
     store.tidy(true).unwrap();
     assert_eq!(seqs(&mut store, 1, 0), all);
-    assert_eq!(store.workflow_by_num(1).unwrap().unwrap().steps, 5_000);
+    assert_eq!(store.workflow_by_num(1).unwrap().unwrap().steps, 20_000);
     // A step journaled twice is refused, whether the first is in the log or moved already.
-    assert!(store.commit(&[step(1, 5_000, Vec::new())]).is_err());
-    store.commit(&[step(1, 5_001, Vec::new())]).unwrap();
-    assert!(store.commit(&[step(1, 5_001, Vec::new())]).is_err());
+    assert!(store.commit(&[step(1, 20_000, Vec::new())]).is_err());
+    store.commit(&[step(1, 20_001, Vec::new())]).unwrap();
+    assert!(store.commit(&[step(1, 20_001, Vec::new())]).is_err());
 }
 
 fn waiting(store: &mut SqliteStore) -> Vec<u64> {

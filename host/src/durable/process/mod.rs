@@ -465,7 +465,13 @@ impl Process for DurableProcess {
         // too (and a failed write stops both). What leaves the journal (host calls, messages to
         // the host, results) still waits for the commit of the step that makes it, which comes
         // after every step it depends on.
-        for index in early {
+        // Only while nothing the guest yielded before it waits: its yields take effect in the
+        // order it made them (a cancel before a message, a message to the host before one to a
+        // workflow that answers it).
+        for (position, index) in early.into_iter().enumerate() {
+            if index != position {
+                break;
+            }
             hold.dispatch_now(index);
         }
     }
@@ -484,7 +490,9 @@ impl Process for DurableProcess {
         };
         // Waited for: whoever hears of the end hears of it once it is on disk, and with it the
         // steps (possibly of other workflows, whose messages it took before their commit) that
-        // led to it.
+        // led to it. Meanwhile it takes no more journaled messages (one would be written after
+        // its end, for a receiver that never takes it).
+        self.durable.ids.remove(self.pid);
         let ops = vec![Op::End {
             num: self.pid.0,
             ending,

@@ -30,14 +30,17 @@ pub enum SyncMode {
 pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
-    /// Steps appended to the log since it was last moved into `steps` (about).
-    logged: u64,
+    /// Steps appended to the log since it was last moved into `steps`, and their bytes.
+    logged: (u64, u64),
 }
 
 /// How many steps the log holds before [`Store::tidy`] moves them into `steps`: enough that a
 /// workflow's page there is written once for many of its steps, few enough that the log's index
 /// stays a few pages (each commit writes the pages it touches).
 const LOG_STEPS: u64 = 32_768;
+
+/// Or when its records have this many bytes, so that moving it is never a long stall.
+const LOG_BYTES: u64 = 32 << 20;
 
 /// Refuses a file shorter than its header says it is (cut by a failed copy, a full disk or a
 /// broken restore): SQLite would read it and fail only at the pages that are missing.
@@ -106,15 +109,19 @@ impl SqliteStore {
         let mut store = SqliteStore {
             conn,
             path,
-            logged: 0,
+            logged: (0, 0),
         };
         store.configure(sync)?;
         store.migrate()?;
-        let logged: i64 = store
+        let (steps, bytes): (i64, i64) = store
             .conn
-            .query_row("SELECT count(*) FROM log", [], |row| row.get(0))
+            .query_row(
+                "SELECT count(*), coalesce(sum(length(record)), 0) FROM log",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
             .map_err(sql("reading the store"))?;
-        store.logged = logged.max(0) as u64;
+        store.logged = (steps.max(0) as u64, bytes.max(0) as u64);
         Ok(store)
     }
 
@@ -438,10 +445,12 @@ impl Store for SqliteStore {
             }
         }
         let tx = self.conn.transaction().map_err(failed)?;
+        let mut logged = (0, 0);
         for op in ops {
             write(&tx, op, &elided).map_err(failed)?;
-            if let Op::Step(_) = op {
-                self.logged += 1;
+            if let Op::Step(step) = op {
+                logged.0 += 1;
+                logged.1 += step.record.len() as u64;
             }
         }
         if let Some(last) = last_message {
@@ -449,11 +458,15 @@ impl Store for SqliteStore {
                 .and_then(|mut s| s.execute(params![int(last)?]))
                 .map_err(failed)?;
         }
-        tx.commit().map_err(failed)
+        tx.commit().map_err(failed)?;
+        self.logged.0 += logged.0;
+        self.logged.1 += logged.1;
+        Ok(())
     }
 
     fn tidy(&mut self, all: bool) -> StoreResult<()> {
-        if self.logged == 0 || (!all && self.logged < LOG_STEPS) {
+        let (steps, bytes) = self.logged;
+        if steps == 0 || (!all && steps < LOG_STEPS && bytes < LOG_BYTES) {
             return Ok(());
         }
         let path = self.path.display().to_string();
@@ -470,7 +483,7 @@ impl Store for SqliteStore {
         )
         .map_err(failed)?;
         tx.commit().map_err(failed)?;
-        self.logged = 0;
+        self.logged = (0, 0);
         Ok(())
     }
 
