@@ -285,3 +285,42 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[test]
+fn a_resumed_workflow_does_not_print_again_what_its_replayed_steps_printed() {
+    let dir = tempdir("replay-print");
+    let store = dir.join("print.db");
+    let run = |crash_after: Option<u64>| {
+        let mut command = wfhost();
+        command.args([
+            "run",
+            PROBE,
+            "print_around_sleep",
+            "--input",
+            r#"["before the sleep", 1, "after the sleep"]"#,
+            "--store",
+            store.to_str().unwrap(),
+            "--id",
+            "printer",
+        ]);
+        if let Some(n) = crash_after {
+            command.env("WFHOST_CRASH_AFTER_COMMITS", n.to_string());
+        }
+        command.output().unwrap()
+    };
+    // Commits: the module, the start, the first step (which printed and sleeps): killed there.
+    let crashed = run(Some(3));
+    assert!(!crashed.status.success());
+    assert!(text(&crashed.stderr).contains("before the sleep"));
+    assert!(!text(&crashed.stderr).contains("after the sleep"));
+    let resumed = wfhost()
+        .args(["resume", "--store", store.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed.stderr));
+    let printed = text(&resumed.stderr);
+    assert_eq!(printed.matches("after the sleep").count(), 1, "{printed}");
+    assert_eq!(printed.matches("before the sleep").count(), 0, "{printed}");
+    assert!(text(&resumed.stdout).contains("after the sleep"));
+    let _ = std::fs::remove_dir_all(dir);
+}

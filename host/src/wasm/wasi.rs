@@ -40,6 +40,8 @@ struct Lines {
     budget: usize,
     /// Lines dropped since the budget ran out.
     dropped: usize,
+    /// Not logged: a durable workflow replaying what it logged before a restart.
+    muted: bool,
 }
 
 impl Lines {
@@ -58,7 +60,8 @@ impl Lines {
     }
 
     fn emit(&mut self) {
-        if self.budget == 0 {
+        if self.muted {
+        } else if self.budget == 0 {
             self.dropped += 1;
         } else {
             self.budget -= 1;
@@ -107,6 +110,7 @@ impl LogStream {
                 last: Vec::new(),
                 budget: LINES_PER_CALL,
                 dropped: 0,
+                muted: false,
             }),
             written: AtomicBool::new(false),
         }))
@@ -233,6 +237,12 @@ impl Logs {
     pub(crate) fn new_call(&self) {
         self.stdout.new_call();
         self.stderr.new_call();
+    }
+
+    /// Stops (or starts again) logging what the guest writes.
+    pub(crate) fn mute(&self, muted: bool) {
+        self.stdout.0.lines.lock().muted = muted;
+        self.stderr.0.lines.lock().muted = muted;
     }
 
     /// The process is done: log what is left.

@@ -250,6 +250,9 @@ impl Process for DurableProcess {
                 Some(saved) => self.init_saved(&ctx, &method, input, saved)?,
                 None => {
                     self.inner.set_reads(self.first_reads());
+                    // Its `init` ran before the restart if a step was journaled after it:
+                    // what it logs was logged then (the replay, in its first step, unmutes).
+                    self.inner.mute(!self.replay.is_empty());
                     self.inner.init(&ctx, &method, input)?;
                 }
             }

@@ -52,6 +52,7 @@ impl DurableProcess {
             Counts::add(&self.durable.counts.snapshots_ignored, 1);
             self.replay = self.whole_journal()?;
             self.inner.set_reads(self.first_reads());
+            self.inner.mute(!self.replay.is_empty());
             return self.inner.init(ctx, method, input);
         }
         Counts::add(&self.durable.counts.snapshots_restored, 1);
@@ -96,7 +97,10 @@ impl DurableProcess {
         let counts = &durable.counts;
         // One replayed step follows another at once: no hibernating in between.
         self.inner.pin(true);
+        // What it logs was logged before the restart (its `init`'s too, muted where it ran).
+        self.inner.mute(true);
         let replayed = self.replay_queued(&mut first, counts);
+        self.inner.mute(false);
         self.inner.pin(false);
         replayed
     }

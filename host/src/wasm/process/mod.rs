@@ -77,6 +77,8 @@ pub(crate) struct WasmProcess {
     ticket: Option<Arc<Ticket>>,
     /// Its stdout and stderr, from `init` on.
     logs: Option<Logs>,
+    /// What the guest writes is not logged (see [`WasmProcess::mute`]).
+    muted: bool,
     /// Time spent running its code so far, and which bound the current call's deadline is.
     cpu: Duration,
     deadline: Deadline,
@@ -100,6 +102,7 @@ impl WasmProcess {
             snapshot: None,
             ticket: None,
             logs: None,
+            muted: false,
             cpu: Duration::ZERO,
             deadline: Deadline::Step,
             scratch: Vec::new(),
@@ -123,6 +126,15 @@ impl WasmProcess {
     /// The name its module was loaded under (what its spawns without a module name run).
     pub(crate) fn module_name(&self) -> &str {
         &self.spec.module_name
+    }
+
+    /// Stops (or starts again) logging what the guest writes to stdout and stderr: a durable
+    /// workflow replaying its journal wrote it once already.
+    pub(crate) fn mute(&mut self, muted: bool) {
+        self.muted = muted;
+        if let Some(logs) = &self.logs {
+            logs.mute(muted);
+        }
     }
 
     /// How its WASI reads are answered from now on; returns how they were.
@@ -212,7 +224,12 @@ impl WasmProcess {
     /// `_initialize` (not when restoring from hibernation, whose memory has it done already).
     fn instantiate(&mut self, initialize: bool, slot: InstanceSlot) -> Result<Live, ProcessError> {
         self.refuse_if_shut_down("before it was instantiated")?;
-        let logs = self.logs.get_or_insert_with(|| Logs::new(self.pid));
+        let muted = self.muted;
+        let logs = self.logs.get_or_insert_with(|| {
+            let logs = Logs::new(self.pid);
+            logs.mute(muted);
+            logs
+        });
         let mut store = Live::store(&self.spec.compiled, logs.wasi(), &self.spec.limits);
         // Instantiation runs the module's start function: it gets the same budgets as a step.
         arm_store(

@@ -44,6 +44,17 @@ pub async fn print(_ctx: Ctx, lines: Vec<String>) -> Result<usize, Error> {
     Ok(lines.len())
 }
 
+/// Prints `first`, sleeps `millis`, prints `second`; returns both.
+pub async fn print_around_sleep(
+    ctx: Ctx,
+    (first, millis, second): (String, u64, String),
+) -> Result<(String, String), Error> {
+    println!("{first}");
+    ctx.sleep(Duration::from_millis(millis)).await?;
+    println!("{second}");
+    Ok((first, second))
+}
+
 /// Exits the whole instance with `code`.
 pub async fn exit(_ctx: Ctx, code: i32) -> Result<(), Error> {
     std::process::exit(code)
@@ -797,6 +808,7 @@ wfguest::entry_points!(
     calls,
     durable_mix,
     durable_child,
+    print_around_sleep,
     durable_activity,
     order_saga,
     tally,
