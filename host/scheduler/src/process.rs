@@ -44,8 +44,8 @@ pub trait Process: Send + 'static {
     /// dispatched or its status acted on. A durable process hands the step to its journal here
     /// and calls [`Hold::hold`]: the scheduler then keeps the yields and the status, parks the
     /// process (as for [`Readiness::NotReady`]), and acts on them only once the [`Release`] it got
-    /// is released (the step is on disk). Yields it marks with [`Hold::dispatch_now`] are
-    /// dispatched at once instead. Default: nothing held.
+    /// is released (the step is on disk). The first yields it names with
+    /// [`Hold::dispatch_first`] are dispatched at once instead. Default: nothing held.
     fn journal(&mut self, out: &StepOutput, hold: &Hold<'_>) {
         let _ = (out, hold);
     }
@@ -65,8 +65,8 @@ pub struct Hold<'a> {
     pub(crate) shared: &'a std::sync::Arc<crate::shared::Shared>,
     pub(crate) slot: &'a std::sync::Arc<crate::slot::Slot>,
     pub(crate) held: std::cell::Cell<bool>,
-    /// Indices of yields dispatched without waiting for the release.
-    pub(crate) now: std::cell::RefCell<Vec<usize>>,
+    /// How many of the first yields are dispatched without waiting for the release.
+    pub(crate) first: std::cell::Cell<usize>,
 }
 
 impl std::fmt::Debug for Hold<'_> {
@@ -92,13 +92,15 @@ impl Hold<'_> {
         }
     }
 
-    /// Dispatches the step's yield at `index` (in the output given to [`Process::journal`]) as
-    /// soon as `journal` returns, without waiting for the release, when the step is held. For
-    /// effects that stay inside the journal: a durable host delivers a message to another
-    /// journaled workflow at once, because whatever the receiver does with it is journaled after
-    /// the sender's step, so no crash can keep the one and lose the other.
-    pub fn dispatch_now(&self, index: usize) {
-        self.now.borrow_mut().push(index);
+    /// Dispatches the step's first `count` yields (in the output given to
+    /// [`Process::journal`]) as soon as `journal` returns, without waiting for the release, when
+    /// the step is held; the rest wait for it. Only a leading run of yields can go, so a step's
+    /// yields still take effect in the order it made them. For effects that stay inside the
+    /// journal: a durable host delivers a message to another journaled workflow at once,
+    /// because whatever the receiver does with it is journaled after the sender's step, so no
+    /// crash can keep the one and lose the other.
+    pub fn dispatch_first(&self, count: usize) {
+        self.first.set(count);
     }
 }
 

@@ -598,7 +598,7 @@ impl Worker {
             shared: &self.handle.shared,
             slot,
             held: std::cell::Cell::new(false),
-            now: std::cell::RefCell::new(Vec::new()),
+            first: std::cell::Cell::new(0),
         };
         let out = &self.out;
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| process.journal(out, &hold))) {
@@ -611,18 +611,11 @@ impl Worker {
         let receive = self.out.receive;
         if hold.held.get() {
             let mut yields = std::mem::take(&mut self.out.yields);
-            let mut now = hold.now.into_inner();
-            if !now.is_empty() {
-                // Those the process lets go before its release, in the order it yielded them.
-                now.sort_unstable();
-                now.dedup();
-                let (early, rest): (Vec<_>, Vec<_>) = yields
-                    .into_iter()
-                    .enumerate()
-                    .partition(|(index, _)| now.binary_search(index).is_ok());
-                yields = rest.into_iter().map(|(_, y)| y).collect();
-                let mut early = early.into_iter().map(|(_, y)| y).collect();
-                // What they complete inline is in the inbox when the release resumes it.
+            let first = hold.first.get().min(yields.len());
+            if first > 0 {
+                // Those the process lets go before its release: what they complete inline is in
+                // the inbox when the release resumes it.
+                let mut early: Vec<Yield> = yields.drain(..first).collect();
                 self.dispatch(slot, &**process, &mut early)?;
             }
             // The rest is acted on when released, at a later turn (`resume_held`).

@@ -235,7 +235,7 @@ fn yields_marked_to_go_now_are_dispatched_before_the_release_and_the_rest_after(
                 return;
             }
             self.holds.send(hold.hold()).unwrap();
-            hold.dispatch_now(0);
+            hold.dispatch_first(1);
         }
     }
     let scheduler = Scheduler::builder().workers(2).build().unwrap();

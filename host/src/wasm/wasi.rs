@@ -61,6 +61,7 @@ impl Lines {
 
     fn emit(&mut self) {
         if self.muted {
+            // Logged before, by the run this one replays.
         } else if self.budget == 0 {
             self.dropped += 1;
         } else {

@@ -339,8 +339,9 @@ impl Process for DurableProcess {
         };
         self.note_reads(&record.reads);
         let mut ops = Vec::new();
-        // Messages to journaled workflows go before this step is on disk (see `journal`'s end).
-        let mut early = Vec::new();
+        // The leading yields that are messages to journaled workflows go before this step is on
+        // disk (see `journal`'s end).
+        let mut early = 0;
         let own = self.inner.module_name().to_string();
         for (index, y) in record.output.yields.iter().enumerate() {
             // A yield the process may not make is refused at dispatch, the same way every time:
@@ -363,7 +364,9 @@ impl Process for DurableProcess {
                     }));
                     record.sent.push((y.tag, number));
                     self.durable.sent.lock().insert((self.pid, y.tag), number);
-                    early.push(rearmed + index);
+                    if rearmed == 0 && index == early {
+                        early += 1;
+                    }
                 }
                 Command::Spawn(spawn) => {
                     let Some(scheduler) = self.durable.scheduler() else {
@@ -471,12 +474,7 @@ impl Process for DurableProcess {
         // Only while nothing the guest yielded before it waits: its yields take effect in the
         // order it made them (a cancel before a message, a message to the host before one to a
         // workflow that answers it).
-        for (position, index) in early.into_iter().enumerate() {
-            if index != position {
-                break;
-            }
-            hold.dispatch_now(index);
-        }
+        hold.dispatch_first(early);
     }
 
     fn end(&mut self, result: &ProcessResult) {
