@@ -4,7 +4,8 @@
 //! Each workload runs `WFHOST_BENCH_ROUNDS` (default 5) times on each side, alternating; the line it
 //! prints gives both medians and ends in `ratio=<wfhost throughput / tokio throughput>`. The
 //! spawn-idle workload runs each round in a fresh child process, so that resident memory per
-//! process is measured from a clean heap.
+//! process is measured from a clean heap. `--cores 2,4,8,16` runs everything once per core count,
+//! in a child pinned to that many cores, each line prefixed with `cores=N`.
 
 mod common;
 
@@ -29,6 +30,9 @@ use common::{alternate, decode, median, pc, resident_bytes, send, time};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if common::cores::per_core_count(&args) {
+        return;
+    }
     if let [flag, engine, ..] = args.as_slice() {
         if flag == "--spawn-idle-child" {
             let (rate, kib) = match engine.as_str() {

@@ -13,6 +13,9 @@
 //!   processes on the same scheduler.
 //! - `skynet`: a 10-ary tree of wasm processes with 100,000 leaves; floor: the same tree of native
 //!   processes.
+//! - `churn`: steady-state spawn and exit: 200,000 processes that answer at once, spawned from
+//!   outside in batches of 1,000 (each batch waited for before the next), so the live set stays
+//!   small and every instance slot is reused. Per spawn: the rate and what it cost the OS.
 //! - `idle`: `WFHOST_BENCH_IDLE` (default 100,000) wasm processes blocked in `recv()`: spawn rate,
 //!   resident memory per process, how many are hibernated, then the time to message all of them
 //!   and see all finish. Once per hibernation policy, each in a fresh child process (clean heap).
@@ -20,16 +23,23 @@
 //!   p99 of how late they woke, by the host's clock. In a fresh child process.
 //!
 //! `WFHOST_BENCH_ROUNDS` (default 5) sets the rounds of the alternating workloads; figures are
-//! medians. `WFHOST_BENCH_POOLING=<slots>` runs idle and timers with the pooling allocator;
+//! medians. `WFHOST_BENCH_ALLOCATOR=on-demand` maps each instance's memory on demand instead of
+//! reusing pooled slots, `=page-scan` resets pooled slots in place; `WFHOST_BENCH_POOLING=<slots>` runs idle and timers with that many slots;
 //! `WFHOST_BENCH_DEBUG=1` also prints the timers' lateness at every 5th percentile.
 //! `--child <idle|timers> <off|when-full|always>` (and `--child idle raw`) runs one round in this
-//! process.
+//! process. `--cores 1,2,4` runs everything once per core count, pinned (`common/cores.rs`).
+//!
+//! The idle and skynet lines end with what the work cost the operating system per spawn (or per
+//! process): minor page faults, voluntary and involuntary context switches, TLB-shootdown
+//! interrupts, and system and user time (`common/usage.rs`). The system calls behind them:
+//! `strace -c -f <bench binary> skynet` (BENCHMARKS.md).
 
 mod common;
 
 use std::process::Command as OsCommand;
 use std::time::{Duration, Instant};
 
+use common::usage::Usage;
 use common::{alternate, env_count as count, median, proportional_bytes, resident_bytes};
 use wfhost::__bench::Harness;
 use wfhost::contract::{Event, Payload, Pid, StepOutput};
@@ -46,6 +56,9 @@ const PATIENCE: Duration = Duration::from_secs(600);
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if common::cores::per_core_count(&args) {
+        return;
+    }
     if let [flag, workload, policy, ..] = args.as_slice() {
         if flag == "--child" {
             if policy == "raw" {
@@ -75,6 +88,9 @@ fn main() {
     }
     if wanted("skynet") {
         skynet(rounds, workers);
+    }
+    if wanted("churn") {
+        churn(rounds);
     }
     if wanted("idle") {
         for policy in ["off", "raw", "when-full", "always"] {
@@ -186,7 +202,7 @@ fn ring(rounds: usize, workers: usize) {
     let (ours, native) = alternate(
         rounds,
         || {
-            let host = Host::builder().build().expect("host");
+            let host = builder().build().expect("host");
             host.load_module("ring", RING).expect("ring module");
             // Postcard input, so the members speak postcard to one another.
             let plan = (RING_MEMBERS as u32, RING_HOPS);
@@ -219,12 +235,15 @@ fn ring(rounds: usize, workers: usize) {
 }
 
 fn skynet(rounds: usize, workers: usize) {
+    let processes = (SKYNET_LEAVES * 10 - 1) / 9;
     let mut hibernations = Vec::new();
+    let mut usage = Vec::new();
     let (ours, native) = alternate(
         rounds,
         || {
-            let host = Host::builder().build().expect("host");
+            let host = builder().build().expect("host");
             host.load_module("tiny", TINY).expect("tiny module");
+            let before = Usage::now();
             let seconds = common::time(|| {
                 let sum: u64 = host
                     .spawn(
@@ -239,20 +258,79 @@ fn skynet(rounds: usize, workers: usize) {
                     .expect("a sum");
                 assert_eq!(sum, SKYNET_LEAVES * (SKYNET_LEAVES - 1) / 2);
             });
+            usage.push((seconds, Usage::now().since(&before, processes)));
             hibernations.push(host.residency().hibernations as f64);
             host.shutdown(Duration::from_secs(10));
             seconds
         },
         || common::time(|| common::native_skynet(workers, SKYNET_LEAVES)),
     );
-    let processes = (SKYNET_LEAVES * 10 - 1) / 9;
+    // The counts of the median round.
+    usage.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let counts = usage.get(usage.len() / 2).map_or("", |(_, c)| c.as_str());
     println!(
         "skynet: {ours:.2} s for {processes} wasm processes ({:.0} procs/s, {:.0} hibernations)  \
-         floor={native:.3} s (native processes)  ratio={:.3}",
+         floor={native:.3} s (native processes)  ratio={:.3}  per process: {counts}",
         processes as f64 / ours,
         median(hibernations),
         native / ours
     );
+}
+
+fn churn(rounds: usize) {
+    const SPAWNS: u64 = 200_000;
+    const BATCH: u64 = 1_000;
+    let mut runs = Vec::new();
+    for _ in 0..rounds {
+        let host = builder().build().expect("host");
+        host.load_module("tiny", TINY).expect("tiny module");
+        let leaf = |n: u64| {
+            host.spawn(
+                "tiny",
+                "skynet",
+                Payload::to_postcard(&(n, 1u64)).expect("encodes"),
+            )
+            .expect("spawns")
+        };
+        // One batch first, so that the slots are touched before counting.
+        for run in (0..BATCH).map(leaf).collect::<Vec<_>>() {
+            run.wait().expect("answers");
+        }
+        let before = Usage::now();
+        let seconds = common::time(|| {
+            for batch in 0..SPAWNS / BATCH {
+                let first = batch * BATCH;
+                let batch: Vec<_> = (first..first + BATCH).map(leaf).collect();
+                for (n, run) in (first..).zip(batch) {
+                    let answer: u64 = run.wait().expect("answers").decode().expect("a number");
+                    assert_eq!(answer, n);
+                }
+            }
+        });
+        runs.push((seconds, Usage::now().since(&before, SPAWNS)));
+        host.shutdown(Duration::from_secs(10));
+    }
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (seconds, counts) = &runs[runs.len() / 2];
+    println!(
+        "churn: {:.0} spawns/s (spawn, first step, answer, exit; {SPAWNS} processes, {BATCH} at a \
+         time)  per spawn: {counts}",
+        SPAWNS as f64 / seconds
+    );
+}
+
+/// A host builder as the bench configures it: `WFHOST_BENCH_ALLOCATOR=on-demand` maps each
+/// instance's memory on demand instead of reusing pooled slots (the default), and `page-scan`
+/// resets pooled slots in place (`HostBuilder::page_scan_reset`), for comparison.
+fn builder() -> wfhost::HostBuilder {
+    match std::env::var("WFHOST_BENCH_ALLOCATOR").as_deref() {
+        Ok("on-demand") => Host::builder().on_demand(),
+        Ok("pooled") | Err(_) => Host::builder(),
+        Ok("page-scan") => Host::builder().page_scan_reset(true),
+        Ok(other) => {
+            panic!("WFHOST_BENCH_ALLOCATOR is on-demand, pooled or page-scan, not {other}")
+        }
+    }
 }
 
 /// Waits until the host has taken `steps` steps in all.
@@ -273,7 +351,7 @@ fn policy_name(hibernation: Hibernation) -> &'static str {
 }
 
 fn idle(n: usize, hibernation: Hibernation) {
-    let mut builder = Host::builder().hibernation(hibernation);
+    let mut builder = builder().hibernation(hibernation);
     if let Ok(slots) = std::env::var("WFHOST_BENCH_POOLING") {
         builder = builder.pooling(slots.parse().expect("a number of slots"));
     }
@@ -302,12 +380,14 @@ fn idle(n: usize, hibernation: Hibernation) {
     let steps = host.counters().steps;
     let base = resident_bytes();
     let base_pss = proportional_bytes();
+    let before = Usage::now();
     let start = Instant::now();
     let runs: Vec<_> = (0..n)
         .map(|_| host.spawn("tiny", "wait", wait.clone()).expect("spawns"))
         .collect();
     until_steps(&host, steps + n as u64);
     let spawn_seconds = start.elapsed().as_secs_f64();
+    let counts = Usage::now().since(&before, n as u64);
     let resident = resident_bytes() - base;
     let proportional = proportional_bytes() - base_pss;
     let residency = host.residency();
@@ -332,7 +412,7 @@ fn idle(n: usize, hibernation: Hibernation) {
     println!(
         "{name}: {n} processes  {:.0} spawns/s  {:.1} KiB resident/proc ({:.2} GiB; proportional \
          {:.1} KiB/proc)  {} live instances  {} hibernated ({:.1} KiB saved each)  \
-         message all and finish: {:.2} s",
+         message all and finish: {:.2} s  per spawn: {counts}",
         n as f64 / spawn_seconds,
         resident / n as f64 / 1024.0,
         resident / (1u64 << 30) as f64,
@@ -383,7 +463,7 @@ fn idle_raw(n: usize) {
 
 fn timers(n: usize, hibernation: Hibernation) {
     const MILLIS: u64 = 10;
-    let mut builder = Host::builder().hibernation(hibernation);
+    let mut builder = builder().hibernation(hibernation);
     if let Ok(slots) = std::env::var("WFHOST_BENCH_POOLING") {
         builder = builder.pooling(slots.parse().expect("a number of slots"));
     }

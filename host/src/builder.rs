@@ -9,7 +9,7 @@ use std::time::Duration;
 use wfcontract::{CommandKind, Payload};
 use wfhost_scheduler::{Scheduler, DEFAULT_BUDGET};
 
-use crate::capacity::{Capacity, MemoryImages};
+use crate::capacity::{Capacity, MemoryImages, Slots};
 use crate::durable::snapshot::Snapshots;
 use crate::durable::store::{SqliteStore, SyncMode};
 use crate::durable::{store_error, Durable, DurableJoin, DurableSend, Ids};
@@ -47,6 +47,8 @@ pub struct HostBuilder {
     workers: Option<usize>,
     budget: usize,
     pooling: Option<u32>,
+    on_demand: bool,
+    page_scan_reset: bool,
     limits: Limits,
     cancel_grace: Option<Duration>,
     functions: HashMap<String, HostFunction>,
@@ -78,6 +80,8 @@ impl std::fmt::Debug for HostBuilder {
             .field("workers", &self.workers)
             .field("budget", &self.budget)
             .field("pooling", &self.pooling)
+            .field("on_demand", &self.on_demand)
+            .field("page_scan_reset", &self.page_scan_reset)
             .field("limits", &self.limits)
             .field("cancel_grace", &self.cancel_grace)
             .field("functions", &functions)
@@ -109,6 +113,8 @@ impl Default for HostBuilder {
             workers: None,
             budget: DEFAULT_BUDGET,
             pooling: None,
+            on_demand: false,
+            page_scan_reset: false,
             limits: Limits::default(),
             cancel_grace: Some(DEFAULT_CANCEL_GRACE),
             functions: HashMap::new(),
@@ -147,11 +153,37 @@ impl HostBuilder {
         self
     }
 
-    /// Pre-allocates `instances` instance slots with wasmtime's pooling allocator: instantiation
-    /// gets cheaper, and at most that many processes can be live at once. Use it when many
-    /// processes are expected. Default: off (memory is allocated per instance on demand).
+    /// Pre-allocates `instances` instance slots with wasmtime's pooling allocator, and lets at
+    /// most that many processes be live at once. Default: as many slots as the host's
+    /// [capacity](Host::capacity) has live instances, when its memories are compact (the default
+    /// `max_processes` makes them so); see [`HostBuilder::on_demand`].
     pub fn pooling(mut self, instances: u32) -> HostBuilder {
         self.pooling = Some(instances);
+        self.on_demand = false;
+        self
+    }
+
+    /// Maps each instance's memory when it is created and unmaps it when it goes, instead of
+    /// reusing pooled slots (the default with compact memories). A pooled slot's memory is given
+    /// back to the OS in batches when its instance goes, with no `munmap` or `mprotect`; on
+    /// demand costs a `mmap` and a `munmap` for each instance.
+    pub fn on_demand(mut self) -> HostBuilder {
+        self.on_demand = true;
+        self.pooling = None;
+        self
+    }
+
+    /// Resets a pooled slot in place when its instance goes: the pages it wrote (up to 1 MiB) are
+    /// found with the kernel's page-map scan (Linux 6.7 and later; ignored elsewhere) and set back
+    /// to the module's image, so that the slot's next instance makes no system call on its
+    /// memory and faults in no page. Spawning is several times faster, and scales with cores.
+    /// Default: off, because of the caveat in SECURITY.md ("Reused memory"): wasmtime's scan
+    /// skips a written page that is swapped out, or being migrated, at that moment, so the next
+    /// process in the slot could read it. Turn it on where processes do not need to be kept from
+    /// one another's data, or where the host has no swap and memory is not compacted or
+    /// migrated (no NUMA balancing).
+    pub fn page_scan_reset(mut self, on: bool) -> HostBuilder {
+        self.page_scan_reset = on;
         self
     }
 
@@ -400,9 +432,14 @@ impl HostBuilder {
         let workers = self.workers.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
         });
-        let capacity = Capacity::plan(
+        let slots = match (self.pooling, self.on_demand) {
+            (Some(slots), _) => Slots::Pooled(slots),
+            (None, true) => Slots::OnDemand,
+            (None, false) => Slots::Auto,
+        };
+        let mut capacity = Capacity::plan(
             self.max_processes,
-            self.pooling,
+            slots,
             self.memory_images,
             self.hibernation,
             self.limits.max_memories,
@@ -413,23 +450,51 @@ impl HostBuilder {
         // A running process gives its instance back within a step time limit when it
         // hibernates; twice that without one given back means none will be.
         let stall = self.limits.step_time_limit.saturating_mul(2);
-        let instances = Instances::new(
-            capacity.instances,
-            workers,
-            capacity.hibernation,
-            capacity.instance_refusal(),
-            stall,
-        );
+        let planned = capacity;
+        let instances = move || {
+            Instances::new(
+                planned.instances,
+                workers,
+                planned.hibernation,
+                planned.instance_refusal(),
+                stall,
+            )
+        };
+        // Pooled: one slot per live instance, unless told how many.
+        let pooling = match slots {
+            Slots::Pooled(slots) => Some(slots),
+            _ if capacity.pooled => Some(u32::try_from(capacity.instances).unwrap_or(u32::MAX)),
+            _ => None,
+        };
         let settings = EngineSettings {
-            pooling: self.pooling,
+            pooling,
             copy_on_write: capacity.copy_on_write,
             compact: capacity.compact_memories,
             cache_dir: self.module_cache,
+            page_scan: self.page_scan_reset,
         };
         // A step of the host's limits may yield its most commands with no room to spare.
         let waiting_completions = wfhost_scheduler::DEFAULT_MAX_WAITING_COMPLETIONS
             .max(self.limits.max_yields_per_step.saturating_mul(4));
-        let wasm = Arc::new(WasmRuntime::new(self.limits, settings, instances)?);
+        let wasm = match WasmRuntime::new(self.limits.clone(), settings.clone(), instances()) {
+            // The pool reserves its slots up front; where the OS refuses that (strict
+            // overcommit, an address-space limit), a host that did not ask for slots maps
+            // memory on demand instead.
+            Err(e) if slots == Slots::Auto && settings.pooling.is_some() => {
+                tracing::warn!(
+                    "could not reserve {} pooled instance slots ({e}); mapping memory on demand",
+                    capacity.instances
+                );
+                capacity.pooled = false;
+                let settings = EngineSettings {
+                    pooling: None,
+                    ..settings
+                };
+                WasmRuntime::new(self.limits, settings, instances())?
+            }
+            runtime => runtime?,
+        };
+        let wasm = Arc::new(wasm);
         let modules = Arc::new(Modules::default());
         let ids = Arc::new(Ids::default());
         let durable = match &self.store {

@@ -21,6 +21,20 @@ const MAPS_PER_PROCESS_COPY: usize = 2;
 const MAPS_PER_PROCESS_COW: usize = 4;
 /// Mappings kept back for the host itself: thread stacks, compiled modules, the allocator.
 const MAPS_RESERVED: usize = 4_096;
+/// Mappings the pooling allocator takes whatever its slots: its pool of 1,000 execution stacks
+/// (for async calls, which the host makes none of), each with a guard page.
+const MAPS_POOL: usize = 2_048;
+
+/// How instances get their memory, as the builder was told.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Slots {
+    /// Pooled slots, one per live instance, when memories are compact; on demand otherwise.
+    Auto,
+    /// Mapped per instance (`HostBuilder::on_demand`).
+    OnDemand,
+    /// This many pooled slots (`HostBuilder::pooling`).
+    Pooled(u32),
+}
 
 /// Address space wasmtime reserves per memory by default (4 GiB, with a 32 MiB guard before and
 /// after), which lets it leave out bounds checks.
@@ -91,6 +105,10 @@ pub struct Capacity {
     /// paid for with a bounds check on each memory access (a step of a small guest takes about a
     /// quarter longer).
     pub compact_memories: bool,
+    /// Whether instances take pooled slots (wasmtime's pooling allocator, one slot per live
+    /// instance, reused with its pages resident) rather than memory mapped on demand: the default
+    /// with compact memories.
+    pub pooled: bool,
 }
 
 impl Capacity {
@@ -99,7 +117,7 @@ impl Capacity {
     /// process already has, when there is such a limit (Linux).
     pub(crate) fn plan(
         max_processes: Option<usize>,
-        pooling: Option<u32>,
+        slots: Slots,
         images: MemoryImages,
         hibernation: Hibernation,
         memories: usize,
@@ -107,6 +125,10 @@ impl Capacity {
         os: Option<(usize, usize)>,
     ) -> Capacity {
         let memories = memories.max(1);
+        let pooling = match slots {
+            Slots::Pooled(slots) => Some(slots),
+            _ => None,
+        };
         let mut bound = match (max_processes, pooling) {
             (Some(max), Some(slots)) if (slots as usize) < max => {
                 (slots as usize, CapacityLimit::Pooling)
@@ -133,6 +155,7 @@ impl Capacity {
             },
         );
         let mut copy_on_write = images != MemoryImages::Copy;
+        let mut by_maps = None;
         if let Some((max_map_count, mapped)) = os {
             let room = max_map_count.saturating_sub(mapped + MAPS_RESERVED);
             copy_on_write = match images {
@@ -146,23 +169,30 @@ impl Capacity {
                 } else {
                     MAPS_PER_PROCESS_COPY
                 };
+            let limit = CapacityLimit::MapCount {
+                max_map_count,
+                per_process,
+            };
+            tighten(&mut bound, room / per_process, limit);
+            by_maps = Some((room, per_process, limit));
+        }
+        let full = FULL_RESERVATION.saturating_mul(memories as u64);
+        // Pooling reserves every slot up front, whether or not the slots are ever used.
+        let reserved = pooling.map_or(bound.0, |slots| slots as usize);
+        let compact_memories = (reserved as u64).saturating_mul(full) > ADDRESS_SPACE_FOR_FULL;
+        let pooled = match slots {
+            Slots::Auto => compact_memories,
+            Slots::OnDemand => false,
+            Slots::Pooled(_) => true,
+        };
+        if let (true, Some((room, per_process, limit))) = (pooled, by_maps) {
             tighten(
                 &mut bound,
-                room / per_process,
-                CapacityLimit::MapCount {
-                    max_map_count,
-                    per_process,
-                },
+                room.saturating_sub(MAPS_POOL) / per_process,
+                limit,
             );
         }
         let instances = bound.0;
-        let full = FULL_RESERVATION.saturating_mul(memories as u64);
-        // Pooling reserves every slot up front, whether or not the slots are ever used.
-        let reserved = match pooling {
-            Some(slots) => slots as usize,
-            None => instances,
-        };
-        let compact_memories = (reserved as u64).saturating_mul(full) > ADDRESS_SPACE_FOR_FULL;
         let (processes, limited_by) = match hibernation {
             Hibernation::Off => bound,
             _ => (
@@ -178,6 +208,7 @@ impl Capacity {
             hibernation,
             copy_on_write,
             compact_memories,
+            pooled,
         }
     }
 
@@ -265,6 +296,11 @@ impl fmt::Display for Capacity {
             (true, true) => "copy-on-write memory images, compact memory reservations",
             (false, true) => "copied memory images, compact memory reservations",
         };
+        let images = if self.pooled {
+            format!("{images}, pooled instance slots")
+        } else {
+            images.to_string()
+        };
         if self.hibernation != Hibernation::Off {
             let policy = match self.hibernation {
                 Hibernation::Always => "after every step",
@@ -320,7 +356,8 @@ mod tests {
         images: MemoryImages,
         os: Option<(usize, usize)>,
     ) -> Capacity {
-        Capacity::plan(max, pooling, images, Hibernation::Off, 1, MIB_64, os)
+        let slots = pooling.map_or(Slots::OnDemand, Slots::Pooled);
+        Capacity::plan(max, slots, images, Hibernation::Off, 1, MIB_64, os)
     }
 
     #[test]
@@ -345,7 +382,7 @@ mod tests {
         // Two memories per process cost twice the mappings.
         let two = Capacity::plan(
             Some(1_000_000),
-            None,
+            Slots::OnDemand,
             MemoryImages::Auto,
             Hibernation::Off,
             2,
@@ -391,7 +428,7 @@ mod tests {
     fn the_address_space_bounds_processes_with_large_memories() {
         let big = Capacity::plan(
             None,
-            None,
+            Slots::OnDemand,
             MemoryImages::Auto,
             Hibernation::Off,
             1,
@@ -413,7 +450,7 @@ mod tests {
     fn with_hibernation_the_process_limit_bounds_processes_and_the_os_bounds_instances() {
         let capacity = Capacity::plan(
             Some(1_000_000),
-            None,
+            Slots::OnDemand,
             MemoryImages::Auto,
             Hibernation::WhenFull,
             1,
@@ -431,5 +468,31 @@ mod tests {
         assert!(capacity.to_string().contains("hibernating"));
         let off = plan(Some(1_000_000), None, MemoryImages::Auto, DEFAULT_OS);
         assert_eq!(off.processes, off.instances);
+    }
+
+    #[test]
+    fn compact_memories_are_pooled_unless_on_demand_is_asked_for() {
+        let auto = |max, os| {
+            Capacity::plan(
+                Some(max),
+                Slots::Auto,
+                MemoryImages::Auto,
+                Hibernation::Off,
+                1,
+                MIB_64,
+                os,
+            )
+        };
+        let pooled = auto(1_000_000, DEFAULT_OS);
+        assert!(pooled.pooled && pooled.compact_memories);
+        // The pool's stacks take their mappings from the room the processes have.
+        assert_eq!(pooled.instances, (65_530 - 100 - 4_096 - MAPS_POOL) / 2);
+        assert!(pooled.to_string().contains("pooled instance slots"));
+        let elsewhere = auto(1_000_000, None);
+        assert!(elsewhere.pooled);
+        // Full reservations would not fit in the address space as slots: on demand.
+        let small = auto(1_000, DEFAULT_OS);
+        assert!(!small.pooled && !small.compact_memories);
+        assert!(!plan(Some(1_000_000), None, MemoryImages::Auto, DEFAULT_OS).pooled);
     }
 }

@@ -205,7 +205,13 @@ impl Host {
     /// compiled modules, buffers. The counts move as processes run; read them when the host is
     /// quiet for exact figures.
     pub fn residency(&self) -> Residency {
-        self.inner.wasm.instances.residency()
+        let mut residency = self.inner.wasm.instances.residency();
+        if let Some(pool) = self.inner.wasm.engine.pooling_allocator_metrics() {
+            residency.pooled_idle_slots = pool.unused_warm_memories();
+            residency.pooled_resident_bytes =
+                pool.unused_memory_bytes_resident() + pool.unused_table_bytes_resident();
+        }
+        residency
     }
 
     /// Sends `message` to process `pid`, from the host ([`Pid::HOST`]). It waits in the

@@ -318,3 +318,78 @@ fn a_hibernated_process_keeps_no_input_buffer() {
     assert_eq!(result.decode::<String>().unwrap(), "cleaned up");
     host.shutdown(Duration::from_secs(1));
 }
+
+/// Reads what the last instance in its slot left. `init` checks that its memory is one page, grows
+/// it to four and checks that all four hold zeros past its input (a divide-by-zero trap if not),
+/// then writes 0xAA over all of them: a secret the next process must not see. Its step traps with
+/// `unreachable`, ending the process.
+const SNOOP: &str = r#"
+(module
+  (memory (export "memory") 1)
+  (data (i32.const 0) "\00")
+  (func $leaked (i32.div_u (i32.const 1) (i32.const 0)) drop)
+  (func (export "wfhost_reserve") (param i32) (result i32) i32.const 1024)
+  (func (export "wfhost_init") (param i32) (result i64)
+    (local $at i32)
+    (if (i32.ne (memory.size) (i32.const 1)) (then (call $leaked)))
+    (drop (memory.grow (i32.const 3)))
+    ;; Past the input the host wrote at 1024 (none here): all zeros, the grown pages included.
+    (local.set $at (i32.const 2048))
+    (loop $scan
+      (if (i32.load8_u (local.get $at)) (then (call $leaked)))
+      (local.set $at (i32.add (local.get $at) (i32.const 1)))
+      (br_if $scan (i32.lt_u (local.get $at) (i32.const 262144))))
+    (memory.fill (i32.const 1) (i32.const 0xAA) (i32.const 262143))
+    ;; The init answer, Ok(()): one zero byte at address 0.
+    (i32.store8 (i32.const 0) (i32.const 0))
+    i64.const 1)
+  (func (export "wfhost_step") (param i32) (result i64) unreachable)
+  (func (export "wfhost_panic_message") (result i64) i64.const 0)
+  (@custom "wfhost-manifest" "wfhost-abi 2\nentry go\n"))
+"#;
+
+/// 300 processes one after another on one worker, each checking it starts pristine.
+fn each_process_starts_pristine(host: Host) {
+    assert!(host.capacity().pooled, "{}", host.capacity());
+    host.load_module_bytes("snoop", &wat::parse_str(SNOOP).unwrap())
+        .unwrap();
+    for i in 0..300 {
+        let error = host
+            .spawn("snoop", "go", Payload::empty())
+            .unwrap()
+            .wait_timeout(PATIENCE)
+            .expect("finished")
+            .expect_err("its step traps");
+        assert!(
+            error.to_string().contains("unreachable"),
+            "process {i} did not start pristine: {error}"
+        );
+    }
+    // The slots were reused: far fewer than the processes. The host keeps up to 16 of the
+    // module's instances warm, each in a slot of its own, and without the page scan a slot
+    // given back waits for a batch of up to 64 to be decommitted before it is reused.
+    let residency = host.residency();
+    assert!(
+        (1..=16 + 64 + 1).contains(&residency.pooled_idle_slots),
+        "{residency:?}"
+    );
+    host.shutdown(PATIENCE);
+}
+
+/// Pooled instance slots (the default) are reused: what one process wrote, and the memory it
+/// grew, never reach the next process in its slot.
+#[test]
+fn a_pooled_slot_keeps_nothing_of_its_last_process() {
+    each_process_starts_pristine(Host::builder().workers(1).build().unwrap());
+}
+
+/// The same with slots reset in place, found by the page-map scan.
+#[test]
+fn a_slot_reset_in_place_keeps_nothing_of_its_last_process() {
+    let host = Host::builder()
+        .workers(1)
+        .page_scan_reset(true)
+        .build()
+        .unwrap();
+    each_process_starts_pristine(host);
+}

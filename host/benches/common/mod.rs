@@ -4,6 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+pub mod cores;
+pub mod usage;
+
 use crossbeam_channel::{unbounded, Sender};
 use wfhost::contract::{Command, EventKind, Payload, Pid, SendRequest, SpawnRequest, Status, Tag};
 use wfhost_scheduler::{
@@ -11,13 +14,17 @@ use wfhost_scheduler::{
 };
 
 /// Whether a workload was asked for: those named on the command line (`cargo bench ... -- ring
-/// skynet`), or all when none is.
+/// skynet`), or all when none is. A flag's value (`--cores 2,4`) names no workload.
 pub fn wanted(args: &[String]) -> impl Fn(&str) -> bool + '_ {
-    let selected: Vec<&str> = args
-        .iter()
-        .map(String::as_str)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
+    let mut selected: Vec<&str> = Vec::new();
+    let mut after_flag = false;
+    for arg in args {
+        if arg.starts_with('-') {
+            after_flag = arg == "--cores";
+        } else if !std::mem::take(&mut after_flag) {
+            selected.push(arg);
+        }
+    }
     move |name| selected.is_empty() || selected.contains(&name)
 }
 

@@ -53,7 +53,9 @@ impl Harness {
     pub fn like_host(bytes: &[u8], capacity: &crate::Capacity) -> Result<Harness> {
         Harness::configured(
             bytes,
-            None,
+            capacity
+                .pooled
+                .then(|| u32::try_from(capacity.instances).unwrap_or(u32::MAX)),
             Limits::default(),
             capacity.copy_on_write,
             capacity.compact_memories,
@@ -79,6 +81,7 @@ impl Harness {
             copy_on_write,
             compact,
             cache_dir: None,
+            page_scan: std::env::var_os("WFHOST_BENCH_PAGE_SCAN").is_some(),
         };
         let wasm = Arc::new(WasmRuntime::new(limits, settings, instances)?);
         let compiled = wasm.compile(bytes)?;

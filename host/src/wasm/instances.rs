@@ -53,6 +53,13 @@ pub struct Residency {
     pub hibernations: u64,
     /// Restores from hibernation since the host started.
     pub restores: u64,
+    /// Pooled memory slots (one per instance with one memory) that held an instance and hold
+    /// none now, kept for the next instance (see
+    /// [`HostBuilder::page_scan_reset`](crate::HostBuilder::page_scan_reset)). 0 when memory is
+    /// allocated on demand.
+    pub pooled_idle_slots: u32,
+    /// Bytes of memory and tables those idle slots keep resident.
+    pub pooled_resident_bytes: usize,
 }
 
 /// A ticket's states.
@@ -411,6 +418,8 @@ impl Instances {
             buffer_bytes: self.buffer_bytes.load(Ordering::Relaxed),
             hibernations: self.hibernations.load(Ordering::Relaxed),
             restores: self.restores.load(Ordering::Relaxed),
+            pooled_idle_slots: 0,
+            pooled_resident_bytes: 0,
         }
     }
 }

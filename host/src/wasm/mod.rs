@@ -81,6 +81,49 @@ pub(crate) struct GuestState {
     pub(crate) reads: reads::ReadState,
 }
 
+/// Bytes of a pooled slot's linear memory kept resident when its instance goes, with the page
+/// scan ([`HostBuilder::page_scan_reset`](crate::HostBuilder::page_scan_reset)): the pages the
+/// instance wrote, up to this many, are set back to the module's image in place, so the next
+/// instance in the slot faults none of them in.
+const MEMORY_KEEP_RESIDENT: usize = 1 << 20;
+/// Bytes of a pooled slot's tables kept resident, zeroed in place when its instance goes (all of
+/// a small table; with the page scan, the pages written).
+const TABLE_KEEP_RESIDENT: usize = 64 << 10;
+
+/// The pooling allocator's settings for `instances` slots within `limits`; `page_scan`: reset
+/// memory in place, finding the pages written with the kernel's page-map scan.
+fn pooling(instances: u32, limits: &Limits, page_scan: bool) -> PoolingAllocationConfig {
+    let mut pool = PoolingAllocationConfig::default();
+    let memories = u32::try_from(limits.max_memories).unwrap_or(u32::MAX);
+    let tables = u32::try_from(limits.max_tables).unwrap_or(u32::MAX);
+    pool.total_core_instances(instances)
+        .total_memories(instances.saturating_mul(memories))
+        .total_tables(instances.saturating_mul(tables))
+        .max_memories_per_module(memories)
+        .max_tables_per_module(tables)
+        .max_memory_size(limits.max_memory_bytes)
+        .table_elements(limits.max_table_elements)
+        // An instance's own state (its vmctx) grows with the module: do not refuse a module that
+        // would load on demand.
+        .max_core_instance_size(limits.max_module_bytes.saturating_mul(4).max(1 << 20))
+        // Reuse a slot another instance left before taking one never used: its pages are
+        // already faulted in, and fewer slots hold resident pages.
+        .max_unused_warm_slots(0);
+    if page_scan && PoolingAllocationConfig::is_pagemap_scan_available() {
+        pool.linear_memory_keep_resident(MEMORY_KEEP_RESIDENT)
+            .table_keep_resident(TABLE_KEEP_RESIDENT)
+            .pagemap_scan(wasmtime::Enabled::Yes);
+    } else {
+        // Without the scan, keeping memory resident would rewrite the first bytes of every slot
+        // whether touched or not (a Rust guest's stack lies there, mostly untouched): give the
+        // pages back instead, in batches (of at most 1/256 of the slots, which wait in the batch
+        // meanwhile). A table's first page is zeroed in place.
+        let batch = (instances as usize / 256).clamp(1, 64);
+        pool.table_keep_resident(4096).decommit_batch_size(batch);
+    }
+    pool
+}
+
 /// The engine, linker and module cache a host shares among its processes.
 pub(crate) struct WasmRuntime {
     pub(crate) engine: Engine,
@@ -115,6 +158,9 @@ pub(crate) struct EngineSettings {
     pub(crate) compact: bool,
     /// Where compiled modules are kept between runs; `None`: nowhere.
     pub(crate) cache_dir: Option<PathBuf>,
+    /// Reset pooled slots in place, finding the pages written with the kernel's page-map scan
+    /// (see [`HostBuilder::page_scan_reset`](crate::HostBuilder::page_scan_reset)).
+    pub(crate) page_scan: bool,
 }
 
 impl WasmRuntime {
@@ -152,17 +198,11 @@ impl WasmRuntime {
             config.memory_reservation_for_growth(0);
         }
         if let Some(instances) = settings.pooling {
-            let mut pool = PoolingAllocationConfig::default();
-            let memories = u32::try_from(limits.max_memories).unwrap_or(u32::MAX);
-            let tables = u32::try_from(limits.max_tables).unwrap_or(u32::MAX);
-            pool.total_core_instances(instances)
-                .total_memories(instances.saturating_mul(memories))
-                .total_tables(instances.saturating_mul(tables))
-                .max_memories_per_module(memories)
-                .max_tables_per_module(tables)
-                .max_memory_size(limits.max_memory_bytes)
-                .table_elements(limits.max_table_elements);
-            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(
+                instances,
+                &limits,
+                settings.page_scan,
+            )));
         }
         let engine = Engine::new(&config).map_err(config_error)?;
         let linker = wasi::linker(&engine).map_err(config_error)?;

@@ -89,10 +89,22 @@ pub struct LimitArgs {
     #[arg(long, value_name = "N", default_value_t = wfhost::DEFAULT_MAX_SLEEPS)]
     max_sleeps: usize,
 
-    /// Pre-allocate N instance slots (wasmtime's pooling allocator): cheaper spawns, and at most
-    /// N processes live at once. Default: off, memory is allocated per process.
-    #[arg(long, value_name = "N")]
+    /// Pre-allocate N instance slots (wasmtime's pooling allocator), and at most N live instances
+    /// at once. Default: one slot per live instance the host can hold, when its memories are
+    /// compact (as with the default --max-processes).
+    #[arg(long, value_name = "N", conflicts_with = "on_demand")]
     pooling: Option<u32>,
+
+    /// Map each instance's memory when it starts and unmap it when it goes, instead of reusing
+    /// pooled slots.
+    #[arg(long)]
+    on_demand: bool,
+
+    /// Reset a pooled slot in place when its instance goes, finding the pages it wrote with the
+    /// kernel's page-map scan: several times faster spawning, but see SECURITY.md ("Reused
+    /// memory") for when a process could read a page its slot's last process wrote.
+    #[arg(long, conflicts_with = "on_demand")]
+    page_scan_reset: bool,
 
     /// When a waiting process gives its instance back, keeping only what differs from a fresh
     /// one until its next event: when-full (above 7/8 of the instance capacity), always, or off.
@@ -142,6 +154,12 @@ impl LimitArgs {
                 bail!("--pooling must be at least 1");
             }
             builder = builder.pooling(slots);
+        }
+        if self.on_demand {
+            builder = builder.on_demand();
+        }
+        if self.page_scan_reset {
+            builder = builder.page_scan_reset(true);
         }
         Ok(builder)
     }
