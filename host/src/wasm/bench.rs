@@ -81,7 +81,7 @@ impl Harness {
             copy_on_write,
             compact,
             cache_dir: None,
-            page_scan: std::env::var_os("WFHOST_BENCH_PAGE_SCAN").is_some(),
+            page_scan: false,
         };
         let wasm = Arc::new(WasmRuntime::new(limits, settings, instances)?);
         let compiled = wasm.compile(bytes)?;
