@@ -21,8 +21,16 @@ fn hostile(name: &str) -> PathBuf {
     let bytes = wat::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", text.display()));
     let dir = std::env::temp_dir().join(format!("wfhost-hostile-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // Tests run in parallel threads of one process and may ask for the same module: each writes
+    // its own file and renames it into place, so no reader sees one half written.
     let path = dir.join(format!("{name}.wasm"));
-    std::fs::write(&path, bytes).unwrap();
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let partial = dir.join(format!(
+        "{name}.wasm.{}",
+        WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::write(&partial, bytes).unwrap();
+    std::fs::rename(&partial, &path).unwrap();
     path
 }
 
