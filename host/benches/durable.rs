@@ -18,6 +18,10 @@
 //!   store: the time from `recover` until the workflow has answered a message, from its snapshot
 //!   and with snapshots off (its whole journal replayed).
 //!
+//! - `stores`: the sagas and the ring, durable on SQLite (`synchronous=FULL`) and on PostgreSQL
+//!   (a server the bench starts, as the tests do: `synchronous_commit=on`, fsync on), alternating:
+//!   steps and workflow completions per second on each.
+//!
 //! `WFHOST_BENCH_ROUNDS` (default 3) sets the rounds; figures are medians. Stores go to a fresh
 //! temporary directory (`TMPDIR`), on the disk whose sync cost they measure.
 
@@ -28,7 +32,9 @@ use std::time::Duration;
 
 use common::{alternate, env_count as count, median};
 use serde_json::json;
+use wfhost::store::Location;
 use wfhost::{Grants, Host, HostBuilder, Payload, Snapshots, SyncMode};
+use wfhost_test_programs::postgres::Postgres;
 use wfhost_test_programs::{PROBE, RING};
 
 const RING_MEMBERS: u32 = 1_000;
@@ -61,6 +67,9 @@ fn main() {
     }
     if wanted("history") {
         history(count("WFHOST_BENCH_HISTORY", 1_000_000), rounds, &dir);
+    }
+    if wanted("stores") {
+        stores(rounds, &dir);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -130,37 +139,44 @@ fn functions(builder: HostBuilder) -> HostBuilder {
     builder
 }
 
+/// One round of `SAGAS` order sagas, durable in `store` or in memory: the steps they took and
+/// the seconds they took.
+fn saga_round(store: Option<Location>) -> (u64, f64) {
+    let mut builder = functions(Host::builder());
+    if let Some(store) = &store {
+        builder = builder.store(store, SyncMode::Full);
+    }
+    let host = builder.build().expect("host");
+    host.load_module_with("probe", PROBE, Grants::default().allow_all_functions())
+        .expect("probe module");
+    let before = host.counters().steps;
+    let seconds = common::time(|| {
+        let runs: Vec<_> = (0..SAGAS)
+            .map(|n| {
+                let input = Payload::to_json(&json!(n)).expect("encodes");
+                if store.is_some() {
+                    host.start(&format!("order-{n}"), "probe", "order_saga", input)
+                } else {
+                    host.spawn("probe", "order_saga", input)
+                }
+                .expect("starts")
+            })
+            .collect();
+        for run in runs {
+            run.wait().expect("the saga ends");
+        }
+    });
+    let steps = host.counters().steps - before;
+    host.shutdown(Duration::from_secs(10));
+    (steps, seconds)
+}
+
 fn sagas(rounds: usize, dir: &Path) {
     let bytes = std::cell::RefCell::new(Vec::new());
     let steps_taken = std::cell::RefCell::new(Vec::new());
     let run = |durable: bool| {
         let path = fresh(dir, "sagas.db");
-        let mut builder = functions(Host::builder());
-        if durable {
-            builder = builder.store(&path, SyncMode::Full);
-        }
-        let host = builder.build().expect("host");
-        host.load_module_with("probe", PROBE, Grants::default().allow_all_functions())
-            .expect("probe module");
-        let before = host.counters().steps;
-        let seconds = common::time(|| {
-            let runs: Vec<_> = (0..SAGAS)
-                .map(|n| {
-                    let input = Payload::to_json(&json!(n)).expect("encodes");
-                    if durable {
-                        host.start(&format!("order-{n}"), "probe", "order_saga", input)
-                    } else {
-                        host.spawn("probe", "order_saga", input)
-                    }
-                    .expect("starts")
-                })
-                .collect();
-            for run in runs {
-                run.wait().expect("the saga ends");
-            }
-        });
-        let steps = host.counters().steps - before;
-        host.shutdown(Duration::from_secs(10));
+        let (steps, seconds) = saga_round(durable.then(|| Location::from(&path)));
         if durable {
             let size = store_size(&path);
             let journal = journal_bytes(&path);
@@ -375,4 +391,56 @@ fn history(events: usize, rounds: usize, dir: &Path) {
             times[0].1
         );
     }
+}
+
+/// The sagas and the ring, durable on SQLite and on PostgreSQL, alternating.
+fn stores(rounds: usize, dir: &Path) {
+    let server = Postgres::start();
+    let location = |postgres: bool, name: &str| -> Location {
+        if postgres {
+            Location::Postgres(server.database(name))
+        } else {
+            Location::from(fresh(dir, &format!("{name}.db")))
+        }
+    };
+    let completions = std::cell::RefCell::new([Vec::new(), Vec::new()]);
+    let sagas = |postgres: bool| {
+        let (steps, seconds) = saga_round(Some(location(postgres, "sagas")));
+        completions.borrow_mut()[usize::from(postgres)].push(f64::from(SAGAS) / seconds);
+        seconds / steps as f64
+    };
+    let (sqlite, postgres) = alternate(rounds, || sagas(false), || sagas(true));
+    let completions = completions.into_inner().map(median);
+    println!(
+        "stores: sagas on SQLite {:.0} steps/s ({:.0} sagas/s)  on PostgreSQL {:.0} steps/s \
+         ({:.0} sagas/s)  postgres/sqlite={:.2}  ({SAGAS} sagas at once, one host)",
+        1.0 / sqlite,
+        completions[0],
+        1.0 / postgres,
+        completions[1],
+        sqlite / postgres
+    );
+    let hops = 50_000u64;
+    let ring = |postgres: bool| {
+        let host = Host::builder()
+            .store(location(postgres, "ring"), SyncMode::Full)
+            .build()
+            .expect("host");
+        host.load_module("ring", RING).expect("ring module");
+        let plan = Payload::to_postcard(&(RING_MEMBERS, hops)).expect("encodes");
+        let run = host.start("ring", "ring", "ring", plan).expect("starts");
+        let seconds = common::time(|| {
+            run.wait().expect("the ring finishes");
+        });
+        host.shutdown(Duration::from_secs(10));
+        seconds
+    };
+    let (sqlite, postgres) = alternate(rounds, || ring(false), || ring(true));
+    println!(
+        "stores: ring on SQLite {:.0} hops/s  on PostgreSQL {:.0} hops/s  postgres/sqlite={:.2}  \
+         ({RING_MEMBERS} processes, {hops} hops)",
+        hops as f64 / sqlite,
+        hops as f64 / postgres,
+        sqlite / postgres
+    );
 }

@@ -11,7 +11,7 @@ use wfhost_scheduler::{Scheduler, DEFAULT_BUDGET};
 
 use crate::capacity::{Capacity, MemoryImages, Slots};
 use crate::durable::snapshot::Snapshots;
-use crate::durable::store::{SqliteStore, SyncMode};
+use crate::durable::store::{Location, SqliteStore, Store, SyncMode};
 use crate::durable::{store_error, Durable, DurableJoin, DurableSend, Ids};
 use crate::error::{Error, ErrorKind, Result};
 use crate::functions::{
@@ -67,7 +67,7 @@ pub struct HostBuilder {
     memory_images: MemoryImages,
     hibernation: Hibernation,
     module_cache: Option<PathBuf>,
-    store: Option<(PathBuf, SyncMode)>,
+    store: Option<(Location, SyncMode)>,
     store_limit: Option<u64>,
     snapshots: Snapshots,
 }
@@ -372,16 +372,18 @@ impl HostBuilder {
         self
     }
 
-    /// Makes the host durable, with its journal in the SQLite file at `path` (created if need
-    /// be), synced as `sync` says ([`SyncMode::Full`], the default, syncs every commit). Workflows
-    /// started with [`Host::start`] are journaled there, and [`Host::recover`] resumes the
-    /// unfinished ones after a restart. Processes started with [`Host::spawn`] stay in memory.
-    pub fn store(mut self, path: impl Into<PathBuf>, sync: SyncMode) -> HostBuilder {
-        self.store = Some((path.into(), sync));
+    /// Makes the host durable, with its journal at `location`: the path of a SQLite file
+    /// (created if need be), or a PostgreSQL URL (`postgres://user:password@host/database`; its
+    /// tables are created in the schema `wfhost`); see [`Location`]. Synced as `sync` says
+    /// ([`SyncMode::Full`], the default, syncs every commit). Workflows started with
+    /// [`Host::start`] are journaled there, and [`Host::recover`] resumes the unfinished ones
+    /// after a restart. Processes started with [`Host::spawn`] stay in memory.
+    pub fn store(mut self, location: impl Into<Location>, sync: SyncMode) -> HostBuilder {
+        self.store = Some((location.into(), sync));
         self
     }
 
-    /// Caps the store's file at about `bytes`. At the cap a commit fails as on a full disk: the
+    /// Caps a SQLite store's file at about `bytes` (building fails for a PostgreSQL store). At the cap a commit fails as on a full disk: the
     /// host takes no new work, nothing already acknowledged is lost, and a host started again
     /// with room resumes every workflow. Default: no cap (the disk is the limit).
     pub fn store_limit(mut self, bytes: u64) -> HostBuilder {
@@ -498,11 +500,24 @@ impl HostBuilder {
         let modules = Arc::new(Modules::default());
         let ids = Arc::new(Ids::default());
         let durable = match &self.store {
-            Some((path, sync)) => {
-                let mut store = SqliteStore::open(path, *sync).map_err(store_error)?;
-                if let Some(bytes) = self.store_limit {
-                    store.limit_size(bytes).map_err(store_error)?;
-                }
+            Some((location, sync)) => {
+                let store: Box<dyn Store> = match (location, self.store_limit) {
+                    (Location::Sqlite(path), limit) => {
+                        let mut store = SqliteStore::open(path, *sync).map_err(store_error)?;
+                        if let Some(bytes) = limit {
+                            store.limit_size(bytes).map_err(store_error)?;
+                        }
+                        Box::new(store)
+                    }
+                    (Location::Postgres(_), Some(_)) => {
+                        return Err(crate::Error::new(
+                            crate::ErrorKind::InvalidInput,
+                            "a size limit applies to a SQLite store only: limit a PostgreSQL \
+                             database's size in PostgreSQL",
+                        ))
+                    }
+                    (location, None) => location.open(*sync).map_err(store_error)?,
+                };
                 Some(Arc::new(Durable::open(
                     store,
                     Arc::clone(&ids),

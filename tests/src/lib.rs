@@ -1,6 +1,8 @@
 //! Paths of the guest modules built for wasm32-wasip1 by this crate's build script: the examples
 //! and the test guests (`tests/guests/`). Tests depend on this crate and run the modules.
 
+pub mod postgres;
+
 include!(concat!(env!("OUT_DIR"), "/programs.rs"));
 
 /// The workspace's root directory, found when asked: from the running test's package (cargo

@@ -7,13 +7,13 @@ mod common;
 use common::wfhost;
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
 use std::process::Output;
 
 use serde_json::{json, Value};
 use wfhost::contract::EventKind;
-use wfhost::store::{SqliteStore, State, Store};
-use wfhost::{StepRecord, SyncMode};
+use wfhost::store::{Location, State};
+use wfhost::StepRecord;
+use wfhost_test_programs::postgres::Postgres;
 use wfhost_test_programs::PROBE;
 
 fn text(bytes: &[u8]) -> String {
@@ -33,7 +33,7 @@ fn snapshot_every(n: u64) -> &'static str {
     }
 }
 
-fn run_mix(store: &Path, crash_after: Option<u64>) -> Output {
+fn run_mix(store: &str, crash_after: Option<u64>) -> Output {
     let mut command = wfhost();
     command.args([
         "run",
@@ -42,7 +42,7 @@ fn run_mix(store: &Path, crash_after: Option<u64>) -> Output {
         "--input",
         &CHILDREN.to_string(),
         "--store",
-        store.to_str().unwrap(),
+        store,
         "--id",
         "mix",
         "--snapshot-every",
@@ -88,8 +88,8 @@ struct Audit {
     messages: usize,
 }
 
-fn audit(store: &Path) -> Audit {
-    let mut store = SqliteStore::open(store, SyncMode::Full).unwrap();
+fn audit(store: &str) -> Audit {
+    let mut store = Location::parse(store).open_existing().unwrap();
     let mut workflows = BTreeMap::new();
     let mut numbers = HashSet::new();
     let mut messages = 0;
@@ -129,7 +129,7 @@ fn audit(store: &Path) -> Audit {
     }
 }
 
-fn assert_complete(store: &Path, what: &str) {
+fn assert_complete(store: &str, what: &str) {
     let audit = audit(store);
     assert_eq!(
         audit.workflows.len(),
@@ -151,26 +151,26 @@ fn assert_complete(store: &Path, what: &str) {
 #[test]
 fn an_uninterrupted_durable_run_gives_the_result_and_a_journal() {
     let dir = tempdir("uninterrupted");
-    let store = dir.join("wf.db");
-    let output = run_mix(&store, None);
+    uninterrupted(dir.join("wf.db").to_str().unwrap());
+    uninterrupted(&Postgres::shared().database("uninterrupted"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn uninterrupted(store: &str) {
+    let store = &store.to_string();
+    let output = run_mix(store, None);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     let result: Value = serde_json::from_str(&text(&output.stdout)).unwrap();
     assert_eq!(result, expected());
-    assert_complete(&store, "uninterrupted");
-    let steps = audit(&store).workflows;
+    assert_complete(store, "uninterrupted");
+    let steps = audit(store).workflows;
     // Running the same id again prints the stored result without running anything.
-    let again = run_mix(&store, None);
+    let again = run_mix(store, None);
     assert_eq!(text(&again.stdout).trim(), result.to_string());
-    assert_eq!(audit(&store).workflows, steps);
+    assert_eq!(audit(store).workflows, steps);
     // `history --json`: one line for the workflow, one per step, events as objects.
     let history = wfhost()
-        .args([
-            "history",
-            "--store",
-            store.to_str().unwrap(),
-            "mix",
-            "--json",
-        ])
+        .args(["history", "--store", store, "mix", "--json"])
         .output()
         .unwrap();
     assert!(history.status.success(), "{}", text(&history.stderr));
@@ -189,7 +189,7 @@ fn an_uninterrupted_durable_run_gives_the_result_and_a_journal() {
     // Its journal replays with the module it kept; a module without its entry point is caught.
     let replay = |module: Option<&str>| {
         let mut command = wfhost();
-        command.args(["replay", "--store", store.to_str().unwrap(), "mix"]);
+        command.args(["replay", "--store", store, "mix"]);
         if let Some(module) = module {
             command.args(["--module", module]);
         }
@@ -209,19 +209,40 @@ fn an_uninterrupted_durable_run_gives_the_result_and_a_journal() {
         "{}",
         text(&other.stderr)
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn a_run_killed_after_any_commit_resumes_to_the_same_result() {
     let dir = tempdir("crashes");
+    let crashed = sweep(1.., |n| {
+        dir.join(format!("crash-{n}.db"))
+            .to_str()
+            .unwrap()
+            .to_string()
+    });
+    assert!(crashed >= 50, "only {crashed} crash points were reached");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The same on PostgreSQL, at every fourth crash point: a fresh database for each.
+#[test]
+fn a_run_on_postgres_killed_after_any_commit_resumes_to_the_same_result() {
+    let server = Postgres::shared();
+    let crashed = sweep((1..).step_by(4), |n| server.database(&format!("crash{n}")));
+    assert!(crashed >= 12, "only {crashed} crash points were reached");
+}
+
+/// Kills the run after commit `n` for each `n` of `points` (up to 400) until a run finishes
+/// without reaching it, on the store `store_for(n)`, and checks the resume: the crash points
+/// reached.
+fn sweep(points: impl Iterator<Item = u64>, mut store_for: impl FnMut(u64) -> String) -> usize {
     let mut crashed = 0;
-    for n in 1..=400u64 {
-        let store = dir.join(format!("crash-{n}.db"));
-        let output = run_mix(&store, Some(n));
+    for n in points.take_while(|n| *n <= 400) {
+        let store = &store_for(n);
+        let output = run_mix(store, Some(n));
         if output.status.success() {
             // Fewer commits than n in the whole run: nothing left to crash.
-            assert_complete(&store, &format!("a run of fewer than {n} commits"));
+            assert_complete(store, &format!("a run of fewer than {n} commits"));
             break;
         }
         crashed += 1;
@@ -229,7 +250,7 @@ fn a_run_killed_after_any_commit_resumes_to_the_same_result() {
             // A crash while recovering: the resume after it finishes the job.
             let mut resume = wfhost();
             resume
-                .args(["resume", "--store", store.to_str().unwrap()])
+                .args(["resume", "--store", store])
                 .args(["--snapshot-every", snapshot_every(n)])
                 .env("WFHOST_CRASH_AFTER_COMMITS", (n % 7 + 1).to_string());
             let output = resume.output().unwrap();
@@ -241,7 +262,7 @@ fn a_run_killed_after_any_commit_resumes_to_the_same_result() {
         }
         let mut resume = wfhost();
         resume
-            .args(["resume", "--store", store.to_str().unwrap()])
+            .args(["resume", "--store", store])
             .args(["--snapshot-every", snapshot_every(n)]);
         if n % 4 == 2 {
             // Every waiting step hibernates: a replay must keep its instance from one replayed
@@ -257,13 +278,13 @@ fn a_run_killed_after_any_commit_resumes_to_the_same_result() {
         );
         if n == 1 {
             // The first commit is the module; the workflow's start came after it: it never existed.
-            assert!(audit(&store).workflows.is_empty(), "crash after commit 1");
+            assert!(audit(store).workflows.is_empty(), "crash after commit 1");
             assert_eq!(text(&resumed.stdout).trim(), "");
             continue;
         }
         // Running the id again gives its result: from the store if the resume finished it, or
         // because the workflow's end was on disk before the crash.
-        let again = run_mix(&store, None);
+        let again = run_mix(store, None);
         assert_eq!(
             again.status.code(),
             Some(0),
@@ -272,11 +293,12 @@ fn a_run_killed_after_any_commit_resumes_to_the_same_result() {
         );
         let result: Value = serde_json::from_str(text(&again.stdout).trim()).unwrap();
         assert_eq!(result, expected(), "crash after commit {n}");
-        assert_complete(&store, &format!("crash after commit {n}"));
-        let _ = std::fs::remove_file(&store);
+        assert_complete(store, &format!("crash after commit {n}"));
+        if let Location::Sqlite(path) = Location::parse(store) {
+            let _ = std::fs::remove_file(path);
+        }
     }
-    assert!(crashed >= 50, "only {crashed} crash points were reached");
-    let _ = std::fs::remove_dir_all(dir);
+    crashed
 }
 
 fn tempdir(name: &str) -> std::path::PathBuf {
@@ -290,6 +312,7 @@ fn tempdir(name: &str) -> std::path::PathBuf {
 fn a_resumed_workflow_does_not_print_again_what_its_replayed_steps_printed() {
     let dir = tempdir("replay-print");
     let store = dir.join("print.db");
+    let store = store.to_str().unwrap();
     let run = |crash_after: Option<u64>| {
         let mut command = wfhost();
         command.args([
@@ -299,7 +322,7 @@ fn a_resumed_workflow_does_not_print_again_what_its_replayed_steps_printed() {
             "--input",
             r#"["before the sleep", 1, "after the sleep"]"#,
             "--store",
-            store.to_str().unwrap(),
+            store,
             "--id",
             "printer",
         ]);
@@ -314,7 +337,7 @@ fn a_resumed_workflow_does_not_print_again_what_its_replayed_steps_printed() {
     assert!(text(&crashed.stderr).contains("before the sleep"));
     assert!(!text(&crashed.stderr).contains("after the sleep"));
     let resumed = wfhost()
-        .args(["resume", "--store", store.to_str().unwrap()])
+        .args(["resume", "--store", store])
         .output()
         .unwrap();
     assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed.stderr));

@@ -28,7 +28,7 @@ use wfhost_scheduler::{SchedulerHandle, Waker, WeakSchedulerHandle};
 
 use crate::modules::Modules;
 use snapshot::{Counts, Snapshots};
-use store::{Ending, SqliteStore, Store};
+use store::{Ending, Store};
 use writer::Writer;
 
 /// The workflow ids of the durable processes running in this host, by pid, and back.
@@ -115,7 +115,7 @@ pub(crate) struct Durable {
 
 impl Durable {
     pub(crate) fn open(
-        store: SqliteStore,
+        store: Box<dyn Store>,
         ids: Arc<Ids>,
         modules: Arc<Modules>,
         snapshots: Snapshots,
@@ -127,9 +127,9 @@ impl Durable {
             // Reads take the log as well; a full store (or one capped) still opens.
             tracing::warn!("{error}; the steps stay in the log for now");
         }
-        let mut reader = store.open_reader().map_err(store_error)?;
+        let mut reader = store.reader().map_err(store_error)?;
         let (_, messages) = reader.high_water().map_err(store_error)?;
-        let writer = Writer::start(Box::new(store)).map_err(|e| {
+        let writer = Writer::start(store).map_err(|e| {
             crate::Error::new(
                 crate::ErrorKind::Store,
                 format!("could not start the journal's writer thread: {e}"),
@@ -137,7 +137,7 @@ impl Durable {
         })?;
         Ok(Durable {
             writer,
-            reader: Mutex::new(Box::new(reader)),
+            reader: Mutex::new(reader),
             ids,
             next_message: AtomicU64::new(messages + 1),
             sent: Mutex::new(HashMap::new()),

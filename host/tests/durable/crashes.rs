@@ -8,8 +8,9 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 use wfhost::contract::{Command as Yielded, EventKind, Tag};
-use wfhost::store::{SqliteStore, Store};
-use wfhost::{Host, Snapshots, StepRecord, SyncMode};
+use wfhost::store::Location;
+use wfhost::{Host, Snapshots, StepRecord};
+use wfhost_test_programs::postgres::Postgres;
 
 use super::common::{host_on, json, order_functions, saga_calls, saga_result, tempdir, PATIENCE};
 
@@ -74,7 +75,7 @@ fn calls(log: &Path) -> BTreeMap<String, Vec<String>> {
 
 /// The keys of the host calls whose answers the store's journal holds.
 fn journaled_answers(store: &Path) -> BTreeSet<String> {
-    let mut store = SqliteStore::open(store, SyncMode::Full).unwrap();
+    let mut store = Location::from(store).open_existing().unwrap();
     let mut keys = BTreeSet::new();
     for workflow in store.workflows(false).unwrap() {
         let mut is_call: HashMap<Tag, bool> = HashMap::new();
@@ -148,11 +149,36 @@ fn order_sagas_call_each_host_function_once_per_key() {
 #[test]
 fn an_application_killed_after_any_commit_makes_each_journaled_call_once() {
     let dir = tempdir("order-crashes");
+    let crashed = sweep(&dir, 1.., |n| dir.join(format!("{n}.db")));
+    assert!(crashed >= 30, "only {crashed} crash points were reached");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The same on PostgreSQL, at every third crash point: a fresh database for each.
+#[test]
+fn an_application_on_postgres_killed_after_any_commit_makes_each_journaled_call_once() {
+    let dir = tempdir("order-crashes-postgres");
+    let server = Postgres::shared();
+    let crashed = sweep(&dir, (1..).step_by(3), |n| {
+        server.database(&format!("crash{n}")).into()
+    });
+    assert!(crashed >= 10, "only {crashed} crash points were reached");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Crashes the application after commit `n` for each `n` of `points` (up to 300) until a run
+/// finishes without reaching it, on the store `store_for(n)`, and checks each restart: the
+/// crash points reached.
+fn sweep(
+    dir: &Path,
+    points: impl Iterator<Item = u64>,
+    mut store_for: impl FnMut(u64) -> std::path::PathBuf,
+) -> usize {
     let total: usize = (0..ORDERS).map(saga_calls).sum();
     let mut crashed = 0;
     let mut repeated = 0;
-    for n in 1..=300u64 {
-        let (store, log) = (dir.join(format!("{n}.db")), dir.join(format!("{n}.log")));
+    for n in points.take_while(|n| *n <= 300) {
+        let (store, log) = (store_for(n), dir.join(format!("{n}.log")));
         // At odd points a snapshot after every step: the restart starts from snapshots.
         let every = if n % 2 == 1 { 1 } else { 1_000 };
         let (finished, result) = application_process(&store, &log, "crashed", Some(n), every);
@@ -186,9 +212,8 @@ fn an_application_killed_after_any_commit_makes_each_journaled_call_once() {
         }
         let _ = std::fs::remove_file(&store);
     }
-    assert!(crashed >= 30, "only {crashed} crash points were reached");
     eprintln!(
         "{crashed} crash points, {repeated} calls made again (their answers were not on disk)"
     );
-    let _ = std::fs::remove_dir_all(dir);
+    crashed
 }

@@ -1,7 +1,25 @@
-//! The SQLite store on its own: steps appended to its log and moved into place, read back in
-//! order from both; messages sent and taken in one commit never written.
+//! The stores on their own, SQLite and PostgreSQL alike: steps read back in order (from SQLite's
+//! log and its table both) and across a reopen; messages sent and taken in one commit never
+//! written; ends, cancels, refusals and snapshots in the order a batch gives them.
 
-use wfhost::store::{NewMessage, NewStep, NewWorkflow, Op, SqliteStore, Store, SyncMode};
+use wfhost::store::{
+    Cancel, Ending, Location, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, State, Store,
+    SyncMode,
+};
+use wfhost_test_programs::postgres::Postgres;
+
+/// A new SQLite store and a new PostgreSQL one, for a test named `name`.
+fn locations(name: &str) -> Vec<Location> {
+    let path = super::common::tempdir(&format!("store-{name}")).join("wf.db");
+    vec![
+        Location::Sqlite(path),
+        Location::Postgres(Postgres::shared().database(name)),
+    ]
+}
+
+fn open(location: &Location) -> Box<dyn Store> {
+    location.open(SyncMode::Normal).unwrap()
+}
 
 fn start(num: u64) -> Op {
     Op::Start(NewWorkflow {
@@ -36,7 +54,7 @@ fn message(id: u64, receiver: u64) -> Op {
     })
 }
 
-fn seqs(store: &mut SqliteStore, num: u64, after: u64) -> Vec<u64> {
+fn seqs(store: &mut dyn Store, num: u64, after: u64) -> Vec<u64> {
     let steps = store.steps(num, after).unwrap();
     for s in &steps {
         assert_eq!(s.record, format!("{num}.{}", s.seq).into_bytes());
@@ -47,8 +65,13 @@ fn seqs(store: &mut SqliteStore, num: u64, after: u64) -> Vec<u64> {
 
 #[test]
 fn steps_read_back_in_order_across_the_log_and_the_table_and_survive_a_reopen() {
-    let path = super::common::tempdir("store-log").join("wf.db");
-    let mut store = SqliteStore::open(&path, SyncMode::Normal).unwrap();
+    for location in locations("log") {
+        steps_read_back_in_order(&location);
+    }
+}
+
+fn steps_read_back_in_order(location: &Location) {
+    let mut store = open(location);
     store.commit(&[start(1), start(2), start(3)]).unwrap();
     // 40,000 steps of 1 and 2 interleaved, a commit per 200: more than the log holds before
     // it is moved (32,768), so the first 16,400 of each are in `steps` and the rest in the log.
@@ -65,16 +88,16 @@ fn steps_read_back_in_order_across_the_log_and_the_table_and_survive_a_reopen() 
         store.tidy(false).unwrap();
     }
     let all: Vec<u64> = (1..=20_000).collect();
-    assert_eq!(seqs(&mut store, 1, 0), all);
+    assert_eq!(seqs(&mut *store, 1, 0), all);
     assert_eq!(
-        seqs(&mut store, 2, 16_390),
+        seqs(&mut *store, 2, 16_390),
         (16_391..=20_000).collect::<Vec<_>>()
     );
     assert_eq!(
-        seqs(&mut store, 2, 19_990),
+        seqs(&mut *store, 2, 19_990),
         (19_991..=20_000).collect::<Vec<_>>()
     );
-    assert_eq!(seqs(&mut store, 3, 0), Vec::<u64>::new());
+    assert_eq!(seqs(&mut *store, 3, 0), Vec::<u64>::new());
     let counts: Vec<u64> = store
         .workflows(false)
         .unwrap()
@@ -84,13 +107,13 @@ fn steps_read_back_in_order_across_the_log_and_the_table_and_survive_a_reopen() 
     assert_eq!(counts, vec![20_000, 20_000, 0]);
     assert_eq!(store.workflow("w2").unwrap().unwrap().steps, 20_000);
     drop(store);
-    let mut store = SqliteStore::open(&path, SyncMode::Normal).unwrap();
+    let mut store = open(location);
     assert_eq!(
-        seqs(&mut store, 1, 16_000),
+        seqs(&mut *store, 1, 16_000),
         (16_001..=20_000).collect::<Vec<_>>()
     );
     store.tidy(true).unwrap();
-    assert_eq!(seqs(&mut store, 1, 0), all);
+    assert_eq!(seqs(&mut *store, 1, 0), all);
     assert_eq!(store.workflow_by_num(1).unwrap().unwrap().steps, 20_000);
     // A step journaled twice is refused, whether the first is in the log or moved already.
     assert!(store.commit(&[step(1, 20_000, Vec::new())]).is_err());
@@ -98,15 +121,20 @@ fn steps_read_back_in_order_across_the_log_and_the_table_and_survive_a_reopen() 
     assert!(store.commit(&[step(1, 20_001, Vec::new())]).is_err());
 }
 
-fn waiting(store: &mut SqliteStore) -> Vec<u64> {
+fn waiting(store: &mut dyn Store) -> Vec<u64> {
     let messages = store.messages().unwrap();
     messages.iter().map(|m| m.message.id).collect()
 }
 
 #[test]
 fn a_message_sent_and_taken_in_one_commit_is_never_written_and_its_number_never_reused() {
-    let path = super::common::tempdir("store-elide").join("wf.db");
-    let mut store = SqliteStore::open(path, SyncMode::Normal).unwrap();
+    for location in locations("elide") {
+        messages_sent_and_taken(&location);
+    }
+}
+
+fn messages_sent_and_taken(location: &Location) {
+    let mut store = open(location);
     store.commit(&[start(1), start(2)]).unwrap();
     // 7 is sent and taken in one commit; 8 is taken in the next; 9 is still waiting.
     store
@@ -117,12 +145,127 @@ fn a_message_sent_and_taken_in_one_commit_is_never_written_and_its_number_never_
             step(2, 1, vec![7]),
         ])
         .unwrap();
-    assert_eq!(waiting(&mut store), vec![8, 9]);
+    assert_eq!(waiting(&mut *store), vec![8, 9]);
     store.commit(&[step(2, 2, vec![8])]).unwrap();
-    assert_eq!(waiting(&mut store), vec![9]);
+    assert_eq!(waiting(&mut *store), vec![9]);
     // Taken in the commit that sent it, and the last of the numbers given: still counted.
     store
         .commit(&[message(10, 1), step(1, 1, vec![10])])
         .unwrap();
     assert_eq!(store.high_water().unwrap(), (2, 10));
+}
+
+fn end(num: u64, result: &[u8]) -> Op {
+    Op::End {
+        num,
+        ending: Ending::Done(result.to_vec()),
+        at: 99,
+    }
+}
+
+fn snapshot(num: u64, seq: u64) -> Op {
+    Op::Snapshot(NewSnapshot {
+        num,
+        seq,
+        module: "m".into(),
+        state: vec![seq as u8],
+    })
+}
+
+#[test]
+fn ends_cancels_refusals_and_snapshots_take_effect_in_the_order_of_their_batch() {
+    for location in locations("order") {
+        batch_order(&location);
+    }
+}
+
+fn batch_order(location: &Location) {
+    let mut store = open(location);
+    store
+        .commit(&[
+            Op::Module {
+                hash: "m".into(),
+                bytes: vec![0, 97, 115, 109].into(),
+            },
+            start(1),
+            start(2),
+            start(3),
+        ])
+        .unwrap();
+    // A module kept twice is kept once.
+    store
+        .commit(&[Op::Module {
+            hash: "m".into(),
+            bytes: vec![0, 97, 115, 109].into(),
+        }])
+        .unwrap();
+    assert_eq!(store.module("m").unwrap(), Some(vec![0, 97, 115, 109]));
+    assert_eq!(store.module("n").unwrap(), None);
+    // Two snapshots of 1 in one batch: the later one stays. 2 is sent 5, which is refused, and
+    // 6, which waits; then 2 ends, and what waited for it goes with its snapshot. A cancel of
+    // 3 is asked, then taken by its step.
+    let mut took = match step(3, 1, vec![]) {
+        Op::Step(step) => step,
+        _ => unreachable!(),
+    };
+    took.took_cancel = true;
+    store
+        .commit(&[
+            snapshot(1, 1),
+            snapshot(1, 2),
+            snapshot(2, 1),
+            message(5, 2),
+            Op::Refused {
+                id: 5,
+                error: "full".into(),
+            },
+            message(6, 2),
+            Op::Cancel { num: 3 },
+            Op::Step(took),
+        ])
+        .unwrap();
+    let held = store.messages().unwrap();
+    assert_eq!(held.len(), 2);
+    assert_eq!(held[0].refused.as_deref(), Some("full"));
+    assert_eq!(held[1].refused, None);
+    assert_eq!(store.snapshot(1).unwrap().unwrap().seq, 2);
+    assert_eq!(
+        store.workflow_by_num(3).unwrap().unwrap().cancel,
+        Cancel::Taken
+    );
+    store
+        .commit(&[end(2, b"two"), message(7, 1), Op::Cancel { num: 1 }])
+        .unwrap();
+    assert_eq!(waiting(&mut *store), vec![7]);
+    assert_eq!(store.snapshot(2).unwrap(), None);
+    assert_eq!(store.snapshot(1).unwrap().unwrap().seq, 2);
+    let two = store.workflow("w2").unwrap().unwrap();
+    assert_eq!(two.state, State::Done);
+    assert_eq!(two.ending, Some(Ending::Done(b"two".to_vec())));
+    assert_eq!(two.finished, Some(99));
+    // An end is written once: a second one changes nothing.
+    store.commit(&[end(2, b"again")]).unwrap();
+    assert_eq!(
+        store.workflow("w2").unwrap().unwrap().ending,
+        Some(Ending::Done(b"two".to_vec()))
+    );
+    assert_eq!(
+        store.workflow_by_num(1).unwrap().unwrap().cancel,
+        Cancel::Asked
+    );
+    let unfinished: Vec<u64> = store
+        .workflows(true)
+        .unwrap()
+        .iter()
+        .map(|w| w.start.num)
+        .collect();
+    assert_eq!(unfinished, vec![1, 3]);
+    assert_eq!(store.high_water().unwrap(), (3, 7));
+    // A workflow id started twice is refused, and the batch with it writes nothing.
+    let error = store.commit(&[message(8, 1), start(1)]).unwrap_err();
+    assert!(error.0.contains("could not write"), "{error}");
+    assert_eq!(waiting(&mut *store), vec![7]);
+    // The reader sees what the writer wrote.
+    let mut reader = store.reader().unwrap();
+    assert_eq!(reader.workflows(false).unwrap().len(), 3);
 }

@@ -1,10 +1,10 @@
 //! The durable commands `resume` and `list`, and what `run --store` and `history` share with them.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use wfhost::store::{SqliteStore, Store, Workflow};
+use wfhost::store::{Location, Store, Workflow};
 use wfhost::{Host, HostBuilder, Snapshots, SyncMode};
 
 use super::limits::{CacheArgs, LimitArgs};
@@ -36,7 +36,7 @@ impl DurabilityArgs {
     }
 
     /// The builder with the store at `store`, synced and snapshotted as these say.
-    pub fn apply(&self, builder: HostBuilder, store: &Path) -> HostBuilder {
+    pub fn apply(&self, builder: HostBuilder, store: &Location) -> HostBuilder {
         let snapshots = match self.snapshot_every {
             0 => Snapshots::off(),
             every => Snapshots {
@@ -62,13 +62,11 @@ pub fn new_id() -> String {
 }
 
 /// Ctrl-C stops the host without cancelling the workflows: they resume later.
-pub fn stop_on_ctrl_c(host: Host, store: PathBuf) -> anyhow::Result<()> {
+pub fn stop_on_ctrl_c(host: Host, store: Location) -> anyhow::Result<()> {
     ctrlc::set_handler(move || {
         eprintln!(
-            "interrupted: stopping; the workflows are kept in {} (resume them with `wfhost resume \
-             --store {}`)",
-            store.display(),
-            store.display()
+            "interrupted: stopping; the workflows are kept in {store} (resume them with `wfhost \
+             resume --store {store}`)"
         );
         host.shutdown(Duration::ZERO);
         std::process::exit(130);
@@ -76,24 +74,19 @@ pub fn stop_on_ctrl_c(host: Host, store: PathBuf) -> anyhow::Result<()> {
     .context("cannot install the Ctrl-C handler")
 }
 
-pub(super) fn open(store: &PathBuf) -> anyhow::Result<SqliteStore> {
-    if !store.exists() {
-        anyhow::bail!(
-            "there is no store at {}: give the file `wfhost run --store` wrote",
-            store.display()
-        );
-    }
-    Ok(SqliteStore::open(store, SyncMode::Full)?)
+/// The store at `store`, which must exist.
+pub(super) fn open(store: &Location) -> anyhow::Result<Box<dyn Store>> {
+    Ok(store.open_existing()?)
 }
 
-/// Workflow `id` of `store` (opened from `path`), or an error that says how to list them.
-pub(super) fn find(store: &mut SqliteStore, path: &Path, id: &str) -> anyhow::Result<Workflow> {
+/// Workflow `id` of `store` (opened from `location`), or an error that says how to list them.
+pub(super) fn find(
+    store: &mut dyn Store,
+    location: &Location,
+    id: &str,
+) -> anyhow::Result<Workflow> {
     store.workflow(id)?.with_context(|| {
-        format!(
-            "no workflow '{id}' in {} (`wfhost list --store {}` shows them)",
-            path.display(),
-            path.display()
-        )
+        format!("no workflow '{id}' in {location} (`wfhost list --store {location}` shows them)")
     })
 }
 
@@ -104,9 +97,9 @@ pub(super) fn find(store: &mut SqliteStore, path: &Path, id: &str) -> anyhow::Re
 /// delivered. Results go to stdout as `ID: RESULT`, one line each.
 #[derive(Debug, clap::Parser)]
 pub struct ResumeCommand {
-    /// The store `wfhost run --store` wrote.
-    #[arg(long, value_name = "FILE")]
-    store: PathBuf,
+    /// The store `wfhost run --store` wrote: a SQLite file or a PostgreSQL URL.
+    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
+    store: Location,
 
     /// Worker threads. Default: one per core.
     #[arg(long, value_name = "N")]
@@ -172,9 +165,9 @@ impl ResumeCommand {
 /// Lists the workflows of a store: id, entry point, status, when started, steps.
 #[derive(Debug, clap::Parser)]
 pub struct ListCommand {
-    /// The store.
-    #[arg(long, value_name = "FILE")]
-    store: PathBuf,
+    /// The store: a SQLite file or a PostgreSQL URL.
+    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
+    store: Location,
 }
 
 impl ListCommand {
@@ -227,9 +220,9 @@ pub(super) fn time(millis: u64) -> String {
 /// that wrote the journal did? Exit code 1 when it does not, with the step and what differs.
 #[derive(Debug, clap::Parser)]
 pub struct ReplayCommand {
-    /// The store.
-    #[arg(long, value_name = "FILE")]
-    store: PathBuf,
+    /// The store: a SQLite file or a PostgreSQL URL.
+    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
+    store: Location,
 
     /// The workflow's id.
     id: String,
@@ -246,7 +239,7 @@ pub struct ReplayCommand {
 impl ReplayCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let mut store = open(&self.store)?;
-        let workflow = find(&mut store, &self.store, &self.id)?;
+        let workflow = find(&mut *store, &self.store, &self.id)?;
         let mut builder = Host::builder()
             .workers(1)
             .store(&self.store, SyncMode::Full);

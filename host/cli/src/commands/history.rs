@@ -1,12 +1,11 @@
 //! `wfhost history`: one workflow's journal, step by step, for people or (with `--json`) tools.
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use anyhow::Context as _;
 use serde_json::{json, Value};
 use wfhost::contract::{Event, EventKind, Status, Yield};
-use wfhost::store::{Ending, Store, Workflow};
+use wfhost::store::{Ending, Location, Workflow};
 use wfhost::{Payload, StepRecord};
 
 use super::durable::{find, open, time};
@@ -14,9 +13,9 @@ use super::durable::{find, open, time};
 /// Shows the journal of one workflow: each step's events, WASI reads and yields, with times.
 #[derive(Debug, clap::Parser)]
 pub struct HistoryCommand {
-    /// The store.
-    #[arg(long, value_name = "FILE")]
-    store: PathBuf,
+    /// The store: a SQLite file or a PostgreSQL URL.
+    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
+    store: Location,
 
     /// The workflow's id.
     id: String,
@@ -29,7 +28,7 @@ pub struct HistoryCommand {
 impl HistoryCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let mut store = open(&self.store)?;
-        let workflow = find(&mut store, &self.store, &self.id)?;
+        let workflow = find(&mut *store, &self.store, &self.id)?;
         let steps = store.steps(workflow.start.num, 0)?;
         let mut out = std::io::stdout().lock();
         let written = (|| -> std::io::Result<()> {

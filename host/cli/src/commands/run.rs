@@ -5,6 +5,7 @@ use std::time::Duration;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{bail, Context as _};
+use wfhost::store::Location;
 use wfhost::{Encoding, ErrorKind, Host, Payload, Pid};
 
 use super::limits::{parse_duration, CacheArgs, LimitArgs};
@@ -51,11 +52,12 @@ pub struct RunCommand {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     grace: Duration,
 
-    /// Run durably, journaling every step in this SQLite file (created if need be): a run that
-    /// is killed resumes with `wfhost resume --store FILE`. Unfinished workflows already in the
-    /// store resume too, while this one runs. Ctrl-C stops the host without cancelling anything.
-    #[arg(long, value_name = "FILE")]
-    store: Option<PathBuf>,
+    /// Run durably, journaling every step in this store: a SQLite file (created if need be) or
+    /// a PostgreSQL URL (postgres://USER:PASSWORD@HOST:PORT/DATABASE). A run that is killed
+    /// resumes with `wfhost resume --store STORE`. Unfinished workflows already in the store
+    /// resume too, while this one runs. Ctrl-C stops the host without cancelling anything.
+    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
+    store: Option<Location>,
 
     /// The durable workflow's id (with --store). Running an id that finished prints its stored
     /// result. Default: a new random id, printed on stderr.
@@ -127,7 +129,7 @@ impl RunCommand {
                     eprintln!(
                         "resuming {} unfinished workflow(s) of {} beside this one",
                         recovered.len(),
-                        store.display()
+                        store
                     );
                 }
                 let id = match &self.id {

@@ -1,11 +1,17 @@
 //! Where a durable host keeps its workflows: the [`Store`] trait, what it is given to write, and
-//! what it reads back. SQLite (`sqlite.rs`) is the embedded default; the engine sees only the
-//! trait, so another store (PostgreSQL, for many hosts) plugs in without touching it.
+//! what it reads back. SQLite (`sqlite.rs`) is the embedded default; PostgreSQL (`postgres/`) is
+//! the store many hosts share. The engine sees only the trait.
 
+mod location;
+mod postgres;
 mod schema;
 mod sqlite;
 
+pub use location::Location;
+pub use postgres::PgStore;
 pub use sqlite::{SqliteStore, SyncMode};
+
+use std::collections::HashSet;
 
 /// A store that could not be read or written.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -213,8 +219,11 @@ pub struct Message {
 }
 
 /// A durable store. Writes come in batches from one writer; reads may come from another
-/// connection at the same time (`open_reader`).
+/// connection at the same time ([`Store::reader`]).
 pub trait Store: Send {
+    /// Another connection to the same store, for reading while this one writes.
+    fn reader(&self) -> StoreResult<Box<dyn Store>>;
+
     /// Writes `ops` in one transaction, durably (as the store's sync setting says) before it
     /// returns.
     fn commit(&mut self, ops: &[Op]) -> StoreResult<()>;
@@ -250,4 +259,26 @@ pub trait Store: Send {
 
     /// Every message still held (waiting, or refused and not yet forgotten), by number.
     fn messages(&mut self) -> StoreResult<Vec<Message>>;
+}
+
+/// The messages of `ops` that are sent and taken within them: a message sent by one step and
+/// taken by a later one of the same batch (a workflow delivers to another before its commit) is
+/// neither inserted nor deleted. Also the highest message number sent.
+pub(crate) fn elided(ops: &[Op]) -> (HashSet<u64>, Option<u64>) {
+    let mut sent = HashSet::new();
+    let mut elided = HashSet::new();
+    let mut last_message = None;
+    for op in ops {
+        match op {
+            Op::Message(message) => {
+                sent.insert(message.id);
+                last_message = last_message.max(Some(message.id));
+            }
+            Op::Step(step) => {
+                elided.extend(step.consumed.iter().filter(|id| sent.contains(id)));
+            }
+            _ => {}
+        }
+    }
+    (elided, last_message)
 }

@@ -409,6 +409,10 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
 }
 
 impl Store for SqliteStore {
+    fn reader(&self) -> StoreResult<Box<dyn Store>> {
+        Ok(Box::new(self.open_reader()?))
+    }
+
     fn commit(&mut self, ops: &[Op]) -> StoreResult<()> {
         let path = self.path.display().to_string();
         let failed = |e: rusqlite::Error| {
@@ -427,23 +431,7 @@ impl Store for SqliteStore {
             };
             StoreError::new(format_args!("could not write to the store {path}: {why}"))
         };
-        // A message sent by one step and taken by another in the same transaction (a workflow
-        // delivers to another before its commit) is neither inserted nor deleted.
-        let mut sent = HashSet::new();
-        let mut elided = HashSet::new();
-        let mut last_message = None;
-        for op in ops {
-            match op {
-                Op::Message(message) => {
-                    sent.insert(message.id);
-                    last_message = last_message.max(Some(message.id));
-                }
-                Op::Step(step) => {
-                    elided.extend(step.consumed.iter().filter(|id| sent.contains(id)));
-                }
-                _ => {}
-            }
-        }
+        let (elided, last_message) = super::elided(ops);
         let tx = self.conn.transaction().map_err(failed)?;
         let mut logged = (0, 0);
         for op in ops {

@@ -1,0 +1,191 @@
+//! Where a store is: a SQLite file, or a PostgreSQL database given by its URL.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use super::{PgStore, SqliteStore, Store, StoreResult, SyncMode};
+
+/// Where a store is. A string that starts with `postgres://` or `postgresql://` is a PostgreSQL
+/// connection URL; anything else is the path of a SQLite file (write `./postgres:...` for a
+/// file whose name would read as a URL).
+#[derive(Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database: its connection URL
+    /// (`postgres://user:password@host:port/database?options`).
+    Postgres(String),
+}
+
+impl Location {
+    /// Reads a location as the `--store` option gives it.
+    pub fn parse(text: &str) -> Location {
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            Location::Postgres(text.to_string())
+        } else {
+            Location::Sqlite(PathBuf::from(text))
+        }
+    }
+
+    /// Opens the store (creating and migrating it if need be), synced as `sync` says.
+    pub fn open(&self, sync: SyncMode) -> StoreResult<Box<dyn Store>> {
+        Ok(match self {
+            Location::Sqlite(path) => Box::new(SqliteStore::open(path, sync)?),
+            Location::Postgres(url) => Box::new(PgStore::open(url, sync)?),
+        })
+    }
+
+    /// Opens the store only if it exists: a SQLite file that is there, or a PostgreSQL database
+    /// that has wfhost's tables. For commands that read what a host wrote.
+    pub fn open_existing(&self) -> StoreResult<Box<dyn Store>> {
+        match self {
+            Location::Sqlite(path) if !path.exists() => Err(super::StoreError::new(format_args!(
+                "there is no store at {}: give the file `wfhost run --store` or `wfhost serve \
+                 --store` wrote",
+                path.display()
+            ))),
+            Location::Sqlite(path) => Ok(Box::new(SqliteStore::open(path, SyncMode::Full)?)),
+            Location::Postgres(url) => Ok(Box::new(PgStore::open_existing(url)?)),
+        }
+    }
+
+    /// The SQLite file, if that is what it is.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Location::Sqlite(path) => Some(path),
+            Location::Postgres(_) => None,
+        }
+    }
+}
+
+/// The location as the user wrote it, any password in a URL replaced by `***`.
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Sqlite(path) => write!(f, "{}", path.display()),
+            Location::Postgres(url) => f.write_str(&redact(url)),
+        }
+    }
+}
+
+impl fmt::Debug for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Location({self})")
+    }
+}
+
+/// `url` with the password of its user part (`user:password@`) replaced by `***`, and any
+/// `password=` option's value too: locations are logged and printed in errors.
+pub(crate) fn redact(url: &str) -> String {
+    let mut out = url.to_string();
+    if let Some(scheme_end) = out.find("://") {
+        let rest = &out[scheme_end + 3..];
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        if let Some(at) = rest[..authority_end].rfind('@') {
+            if let Some(colon) = rest[..at].find(':') {
+                let start = scheme_end + 3 + colon + 1;
+                let end = scheme_end + 3 + at;
+                out.replace_range(start..end, "***");
+            }
+        }
+    }
+    if let Some(query) = out.find('?') {
+        let mut redacted = out[..=query].to_string();
+        let options: Vec<String> = out[query + 1..]
+            .split('&')
+            .map(|option| match option.split_once('=') {
+                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                _ => option.to_string(),
+            })
+            .collect();
+        redacted.push_str(&options.join("&"));
+        out = redacted;
+    }
+    out
+}
+
+impl From<PathBuf> for Location {
+    fn from(path: PathBuf) -> Location {
+        match path.to_str() {
+            Some(text) => Location::parse(text),
+            None => Location::Sqlite(path),
+        }
+    }
+}
+
+impl From<&Path> for Location {
+    fn from(path: &Path) -> Location {
+        Location::from(path.to_path_buf())
+    }
+}
+
+impl From<&PathBuf> for Location {
+    fn from(path: &PathBuf) -> Location {
+        Location::from(path.clone())
+    }
+}
+
+impl From<&str> for Location {
+    fn from(text: &str) -> Location {
+        Location::parse(text)
+    }
+}
+
+impl From<String> for Location {
+    fn from(text: String) -> Location {
+        Location::parse(&text)
+    }
+}
+
+impl From<&Location> for Location {
+    fn from(location: &Location) -> Location {
+        location.clone()
+    }
+}
+
+impl std::str::FromStr for Location {
+    type Err = std::convert::Infallible;
+
+    fn from_str(text: &str) -> Result<Location, Self::Err> {
+        Ok(Location::parse(text))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_postgres_and_the_rest_are_files() {
+        assert_eq!(
+            Location::parse("postgres://u@h/db"),
+            Location::Postgres("postgres://u@h/db".into())
+        );
+        assert_eq!(
+            Location::parse("postgresql://h/db"),
+            Location::Postgres("postgresql://h/db".into())
+        );
+        assert_eq!(
+            Location::parse("wf.db"),
+            Location::Sqlite(PathBuf::from("wf.db"))
+        );
+        assert_eq!(
+            Location::parse("./postgres://x"),
+            Location::Sqlite(PathBuf::from("./postgres://x"))
+        );
+    }
+
+    #[test]
+    fn passwords_are_never_shown() {
+        assert_eq!(
+            redact("postgres://app:s3cr@t@db.example:5432/wf?sslmode=disable&password=x"),
+            "postgres://app:***@db.example:5432/wf?sslmode=disable&password=***"
+        );
+        assert_eq!(redact("postgres://app@db/wf"), "postgres://app@db/wf");
+        assert_eq!(redact("postgres://db/wf"), "postgres://db/wf");
+        assert_eq!(
+            Location::parse("postgresql://a:b@h/d").to_string(),
+            "postgresql://a:***@h/d"
+        );
+    }
+}

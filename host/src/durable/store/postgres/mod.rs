@@ -1,0 +1,459 @@
+//! The store many hosts share: a PostgreSQL database.
+//!
+//! The client is the `postgres` crate, the synchronous face of `tokio-postgres`: the journal's
+//! writer is a thread of its own that blocks on each commit, so an async client would only add a
+//! runtime hop. Each commit is one transaction (group commit, as with SQLite); rows of one kind
+//! go in one statement (`unnest` of arrays), so a commit of thousands of steps is a handful of
+//! round trips.
+//!
+//! A lost connection is not a failed store: the writer reconnects, with backoff, for as long as
+//! it takes, and a commit whose answer was lost with the connection is found to have happened or
+//! not by the batch number it wrote to its `hosts` row. Only what the database refuses (a full
+//! disk, a read-only server, a constraint) fails the store.
+
+mod read;
+mod schema;
+mod write;
+
+use std::collections::HashMap;
+use std::error::Error as _;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use postgres::{Client, NoTls, Statement};
+
+use super::location::redact;
+use super::{Op, Store, StoreError, StoreResult, SyncMode};
+use schema::{MIGRATIONS, MIGRATION_LOCK, VERSION};
+
+/// How long a read waits for the database to come back before it fails.
+const READ_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Backoff between attempts to reconnect: from this...
+const FIRST_RETRY: Duration = Duration::from_millis(50);
+/// ...doubling up to this.
+const LAST_RETRY: Duration = Duration::from_secs(2);
+
+/// A PostgreSQL store.
+pub struct PgStore {
+    url: String,
+    config: postgres::Config,
+    sync: SyncMode,
+    conn: Option<Conn>,
+    /// This store's row in `hosts` once it has written, and the number of its last commit.
+    host: Option<i64>,
+    batch: i64,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("url", &redact(&self.url))
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A connection and the statements prepared on it.
+pub(super) struct Conn {
+    pub(super) client: Client,
+    statements: HashMap<&'static str, Statement>,
+}
+
+impl Conn {
+    /// `sql`, prepared once per connection.
+    pub(super) fn prepare(&mut self, sql: &'static str) -> Result<Statement, postgres::Error> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql)?;
+        self.statements.insert(sql, statement.clone());
+        Ok(statement)
+    }
+}
+
+/// Whether `error` is the connection's, not the statement's: worth a reconnect and another try.
+fn retryable(error: &postgres::Error) -> bool {
+    if error.is_closed() {
+        return true;
+    }
+    match error.code() {
+        // Connection exceptions, the server shutting down or starting, and transactions
+        // rolled back for a serialization failure or a deadlock.
+        Some(code) => {
+            let code = code.code();
+            code.starts_with("08")
+                || matches!(code, "57P01" | "57P02" | "57P03" | "40001" | "40P01")
+        }
+        None => error
+            .source()
+            .is_some_and(|source| source.is::<std::io::Error>()),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl PgStore {
+    /// Connects to the database at `url`, creating wfhost's tables (in the schema `wfhost`) or
+    /// migrating them to this version's. With [`SyncMode::Normal`] commits do not wait for the
+    /// server's disk (`synchronous_commit = off`): a crash of the server, not of the host, may
+    /// lose the last of them.
+    pub fn open(url: &str, sync: SyncMode) -> StoreResult<PgStore> {
+        let mut store = PgStore::connect(url, sync)?;
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// As [`open`](Self::open), for a database that must have wfhost's tables already (the
+    /// commands that read what hosts wrote).
+    pub fn open_existing(url: &str) -> StoreResult<PgStore> {
+        let mut store = PgStore::connect(url, SyncMode::Full)?;
+        let conn = store.conn.as_mut().expect("connected");
+        let found: bool = conn
+            .client
+            .query_one("SELECT to_regclass('wfhost.meta') IS NOT NULL", &[])
+            .map(|row| row.get(0))
+            .map_err(|e| store.error("reading the store", e))?;
+        if !found {
+            return Err(StoreError::new(format_args!(
+                "the database {} holds no wfhost store: start a host on it first (`wfhost serve \
+                 --store URL` or `wfhost run --store URL`)",
+                redact(url)
+            )));
+        }
+        store.migrate()?;
+        Ok(store)
+    }
+
+    fn connect(url: &str, sync: SyncMode) -> StoreResult<PgStore> {
+        let mut config = postgres::Config::from_str(url).map_err(|e| {
+            StoreError::new(format_args!(
+                "{} is not a PostgreSQL URL ({e}): write postgres://USER:PASSWORD@HOST:PORT/DATABASE",
+                redact(url)
+            ))
+        })?;
+        if config.get_application_name().is_none() {
+            config.application_name("wfhost");
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        let mut store = PgStore {
+            url: url.to_string(),
+            config,
+            sync,
+            conn: None,
+            host: None,
+            batch: 0,
+        };
+        store.conn = Some(store.new_conn().map_err(|e| {
+            StoreError::new(format_args!(
+                "could not connect to the PostgreSQL store {}: {}: is the server running, and \
+                 does the URL name its host, port, user and database?",
+                redact(url),
+                describe(&e)
+            ))
+        })?);
+        Ok(store)
+    }
+
+    fn new_conn(&self) -> Result<Conn, postgres::Error> {
+        let mut client = self.config.connect(NoTls)?;
+        let sync = match self.sync {
+            SyncMode::Full => "on",
+            SyncMode::Normal => "off",
+        };
+        client.batch_execute(&format!(
+            "SET search_path TO wfhost; SET synchronous_commit TO {sync}"
+        ))?;
+        Ok(Conn {
+            client,
+            statements: HashMap::new(),
+        })
+    }
+
+    /// A connection, made again (with backoff, for as long as `patience` allows; `None`:
+    /// forever) if the last one broke.
+    fn conn(&mut self, patience: Option<Duration>) -> StoreResult<&mut Conn> {
+        if self.conn.as_ref().is_some_and(|c| c.client.is_closed()) {
+            self.conn = None;
+        }
+        if self.conn.is_none() {
+            let started = Instant::now();
+            let mut delay = FIRST_RETRY;
+            let mut attempts = 0u32;
+            loop {
+                match self.new_conn() {
+                    Ok(conn) => {
+                        if attempts > 0 {
+                            tracing::info!(
+                                store = %redact(&self.url),
+                                "reconnected to the store after {attempts} attempts"
+                            );
+                        }
+                        self.conn = Some(conn);
+                        break;
+                    }
+                    Err(error) => {
+                        attempts += 1;
+                        if patience.is_some_and(|p| started.elapsed() >= p) {
+                            return Err(StoreError::new(format_args!(
+                                "lost the connection to the store {} and could not reconnect \
+                                 within {:?}: {}",
+                                redact(&self.url),
+                                patience.unwrap_or_default(),
+                                describe(&error)
+                            )));
+                        }
+                        if attempts == 1 || attempts.is_power_of_two() {
+                            tracing::warn!(
+                                store = %redact(&self.url),
+                                "the store cannot be reached ({}); trying again",
+                                describe(&error)
+                            );
+                        }
+                        std::thread::sleep(delay);
+                        delay = (delay * 2).min(LAST_RETRY);
+                    }
+                }
+            }
+        }
+        Ok(self.conn.as_mut().expect("connected above"))
+    }
+
+    fn error(&self, what: &str, error: postgres::Error) -> StoreError {
+        StoreError::new(format_args!(
+            "{what} in the store {}: {}",
+            redact(&self.url),
+            describe(&error)
+        ))
+    }
+
+    fn migrate(&mut self) -> StoreResult<()> {
+        let url = redact(&self.url);
+        let conn = self.conn(Some(READ_PATIENCE))?;
+        let mut tx = conn
+            .client
+            .transaction()
+            .map_err(|e| migration_error(&url, &e))?;
+        let newer = (|| {
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+            let ours: bool = tx
+                .query_one("SELECT to_regclass('wfhost.meta') IS NOT NULL", &[])?
+                .get(0);
+            let version: i64 = if ours {
+                tx.query_one("SELECT value FROM wfhost.meta WHERE key = 'schema'", &[])?
+                    .get(0)
+            } else {
+                let tables: i64 = tx
+                    .query_one(
+                        "SELECT count(*) FROM pg_tables WHERE schemaname = 'wfhost'",
+                        &[],
+                    )?
+                    .get(0);
+                if tables > 0 {
+                    return Ok(Err(format!(
+                        "the database {url} has a schema 'wfhost' that is not a wfhost store: \
+                         give another database"
+                    )));
+                }
+                tx.batch_execute(
+                    "CREATE SCHEMA IF NOT EXISTS wfhost; \
+                     CREATE TABLE wfhost.meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL); \
+                     INSERT INTO wfhost.meta (key, value) VALUES ('schema', 0);",
+                )?;
+                0
+            };
+            if version > VERSION {
+                return Ok(Err(format!(
+                    "the store {url} was written by a newer wfhost (schema version {version}; \
+                     this one knows up to {VERSION}): upgrade wfhost to open it"
+                )));
+            }
+            for (from, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+                tx.batch_execute(migration)?;
+                tx.execute(
+                    "UPDATE wfhost.meta SET value = $1 WHERE key = 'schema'",
+                    &[&(from as i64 + 1)],
+                )?;
+            }
+            Ok(Ok(()))
+        })()
+        .map_err(|e: postgres::Error| migration_error(&url, &e))?;
+        if let Err(why) = newer {
+            return Err(StoreError(why));
+        }
+        tx.commit().map_err(|e| migration_error(&url, &e))
+    }
+
+    /// This store's row in `hosts`, made on its first commit.
+    fn host(&mut self) -> StoreResult<i64> {
+        if let Some(host) = self.host {
+            return Ok(host);
+        }
+        let url = redact(&self.url);
+        let mut delay = FIRST_RETRY;
+        loop {
+            let conn = self.conn(None)?;
+            match conn.client.query_one(
+                "INSERT INTO hosts (started) VALUES ($1) RETURNING id",
+                &[&now_ms()],
+            ) {
+                Ok(row) => {
+                    let host = row.get(0);
+                    self.host = Some(host);
+                    return Ok(host);
+                }
+                Err(error) if retryable(&error) => {
+                    self.conn = None;
+                    tracing::warn!(store = %url, "registering with the store: {}", describe(&error));
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(LAST_RETRY);
+                }
+                Err(error) => return Err(write::failure(&url, &error)),
+            }
+        }
+    }
+
+    /// Runs a read, reconnecting and trying again when the connection broke, for up to
+    /// [`READ_PATIENCE`].
+    fn read<T>(
+        &mut self,
+        what: &str,
+        mut f: impl FnMut(&mut Conn) -> Result<T, postgres::Error>,
+    ) -> StoreResult<T> {
+        let started = Instant::now();
+        let mut delay = FIRST_RETRY;
+        loop {
+            let patience = READ_PATIENCE.saturating_sub(started.elapsed());
+            let conn = self.conn(Some(patience))?;
+            match f(conn) {
+                Ok(value) => return Ok(value),
+                Err(error) if retryable(&error) && started.elapsed() < READ_PATIENCE => {
+                    self.conn = None;
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(LAST_RETRY);
+                }
+                Err(error) => return Err(self.error(what, error)),
+            }
+        }
+    }
+}
+
+fn migration_error(url: &str, error: &postgres::Error) -> StoreError {
+    StoreError::new(format_args!(
+        "could not create or migrate wfhost's tables in the store {url}: {}",
+        describe(error)
+    ))
+}
+
+/// An error as the server (or the connection) put it, with its detail when there is one.
+pub(super) fn describe(error: &postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("{} ({detail})", db.message()),
+            None => db.message().to_string(),
+        },
+        None => match error.source() {
+            Some(source) => format!("{error}: {source}"),
+            None => error.to_string(),
+        },
+    }
+}
+
+impl Store for PgStore {
+    fn reader(&self) -> StoreResult<Box<dyn Store>> {
+        let mut reader = PgStore {
+            url: self.url.clone(),
+            config: self.config.clone(),
+            sync: self.sync,
+            conn: None,
+            host: None,
+            batch: 0,
+        };
+        reader.conn(Some(READ_PATIENCE))?;
+        Ok(Box::new(reader))
+    }
+
+    fn commit(&mut self, ops: &[Op]) -> StoreResult<()> {
+        let url = redact(&self.url);
+        let plan = write::Plan::new(ops).map_err(|why| {
+            StoreError::new(format_args!("could not write to the store {url}: {why}"))
+        })?;
+        let host = self.host()?;
+        self.batch += 1;
+        let batch = self.batch;
+        let mut delay = FIRST_RETRY;
+        loop {
+            let conn = self.conn(None)?;
+            let error = match plan.commit(conn, host, batch) {
+                Ok(()) => return Ok(()),
+                Err(error) if retryable(&error) => error,
+                Err(error) => return Err(write::failure(&url, &error)),
+            };
+            tracing::warn!(
+                store = %url,
+                "a commit lost its connection ({}); reconnecting",
+                describe(&error)
+            );
+            self.conn = None;
+            // The commit may have happened with its answer lost: its batch number says.
+            loop {
+                let conn = self.conn(None)?;
+                match write::committed(conn, host) {
+                    Ok(last) if last == batch => return Ok(()),
+                    Ok(_) => break,
+                    Err(error) if retryable(&error) => {
+                        self.conn = None;
+                        std::thread::sleep(delay);
+                        delay = (delay * 2).min(LAST_RETRY);
+                    }
+                    Err(error) => return Err(write::failure(&url, &error)),
+                }
+            }
+        }
+    }
+
+    fn high_water(&mut self) -> StoreResult<(u64, u64)> {
+        self.read("reading the store", read::high_water)
+    }
+
+    fn workflow(&mut self, id: &str) -> StoreResult<Option<super::Workflow>> {
+        self.read("reading a workflow", |conn| read::workflow(conn, id))
+    }
+
+    fn workflow_by_num(&mut self, num: u64) -> StoreResult<Option<super::Workflow>> {
+        let num = read::int(num)?;
+        self.read("reading a workflow", |conn| {
+            read::workflow_by_num(conn, num)
+        })
+    }
+
+    fn workflows(&mut self, unfinished_only: bool) -> StoreResult<Vec<super::Workflow>> {
+        self.read("listing workflows", |conn| {
+            read::workflows(conn, unfinished_only)
+        })
+    }
+
+    fn steps(&mut self, num: u64, after: u64) -> StoreResult<Vec<super::Step>> {
+        let (num, after) = (read::int(num)?, read::int(after)?);
+        self.read("reading a journal", |conn| read::steps(conn, num, after))
+    }
+
+    fn snapshot(&mut self, num: u64) -> StoreResult<Option<super::NewSnapshot>> {
+        let num = read::int(num)?;
+        self.read("reading a snapshot", |conn| read::snapshot(conn, num))
+    }
+
+    fn module(&mut self, hash: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.read("reading a module", |conn| read::module(conn, hash))
+    }
+
+    fn messages(&mut self) -> StoreResult<Vec<super::Message>> {
+        self.read("reading messages", read::messages)
+    }
+}

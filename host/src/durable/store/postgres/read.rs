@@ -1,0 +1,186 @@
+//! Reads: what the engine recovers from, and what the client commands show.
+
+use postgres::Row;
+
+use super::Conn;
+use crate::durable::store::{
+    Cancel, Ending, Message, NewMessage, NewSnapshot, NewWorkflow, State, Step, StoreError,
+    StoreResult, Workflow,
+};
+
+/// A number as the store keeps it (signed), or an error for one it cannot hold.
+pub(super) fn int(n: u64) -> StoreResult<i64> {
+    i64::try_from(n)
+        .map_err(|_| StoreError::new(format_args!("{n} is larger than the store can hold")))
+}
+
+fn uint(n: i64) -> u64 {
+    n.max(0) as u64
+}
+
+/// The columns [`workflow_row`] reads, from `workflows w`.
+macro_rules! workflow_columns {
+    () => {
+        "num, id, parent, module, module_name, entry, input, started, state, result, \
+         error_kind, error, finished, \
+         coalesce((SELECT max(seq) FROM steps s WHERE s.num = w.num), 0), cancel"
+    };
+}
+
+fn workflow_row(row: &Row) -> Workflow {
+    let state = match row.get::<_, i16>(8) {
+        0 => State::Running,
+        1 => State::Done,
+        _ => State::Failed,
+    };
+    let ending = match state {
+        State::Running => None,
+        State::Done => Some(Ending::Done(
+            row.get::<_, Option<Vec<u8>>>(9).unwrap_or_default(),
+        )),
+        State::Failed => Some(Ending::Failed {
+            kind: row.get::<_, Option<String>>(10).unwrap_or_default(),
+            message: row.get::<_, Option<String>>(11).unwrap_or_default(),
+        }),
+    };
+    Workflow {
+        start: NewWorkflow {
+            num: uint(row.get(0)),
+            id: row.get(1),
+            parent: row.get::<_, Option<i64>>(2).map(uint),
+            module: row.get(3),
+            module_name: row.get(4),
+            entry: row.get(5),
+            input: row.get(6),
+            started: uint(row.get(7)),
+        },
+        state,
+        ending,
+        finished: row.get::<_, Option<i64>>(12).map(uint),
+        steps: uint(row.get(13)),
+        cancel: match row.get::<_, i16>(14) {
+            0 => Cancel::No,
+            1 => Cancel::Asked,
+            _ => Cancel::Taken,
+        },
+    }
+}
+
+pub(super) fn high_water(conn: &mut Conn) -> Result<(u64, u64), postgres::Error> {
+    let statement = conn.prepare(
+        "SELECT coalesce((SELECT max(num) FROM workflows), 0), \
+         greatest(coalesce((SELECT max(id) FROM messages), 0), \
+                  coalesce((SELECT value FROM counters WHERE name = 'messages'), 0))",
+    )?;
+    let row = conn.client.query_one(&statement, &[])?;
+    Ok((uint(row.get(0)), uint(row.get(1))))
+}
+
+pub(super) fn workflow(conn: &mut Conn, id: &str) -> Result<Option<Workflow>, postgres::Error> {
+    let statement = conn.prepare(concat!(
+        "SELECT ",
+        workflow_columns!(),
+        " FROM workflows w WHERE id = $1"
+    ))?;
+    Ok(conn
+        .client
+        .query_opt(&statement, &[&id])?
+        .as_ref()
+        .map(workflow_row))
+}
+
+pub(super) fn workflow_by_num(
+    conn: &mut Conn,
+    num: i64,
+) -> Result<Option<Workflow>, postgres::Error> {
+    let statement = conn.prepare(concat!(
+        "SELECT ",
+        workflow_columns!(),
+        " FROM workflows w WHERE num = $1"
+    ))?;
+    Ok(conn
+        .client
+        .query_opt(&statement, &[&num])?
+        .as_ref()
+        .map(workflow_row))
+}
+
+pub(super) fn workflows(
+    conn: &mut Conn,
+    unfinished_only: bool,
+) -> Result<Vec<Workflow>, postgres::Error> {
+    let statement = conn.prepare(if unfinished_only {
+        concat!(
+            "SELECT ",
+            workflow_columns!(),
+            " FROM workflows w WHERE state = 0 ORDER BY num"
+        )
+    } else {
+        concat!(
+            "SELECT ",
+            workflow_columns!(),
+            " FROM workflows w ORDER BY num"
+        )
+    })?;
+    Ok(conn
+        .client
+        .query(&statement, &[])?
+        .iter()
+        .map(workflow_row)
+        .collect())
+}
+
+pub(super) fn steps(conn: &mut Conn, num: i64, after: i64) -> Result<Vec<Step>, postgres::Error> {
+    let statement =
+        conn.prepare("SELECT seq, at, record FROM steps WHERE num = $1 AND seq > $2 ORDER BY seq")?;
+    Ok(conn
+        .client
+        .query(&statement, &[&num, &after])?
+        .iter()
+        .map(|row| Step {
+            seq: uint(row.get(0)),
+            at: uint(row.get(1)),
+            record: row.get(2),
+        })
+        .collect())
+}
+
+pub(super) fn snapshot(conn: &mut Conn, num: i64) -> Result<Option<NewSnapshot>, postgres::Error> {
+    let statement = conn.prepare("SELECT seq, module, state FROM snapshots WHERE num = $1")?;
+    Ok(conn
+        .client
+        .query_opt(&statement, &[&num])?
+        .map(|row| NewSnapshot {
+            num: uint(num),
+            seq: uint(row.get(0)),
+            module: row.get(1),
+            state: row.get(2),
+        }))
+}
+
+pub(super) fn module(conn: &mut Conn, hash: &str) -> Result<Option<Vec<u8>>, postgres::Error> {
+    let statement = conn.prepare("SELECT bytes FROM modules WHERE hash = $1")?;
+    Ok(conn
+        .client
+        .query_opt(&statement, &[&hash])?
+        .map(|row| row.get(0)))
+}
+
+pub(super) fn messages(conn: &mut Conn) -> Result<Vec<Message>, postgres::Error> {
+    let statement =
+        conn.prepare("SELECT id, receiver, sender, payload, refused FROM messages ORDER BY id")?;
+    Ok(conn
+        .client
+        .query(&statement, &[])?
+        .iter()
+        .map(|row| Message {
+            message: NewMessage {
+                id: uint(row.get(0)),
+                receiver: uint(row.get(1)),
+                sender: uint(row.get(2)),
+                payload: row.get(3),
+            },
+            refused: row.get(4),
+        })
+        .collect())
+}

@@ -1,0 +1,451 @@
+//! One commit: a batch of [`Op`]s as a few statements in one transaction.
+//!
+//! Consecutive ops that commute (modules, starts, messages, steps, snapshots) are gathered into a
+//! segment and written with one statement per kind, over arrays; an end, a cancel or a refusal is
+//! written on its own, in its place, so the batch means what it means in order.
+
+use postgres::error::SqlState;
+
+use super::{describe, Conn};
+use crate::durable::store::{elided, Ending, Op, StoreError};
+
+/// A batch, checked and laid out for writing.
+pub(super) struct Plan<'a> {
+    parts: Vec<Part<'a>>,
+    last_message: Option<i64>,
+}
+
+enum Part<'a> {
+    Segment(Box<Segment<'a>>),
+    End {
+        num: i64,
+        state: i16,
+        result: Option<&'a [u8]>,
+        kind: Option<&'a str>,
+        message: Option<&'a str>,
+        at: i64,
+    },
+    Cancel(i64),
+    Refused(i64, &'a str),
+}
+
+/// Rows of ops that commute, by kind, as the columns of their tables.
+#[derive(Default)]
+struct Segment<'a> {
+    module_hash: Vec<&'a str>,
+    module_bytes: Vec<&'a [u8]>,
+    start_num: Vec<i64>,
+    start_id: Vec<&'a str>,
+    start_parent: Vec<Option<i64>>,
+    start_module: Vec<&'a str>,
+    start_module_name: Vec<&'a str>,
+    start_entry: Vec<&'a str>,
+    start_input: Vec<&'a [u8]>,
+    start_started: Vec<i64>,
+    step_num: Vec<i64>,
+    step_seq: Vec<i64>,
+    step_at: Vec<i64>,
+    step_record: Vec<&'a [u8]>,
+    took_cancel: Vec<i64>,
+    consumed: Vec<i64>,
+    message_id: Vec<i64>,
+    message_receiver: Vec<i64>,
+    message_sender: Vec<i64>,
+    message_payload: Vec<&'a [u8]>,
+    /// Snapshots by workflow: a later one of the same workflow replaces an earlier one.
+    snapshots: Vec<(i64, i64, &'a str, &'a [u8])>,
+}
+
+impl Segment<'_> {
+    fn is_empty(&self) -> bool {
+        self.module_hash.is_empty()
+            && self.start_num.is_empty()
+            && self.step_num.is_empty()
+            && self.message_id.is_empty()
+            && self.snapshots.is_empty()
+    }
+}
+
+/// PostgreSQL keeps integers signed: numbers past `i64::MAX` do not occur (pids, message numbers
+/// and times count up from small values), and are refused rather than wrapped.
+fn int(n: u64, what: &str) -> Result<i64, String> {
+    i64::try_from(n).map_err(|_| format!("{what} {n} is larger than the store can hold"))
+}
+
+impl<'a> Plan<'a> {
+    pub(super) fn new(ops: &'a [Op]) -> Result<Plan<'a>, String> {
+        let (elided, last_message) = elided(ops);
+        let mut parts = Vec::new();
+        let mut segment = Segment::default();
+        let flush = |segment: &mut Segment<'a>, parts: &mut Vec<Part<'a>>| {
+            if !segment.is_empty() {
+                parts.push(Part::Segment(Box::new(std::mem::take(segment))));
+            }
+        };
+        for op in ops {
+            match op {
+                Op::Module { hash, bytes } => {
+                    segment.module_hash.push(hash);
+                    segment.module_bytes.push(bytes);
+                }
+                Op::Start(w) => {
+                    segment.start_num.push(int(w.num, "workflow")?);
+                    segment.start_id.push(&w.id);
+                    segment
+                        .start_parent
+                        .push(w.parent.map(|p| int(p, "workflow")).transpose()?);
+                    segment.start_module.push(&w.module);
+                    segment.start_module_name.push(&w.module_name);
+                    segment.start_entry.push(&w.entry);
+                    segment.start_input.push(&w.input);
+                    segment.start_started.push(int(w.started, "time")?);
+                }
+                Op::Step(step) => {
+                    let num = int(step.num, "workflow")?;
+                    segment.step_num.push(num);
+                    segment.step_seq.push(int(step.seq, "step")?);
+                    segment.step_at.push(int(step.at, "time")?);
+                    segment.step_record.push(&step.record);
+                    if step.took_cancel {
+                        segment.took_cancel.push(num);
+                    }
+                    for id in step.consumed.iter().filter(|id| !elided.contains(id)) {
+                        segment.consumed.push(int(*id, "message")?);
+                    }
+                }
+                Op::Message(message) => {
+                    if !elided.contains(&message.id) {
+                        segment.message_id.push(int(message.id, "message")?);
+                        segment
+                            .message_receiver
+                            .push(int(message.receiver, "workflow")?);
+                        segment
+                            .message_sender
+                            .push(int(message.sender, "workflow")?);
+                        segment.message_payload.push(&message.payload);
+                    }
+                }
+                Op::Snapshot(snapshot) => {
+                    let num = int(snapshot.num, "workflow")?;
+                    segment.snapshots.retain(|s| s.0 != num);
+                    segment.snapshots.push((
+                        num,
+                        int(snapshot.seq, "step")?,
+                        &snapshot.module,
+                        &snapshot.state,
+                    ));
+                }
+                Op::End { num, ending, at } => {
+                    flush(&mut segment, &mut parts);
+                    let (state, result, kind, message) = match ending {
+                        Ending::Done(result) => (1, Some(&result[..]), None, None),
+                        Ending::Failed { kind, message } => {
+                            (2, None, Some(kind.as_str()), Some(message.as_str()))
+                        }
+                    };
+                    parts.push(Part::End {
+                        num: int(*num, "workflow")?,
+                        state,
+                        result,
+                        kind,
+                        message,
+                        at: int(*at, "time")?,
+                    });
+                }
+                Op::Cancel { num } => {
+                    flush(&mut segment, &mut parts);
+                    parts.push(Part::Cancel(int(*num, "workflow")?));
+                }
+                Op::Refused { id, error } => {
+                    flush(&mut segment, &mut parts);
+                    parts.push(Part::Refused(int(*id, "message")?, error));
+                }
+            }
+        }
+        flush(&mut segment, &mut parts);
+        Ok(Plan {
+            parts,
+            last_message: last_message.map(|m| int(m, "message")).transpose()?,
+        })
+    }
+
+    /// Writes the batch in one transaction, as commit `batch` of host `host`.
+    pub(super) fn commit(
+        &self,
+        conn: &mut Conn,
+        host: i64,
+        batch: i64,
+    ) -> Result<(), postgres::Error> {
+        // Prepared before the transaction: a statement prepared once serves every commit.
+        let mark = conn.prepare("UPDATE hosts SET batch = $2 WHERE id = $1")?;
+        let statements = Statements::prepare(conn)?;
+        let mut tx = conn.client.transaction()?;
+        tx.execute(&mark, &[&host, &batch])?;
+        for part in &self.parts {
+            match part {
+                Part::Segment(s) => s.write(&mut tx, &statements)?,
+                Part::End {
+                    num,
+                    state,
+                    result,
+                    kind,
+                    message,
+                    at,
+                } => {
+                    tx.execute(&statements.end, &[num, state, result, kind, message, at])?;
+                }
+                Part::Cancel(num) => {
+                    tx.execute(&statements.cancel, &[num])?;
+                }
+                Part::Refused(id, why) => {
+                    tx.execute(&statements.refused, &[id, why])?;
+                }
+            }
+        }
+        if let Some(last) = self.last_message {
+            tx.execute(&statements.counter, &[&last])?;
+        }
+        tx.commit()
+    }
+}
+
+struct Statements {
+    modules: postgres::Statement,
+    starts: postgres::Statement,
+    messages: postgres::Statement,
+    steps: postgres::Statement,
+    took_cancel: postgres::Statement,
+    consumed: postgres::Statement,
+    snapshots: postgres::Statement,
+    end: postgres::Statement,
+    cancel: postgres::Statement,
+    refused: postgres::Statement,
+    counter: postgres::Statement,
+}
+
+impl Statements {
+    fn prepare(conn: &mut Conn) -> Result<Statements, postgres::Error> {
+        Ok(Statements {
+            modules: conn.prepare(
+                "INSERT INTO modules (hash, bytes) \
+                 SELECT * FROM unnest($1::text[], $2::bytea[]) ON CONFLICT (hash) DO NOTHING",
+            )?,
+            starts: conn.prepare(
+                "INSERT INTO workflows (num, id, parent, module, module_name, entry, input, \
+                 started) SELECT * FROM unnest($1::int8[], $2::text[], $3::int8[], $4::text[], \
+                 $5::text[], $6::text[], $7::bytea[], $8::int8[])",
+            )?,
+            messages: conn.prepare(
+                "INSERT INTO messages (id, receiver, sender, payload) \
+                 SELECT * FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::bytea[])",
+            )?,
+            steps: conn.prepare(
+                "INSERT INTO steps (num, seq, at, record) \
+                 SELECT * FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::bytea[])",
+            )?,
+            took_cancel: conn
+                .prepare("UPDATE workflows SET cancel = 2 WHERE num = ANY($1::int8[])")?,
+            consumed: conn.prepare("DELETE FROM messages WHERE id = ANY($1::int8[])")?,
+            snapshots: conn.prepare(
+                "INSERT INTO snapshots (num, seq, module, state) \
+                 SELECT * FROM unnest($1::int8[], $2::int8[], $3::text[], $4::bytea[]) \
+                 ON CONFLICT (num) DO UPDATE SET seq = excluded.seq, module = excluded.module, \
+                 state = excluded.state",
+            )?,
+            // What waited for it, and its snapshot, are of no use once it ended.
+            end: conn.prepare(
+                "WITH ended AS (UPDATE workflows SET state = $2, result = $3, error_kind = $4, \
+                 error = $5, finished = $6 WHERE num = $1 AND state = 0), \
+                 waiting AS (DELETE FROM messages WHERE receiver = $1) \
+                 DELETE FROM snapshots WHERE num = $1",
+            )?,
+            cancel: conn
+                .prepare("UPDATE workflows SET cancel = 1 WHERE num = $1 AND cancel = 0")?,
+            refused: conn.prepare("UPDATE messages SET refused = $2 WHERE id = $1")?,
+            counter: conn.prepare(
+                "UPDATE counters SET value = greatest(value, $1) WHERE name = 'messages'",
+            )?,
+        })
+    }
+}
+
+impl Segment<'_> {
+    fn write(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        statements: &Statements,
+    ) -> Result<(), postgres::Error> {
+        if !self.module_hash.is_empty() {
+            tx.execute(
+                &statements.modules,
+                &[&self.module_hash, &self.module_bytes],
+            )?;
+        }
+        if !self.start_num.is_empty() {
+            tx.execute(
+                &statements.starts,
+                &[
+                    &self.start_num,
+                    &self.start_id,
+                    &self.start_parent,
+                    &self.start_module,
+                    &self.start_module_name,
+                    &self.start_entry,
+                    &self.start_input,
+                    &self.start_started,
+                ],
+            )?;
+        }
+        if !self.message_id.is_empty() {
+            tx.execute(
+                &statements.messages,
+                &[
+                    &self.message_id,
+                    &self.message_receiver,
+                    &self.message_sender,
+                    &self.message_payload,
+                ],
+            )?;
+        }
+        if !self.step_num.is_empty() {
+            tx.execute(
+                &statements.steps,
+                &[
+                    &self.step_num,
+                    &self.step_seq,
+                    &self.step_at,
+                    &self.step_record,
+                ],
+            )?;
+        }
+        if !self.took_cancel.is_empty() {
+            tx.execute(&statements.took_cancel, &[&self.took_cancel])?;
+        }
+        if !self.consumed.is_empty() {
+            tx.execute(&statements.consumed, &[&self.consumed])?;
+        }
+        if !self.snapshots.is_empty() {
+            let nums: Vec<i64> = self.snapshots.iter().map(|s| s.0).collect();
+            let seqs: Vec<i64> = self.snapshots.iter().map(|s| s.1).collect();
+            let modules: Vec<&str> = self.snapshots.iter().map(|s| s.2).collect();
+            let states: Vec<&[u8]> = self.snapshots.iter().map(|s| s.3).collect();
+            tx.execute(&statements.snapshots, &[&nums, &seqs, &modules, &states])?;
+        }
+        Ok(())
+    }
+}
+
+/// The number of the last commit of `host`.
+pub(super) fn committed(conn: &mut Conn, host: i64) -> Result<i64, postgres::Error> {
+    let statement = conn.prepare("SELECT batch FROM hosts WHERE id = $1")?;
+    Ok(conn.client.query_one(&statement, &[&host])?.get(0))
+}
+
+/// A commit the database refused, said so that the user knows what to do.
+pub(super) fn failure(url: &str, error: &postgres::Error) -> StoreError {
+    let why = match error.code() {
+        Some(code) if *code == SqlState::DISK_FULL => {
+            "the database server's disk is full: free space and start again; what was written \
+             before resumes"
+                .to_string()
+        }
+        Some(code) if *code == SqlState::READ_ONLY_SQL_TRANSACTION => {
+            "the database is read-only (a standby, or default_transaction_read_only): point \
+             --store at the primary and start again; what was written before resumes"
+                .to_string()
+        }
+        Some(code) if *code == SqlState::UNIQUE_VIOLATION => {
+            let constraint = error
+                .as_db_error()
+                .and_then(|db| db.constraint())
+                .unwrap_or_default();
+            match constraint {
+                "steps_pkey" => format!(
+                    "a step is in the store already ({}): does another host write to this \
+                     store's workflows?",
+                    describe(error)
+                ),
+                "workflows_id_key" => {
+                    format!(
+                        "a workflow with this id is in the store already ({})",
+                        describe(error)
+                    )
+                }
+                _ => describe(error),
+            }
+        }
+        _ => describe(error),
+    };
+    StoreError::new(format_args!("could not write to the store {url}: {why}"))
+}
+
+/// The rows (steps, messages, starts) of each part of a batch's plan; 0 for an end, a cancel or a
+/// refusal.
+#[cfg(test)]
+fn segments(ops: &[Op]) -> Vec<usize> {
+    Plan::new(ops)
+        .unwrap()
+        .parts
+        .iter()
+        .map(|p| match p {
+            Part::Segment(s) => s.step_num.len() + s.message_id.len() + s.start_num.len(),
+            _ => 0,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::durable::store::{NewMessage, NewStep};
+
+    fn step(num: u64, seq: u64, consumed: Vec<u64>) -> Op {
+        Op::Step(NewStep {
+            num,
+            seq,
+            at: 0,
+            record: Vec::new(),
+            consumed,
+            took_cancel: false,
+        })
+    }
+
+    fn message(id: u64, receiver: u64) -> Op {
+        Op::Message(NewMessage {
+            id,
+            receiver,
+            sender: 0,
+            payload: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn ends_cancels_and_refusals_split_a_batch_and_the_rest_is_gathered() {
+        let ops = vec![
+            step(1, 1, vec![]),
+            message(5, 2),
+            step(2, 1, vec![5]),
+            Op::Cancel { num: 3 },
+            step(3, 1, vec![]),
+            Op::Refused {
+                id: 9,
+                error: "full".into(),
+            },
+        ];
+        // The message taken in the same batch is not written: 2 steps, then the cancel, then
+        // 1 step, then the refusal.
+        assert_eq!(segments(&ops), vec![2, 0, 1, 0]);
+        let plan = Plan::new(&ops).unwrap();
+        let Part::Segment(first) = &plan.parts[0] else {
+            panic!("a segment comes first")
+        };
+        assert!(first.consumed.is_empty());
+        assert_eq!(plan.last_message, Some(5));
+    }
+
+    #[test]
+    fn numbers_past_what_postgres_holds_are_refused() {
+        let error = Plan::new(&[step(u64::MAX, 1, vec![])]).err().unwrap();
+        assert!(error.contains("larger than the store can hold"), "{error}");
+    }
+}

@@ -1,0 +1,109 @@
+//! A durable host on PostgreSQL whose database server stops mid-run, cleanly or as a crash, and
+//! comes back: the host reconnects and goes on, and nothing it acknowledged is lost.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use wfhost::store::{Location, State};
+use wfhost::Host;
+use wfhost_test_programs::postgres::Postgres;
+
+use super::common::{host_on, json, order_functions, saga_result, tempdir, PATIENCE};
+
+const ORDERS: u32 = 20;
+
+fn restarted_mid_run(mode: &str) {
+    let dir = tempdir(&format!("postgres-restart-{mode}"));
+    let server = Postgres::start();
+    let url = server.database("restart");
+    let host = host_on(
+        order_functions(Host::builder(), &dir.join("calls.log"), "run"),
+        Path::new(&url),
+    );
+    let mut runs: Vec<_> = (0..ORDERS)
+        .map(|n| {
+            host.start(&format!("order-{n}"), "probe", "order_saga", json(json!(n)))
+                .unwrap()
+        })
+        .collect();
+    server.stop(mode);
+    // Started while the server is down: it returns once the start is on disk, after the server
+    // is back.
+    let late = std::thread::scope(|scope| {
+        let late = scope.spawn(|| {
+            host.start("order-late", "probe", "order_saga", json(json!(ORDERS)))
+                .unwrap()
+        });
+        server.start_again();
+        late.join().unwrap()
+    });
+    runs.push(late);
+    let results: Vec<Value> = runs
+        .into_iter()
+        .map(|run| {
+            run.wait_timeout(PATIENCE)
+                .expect("the saga ends")
+                .expect("the saga succeeds")
+                .decode()
+                .unwrap()
+        })
+        .collect();
+    let expected: Vec<Value> = (0..=ORDERS).map(saga_result).collect();
+    assert_eq!(results, expected);
+    host.shutdown(Duration::from_secs(5));
+    // Every workflow is in the store once, done.
+    let mut store = Location::parse(&url).open_existing().unwrap();
+    let workflows = store.workflows(false).unwrap();
+    assert_eq!(workflows.len(), ORDERS as usize + 1);
+    assert!(workflows.iter().all(|w| w.state == State::Done));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_database_stopped_mid_run_is_reconnected_to_and_nothing_is_lost() {
+    restarted_mid_run("fast");
+}
+
+#[test]
+fn a_database_crashed_mid_run_is_reconnected_to_and_nothing_is_lost() {
+    restarted_mid_run("immediate");
+}
+
+#[test]
+fn a_database_that_is_not_there_is_refused_clearly() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://postgres:secret@127.0.0.1:{port}/nowhere");
+    let error = Host::builder()
+        .store(url.as_str(), wfhost::SyncMode::Full)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("could not connect to the PostgreSQL store"),
+        "{error}"
+    );
+    assert!(error.contains("is the server running"), "{error}");
+    assert!(!error.contains("secret"), "the password is shown: {error}");
+    let Err(error) = Location::parse("postgres://db.example:port/wf").open_existing() else {
+        panic!("a bad URL opens")
+    };
+    let error = error.0;
+    assert!(error.contains("is not a PostgreSQL URL"), "{error}");
+}
+
+#[test]
+fn a_unix_socket_url_reaches_the_server() {
+    let server = Postgres::shared();
+    let database = server.database("socket");
+    let name = database.rsplit('/').next().unwrap();
+    let socket_dir: String = server.dir().display().to_string().replace('/', "%2F");
+    let url = format!("postgres://postgres@{socket_dir}:{}/{name}", server.port());
+    let mut store = Location::parse(&url).open(wfhost::SyncMode::Full).unwrap();
+    assert_eq!(store.high_water().unwrap(), (0, 0));
+}
