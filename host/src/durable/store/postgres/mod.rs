@@ -1,10 +1,11 @@
 //! The store many hosts share: a PostgreSQL database.
 //!
-//! The client is the `postgres` crate, the synchronous face of `tokio-postgres`: the journal's
-//! writer is a thread of its own that blocks on each commit, so an async client would only add a
-//! runtime hop. Each commit is one transaction (group commit, as with SQLite); rows of one kind
-//! go in one statement (`unnest` of arrays), so a commit of thousands of steps is a handful of
-//! round trips.
+//! The client is `tokio-postgres`, driven by a single-threaded runtime of each connection's own
+//! from the thread that uses it (the journal's writer, or whoever holds the reader): no thread
+//! of its own, and the calling thread blocks as it does on SQLite. Each commit is one
+//! transaction (group commit, as with SQLite); rows of one kind go in one statement (`unnest` of
+//! arrays), and the transaction's statements, `BEGIN` to `COMMIT`, are sent at once (pipelined):
+//! a commit of thousands of steps is one round trip to the server.
 //!
 //! A lost connection is not a failed store: the writer reconnects, with backoff, for as long as
 //! it takes, and a commit whose answer was lost with the connection is found to have happened or
@@ -20,7 +21,7 @@ use std::error::Error as _;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, NoTls, Statement};
 
 use super::location::redact;
 use super::{Op, Store, StoreError, StoreResult, SyncMode};
@@ -37,7 +38,7 @@ const LAST_RETRY: Duration = Duration::from_secs(2);
 /// A PostgreSQL store.
 pub struct PgStore {
     url: String,
-    config: postgres::Config,
+    config: tokio_postgres::Config,
     sync: SyncMode,
     conn: Option<Conn>,
     /// This store's row in `hosts` once it has written, and the number of its last commit.
@@ -54,26 +55,71 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
-/// A connection and the statements prepared on it.
+/// A connection, the runtime that drives it, and the statements prepared on it.
 pub(super) struct Conn {
+    runtime: tokio::runtime::Runtime,
     pub(super) client: Client,
     statements: HashMap<&'static str, Statement>,
 }
 
 impl Conn {
     /// `sql`, prepared once per connection.
-    pub(super) fn prepare(&mut self, sql: &'static str) -> Result<Statement, postgres::Error> {
+    pub(super) fn prepare(&mut self, sql: &'static str) -> Result<Statement, Error> {
         if let Some(statement) = self.statements.get(sql) {
             return Ok(statement.clone());
         }
-        let statement = self.client.prepare(sql)?;
+        let statement = self.runtime.block_on(self.client.prepare(sql))?;
         self.statements.insert(sql, statement.clone());
         Ok(statement)
     }
+
+    /// Runs `work` on the connection, blocking this thread until it is done.
+    pub(super) fn block_on<T>(&self, work: impl std::future::Future<Output = T>) -> T {
+        self.runtime.block_on(work)
+    }
+
+    /// `sql` (prepared once), with `params`: its rows.
+    pub(super) fn query(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, Error> {
+        let statement = self.prepare(sql)?;
+        self.runtime.block_on(self.client.query(&statement, params))
+    }
+
+    /// As [`query`](Self::query), for at most one row.
+    pub(super) fn query_opt(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Option<tokio_postgres::Row>, Error> {
+        let statement = self.prepare(sql)?;
+        self.runtime
+            .block_on(self.client.query_opt(&statement, params))
+    }
+
+    /// As [`query`](Self::query), for exactly one row.
+    pub(super) fn query_one(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<tokio_postgres::Row, Error> {
+        let statement = self.prepare(sql)?;
+        self.runtime
+            .block_on(self.client.query_one(&statement, params))
+    }
+
+    /// `sql`, statements without parameters, sent as one simple query.
+    pub(super) fn batch(&self, sql: &str) -> Result<(), Error> {
+        self.runtime.block_on(self.client.batch_execute(sql))
+    }
 }
 
+type Error = tokio_postgres::Error;
+
 /// Whether `error` is the connection's, not the statement's: worth a reconnect and another try.
-fn retryable(error: &postgres::Error) -> bool {
+fn retryable(error: &Error) -> bool {
     if error.is_closed() {
         return true;
     }
@@ -114,7 +160,6 @@ impl PgStore {
         let mut store = PgStore::connect(url, SyncMode::Full)?;
         let conn = store.conn.as_mut().expect("connected");
         let found: bool = conn
-            .client
             .query_one("SELECT to_regclass('wfhost.meta') IS NOT NULL", &[])
             .map(|row| row.get(0))
             .map_err(|e| store.error("reading the store", e))?;
@@ -130,7 +175,7 @@ impl PgStore {
     }
 
     fn connect(url: &str, sync: SyncMode) -> StoreResult<PgStore> {
-        let mut config = postgres::Config::from_str(url).map_err(|e| {
+        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
             StoreError::new(format_args!(
                 "{} is not a PostgreSQL URL ({e}): write postgres://USER:PASSWORD@HOST:PORT/DATABASE",
                 redact(url)
@@ -152,28 +197,39 @@ impl PgStore {
         };
         store.conn = Some(store.new_conn().map_err(|e| {
             StoreError::new(format_args!(
-                "could not connect to the PostgreSQL store {}: {}: is the server running, and \
+                "could not connect to the PostgreSQL store {}: {e}: is the server running, and \
                  does the URL name its host, port, user and database?",
-                redact(url),
-                describe(&e)
+                redact(url)
             ))
         })?);
         Ok(store)
     }
 
-    fn new_conn(&self) -> Result<Conn, postgres::Error> {
-        let mut client = self.config.connect(NoTls)?;
+    fn new_conn(&self) -> Result<Conn, ConnectError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(ConnectError::Runtime)?;
+        let (client, connection) = runtime.block_on(self.config.connect(NoTls))?;
+        // Polled whenever the runtime runs, that is, while this connection is used.
+        runtime.spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!("a store connection ended: {error}");
+            }
+        });
         let sync = match self.sync {
             SyncMode::Full => "on",
             SyncMode::Normal => "off",
         };
-        client.batch_execute(&format!(
-            "SET search_path TO wfhost; SET synchronous_commit TO {sync}"
-        ))?;
-        Ok(Conn {
+        let conn = Conn {
+            runtime,
             client,
             statements: HashMap::new(),
-        })
+        };
+        conn.batch(&format!(
+            "SET search_path TO wfhost; SET synchronous_commit TO {sync}"
+        ))?;
+        Ok(conn)
     }
 
     /// A connection, made again (with backoff, for as long as `patience` allows; `None`:
@@ -203,17 +259,15 @@ impl PgStore {
                         if patience.is_some_and(|p| started.elapsed() >= p) {
                             return Err(StoreError::new(format_args!(
                                 "lost the connection to the store {} and could not reconnect \
-                                 within {:?}: {}",
+                                 within {:?}: {error}",
                                 redact(&self.url),
                                 patience.unwrap_or_default(),
-                                describe(&error)
                             )));
                         }
                         if attempts == 1 || attempts.is_power_of_two() {
                             tracing::warn!(
                                 store = %redact(&self.url),
-                                "the store cannot be reached ({}); trying again",
-                                describe(&error)
+                                "the store cannot be reached ({error}); trying again"
                             );
                         }
                         std::thread::sleep(delay);
@@ -225,7 +279,7 @@ impl PgStore {
         Ok(self.conn.as_mut().expect("connected above"))
     }
 
-    fn error(&self, what: &str, error: postgres::Error) -> StoreError {
+    fn error(&self, what: &str, error: Error) -> StoreError {
         StoreError::new(format_args!(
             "{what} in the store {}: {}",
             redact(&self.url),
@@ -235,25 +289,28 @@ impl PgStore {
 
     fn migrate(&mut self) -> StoreResult<()> {
         let url = redact(&self.url);
-        let conn = self.conn(Some(READ_PATIENCE))?;
-        let mut tx = conn
-            .client
-            .transaction()
-            .map_err(|e| migration_error(&url, &e))?;
-        let newer = (|| {
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+        let Conn {
+            runtime, client, ..
+        } = self.conn(Some(READ_PATIENCE))?;
+        let outcome = runtime.block_on(async {
+            let tx = client.transaction().await?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+                .await?;
             let ours: bool = tx
-                .query_one("SELECT to_regclass('wfhost.meta') IS NOT NULL", &[])?
+                .query_one("SELECT to_regclass('wfhost.meta') IS NOT NULL", &[])
+                .await?
                 .get(0);
             let version: i64 = if ours {
-                tx.query_one("SELECT value FROM wfhost.meta WHERE key = 'schema'", &[])?
+                tx.query_one("SELECT value FROM wfhost.meta WHERE key = 'schema'", &[])
+                    .await?
                     .get(0)
             } else {
                 let tables: i64 = tx
                     .query_one(
                         "SELECT count(*) FROM pg_tables WHERE schemaname = 'wfhost'",
                         &[],
-                    )?
+                    )
+                    .await?
                     .get(0);
                 if tables > 0 {
                     return Ok(Err(format!(
@@ -265,7 +322,8 @@ impl PgStore {
                     "CREATE SCHEMA IF NOT EXISTS wfhost; \
                      CREATE TABLE wfhost.meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL); \
                      INSERT INTO wfhost.meta (key, value) VALUES ('schema', 0);",
-                )?;
+                )
+                .await?;
                 0
             };
             if version > VERSION {
@@ -275,19 +333,21 @@ impl PgStore {
                 )));
             }
             for (from, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-                tx.batch_execute(migration)?;
+                tx.batch_execute(migration).await?;
                 tx.execute(
                     "UPDATE wfhost.meta SET value = $1 WHERE key = 'schema'",
                     &[&(from as i64 + 1)],
-                )?;
+                )
+                .await?;
             }
+            tx.commit().await?;
             Ok(Ok(()))
-        })()
-        .map_err(|e: postgres::Error| migration_error(&url, &e))?;
-        if let Err(why) = newer {
-            return Err(StoreError(why));
+        });
+        match outcome {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(why)) => Err(StoreError(why)),
+            Err(error) => Err(migration_error(&url, &error)),
         }
-        tx.commit().map_err(|e| migration_error(&url, &e))
     }
 
     /// This store's row in `hosts`, made on its first commit.
@@ -299,7 +359,7 @@ impl PgStore {
         let mut delay = FIRST_RETRY;
         loop {
             let conn = self.conn(None)?;
-            match conn.client.query_one(
+            match conn.query_one(
                 "INSERT INTO hosts (started) VALUES ($1) RETURNING id",
                 &[&now_ms()],
             ) {
@@ -324,7 +384,7 @@ impl PgStore {
     fn read<T>(
         &mut self,
         what: &str,
-        mut f: impl FnMut(&mut Conn) -> Result<T, postgres::Error>,
+        mut f: impl FnMut(&mut Conn) -> Result<T, Error>,
     ) -> StoreResult<T> {
         let started = Instant::now();
         let mut delay = FIRST_RETRY;
@@ -344,15 +404,24 @@ impl PgStore {
     }
 }
 
-fn migration_error(url: &str, error: &postgres::Error) -> StoreError {
+fn migration_error(url: &str, error: &Error) -> StoreError {
     StoreError::new(format_args!(
         "could not create or migrate wfhost's tables in the store {url}: {}",
         describe(error)
     ))
 }
 
+/// Why a connection could not be made.
+#[derive(Debug, thiserror::Error)]
+enum ConnectError {
+    #[error("{}", describe(.0))]
+    Postgres(#[from] Error),
+    #[error("could not start the connection's runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
 /// An error as the server (or the connection) put it, with its detail when there is one.
-pub(super) fn describe(error: &postgres::Error) -> String {
+pub(super) fn describe(error: &Error) -> String {
     match error.as_db_error() {
         Some(db) => match db.detail() {
             Some(detail) => format!("{} ({detail})", db.message()),

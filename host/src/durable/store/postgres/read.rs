@@ -1,6 +1,6 @@
 //! Reads: what the engine recovers from, and what the client commands show.
 
-use postgres::Row;
+use tokio_postgres::{Error, Row};
 
 use super::Conn;
 use crate::durable::store::{
@@ -66,76 +66,73 @@ fn workflow_row(row: &Row) -> Workflow {
     }
 }
 
-pub(super) fn high_water(conn: &mut Conn) -> Result<(u64, u64), postgres::Error> {
-    let statement = conn.prepare(
+pub(super) fn high_water(conn: &mut Conn) -> Result<(u64, u64), Error> {
+    let row = conn.query_one(
         "SELECT coalesce((SELECT max(num) FROM workflows), 0), \
          greatest(coalesce((SELECT max(id) FROM messages), 0), \
                   coalesce((SELECT value FROM counters WHERE name = 'messages'), 0))",
+        &[],
     )?;
-    let row = conn.client.query_one(&statement, &[])?;
     Ok((uint(row.get(0)), uint(row.get(1))))
 }
 
-pub(super) fn workflow(conn: &mut Conn, id: &str) -> Result<Option<Workflow>, postgres::Error> {
-    let statement = conn.prepare(concat!(
-        "SELECT ",
-        workflow_columns!(),
-        " FROM workflows w WHERE id = $1"
-    ))?;
+pub(super) fn workflow(conn: &mut Conn, id: &str) -> Result<Option<Workflow>, Error> {
     Ok(conn
-        .client
-        .query_opt(&statement, &[&id])?
+        .query_opt(
+            concat!(
+                "SELECT ",
+                workflow_columns!(),
+                " FROM workflows w WHERE id = $1"
+            ),
+            &[&id],
+        )?
         .as_ref()
         .map(workflow_row))
 }
 
-pub(super) fn workflow_by_num(
-    conn: &mut Conn,
-    num: i64,
-) -> Result<Option<Workflow>, postgres::Error> {
-    let statement = conn.prepare(concat!(
-        "SELECT ",
-        workflow_columns!(),
-        " FROM workflows w WHERE num = $1"
-    ))?;
+pub(super) fn workflow_by_num(conn: &mut Conn, num: i64) -> Result<Option<Workflow>, Error> {
     Ok(conn
-        .client
-        .query_opt(&statement, &[&num])?
+        .query_opt(
+            concat!(
+                "SELECT ",
+                workflow_columns!(),
+                " FROM workflows w WHERE num = $1"
+            ),
+            &[&num],
+        )?
         .as_ref()
         .map(workflow_row))
 }
 
-pub(super) fn workflows(
-    conn: &mut Conn,
-    unfinished_only: bool,
-) -> Result<Vec<Workflow>, postgres::Error> {
-    let statement = conn.prepare(if unfinished_only {
-        concat!(
-            "SELECT ",
-            workflow_columns!(),
-            " FROM workflows w WHERE state = 0 ORDER BY num"
-        )
-    } else {
-        concat!(
-            "SELECT ",
-            workflow_columns!(),
-            " FROM workflows w ORDER BY num"
-        )
-    })?;
+pub(super) fn workflows(conn: &mut Conn, unfinished_only: bool) -> Result<Vec<Workflow>, Error> {
     Ok(conn
-        .client
-        .query(&statement, &[])?
+        .query(
+            if unfinished_only {
+                concat!(
+                    "SELECT ",
+                    workflow_columns!(),
+                    " FROM workflows w WHERE state = 0 ORDER BY num"
+                )
+            } else {
+                concat!(
+                    "SELECT ",
+                    workflow_columns!(),
+                    " FROM workflows w ORDER BY num"
+                )
+            },
+            &[],
+        )?
         .iter()
         .map(workflow_row)
         .collect())
 }
 
-pub(super) fn steps(conn: &mut Conn, num: i64, after: i64) -> Result<Vec<Step>, postgres::Error> {
-    let statement =
-        conn.prepare("SELECT seq, at, record FROM steps WHERE num = $1 AND seq > $2 ORDER BY seq")?;
+pub(super) fn steps(conn: &mut Conn, num: i64, after: i64) -> Result<Vec<Step>, Error> {
     Ok(conn
-        .client
-        .query(&statement, &[&num, &after])?
+        .query(
+            "SELECT seq, at, record FROM steps WHERE num = $1 AND seq > $2 ORDER BY seq",
+            &[&num, &after],
+        )?
         .iter()
         .map(|row| Step {
             seq: uint(row.get(0)),
@@ -145,11 +142,12 @@ pub(super) fn steps(conn: &mut Conn, num: i64, after: i64) -> Result<Vec<Step>, 
         .collect())
 }
 
-pub(super) fn snapshot(conn: &mut Conn, num: i64) -> Result<Option<NewSnapshot>, postgres::Error> {
-    let statement = conn.prepare("SELECT seq, module, state FROM snapshots WHERE num = $1")?;
+pub(super) fn snapshot(conn: &mut Conn, num: i64) -> Result<Option<NewSnapshot>, Error> {
     Ok(conn
-        .client
-        .query_opt(&statement, &[&num])?
+        .query_opt(
+            "SELECT seq, module, state FROM snapshots WHERE num = $1",
+            &[&num],
+        )?
         .map(|row| NewSnapshot {
             num: uint(num),
             seq: uint(row.get(0)),
@@ -158,20 +156,18 @@ pub(super) fn snapshot(conn: &mut Conn, num: i64) -> Result<Option<NewSnapshot>,
         }))
 }
 
-pub(super) fn module(conn: &mut Conn, hash: &str) -> Result<Option<Vec<u8>>, postgres::Error> {
-    let statement = conn.prepare("SELECT bytes FROM modules WHERE hash = $1")?;
+pub(super) fn module(conn: &mut Conn, hash: &str) -> Result<Option<Vec<u8>>, Error> {
     Ok(conn
-        .client
-        .query_opt(&statement, &[&hash])?
+        .query_opt("SELECT bytes FROM modules WHERE hash = $1", &[&hash])?
         .map(|row| row.get(0)))
 }
 
-pub(super) fn messages(conn: &mut Conn) -> Result<Vec<Message>, postgres::Error> {
-    let statement =
-        conn.prepare("SELECT id, receiver, sender, payload, refused FROM messages ORDER BY id")?;
+pub(super) fn messages(conn: &mut Conn) -> Result<Vec<Message>, Error> {
     Ok(conn
-        .client
-        .query(&statement, &[])?
+        .query(
+            "SELECT id, receiver, sender, payload, refused FROM messages ORDER BY id",
+            &[],
+        )?
         .iter()
         .map(|row| Message {
             message: NewMessage {

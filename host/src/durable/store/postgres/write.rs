@@ -4,7 +4,13 @@
 //! segment and written with one statement per kind, over arrays; an end, a cancel or a refusal is
 //! written on its own, in its place, so the batch means what it means in order.
 
-use postgres::error::SqlState;
+use std::future::Future;
+use std::pin::Pin;
+
+use futures::future::{maybe_done, MaybeDone};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Error, Statement};
 
 use super::{describe, Conn};
 use crate::durable::store::{elided, Ending, Op, StoreError};
@@ -52,8 +58,11 @@ struct Segment<'a> {
     message_receiver: Vec<i64>,
     message_sender: Vec<i64>,
     message_payload: Vec<&'a [u8]>,
-    /// Snapshots by workflow: a later one of the same workflow replaces an earlier one.
-    snapshots: Vec<(i64, i64, &'a str, &'a [u8])>,
+    /// Snapshots, one per workflow: a later one of the same workflow replaces an earlier one.
+    snapshot_num: Vec<i64>,
+    snapshot_seq: Vec<i64>,
+    snapshot_module: Vec<&'a str>,
+    snapshot_state: Vec<&'a [u8]>,
 }
 
 impl Segment<'_> {
@@ -62,7 +71,7 @@ impl Segment<'_> {
             && self.start_num.is_empty()
             && self.step_num.is_empty()
             && self.message_id.is_empty()
-            && self.snapshots.is_empty()
+            && self.snapshot_num.is_empty()
     }
 }
 
@@ -127,13 +136,20 @@ impl<'a> Plan<'a> {
                 }
                 Op::Snapshot(snapshot) => {
                     let num = int(snapshot.num, "workflow")?;
-                    segment.snapshots.retain(|s| s.0 != num);
-                    segment.snapshots.push((
-                        num,
-                        int(snapshot.seq, "step")?,
-                        &snapshot.module,
-                        &snapshot.state,
-                    ));
+                    let seq = int(snapshot.seq, "step")?;
+                    match segment.snapshot_num.iter().position(|n| *n == num) {
+                        Some(i) => {
+                            segment.snapshot_seq[i] = seq;
+                            segment.snapshot_module[i] = &snapshot.module;
+                            segment.snapshot_state[i] = &snapshot.state;
+                        }
+                        None => {
+                            segment.snapshot_num.push(num);
+                            segment.snapshot_seq.push(seq);
+                            segment.snapshot_module.push(&snapshot.module);
+                            segment.snapshot_state.push(&snapshot.state);
+                        }
+                    }
                 }
                 Op::End { num, ending, at } => {
                     flush(&mut segment, &mut parts);
@@ -169,21 +185,20 @@ impl<'a> Plan<'a> {
         })
     }
 
-    /// Writes the batch in one transaction, as commit `batch` of host `host`.
-    pub(super) fn commit(
-        &self,
-        conn: &mut Conn,
-        host: i64,
-        batch: i64,
-    ) -> Result<(), postgres::Error> {
+    /// Writes the batch in one transaction, as commit `batch` of host `host`. Every statement
+    /// of it, from `BEGIN` to `COMMIT`, is sent before the first answer is read: one round trip.
+    /// A statement that fails aborts the transaction (the server answers the rest with errors,
+    /// and `COMMIT` with a rollback); the first failure is the one returned.
+    pub(super) fn commit(&self, conn: &mut Conn, host: i64, batch: i64) -> Result<(), Error> {
         // Prepared before the transaction: a statement prepared once serves every commit.
-        let mark = conn.prepare("UPDATE hosts SET batch = $2 WHERE id = $1")?;
         let statements = Statements::prepare(conn)?;
-        let mut tx = conn.client.transaction()?;
-        tx.execute(&mark, &[&host, &batch])?;
+        let client = &conn.client;
+        let mut pipeline = Pipeline::default();
+        pipeline.push(client, &statements.begin, vec![]);
+        pipeline.push(client, &statements.mark, vec![&host, &batch]);
         for part in &self.parts {
             match part {
-                Part::Segment(s) => s.write(&mut tx, &statements)?,
+                Part::Segment(s) => s.write(client, &statements, &mut pipeline),
                 Part::End {
                     num,
                     state,
@@ -191,41 +206,79 @@ impl<'a> Plan<'a> {
                     kind,
                     message,
                     at,
-                } => {
-                    tx.execute(&statements.end, &[num, state, result, kind, message, at])?;
-                }
-                Part::Cancel(num) => {
-                    tx.execute(&statements.cancel, &[num])?;
-                }
-                Part::Refused(id, why) => {
-                    tx.execute(&statements.refused, &[id, why])?;
-                }
+                } => pipeline.push(
+                    client,
+                    &statements.end,
+                    vec![num, state, result, kind, message, at],
+                ),
+                Part::Cancel(num) => pipeline.push(client, &statements.cancel, vec![num]),
+                Part::Refused(id, why) => pipeline.push(client, &statements.refused, vec![id, why]),
             }
         }
-        if let Some(last) = self.last_message {
-            tx.execute(&statements.counter, &[&last])?;
+        if let Some(last) = &self.last_message {
+            pipeline.push(client, &statements.counter, vec![last]);
         }
-        tx.commit()
+        pipeline.push(client, &statements.commit, vec![]);
+        conn.block_on(pipeline.run())
+    }
+}
+
+type Params<'p> = Vec<&'p (dyn ToSql + Sync)>;
+type Pending<'p> = Pin<Box<MaybeDone<Pin<Box<dyn Future<Output = Result<u64, Error>> + 'p>>>>>;
+
+/// Statements sent one after another without waiting.
+#[derive(Default)]
+struct Pipeline<'p> {
+    pending: Vec<Pending<'p>>,
+}
+
+impl<'p> Pipeline<'p> {
+    fn push(&mut self, client: &'p Client, statement: &'p Statement, params: Params<'p>) {
+        let execute: Pin<Box<dyn Future<Output = Result<u64, Error>> + 'p>> =
+            Box::pin(client.execute_raw(statement, params));
+        self.pending.push(Box::pin(maybe_done(execute)));
+    }
+
+    /// Sends every statement, in order (each is sent when first polled), then reads the answers:
+    /// the first error, if any.
+    async fn run(mut self) -> Result<(), Error> {
+        for pending in &mut self.pending {
+            let _ = futures::poll!(pending.as_mut());
+        }
+        let mut first = None;
+        for pending in &mut self.pending {
+            pending.as_mut().await;
+            if let Some(Err(error)) = pending.as_mut().take_output() {
+                first.get_or_insert(error);
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 }
 
 struct Statements {
-    modules: postgres::Statement,
-    starts: postgres::Statement,
-    messages: postgres::Statement,
-    steps: postgres::Statement,
-    took_cancel: postgres::Statement,
-    consumed: postgres::Statement,
-    snapshots: postgres::Statement,
-    end: postgres::Statement,
-    cancel: postgres::Statement,
-    refused: postgres::Statement,
-    counter: postgres::Statement,
+    begin: Statement,
+    mark: Statement,
+    commit: Statement,
+    modules: Statement,
+    starts: Statement,
+    messages: Statement,
+    steps: Statement,
+    took_cancel: Statement,
+    consumed: Statement,
+    snapshots: Statement,
+    end: Statement,
+    cancel: Statement,
+    refused: Statement,
+    counter: Statement,
 }
 
 impl Statements {
-    fn prepare(conn: &mut Conn) -> Result<Statements, postgres::Error> {
+    fn prepare(conn: &mut Conn) -> Result<Statements, Error> {
         Ok(Statements {
+            begin: conn.prepare("BEGIN")?,
+            mark: conn.prepare("UPDATE hosts SET batch = $2 WHERE id = $1")?,
+            commit: conn.prepare("COMMIT")?,
             modules: conn.prepare(
                 "INSERT INTO modules (hash, bytes) \
                  SELECT * FROM unnest($1::text[], $2::bytea[]) ON CONFLICT (hash) DO NOTHING",
@@ -269,22 +322,25 @@ impl Statements {
     }
 }
 
-impl Segment<'_> {
-    fn write(
-        &self,
-        tx: &mut postgres::Transaction<'_>,
-        statements: &Statements,
-    ) -> Result<(), postgres::Error> {
+impl<'a> Segment<'a> {
+    fn write<'p>(
+        &'p self,
+        client: &'p Client,
+        statements: &'p Statements,
+        pipeline: &mut Pipeline<'p>,
+    ) {
         if !self.module_hash.is_empty() {
-            tx.execute(
+            pipeline.push(
+                client,
                 &statements.modules,
-                &[&self.module_hash, &self.module_bytes],
-            )?;
+                vec![&self.module_hash, &self.module_bytes],
+            );
         }
         if !self.start_num.is_empty() {
-            tx.execute(
+            pipeline.push(
+                client,
                 &statements.starts,
-                &[
+                vec![
                     &self.start_num,
                     &self.start_id,
                     &self.start_parent,
@@ -294,55 +350,62 @@ impl Segment<'_> {
                     &self.start_input,
                     &self.start_started,
                 ],
-            )?;
+            );
         }
         if !self.message_id.is_empty() {
-            tx.execute(
+            pipeline.push(
+                client,
                 &statements.messages,
-                &[
+                vec![
                     &self.message_id,
                     &self.message_receiver,
                     &self.message_sender,
                     &self.message_payload,
                 ],
-            )?;
+            );
         }
         if !self.step_num.is_empty() {
-            tx.execute(
+            pipeline.push(
+                client,
                 &statements.steps,
-                &[
+                vec![
                     &self.step_num,
                     &self.step_seq,
                     &self.step_at,
                     &self.step_record,
                 ],
-            )?;
+            );
         }
         if !self.took_cancel.is_empty() {
-            tx.execute(&statements.took_cancel, &[&self.took_cancel])?;
+            pipeline.push(client, &statements.took_cancel, vec![&self.took_cancel]);
         }
         if !self.consumed.is_empty() {
-            tx.execute(&statements.consumed, &[&self.consumed])?;
+            pipeline.push(client, &statements.consumed, vec![&self.consumed]);
         }
-        if !self.snapshots.is_empty() {
-            let nums: Vec<i64> = self.snapshots.iter().map(|s| s.0).collect();
-            let seqs: Vec<i64> = self.snapshots.iter().map(|s| s.1).collect();
-            let modules: Vec<&str> = self.snapshots.iter().map(|s| s.2).collect();
-            let states: Vec<&[u8]> = self.snapshots.iter().map(|s| s.3).collect();
-            tx.execute(&statements.snapshots, &[&nums, &seqs, &modules, &states])?;
+        if !self.snapshot_num.is_empty() {
+            pipeline.push(
+                client,
+                &statements.snapshots,
+                vec![
+                    &self.snapshot_num,
+                    &self.snapshot_seq,
+                    &self.snapshot_module,
+                    &self.snapshot_state,
+                ],
+            );
         }
-        Ok(())
     }
 }
 
 /// The number of the last commit of `host`.
-pub(super) fn committed(conn: &mut Conn, host: i64) -> Result<i64, postgres::Error> {
-    let statement = conn.prepare("SELECT batch FROM hosts WHERE id = $1")?;
-    Ok(conn.client.query_one(&statement, &[&host])?.get(0))
+pub(super) fn committed(conn: &mut Conn, host: i64) -> Result<i64, Error> {
+    Ok(conn
+        .query_one("SELECT batch FROM hosts WHERE id = $1", &[&host])?
+        .get(0))
 }
 
 /// A commit the database refused, said so that the user knows what to do.
-pub(super) fn failure(url: &str, error: &postgres::Error) -> StoreError {
+pub(super) fn failure(url: &str, error: &Error) -> StoreError {
     let why = match error.code() {
         Some(code) if *code == SqlState::DISK_FULL => {
             "the database server's disk is full: free space and start again; what was written \
