@@ -28,6 +28,9 @@ use crate::wasm::{EngineSettings, Hibernation, Instances, Limits, WasmRuntime};
 /// [`HostBuilder::cancel_grace`] says otherwise.
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(10);
 
+/// How long a host's lease on its workflows lasts on a shared store ([`HostBuilder::lease`]).
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+
 /// The most live processes, unless [`HostBuilder::max_processes`] says otherwise: a guest that
 /// spawns without end hits this instead of exhausting the host's memory.
 pub const DEFAULT_MAX_PROCESSES: usize = 1_000_000;
@@ -70,6 +73,7 @@ pub struct HostBuilder {
     store: Option<(Location, SyncMode)>,
     store_limit: Option<u64>,
     snapshots: Snapshots,
+    lease: Duration,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -136,6 +140,7 @@ impl Default for HostBuilder {
             store: None,
             store_limit: None,
             snapshots: Snapshots::default(),
+            lease: DEFAULT_LEASE,
         }
     }
 }
@@ -401,6 +406,17 @@ impl HostBuilder {
         self
     }
 
+    /// On a store hosts share (PostgreSQL), how long this host's lease on its workflows lasts
+    /// unless renewed (it renews it every third of that). A host that stops renewing (killed,
+    /// paused, cut off from the database) loses its workflows to the other hosts this long after
+    /// its last renewal, and its own writes are refused from then on. Default: 10 s. Shorter
+    /// means faster failover and more renewals; a host that cannot renew in time (a pause, a
+    /// slow database) loses its workflows.
+    pub fn lease(mut self, length: Duration) -> HostBuilder {
+        self.lease = length;
+        self
+    }
+
     /// Starts the host: the engine, the epoch ticker, the worker threads and, when a host function
     /// is registered, the runtime that runs host functions.
     pub fn build(self) -> Result<Host> {
@@ -523,6 +539,7 @@ impl HostBuilder {
                     Arc::clone(&ids),
                     Arc::clone(&modules),
                     self.snapshots,
+                    self.lease,
                 )?))
             }
             None => None,
@@ -580,6 +597,7 @@ impl HostBuilder {
         let scheduler = scheduler.build().map_err(|e| config(e.to_string()))?;
         if let Some(durable) = &durable {
             durable.set_scheduler(scheduler.handle());
+            durable.start_lease()?;
             let weak = Arc::downgrade(durable);
             durable.writer.on_failure(Box::new(move |error, lost| {
                 if let Some(durable) = weak.upgrade() {

@@ -290,8 +290,12 @@ impl Inner {
             // The wasm runtime and the modules are stopped by the scheduler's `on_stopped` hook.
             let report = scheduler.shutdown(grace);
             if let Some(durable) = &self.durable {
-                // Whatever was handed to the journal is written before the host returns.
+                // Whatever was handed to the journal is written before the host returns; then,
+                // on a shared store, what this host owned is given back to the others.
                 durable.writer.stop();
+                if let Some(lease) = durable.lease.get() {
+                    lease.end(durable.writer.failed().is_some());
+                }
             }
             let _ = self.report.set(report);
         }

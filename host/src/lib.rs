@@ -51,7 +51,7 @@ mod spawner;
 mod wasm;
 
 pub use builder::{
-    HostBuilder, DEFAULT_CANCEL_GRACE, DEFAULT_MAILBOX_BYTES, DEFAULT_MAILBOX_LIMIT,
+    HostBuilder, DEFAULT_CANCEL_GRACE, DEFAULT_LEASE, DEFAULT_MAILBOX_BYTES, DEFAULT_MAILBOX_LIMIT,
     DEFAULT_MAX_CHILDREN, DEFAULT_MAX_PROCESSES,
 };
 pub use capacity::{Capacity, CapacityLimit, MemoryImages};

@@ -272,6 +272,32 @@ impl Postgres {
         self.url(&name)
     }
 
+    /// Runs `sql` on the database `url` names (one of this server's) with `psql`: its rows, one
+    /// line each, columns separated by `|`.
+    pub fn psql(&self, url: &str, sql: &str) -> String {
+        let out = Command::new(self.bin.join("psql"))
+            .args([
+                "-X",
+                "-A",
+                "-t",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                url,
+                "-c",
+                sql,
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("running psql: {e}"));
+        assert!(
+            out.status.success(),
+            "psql failed on `{sql}`: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     /// Stops the server: `fast` (clients are disconnected, a clean shutdown) or `immediate` (as
     /// a crash: the next start replays its write-ahead log).
     pub fn stop(&self, mode: &str) {

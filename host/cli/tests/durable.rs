@@ -47,6 +47,9 @@ fn run_mix(store: &str, crash_after: Option<u64>) -> Output {
         "mix",
         "--snapshot-every",
         crash_after.map_or("1000", snapshot_every),
+        // On PostgreSQL, a crashed run's workflows are claimed once its lease runs out.
+        "--lease",
+        "300ms",
     ]);
     if let Some(n) = crash_after {
         command.env("WFHOST_CRASH_AFTER_COMMITS", n.to_string());
@@ -250,7 +253,7 @@ fn sweep(points: impl Iterator<Item = u64>, mut store_for: impl FnMut(u64) -> St
             // A crash while recovering: the resume after it finishes the job.
             let mut resume = wfhost();
             resume
-                .args(["resume", "--store", store])
+                .args(["resume", "--store", store, "--lease", "300ms"])
                 .args(["--snapshot-every", snapshot_every(n)])
                 .env("WFHOST_CRASH_AFTER_COMMITS", (n % 7 + 1).to_string());
             let output = resume.output().unwrap();
@@ -262,7 +265,7 @@ fn sweep(points: impl Iterator<Item = u64>, mut store_for: impl FnMut(u64) -> St
         }
         let mut resume = wfhost();
         resume
-            .args(["resume", "--store", store])
+            .args(["resume", "--store", store, "--lease", "300ms"])
             .args(["--snapshot-every", snapshot_every(n)]);
         if n % 4 == 2 {
             // Every waiting step hibernates: a replay must keep its instance from one replayed

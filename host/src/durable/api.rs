@@ -32,6 +32,23 @@ pub enum WorkflowResult {
 }
 
 impl Host {
+    /// On a store hosts share, this host's number there (each host that joins gets a new one).
+    pub fn store_host(&self) -> Option<u64> {
+        self.inner
+            .durable
+            .as_ref()
+            .and_then(|d| d.lease.get())
+            .map(|lease| lease.host)
+    }
+
+    /// Why the store takes nothing more from this host, if it does not: it could not be
+    /// written, or (on a store hosts share) this host lost its lease. Its durable workflows have
+    /// stopped where their journals end; a new host on the store goes on with them.
+    pub fn store_failure(&self) -> Option<Error> {
+        let durable = self.inner.durable.as_ref()?;
+        durable.writer.failed().map(store_error)
+    }
+
     pub(crate) fn durable(&self) -> Result<&Arc<Durable>> {
         self.inner.durable.as_ref().ok_or_else(|| {
             Error::new(
@@ -69,21 +86,8 @@ impl Host {
             return self.follow(running);
         }
         let claimed = Claim(durable, pid);
-        let stored = durable.reader.lock().workflow(&id).map_err(store_error)?;
-        if let Some(workflow) = stored {
-            return match workflow.ending {
-                Some(ending) => Ok(finished_run(Pid(workflow.start.num), ending)),
-                None => Err(Error::new(
-                    ErrorKind::Unavailable,
-                    format!(
-                        "workflow '{id}' is unfinished in the store but does not run in this \
-                         host: recover it first (Host::recover, or `wfhost resume`)"
-                    ),
-                )),
-            };
-        }
         let hash = loaded.compiled.info.sha256.clone();
-        durable.write(vec![Op::Start(NewWorkflow {
+        let start = NewWorkflow {
             num: pid.0,
             id: id.to_string(),
             parent: None,
@@ -93,7 +97,45 @@ impl Host {
             input: postcard::to_allocvec(&input)
                 .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the input: {e}")))?,
             started: unix_millis(),
-        })])?;
+        };
+        if let Some(lease) = durable.lease.get() {
+            // Hosts share the store: the start is written once whoever asks, and the host that
+            // wrote it owns the workflow.
+            let started = lease
+                .store
+                .lock()
+                .start_once(None, &start)
+                .map_err(store_error)?;
+            if started.is_none() {
+                let stored = durable.reader.lock().workflow(&id).map_err(store_error)?;
+                return match stored.and_then(|w| w.ending.map(|e| (w.start.num, e))) {
+                    Some((num, ending)) => Ok(finished_run(Pid(num), ending)),
+                    None => Err(Error::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "workflow '{id}' runs on another host of the store, or waits for one \
+                             to claim it: read its result from the store (`wfhost result \
+                             --wait`)"
+                        ),
+                    )),
+                };
+            }
+        } else {
+            let stored = durable.reader.lock().workflow(&id).map_err(store_error)?;
+            if let Some(workflow) = stored {
+                return match workflow.ending {
+                    Some(ending) => Ok(finished_run(Pid(workflow.start.num), ending)),
+                    None => Err(Error::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "workflow '{id}' is unfinished in the store but does not run in this \
+                             host: recover it first (Host::recover, or `wfhost resume`)"
+                        ),
+                    )),
+                };
+            }
+            durable.write(vec![Op::Start(start)])?;
+        }
         let process = WasmProcess::new(
             Arc::clone(&inner.wasm),
             loaded.spec(None, Arc::clone(&inner.wasm.limits)),

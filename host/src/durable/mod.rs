@@ -8,9 +8,11 @@
 //! | `writer.rs` | The writer thread: group commit, then each step's effects go. |
 //! | `process/` | A durable workflow: journals its steps; after a restart, restores its snapshot and replays the steps after it. |
 //! | `snapshot.rs` | A workflow's state after a step, so that recovery need not replay what came before. |
-//! | `recover.rs` | Starting every unfinished workflow of a store again. |
+//! | `recover.rs` | Starting every unfinished workflow of a store again (on a shared store, those this host claims). |
+//! | `lease.rs` | A host among many on one store: its lease and the connection it claims workflows with. |
 
 pub(crate) mod api;
+pub(crate) mod lease;
 pub(crate) mod process;
 pub mod record;
 pub(crate) mod recover;
@@ -111,6 +113,18 @@ pub(crate) struct Durable {
     /// When workflows save snapshots.
     pub(crate) snapshots: Snapshots,
     pub(crate) counts: Counts,
+    /// On a store hosts share: this host's lease, once renewals have started.
+    pub(crate) lease: OnceLock<lease::Lease>,
+    /// On a store hosts share: this host's number, and the connections its lease will use.
+    joined: Mutex<Option<Joined>>,
+}
+
+/// A host that joined a shared store, before its lease renewals start.
+struct Joined {
+    host: u64,
+    length: std::time::Duration,
+    renewer: Box<dyn Store>,
+    store: Box<dyn Store>,
 }
 
 impl Durable {
@@ -119,8 +133,26 @@ impl Durable {
         ids: Arc<Ids>,
         modules: Arc<Modules>,
         snapshots: Snapshots,
+        lease: std::time::Duration,
     ) -> crate::Result<Durable> {
         let mut store = store;
+        let name = format!(
+            "{}:{}",
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|name| name.trim().to_string())
+                .unwrap_or_else(|_| "host".into()),
+            std::process::id()
+        );
+        // On a shared store, the host joins before its writer writes anything.
+        let joined = match store.join(lease, &name).map_err(store_error)? {
+            Some(host) => Some(Joined {
+                host,
+                length: lease,
+                renewer: store.reader().map_err(store_error)?,
+                store: store.reader().map_err(store_error)?,
+            }),
+            None => None,
+        };
         // The steps a host appended before it stopped are moved into place before a recovery
         // reads them.
         if let Err(error) = store.tidy(true) {
@@ -151,7 +183,36 @@ impl Durable {
             gate: Mutex::new(None),
             snapshots,
             counts: Counts::default(),
+            lease: OnceLock::new(),
+            joined: Mutex::new(joined),
         })
+    }
+
+    /// Starts renewing the lease of a host that joined a shared store (once it is in an `Arc`).
+    pub(crate) fn start_lease(self: &Arc<Durable>) -> crate::Result<()> {
+        let Some(joined) = self.joined.lock().take() else {
+            return Ok(());
+        };
+        let lease = lease::Lease::start(
+            joined.host,
+            joined.length,
+            joined.renewer,
+            joined.store,
+            Arc::downgrade(self),
+        )
+        .map_err(|e| {
+            crate::Error::new(
+                crate::ErrorKind::Store,
+                format!("could not start the lease's thread: {e}"),
+            )
+        })?;
+        let _ = self.lease.set(lease);
+        Ok(())
+    }
+
+    /// Whether hosts share the store (each owns some workflows).
+    pub(crate) fn shared(&self) -> bool {
+        self.lease.get().is_some()
     }
 
     /// Sets the scheduler the host runs on (once, when it is built).

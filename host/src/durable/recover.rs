@@ -101,19 +101,68 @@ impl Host {
 
     /// As [`recover`](Self::recover), with `grants` for the workflows whose module is not loaded
     /// (they run the bytes the store kept).
+    ///
+    /// On a store hosts share (PostgreSQL), only the workflows no live host owns are recovered,
+    /// each tree (a top-level workflow and all it spawned) by one host: those of a host that
+    /// gave them back, whose lease ran out, or that a client started.
     pub fn recover_with(&self, grants: Grants) -> Result<Vec<(String, Run)>> {
+        self.claim_with(grants, usize::MAX)
+    }
+
+    /// On a store hosts share: takes up to `limit` trees of workflows that no live host owns
+    /// (started by a client, given back by a host that stopped, or left by one whose lease ran
+    /// out) and runs them, recovered as [`recover`](Self::recover) does. A host serving a store
+    /// calls it again and again (`wfhost serve`). On a store of its own, the same as `recover`.
+    pub fn claim(&self, limit: usize) -> Result<Vec<(String, Run)>> {
+        self.claim_with(Grants::default(), limit)
+    }
+
+    /// On a store hosts share: how many unfinished workflows no other host is known to run
+    /// (none owns them, or the host that does stopped renewing its lease or has not renewed it
+    /// since this one joined). They can be claimed now or once that lease runs out: `wfhost
+    /// resume` claims until none is left. 0 on a store of this host's own.
+    pub fn claimable(&self) -> Result<u64> {
+        let durable = self.durable()?;
+        match durable.lease.get() {
+            Some(lease) => lease.store.lock().claimable().map_err(store_error),
+            None => Ok(0),
+        }
+    }
+
+    /// As [`claim`](Self::claim), with `grants` for the workflows whose module is not loaded.
+    pub fn claim_with(&self, grants: Grants, limit: usize) -> Result<Vec<(String, Run)>> {
         let durable = self.durable()?.clone();
         let inner = &self.inner;
         inner.running()?;
+        durable.writable()?;
         // No recovered workflow steps before every one of them is there and has its messages.
         durable.close_gate();
         let _gate = Gate(&durable);
-        let (unfinished, messages) = {
-            let mut reader = durable.reader.lock();
-            (
-                reader.workflows(true).map_err(store_error)?,
-                reader.messages().map_err(store_error)?,
-            )
+        let (unfinished, messages) = match durable.lease.get() {
+            Some(lease) => {
+                let claimed = lease.store.lock().claim(limit, None).map_err(store_error)?;
+                if claimed.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut reader = durable.reader.lock();
+                let mut unfinished = Vec::with_capacity(claimed.len());
+                for num in claimed {
+                    if let Some(workflow) = reader.workflow_by_num(num).map_err(store_error)? {
+                        unfinished.push(workflow);
+                    }
+                }
+                (
+                    parents_first(unfinished),
+                    reader.messages().map_err(store_error)?,
+                )
+            }
+            None => {
+                let mut reader = durable.reader.lock();
+                (
+                    reader.workflows(true).map_err(store_error)?,
+                    reader.messages().map_err(store_error)?,
+                )
+            }
         };
         durable.set_refused(
             messages
@@ -121,7 +170,9 @@ impl Host {
                 .filter_map(|m| m.refused.clone().map(|why| (m.message.id, why)))
                 .collect(),
         );
-        if let Some(last) = unfinished.last() {
+        // A host that shares the store numbers from a range of its own, which workflows of
+        // other ranges leave alone.
+        if let (Some(last), false) = (unfinished.last(), durable.shared()) {
             inner.handle.reserve_pids_through(Pid(last.start.num));
         }
         let mut runs = Vec::new();
@@ -254,5 +305,72 @@ impl Host {
             let _ = inner.handle.cancel(pid);
         }
         Ok(runs)
+    }
+}
+
+/// `workflows` with every parent before its children (a tree taken over from another host may
+/// have children numbered below their parent, in the range of the host that spawned them).
+fn parents_first(mut workflows: Vec<Workflow>) -> Vec<Workflow> {
+    workflows.sort_by_key(|w| w.start.num);
+    let nums: HashSet<u64> = workflows.iter().map(|w| w.start.num).collect();
+    let mut placed = HashSet::new();
+    let mut ordered = Vec::with_capacity(workflows.len());
+    while !workflows.is_empty() {
+        let before = workflows.len();
+        workflows.retain(|w| {
+            let ready = w
+                .start
+                .parent
+                .is_none_or(|p| !nums.contains(&p) || placed.contains(&p));
+            if ready {
+                placed.insert(w.start.num);
+                ordered.push(w.clone());
+            }
+            !ready
+        });
+        if workflows.len() == before {
+            // Parent links cannot loop; were they to, the rest go as they are.
+            ordered.append(&mut workflows);
+        }
+    }
+    ordered
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::durable::store::{Cancel, NewWorkflow, State};
+
+    fn workflow(num: u64, parent: Option<u64>) -> Workflow {
+        Workflow {
+            start: NewWorkflow {
+                num,
+                id: num.to_string(),
+                parent,
+                module: String::new(),
+                module_name: String::new(),
+                entry: String::new(),
+                input: Vec::new(),
+                started: 0,
+            },
+            state: State::Running,
+            ending: None,
+            finished: None,
+            steps: 0,
+            cancel: Cancel::No,
+        }
+    }
+
+    #[test]
+    fn parents_come_before_children_numbered_below_them() {
+        let nums = |list: Vec<Workflow>| -> Vec<u64> { list.iter().map(|w| w.start.num).collect() };
+        // 50 was spawned by 900 after a takeover, and 7 by 50; 3's parent is not recovered.
+        let list = vec![
+            workflow(7, Some(50)),
+            workflow(900, None),
+            workflow(50, Some(900)),
+            workflow(3, Some(1)),
+        ];
+        assert_eq!(nums(parents_first(list)), vec![3, 900, 50, 7]);
     }
 }

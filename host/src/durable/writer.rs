@@ -68,6 +68,12 @@ impl Writer {
         let _ = self.on_failure.set(hook);
     }
 
+    /// Marks the store failed for a reason found outside a write (a lost lease): it takes
+    /// nothing more.
+    pub(crate) fn fail(&self, error: &StoreError) {
+        self.failed.lock().get_or_insert_with(|| error.clone());
+    }
+
     /// Why the store takes nothing more, if it does not.
     pub(crate) fn failed(&self) -> Option<StoreError> {
         self.failed.lock().clone()

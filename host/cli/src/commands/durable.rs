@@ -24,6 +24,12 @@ pub struct DurabilityArgs {
     /// every journal from its start).
     #[arg(long, value_name = "EVENTS", default_value_t = 1_000)]
     snapshot_every: u64,
+
+    /// On a store hosts share (PostgreSQL): how long this host's lease on its workflows lasts
+    /// unless renewed (every third of it). Another host takes them over this long after a
+    /// crash; a host that cannot renew in time loses them (e.g. 10s, 2s).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::limits::parse_duration)]
+    lease: Duration,
 }
 
 impl DurabilityArgs {
@@ -44,7 +50,10 @@ impl DurabilityArgs {
                 ..Snapshots::default()
             },
         };
-        builder.store(store, self.mode()).snapshots(snapshots)
+        builder
+            .store(store, self.mode())
+            .snapshots(snapshots)
+            .lease(self.lease)
     }
 }
 
@@ -130,7 +139,28 @@ impl ResumeCommand {
         }
         let host = builder.build().context("cannot start the host")?;
         stop_on_ctrl_c(host.clone(), self.store.clone())?;
-        let runs = host.recover_with(self.limits.grants())?;
+        let grants = self.limits.grants();
+        let mut runs = host.recover_with(grants.clone())?;
+        if host.store_host().is_some() {
+            // Hosts share the store: what a stopped host owned is claimable once its lease runs
+            // out.
+            let mut told = false;
+            loop {
+                let waiting = host.claimable()?;
+                if waiting == 0 {
+                    break;
+                }
+                if !told {
+                    eprintln!(
+                        "waiting for the leases on {waiting} workflow(s) of hosts that stopped \
+                         renewing them"
+                    );
+                    told = true;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                runs.extend(host.claim_with(grants.clone(), usize::MAX)?);
+            }
+        }
         eprintln!("resuming {} workflow(s)", runs.len());
         let mut failed = 0;
         for (id, run) in runs {

@@ -1,11 +1,13 @@
 //! One file per subcommand.
 
 mod build;
+mod client;
 mod durable;
 mod history;
 mod inspect;
 mod limits;
 mod run;
+mod serve;
 
 /// The subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -17,6 +19,10 @@ pub enum Command {
     List(durable::ListCommand),
     History(history::HistoryCommand),
     Replay(durable::ReplayCommand),
+    Serve(Box<serve::ServeCommand>),
+    Start(client::StartCommand),
+    Status(client::StatusCommand),
+    Result(client::ResultCommand),
 }
 
 impl Command {
@@ -29,6 +35,10 @@ impl Command {
             Command::List(command) => command.execute(),
             Command::History(command) => command.execute(),
             Command::Replay(command) => command.execute(),
+            Command::Serve(command) => command.execute(),
+            Command::Start(command) => command.execute(),
+            Command::Status(command) => command.execute(),
+            Command::Result(command) => command.execute(),
         }
     }
 }

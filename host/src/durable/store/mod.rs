@@ -236,8 +236,67 @@ pub trait Store: Send {
         Ok(())
     }
 
-    /// The highest workflow number and message number in the store (0 when none).
+    /// The highest workflow number and message number in the store (0 when none). For a host
+    /// that joined a shared store, the start of the range of numbers it gives.
     fn high_water(&mut self) -> StoreResult<(u64, u64)>;
+
+    /// Joins the hosts that share this store, with a lease of `lease` (renewed with
+    /// [`renew`](Self::renew)); `name` says who it is. `None` for a store one host has to itself
+    /// (SQLite): it owns every workflow, and needs no lease.
+    fn join(&mut self, lease: std::time::Duration, name: &str) -> StoreResult<Option<u64>> {
+        let _ = (lease, name);
+        Ok(None)
+    }
+
+    /// Renews the lease of a host that joined (from another connection made with
+    /// [`reader`](Self::reader)): an error if it is lost.
+    fn renew(&mut self) -> StoreResult<()> {
+        Ok(())
+    }
+
+    /// Takes up to `limit` trees of unfinished workflows (a top-level workflow and everything
+    /// it spawned) that no live host owns, or only the tree of workflow `id`: the numbers of
+    /// the workflows this host now owns. A store one host has to itself gives every unfinished
+    /// workflow.
+    fn claim(&mut self, limit: usize, id: Option<&str>) -> StoreResult<Vec<u64>> {
+        let _ = limit;
+        Ok(self
+            .workflows(true)?
+            .into_iter()
+            .filter(|w| id.is_none_or(|id| w.start.id == id))
+            .map(|w| w.start.num)
+            .collect())
+    }
+
+    /// For a host that joined: how many unfinished workflows no other host is known to run:
+    /// none owns them, or the host that does is dead, let its lease run out, or has not renewed
+    /// it since this host joined (it may have died). They are claimable now or once that lease
+    /// runs out. 0 for a store one host has to itself.
+    fn claimable(&mut self) -> StoreResult<u64> {
+        Ok(0)
+    }
+
+    /// Gives back every unfinished workflow this host owns and ends its lease.
+    fn release(&mut self) -> StoreResult<()> {
+        Ok(())
+    }
+
+    /// Starts `workflow` (keeping `module`'s bytes first) unless one with its id exists: its
+    /// number if this started it. From a host that joined, the workflow is the host's; from a
+    /// client (a store that did not join), it waits for a host to claim it, and is numbered by
+    /// the store.
+    fn start_once(
+        &mut self,
+        module: Option<(&str, &[u8])>,
+        workflow: &NewWorkflow,
+    ) -> StoreResult<Option<u64>> {
+        let _ = (module, workflow);
+        Err(StoreError::new(
+            "this store is one host's own (a SQLite file): start workflows with `wfhost run \
+             --store` or a host (Host::start); client commands need a store hosts share \
+             (PostgreSQL)",
+        ))
+    }
 
     /// The workflow started under `id`.
     fn workflow(&mut self, id: &str) -> StoreResult<Option<Workflow>>;

@@ -12,6 +12,7 @@
 //! not by the batch number it wrote to its `hosts` row. Only what the database refuses (a full
 //! disk, a read-only server, a constraint) fails the store.
 
+mod lease;
 mod read;
 mod schema;
 mod write;
@@ -19,6 +20,8 @@ mod write;
 use std::collections::HashMap;
 use std::error::Error as _;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::{Client, NoTls, Statement};
@@ -41,16 +44,38 @@ pub struct PgStore {
     config: tokio_postgres::Config,
     sync: SyncMode,
     conn: Option<Conn>,
-    /// This store's row in `hosts` once it has written, and the number of its last commit.
-    host: Option<i64>,
+    /// This store's row in `hosts`, shared with the other connections made from it.
+    member: Arc<Membership>,
+    /// The number of its last commit.
     batch: i64,
+}
+
+/// Which row of `hosts` a store writes as: a host that joined (with a lease, owning workflows),
+/// or, made on its first commit, a client (no lease, owning nothing).
+#[derive(Debug, Default)]
+pub(super) struct Membership {
+    /// The row's id; 0 until there is one.
+    id: AtomicI64,
+    /// How long its lease lasts, in milliseconds; 0 for a client.
+    lease_ms: AtomicI64,
+}
+
+impl Membership {
+    fn id(&self) -> Option<i64> {
+        Some(self.id.load(Ordering::Acquire)).filter(|id| *id != 0)
+    }
+
+    /// Whether this store joined as a host (it owns workflows).
+    fn joined(&self) -> bool {
+        self.lease_ms.load(Ordering::Acquire) > 0 && self.id().is_some()
+    }
 }
 
 impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgStore")
             .field("url", &redact(&self.url))
-            .field("host", &self.host)
+            .field("host", &self.member.id())
             .finish_non_exhaustive()
     }
 }
@@ -192,7 +217,7 @@ impl PgStore {
             config,
             sync,
             conn: None,
-            host: None,
+            member: Arc::default(),
             batch: 0,
         };
         store.conn = Some(store.new_conn().map_err(|e| {
@@ -350,9 +375,10 @@ impl PgStore {
         }
     }
 
-    /// This store's row in `hosts`, made on its first commit.
+    /// This store's row in `hosts`: the host's it joined as, or a client's, made on its first
+    /// commit.
     fn host(&mut self) -> StoreResult<i64> {
-        if let Some(host) = self.host {
+        if let Some(host) = self.member.id() {
             return Ok(host);
         }
         let url = redact(&self.url);
@@ -360,12 +386,12 @@ impl PgStore {
         loop {
             let conn = self.conn(None)?;
             match conn.query_one(
-                "INSERT INTO hosts (started) VALUES ($1) RETURNING id",
+                "INSERT INTO hosts (started, client) VALUES ($1, true) RETURNING id",
                 &[&now_ms()],
             ) {
                 Ok(row) => {
                     let host = row.get(0);
-                    self.host = Some(host);
+                    self.member.id.store(host, Ordering::Release);
                     return Ok(host);
                 }
                 Err(error) if retryable(&error) => {
@@ -441,7 +467,7 @@ impl Store for PgStore {
             config: self.config.clone(),
             sync: self.sync,
             conn: None,
-            host: None,
+            member: Arc::clone(&self.member),
             batch: 0,
         };
         reader.conn(Some(READ_PATIENCE))?;
@@ -450,7 +476,7 @@ impl Store for PgStore {
 
     fn commit(&mut self, ops: &[Op]) -> StoreResult<()> {
         let url = redact(&self.url);
-        let plan = write::Plan::new(ops).map_err(|why| {
+        let plan = write::Plan::new(ops, self.member.joined()).map_err(|why| {
             StoreError::new(format_args!("could not write to the store {url}: {why}"))
         })?;
         let host = self.host()?;
@@ -488,7 +514,51 @@ impl Store for PgStore {
     }
 
     fn high_water(&mut self) -> StoreResult<(u64, u64)> {
+        if let (true, Some(id)) = (self.member.joined(), self.member.id()) {
+            let base = (id * lease::HOST_RANGE) as u64;
+            return Ok((base, base));
+        }
         self.read("reading the store", read::high_water)
+    }
+
+    fn join(&mut self, lease: Duration, name: &str) -> StoreResult<Option<u64>> {
+        self.join_hosts(lease, name).map(Some)
+    }
+
+    fn renew(&mut self) -> StoreResult<()> {
+        self.renew_lease()
+    }
+
+    fn claim(&mut self, limit: usize, id: Option<&str>) -> StoreResult<Vec<u64>> {
+        self.claim_trees(limit, id)
+    }
+
+    fn release(&mut self) -> StoreResult<()> {
+        self.release_all()
+    }
+
+    fn claimable(&mut self) -> StoreResult<u64> {
+        let me = self.member.id().unwrap_or(0);
+        self.read("counting workflows to claim", |conn| {
+            // A host is known to run its workflows once it has renewed its lease since this
+            // one joined (to a time past this one's join plus its lease).
+            let row = conn.query_one(
+                "SELECT count(*) FROM workflows w LEFT JOIN hosts h ON h.id = w.owner, \
+                 hosts me WHERE me.id = $1 AND w.state = 0 AND w.owner IS DISTINCT FROM $1 \
+                 AND (w.owner IS NULL OR h.id IS NULL OR h.dead OR h.lease_until < now() \
+                 OR h.lease_until < me.joined + me.lease_ms * interval '1 millisecond')",
+                &[&me],
+            )?;
+            Ok(row.get::<_, i64>(0).max(0) as u64)
+        })
+    }
+
+    fn start_once(
+        &mut self,
+        module: Option<(&str, &[u8])>,
+        workflow: &super::NewWorkflow,
+    ) -> StoreResult<Option<u64>> {
+        PgStore::start_once(self, module, workflow)
     }
 
     fn workflow(&mut self, id: &str) -> StoreResult<Option<super::Workflow>> {

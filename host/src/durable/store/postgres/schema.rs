@@ -65,7 +65,45 @@ pub(super) const MIGRATIONS: &[&str] = &[
         batch BIGINT NOT NULL DEFAULT 0
     );
     ",
+    // 2: many hosts. A host that runs workflows holds a lease (`lease_until`, by the database's
+    // clock), renewed in one update for all it owns; a host whose lease ran out is marked dead by
+    // whoever takes its workflows over, in the transaction that takes them, and a dead host never
+    // writes again: every commit goes through `wfhost.mark`, which locks the host's row and
+    // fails unless the host is alive (the fence). Clients (`wfhost start`) write without a lease
+    // and own nothing. A workflow belongs to the tree of its top-level ancestor (`root`); trees
+    // are owned whole (`owner`), so a parent and its children are always on one host; `token`
+    // counts the takeovers of a workflow.
+    "
+    ALTER TABLE hosts
+        ADD COLUMN lease_until TIMESTAMPTZ,
+        ADD COLUMN dead BOOLEAN NOT NULL DEFAULT false,
+        ADD COLUMN client BOOLEAN NOT NULL DEFAULT false,
+        ADD COLUMN name TEXT NOT NULL DEFAULT '',
+        ADD COLUMN joined TIMESTAMPTZ NOT NULL DEFAULT now(),
+        ADD COLUMN lease_ms BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE workflows
+        ADD COLUMN root BIGINT,
+        ADD COLUMN owner BIGINT,
+        ADD COLUMN token BIGINT NOT NULL DEFAULT 0;
+    UPDATE workflows SET root = num;
+    CREATE INDEX workflows_trees ON workflows (root) WHERE state = 0;
+    CREATE INDEX workflows_owned ON workflows (owner) WHERE state = 0;
+    -- Workflows started by clients are numbered below 2^40; a host's from its id times 2^40.
+    CREATE SEQUENCE client_numbers MINVALUE 1 MAXVALUE 1099511627775;
+    CREATE FUNCTION mark(me BIGINT, batch BIGINT) RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE wfhost.hosts SET batch = mark.batch
+            WHERE id = me AND (client OR (NOT dead AND lease_until > now()));
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'host % has lost its lease: another host may own its workflows', me
+                USING ERRCODE = 'WFL01';
+        END IF;
+    END $$;
+    ",
 ];
+
+/// The error a commit fails with when its host lost its lease (`wfhost.mark`).
+pub(super) const LEASE_LOST: &str = "WFL01";
 
 /// The version this build writes.
 pub(super) const VERSION: i64 = MIGRATIONS.len() as i64;

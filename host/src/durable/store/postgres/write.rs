@@ -19,6 +19,8 @@ use crate::durable::store::{elided, Ending, Op, StoreError};
 pub(super) struct Plan<'a> {
     parts: Vec<Part<'a>>,
     last_message: Option<i64>,
+    /// Written by a host that joined: the workflows it starts are its own.
+    joined: bool,
 }
 
 enum Part<'a> {
@@ -48,6 +50,9 @@ struct Segment<'a> {
     start_entry: Vec<&'a str>,
     start_input: Vec<&'a [u8]>,
     start_started: Vec<i64>,
+    /// The nearest ancestor not started in this batch (itself, for a top-level workflow): its
+    /// tree is the workflow's.
+    start_root_of: Vec<i64>,
     step_num: Vec<i64>,
     step_seq: Vec<i64>,
     step_at: Vec<i64>,
@@ -82,8 +87,9 @@ fn int(n: u64, what: &str) -> Result<i64, String> {
 }
 
 impl<'a> Plan<'a> {
-    pub(super) fn new(ops: &'a [Op]) -> Result<Plan<'a>, String> {
+    pub(super) fn new(ops: &'a [Op], joined: bool) -> Result<Plan<'a>, String> {
         let (elided, last_message) = elided(ops);
+        let mut root_of: std::collections::HashMap<i64, i64> = std::collections::HashMap::new();
         let mut parts = Vec::new();
         let mut segment = Segment::default();
         let flush = |segment: &mut Segment<'a>, parts: &mut Vec<Part<'a>>| {
@@ -98,7 +104,14 @@ impl<'a> Plan<'a> {
                     segment.module_bytes.push(bytes);
                 }
                 Op::Start(w) => {
-                    segment.start_num.push(int(w.num, "workflow")?);
+                    let num = int(w.num, "workflow")?;
+                    let root = match w.parent.map(|p| int(p, "workflow")).transpose()? {
+                        None => num,
+                        Some(parent) => root_of.get(&parent).copied().unwrap_or(parent),
+                    };
+                    root_of.insert(num, root);
+                    segment.start_root_of.push(root);
+                    segment.start_num.push(num);
                     segment.start_id.push(&w.id);
                     segment
                         .start_parent
@@ -182,6 +195,7 @@ impl<'a> Plan<'a> {
         Ok(Plan {
             parts,
             last_message: last_message.map(|m| int(m, "message")).transpose()?,
+            joined,
         })
     }
 
@@ -193,12 +207,13 @@ impl<'a> Plan<'a> {
         // Prepared before the transaction: a statement prepared once serves every commit.
         let statements = Statements::prepare(conn)?;
         let client = &conn.client;
+        let owner = self.joined.then_some(host);
         let mut pipeline = Pipeline::default();
         pipeline.push(client, &statements.begin, vec![]);
         pipeline.push(client, &statements.mark, vec![&host, &batch]);
         for part in &self.parts {
             match part {
-                Part::Segment(s) => s.write(client, &statements, &mut pipeline),
+                Part::Segment(s) => s.write(client, &statements, &owner, &mut pipeline),
                 Part::End {
                     num,
                     state,
@@ -277,16 +292,25 @@ impl Statements {
     fn prepare(conn: &mut Conn) -> Result<Statements, Error> {
         Ok(Statements {
             begin: conn.prepare("BEGIN")?,
-            mark: conn.prepare("UPDATE hosts SET batch = $2 WHERE id = $1")?,
+            // Fails the transaction unless the host is alive (its lease holds) or a client.
+            mark: conn.prepare("SELECT mark($1, $2)")?,
             commit: conn.prepare("COMMIT")?,
             modules: conn.prepare(
                 "INSERT INTO modules (hash, bytes) \
                  SELECT * FROM unnest($1::text[], $2::bytea[]) ON CONFLICT (hash) DO NOTHING",
             )?,
+            // A workflow's tree is its nearest ancestor's outside the batch (whose row exists),
+            // or its own.
             starts: conn.prepare(
                 "INSERT INTO workflows (num, id, parent, module, module_name, entry, input, \
-                 started) SELECT * FROM unnest($1::int8[], $2::text[], $3::int8[], $4::text[], \
-                 $5::text[], $6::text[], $7::bytea[], $8::int8[])",
+                 started, root, owner) \
+                 SELECT t.num, t.id, t.parent, t.module, t.module_name, t.entry, t.input, \
+                 t.started, CASE WHEN t.root_of = t.num THEN t.num ELSE \
+                 coalesce((SELECT w.root FROM workflows w WHERE w.num = t.root_of), t.root_of) \
+                 END, $10 \
+                 FROM unnest($1::int8[], $2::text[], $3::int8[], $4::text[], $5::text[], \
+                 $6::text[], $7::bytea[], $8::int8[], $9::int8[]) \
+                 AS t(num, id, parent, module, module_name, entry, input, started, root_of)",
             )?,
             messages: conn.prepare(
                 "INSERT INTO messages (id, receiver, sender, payload) \
@@ -327,6 +351,7 @@ impl<'a> Segment<'a> {
         &'p self,
         client: &'p Client,
         statements: &'p Statements,
+        owner: &'p Option<i64>,
         pipeline: &mut Pipeline<'p>,
     ) {
         if !self.module_hash.is_empty() {
@@ -349,6 +374,8 @@ impl<'a> Segment<'a> {
                     &self.start_entry,
                     &self.start_input,
                     &self.start_started,
+                    &self.start_root_of,
+                    owner,
                 ],
             );
         }
@@ -407,6 +434,12 @@ pub(super) fn committed(conn: &mut Conn, host: i64) -> Result<i64, Error> {
 /// A commit the database refused, said so that the user knows what to do.
 pub(super) fn failure(url: &str, error: &Error) -> StoreError {
     let why = match error.code() {
+        Some(code) if code.code() == super::schema::LEASE_LOST => {
+            "this host lost its lease (it could not renew it in time: paused, cut off from the \
+             database, or overloaded), and another host may have taken its workflows over; its \
+             workflows stop here, where their journals end, and whoever owns them now goes on"
+                .to_string()
+        }
         Some(code) if *code == SqlState::DISK_FULL => {
             "the database server's disk is full: free space and start again; what was written \
              before resumes"
@@ -446,7 +479,7 @@ pub(super) fn failure(url: &str, error: &Error) -> StoreError {
 /// refusal.
 #[cfg(test)]
 fn segments(ops: &[Op]) -> Vec<usize> {
-    Plan::new(ops)
+    Plan::new(ops, false)
         .unwrap()
         .parts
         .iter()
@@ -498,7 +531,7 @@ mod tests {
         // The message taken in the same batch is not written: 2 steps, then the cancel, then
         // 1 step, then the refusal.
         assert_eq!(segments(&ops), vec![2, 0, 1, 0]);
-        let plan = Plan::new(&ops).unwrap();
+        let plan = Plan::new(&ops, false).unwrap();
         let Part::Segment(first) = &plan.parts[0] else {
             panic!("a segment comes first")
         };
@@ -508,7 +541,9 @@ mod tests {
 
     #[test]
     fn numbers_past_what_postgres_holds_are_refused() {
-        let error = Plan::new(&[step(u64::MAX, 1, vec![])]).err().unwrap();
+        let error = Plan::new(&[step(u64::MAX, 1, vec![])], false)
+            .err()
+            .unwrap();
         assert!(error.contains("larger than the store can hold"), "{error}");
     }
 }

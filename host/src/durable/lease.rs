@@ -1,0 +1,102 @@
+//! A host among many on one store: its lease, renewed by a thread of its own, and the connection
+//! it claims, starts and gives back workflows with. A host that loses its lease stops every
+//! durable workflow where its journal ends, as on a failed store: another host owns them now.
+
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::store::{Store, StoreError};
+use super::Durable;
+
+/// The lease a host holds on the workflows it owns.
+pub(crate) struct Lease {
+    /// The host's number in the store.
+    pub(crate) host: u64,
+    /// Claims, starts and the release.
+    pub(crate) store: Mutex<Box<dyn Store>>,
+    /// Set (and signalled) to stop the renewals.
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Lease {
+    /// Starts renewing the lease of host `host`, `length` long, every third of it, on `renewer`;
+    /// `durable` hears if it is lost.
+    pub(crate) fn start(
+        host: u64,
+        length: Duration,
+        renewer: Box<dyn Store>,
+        store: Box<dyn Store>,
+        durable: Weak<Durable>,
+    ) -> std::io::Result<Lease> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let stop_in = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("wfhost-lease".into())
+            .spawn(move || renew(renewer, length / 3, &stop_in, &durable))?;
+        Ok(Lease {
+            host,
+            store: Mutex::new(store),
+            stop,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Stops renewing; then gives back what the host owns, unless `keep` (its workflows stay
+    /// its own until the lease runs out).
+    pub(crate) fn end(&self, keep: bool) {
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        if let Some(thread) = self.thread.lock().take() {
+            let _ = thread.join();
+        }
+        if !keep {
+            if let Err(error) = self.store.lock().release() {
+                tracing::warn!(
+                    "the workflows of this host could not be given back ({error}): other hosts \
+                     take them over when its lease runs out"
+                );
+            }
+        }
+    }
+}
+
+fn renew(
+    mut store: Box<dyn Store>,
+    every: Duration,
+    stop: &(Mutex<bool>, Condvar),
+    durable: &Weak<Durable>,
+) {
+    loop {
+        {
+            let mut stopped = stop.0.lock();
+            if *stopped {
+                return;
+            }
+            // Woken early only to stop.
+            let _ = stop.1.wait_for(&mut stopped, every);
+            if *stopped {
+                return;
+            }
+        }
+        if let Err(error) = store.renew() {
+            tracing::error!("{error}; this host's durable workflows stop");
+            if let Some(durable) = durable.upgrade() {
+                durable.lease_lost(&error);
+            }
+            return;
+        }
+    }
+}
+
+impl Durable {
+    /// The lease is gone: the store takes nothing more from this host, and its workflows stop
+    /// where their journals end.
+    pub(crate) fn lease_lost(&self, error: &StoreError) {
+        self.writer.fail(error);
+        self.store_failed(error, &[]);
+    }
+}
