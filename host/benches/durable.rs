@@ -18,6 +18,12 @@
 //!   store: the time from `recover` until the workflow has answered a message, from its snapshot
 //!   and with snapshots off (its whole journal replayed).
 //!
+//! - `hosts`: 3,000 order sagas started by a client on a PostgreSQL store, then run by 1, 2 and 3
+//!   hosts in this process (sharing its cores: what it measures is the cost of coordinating, not
+//!   more machines): steps and sagas per second from the hosts' start to the last saga's end.
+//! - `failover`: a host in a child process owns 10 sleeping workflows and is killed (SIGKILL);
+//!   another host, polling every 50 ms, measures the time from the kill until it has claimed them
+//!   and taken their first step, with the default lease (10 s).
 //! - `stores`: the sagas and the ring, durable on SQLite (`synchronous=FULL`) and on PostgreSQL
 //!   (a server the bench starts, as the tests do: `synchronous_commit=on`, fsync on), alternating:
 //!   steps and workflow completions per second on each.
@@ -43,6 +49,11 @@ const TICKS: u32 = 2_000;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, url] = args.as_slice() {
+        if flag == "--failover-child" {
+            return failover_child(url);
+        }
+    }
     let wanted = common::wanted(&args);
     let rounds = count("WFHOST_BENCH_ROUNDS", 3);
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -70,6 +81,12 @@ fn main() {
     }
     if wanted("stores") {
         stores(rounds, &dir);
+    }
+    if wanted("hosts") {
+        hosts(rounds);
+    }
+    if wanted("failover") {
+        failover(rounds);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -442,5 +459,150 @@ fn stores(rounds: usize, dir: &Path) {
         hops as f64 / sqlite,
         hops as f64 / postgres,
         sqlite / postgres
+    );
+}
+
+/// Sagas started by a client, run by 1, 2 and 3 hosts sharing one PostgreSQL store.
+fn hosts(rounds: usize) {
+    const STARTED: u32 = 3_000;
+    let server = Postgres::start();
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for count in 1..=3usize {
+        let mut rates = Vec::new();
+        let mut steps_per_s = Vec::new();
+        for round in 0..rounds {
+            let url = server.database(&format!("hosts{count}_{round}"));
+            let location = Location::Postgres(url.clone());
+            // The client starts every saga before any host runs.
+            let mut client = location.open(SyncMode::Full).expect("the store opens");
+            let bytes = std::fs::read(PROBE).expect("the probe module");
+            let info = wfhost::ModuleInfo::inspect(&bytes).expect("a module");
+            for n in 0..STARTED {
+                let input = postcard::to_allocvec(&Payload::to_json(&json!(n)).expect("encodes"))
+                    .expect("encodes");
+                client
+                    .start_once(
+                        Some((&info.sha256, &bytes)),
+                        &wfhost::store::NewWorkflow {
+                            num: 0,
+                            id: format!("order-{n}"),
+                            parent: None,
+                            module: info.sha256.clone(),
+                            module_name: "probe".into(),
+                            entry: "order_saga".into(),
+                            input,
+                            started: 0,
+                        },
+                    )
+                    .expect("starts");
+            }
+            let hosts: Vec<Host> = (0..count)
+                .map(|_| {
+                    let host = functions(Host::builder())
+                        .workers((workers / count).max(1))
+                        .store(&location, SyncMode::Full)
+                        .build()
+                        .expect("host");
+                    host.load_module_with("probe", PROBE, Grants::default().allow_all_functions())
+                        .expect("probe module");
+                    host
+                })
+                .collect();
+            let seconds = common::time(|| {
+                std::thread::scope(|scope| {
+                    for host in &hosts {
+                        let client = &location;
+                        scope.spawn(move || {
+                            let mut store = client.open_existing().expect("the store opens");
+                            loop {
+                                host.claim(100).expect("claims");
+                                if store.workflows(true).expect("reads").is_empty() {
+                                    break;
+                                }
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                        });
+                    }
+                });
+            });
+            let steps: u64 = hosts.iter().map(|h| h.counters().steps).sum();
+            for host in hosts {
+                host.shutdown(Duration::from_secs(10));
+            }
+            rates.push(f64::from(STARTED) / seconds);
+            steps_per_s.push(steps as f64 / seconds);
+        }
+        println!(
+            "hosts: {count} host(s) on PostgreSQL: {:.0} steps/s  {:.0} sagas/s  ({STARTED} sagas \
+             started by a client, {workers} cores shared)",
+            median(steps_per_s),
+            median(rates)
+        );
+    }
+}
+
+/// A host that owns 10 sleeping workflows and waits to be killed.
+fn failover_child(url: &str) {
+    let host = Host::builder()
+        .store(url, SyncMode::Full)
+        .build()
+        .expect("host");
+    host.load_module("probe", PROBE).expect("probe module");
+    for n in 0..10 {
+        let input = Payload::to_json(&2_000u64).expect("encodes");
+        host.start(&format!("nap-{n}"), "probe", "nap", input)
+            .expect("starts");
+    }
+    while host.counters().steps < 10 {
+        std::thread::yield_now();
+    }
+    println!("READY");
+    loop {
+        std::thread::park();
+    }
+}
+
+/// Kill to first step on the new owner, at the default lease.
+fn failover(rounds: usize) {
+    use std::io::BufRead;
+    let server = Postgres::start();
+    let mut times = Vec::new();
+    for round in 0..rounds {
+        let url = server.database(&format!("failover{round}"));
+        let mut child = std::process::Command::new(std::env::current_exe().expect("this bench"))
+            .args(["--failover-child", &url])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the child host");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("its stdout"))
+            .read_line(&mut line)
+            .expect("it says it is ready");
+        assert_eq!(line.trim(), "READY");
+        let host = Host::builder()
+            .store(url.as_str(), SyncMode::Full)
+            .build()
+            .expect("host");
+        host.load_module("probe", PROBE).expect("probe module");
+        child.kill().expect("kills the child");
+        let killed = std::time::Instant::now();
+        let _ = child.wait();
+        loop {
+            if !host.claim(usize::MAX).expect("claims").is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        while host.counters().steps < 10 {
+            std::thread::yield_now();
+        }
+        times.push(killed.elapsed().as_secs_f64());
+        host.shutdown(Duration::from_secs(10));
+    }
+    println!(
+        "failover: {:.2} s from SIGKILL to the first steps on the new owner (median of {rounds}; \
+         lease {:?}, renewed every third, polled every 50 ms)",
+        median(times),
+        wfhost::DEFAULT_LEASE
     );
 }

@@ -227,12 +227,12 @@ fn a_run_killed_after_any_commit_resumes_to_the_same_result() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The same on PostgreSQL, at every fourth crash point: a fresh database for each.
+/// The same on PostgreSQL, at every third crash point: a fresh database for each.
 #[test]
 fn a_run_on_postgres_killed_after_any_commit_resumes_to_the_same_result() {
     let server = Postgres::shared();
-    let crashed = sweep((1..).step_by(4), |n| server.database(&format!("crash{n}")));
-    assert!(crashed >= 12, "only {crashed} crash points were reached");
+    let crashed = sweep((1..).step_by(3), |n| server.database(&format!("crash{n}")));
+    assert!(crashed >= 10, "only {crashed} crash points were reached");
 }
 
 /// Kills the run after commit `n` for each `n` of `points` (up to 400) until a run finishes

@@ -39,9 +39,15 @@ struct Serve {
 
 impl Serve {
     fn start(store: &str, log: PathBuf) -> Serve {
+        Serve::with_lease(store, log, "1s")
+    }
+
+    fn with_lease(store: &str, log: PathBuf, lease: &str) -> Serve {
         let file = std::fs::File::create(&log).unwrap();
         let child = wfhost()
-            .args(["serve", "--store", store, "--lease", "1s", "--poll", "50ms"])
+            .args([
+                "serve", "--store", store, "--lease", lease, "--poll", "50ms",
+            ])
             .args(["--workers", "2", "--grace", "1s"])
             .stdout(Stdio::null())
             .stderr(file)
@@ -413,4 +419,82 @@ fn client_commands_say_what_is_wrong() {
         "{}",
         text(&sqlite.stderr)
     );
+}
+
+fn owner(server: &Postgres, store: &str, id: &str) -> String {
+    server.psql(
+        store,
+        &format!("SELECT coalesce(owner, 0) FROM wfhost.workflows WHERE id = '{id}'"),
+    )
+}
+
+#[test]
+fn messages_and_cancels_reach_workflows_on_other_hosts() {
+    let dir = tempdir("across");
+    let server = Postgres::shared();
+    let store = server.database("across");
+    let first = Serve::with_lease(&store, dir.join("first.log"), "10s");
+    wait_until("the first host serves", || !first.hosts().is_empty());
+    let a = first.hosts()[0].to_string();
+    start(&store, "wait_message", "60000", "receiver");
+    start(&store, "tally", "3", "tally");
+    start(&store, "cleanup_on_cancel", "null", "cancellable");
+    for id in ["receiver", "tally", "cancellable"] {
+        wait_until("the first host owns it", || owner(server, &store, id) == a);
+    }
+    // The second host takes the sender while the first is paused (well within its lease).
+    let second = Serve::with_lease(&store, dir.join("second.log"), "10s");
+    wait_until("the second host serves", || !second.hosts().is_empty());
+    let b = second.hosts()[0].to_string();
+    first.signal("-STOP");
+    let status = wfhost()
+        .args(["status", "receiver", "--json", "--store", &store])
+        .output()
+        .unwrap();
+    let status: Value = serde_json::from_str(text(&status.stdout).trim()).unwrap();
+    let pid = status["pid"].as_u64().unwrap();
+    start(&store, "send_to", &pid.to_string(), "sender");
+    wait_until("the second host owns the sender", || {
+        owner(server, &store, "sender") == b
+    });
+    first.signal("-CONT");
+    // Workflow to workflow across hosts, through the store.
+    assert_eq!(result(&store, "sender"), json!("sent"));
+    assert_eq!(result(&store, "receiver"), json!("hello"));
+    // Client to workflow: three numbers, each delivered once.
+    for n in [5, 7, 30] {
+        let sent = wfhost()
+            .args(["send", "tally", &n.to_string(), "--store", &store])
+            .output()
+            .unwrap();
+        assert!(sent.status.success(), "{}", text(&sent.stderr));
+    }
+    assert_eq!(result(&store, "tally"), json!([3, 42]));
+    // A cancel from a client: the workflow cleans up and says so.
+    let cancel = wfhost()
+        .args(["cancel", "cancellable", "--store", &store])
+        .output()
+        .unwrap();
+    assert!(text(&cancel.stderr).contains("asked cancellable to cancel"));
+    assert_eq!(result(&store, "cancellable"), json!("cleaned up"));
+    let again = wfhost()
+        .args(["cancel", "cancellable", "--store", &store])
+        .output()
+        .unwrap();
+    assert!(
+        text(&again.stderr).contains("has ended (done)"),
+        "{}",
+        text(&again.stderr)
+    );
+    let nobody = wfhost()
+        .args(["send", "nobody", "1", "--store", &store])
+        .output()
+        .unwrap();
+    assert!(text(&nobody.stderr).contains("no running workflow 'nobody'"));
+    // Both stayed the hosts they were: nothing was taken over.
+    assert_eq!(first.hosts().len(), 1, "{}", first.log());
+    assert_eq!(owner(server, &store, "receiver"), a);
+    audit(&store);
+    drop((first, second));
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -215,6 +215,18 @@ impl Durable {
         self.lease.get().is_some()
     }
 
+    /// Whether `pid` is an unfinished workflow of a shared store that does not run here: a
+    /// message to it is journaled, and its owner takes it from the store.
+    pub(crate) fn runs_elsewhere(&self, pid: Pid) -> bool {
+        self.shared()
+            && !self.ids.contains(pid)
+            && self
+                .reader
+                .lock()
+                .workflow_by_num(pid.0)
+                .is_ok_and(|w| w.is_some_and(|w| w.state == store::State::Running))
+    }
+
     /// Sets the scheduler the host runs on (once, when it is built).
     pub(crate) fn set_scheduler(&self, scheduler: &SchedulerHandle) {
         let _ = self.scheduler.set(scheduler.downgrade());
@@ -460,9 +472,15 @@ impl wfhost_scheduler::Handler for DurableSend {
         let (Some(number), wfcontract::Command::Send(send)) = (number, &request.command) else {
             return wfhost_scheduler::send_handler(request, cx);
         };
-        let result = cx
-            .scheduler()
-            .send_numbered(cx.pid(), send.to, number, send.message.clone());
+        let mut result =
+            cx.scheduler()
+                .send_numbered(cx.pid(), send.to, number, send.message.clone());
+        if let Err(wfhost_scheduler::Error::NoSuchProcess(_)) = &result {
+            // On a shared store, a workflow another host runs takes it from the store.
+            if self.0.runs_elsewhere(send.to) {
+                result = Ok(());
+            }
+        }
         if let Err(refused) = &result {
             self.0.refuse(number, &refused.to_string());
         }

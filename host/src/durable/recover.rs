@@ -10,7 +10,7 @@ use wfcontract::{Payload, Pid};
 use super::process::DurableProcess;
 use super::record::StepRecord;
 use super::snapshot::{Counts, SavedWorkflow};
-use super::store::{Cancel, Ending, Op, Workflow};
+use super::store::{Cancel, Ending, Message, Op, Workflow};
 use super::{store_error, Durable};
 use crate::error::Result;
 use crate::grants::Grants;
@@ -142,8 +142,15 @@ impl Host {
             Some(lease) => {
                 let claimed = lease.store.lock().claim(limit, None).map_err(store_error)?;
                 if claimed.is_empty() {
+                    drop(_gate);
+                    self.take_waiting(&durable)?;
                     return Ok(Vec::new());
                 }
+                let taken = lease
+                    .store
+                    .lock()
+                    .take_messages(Some(&claimed))
+                    .map_err(store_error)?;
                 let mut reader = durable.reader.lock();
                 let mut unfinished = Vec::with_capacity(claimed.len());
                 for num in claimed {
@@ -151,10 +158,19 @@ impl Host {
                         unfinished.push(workflow);
                     }
                 }
-                (
-                    parents_first(unfinished),
-                    reader.messages().map_err(store_error)?,
-                )
+                // Refused messages say why to the senders that had not heard; the waiting ones
+                // were taken for this host alone.
+                let mut messages: Vec<Message> = reader
+                    .messages()
+                    .map_err(store_error)?
+                    .into_iter()
+                    .filter(|m| m.refused.is_some())
+                    .collect();
+                messages.extend(taken.into_iter().map(|message| Message {
+                    message,
+                    refused: None,
+                }));
+                (parents_first(unfinished), messages)
             }
             None => {
                 let mut reader = durable.reader.lock();
@@ -269,7 +285,9 @@ impl Host {
                 }
             };
             recovered.insert(start.num);
-            if workflow.cancel == Cancel::Asked || (orphaned && workflow.cancel == Cancel::No) {
+            // On a shared store, asked cancels are taken after the recovery (`take_waiting`).
+            let asked = workflow.cancel == Cancel::Asked && !durable.shared();
+            if asked || (orphaned && workflow.cancel == Cancel::No) {
                 // Once the gate is open: a cancel's grace period runs from there.
                 cancels.push(pid);
             }
@@ -304,7 +322,43 @@ impl Host {
         for pid in cancels {
             let _ = inner.handle.cancel(pid);
         }
+        if durable.shared() {
+            self.take_waiting(&durable)?;
+        }
         Ok(runs)
+    }
+
+    /// On a shared store: delivers the messages and cancels for this host's workflows that
+    /// clients and other hosts wrote, each once.
+    fn take_waiting(&self, durable: &Durable) -> Result<()> {
+        let Some(lease) = durable.lease.get() else {
+            return Ok(());
+        };
+        let handle = &self.inner.handle;
+        let messages = lease
+            .store
+            .lock()
+            .take_messages(None)
+            .map_err(store_error)?;
+        for m in messages {
+            let payload: Payload = match postcard::from_bytes(&m.payload) {
+                Ok(payload) => payload,
+                Err(e) => {
+                    durable.refuse(m.id, &format!("message {} does not decode: {e}", m.id));
+                    continue;
+                }
+            };
+            if let Err(refused) =
+                handle.send_numbered(Pid(m.sender), Pid(m.receiver), m.id, payload)
+            {
+                durable.refuse(m.id, &refused.to_string());
+            }
+        }
+        let cancels = lease.store.lock().take_cancels().map_err(store_error)?;
+        for num in cancels {
+            let _ = handle.cancel(Pid(num));
+        }
+        Ok(())
     }
 }
 

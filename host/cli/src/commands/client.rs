@@ -96,6 +96,76 @@ fn unix_millis() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Sends a message (JSON) to a running workflow on a store hosts share; the host that runs it
+/// delivers it. Prints the message's number.
+#[derive(Debug, clap::Parser)]
+pub struct SendCommand {
+    /// The workflow's id.
+    id: String,
+
+    /// The message, as JSON.
+    message: String,
+
+    /// The store: a PostgreSQL URL that `wfhost serve` hosts share.
+    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
+    store: Location,
+}
+
+impl SendCommand {
+    pub fn execute(self) -> anyhow::Result<()> {
+        if let Err(error) = serde_json::from_str::<serde_json::Value>(&self.message) {
+            bail!("the message is not valid JSON: {error} (strings need quotes: '\"hi\"')");
+        }
+        let payload = postcard::to_allocvec(&Payload::json_bytes(self.message.into_bytes()))
+            .context("encoding the message")?;
+        let mut store = open(&self.store)?;
+        match store.send_to(&self.id, &payload)? {
+            Some(number) => {
+                println!("{number}");
+                Ok(())
+            }
+            None => bail!(
+                "no running workflow '{}' in {} (`wfhost status {}` says where it stands)",
+                self.id,
+                self.store,
+                self.id
+            ),
+        }
+    }
+}
+
+/// Asks a running workflow on a store hosts share to cancel; the host that runs it delivers the
+/// cancel, and the workflow decides what to do (it may clean up first).
+#[derive(Debug, clap::Parser)]
+pub struct CancelCommand {
+    /// The workflow's id.
+    id: String,
+
+    /// The store: a PostgreSQL URL that `wfhost serve` hosts share.
+    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
+    store: Location,
+}
+
+impl CancelCommand {
+    pub fn execute(self) -> anyhow::Result<()> {
+        let mut store = open(&self.store)?;
+        if store.cancel_by_id(&self.id)? {
+            eprintln!("asked {} to cancel", self.id);
+            return Ok(());
+        }
+        let workflow = find(&mut *store, &self.store, &self.id)?;
+        match workflow.state {
+            State::Running => eprintln!("{} was asked to cancel already", self.id),
+            state => eprintln!(
+                "{} has ended ({}): nothing to cancel",
+                self.id,
+                state.name()
+            ),
+        }
+        Ok(())
+    }
+}
+
 /// Shows where a workflow stands: running, done or failed, with its steps and times.
 #[derive(Debug, clap::Parser)]
 pub struct StatusCommand {
@@ -120,6 +190,7 @@ impl StatusCommand {
                 "{}",
                 serde_json::json!({
                     "id": workflow.start.id,
+                    "pid": workflow.start.num,
                     "entry": workflow.start.entry,
                     "module": workflow.start.module_name,
                     "status": workflow.state.name(),

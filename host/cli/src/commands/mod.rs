@@ -23,6 +23,8 @@ pub enum Command {
     Start(client::StartCommand),
     Status(client::StatusCommand),
     Result(client::ResultCommand),
+    Send(client::SendCommand),
+    Cancel(client::CancelCommand),
 }
 
 impl Command {
@@ -39,6 +41,8 @@ impl Command {
             Command::Start(command) => command.execute(),
             Command::Status(command) => command.execute(),
             Command::Result(command) => command.execute(),
+            Command::Send(command) => command.execute(),
+            Command::Cancel(command) => command.execute(),
         }
     }
 }

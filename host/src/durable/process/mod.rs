@@ -354,7 +354,10 @@ impl Process for DurableProcess {
                     let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
                     record.dues.push((y.tag, now.saturating_add(nanos)));
                 }
-                Command::Send(send) if self.durable.ids.contains(send.to) => {
+                Command::Send(send)
+                    if self.durable.ids.contains(send.to)
+                        || self.durable.runs_elsewhere(send.to) =>
+                {
                     let number = self.durable.next_message();
                     ops.push(Op::Message(NewMessage {
                         id: number,

@@ -281,6 +281,34 @@ pub trait Store: Send {
         Ok(())
     }
 
+    /// For a host that joined: takes the messages waiting for workflows it owns that it does not
+    /// have yet (from clients, or workflows on other hosts), or, given `receivers`, every
+    /// message waiting for them (recovery delivers them all). Each message is taken once.
+    fn take_messages(&mut self, receivers: Option<&[u64]>) -> StoreResult<Vec<NewMessage>> {
+        let _ = receivers;
+        Ok(Vec::new())
+    }
+
+    /// For a host that joined: takes the cancels asked of workflows it owns that it has not
+    /// delivered: their numbers. Each is taken once.
+    fn take_cancels(&mut self) -> StoreResult<Vec<u64>> {
+        Ok(Vec::new())
+    }
+
+    /// From a client: sends `payload` (a postcard-encoded `Payload`) to the unfinished workflow
+    /// `id`, for its host to deliver: the message's number, or `None` if no such workflow runs.
+    fn send_to(&mut self, id: &str, payload: &[u8]) -> StoreResult<Option<u64>> {
+        let _ = (id, payload);
+        Err(client_only())
+    }
+
+    /// From a client: asks the unfinished workflow `id` to cancel: whether it was running and
+    /// not yet asked.
+    fn cancel_by_id(&mut self, id: &str) -> StoreResult<bool> {
+        let _ = id;
+        Err(client_only())
+    }
+
     /// Starts `workflow` (keeping `module`'s bytes first) unless one with its id exists: its
     /// number if this started it. From a host that joined, the workflow is the host's; from a
     /// client (a store that did not join), it waits for a host to claim it, and is numbered by
@@ -291,11 +319,7 @@ pub trait Store: Send {
         workflow: &NewWorkflow,
     ) -> StoreResult<Option<u64>> {
         let _ = (module, workflow);
-        Err(StoreError::new(
-            "this store is one host's own (a SQLite file): start workflows with `wfhost run \
-             --store` or a host (Host::start); client commands need a store hosts share \
-             (PostgreSQL)",
-        ))
+        Err(client_only())
     }
 
     /// The workflow started under `id`.
@@ -340,4 +364,13 @@ pub(crate) fn elided(ops: &[Op]) -> (HashSet<u64>, Option<u64>) {
         }
     }
     (elided, last_message)
+}
+
+/// Client commands on a store one host has to itself.
+fn client_only() -> StoreError {
+    StoreError::new(
+        "this store is one host's own (a SQLite file): run workflows with `wfhost run --store` \
+         or a host of your own (Host::start, Host::send, Host::cancel); client commands need a \
+         store hosts share (PostgreSQL)",
+    )
 }

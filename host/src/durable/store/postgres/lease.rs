@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{describe, now_ms, redact, retryable, Conn, Error, PgStore, FIRST_RETRY, LAST_RETRY};
-use crate::durable::store::{NewWorkflow, StoreError, StoreResult};
+use crate::durable::store::{NewMessage, NewWorkflow, StoreError, StoreResult};
 
 /// Client-started workflows are numbered below this; a host's numbers are its id times this.
 pub(super) const HOST_RANGE: i64 = 1 << 40;
@@ -258,5 +258,89 @@ impl PgStore {
             Ok(started) => Ok(started),
             Err(()) => Err(lost(owner.unwrap_or_default())),
         }
+    }
+
+    /// Takes the messages waiting for this host's workflows that it does not have (or every
+    /// one waiting for `receivers`), in number order per sender.
+    pub(super) fn take(&mut self, receivers: Option<&[u64]>) -> StoreResult<Vec<NewMessage>> {
+        let me = self.me()?;
+        let receivers: Option<Vec<i64>> = receivers.map(|r| r.iter().map(|n| *n as i64).collect());
+        let rows =
+            self.transaction(
+                "taking messages",
+                super::READ_PATIENCE,
+                |conn| match &receivers {
+                    Some(receivers) => conn.query(
+                        "UPDATE messages SET delivered_to = $1 \
+                     WHERE receiver = ANY($2) AND refused IS NULL \
+                     RETURNING id, receiver, sender, payload",
+                        &[&me, receivers],
+                    ),
+                    None => conn.query(
+                        "UPDATE messages m SET delivered_to = $1 FROM workflows w \
+                     WHERE w.num = m.receiver AND w.owner = $1 AND w.state = 0 \
+                     AND m.refused IS NULL AND m.delivered_to IS DISTINCT FROM $1 \
+                     RETURNING m.id, m.receiver, m.sender, m.payload",
+                        &[&me],
+                    ),
+                },
+            )?;
+        let mut messages: Vec<NewMessage> = rows
+            .iter()
+            .map(|row| NewMessage {
+                id: row.get::<_, i64>(0) as u64,
+                receiver: row.get::<_, i64>(1) as u64,
+                sender: row.get::<_, i64>(2) as u64,
+                payload: row.get(3),
+            })
+            .collect();
+        messages.sort_by_key(|m| m.id);
+        Ok(messages)
+    }
+
+    /// Takes the cancels asked of this host's workflows that it has not delivered.
+    pub(super) fn take_cancel_requests(&mut self) -> StoreResult<Vec<u64>> {
+        let me = self.me()?;
+        let rows = self.transaction("taking cancels", super::READ_PATIENCE, |conn| {
+            conn.query(
+                "UPDATE workflows SET cancel_seen = $1 WHERE owner = $1 AND state = 0 \
+                 AND cancel = 1 AND cancel_seen IS DISTINCT FROM $1 RETURNING num",
+                &[&me],
+            )
+        })?;
+        Ok(rows.iter().map(|row| row.get::<_, i64>(0) as u64).collect())
+    }
+
+    /// From a client: a message to the unfinished workflow `id`, for its owner to take.
+    pub(super) fn send_to_id(&mut self, id: &str, payload: &[u8]) -> StoreResult<Option<u64>> {
+        let rows = self.transaction("sending a message", super::READ_PATIENCE, |conn| {
+            let rows = conn.query(
+                "INSERT INTO messages (id, receiver, sender, payload) \
+                 SELECT nextval('client_numbers'), num, 0, $2 FROM workflows \
+                 WHERE id = $1 AND state = 0 RETURNING id",
+                &[&id, &payload],
+            )?;
+            if !rows.is_empty() {
+                conn.query("SELECT pg_notify('wfhost_work', '')", &[])?;
+            }
+            Ok(rows)
+        })?;
+        Ok(rows.first().map(|row| row.get::<_, i64>(0) as u64))
+    }
+
+    /// From a client: asks the unfinished workflow `id` to cancel.
+    pub(super) fn cancel_id(&mut self, id: &str) -> StoreResult<bool> {
+        let rows = self.transaction("asking for a cancel", super::READ_PATIENCE, |conn| {
+            let rows = conn.query(
+                "UPDATE workflows SET cancel = 1, cancel_seen = NULL \
+                 WHERE id = $1 AND state = 0 AND cancel = 0 RETURNING num",
+                &[&id],
+            )?;
+            if !rows.is_empty() {
+                conn.query("SELECT pg_notify('wfhost_work', '')", &[])?;
+            }
+            Ok(rows)
+        })?;
+        Ok(!rows.is_empty())
     }
 }

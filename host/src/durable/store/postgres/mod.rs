@@ -537,6 +537,22 @@ impl Store for PgStore {
         self.release_all()
     }
 
+    fn take_messages(&mut self, receivers: Option<&[u64]>) -> StoreResult<Vec<super::NewMessage>> {
+        self.take(receivers)
+    }
+
+    fn take_cancels(&mut self) -> StoreResult<Vec<u64>> {
+        self.take_cancel_requests()
+    }
+
+    fn send_to(&mut self, id: &str, payload: &[u8]) -> StoreResult<Option<u64>> {
+        self.send_to_id(id, payload)
+    }
+
+    fn cancel_by_id(&mut self, id: &str) -> StoreResult<bool> {
+        self.cancel_id(id)
+    }
+
     fn claimable(&mut self) -> StoreResult<u64> {
         let me = self.member.id().unwrap_or(0);
         self.read("counting workflows to claim", |conn| {

@@ -72,7 +72,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // fails unless the host is alive (the fence). Clients (`wfhost start`) write without a lease
     // and own nothing. A workflow belongs to the tree of its top-level ancestor (`root`); trees
     // are owned whole (`owner`), so a parent and its children are always on one host; `token`
-    // counts the takeovers of a workflow.
+    // counts the takeovers of a workflow. Messages and cancels written by a client or another
+    // host are taken by the receiver's owner (`delivered_to`, `cancel_seen`).
     "
     ALTER TABLE hosts
         ADD COLUMN lease_until TIMESTAMPTZ,
@@ -86,6 +87,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
         ADD COLUMN owner BIGINT,
         ADD COLUMN token BIGINT NOT NULL DEFAULT 0;
     UPDATE workflows SET root = num;
+    -- The host that has a message in memory, or has delivered a cancel: the host that owns the
+    -- receiver takes what it has not (from a client, or a workflow on another host).
+    ALTER TABLE messages ADD COLUMN delivered_to BIGINT;
+    ALTER TABLE workflows ADD COLUMN cancel_seen BIGINT;
     CREATE INDEX workflows_trees ON workflows (root) WHERE state = 0;
     CREATE INDEX workflows_owned ON workflows (owner) WHERE state = 0;
     -- Workflows started by clients are numbered below 2^40; a host's from its id times 2^40.

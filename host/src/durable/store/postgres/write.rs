@@ -226,7 +226,7 @@ impl<'a> Plan<'a> {
                     &statements.end,
                     vec![num, state, result, kind, message, at],
                 ),
-                Part::Cancel(num) => pipeline.push(client, &statements.cancel, vec![num]),
+                Part::Cancel(num) => pipeline.push(client, &statements.cancel, vec![num, &owner]),
                 Part::Refused(id, why) => pipeline.push(client, &statements.refused, vec![id, why]),
             }
         }
@@ -312,9 +312,11 @@ impl Statements {
                  $6::text[], $7::bytea[], $8::int8[], $9::int8[]) \
                  AS t(num, id, parent, module, module_name, entry, input, started, root_of)",
             )?,
+            // The writing host has the message in memory (delivered, or to be, if it runs the
+            // receiver); the receiver's owner takes it otherwise.
             messages: conn.prepare(
-                "INSERT INTO messages (id, receiver, sender, payload) \
-                 SELECT * FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::bytea[])",
+                "INSERT INTO messages (id, receiver, sender, payload, delivered_to) \
+                 SELECT t.*, $5 FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::bytea[]) AS t",
             )?,
             steps: conn.prepare(
                 "INSERT INTO steps (num, seq, at, record) \
@@ -336,8 +338,10 @@ impl Statements {
                  waiting AS (DELETE FROM messages WHERE receiver = $1) \
                  DELETE FROM snapshots WHERE num = $1",
             )?,
-            cancel: conn
-                .prepare("UPDATE workflows SET cancel = 1 WHERE num = $1 AND cancel = 0")?,
+            // Delivered by the host that asks (its own workflow, or its child).
+            cancel: conn.prepare(
+                "UPDATE workflows SET cancel = 1, cancel_seen = $2 WHERE num = $1 AND cancel = 0",
+            )?,
             refused: conn.prepare("UPDATE messages SET refused = $2 WHERE id = $1")?,
             counter: conn.prepare(
                 "UPDATE counters SET value = greatest(value, $1) WHERE name = 'messages'",
@@ -388,6 +392,7 @@ impl<'a> Segment<'a> {
                     &self.message_receiver,
                     &self.message_sender,
                     &self.message_payload,
+                    owner,
                 ],
             );
         }
