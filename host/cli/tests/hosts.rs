@@ -43,11 +43,13 @@ impl Serve {
     }
 
     fn with_lease(store: &str, log: PathBuf, lease: &str) -> Serve {
+        Serve::with(store, log, lease, "50ms")
+    }
+
+    fn with(store: &str, log: PathBuf, lease: &str, poll: &str) -> Serve {
         let file = std::fs::File::create(&log).unwrap();
         let child = wfhost()
-            .args([
-                "serve", "--store", store, "--lease", lease, "--poll", "50ms",
-            ])
+            .args(["serve", "--store", store, "--lease", lease, "--poll", poll])
             .args(["--workers", "2", "--grace", "1s"])
             .stdout(Stdio::null())
             .stderr(file)
@@ -496,5 +498,35 @@ fn messages_and_cancels_reach_workflows_on_other_hosts() {
     assert_eq!(owner(server, &store, "receiver"), a);
     audit(&store);
     drop((first, second));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_client_start_wakes_a_host_that_polls_rarely() {
+    let dir = tempdir("notify");
+    let server = Postgres::shared();
+    let store = server.database("notify");
+    // Polling every 10 minutes: only the notification can bring the work in time.
+    let host = Serve::with(&store, dir.join("host.log"), "10s", "10m");
+    wait_until("the host serves", || !host.hosts().is_empty());
+    for n in 0..3 {
+        let id = format!("woken-{n}");
+        start(&store, "nap", "1", &id);
+        let output = wfhost()
+            .args([
+                "result",
+                &id,
+                "--wait",
+                "--timeout",
+                "60s",
+                "--store",
+                &store,
+            ])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        assert_eq!(text(&output.stdout).trim(), "\"rested\"");
+    }
+    drop(host);
     let _ = std::fs::remove_dir_all(dir);
 }

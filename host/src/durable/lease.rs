@@ -19,6 +19,8 @@ pub(crate) struct Lease {
     pub(crate) store: Mutex<Box<dyn Store>>,
     /// Set (and signalled) to stop the renewals.
     stop: Arc<(Mutex<bool>, Condvar)>,
+    /// Set to stop listening for new work.
+    pub(crate) listening: Arc<std::sync::atomic::AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -41,6 +43,7 @@ impl Lease {
             host,
             store: Mutex::new(store),
             stop,
+            listening: Arc::default(),
             thread: Mutex::new(Some(thread)),
         })
     }
@@ -48,6 +51,8 @@ impl Lease {
     /// Stops renewing; then gives back what the host owns, unless `keep` (its workflows stay
     /// its own until the lease runs out).
     pub(crate) fn end(&self, keep: bool) {
+        self.listening
+            .store(true, std::sync::atomic::Ordering::Release);
         *self.stop.0.lock() = true;
         self.stop.1.notify_all();
         if let Some(thread) = self.thread.lock().take() {

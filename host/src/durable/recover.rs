@@ -129,6 +129,22 @@ impl Host {
         }
     }
 
+    /// On a store hosts share: calls `wake` (from a thread of its own) whenever a client or
+    /// another host writes work to take (a start, a message, a cancel, workflows given back), so
+    /// that a host calling [`claim`](Self::claim) in a loop need not poll often. Until the host
+    /// shuts down. Nothing on a store of this host's own.
+    pub fn on_new_work(&self, wake: impl Fn() + Send + Sync + 'static) -> Result<()> {
+        let durable = self.durable()?;
+        match durable.lease.get() {
+            Some(lease) => lease
+                .store
+                .lock()
+                .listen(Arc::new(wake), Arc::clone(&lease.listening))
+                .map_err(store_error),
+            None => Ok(()),
+        }
+    }
+
     /// As [`claim`](Self::claim), with `grants` for the workflows whose module is not loaded.
     pub fn claim_with(&self, grants: Grants, limit: usize) -> Result<Vec<(String, Run)>> {
         let durable = self.durable()?.clone();

@@ -31,6 +31,8 @@ pub struct ServeCommand {
     workers: Option<usize>,
 
     /// How often to look for workflows to claim (e.g. 500ms, 2s).
+    /// Clients' starts, messages and cancels wake the host at once (PostgreSQL's LISTEN); the
+    /// poll catches the rest (messages from workflows on other hosts, leases that ran out).
     #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = parse_duration)]
     poll: Duration,
 
@@ -66,6 +68,7 @@ impl ServeCommand {
         let (wake, woken) = crossbeam_channel::bounded::<()>(1);
         {
             let stop = Arc::clone(&stop);
+            let wake = wake.clone();
             ctrlc::set_handler(move || {
                 stop.store(true, Ordering::Release);
                 let _ = wake.try_send(());
@@ -77,6 +80,14 @@ impl ServeCommand {
         // new lease, takes up the work.
         loop {
             let host = self.build()?;
+            {
+                // Clients' starts, messages and cancels wake the host at once; the poll is the
+                // fallback.
+                let wake = wake.clone();
+                host.on_new_work(move || {
+                    let _ = wake.try_send(());
+                })?;
+            }
             let who = host
                 .store_host()
                 .map_or_else(|| "the only host".to_string(), |id| format!("host {id}"));

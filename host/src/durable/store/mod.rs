@@ -12,6 +12,11 @@ pub use postgres::PgStore;
 pub use sqlite::{SqliteStore, SyncMode};
 
 use std::collections::HashSet;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// What a store calls when there is work for hosts ([`Store::listen`]).
+pub type Wake = Arc<dyn Fn() + Send + Sync>;
 
 /// A store that could not be read or written.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -278,6 +283,14 @@ pub trait Store: Send {
 
     /// Gives back every unfinished workflow this host owns and ends its lease.
     fn release(&mut self) -> StoreResult<()> {
+        Ok(())
+    }
+
+    /// Calls `wake` whenever a client or a host writes work for hosts to take (a start, a
+    /// message, a cancel, workflows given back), from a thread of the store's own, until `stop`
+    /// is set. Default: never (hosts poll).
+    fn listen(&self, wake: Wake, stop: Arc<AtomicBool>) -> StoreResult<()> {
+        let _ = (wake, stop);
         Ok(())
     }
 

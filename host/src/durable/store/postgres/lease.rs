@@ -191,6 +191,7 @@ impl PgStore {
                 &[&me],
             )?;
             conn.query("UPDATE hosts SET dead = true WHERE id = $1", &[&me])?;
+            conn.query("SELECT pg_notify('wfhost_work', '')", &[])?;
             Ok(())
         })
     }

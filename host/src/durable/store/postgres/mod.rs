@@ -13,6 +13,7 @@
 //! disk, a read-only server, a constraint) fails the store.
 
 mod lease;
+mod listen;
 mod read;
 mod schema;
 mod write;
@@ -535,6 +536,14 @@ impl Store for PgStore {
 
     fn release(&mut self) -> StoreResult<()> {
         self.release_all()
+    }
+
+    fn listen(
+        &self,
+        wake: super::Wake,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> StoreResult<()> {
+        listen::start(&self.url, self.config.clone(), wake, stop)
     }
 
     fn take_messages(&mut self, receivers: Option<&[u64]>) -> StoreResult<Vec<super::NewMessage>> {
