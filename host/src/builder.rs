@@ -412,6 +412,8 @@ impl HostBuilder {
     /// its last renewal, and its own writes are refused from then on. Default: 10 s. Shorter
     /// means faster failover and more renewals; a host that cannot renew in time (a pause, a
     /// slow database) loses its workflows.
+    ///
+    /// At least 30 ms (building fails otherwise).
     pub fn lease(mut self, length: Duration) -> HostBuilder {
         self.lease = length;
         self
@@ -421,6 +423,13 @@ impl HostBuilder {
     /// is registered, the runtime that runs host functions.
     pub fn build(self) -> Result<Host> {
         let config = |message: String| Error::new(ErrorKind::Config, message);
+        if self.lease < Duration::from_millis(30) {
+            return Err(config(format!(
+                "a lease of {:?} is too short to renew: give at least 30 ms (seconds, in \
+                 practice: a host that cannot renew in time loses its workflows)",
+                self.lease
+            )));
+        }
         if let Some(name) = self.duplicate_functions.first() {
             return Err(config(format!(
                 "host function '{name}' is registered twice"

@@ -55,7 +55,7 @@ pub use builder::{
     DEFAULT_MAX_CHILDREN, DEFAULT_MAX_PROCESSES,
 };
 pub use capacity::{Capacity, CapacityLimit, MemoryImages};
-pub use durable::api::WorkflowResult;
+pub use durable::api::{bad_id, WorkflowResult};
 pub use durable::record::StepRecord;
 pub use durable::snapshot::{DurableCounters, Snapshots};
 pub use durable::store::{self as store, SyncMode};

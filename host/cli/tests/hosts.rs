@@ -197,9 +197,12 @@ fn busiest(server: &Postgres, store: &str, prefix: &str) -> Option<(i64, usize)>
 /// Mixes of 27 workflows each (the mix, 6 children, 18 activities, 2 compensations).
 const MIXES: usize = 37;
 const NAPS: usize = 12;
+/// Workflows that send to a workflow probably on another host, and those they send to.
+const PAIRS: usize = 10;
 
 #[test]
 fn three_hosts_share_a_thousand_workflows_and_one_killed_mid_run_loses_nothing() {
+    // 37 mixes of 27 workflows, 12 naps, 10 senders and their 10 receivers: 1,031 workflows.
     let dir = tempdir("kill");
     let server = Postgres::shared();
     let store = server.database("three_hosts");
@@ -215,6 +218,21 @@ fn three_hosts_share_a_thousand_workflows_and_one_killed_mid_run_loses_nothing()
     }
     for n in 0..MIXES {
         start(&store, "durable_mix", "6", &format!("mix-{n}"));
+    }
+    // Receivers and senders, each pair most likely on two hosts: the message goes through the
+    // store.
+    for n in 0..PAIRS {
+        start(&store, "wait_message", "60000", &format!("receiver-{n}"));
+    }
+    for n in 0..PAIRS {
+        let id = format!("receiver-{n}");
+        let status = wfhost()
+            .args(["status", &id, "--json", "--store", &store])
+            .output()
+            .unwrap();
+        let status: Value = serde_json::from_str(text(&status.stdout).trim()).unwrap();
+        let pid = status["pid"].as_u64().unwrap();
+        start(&store, "send_to", &pid.to_string(), &format!("sender-{n}"));
     }
     // Kill the host that owns the most sleeping naps, with nothing flushed.
     wait_until("the naps are claimed", || {
@@ -242,9 +260,13 @@ fn three_hosts_share_a_thousand_workflows_and_one_killed_mid_run_loses_nothing()
     for n in 0..MIXES {
         assert_eq!(result(&store, &format!("mix-{n}")), mix_result(), "mix-{n}");
     }
+    for n in 0..PAIRS {
+        assert_eq!(result(&store, &format!("sender-{n}")), json!("sent"));
+        assert_eq!(result(&store, &format!("receiver-{n}")), json!("hello"));
+    }
     let states = audit(&store);
     // In each mix one activity fails, by design.
-    assert_eq!(states.get("done"), Some(&(MIXES * 26 + NAPS)));
+    assert_eq!(states.get("done"), Some(&(MIXES * 26 + NAPS + 2 * PAIRS)));
     assert_eq!(states.get("failed"), Some(&MIXES));
     assert_eq!(states.get("running"), None);
     // The naps the killed host owned were taken over: each counts a takeover.

@@ -14,6 +14,16 @@ use crate::run::Run;
 use crate::wasm::WasmProcess;
 use crate::Host;
 
+/// Why `id` cannot be a top-level workflow's id, if it cannot: 1 to 1024 characters, no control
+/// character, and no `/`, which children's ids use (`order-42/3.0`: the parent's id, the step
+/// and the yield that spawned them), so that no start can take a child's id.
+pub fn bad_id(id: &str) -> Option<&'static str> {
+    (id.is_empty() || id.len() > 1024 || id.chars().any(|c| c.is_control() || c == '/')).then_some(
+        "a workflow id must be 1 to 1024 characters, none of them a control character or '/' \
+         (children's ids are their parent's with '/' and where they were spawned)",
+    )
+}
+
 /// Where a durable workflow stands, as [`Host::result`] reads it from the store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WorkflowResult {
@@ -70,11 +80,8 @@ impl Host {
         let durable = self.durable()?;
         inner.running()?;
         durable.writable()?;
-        if id.is_empty() || id.len() > 1024 || id.chars().any(char::is_control) {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                "a workflow id must be 1 to 1024 characters, none of them a control character",
-            ));
+        if let Some(why) = bad_id(id) {
+            return Err(Error::new(ErrorKind::InvalidInput, why));
         }
         let loaded = inner.modules.get(module)?;
         if !loaded.compiled.info.has_entry(entry) {
@@ -141,7 +148,17 @@ impl Host {
             loaded.spec(None, Arc::clone(&inner.wasm.limits)),
         );
         let process = DurableProcess::new(process, Arc::clone(durable), id, hash.into());
-        let run = self.spawn_durable(process, pid, None, entry, input)?;
+        let run = match self.spawn_durable(process, pid, None, entry, input) {
+            Ok(run) => run,
+            Err(error) => {
+                // Started in the store and not here: another host (or this one, later) claims
+                // it.
+                if let Some(lease) = durable.lease.get() {
+                    let _ = lease.store.lock().unclaim(&[pid.0]);
+                }
+                return Err(error);
+            }
+        };
         std::mem::forget(claimed);
         Ok(run)
     }

@@ -87,12 +87,22 @@ fn renew(
                 return;
             }
         }
-        if let Err(error) = store.renew() {
-            tracing::error!("{error}; this host's durable workflows stop");
-            if let Some(durable) = durable.upgrade() {
-                durable.lease_lost(&error);
+        match store.renew() {
+            Ok(true) => {}
+            Ok(false) => {
+                let error = StoreError::new(
+                    "this host lost its lease (it could not renew it in time: paused, cut off \
+                     from the database, or overloaded), and another host may have taken its \
+                     workflows over",
+                );
+                tracing::error!("{error}; this host's durable workflows stop");
+                if let Some(durable) = durable.upgrade() {
+                    durable.lease_lost(&error);
+                }
+                return;
             }
-            return;
+            // Tried again at the next renewal; the lease is lost only if it ran out meanwhile.
+            Err(error) => tracing::warn!("the lease could not be renewed: {error}"),
         }
     }
 }

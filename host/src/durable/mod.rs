@@ -415,6 +415,7 @@ impl Durable {
             receiver: to.0,
             sender: 0,
             payload,
+            local: true,
         })])?;
         scheduler
             .send_numbered(Pid::HOST, to, number, message)

@@ -147,6 +147,38 @@ impl Host {
 
     /// As [`claim`](Self::claim), with `grants` for the workflows whose module is not loaded.
     pub fn claim_with(&self, grants: Grants, limit: usize) -> Result<Vec<(String, Run)>> {
+        let mut claimed = Vec::new();
+        let mut handled = HashSet::new();
+        let result = self.claim_and_start(grants, limit, &mut claimed, &mut handled);
+        if result.is_err() {
+            // What was claimed and not started goes back, for this host or another to claim.
+            let left: Vec<u64> = claimed
+                .iter()
+                .filter(|n| !handled.contains(*n))
+                .copied()
+                .collect();
+            if let (false, Some(lease)) = (left.is_empty(), self.durable()?.lease.get()) {
+                if let Err(error) = lease.store.lock().unclaim(&left) {
+                    tracing::warn!(
+                        "{} claimed workflow(s) could not be given back ({error}): they wait \
+                         for this host's lease to run out",
+                        left.len()
+                    );
+                }
+            }
+        }
+        result
+    }
+
+    /// Claims (on a shared store) and starts what was claimed; `claimed` and `handled` say
+    /// which workflows were claimed and which were started or ended, whatever the outcome.
+    fn claim_and_start(
+        &self,
+        grants: Grants,
+        limit: usize,
+        claimed_out: &mut Vec<u64>,
+        handled: &mut HashSet<u64>,
+    ) -> Result<Vec<(String, Run)>> {
         let durable = self.durable()?.clone();
         let inner = &self.inner;
         inner.running()?;
@@ -157,6 +189,7 @@ impl Host {
         let (unfinished, messages) = match durable.lease.get() {
             Some(lease) => {
                 let claimed = lease.store.lock().claim(limit, None).map_err(store_error)?;
+                claimed_out.extend(&claimed);
                 if claimed.is_empty() {
                     drop(_gate);
                     self.take_waiting(&durable)?;
@@ -176,12 +209,8 @@ impl Host {
                 }
                 // Refused messages say why to the senders that had not heard; the waiting ones
                 // were taken for this host alone.
-                let mut messages: Vec<Message> = reader
-                    .messages()
-                    .map_err(store_error)?
-                    .into_iter()
-                    .filter(|m| m.refused.is_some())
-                    .collect();
+                let mut messages: Vec<Message> =
+                    reader.refused_from(claimed_out).map_err(store_error)?;
                 messages.extend(taken.into_iter().map(|message| Message {
                     message,
                     refused: None,
@@ -243,6 +272,7 @@ impl Host {
                         .module(&start.module)
                         .map_err(store_error)?;
                     let Some(bytes) = bytes else {
+                        handled.insert(start.num);
                         fail(format!("the store lacks its module {}", start.module))?;
                         continue;
                     };
@@ -265,6 +295,7 @@ impl Host {
             let records = match records {
                 Ok(records) => records,
                 Err(e) => {
+                    handled.insert(start.num);
                     fail(format!("its journal does not decode: {e}"))?;
                     continue;
                 }
@@ -272,6 +303,7 @@ impl Host {
             let input: Payload = match postcard::from_bytes(&start.input) {
                 Ok(input) => input,
                 Err(e) => {
+                    handled.insert(start.num);
                     fail(format!("its input does not decode: {e}"))?;
                     continue;
                 }
@@ -301,6 +333,7 @@ impl Host {
                 }
             };
             recovered.insert(start.num);
+            handled.insert(start.num);
             // On a shared store, asked cancels are taken after the recovery (`take_waiting`).
             let asked = workflow.cancel == Cancel::Asked && !durable.shared();
             if asked || (orphaned && workflow.cancel == Cancel::No) {

@@ -107,3 +107,49 @@ fn a_unix_socket_url_reaches_the_server() {
     let mut store = Location::parse(&url).open(wfhost::SyncMode::Full).unwrap();
     assert_eq!(store.high_water().unwrap(), (0, 0));
 }
+
+#[test]
+fn a_nul_in_what_a_guest_says_cannot_fail_a_postgres_commit() {
+    use wfhost::store::{Ending, NewWorkflow, Op};
+    let url = Postgres::shared().database("nul");
+    let mut store = Location::parse(&url).open(wfhost::SyncMode::Full).unwrap();
+    store
+        .commit(&[Op::Start(NewWorkflow {
+            num: 1,
+            id: "w1".into(),
+            parent: None,
+            module: "m".into(),
+            module_name: "m".into(),
+            entry: "main\0".into(),
+            input: Vec::new(),
+            started: 0,
+        })])
+        .unwrap();
+    store
+        .commit(&[Op::End {
+            num: 1,
+            ending: Ending::Failed {
+                kind: "failed".into(),
+                message: "bad\0news".into(),
+            },
+            at: 1,
+        }])
+        .unwrap();
+    let workflow = store.workflow("w1").unwrap().unwrap();
+    assert_eq!(workflow.start.entry, "main\u{FFFD}");
+    assert_eq!(
+        workflow.ending,
+        Some(Ending::Failed {
+            kind: "failed".into(),
+            message: "bad\u{FFFD}news".into(),
+        })
+    );
+}
+
+#[test]
+fn top_level_ids_cannot_take_a_childs() {
+    assert!(wfhost::bad_id("order-1/3.0").is_some());
+    assert!(wfhost::bad_id("").is_some());
+    assert!(wfhost::bad_id("a\nb").is_some());
+    assert_eq!(wfhost::bad_id("order-1"), None);
+}

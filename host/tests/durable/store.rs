@@ -51,6 +51,7 @@ fn message(id: u64, receiver: u64) -> Op {
         receiver,
         sender: 0,
         payload: vec![1, 2, 3],
+        local: true,
     })
 }
 

@@ -60,8 +60,8 @@ impl StartCommand {
             );
         }
         let id = self.id.unwrap_or_else(new_id);
-        if id.is_empty() || id.len() > 1024 || id.chars().any(char::is_control) {
-            bail!("a workflow id must be 1 to 1024 characters, none of them a control character");
+        if let Some(why) = wfhost::bad_id(&id) {
+            bail!("{why}");
         }
         let input = postcard::to_allocvec(&Payload::json_bytes(input.into_bytes()))
             .context("encoding the input")?;

@@ -37,7 +37,8 @@ pub struct ServeCommand {
     poll: Duration,
 
     /// The most trees of workflows (a top-level workflow and what it spawned) claimed at one
-    /// look, so that hosts starting together share the work.
+    /// look, so that hosts starting together share the work; never more than the host has free
+    /// process slots (`--max-processes` and the memory it has).
     #[arg(long, value_name = "N", default_value_t = 1_000)]
     claim: usize,
 
@@ -122,11 +123,18 @@ impl ServeCommand {
                     continue;
                 }
                 first = false;
-                match host.claim_with(grants.clone(), self.claim) {
+                // A host claims only while it has room: the others take the rest.
+                let free = host.capacity().processes.saturating_sub(host.live());
+                let limit = self.claim.min(free);
+                if limit == 0 {
+                    let _ = woken.recv_timeout(self.poll);
+                    continue;
+                }
+                match host.claim_with(grants.clone(), limit) {
                     Ok(runs) if !runs.is_empty() => {
                         tracing::info!(claimed = runs.len(), live = host.live(), "claimed");
                         // Claimed a full batch: more may wait.
-                        if runs.len() >= self.claim {
+                        if runs.len() >= limit {
                             continue;
                         }
                     }

@@ -364,6 +364,7 @@ impl Process for DurableProcess {
                         receiver: send.to.0,
                         sender: self.pid.0,
                         payload: postcard::to_allocvec(&send.message).unwrap_or_default(),
+                        local: self.durable.ids.contains(send.to),
                     }));
                     record.sent.push((y.tag, number));
                     self.durable.sent.lock().insert((self.pid, y.tag), number);

@@ -78,6 +78,10 @@ pub struct NewMessage {
     pub sender: u64,
     /// The payload, postcard-encoded.
     pub payload: Vec<u8>,
+    /// The host that writes it delivers it itself (it runs the receiver). On a store hosts
+    /// share, a message that is not is taken from the store by the receiver's owner. Read back:
+    /// false.
+    pub local: bool,
 }
 
 /// One step of one workflow, as the engine journals it.
@@ -254,9 +258,26 @@ pub trait Store: Send {
     }
 
     /// Renews the lease of a host that joined (from another connection made with
-    /// [`reader`](Self::reader)): an error if it is lost.
-    fn renew(&mut self) -> StoreResult<()> {
+    /// [`reader`](Self::reader)): `false` if it is lost; an error if the store could not be
+    /// reached in time (try again).
+    fn renew(&mut self) -> StoreResult<bool> {
+        Ok(true)
+    }
+
+    /// Gives back workflows this host claimed and could not start, for another to claim.
+    fn unclaim(&mut self, nums: &[u64]) -> StoreResult<()> {
+        let _ = nums;
         Ok(())
+    }
+
+    /// The refused messages sent by `senders`: why, for those that had not heard before a
+    /// restart.
+    fn refused_from(&mut self, senders: &[u64]) -> StoreResult<Vec<Message>> {
+        Ok(self
+            .messages()?
+            .into_iter()
+            .filter(|m| m.refused.is_some() && senders.contains(&m.message.sender))
+            .collect())
     }
 
     /// Takes up to `limit` trees of unfinished workflows (a top-level workflow and everything

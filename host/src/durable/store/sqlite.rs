@@ -347,6 +347,7 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
             receiver,
             sender,
             payload,
+            ..
         }) => {
             if elided.contains(id) {
                 return Ok(());
@@ -597,6 +598,7 @@ impl Store for SqliteStore {
                         receiver: row.get::<_, i64>(1)? as u64,
                         sender: row.get::<_, i64>(2)? as u64,
                         payload: row.get(3)?,
+                        local: false,
                     },
                     refused: row.get(4)?,
                 })

@@ -93,49 +93,53 @@ impl PgStore {
         }
     }
 
-    /// Renews the lease: an error if it was lost (ran out, or another host took over). A broken
-    /// connection is tried again for as long as it takes: when the database is back, the lease
-    /// either still holds or has run out, and only then is it known to be lost.
-    pub(super) fn renew_lease(&mut self) -> StoreResult<()> {
+    /// Renews the lease: `false` if it was lost (it ran out, or another host took over). An
+    /// error if the database could not be reached within a third of the lease: the caller tries
+    /// again, and when the database is back the lease either still holds or has run out.
+    pub(super) fn renew_lease(&mut self) -> StoreResult<bool> {
         let me = self.me()?;
-        let ms = self.member.lease_ms.load(Ordering::Acquire) as f64;
-        let renewed = self.transaction("renewing the lease", Duration::MAX, |conn| {
+        let ms = self.member.lease_ms.load(Ordering::Acquire);
+        let patience = Duration::from_millis((ms / 3).max(10) as u64);
+        let ms = ms as f64;
+        self.transaction("renewing the lease", patience, |conn| {
             conn.query(
                 "UPDATE hosts SET lease_until = now() + $2 * interval '1 millisecond' \
                  WHERE id = $1 AND NOT dead AND lease_until > now() RETURNING id",
                 &[&me, &ms],
             )
             .map(|rows| !rows.is_empty())
-        })?;
-        if renewed {
-            Ok(())
-        } else {
-            Err(lost(me))
-        }
+        })
     }
 
     /// Takes up to `limit` trees of unfinished workflows that no live host owns (the host that
     /// owned them let them go, or its lease ran out), or only the tree of workflow `id`: the
-    /// workflows now this host's.
+    /// workflows now this host's. Retried after a lost answer, it returns what the lost attempt
+    /// took (`claim_nonce`).
     pub(super) fn claim_trees(&mut self, limit: usize, id: Option<&str>) -> StoreResult<Vec<u64>> {
         let me = self.me()?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let attempt = nonce();
         let claimed = self.transaction("claiming workflows", super::READ_PATIENCE, |conn| {
+            // A claim waits for no other host's row for long: a lock held that long is a host
+            // stuck in a commit, which the next claim looks at again.
+            conn.batch("SET LOCAL lock_timeout = '2s'")?;
             let alive = conn.query(
-                "SELECT 1 FROM hosts WHERE id = $1 AND NOT dead AND lease_until > now() FOR SHARE",
+                "SELECT 1 FROM hosts WHERE id = $1 AND NOT dead AND lease_until > now()",
                 &[&me],
             )?;
             if alive.is_empty() {
                 return Ok(None);
             }
-            // Hosts whose lease ran out are dead from here on: this waits for a commit of
-            // theirs in flight, and fails every later one. In id order, so that two claims
-            // never wait for each other.
+            // Hosts whose lease ran out are dead from here on: locking a host's row waits for
+            // a commit of its own in flight (it holds the row), and every later commit of it
+            // fails. A host whose row is locked (mid-commit) is skipped, for the next claim.
             conn.query(
                 "UPDATE hosts SET dead = true WHERE id IN (SELECT id FROM hosts \
-                 WHERE NOT dead AND NOT client AND lease_until < now() ORDER BY id FOR UPDATE)",
+                 WHERE NOT dead AND NOT client AND lease_until < now() ORDER BY id \
+                 FOR UPDATE SKIP LOCKED)",
                 &[],
             )?;
+            // In random order, so that hosts claiming at once mostly pick different trees.
             let roots: Vec<i64> = match id {
                 Some(id) => conn.query(
                     "SELECT root FROM workflows WHERE id = $1 AND state = 0 \
@@ -143,33 +147,37 @@ impl PgStore {
                     &[&id],
                 )?,
                 None => conn.query(
-                    "SELECT DISTINCT root FROM workflows WHERE state = 0 \
-                     AND (owner IS NULL OR owner IN (SELECT id FROM hosts WHERE dead)) LIMIT $1",
+                    "SELECT root FROM (SELECT DISTINCT root FROM workflows WHERE state = 0 \
+                     AND (owner IS NULL OR owner IN (SELECT id FROM hosts WHERE dead))) trees \
+                     ORDER BY random() LIMIT $1",
                     &[&limit],
                 )?,
             }
             .iter()
-            .map(|row| row.get(0))
+            .filter_map(|row| row.get::<_, Option<i64>>(0))
             .collect();
-            if roots.is_empty() {
-                return Ok(Some(Vec::new()));
+            if !roots.is_empty() {
+                // The tree's top row is its lock: another host claiming at once skips it.
+                let locked: Vec<i64> = conn
+                    .query(
+                        "SELECT num FROM workflows WHERE num = ANY($1) ORDER BY num \
+                         FOR UPDATE SKIP LOCKED",
+                        &[&roots],
+                    )?
+                    .iter()
+                    .map(|row| row.get(0))
+                    .collect();
+                conn.query(
+                    "UPDATE workflows SET owner = $1, token = token + 1, claim_nonce = $3 \
+                     WHERE root = ANY($2) AND state = 0 \
+                     AND (owner IS NULL OR owner IN (SELECT id FROM hosts WHERE dead))",
+                    &[&me, &locked, &attempt],
+                )?;
             }
-            // The tree's top row is its lock: another host claiming at once skips it.
-            let locked: Vec<i64> = conn
-                .query(
-                    "SELECT num FROM workflows WHERE num = ANY($1) ORDER BY num \
-                     FOR UPDATE SKIP LOCKED",
-                    &[&roots],
-                )?
-                .iter()
-                .map(|row| row.get(0))
-                .collect();
+            // This attempt's, and a lost earlier attempt's with the same number.
             let taken = conn.query(
-                "UPDATE workflows SET owner = $1, token = token + 1 \
-                 WHERE root = ANY($2) AND state = 0 \
-                 AND (owner IS NULL OR owner IN (SELECT id FROM hosts WHERE dead)) \
-                 RETURNING num",
-                &[&me, &locked],
+                "SELECT num FROM workflows WHERE claim_nonce = $1 AND owner = $2 AND state = 0",
+                &[&attempt, &me],
             )?;
             Ok(Some(
                 taken
@@ -179,6 +187,20 @@ impl PgStore {
             ))
         })?;
         claimed.ok_or_else(|| lost(me))
+    }
+
+    /// Gives back workflows this host claimed and could not start.
+    pub(super) fn unclaim_workflows(&mut self, nums: &[u64]) -> StoreResult<()> {
+        let me = self.me()?;
+        let nums: Vec<i64> = nums.iter().map(|n| *n as i64).collect();
+        self.transaction("giving back workflows", super::READ_PATIENCE, |conn| {
+            conn.query(
+                "UPDATE workflows SET owner = NULL WHERE num = ANY($1) AND owner = $2",
+                &[&nums, &me],
+            )?;
+            conn.query("SELECT pg_notify('wfhost_work', '')", &[])?;
+            Ok(())
+        })
     }
 
     /// Gives back every unfinished workflow this host owns (another host may claim them at
@@ -253,6 +275,16 @@ impl PgStore {
             if !rows.is_empty() && owner.is_none() {
                 conn.query("SELECT pg_notify('wfhost_work', '')", &[])?;
             }
+            if rows.is_empty() && owner.is_some() {
+                // An earlier attempt whose answer was lost may have started it: then it is ours.
+                let ours = conn.query(
+                    "SELECT 1 FROM workflows WHERE id = $1 AND num = $2 AND owner = $3",
+                    &[&workflow.id, &num, &owner],
+                )?;
+                if !ours.is_empty() {
+                    return Ok(Ok(Some(num as u64)));
+                }
+            }
             Ok(Ok(rows.first().map(|row| row.get::<_, i64>(0) as u64)))
         })?;
         match outcome {
@@ -262,71 +294,86 @@ impl PgStore {
     }
 
     /// Takes the messages waiting for this host's workflows that it does not have (or every
-    /// one waiting for `receivers`), in number order per sender.
+    /// one waiting for `receivers`), in number order. Retried after a lost answer, it returns
+    /// what the lost attempt took (`take_nonce`).
     pub(super) fn take(&mut self, receivers: Option<&[u64]>) -> StoreResult<Vec<NewMessage>> {
         let me = self.me()?;
         let receivers: Option<Vec<i64>> = receivers.map(|r| r.iter().map(|n| *n as i64).collect());
-        let rows =
-            self.transaction(
-                "taking messages",
-                super::READ_PATIENCE,
-                |conn| match &receivers {
-                    Some(receivers) => conn.query(
-                        "UPDATE messages SET delivered_to = $1 \
-                     WHERE receiver = ANY($2) AND refused IS NULL \
-                     RETURNING id, receiver, sender, payload",
-                        &[&me, receivers],
-                    ),
-                    None => conn.query(
-                        "UPDATE messages m SET delivered_to = $1 FROM workflows w \
+        let attempt = nonce();
+        let rows = self.transaction("taking messages", super::READ_PATIENCE, |conn| {
+            match &receivers {
+                Some(receivers) => conn.query(
+                    "UPDATE messages SET delivered_to = $1, take_nonce = $3 \
+                     WHERE receiver = ANY($2) AND refused IS NULL",
+                    &[&me, receivers, &attempt],
+                )?,
+                None => conn.query(
+                    "UPDATE messages m SET delivered_to = $1, take_nonce = $2 FROM workflows w \
                      WHERE w.num = m.receiver AND w.owner = $1 AND w.state = 0 \
-                     AND m.refused IS NULL AND m.delivered_to IS DISTINCT FROM $1 \
-                     RETURNING m.id, m.receiver, m.sender, m.payload",
-                        &[&me],
-                    ),
-                },
-            )?;
-        let mut messages: Vec<NewMessage> = rows
+                     AND m.refused IS NULL AND m.delivered_to IS DISTINCT FROM $1",
+                    &[&me, &attempt],
+                )?,
+            };
+            conn.query(
+                "SELECT id, receiver, sender, payload FROM messages WHERE take_nonce = $1 \
+                 AND refused IS NULL ORDER BY id",
+                &[&attempt],
+            )
+        })?;
+        Ok(rows
             .iter()
             .map(|row| NewMessage {
                 id: row.get::<_, i64>(0) as u64,
                 receiver: row.get::<_, i64>(1) as u64,
                 sender: row.get::<_, i64>(2) as u64,
                 payload: row.get(3),
+                local: false,
             })
-            .collect();
-        messages.sort_by_key(|m| m.id);
-        Ok(messages)
+            .collect())
     }
 
     /// Takes the cancels asked of this host's workflows that it has not delivered.
     pub(super) fn take_cancel_requests(&mut self) -> StoreResult<Vec<u64>> {
         let me = self.me()?;
+        let attempt = nonce();
         let rows = self.transaction("taking cancels", super::READ_PATIENCE, |conn| {
             conn.query(
-                "UPDATE workflows SET cancel_seen = $1 WHERE owner = $1 AND state = 0 \
-                 AND cancel = 1 AND cancel_seen IS DISTINCT FROM $1 RETURNING num",
-                &[&me],
+                "UPDATE workflows SET cancel_seen = $1, cancel_nonce = $2 WHERE owner = $1 \
+                 AND state = 0 AND cancel = 1 AND cancel_seen IS DISTINCT FROM $1",
+                &[&me, &attempt],
+            )?;
+            conn.query(
+                "SELECT num FROM workflows WHERE cancel_nonce = $1 AND state = 0",
+                &[&attempt],
             )
         })?;
         Ok(rows.iter().map(|row| row.get::<_, i64>(0) as u64).collect())
     }
 
-    /// From a client: a message to the unfinished workflow `id`, for its owner to take.
+    /// From a client: a message to the unfinished workflow `id`, for its owner to take. Its
+    /// number is drawn first, so that a retry after a lost answer cannot send it twice.
     pub(super) fn send_to_id(&mut self, id: &str, payload: &[u8]) -> StoreResult<Option<u64>> {
-        let rows = self.transaction("sending a message", super::READ_PATIENCE, |conn| {
-            let rows = conn.query(
+        let number: i64 = self.read("numbering a message", |conn| {
+            Ok(conn
+                .query_one("SELECT nextval('client_numbers')", &[])?
+                .get(0))
+        })?;
+        let sent = self.transaction("sending a message", super::READ_PATIENCE, |conn| {
+            conn.query(
                 "INSERT INTO messages (id, receiver, sender, payload) \
-                 SELECT nextval('client_numbers'), num, 0, $2 FROM workflows \
-                 WHERE id = $1 AND state = 0 RETURNING id",
-                &[&id, &payload],
+                 SELECT $3, num, 0, $2 FROM workflows WHERE id = $1 AND state = 0 \
+                 ON CONFLICT (id) DO NOTHING",
+                &[&id, &payload, &number],
             )?;
-            if !rows.is_empty() {
+            let sent = !conn
+                .query("SELECT 1 FROM messages WHERE id = $1", &[&number])?
+                .is_empty();
+            if sent {
                 conn.query("SELECT pg_notify('wfhost_work', '')", &[])?;
             }
-            Ok(rows)
+            Ok(sent)
         })?;
-        Ok(rows.first().map(|row| row.get::<_, i64>(0) as u64))
+        Ok(sent.then_some(number as u64))
     }
 
     /// From a client: asks the unfinished workflow `id` to cancel.
@@ -344,4 +391,16 @@ impl PgStore {
         })?;
         Ok(!rows.is_empty())
     }
+}
+
+/// A number for one claim or take, the same across its retries.
+fn nonce() -> i64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        bytes = (nanos ^ u64::from(std::process::id()) << 32).to_le_bytes();
+    }
+    (u64::from_le_bytes(bytes) >> 1) as i64
 }

@@ -31,6 +31,10 @@ use super::location::redact;
 use super::{Op, Store, StoreError, StoreResult, SyncMode};
 use schema::{MIGRATIONS, MIGRATION_LOCK, VERSION};
 
+/// How many times in a row a commit is tried again after failing on a connection that could be
+/// made again at once.
+const MAX_COMMIT_RETRIES: u32 = 20;
+
 /// How long a read waits for the database to come back before it fails.
 const READ_PATIENCE: Duration = Duration::from_secs(30);
 
@@ -84,6 +88,8 @@ impl std::fmt::Debug for PgStore {
 /// A connection, the runtime that drives it, and the statements prepared on it.
 pub(super) struct Conn {
     runtime: tokio::runtime::Runtime,
+    /// The server process behind the connection (`pg_backend_pid()`).
+    backend: i32,
     pub(super) client: Client,
     statements: HashMap<&'static str, Statement>,
 }
@@ -196,7 +202,27 @@ impl PgStore {
                 redact(url)
             )));
         }
-        store.migrate()?;
+        // Read as it is: a client does not migrate tables under running hosts.
+        let conn = store.conn.as_mut().expect("connected");
+        let version: i64 = conn
+            .query_one("SELECT value FROM wfhost.meta WHERE key = 'schema'", &[])
+            .map(|row| row.get(0))
+            .map_err(|e| store.error("reading the store", e))?;
+        if version > VERSION {
+            return Err(StoreError::new(format_args!(
+                "the store {} was written by a newer wfhost (schema version {version}; this one \
+                 knows up to {VERSION}): upgrade wfhost to read it",
+                redact(url)
+            )));
+        }
+        if version < VERSION {
+            return Err(StoreError::new(format_args!(
+                "the store {} has the tables of an older wfhost (schema version {version}; this \
+                 one writes {VERSION}): start a host of this version on it first (`wfhost serve`), \
+                 which migrates them",
+                redact(url)
+            )));
+        }
         Ok(store)
     }
 
@@ -247,14 +273,16 @@ impl PgStore {
             SyncMode::Full => "on",
             SyncMode::Normal => "off",
         };
-        let conn = Conn {
+        let mut conn = Conn {
             runtime,
+            backend: 0,
             client,
             statements: HashMap::new(),
         };
         conn.batch(&format!(
             "SET search_path TO wfhost; SET synchronous_commit TO {sync}"
         ))?;
+        conn.backend = conn.query_one("SELECT pg_backend_pid()", &[])?.get(0);
         Ok(conn)
     }
 
@@ -463,10 +491,12 @@ pub(super) fn describe(error: &Error) -> String {
 
 impl Store for PgStore {
     fn reader(&self) -> StoreResult<Box<dyn Store>> {
+        // Claims, renewals and takes go through readers: never with synchronous_commit off,
+        // which a server crash could undo.
         let mut reader = PgStore {
             url: self.url.clone(),
             config: self.config.clone(),
-            sync: self.sync,
+            sync: SyncMode::Full,
             conn: None,
             member: Arc::clone(&self.member),
             batch: 0,
@@ -484,22 +514,39 @@ impl Store for PgStore {
         self.batch += 1;
         let batch = self.batch;
         let mut delay = FIRST_RETRY;
+        // Commits that failed on the connection although the database could be reached at
+        // once: an error that only looks like a lost connection (a message the server cannot
+        // take, a backend killed for memory) must not be retried for ever.
+        let mut failures = 0;
         loop {
             let conn = self.conn(None)?;
+            let backend = conn.backend;
             let error = match plan.commit(conn, host, batch) {
                 Ok(()) => return Ok(()),
                 Err(error) if retryable(&error) => error,
                 Err(error) => return Err(write::failure(&url, &error)),
             };
+            failures += 1;
+            if failures > MAX_COMMIT_RETRIES {
+                return Err(StoreError::new(format_args!(
+                    "could not write to the store {url}: {} commits in a row failed on their \
+                     connection ({}); the batch is given up",
+                    MAX_COMMIT_RETRIES,
+                    describe(&error)
+                )));
+            }
             tracing::warn!(
                 store = %url,
                 "a commit lost its connection ({}); reconnecting",
                 describe(&error)
             );
             self.conn = None;
-            // The commit may have happened with its answer lost: its batch number says.
+            // The commit may have happened with its answer lost: its batch number says, once
+            // the old connection's transaction is over (ended here, and waited for by locking
+            // the host's row, which it holds until it ends).
             loop {
                 let conn = self.conn(None)?;
+                let _ = conn.query("SELECT pg_terminate_backend($1)", &[&backend]);
                 match write::committed(conn, host) {
                     Ok(last) if last == batch => return Ok(()),
                     Ok(_) => break,
@@ -526,8 +573,36 @@ impl Store for PgStore {
         self.join_hosts(lease, name).map(Some)
     }
 
-    fn renew(&mut self) -> StoreResult<()> {
+    fn renew(&mut self) -> StoreResult<bool> {
         self.renew_lease()
+    }
+
+    fn unclaim(&mut self, nums: &[u64]) -> StoreResult<()> {
+        self.unclaim_workflows(nums)
+    }
+
+    fn refused_from(&mut self, senders: &[u64]) -> StoreResult<Vec<super::Message>> {
+        let senders: Vec<i64> = senders.iter().map(|n| *n as i64).collect();
+        self.read("reading refused messages", |conn| {
+            Ok(conn
+                .query(
+                    "SELECT id, receiver, sender, payload, refused FROM messages \
+                     WHERE refused IS NOT NULL AND sender = ANY($1) ORDER BY id",
+                    &[&senders],
+                )?
+                .iter()
+                .map(|row| super::Message {
+                    message: super::NewMessage {
+                        id: row.get::<_, i64>(0) as u64,
+                        receiver: row.get::<_, i64>(1) as u64,
+                        sender: row.get::<_, i64>(2) as u64,
+                        payload: row.get(3),
+                        local: false,
+                    },
+                    refused: row.get(4),
+                })
+                .collect())
+        })
     }
 
     fn claim(&mut self, limit: usize, id: Option<&str>) -> StoreResult<Vec<u64>> {

@@ -175,6 +175,7 @@ pub(super) fn messages(conn: &mut Conn) -> Result<Vec<Message>, Error> {
                 receiver: uint(row.get(1)),
                 sender: uint(row.get(2)),
                 payload: row.get(3),
+                local: false,
             },
             refused: row.get(4),
         })

@@ -91,6 +91,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     -- receiver takes what it has not (from a client, or a workflow on another host).
     ALTER TABLE messages ADD COLUMN delivered_to BIGINT;
     ALTER TABLE workflows ADD COLUMN cancel_seen BIGINT;
+    -- The last claim or take that marked a row: a transaction whose answer was lost with the
+    -- connection is retried with the same number and finds what it marked.
+    ALTER TABLE workflows ADD COLUMN claim_nonce BIGINT, ADD COLUMN cancel_nonce BIGINT;
+    ALTER TABLE messages ADD COLUMN take_nonce BIGINT;
+    CREATE INDEX workflows_claimed ON workflows (claim_nonce) WHERE state = 0;
+    CREATE INDEX workflows_cancels ON workflows (cancel_nonce) WHERE state = 0;
+    CREATE INDEX messages_taken ON messages (take_nonce);
     CREATE INDEX workflows_trees ON workflows (root) WHERE state = 0;
     CREATE INDEX workflows_owned ON workflows (owner) WHERE state = 0;
     -- Workflows started by clients are numbered below 2^40; a host's from its id times 2^40.

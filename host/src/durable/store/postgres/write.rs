@@ -4,6 +4,7 @@
 //! segment and written with one statement per kind, over arrays; an end, a cancel or a refusal is
 //! written on its own, in its place, so the batch means what it means in order.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -29,25 +30,25 @@ enum Part<'a> {
         num: i64,
         state: i16,
         result: Option<&'a [u8]>,
-        kind: Option<&'a str>,
-        message: Option<&'a str>,
+        kind: Option<Text<'a>>,
+        message: Option<Text<'a>>,
         at: i64,
     },
     Cancel(i64),
-    Refused(i64, &'a str),
+    Refused(i64, Text<'a>),
 }
 
 /// Rows of ops that commute, by kind, as the columns of their tables.
 #[derive(Default)]
 struct Segment<'a> {
-    module_hash: Vec<&'a str>,
+    module_hash: Vec<Text<'a>>,
     module_bytes: Vec<&'a [u8]>,
     start_num: Vec<i64>,
-    start_id: Vec<&'a str>,
+    start_id: Vec<Text<'a>>,
     start_parent: Vec<Option<i64>>,
-    start_module: Vec<&'a str>,
-    start_module_name: Vec<&'a str>,
-    start_entry: Vec<&'a str>,
+    start_module: Vec<Text<'a>>,
+    start_module_name: Vec<Text<'a>>,
+    start_entry: Vec<Text<'a>>,
     start_input: Vec<&'a [u8]>,
     start_started: Vec<i64>,
     /// The nearest ancestor not started in this batch (itself, for a top-level workflow): its
@@ -63,10 +64,13 @@ struct Segment<'a> {
     message_receiver: Vec<i64>,
     message_sender: Vec<i64>,
     message_payload: Vec<&'a [u8]>,
+    /// Whether the writing host delivers it (it runs the receiver); otherwise the receiver's
+    /// owner takes it from the store.
+    message_local: Vec<bool>,
     /// Snapshots, one per workflow: a later one of the same workflow replaces an earlier one.
     snapshot_num: Vec<i64>,
     snapshot_seq: Vec<i64>,
-    snapshot_module: Vec<&'a str>,
+    snapshot_module: Vec<Text<'a>>,
     snapshot_state: Vec<&'a [u8]>,
 }
 
@@ -77,6 +81,19 @@ impl Segment<'_> {
             && self.step_num.is_empty()
             && self.message_id.is_empty()
             && self.snapshot_num.is_empty()
+    }
+}
+
+/// A string for a `TEXT` column. PostgreSQL refuses the NUL character in text, and a guest
+/// decides some of what is written (its failure messages, the entry points it spawns): a NUL is
+/// written as U+FFFD, so that no guest can make a commit, and with it the host, fail.
+type Text<'a> = Cow<'a, str>;
+
+fn text(s: &str) -> Text<'_> {
+    if s.contains('\0') {
+        Cow::Owned(s.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(s)
     }
 }
 
@@ -100,7 +117,7 @@ impl<'a> Plan<'a> {
         for op in ops {
             match op {
                 Op::Module { hash, bytes } => {
-                    segment.module_hash.push(hash);
+                    segment.module_hash.push(text(hash));
                     segment.module_bytes.push(bytes);
                 }
                 Op::Start(w) => {
@@ -112,13 +129,13 @@ impl<'a> Plan<'a> {
                     root_of.insert(num, root);
                     segment.start_root_of.push(root);
                     segment.start_num.push(num);
-                    segment.start_id.push(&w.id);
+                    segment.start_id.push(text(&w.id));
                     segment
                         .start_parent
                         .push(w.parent.map(|p| int(p, "workflow")).transpose()?);
-                    segment.start_module.push(&w.module);
-                    segment.start_module_name.push(&w.module_name);
-                    segment.start_entry.push(&w.entry);
+                    segment.start_module.push(text(&w.module));
+                    segment.start_module_name.push(text(&w.module_name));
+                    segment.start_entry.push(text(&w.entry));
                     segment.start_input.push(&w.input);
                     segment.start_started.push(int(w.started, "time")?);
                 }
@@ -145,6 +162,7 @@ impl<'a> Plan<'a> {
                             .message_sender
                             .push(int(message.sender, "workflow")?);
                         segment.message_payload.push(&message.payload);
+                        segment.message_local.push(message.local);
                     }
                 }
                 Op::Snapshot(snapshot) => {
@@ -153,13 +171,13 @@ impl<'a> Plan<'a> {
                     match segment.snapshot_num.iter().position(|n| *n == num) {
                         Some(i) => {
                             segment.snapshot_seq[i] = seq;
-                            segment.snapshot_module[i] = &snapshot.module;
+                            segment.snapshot_module[i] = text(&snapshot.module);
                             segment.snapshot_state[i] = &snapshot.state;
                         }
                         None => {
                             segment.snapshot_num.push(num);
                             segment.snapshot_seq.push(seq);
-                            segment.snapshot_module.push(&snapshot.module);
+                            segment.snapshot_module.push(text(&snapshot.module));
                             segment.snapshot_state.push(&snapshot.state);
                         }
                     }
@@ -169,7 +187,7 @@ impl<'a> Plan<'a> {
                     let (state, result, kind, message) = match ending {
                         Ending::Done(result) => (1, Some(&result[..]), None, None),
                         Ending::Failed { kind, message } => {
-                            (2, None, Some(kind.as_str()), Some(message.as_str()))
+                            (2, None, Some(text(kind)), Some(text(message)))
                         }
                     };
                     parts.push(Part::End {
@@ -187,7 +205,7 @@ impl<'a> Plan<'a> {
                 }
                 Op::Refused { id, error } => {
                     flush(&mut segment, &mut parts);
-                    parts.push(Part::Refused(int(*id, "message")?, error));
+                    parts.push(Part::Refused(int(*id, "message")?, text(error)));
                 }
             }
         }
@@ -233,8 +251,7 @@ impl<'a> Plan<'a> {
         if let Some(last) = &self.last_message {
             pipeline.push(client, &statements.counter, vec![last]);
         }
-        pipeline.push(client, &statements.commit, vec![]);
-        conn.block_on(pipeline.run())
+        conn.block_on(pipeline.run(client, &statements.commit, &statements.rollback))
     }
 }
 
@@ -254,11 +271,26 @@ impl<'p> Pipeline<'p> {
         self.pending.push(Box::pin(maybe_done(execute)));
     }
 
-    /// Sends every statement, in order (each is sent when first polled), then reads the answers:
-    /// the first error, if any.
-    async fn run(mut self) -> Result<(), Error> {
+    /// Sends every statement, in order (each is sent when first polled), then `COMMIT`, then
+    /// reads the answers: the first error, if any. A statement that failed before it was sent
+    /// (its parameters could not be encoded) leaves no trace on the server, which would commit
+    /// the rest: then `ROLLBACK` goes instead of `COMMIT`.
+    async fn run(
+        mut self,
+        client: &'p Client,
+        commit: &'p Statement,
+        rollback: &'p Statement,
+    ) -> Result<(), Error> {
         for pending in &mut self.pending {
             let _ = futures::poll!(pending.as_mut());
+        }
+        let unsent = self
+            .pending
+            .iter()
+            .any(|p| matches!(&**p, MaybeDone::Done(Err(_))));
+        self.push(client, if unsent { rollback } else { commit }, vec![]);
+        if let Some(last) = self.pending.last_mut() {
+            let _ = futures::poll!(last.as_mut());
         }
         let mut first = None;
         for pending in &mut self.pending {
@@ -273,6 +305,7 @@ impl<'p> Pipeline<'p> {
 
 struct Statements {
     begin: Statement,
+    rollback: Statement,
     mark: Statement,
     commit: Statement,
     modules: Statement,
@@ -292,6 +325,7 @@ impl Statements {
     fn prepare(conn: &mut Conn) -> Result<Statements, Error> {
         Ok(Statements {
             begin: conn.prepare("BEGIN")?,
+            rollback: conn.prepare("ROLLBACK")?,
             // Fails the transaction unless the host is alive (its lease holds) or a client.
             mark: conn.prepare("SELECT mark($1, $2)")?,
             commit: conn.prepare("COMMIT")?,
@@ -316,7 +350,9 @@ impl Statements {
             // receiver); the receiver's owner takes it otherwise.
             messages: conn.prepare(
                 "INSERT INTO messages (id, receiver, sender, payload, delivered_to) \
-                 SELECT t.*, $5 FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::bytea[]) AS t",
+                 SELECT t.id, t.receiver, t.sender, t.payload, CASE WHEN t.local THEN $5::int8 END \
+                 FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::bytea[], $6::bool[]) \
+                 AS t(id, receiver, sender, payload, local)",
             )?,
             steps: conn.prepare(
                 "INSERT INTO steps (num, seq, at, record) \
@@ -393,6 +429,7 @@ impl<'a> Segment<'a> {
                     &self.message_sender,
                     &self.message_payload,
                     owner,
+                    &self.message_local,
                 ],
             );
         }
@@ -431,8 +468,9 @@ impl<'a> Segment<'a> {
 
 /// The number of the last commit of `host`.
 pub(super) fn committed(conn: &mut Conn, host: i64) -> Result<i64, Error> {
+    // Locking the row waits for a transaction of this host's still running on the server.
     Ok(conn
-        .query_one("SELECT batch FROM hosts WHERE id = $1", &[&host])?
+        .query_one("SELECT batch FROM hosts WHERE id = $1 FOR UPDATE", &[&host])?
         .get(0))
 }
 
@@ -517,6 +555,7 @@ mod tests {
             receiver,
             sender: 0,
             payload: Vec::new(),
+            local: true,
         })
     }
 
@@ -542,6 +581,12 @@ mod tests {
         };
         assert!(first.consumed.is_empty());
         assert_eq!(plan.last_message, Some(5));
+    }
+
+    #[test]
+    fn a_nul_in_text_is_written_as_a_replacement_character() {
+        assert_eq!(text("bad\0news"), "bad\u{FFFD}news");
+        assert!(matches!(text("fine"), Cow::Borrowed("fine")));
     }
 
     #[test]
