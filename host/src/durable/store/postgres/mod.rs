@@ -12,24 +12,22 @@
 //! not by the batch number it wrote to its `hosts` row. Only what the database refuses (a full
 //! disk, a read-only server, a constraint) fails the store.
 
+mod conn;
 mod lease;
 mod listen;
 mod read;
 mod schema;
 mod write;
 
-use std::collections::HashMap;
-use std::error::Error as _;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio_postgres::{Client, NoTls, Statement};
-
 use super::location::redact;
 use super::{Op, Store, StoreError, StoreResult, SyncMode};
-use schema::{MIGRATIONS, MIGRATION_LOCK, VERSION};
+use conn::{describe, retryable, Conn, Error};
+use schema::VERSION;
 
 /// How many times in a row a commit is tried again after failing on a connection that could be
 /// made again at once.
@@ -82,90 +80,6 @@ impl std::fmt::Debug for PgStore {
             .field("url", &redact(&self.url))
             .field("host", &self.member.id())
             .finish_non_exhaustive()
-    }
-}
-
-/// A connection, the runtime that drives it, and the statements prepared on it.
-pub(super) struct Conn {
-    runtime: tokio::runtime::Runtime,
-    /// The server process behind the connection (`pg_backend_pid()`).
-    backend: i32,
-    pub(super) client: Client,
-    statements: HashMap<&'static str, Statement>,
-}
-
-impl Conn {
-    /// `sql`, prepared once per connection.
-    pub(super) fn prepare(&mut self, sql: &'static str) -> Result<Statement, Error> {
-        if let Some(statement) = self.statements.get(sql) {
-            return Ok(statement.clone());
-        }
-        let statement = self.runtime.block_on(self.client.prepare(sql))?;
-        self.statements.insert(sql, statement.clone());
-        Ok(statement)
-    }
-
-    /// Runs `work` on the connection, blocking this thread until it is done.
-    pub(super) fn block_on<T>(&self, work: impl std::future::Future<Output = T>) -> T {
-        self.runtime.block_on(work)
-    }
-
-    /// `sql` (prepared once), with `params`: its rows.
-    pub(super) fn query(
-        &mut self,
-        sql: &'static str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<Vec<tokio_postgres::Row>, Error> {
-        let statement = self.prepare(sql)?;
-        self.runtime.block_on(self.client.query(&statement, params))
-    }
-
-    /// As [`query`](Self::query), for at most one row.
-    pub(super) fn query_opt(
-        &mut self,
-        sql: &'static str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<Option<tokio_postgres::Row>, Error> {
-        let statement = self.prepare(sql)?;
-        self.runtime
-            .block_on(self.client.query_opt(&statement, params))
-    }
-
-    /// As [`query`](Self::query), for exactly one row.
-    pub(super) fn query_one(
-        &mut self,
-        sql: &'static str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<tokio_postgres::Row, Error> {
-        let statement = self.prepare(sql)?;
-        self.runtime
-            .block_on(self.client.query_one(&statement, params))
-    }
-
-    /// `sql`, statements without parameters, sent as one simple query.
-    pub(super) fn batch(&self, sql: &str) -> Result<(), Error> {
-        self.runtime.block_on(self.client.batch_execute(sql))
-    }
-}
-
-type Error = tokio_postgres::Error;
-
-/// Whether `error` is the connection's, not the statement's: worth a reconnect and another try.
-fn retryable(error: &Error) -> bool {
-    if error.is_closed() {
-        return true;
-    }
-    match error.code() {
-        // Connection exceptions, the server shutting down or starting, and transactions
-        // rolled back for a serialization failure or a deadlock.
-        Some(code) => {
-            let code = code.code();
-            code.starts_with("08")
-                || matches!(code, "57P01" | "57P02" | "57P03" | "40001" | "40P01")
-        }
-        None => error
-            .source()
-            .is_some_and(|source| source.is::<std::io::Error>()),
     }
 }
 
@@ -247,7 +161,7 @@ impl PgStore {
             member: Arc::default(),
             batch: 0,
         };
-        store.conn = Some(store.new_conn().map_err(|e| {
+        store.conn = Some(Conn::open(&store.config, store.sync).map_err(|e| {
             StoreError::new(format_args!(
                 "could not connect to the PostgreSQL store {}: {e}: is the server running, and \
                  does the URL name its host, port, user and database?",
@@ -255,35 +169,6 @@ impl PgStore {
             ))
         })?);
         Ok(store)
-    }
-
-    fn new_conn(&self) -> Result<Conn, ConnectError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(ConnectError::Runtime)?;
-        let (client, connection) = runtime.block_on(self.config.connect(NoTls))?;
-        // Polled whenever the runtime runs, that is, while this connection is used.
-        runtime.spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!("a store connection ended: {error}");
-            }
-        });
-        let sync = match self.sync {
-            SyncMode::Full => "on",
-            SyncMode::Normal => "off",
-        };
-        let mut conn = Conn {
-            runtime,
-            backend: 0,
-            client,
-            statements: HashMap::new(),
-        };
-        conn.batch(&format!(
-            "SET search_path TO wfhost; SET synchronous_commit TO {sync}"
-        ))?;
-        conn.backend = conn.query_one("SELECT pg_backend_pid()", &[])?.get(0);
-        Ok(conn)
     }
 
     /// A connection, made again (with backoff, for as long as `patience` allows; `None`:
@@ -297,7 +182,7 @@ impl PgStore {
             let mut delay = FIRST_RETRY;
             let mut attempts = 0u32;
             loop {
-                match self.new_conn() {
+                match Conn::open(&self.config, self.sync) {
                     Ok(conn) => {
                         if attempts > 0 {
                             tracing::info!(
@@ -339,69 +224,6 @@ impl PgStore {
             redact(&self.url),
             describe(&error)
         ))
-    }
-
-    fn migrate(&mut self) -> StoreResult<()> {
-        let url = redact(&self.url);
-        let Conn {
-            runtime, client, ..
-        } = self.conn(Some(READ_PATIENCE))?;
-        let outcome = runtime.block_on(async {
-            let tx = client.transaction().await?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-                .await?;
-            let ours: bool = tx
-                .query_one("SELECT to_regclass('wfhost.meta') IS NOT NULL", &[])
-                .await?
-                .get(0);
-            let version: i64 = if ours {
-                tx.query_one("SELECT value FROM wfhost.meta WHERE key = 'schema'", &[])
-                    .await?
-                    .get(0)
-            } else {
-                let tables: i64 = tx
-                    .query_one(
-                        "SELECT count(*) FROM pg_tables WHERE schemaname = 'wfhost'",
-                        &[],
-                    )
-                    .await?
-                    .get(0);
-                if tables > 0 {
-                    return Ok(Err(format!(
-                        "the database {url} has a schema 'wfhost' that is not a wfhost store: \
-                         give another database"
-                    )));
-                }
-                tx.batch_execute(
-                    "CREATE SCHEMA IF NOT EXISTS wfhost; \
-                     CREATE TABLE wfhost.meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL); \
-                     INSERT INTO wfhost.meta (key, value) VALUES ('schema', 0);",
-                )
-                .await?;
-                0
-            };
-            if version > VERSION {
-                return Ok(Err(format!(
-                    "the store {url} was written by a newer wfhost (schema version {version}; \
-                     this one knows up to {VERSION}): upgrade wfhost to open it"
-                )));
-            }
-            for (from, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-                tx.batch_execute(migration).await?;
-                tx.execute(
-                    "UPDATE wfhost.meta SET value = $1 WHERE key = 'schema'",
-                    &[&(from as i64 + 1)],
-                )
-                .await?;
-            }
-            tx.commit().await?;
-            Ok(Ok(()))
-        });
-        match outcome {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(why)) => Err(StoreError(why)),
-            Err(error) => Err(migration_error(&url, &error)),
-        }
     }
 
     /// This store's row in `hosts`: the host's it joined as, or a client's, made on its first
@@ -456,36 +278,6 @@ impl PgStore {
                 Err(error) => return Err(self.error(what, error)),
             }
         }
-    }
-}
-
-fn migration_error(url: &str, error: &Error) -> StoreError {
-    StoreError::new(format_args!(
-        "could not create or migrate wfhost's tables in the store {url}: {}",
-        describe(error)
-    ))
-}
-
-/// Why a connection could not be made.
-#[derive(Debug, thiserror::Error)]
-enum ConnectError {
-    #[error("{}", describe(.0))]
-    Postgres(#[from] Error),
-    #[error("could not start the connection's runtime: {0}")]
-    Runtime(std::io::Error),
-}
-
-/// An error as the server (or the connection) put it, with its detail when there is one.
-pub(super) fn describe(error: &Error) -> String {
-    match error.as_db_error() {
-        Some(db) => match db.detail() {
-            Some(detail) => format!("{} ({detail})", db.message()),
-            None => db.message().to_string(),
-        },
-        None => match error.source() {
-            Some(source) => format!("{error}: {source}"),
-            None => error.to_string(),
-        },
     }
 }
 

@@ -3,6 +3,10 @@
 //! the version; each migration runs in the transaction that bumps it, under an advisory lock, so
 //! hosts starting at once on a new database migrate it once.
 
+use super::conn::{describe, Conn, Error};
+use super::{redact, PgStore, READ_PATIENCE};
+use crate::durable::store::{StoreError, StoreResult};
+
 /// Migration `i` takes the store from version `i` to `i + 1`.
 pub(super) const MIGRATIONS: &[&str] = &[
     // 1: the first release: the SQLite store's tables, with steps in one table ordered by
@@ -122,3 +126,77 @@ pub(super) const VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// The advisory lock migrations take ("wfhost" in ASCII).
 pub(super) const MIGRATION_LOCK: i64 = 0x7766_686f_7374;
+
+impl PgStore {
+    /// Creates wfhost's tables, or migrates them to this version's, in one transaction under
+    /// [`MIGRATION_LOCK`].
+    pub(super) fn migrate(&mut self) -> StoreResult<()> {
+        let url = redact(&self.url);
+        let Conn {
+            runtime, client, ..
+        } = self.conn(Some(READ_PATIENCE))?;
+        let outcome = runtime.block_on(async {
+            let tx = client.transaction().await?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+                .await?;
+            let ours: bool = tx
+                .query_one("SELECT to_regclass('wfhost.meta') IS NOT NULL", &[])
+                .await?
+                .get(0);
+            let version: i64 = if ours {
+                tx.query_one("SELECT value FROM wfhost.meta WHERE key = 'schema'", &[])
+                    .await?
+                    .get(0)
+            } else {
+                let tables: i64 = tx
+                    .query_one(
+                        "SELECT count(*) FROM pg_tables WHERE schemaname = 'wfhost'",
+                        &[],
+                    )
+                    .await?
+                    .get(0);
+                if tables > 0 {
+                    return Ok(Err(format!(
+                        "the database {url} has a schema 'wfhost' that is not a wfhost store: \
+                         give another database"
+                    )));
+                }
+                tx.batch_execute(
+                    "CREATE SCHEMA IF NOT EXISTS wfhost; \
+                     CREATE TABLE wfhost.meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL); \
+                     INSERT INTO wfhost.meta (key, value) VALUES ('schema', 0);",
+                )
+                .await?;
+                0
+            };
+            if version > VERSION {
+                return Ok(Err(format!(
+                    "the store {url} was written by a newer wfhost (schema version {version}; \
+                     this one knows up to {VERSION}): upgrade wfhost to open it"
+                )));
+            }
+            for (from, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+                tx.batch_execute(migration).await?;
+                tx.execute(
+                    "UPDATE wfhost.meta SET value = $1 WHERE key = 'schema'",
+                    &[&(from as i64 + 1)],
+                )
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(Ok(()))
+        });
+        match outcome {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(why)) => Err(StoreError(why)),
+            Err(error) => Err(migration_error(&url, &error)),
+        }
+    }
+}
+
+fn migration_error(url: &str, error: &Error) -> StoreError {
+    StoreError::new(format_args!(
+        "could not create or migrate wfhost's tables in the store {url}: {}",
+        describe(error)
+    ))
+}
