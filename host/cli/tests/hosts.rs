@@ -212,10 +212,6 @@ fn three_hosts_share_a_thousand_workflows_and_one_killed_mid_run_loses_nothing()
     wait_until("every host serves", || {
         hosts.iter().all(|h| !h.hosts().is_empty())
     });
-    // Naps that are still asleep when the kill comes, then the mixes.
-    for n in 0..NAPS {
-        start(&store, "nap", "1500", &format!("nap-{n}"));
-    }
     for n in 0..MIXES {
         start(&store, "durable_mix", "6", &format!("mix-{n}"));
     }
@@ -233,6 +229,10 @@ fn three_hosts_share_a_thousand_workflows_and_one_killed_mid_run_loses_nothing()
         let status: Value = serde_json::from_str(text(&status.stdout).trim()).unwrap();
         let pid = status["pid"].as_u64().unwrap();
         start(&store, "send_to", &pid.to_string(), &format!("sender-{n}"));
+    }
+    // Naps that are still asleep when the kill comes.
+    for n in 0..NAPS {
+        start(&store, "nap", "5000", &format!("nap-{n}"));
     }
     // Kill the host that owns the most sleeping naps, with nothing flushed.
     wait_until("the naps are claimed", || {
@@ -510,6 +510,44 @@ fn messages_and_cancels_reach_workflows_on_other_hosts() {
         "{}",
         text(&again.stderr)
     );
+    // Joins of workflows the other host ran and runs: answered from the store, at once and
+    // when it ends. The second host takes the nap and the first the joins, each while the
+    // other is paused (well within its lease).
+    let pid_of = |id: &str| -> u64 {
+        let status = wfhost()
+            .args(["status", id, "--json", "--store", &store])
+            .output()
+            .unwrap();
+        let status: Value = serde_json::from_str(text(&status.stdout).trim()).unwrap();
+        status["pid"].as_u64().unwrap()
+    };
+    first.signal("-STOP");
+    start(&store, "nap", "1500", "late");
+    wait_until("the second host owns the nap", || {
+        owner(server, &store, "late") == b
+    });
+    first.signal("-CONT");
+    second.signal("-STOP");
+    start(
+        &store,
+        "join_pid",
+        &pid_of("tally").to_string(),
+        "join-ended",
+    );
+    start(
+        &store,
+        "join_pid",
+        &pid_of("late").to_string(),
+        "join-running",
+    );
+    for id in ["join-ended", "join-running"] {
+        wait_until("the first host owns the join", || {
+            owner(server, &store, id) == a
+        });
+    }
+    second.signal("-CONT");
+    assert_eq!(result(&store, "join-ended"), json!({ "ok": [3, 42] }));
+    assert_eq!(result(&store, "join-running"), json!({ "ok": "rested" }));
     let nobody = wfhost()
         .args(["send", "nobody", "1", "--store", &store])
         .output()

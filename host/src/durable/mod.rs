@@ -115,6 +115,9 @@ pub(crate) struct Durable {
     pub(crate) counts: Counts,
     /// On a store hosts share: this host's lease, once renewals have started.
     pub(crate) lease: OnceLock<lease::Lease>,
+    /// On a store hosts share: joins of workflows another host runs, completed when the store
+    /// says they ended (looked at each time the host claims).
+    pub(crate) remote_joins: Mutex<Vec<(Pid, wfhost_scheduler::Completer)>>,
     /// On a store hosts share: this host's number, and the connections its lease will use.
     joined: Mutex<Option<Joined>>,
 }
@@ -184,6 +187,7 @@ impl Durable {
             snapshots,
             counts: Counts::default(),
             lease: OnceLock::new(),
+            remote_joins: Mutex::new(Vec::new()),
             joined: Mutex::new(joined),
         })
     }
@@ -213,6 +217,19 @@ impl Durable {
     /// Whether hosts share the store (each owns some workflows).
     pub(crate) fn shared(&self) -> bool {
         self.lease.get().is_some()
+    }
+
+    /// Completes the joins of workflows other hosts ran that have ended since.
+    pub(crate) fn complete_remote_joins(&self) {
+        let waiting = std::mem::take(&mut *self.remote_joins.lock());
+        let mut still = Vec::new();
+        for (target, completer) in waiting {
+            match self.ended(target) {
+                Some(result) => completer.complete(result),
+                None => still.push((target, completer)),
+            }
+        }
+        self.remote_joins.lock().extend(still);
     }
 
     /// Whether `pid` is an unfinished workflow of a shared store that does not run here: a
@@ -456,6 +473,12 @@ impl wfhost_scheduler::Handler for DurableJoin {
                 let confined = cx.confined().then(|| cx.pid());
                 if let Some(result) = self.0.ended_for(target, confined) {
                     return cx.complete(request.tag, result);
+                }
+                // On a shared store, a workflow another host runs: answered when it ends.
+                if confined.is_none() && self.0.runs_elsewhere(target) {
+                    let completer = cx.completer(request.tag);
+                    self.0.remote_joins.lock().push((target, completer));
+                    return;
                 }
             }
         }

@@ -378,7 +378,8 @@ impl Host {
     }
 
     /// On a shared store: delivers the messages and cancels for this host's workflows that
-    /// clients and other hosts wrote, each once.
+    /// clients and other hosts wrote, each once, and answers joins of workflows other hosts ran
+    /// that have ended.
     fn take_waiting(&self, durable: &Durable) -> Result<()> {
         let Some(lease) = durable.lease.get() else {
             return Ok(());
@@ -407,6 +408,7 @@ impl Host {
         for num in cancels {
             let _ = handle.cancel(Pid(num));
         }
+        durable.complete_remote_joins();
         Ok(())
     }
 }

@@ -753,7 +753,16 @@ pub async fn long_history(
     Ok((count, sum, buckets.len() as u64, last))
 }
 
+/// Joins process `pid`, a child or not, and reports the outcome as `supervise` does.
+pub async fn join_pid(ctx: Ctx, pid: u64) -> Result<Value, Error> {
+    Ok(match ctx.join::<Value>(wfguest::Pid(pid)).await {
+        Ok(result) => json!({ "ok": result }),
+        Err(error) => outcome_error(&error),
+    })
+}
+
 wfguest::entry_points!(
+    join_pid,
     echo,
     fail,
     panic,
