@@ -762,7 +762,6 @@ pub async fn join_pid(ctx: Ctx, pid: u64) -> Result<Value, Error> {
 }
 
 wfguest::entry_points!(
-    join_pid,
     echo,
     fail,
     panic,
@@ -824,5 +823,6 @@ wfguest::entry_points!(
     ticks,
     long_history,
     "send-report" = report,
-    "v2.echo" = echo
+    "v2.echo" = echo,
+    join_pid
 );
