@@ -234,9 +234,14 @@ impl Durable {
 
     /// Whether `pid` is an unfinished workflow of a shared store that does not run here: a
     /// message to it is journaled, and its owner takes it from the store.
+    ///
+    /// Asked on the step path for every send that is not to a durable workflow here: the host
+    /// and processes of this host are answered without the store.
     pub(crate) fn runs_elsewhere(&self, pid: Pid) -> bool {
         self.shared()
+            && pid != Pid::HOST
             && !self.ids.contains(pid)
+            && !self.scheduler().is_some_and(|s| s.exists(pid))
             && self
                 .reader
                 .lock()

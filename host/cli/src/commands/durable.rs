@@ -57,6 +57,25 @@ impl DurabilityArgs {
     }
 }
 
+/// A durable host on `store`, as the options of `resume` and `serve` say.
+pub(super) fn build_host(
+    store: &Location,
+    durability: &DurabilityArgs,
+    limits: &LimitArgs,
+    workers: Option<usize>,
+    cache: &CacheArgs,
+) -> anyhow::Result<Host> {
+    let mut builder = durability.apply(limits.apply(Host::builder())?, store);
+    if let Some(workers) = workers {
+        anyhow::ensure!(workers > 0, "--workers must be at least 1");
+        builder = builder.workers(workers);
+    }
+    if let Some(dir) = cache.dir() {
+        builder = builder.module_cache(dir);
+    }
+    builder.build().context("cannot start the host")
+}
+
 /// A new workflow id: "wf-" and 16 random hex digits.
 pub fn new_id() -> String {
     let mut bytes = [0u8; 8];
@@ -127,17 +146,13 @@ pub struct ResumeCommand {
 impl ResumeCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         open(&self.store)?;
-        let mut builder = self
-            .durability
-            .apply(self.limits.apply(Host::builder())?, &self.store);
-        if let Some(workers) = self.workers {
-            anyhow::ensure!(workers > 0, "--workers must be at least 1");
-            builder = builder.workers(workers);
-        }
-        if let Some(dir) = self.cache.dir() {
-            builder = builder.module_cache(dir);
-        }
-        let host = builder.build().context("cannot start the host")?;
+        let host = build_host(
+            &self.store,
+            &self.durability,
+            &self.limits,
+            self.workers,
+            &self.cache,
+        )?;
         stop_on_ctrl_c(host.clone(), self.store.clone())?;
         let grants = self.limits.grants();
         let mut runs = host.recover_with(grants.clone())?;

@@ -152,16 +152,12 @@ impl ServeCommand {
     }
 
     fn build(&self) -> anyhow::Result<Host> {
-        let mut builder = self
-            .durability
-            .apply(self.limits.apply(Host::builder())?, &self.store);
-        if let Some(workers) = self.workers {
-            anyhow::ensure!(workers > 0, "--workers must be at least 1");
-            builder = builder.workers(workers);
-        }
-        if let Some(dir) = self.cache.dir() {
-            builder = builder.module_cache(dir);
-        }
-        builder.build().context("cannot start the host")
+        super::durable::build_host(
+            &self.store,
+            &self.durability,
+            &self.limits,
+            self.workers,
+            &self.cache,
+        )
     }
 }

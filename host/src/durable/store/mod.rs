@@ -169,6 +169,15 @@ pub enum State {
 }
 
 impl State {
+    /// From the code both stores keep it as: 0 running, 1 done, anything else failed.
+    pub(crate) fn from_code(code: i64) -> State {
+        match code {
+            0 => State::Running,
+            1 => State::Done,
+            _ => State::Failed,
+        }
+    }
+
     /// "running", "done", "failed".
     pub fn name(self) -> &'static str {
         match self {
@@ -205,6 +214,36 @@ pub enum Cancel {
     Asked,
     /// Taken by a step.
     Taken,
+}
+
+impl Cancel {
+    /// From the code both stores keep it as: 0 never asked, 1 asked, anything else taken.
+    pub(crate) fn from_code(code: i64) -> Cancel {
+        match code {
+            0 => Cancel::No,
+            1 => Cancel::Asked,
+            _ => Cancel::Taken,
+        }
+    }
+}
+
+impl Ending {
+    /// How a workflow in `state` ended, from its `result`, `error_kind` and `error` columns.
+    pub(crate) fn from_columns(
+        state: State,
+        result: Option<Vec<u8>>,
+        kind: Option<String>,
+        message: Option<String>,
+    ) -> Option<Ending> {
+        match state {
+            State::Running => None,
+            State::Done => Some(Ending::Done(result.unwrap_or_default())),
+            State::Failed => Some(Ending::Failed {
+                kind: kind.unwrap_or_default(),
+                message: message.unwrap_or_default(),
+            }),
+        }
+    }
 }
 
 /// One journaled step, read back.

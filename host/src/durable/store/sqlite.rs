@@ -240,23 +240,7 @@ const WORKFLOW_COLUMNS: &str = "num, id, parent, module, module_name, entry, inp
      cancel";
 
 fn workflow_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workflow> {
-    let state: i64 = row.get(8)?;
-    let state = match state {
-        0 => State::Running,
-        1 => State::Done,
-        _ => State::Failed,
-    };
-    let ending = match state {
-        State::Running => None,
-        State::Done => Some(Ending::Done(
-            row.get::<_, Option<Vec<u8>>>(9)?.unwrap_or_default(),
-        )),
-        State::Failed => Some(Ending::Failed {
-            kind: row.get::<_, Option<String>>(10)?.unwrap_or_default(),
-            message: row.get::<_, Option<String>>(11)?.unwrap_or_default(),
-        }),
-    };
-    let cancel: i64 = row.get(14)?;
+    let state = State::from_code(row.get(8)?);
     Ok(Workflow {
         start: NewWorkflow {
             num: row.get::<_, i64>(0)? as u64,
@@ -269,14 +253,10 @@ fn workflow_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workflow> {
             started: row.get::<_, i64>(7)? as u64,
         },
         state,
-        ending,
+        ending: Ending::from_columns(state, row.get(9)?, row.get(10)?, row.get(11)?),
         finished: row.get::<_, Option<i64>>(12)?.map(|n| n as u64),
         steps: row.get::<_, i64>(13)? as u64,
-        cancel: match cancel {
-            0 => Cancel::No,
-            1 => Cancel::Asked,
-            _ => Cancel::Taken,
-        },
+        cancel: Cancel::from_code(row.get(14)?),
     })
 }
 

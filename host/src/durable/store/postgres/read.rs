@@ -28,21 +28,7 @@ macro_rules! workflow_columns {
 }
 
 fn workflow_row(row: &Row) -> Workflow {
-    let state = match row.get::<_, i16>(8) {
-        0 => State::Running,
-        1 => State::Done,
-        _ => State::Failed,
-    };
-    let ending = match state {
-        State::Running => None,
-        State::Done => Some(Ending::Done(
-            row.get::<_, Option<Vec<u8>>>(9).unwrap_or_default(),
-        )),
-        State::Failed => Some(Ending::Failed {
-            kind: row.get::<_, Option<String>>(10).unwrap_or_default(),
-            message: row.get::<_, Option<String>>(11).unwrap_or_default(),
-        }),
-    };
+    let state = State::from_code(row.get::<_, i16>(8).into());
     Workflow {
         start: NewWorkflow {
             num: uint(row.get(0)),
@@ -55,14 +41,10 @@ fn workflow_row(row: &Row) -> Workflow {
             started: uint(row.get(7)),
         },
         state,
-        ending,
+        ending: Ending::from_columns(state, row.get(9), row.get(10), row.get(11)),
         finished: row.get::<_, Option<i64>>(12).map(uint),
         steps: uint(row.get(13)),
-        cancel: match row.get::<_, i16>(14) {
-            0 => Cancel::No,
-            1 => Cancel::Asked,
-            _ => Cancel::Taken,
-        },
+        cancel: Cancel::from_code(row.get::<_, i16>(14).into()),
     }
 }
 
