@@ -224,7 +224,7 @@ fn sagas(rounds: usize, dir: &Path) {
 /// The bytes of every step record in the store.
 fn journal_bytes(path: &Path) -> u64 {
     use wfhost::store::{SqliteStore, Store};
-    let mut store = SqliteStore::open(path, SyncMode::Normal).expect("the store opens");
+    let mut store = SqliteStore::open_existing(path).expect("the store opens");
     let mut total = 0;
     for workflow in store.workflows(false).expect("workflows") {
         for step in store.steps(workflow.start.num, 0).expect("steps") {
@@ -366,7 +366,7 @@ fn history(events: usize, rounds: usize, dir: &Path) {
         let size = std::fs::metadata(&path).map_or(0, |m| m.len());
         let journaled = {
             use wfhost::store::{SqliteStore, Store};
-            let mut store = SqliteStore::open(&path, SyncMode::Normal).expect("the store opens");
+            let mut store = SqliteStore::open_existing(&path).expect("the store opens");
             store
                 .workflow("history")
                 .expect("reads")

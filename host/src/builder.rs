@@ -12,7 +12,7 @@ use wfhost_scheduler::{Scheduler, DEFAULT_BUDGET};
 use crate::capacity::{Capacity, MemoryImages, Slots};
 use crate::durable::snapshot::Snapshots;
 use crate::durable::store::{Location, SqliteStore, Store, SyncMode};
-use crate::durable::{store_error, Durable, DurableJoin, DurableSend, Ids};
+use crate::durable::{store_error, Durable, DurableJoin, DurableLog, DurableSend, Ids};
 use crate::error::{Error, ErrorKind, Result};
 use crate::functions::{
     CallInfo, FunctionSettings, Functions, HostFunction, DEFAULT_FUNCTION_CALLS_PER_PROCESS,
@@ -71,6 +71,8 @@ pub struct HostBuilder {
     hibernation: Hibernation,
     module_cache: Option<PathBuf>,
     store: Option<(Location, SyncMode)>,
+    /// The store is only read ([`HostBuilder::read_store`]).
+    read_only: bool,
     store_limit: Option<u64>,
     snapshots: Snapshots,
     lease: Duration,
@@ -105,6 +107,7 @@ impl std::fmt::Debug for HostBuilder {
             .field("hibernation", &self.hibernation)
             .field("module_cache", &self.module_cache)
             .field("store", &self.store)
+            .field("read_only", &self.read_only)
             .field("store_limit", &self.store_limit)
             .field("snapshots", &self.snapshots)
             .finish_non_exhaustive()
@@ -138,6 +141,7 @@ impl Default for HostBuilder {
             hibernation: Hibernation::WhenFull,
             module_cache: None,
             store: None,
+            read_only: false,
             store_limit: None,
             snapshots: Snapshots::default(),
             lease: DEFAULT_LEASE,
@@ -385,6 +389,17 @@ impl HostBuilder {
     /// after a restart. Processes started with [`Host::spawn`] stay in memory.
     pub fn store(mut self, location: impl Into<Location>, sync: SyncMode) -> HostBuilder {
         self.store = Some((location.into(), sync));
+        self.read_only = false;
+        self
+    }
+
+    /// Reads the store at `location` without hosting it, beside the host that runs it (a
+    /// SQLite file is held by one host; this one does not take it): [`Host::replay`] and
+    /// [`Host::result`] work, and nothing is written. Starting, recovering or claiming
+    /// workflows is refused, with an error that says so. The store must exist.
+    pub fn read_store(mut self, location: impl Into<Location>) -> HostBuilder {
+        self.store = Some((location.into(), SyncMode::Full));
+        self.read_only = true;
         self
     }
 
@@ -525,6 +540,16 @@ impl HostBuilder {
         let modules = Arc::new(Modules::default());
         let ids = Arc::new(Ids::default());
         let durable = match &self.store {
+            Some((location, _)) if self.read_only => {
+                let store = location.open_existing().map_err(store_error)?;
+                Some(Arc::new(Durable::open(
+                    store,
+                    Arc::clone(&ids),
+                    Arc::clone(&modules),
+                    self.snapshots,
+                    None,
+                )?))
+            }
             Some((location, sync)) => {
                 let store: Box<dyn Store> = match (location, self.store_limit) {
                     (Location::Sqlite(path), limit) => {
@@ -548,7 +573,7 @@ impl HostBuilder {
                     Arc::clone(&ids),
                     Arc::clone(&modules),
                     self.snapshots,
-                    self.lease,
+                    Some(self.lease),
                 )?))
             }
             None => None,
@@ -589,7 +614,8 @@ impl HostBuilder {
         if let Some(durable) = &durable {
             scheduler = scheduler
                 .handler(CommandKind::Send, DurableSend(Arc::clone(durable)))
-                .handler(CommandKind::Join, DurableJoin(Arc::clone(durable)));
+                .handler(CommandKind::Join, DurableJoin(Arc::clone(durable)))
+                .handler(CommandKind::Log, DurableLog(Arc::clone(durable)));
         }
         let interrupted = Arc::clone(&wasm);
         scheduler = scheduler.interrupt(move || interrupted.interrupt_all());
@@ -607,6 +633,11 @@ impl HostBuilder {
         if let Some(durable) = &durable {
             durable.set_scheduler(scheduler.handle());
             durable.start_lease()?;
+            durable.start_inbox().map_err(|e| {
+                config(format!(
+                    "could not start the thread that takes messages and cancels: {e}"
+                ))
+            })?;
             let weak = Arc::downgrade(durable);
             durable.writer.on_failure(Box::new(move |error, lost| {
                 if let Some(durable) = weak.upgrade() {

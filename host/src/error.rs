@@ -53,6 +53,9 @@ pub enum ErrorKind {
     Store,
     /// No durable workflow has that id.
     UnknownWorkflow,
+    /// A durable workflow with that id exists, started with another module, entry point or
+    /// input: a start of the same id is idempotent only with the same three.
+    Conflict,
 }
 
 /// A failure, with the kind and a message that says what was wrong and what to do.

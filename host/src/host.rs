@@ -146,6 +146,49 @@ impl Host {
         Ok(self.inner.modules.get(name)?.compiled.info.clone())
     }
 
+    /// Whether entry point `entry` of module `module` takes `input`: within the host's payload
+    /// limit, and decoded by the guest as the entry point's type. The entry point's start runs in
+    /// an instance of its own, which is then dropped: nothing else runs and nothing is written.
+    /// [`Host::start`] checks this before it writes a start; a tool that writes starts for hosts
+    /// to run (`wfhost start`) checks it too.
+    ///
+    /// An input the guest refuses is an [`ErrorKind::InvalidInput`] error (a start that traps is
+    /// a [`ErrorKind::Trap`]); an input past the limit, [`ErrorKind::Limit`]. When the host has
+    /// no instance to spare for the check (it is full), the input is taken unchecked: the
+    /// workflow then fails at its start as it would have.
+    pub fn check_input(&self, module: &str, entry: &str, input: &Payload) -> Result<()> {
+        use wfhost_scheduler::{FailureKind, InitContext, Process};
+        let inner = &self.inner;
+        inner.running()?;
+        let loaded = inner.modules.get(module)?;
+        if !loaded.compiled.info.has_entry(entry) {
+            return Err(loaded.compiled.info.unknown_entry(entry));
+        }
+        check_payload(&inner.wasm.limits, "the input", input)?;
+        let mut process = WasmProcess::new(
+            Arc::clone(&inner.wasm),
+            loaded.spec(None, Arc::clone(&inner.wasm.limits)),
+        );
+        // Whatever its start prints belongs to the workflow's real start.
+        process.mute(true);
+        let ctx = InitContext::new(inner.handle.reserve_pid(), None);
+        let started = process.init(&ctx, entry, input.clone());
+        process.close();
+        match started {
+            Ok(()) => Ok(()),
+            Err(error) if matches!(error.kind(), FailureKind::InvalidInput | FailureKind::Trap) => {
+                Err(Error::failed(&error))
+            }
+            Err(error) => {
+                tracing::debug!(
+                    "the input of '{entry}' could not be checked ({}): taken unchecked",
+                    error.message()
+                );
+                Ok(())
+            }
+        }
+    }
+
     /// Starts entry point `entry` of module `module` with `input`, with the host's settings.
     pub fn spawn(&self, module: &str, entry: &str, input: Payload) -> Result<Run> {
         self.spawn_with(module, entry, input, &SpawnOptions::default())
@@ -309,7 +352,7 @@ impl Drop for Inner {
     }
 }
 
-fn check_payload(limits: &Limits, what: &str, payload: &Payload) -> Result<()> {
+pub(crate) fn check_payload(limits: &Limits, what: &str, payload: &Payload) -> Result<()> {
     let len = payload.bytes.len();
     match limits.over_payload(len) {
         Some(over) => Err(Error::new(

@@ -57,6 +57,7 @@ pub use builder::{
 pub use capacity::{Capacity, CapacityLimit, MemoryImages};
 pub use durable::api::{bad_id, WorkflowResult};
 pub use durable::record::StepRecord;
+pub use durable::resolve::Damage;
 pub use durable::snapshot::{DurableCounters, Snapshots};
 pub use durable::store::{self as store, SyncMode};
 pub use error::{Error, ErrorKind, Result};

@@ -205,6 +205,17 @@ impl<T> Run<T> {
         self.wait_timeout(Duration::ZERO)
     }
 
+    /// The same run, no longer taking the messages its process sends the host: for a caller
+    /// that only waits for the result, so that an outbox nobody reads never fills. A durable
+    /// workflow's messages are kept in the store (`wfhost history` shows them) and logged;
+    /// another process's sends to the host fail with `no-such-process` from then on.
+    pub fn without_messages(mut self) -> Run<T> {
+        let (_, closed) = wfhost_scheduler::outbox(0, 0);
+        self.messages = closed;
+        self.senders_gone = AtomicBool::new(true);
+        self
+    }
+
     /// The next message the process (or a descendant) sent to the host, waiting for one while it
     /// runs. `None` once it has finished and every message queued has been read; its result is
     /// kept for [`wait`](Self::wait). Messages are queued before their sender's result, so none

@@ -5,6 +5,7 @@ mod durable {
     pub mod common;
     mod crashes;
     mod faults;
+    mod guarantees;
     mod postgres;
     mod restart;
     mod snapshots;

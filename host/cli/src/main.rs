@@ -2,6 +2,7 @@
 
 mod commands;
 mod events;
+mod output;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -17,7 +18,10 @@ use tracing_subscriber::EnvFilter;
 /// declares without running it.
 ///
 /// Exit codes: 0 success; 1 the workflow ran and failed; 2 it could not start (bad usage, an
-/// unreadable or invalid module, an unknown entry point, invalid input).
+/// unreadable or invalid module, an unknown entry point, invalid input); 3 a workflow with that
+/// id exists with another module, entry point or input; 4 the store stopped the workflow (full,
+/// read-only, or out of reach), which resumes where its journal ends; 5 a journal in the store
+/// cannot be read back (damage; nothing was changed).
 #[derive(Debug, Parser)]
 #[command(name = "wfhost", version, max_term_width = 100)]
 struct Cli {
@@ -54,12 +58,10 @@ fn main() -> ExitCode {
     init_logging(cli.verbose);
     match cli.command.execute() {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if output::is_broken_pipe(&error) => output::die_of_broken_pipe(),
         Err(error) => {
             eprintln!("error: {error:#}");
-            match error.downcast_ref::<commands::WorkflowFailed>() {
-                Some(_) => ExitCode::from(1),
-                None => ExitCode::from(2),
-            }
+            ExitCode::from(commands::exit_code(&error))
         }
     }
 }

@@ -76,8 +76,8 @@ pub use builder::{
 pub use counters::Counters;
 pub use handle::{Error, ProcessHandle, SchedulerHandle, Spawn, WeakSchedulerHandle};
 pub use handlers::{
-    emit as emit_guest_log, join_handler, send_handler, Completer, Context, Handler, Request,
-    Spawner,
+    emit as emit_guest_log, join_handler, offer_to_host, send_handler, Completer, Context, Handler,
+    HostOffer, Request, Spawner,
 };
 pub use observe::Observer;
 pub use outbox::{outbox, Outbox, OutboxReceiver, Queued};

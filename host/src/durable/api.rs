@@ -7,7 +7,7 @@ use wfhost_scheduler::{FailureKind, InitContext, ProcessError, Spawn};
 
 use super::process::{unix_millis, DurableProcess};
 use super::record::StepRecord;
-use super::store::{Ending, NewWorkflow, Op, State};
+use super::store::{Ending, NewWorkflow, Op, State, Workflow};
 use super::{store_error, Durable};
 use crate::error::{Error, ErrorKind, Result};
 use crate::run::Run;
@@ -72,9 +72,15 @@ impl Host {
     /// start is on disk before this returns, every step is journaled before its effects happen,
     /// and a host started on the same store after a crash resumes it ([`Host::recover`]).
     ///
+    /// The input is checked before anything is written: past the payload limit it is an
+    /// [`ErrorKind::Limit`] error, and one the entry point does not take (see
+    /// [`Host::check_input`]) an [`ErrorKind::InvalidInput`] error.
+    ///
     /// Idempotent: if workflow `id` runs in this host, the returned [`Run`] follows it; if it has
-    /// finished, the run has its stored result at once. An unfinished workflow of the store that
-    /// does not run here (the host was not [`recover`](Host::recover)ed) is an error.
+    /// finished, the run has its stored result at once. An id that exists with another module,
+    /// entry point or input is an [`ErrorKind::Conflict`] error naming what differs. An
+    /// unfinished workflow of the store that does not run here (the host was not
+    /// [`recover`](Host::recover)ed) is an error.
     pub fn start(&self, id: &str, module: &str, entry: &str, input: Payload) -> Result<Run> {
         let inner = &self.inner;
         let durable = self.durable()?;
@@ -87,13 +93,23 @@ impl Host {
         if !loaded.compiled.info.has_entry(entry) {
             return Err(loaded.compiled.info.unknown_entry(entry));
         }
+        crate::host::check_payload(&inner.wasm.limits, "the input", &input)?;
+        let hash = loaded.compiled.info.sha256.clone();
+        let encoded = postcard::to_allocvec(&input)
+            .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the input: {e}")))?;
         let id: Arc<str> = Arc::from(id);
         let pid = inner.handle.reserve_pid();
         if let Some(running) = durable.ids.claim(pid, &id) {
+            self.same_start(&id, &hash, entry, &encoded)?;
             return self.follow(running);
         }
         let claimed = Claim(durable, pid);
-        let hash = loaded.compiled.info.sha256.clone();
+        let stored = durable.reader.lock().workflow(&id).map_err(store_error)?;
+        if let Some(workflow) = stored {
+            return self.existing(workflow, &hash, entry, &encoded);
+        }
+        // Nothing is written for an input the entry point does not take.
+        self.check_input(module, entry, &input)?;
         let start = NewWorkflow {
             num: pid.0,
             id: id.to_string(),
@@ -101,10 +117,11 @@ impl Host {
             module: hash.clone(),
             module_name: loaded.name.to_string(),
             entry: entry.to_string(),
-            input: postcard::to_allocvec(&input)
-                .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the input: {e}")))?,
+            input: encoded.clone(),
             started: unix_millis(),
         };
+        // On a shared store, what clients write for it is taken once it runs here.
+        let _taking = durable.lease.get().map(|_| durable.taking.lock());
         if let Some(lease) = durable.lease.get() {
             // Hosts share the store: the start is written once whoever asks, and the host that
             // wrote it owns the workflow.
@@ -115,32 +132,15 @@ impl Host {
                 .map_err(store_error)?;
             if started.is_none() {
                 let stored = durable.reader.lock().workflow(&id).map_err(store_error)?;
-                return match stored.and_then(|w| w.ending.map(|e| (w.start.num, e))) {
-                    Some((num, ending)) => Ok(finished_run(Pid(num), ending)),
+                return match stored {
+                    Some(workflow) => self.existing(workflow, &hash, entry, &encoded),
                     None => Err(Error::new(
                         ErrorKind::Unavailable,
-                        format!(
-                            "workflow '{id}' runs on another host of the store, or waits for one \
-                             to claim it: read its result from the store (`wfhost result \
-                             --wait`)"
-                        ),
+                        format!("workflow '{id}' was being started elsewhere: ask again"),
                     )),
                 };
             }
         } else {
-            let stored = durable.reader.lock().workflow(&id).map_err(store_error)?;
-            if let Some(workflow) = stored {
-                return match workflow.ending {
-                    Some(ending) => Ok(finished_run(Pid(workflow.start.num), ending)),
-                    None => Err(Error::new(
-                        ErrorKind::Unavailable,
-                        format!(
-                            "workflow '{id}' is unfinished in the store but does not run in this \
-                             host: recover it first (Host::recover, or `wfhost resume`)"
-                        ),
-                    )),
-                };
-            }
             durable.write(vec![Op::Start(start)])?;
         }
         let process = WasmProcess::new(
@@ -161,6 +161,45 @@ impl Host {
         };
         std::mem::forget(claimed);
         Ok(run)
+    }
+
+    /// A start of workflow `id`, which the store has already: its run if it started with the
+    /// same module, entry point and input (finished: its stored result), a conflict otherwise.
+    fn existing(&self, workflow: Workflow, hash: &str, entry: &str, input: &[u8]) -> Result<Run> {
+        let id = workflow.start.id.clone();
+        conflict(&workflow.start, hash, entry, input)?;
+        match workflow.ending {
+            Some(ending) => Ok(finished_run(Pid(workflow.start.num), ending)),
+            None if self.durable()?.shared() => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "workflow '{id}' runs on another host of the store, or waits for one to \
+                     claim it: read its result from the store (`wfhost result --wait`)"
+                ),
+            )),
+            None => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "workflow '{id}' is unfinished in the store but does not run in this host: \
+                     recover it first (Host::recover, or `wfhost resume`)"
+                ),
+            )),
+        }
+    }
+
+    /// Whether a start of `id`, which runs here, names what it started with.
+    fn same_start(&self, id: &str, hash: &str, entry: &str, input: &[u8]) -> Result<()> {
+        let stored = self
+            .durable()?
+            .reader
+            .lock()
+            .workflow(id)
+            .map_err(store_error)?;
+        match stored {
+            Some(workflow) => conflict(&workflow.start, hash, entry, input),
+            // Its start is being written: it is this one's twin or not, as the store will say.
+            None => Ok(()),
+        }
     }
 
     /// Spawns a durable process under its recorded pid, with a run to follow it.
@@ -282,6 +321,24 @@ impl Host {
             .check_replay(&ctx, &start.entry, input)
             .map_err(|e| Error::new(ErrorKind::Nondeterminism, e.message()))
     }
+}
+
+/// An error if a start of `hash`, `entry` and `input` may not follow workflow `stored`.
+pub(crate) fn conflict(stored: &NewWorkflow, hash: &str, entry: &str, input: &[u8]) -> Result<()> {
+    let differs = stored.differences(hash, entry, input);
+    if differs.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Conflict,
+        format!(
+            "workflow '{}' exists with another {}: a start of an id that exists follows that \
+             workflow only with the same module, entry point and input; give a new id to start \
+             another",
+            stored.id,
+            differs.join(" and another ")
+        ),
+    ))
 }
 
 /// Takes a claimed id back unless forgotten (the start went through).

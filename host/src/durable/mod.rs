@@ -9,13 +9,17 @@
 //! | `process/` | A durable workflow: journals its steps; after a restart, restores its snapshot and replays the steps after it. |
 //! | `snapshot.rs` | A workflow's state after a step, so that recovery need not replay what came before. |
 //! | `recover.rs` | Starting every unfinished workflow of a store again (on a shared store, those this host claims). |
+//! | `resolve.rs` | What recovery reads back for each workflow first; damage, and the trees it holds. |
+//! | `inbox.rs` | On a shared store, taking the messages and cancels written for this host's workflows. |
 //! | `lease.rs` | A host among many on one store: its lease and the connection it claims workflows with. |
 
 pub(crate) mod api;
+pub(crate) mod inbox;
 pub(crate) mod lease;
 pub(crate) mod process;
 pub mod record;
 pub(crate) mod recover;
+pub(crate) mod resolve;
 pub(crate) mod snapshot;
 pub mod store;
 pub(crate) mod writer;
@@ -88,6 +92,8 @@ pub(crate) struct ChildStart {
 
 /// What a durable host shares among its workflows.
 pub(crate) struct Durable {
+    /// The host only reads the store ([`HostBuilder::read_store`](crate::HostBuilder::read_store)).
+    read_only: AtomicBool,
     pub(crate) writer: Writer,
     /// For reads while the writer writes.
     pub(crate) reader: Mutex<Box<dyn Store>>,
@@ -120,6 +126,14 @@ pub(crate) struct Durable {
     pub(crate) remote_joins: Mutex<Vec<(Pid, wfhost_scheduler::Completer)>>,
     /// On a store hosts share: this host's number, and the connections its lease will use.
     joined: Mutex<Option<Joined>>,
+    /// Messages to the host sent again after a restart (their completion was not journaled):
+    /// one the store kept already is not handed to a reader again.
+    pub(crate) rearmed_to_host: Mutex<std::collections::HashSet<(Pid, Tag)>>,
+    /// What recoveries found damaged and left as it was.
+    pub(crate) damaged: Mutex<Vec<resolve::Damage>>,
+    /// Held by whoever claims workflows or takes messages and cancels from a shared store, so
+    /// that what one takes the other does not take again.
+    pub(crate) taking: Mutex<()>,
 }
 
 /// A host that joined a shared store, before its lease renewals start.
@@ -131,14 +145,28 @@ struct Joined {
 }
 
 impl Durable {
+    /// The durable side of a host on `store`: one that hosts it (`lease`: how long its lease
+    /// lasts on a store hosts share), or, with no lease, one that only reads it
+    /// ([`HostBuilder::read_store`](crate::HostBuilder::read_store)).
     pub(crate) fn open(
         store: Box<dyn Store>,
         ids: Arc<Ids>,
         modules: Arc<Modules>,
         snapshots: Snapshots,
-        lease: std::time::Duration,
+        lease: Option<std::time::Duration>,
     ) -> crate::Result<Durable> {
         let mut store = store;
+        let Some(lease) = lease else {
+            let reader = store.reader().map_err(store_error)?;
+            let (_, messages) = store.high_water().map_err(store_error)?;
+            let durable = Durable::new(store, reader, ids, modules, snapshots, messages, None)?;
+            durable.writer.fail(&store::StoreError::new(
+                "this host only reads the store (HostBuilder::read_store): start, recover and \
+                 claim workflows on a host that holds it",
+            ));
+            durable.read_only.store(true, Ordering::Release);
+            return Ok(durable);
+        };
         let name = format!(
             "{}:{}",
             std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -164,6 +192,18 @@ impl Durable {
         }
         let mut reader = store.reader().map_err(store_error)?;
         let (_, messages) = reader.high_water().map_err(store_error)?;
+        Durable::new(store, reader, ids, modules, snapshots, messages, joined)
+    }
+
+    fn new(
+        store: Box<dyn Store>,
+        reader: Box<dyn Store>,
+        ids: Arc<Ids>,
+        modules: Arc<Modules>,
+        snapshots: Snapshots,
+        messages: u64,
+        joined: Option<Joined>,
+    ) -> crate::Result<Durable> {
         let writer = Writer::start(store).map_err(|e| {
             crate::Error::new(
                 crate::ErrorKind::Store,
@@ -171,6 +211,7 @@ impl Durable {
             )
         })?;
         Ok(Durable {
+            read_only: AtomicBool::new(false),
             writer,
             reader: Mutex::new(reader),
             ids,
@@ -189,6 +230,9 @@ impl Durable {
             lease: OnceLock::new(),
             remote_joins: Mutex::new(Vec::new()),
             joined: Mutex::new(joined),
+            damaged: Mutex::new(Vec::new()),
+            taking: Mutex::new(()),
+            rearmed_to_host: Mutex::new(std::collections::HashSet::new()),
         })
     }
 
@@ -409,7 +453,7 @@ impl Durable {
 
     /// Keeps a module's bytes in the store, once per hash.
     pub(crate) fn keep_module(&self, hash: &str, bytes: &[u8]) -> crate::Result<()> {
-        if self.kept.lock().contains(hash) {
+        if self.read_only.load(Ordering::Acquire) || self.kept.lock().contains(hash) {
             return Ok(());
         }
         self.write(vec![store::Op::Module {
@@ -491,12 +535,30 @@ impl wfhost_scheduler::Handler for DurableJoin {
     }
 }
 
+/// `log` in a durable host: a durable workflow's records name its workflow id beside its pid.
+pub(crate) struct DurableLog(pub(crate) Arc<Durable>);
+
+impl wfhost_scheduler::Handler for DurableLog {
+    fn handle(&self, request: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>) {
+        if let wfcontract::Command::Log(record) = &request.command {
+            let id = self.0.ids.get(cx.pid());
+            wfhost_scheduler::emit_guest_log(cx.pid(), id.as_deref(), record);
+        }
+    }
+}
+
 /// `send` in a durable host: a message a durable step journaled goes out under its number (the
 /// receiver's journal records it when taken); a refusal is journaled before the sender hears.
 pub(crate) struct DurableSend(pub(crate) Arc<Durable>);
 
 impl wfhost_scheduler::Handler for DurableSend {
     fn handle(&self, request: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>) {
+        if let wfcontract::Command::Send(send) = &request.command {
+            if send.to == Pid::HOST && self.0.ids.contains(cx.pid()) {
+                let message = send.message.clone();
+                return self.0.send_to_host(request.tag, message, cx);
+            }
+        }
         let number = self.0.sent.lock().remove(&(request.pid, request.tag));
         let (Some(number), wfcontract::Command::Send(send)) = (number, &request.command) else {
             return wfhost_scheduler::send_handler(request, cx);
@@ -519,5 +581,83 @@ impl wfhost_scheduler::Handler for DurableSend {
                 .map(|()| Payload::empty())
                 .map_err(wfhost_scheduler::Error::into_command_error),
         );
+    }
+}
+
+impl Durable {
+    /// Whether the store keeps the message to the host that `pid` sent with tag `tag`.
+    fn kept_already(&self, pid: Pid, tag: Tag) -> bool {
+        match self
+            .reader
+            .lock()
+            .host_messages(pid.0, tag.0.saturating_sub(1))
+        {
+            Ok(kept) => kept.first().is_some_and(|m| m.tag == tag.0),
+            // Sent again rather than lost.
+            Err(_) => false,
+        }
+    }
+
+    /// A durable workflow's message to the host (its send with tag `tag`): kept in the store
+    /// for whoever asks, whether or not anyone reads it now, and handed to the application that
+    /// started the workflow when it reads them ([`Run::recv_message`](crate::Run::recv_message));
+    /// with no reader, it is logged. Only a reader that is not keeping up refuses it
+    /// (`mailbox-full`, as for a process that is not durable).
+    fn send_to_host(&self, tag: Tag, message: Payload, cx: &wfhost_scheduler::Context<'_>) {
+        use wfhost_scheduler::HostOffer;
+        let pid = cx.pid();
+        let kept = store::HostMessage {
+            num: pid.0,
+            tag: tag.0,
+            at: process::unix_millis(),
+            payload: postcard::to_allocvec(&message).unwrap_or_default(),
+        };
+        if self.rearmed_to_host.lock().remove(&(pid, tag)) && self.kept_already(pid, tag) {
+            // Sent before the restart, and kept: whoever read it then has it.
+            return cx.complete(tag, Ok(Payload::empty()));
+        }
+        let offered = wfhost_scheduler::offer_to_host(cx, message.clone());
+        if offered == HostOffer::Full {
+            return cx.complete(
+                tag,
+                Err(CommandError::new(
+                    ErrorKind::MailboxFull,
+                    "the host's queue of messages from this workflow is full (its message or \
+                     byte limit); the host is not reading them",
+                )),
+            );
+        }
+        if offered == HostOffer::NoReader {
+            let id = self.ids.get(pid);
+            // Logged in full up to a few KiB; the store keeps all of it.
+            const SHOWN: usize = 4096;
+            let shown = match message.encoding {
+                wfcontract::Encoding::Json if message.bytes.len() <= SHOWN => {
+                    String::from_utf8_lossy(&message.bytes).into_owned()
+                }
+                encoding => format!(
+                    "({}, {} bytes: `wfhost history` shows it)",
+                    encoding.name(),
+                    message.bytes.len()
+                ),
+            };
+            tracing::info!(
+                target: "wfhost::guest",
+                pid = pid.0,
+                workflow = id.as_deref().unwrap_or(""),
+                "message to the host: {shown}"
+            );
+        }
+        // Queued behind the step that sent it: a restart after that step and before this is on
+        // disk sends it again (its completion was not journaled), and the store keeps it once.
+        let entry = writer::Entry {
+            ops: vec![store::Op::HostMessage(kept)],
+            done: writer::Done::Nothing,
+        };
+        let result = match self.writer.submit(entry) {
+            Ok(()) => Ok(Payload::empty()),
+            Err(error) => Err(CommandError::new(ErrorKind::Unavailable, error.0)),
+        };
+        cx.complete(tag, result);
     }
 }

@@ -8,9 +8,8 @@ use std::sync::Arc;
 use wfcontract::{Payload, Pid};
 
 use super::process::DurableProcess;
-use super::record::StepRecord;
-use super::snapshot::{Counts, SavedWorkflow};
-use super::store::{Cancel, Ending, Message, Op, Workflow};
+use super::resolve::{hold_damaged_trees, Damage, Ready};
+use super::store::{Cancel, Message, Workflow};
 use super::{store_error, Durable};
 use crate::error::Result;
 use crate::grants::Grants;
@@ -18,10 +17,12 @@ use crate::run::Run;
 use crate::wasm::WasmProcess;
 use crate::Host;
 
-/// The name a module kept in the store is loaded under to recover its workflows (their children
-/// without a module name run it too).
-fn stored_name(hash: &str) -> String {
-    format!("wfhost:{hash}")
+/// What a recovery started: the runs of the top-level workflows, the numbers of all, and the
+/// cancels owed once the gate opens.
+struct Started {
+    runs: Vec<(String, Run)>,
+    recovered: HashSet<u64>,
+    cancels: Vec<Pid>,
 }
 
 /// Opens the gate when a recovery ends, however it ends.
@@ -30,54 +31,6 @@ struct Gate<'a>(&'a Durable);
 impl Drop for Gate<'_> {
     fn drop(&mut self) {
         self.0.open_gate();
-    }
-}
-
-impl Durable {
-    /// The snapshot recovery starts `workflow` from: its latest, when it came from the module
-    /// the workflow runs and decodes. One that does not is counted and set aside (the whole
-    /// journal is replayed).
-    fn saved(&self, workflow: &Workflow) -> Option<SavedWorkflow> {
-        let start = &workflow.start;
-        let snapshot = match self.reader.lock().snapshot(start.num) {
-            Ok(snapshot) => snapshot?,
-            Err(error) => {
-                tracing::warn!(workflow = %start.id, "its snapshot could not be read: {error}");
-                Counts::add(&self.counts.snapshots_ignored, 1);
-                return None;
-            }
-        };
-        let saved = if snapshot.module != start.module {
-            Err(format!(
-                "it came from module {}, and the workflow runs {}",
-                snapshot.module, start.module
-            ))
-        } else if snapshot.seq == 0 || snapshot.seq > workflow.steps {
-            Err(format!(
-                "it follows step {} of a journal of {}",
-                snapshot.seq, workflow.steps
-            ))
-        } else {
-            SavedWorkflow::decode(&snapshot.state).and_then(|saved| {
-                if saved.seq == snapshot.seq {
-                    Ok(saved)
-                } else {
-                    Err(format!(
-                        "it says step {} in a row for step {}",
-                        saved.seq, snapshot.seq
-                    ))
-                }
-            })
-        };
-        saved
-            .inspect_err(|why| {
-                tracing::warn!(
-                    workflow = %start.id,
-                    "its snapshot is not used ({why}); replaying its whole journal"
-                );
-                Counts::add(&self.counts.snapshots_ignored, 1);
-            })
-            .ok()
     }
 }
 
@@ -171,7 +124,8 @@ impl Host {
     }
 
     /// Claims (on a shared store) and starts what was claimed; `claimed` and `handled` say
-    /// which workflows were claimed and which were started or ended, whatever the outcome.
+    /// which workflows were claimed and which were started or left (damaged), whatever the
+    /// outcome.
     fn claim_and_start(
         &self,
         grants: Grants,
@@ -180,50 +134,17 @@ impl Host {
         handled: &mut HashSet<u64>,
     ) -> Result<Vec<(String, Run)>> {
         let durable = self.durable()?.clone();
-        let inner = &self.inner;
-        inner.running()?;
+        self.inner.running()?;
         durable.writable()?;
+        // One claim or take at a time: what one takes, the other must not take again.
+        let _taking = durable.taking.lock();
         // No recovered workflow steps before every one of them is there and has its messages.
         durable.close_gate();
-        let _gate = Gate(&durable);
-        let (unfinished, messages) = match durable.lease.get() {
-            Some(lease) => {
-                let claimed = lease.store.lock().claim(limit, None).map_err(store_error)?;
-                claimed_out.extend(&claimed);
-                if claimed.is_empty() {
-                    drop(_gate);
-                    self.take_waiting(&durable)?;
-                    return Ok(Vec::new());
-                }
-                let taken = lease
-                    .store
-                    .lock()
-                    .take_messages(Some(&claimed))
-                    .map_err(store_error)?;
-                let mut reader = durable.reader.lock();
-                let mut unfinished = Vec::with_capacity(claimed.len());
-                for num in claimed {
-                    if let Some(workflow) = reader.workflow_by_num(num).map_err(store_error)? {
-                        unfinished.push(workflow);
-                    }
-                }
-                // Refused messages say why to the senders that had not heard; the waiting ones
-                // were taken for this host alone.
-                let mut messages: Vec<Message> =
-                    reader.refused_from(claimed_out).map_err(store_error)?;
-                messages.extend(taken.into_iter().map(|message| Message {
-                    message,
-                    refused: None,
-                }));
-                (parents_first(unfinished), messages)
-            }
-            None => {
-                let mut reader = durable.reader.lock();
-                (
-                    reader.workflows(true).map_err(store_error)?,
-                    reader.messages().map_err(store_error)?,
-                )
-            }
+        let gate = Gate(&durable);
+        let Some((unfinished, messages)) = self.gather(&durable, limit, claimed_out)? else {
+            drop(gate);
+            durable.take_waiting();
+            return Ok(Vec::new());
         };
         durable.set_refused(
             messages
@@ -233,88 +154,116 @@ impl Host {
         );
         // A host that shares the store numbers from a range of its own, which workflows of
         // other ranges leave alone.
-        if let (Some(last), false) = (unfinished.last(), durable.shared()) {
-            inner.handle.reserve_pids_through(Pid(last.start.num));
+        if let (Some(last), false) = (
+            unfinished.iter().map(|w| w.start.num).max(),
+            durable.shared(),
+        ) {
+            self.inner.handle.reserve_pids_through(Pid(last));
         }
+        // Everything is read back before anything starts: a tree with damage stays as it is.
+        let mut ready = Vec::with_capacity(unfinished.len());
+        let mut damaged = Vec::new();
+        for workflow in unfinished {
+            if durable.ids.contains(Pid(workflow.start.num)) {
+                continue;
+            }
+            match durable.resolve(&self.inner.wasm, &grants, workflow.clone())? {
+                Ok(resolved) => ready.push(resolved),
+                Err(why) => damaged.push((workflow, why)),
+            }
+        }
+        let (ready, held) = hold_damaged_trees(ready, damaged);
+        handled.extend(held.iter().map(|(w, _)| w.start.num));
+        durable.note_damage(held)?;
+        let Started {
+            runs,
+            recovered,
+            cancels,
+        } = self.start_recovered(&durable, ready, handled)?;
+        self.redeliver(&durable, messages, &recovered);
+        drop(gate);
+        for pid in cancels {
+            let _ = self.inner.handle.cancel(pid);
+        }
+        if durable.shared() {
+            durable.take_waiting();
+        }
+        Ok(runs)
+    }
+
+    /// The unfinished workflows to recover, parents first, and the messages the store holds for
+    /// them: on a shared store, those of up to `limit` trees this host claims now (`None` when
+    /// there are none); on a store of its own, every one.
+    fn gather(
+        &self,
+        durable: &Durable,
+        limit: usize,
+        claimed_out: &mut Vec<u64>,
+    ) -> Result<Option<(Vec<Workflow>, Vec<Message>)>> {
+        let Some(lease) = durable.lease.get() else {
+            let mut reader = durable.reader.lock();
+            let unfinished = reader.workflows(true).map_err(store_error)?;
+            let messages = reader.messages().map_err(store_error)?;
+            return Ok(Some((parents_first(unfinished), messages)));
+        };
+        let claimed = lease.store.lock().claim(limit, None).map_err(store_error)?;
+        claimed_out.extend(&claimed);
+        if claimed.is_empty() {
+            return Ok(None);
+        }
+        let taken = lease
+            .store
+            .lock()
+            .take_messages(Some(&claimed))
+            .map_err(store_error)?;
+        let mut reader = durable.reader.lock();
+        let mut unfinished = Vec::with_capacity(claimed.len());
+        for num in claimed {
+            if let Some(workflow) = reader.workflow_by_num(num).map_err(store_error)? {
+                unfinished.push(workflow);
+            }
+        }
+        // Refused messages say why to the senders that had not heard; the waiting ones were
+        // taken for this host alone.
+        let mut messages: Vec<Message> = reader.refused_from(claimed_out).map_err(store_error)?;
+        messages.extend(taken.into_iter().map(|message| Message {
+            message,
+            refused: None,
+        }));
+        Ok(Some((parents_first(unfinished), messages)))
+    }
+
+    /// Starts each of `ready` (parents first) from its snapshot and journal: the runs of the
+    /// top-level ones, the numbers of all, and the cancels owed once the gate opens.
+    fn start_recovered(
+        &self,
+        durable: &Arc<Durable>,
+        ready: Vec<Ready>,
+        handled: &mut HashSet<u64>,
+    ) -> Result<Started> {
+        let inner = &self.inner;
         let mut runs = Vec::new();
         let mut recovered: HashSet<u64> = HashSet::new();
         let mut cancels = Vec::new();
-        for workflow in unfinished {
+        let mut repaired = Vec::new();
+        for Ready {
+            workflow,
+            loaded,
+            saved,
+            records,
+            input,
+        } in ready
+        {
             let start = &workflow.start;
             let pid = Pid(start.num);
-            if durable.ids.contains(pid) {
-                continue;
-            }
             let id: Arc<str> = Arc::from(start.id.as_str());
-            let fail = |message: String| {
-                tracing::error!(workflow = %id, "could not be recovered: {message}");
-                durable.write(vec![Op::End {
-                    num: start.num,
-                    ending: Ending::Failed {
-                        kind: "failed".into(),
-                        message: format!("could not be recovered: {message}"),
-                    },
-                    at: super::process::unix_millis(),
-                }])
-            };
-            let name = stored_name(&start.module);
-            let loaded = match inner
-                .modules
-                .by_hash(&start.module)
-                .ok_or(())
-                .or_else(|()| inner.modules.get(&name))
-            {
-                Ok(loaded) => loaded,
-                Err(_) => {
-                    let bytes: Option<Vec<u8>> = durable
-                        .reader
-                        .lock()
-                        .module(&start.module)
-                        .map_err(store_error)?;
-                    let Some(bytes) = bytes else {
-                        handled.insert(start.num);
-                        fail(format!("the store lacks its module {}", start.module))?;
-                        continue;
-                    };
-                    let compiled = inner.wasm.compile(&bytes)?;
-                    inner.modules.insert(&name, compiled, grants.clone());
-                    inner.modules.get(&name)?
-                }
-            };
-            let saved = durable.saved(&workflow);
-            let after = saved.as_ref().map_or(0, |saved| saved.seq);
-            let steps = durable
-                .reader
-                .lock()
-                .steps(start.num, after)
-                .map_err(store_error)?;
-            let records: std::result::Result<Vec<StepRecord>, _> = steps
-                .iter()
-                .map(|s| StepRecord::decode(&s.record))
-                .collect();
-            let records = match records {
-                Ok(records) => records,
-                Err(e) => {
-                    handled.insert(start.num);
-                    fail(format!("its journal does not decode: {e}"))?;
-                    continue;
-                }
-            };
-            let input: Payload = match postcard::from_bytes(&start.input) {
-                Ok(input) => input,
-                Err(e) => {
-                    handled.insert(start.num);
-                    fail(format!("its input does not decode: {e}"))?;
-                    continue;
-                }
-            };
             let process = WasmProcess::new(
                 Arc::clone(&inner.wasm),
                 loaded.spec(None, Arc::clone(&inner.wasm.limits)),
             );
             let process = DurableProcess::new(
                 process,
-                Arc::clone(&durable),
+                Arc::clone(durable),
                 Arc::clone(&id),
                 Arc::from(start.module.as_str()),
             )
@@ -324,8 +273,7 @@ impl Host {
             // cancelled it.
             let parent = start.parent.map(Pid).filter(|p| recovered.contains(&p.0));
             let orphaned = start.parent.is_some() && parent.is_none();
-            let run = self.spawn_durable(process, pid, parent, &start.entry, input);
-            let run = match run {
+            let run = match self.spawn_durable(process, pid, parent, &start.entry, input) {
                 Ok(run) => run,
                 Err(error) => {
                     durable.ids.remove(pid);
@@ -334,6 +282,12 @@ impl Host {
             };
             recovered.insert(start.num);
             handled.insert(start.num);
+            if workflow.damaged.is_some() {
+                repaired.push(super::store::Op::Damaged {
+                    num: start.num,
+                    why: None,
+                });
+            }
             // On a shared store, asked cancels are taken after the recovery (`take_waiting`).
             let asked = workflow.cancel == Cancel::Asked && !durable.shared();
             if asked || (orphaned && workflow.cancel == Cancel::No) {
@@ -344,6 +298,20 @@ impl Host {
                 runs.push((start.id.clone(), run));
             }
         }
+        if !repaired.is_empty() {
+            // Read back in full this time: no longer damaged.
+            durable.write(repaired)?;
+        }
+        Ok(Started {
+            runs,
+            recovered,
+            cancels,
+        })
+    }
+
+    /// Delivers again the messages that waited in the store for the workflows just recovered;
+    /// refused ones tell their senders why (they were told before the restart, or are now).
+    fn redeliver(&self, durable: &Durable, messages: Vec<Message>, recovered: &HashSet<u64>) {
         for message in messages {
             if message.refused.is_some() || !recovered.contains(&message.message.receiver) {
                 continue;
@@ -360,56 +328,21 @@ impl Host {
                 }
             };
             if let Err(refused) =
-                inner
+                self.inner
                     .handle
                     .send_numbered(Pid(m.sender), Pid(m.receiver), m.id, payload)
             {
                 durable.refuse(m.id, &refused.to_string());
             }
         }
-        durable.open_gate();
-        for pid in cancels {
-            let _ = inner.handle.cancel(pid);
-        }
-        if durable.shared() {
-            self.take_waiting(&durable)?;
-        }
-        Ok(runs)
     }
 
-    /// On a shared store: delivers the messages and cancels for this host's workflows that
-    /// clients and other hosts wrote, each once, and answers joins of workflows other hosts ran
-    /// that have ended.
-    fn take_waiting(&self, durable: &Durable) -> Result<()> {
-        let Some(lease) = durable.lease.get() else {
-            return Ok(());
-        };
-        let handle = &self.inner.handle;
-        let messages = lease
-            .store
-            .lock()
-            .take_messages(None)
-            .map_err(store_error)?;
-        for m in messages {
-            let payload: Payload = match postcard::from_bytes(&m.payload) {
-                Ok(payload) => payload,
-                Err(e) => {
-                    durable.refuse(m.id, &format!("message {} does not decode: {e}", m.id));
-                    continue;
-                }
-            };
-            if let Err(refused) =
-                handle.send_numbered(Pid(m.sender), Pid(m.receiver), m.id, payload)
-            {
-                durable.refuse(m.id, &refused.to_string());
-            }
-        }
-        let cancels = lease.store.lock().take_cancels().map_err(store_error)?;
-        for num in cancels {
-            let _ = handle.cancel(Pid(num));
-        }
-        durable.complete_remote_joins();
-        Ok(())
+    /// What recoveries by this host found damaged and left as it was: workflows whose journal,
+    /// input or module cannot be read back from the store, and the others of their trees. They
+    /// are marked damaged in the store (not failed), and a host started once the store is
+    /// repaired, or the build fixed, resumes them.
+    pub fn damaged(&self) -> Result<Vec<Damage>> {
+        Ok(self.durable()?.damaged.lock().clone())
     }
 }
 
@@ -463,6 +396,9 @@ mod tests {
             finished: None,
             steps: 0,
             cancel: Cancel::No,
+            damaged: None,
+            unread: 0,
+            owner: None,
         }
     }
 

@@ -96,7 +96,7 @@ impl Harness {
 
     /// Raw wasmtime: a store with a WASI context, instantiated from the `InstancePre`.
     pub fn instantiate_raw(&self) -> RawInstance {
-        let wasi = super::wasi::Logs::new(Pid(1)).wasi();
+        let wasi = super::wasi::Logs::new(Pid(1), None).wasi();
         let mut store = Store::new(
             &self.wasm.engine,
             GuestState {

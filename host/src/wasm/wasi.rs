@@ -31,6 +31,8 @@ pub(crate) const LINES_PER_CALL: usize = 1_000;
 
 struct Lines {
     pid: Pid,
+    /// The workflow id of a durable workflow.
+    workflow: Option<Arc<str>>,
     stream: &'static str,
     partial: Vec<u8>,
     /// The last complete line worth quoting, logged or not, kept to explain a trap that left no
@@ -67,7 +69,18 @@ impl Lines {
         } else {
             self.budget -= 1;
             let line = String::from_utf8_lossy(&self.partial);
-            tracing::info!(target: "wfhost::guest", pid = self.pid.0, stream = self.stream, "{line}");
+            match &self.workflow {
+                Some(id) => tracing::info!(
+                    target: "wfhost::guest",
+                    pid = self.pid.0,
+                    workflow = &**id,
+                    stream = self.stream,
+                    "{line}"
+                ),
+                None => {
+                    tracing::info!(target: "wfhost::guest", pid = self.pid.0, stream = self.stream, "{line}")
+                }
+            }
         }
         // std's hint about RUST_BACKTRACE explains nothing about the failure itself.
         let blank = self.partial.iter().all(u8::is_ascii_whitespace);
@@ -102,10 +115,11 @@ impl LogStream {
 }
 
 impl LogStream {
-    fn new(pid: Pid, stream: &'static str) -> LogStream {
+    fn new(pid: Pid, workflow: Option<Arc<str>>, stream: &'static str) -> LogStream {
         LogStream(Arc::new(Stream {
             lines: Mutex::new(Lines {
                 pid,
+                workflow,
                 stream,
                 partial: Vec::new(),
                 last: Vec::new(),
@@ -218,10 +232,11 @@ pub(crate) struct Logs {
 }
 
 impl Logs {
-    pub(crate) fn new(pid: Pid) -> Logs {
+    /// The streams of process `pid`, of durable workflow `workflow` if it is one.
+    pub(crate) fn new(pid: Pid, workflow: Option<Arc<str>>) -> Logs {
         Logs {
-            stdout: LogStream::new(pid, "stdout"),
-            stderr: LogStream::new(pid, "stderr"),
+            stdout: LogStream::new(pid, workflow.clone(), "stdout"),
+            stderr: LogStream::new(pid, workflow, "stderr"),
         }
     }
 

@@ -5,14 +5,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::json as value;
 use wfhost::store::{SqliteStore, Store};
-use wfhost::{ErrorKind, Host, Payload, StepRecord, SyncMode, WorkflowResult};
+use wfhost::{ErrorKind, Host, Payload, StepRecord, WorkflowResult};
 use wfhost_test_programs::TINY;
 
 use super::common::{host_on, json, tempdir, PATIENCE};
 
 /// The completions the journal of workflow `id` holds, in all.
 fn completions(store: &std::path::Path, id: &str) -> usize {
-    let mut store = SqliteStore::open(store, SyncMode::Full).unwrap();
+    let mut store = SqliteStore::open_existing(store).unwrap();
     let workflow = store.workflow(id).unwrap().unwrap();
     store
         .steps(workflow.start.num, 0)
@@ -57,7 +57,9 @@ fn a_timer_fires_once_at_its_due_time_after_a_restart() {
 }
 
 /// A start of an id that runs follows it; of one that ended, gives its stored result; of one
-/// unfinished that this host did not recover, is refused with what to do.
+/// unfinished that this host did not recover, is refused with what to do. A start of an id that
+/// exists with another entry point or input is a conflict that names what differs; JSON inputs
+/// are compared as values.
 #[test]
 fn starting_an_id_again_is_idempotent() {
     let dir = tempdir("idempotent");
@@ -71,16 +73,35 @@ fn starting_an_id_again_is_idempotent() {
         let b = second.wait_timeout(PATIENCE).unwrap().unwrap();
         assert_eq!(a, b);
         let again = host
-            .start("w", "probe", "echo", json(value!("other input")))
+            .start("w", "probe", "nap", Payload::json_bytes(b" 50 ".to_vec()))
             .unwrap();
         assert_eq!(again.wait_timeout(PATIENCE).unwrap().unwrap(), a);
+        let other = host
+            .start("w", "probe", "echo", json(value!("other input")))
+            .unwrap_err();
+        assert_eq!(other.kind(), ErrorKind::Conflict);
+        assert!(
+            other.message().contains(
+                "exists with another entry point (it runs 'nap', this start names 'echo') and \
+                 another input"
+            ),
+            "{other}"
+        );
+        let other = host
+            .start("w", "probe", "nap", json(value!(51)))
+            .unwrap_err();
+        assert_eq!(other.kind(), ErrorKind::Conflict);
+        assert!(
+            other.message().contains("exists with another input"),
+            "{other}"
+        );
         host.start("sleeper", "probe", "nap", json(value!(60_000)))
             .unwrap();
         host.shutdown(Duration::from_secs(5));
     }
     let host = host_on(Host::builder(), &store);
     let error = host
-        .start("sleeper", "probe", "nap", json(value!(1)))
+        .start("sleeper", "probe", "nap", json(value!(60_000)))
         .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Unavailable);
     assert!(error.message().contains("recover it first"), "{error}");
@@ -111,7 +132,7 @@ fn a_rebuilt_module_that_behaves_differently_fails_its_replay() {
         .decode()
         .unwrap();
     assert_eq!(result, (3, 18));
-    let steps = SqliteStore::open(&store, SyncMode::Full)
+    let steps = SqliteStore::open_existing(&store)
         .unwrap()
         .workflow("tally")
         .unwrap()
@@ -127,7 +148,7 @@ fn a_rebuilt_module_that_behaves_differently_fails_its_replay() {
         "{message}"
     );
     assert!(
-        message.contains("was nothing and is now Sleep"),
+        message.contains("was nothing and is now sleep"),
         "{message}"
     );
     let error = host.replay("nope", "tiny").unwrap_err();

@@ -50,7 +50,7 @@ fn long_history(store: &Path, hibernation: Hibernation, snapshots: Snapshots) ->
 /// Waits until the journal of "long" holds the step that took the answer to its message to the
 /// host: it waits for its number from then on, and a host stopped now leaves that journal.
 fn wait_until_waiting(store: &Path) {
-    let mut store = SqliteStore::open(store, SyncMode::Full).unwrap();
+    let mut store = SqliteStore::open_existing(store).unwrap();
     let num = store.workflow("long").unwrap().unwrap().start.num;
     let deadline = std::time::Instant::now() + PATIENCE;
     let (mut seen, mut events) = (0, 0);
@@ -79,7 +79,7 @@ struct Journal {
 }
 
 fn journal(store: &Path) -> Journal {
-    let mut store = SqliteStore::open(store, SyncMode::Full).unwrap();
+    let mut store = SqliteStore::open_existing(store).unwrap();
     let workflow = store.workflow("long").unwrap().unwrap();
     let num = workflow.start.num;
     let snapshot = store.snapshot(num).unwrap().map_or(0, |s| s.seq);

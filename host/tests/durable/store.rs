@@ -203,8 +203,8 @@ fn batch_order(location: &Location) {
     assert_eq!(store.module("m").unwrap(), Some(vec![0, 97, 115, 109]));
     assert_eq!(store.module("n").unwrap(), None);
     // Two snapshots of 1 in one batch: the later one stays. 2 is sent 5, which is refused, and
-    // 6, which waits; then 2 ends, and what waited for it goes with its snapshot. A cancel of
-    // 3 is asked, then taken by its step.
+    // 6, which waits; then 2 ends, and its snapshot goes while 6 stays, unread. A cancel of 3
+    // is asked, then taken by its step.
     let mut took = match step(3, 1, vec![]) {
         Op::Step(step) => step,
         _ => unreachable!(),
@@ -237,7 +237,10 @@ fn batch_order(location: &Location) {
     store
         .commit(&[end(2, b"two"), message(7, 1), Op::Cancel { num: 1 }])
         .unwrap();
-    assert_eq!(waiting(&mut *store), vec![7]);
+    // A message acknowledged to its sender is never deleted unread: 2 ended without taking 6.
+    assert_eq!(waiting(&mut *store), vec![5, 6, 7]);
+    assert_eq!(store.workflow("w2").unwrap().unwrap().unread, 1);
+    assert_eq!(store.workflow("w1").unwrap().unwrap().unread, 1);
     assert_eq!(store.snapshot(2).unwrap(), None);
     assert_eq!(store.snapshot(1).unwrap().unwrap().seq, 2);
     let two = store.workflow("w2").unwrap().unwrap();
@@ -265,7 +268,7 @@ fn batch_order(location: &Location) {
     // A workflow id started twice is refused, and the batch with it writes nothing.
     let error = store.commit(&[message(8, 1), start(1)]).unwrap_err();
     assert!(error.0.contains("could not write"), "{error}");
-    assert_eq!(waiting(&mut *store), vec![7]);
+    assert_eq!(waiting(&mut *store), vec![5, 6, 7]);
     // The reader sees what the writer wrote.
     let mut reader = store.reader().unwrap();
     assert_eq!(reader.workflows(false).unwrap().len(), 3);

@@ -1,3 +1,4 @@
+use crate::output::outln;
 use std::path::PathBuf;
 
 /// Builds a workflow crate for wasm32-wasip1 and prints the module's path as the last line.
@@ -17,7 +18,7 @@ pub struct BuildCommand {
 impl BuildCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let module = wfhost_cli::build::build_workflow(&self.crate_dir, !self.debug)?;
-        println!("{}", module.display());
+        outln!("{}", module.display())?;
         Ok(())
     }
 }

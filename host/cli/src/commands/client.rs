@@ -6,15 +6,19 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use wfhost::store::{Ending, Location, NewWorkflow, State, Workflow};
+use wfhost::store::{Ending, Location, NewWorkflow, State, Store, Workflow};
 use wfhost::{ModuleInfo, Payload};
 
-use super::durable::{find, new_id, open, time};
+use super::durable::{find, new_id, open, status_word, time};
 use super::limits::parse_duration;
 use super::WorkflowFailed;
+use crate::output::outln;
 
 /// Starts a workflow on a store that hosts share, for one of them to claim and run; prints its
-/// id. Idempotent: starting an id that exists starts nothing (and says so).
+/// id. The input is checked against the entry point first (as `wfhost run` checks it), and
+/// nothing is written for one it does not take. Idempotent: starting an id that exists with the
+/// same module, entry point and input starts nothing (and says so); with another, it is refused
+/// (exit code 3).
 #[derive(Debug, clap::Parser)]
 pub struct StartCommand {
     /// The workflow module: a `.wasm` file, or a workflow crate's directory (built first).
@@ -24,24 +28,32 @@ pub struct StartCommand {
     entry: String,
 
     /// The input, as JSON. Default: null.
-    #[arg(long, value_name = "JSON")]
+    #[arg(long, value_name = "JSON", conflicts_with = "input_file")]
     input: Option<String>,
+
+    /// Read the input (JSON) from this file: for inputs too long for a command line.
+    #[arg(long, value_name = "FILE")]
+    input_file: Option<PathBuf>,
 
     /// The workflow's id. Default: a new random id.
     #[arg(long, value_name = "ID")]
     id: Option<String>,
 
+    /// The largest input to start with: the `--max-payload` of the hosts that run it.
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = super::limits::parse_size)]
+    max_payload: usize,
+
     /// The store: a PostgreSQL URL that `wfhost serve` hosts share.
     #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
     store: Location,
+
+    #[command(flatten)]
+    cache: super::limits::CacheArgs,
 }
 
 impl StartCommand {
     pub fn execute(self) -> anyhow::Result<()> {
-        let input = self.input.unwrap_or_else(|| "null".to_string());
-        if let Err(error) = serde_json::from_str::<serde_json::Value>(&input) {
-            bail!("--input is not valid JSON: {error} (strings need quotes: --input '\"world\"')");
-        }
+        let input = super::run::read_input(self.input.as_deref(), self.input_file.as_deref())?;
         let path = if self.module.is_dir() {
             wfhost_cli::build::build_workflow(&self.module, true)?
         } else {
@@ -59,13 +71,18 @@ impl StartCommand {
                 info.entries.join(", ")
             );
         }
-        let id = self.id.unwrap_or_else(new_id);
+        let id = self.id.clone().unwrap_or_else(new_id);
         if let Some(why) = wfhost::bad_id(&id) {
             bail!("{why}");
         }
-        let input = postcard::to_allocvec(&Payload::json_bytes(input.into_bytes()))
-            .context("encoding the input")?;
-        let mut store = self.store.open(wfhost::SyncMode::Full)?;
+        // A store that takes no client starts says so before anything is checked or built.
+        let mut store = self.store.open_client()?;
+        let payload = Payload::json_bytes(input.into_bytes());
+        let name = path
+            .file_stem()
+            .map_or_else(|| "main".into(), |s| s.to_string_lossy().into_owned());
+        self.check_input(&name, &bytes, &payload)?;
+        let input = postcard::to_allocvec(&payload).context("encoding the input")?;
         let started = store.start_once(
             Some((&info.sha256, &bytes)),
             &NewWorkflow {
@@ -73,20 +90,52 @@ impl StartCommand {
                 id: id.clone(),
                 parent: None,
                 module: info.sha256.clone(),
-                module_name: path
-                    .file_stem()
-                    .map_or_else(|| "main".into(), |s| s.to_string_lossy().into_owned()),
+                module_name: name,
                 entry: self.entry.clone(),
-                input,
+                input: input.clone(),
                 started: unix_millis(),
             },
         )?;
         match started {
             Some(_) => eprintln!("started {id}"),
-            None => eprintln!("{id} exists already: nothing started"),
+            None => {
+                let stored = find(&mut *store, &self.store, &id)?;
+                let differs = stored.start.differences(&info.sha256, &self.entry, &input);
+                if !differs.is_empty() {
+                    return Err(wfhost::Error::new(
+                        wfhost::ErrorKind::Conflict,
+                        format!(
+                            "workflow '{id}' exists with another {}: nothing started (give a \
+                             new id to start another; `wfhost status {id}` shows it)",
+                            differs.join(" and another ")
+                        ),
+                    )
+                    .into());
+                }
+                eprintln!("{id} exists already, started the same way: nothing started");
+            }
         }
-        println!("{id}");
+        outln!("{id}")?;
         Ok(())
+    }
+
+    /// Refuses an input past `--max-payload`, or one the entry point does not take: its start
+    /// runs in a sandboxed instance here, and nothing else.
+    fn check_input(&self, name: &str, bytes: &[u8], input: &Payload) -> anyhow::Result<()> {
+        let mut builder = wfhost::Host::builder()
+            .workers(1)
+            .limits(wfhost::Limits::default().max_payload_bytes(self.max_payload));
+        if let Some(dir) = self.cache.dir() {
+            builder = builder.module_cache(dir);
+        }
+        let host = builder
+            .build()
+            .context("cannot start a host to check the input")?;
+        let checked = host
+            .load_module_bytes(name, bytes)
+            .and_then(|_| host.check_input(name, &self.entry, input));
+        host.shutdown(Duration::from_secs(1));
+        checked.map_err(|e| anyhow::Error::new(e).context("nothing started"))
     }
 }
 
@@ -121,7 +170,7 @@ impl SendCommand {
         let mut store = open(&self.store)?;
         match store.send_to(&self.id, &payload)? {
             Some(number) => {
-                println!("{number}");
+                outln!("{number}")?;
                 Ok(())
             }
             None => bail!(
@@ -166,7 +215,9 @@ impl CancelCommand {
     }
 }
 
-/// Shows where a workflow stands: running, done or failed, with its steps and times.
+/// Shows where a workflow stands: running (and on which host, or waiting for one), done, failed
+/// or cancelled (with its result or error), or damaged (its journal cannot be read back); its
+/// steps, times and the messages waiting for it.
 #[derive(Debug, clap::Parser)]
 pub struct StatusCommand {
     /// The workflow's id.
@@ -185,35 +236,130 @@ impl StatusCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let mut store = open(&self.store)?;
         let workflow = find(&mut *store, &self.store, &self.id)?;
+        let host = host_of(&mut *store, &self.store, &workflow)?;
+        let status = status_word(&workflow);
+        let (result, error) = match &workflow.ending {
+            Some(Ending::Done(bytes)) => (
+                Some(
+                    postcard::from_bytes::<Payload>(bytes)
+                        .ok()
+                        .and_then(|p| super::run::render(&p).ok())
+                        .unwrap_or_else(|| "(a result that does not decode)".into()),
+                ),
+                None,
+            ),
+            Some(Ending::Failed { kind, message }) => (None, Some((kind.clone(), message.clone()))),
+            None => (None, None),
+        };
         if self.json {
-            println!(
+            let result = result
+                .as_deref()
+                .map(|text| serde_json::from_str::<serde_json::Value>(text).unwrap_or(text.into()));
+            outln!(
                 "{}",
                 serde_json::json!({
                     "id": workflow.start.id,
                     "pid": workflow.start.num,
                     "entry": workflow.start.entry,
                     "module": workflow.start.module_name,
-                    "status": workflow.state.name(),
+                    "status": status,
+                    "waiting_for_host": host.waiting,
+                    "host": host.text,
                     "started": workflow.start.started,
                     "finished": workflow.finished,
                     "steps": workflow.steps,
+                    "result": result,
+                    "error": error.as_ref().map(|(kind, message)| serde_json::json!({
+                        "kind": kind,
+                        "message": message,
+                    })),
+                    "damaged": workflow.damaged,
+                    "unread_messages": workflow.unread,
                 })
-            );
+            )?;
             return Ok(());
         }
-        println!("id:       {}", workflow.start.id);
-        println!(
+        outln!("id:       {}", workflow.start.id)?;
+        outln!(
             "entry:    {} ({})",
-            workflow.start.entry, workflow.start.module_name
-        );
-        println!("status:   {}", workflow.state.name());
-        println!("started:  {}", time(workflow.start.started));
-        if let Some(finished) = workflow.finished {
-            println!("finished: {}", time(finished));
+            workflow.start.entry,
+            workflow.start.module_name
+        )?;
+        let waiting = match (&workflow.damaged, host.waiting) {
+            (Some(_), _) => "",
+            (None, true) if workflow.steps == 0 => {
+                " (waiting for a host to start it: `wfhost serve` or `wfhost resume`)"
+            }
+            (None, true) => " (waiting for a host: `wfhost serve` or `wfhost resume` goes on)",
+            (None, false) => "",
+        };
+        outln!("status:   {status}{waiting}")?;
+        if let Some(why) = &workflow.damaged {
+            outln!(
+                "damaged:  {why} (left as it was; a host resumes it once the store is repaired \
+                 or the build fixed)"
+            )?;
         }
-        println!("steps:    {}", workflow.steps);
+        if let Some(text) = &host.text {
+            outln!("host:     {text}")?;
+        }
+        outln!("started:  {}", time(workflow.start.started))?;
+        if let Some(finished) = workflow.finished {
+            outln!("finished: {}", time(finished))?;
+        }
+        outln!("steps:    {}", workflow.steps)?;
+        match (workflow.unread, workflow.state) {
+            (0, _) => {}
+            (n, State::Running) => outln!("messages: {n} waiting to be taken")?,
+            (n, _) => outln!("messages: {n} sent to it were never read (it ended first)")?,
+        }
+        if let Some(result) = result {
+            outln!("result:   {result}")?;
+        }
+        if let Some((kind, message)) = error {
+            outln!("error:    {kind}: {message}")?;
+        }
         Ok(())
     }
+}
+
+/// Who runs a workflow, as a status shows it.
+struct HostOf {
+    /// In words, if there is anything to say.
+    text: Option<String>,
+    /// It is unfinished and no live host runs it.
+    waiting: bool,
+}
+
+/// Who runs `workflow`: on a SQLite file, the host that holds the file; on a shared store, the
+/// host that owns it, and whether its lease holds.
+fn host_of(
+    store: &mut dyn Store,
+    location: &Location,
+    workflow: &Workflow,
+) -> anyhow::Result<HostOf> {
+    let running = workflow.state == State::Running;
+    let (text, live) = match location.path() {
+        Some(path) => match wfhost::store::SqliteStore::holder(path) {
+            Some(holder) => (Some(format!("{holder} (holds the store)")), true),
+            None => (None, false),
+        },
+        None => match workflow.owner {
+            Some(owner) => match store.host_info(owner)? {
+                Some(info) if info.alive => (Some(format!("{} ({})", info.id, info.name)), true),
+                Some(info) => (
+                    Some(format!("{} ({}), whose lease ran out", info.id, info.name)),
+                    false,
+                ),
+                None => (Some(format!("{owner}")), false),
+            },
+            None => (None, false),
+        },
+    };
+    Ok(HostOf {
+        text: if running { text } else { None },
+        waiting: running && !live,
+    })
 }
 
 /// Prints a workflow's result (JSON), from the store whichever host ran it. Exit code 1 if it
@@ -246,6 +392,14 @@ impl ResultCommand {
             if workflow.state != State::Running {
                 break workflow;
             }
+            if let Some(why) = &workflow.damaged {
+                return Err(super::Damaged(format!(
+                    "workflow '{}' is damaged and goes no further until the store is repaired \
+                     (or the build fixed) and a host resumes it: {why}",
+                    self.id
+                ))
+                .into());
+            }
             if !self.wait {
                 bail!(
                     "workflow '{}' has not finished (`wfhost result --wait` waits for it)",
@@ -276,7 +430,7 @@ fn print_result(workflow: &Workflow) -> anyhow::Result<()> {
                     workflow.start.id
                 )
             })?;
-            println!("{}", super::run::render(&result)?);
+            outln!("{}", super::run::render(&result)?)?;
             Ok(())
         }
         Some(Ending::Failed { kind, message }) => Err(WorkflowFailed(format!(

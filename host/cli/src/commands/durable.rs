@@ -4,11 +4,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use wfhost::store::{Location, Store, Workflow};
+use wfhost::store::{Ending, Location, State, Store, Workflow};
 use wfhost::{Host, HostBuilder, Snapshots, SyncMode};
 
 use super::limits::{CacheArgs, LimitArgs};
 use super::WorkflowFailed;
+use crate::output::outln;
 
 /// How hard the store syncs, and how often workflows save snapshots to it.
 #[derive(Debug, clap::Args)]
@@ -30,6 +31,12 @@ pub struct DurabilityArgs {
     /// crash; a host that cannot renew in time loses them (e.g. 10s, 2s).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::limits::parse_duration)]
     lease: Duration,
+
+    /// Caps a SQLite store's file at about SIZE (e.g. 10GiB): at the cap the host takes no new
+    /// work and its workflows stop where their journals end, as on a full disk (exit code 4);
+    /// a host started with room resumes them. Default: the disk is the limit.
+    #[arg(long, value_name = "SIZE", value_parser = super::limits::parse_size)]
+    store_limit: Option<usize>,
 }
 
 impl DurabilityArgs {
@@ -50,10 +57,14 @@ impl DurabilityArgs {
                 ..Snapshots::default()
             },
         };
-        builder
+        let builder = builder
             .store(store, self.mode())
             .snapshots(snapshots)
-            .lease(self.lease)
+            .lease(self.lease);
+        match self.store_limit {
+            Some(bytes) => builder.store_limit(bytes as u64),
+            None => builder,
+        }
     }
 }
 
@@ -89,9 +100,18 @@ pub fn new_id() -> String {
     format!("wf-{hex}")
 }
 
+/// Set once Ctrl-C (or SIGTERM) stopped the host: what ends from then on was stopped, not failed.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether Ctrl-C (or SIGTERM) stopped the host.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::Acquire)
+}
+
 /// Ctrl-C stops the host without cancelling the workflows: they resume later.
 pub fn stop_on_ctrl_c(host: Host, store: Location) -> anyhow::Result<()> {
     ctrlc::set_handler(move || {
+        INTERRUPTED.store(true, std::sync::atomic::Ordering::Release);
         eprintln!(
             "interrupted: stopping; the workflows are kept in {store} (resume them with `wfhost \
              resume --store {store}`)"
@@ -176,14 +196,21 @@ impl ResumeCommand {
                 runs.extend(host.claim_with(grants.clone(), usize::MAX)?);
             }
         }
+        // Each damaged workflow was logged, with why, as the recovery found it.
+        let damaged = host.damaged()?;
         eprintln!("resuming {} workflow(s)", runs.len());
-        let mut failed = 0;
+        let (mut failed, mut stopped) = (0, 0);
         for (id, run) in runs {
-            match run.wait() {
-                Ok(result) => println!("{id}: {}", super::run::render(&result)?),
+            // Their messages to the host are logged as they come, and kept in the store.
+            match run.without_messages().wait() {
+                Ok(result) => outln!("{id}: {}", super::run::render(&result)?)?,
+                Err(error) if host.store_failure().is_some() || interrupted() => {
+                    stopped += 1;
+                    outln!("{id}: stopped, resumable: {}", error.message())?;
+                }
                 Err(error) => {
                     failed += 1;
-                    println!("{id}: failed: {}", error.message());
+                    outln!("{id}: failed: {}", error.message())?;
                 }
             }
         }
@@ -200,6 +227,36 @@ impl ResumeCommand {
             );
         }
         host.shutdown(Duration::from_secs(1));
+        if !damaged.is_empty() {
+            return Err(super::Damaged(format!(
+                "{} workflow(s) of {} could not be read back and were left as they were, not \
+                 failed ({}): {}; repair the store (or fix the build) and resume again",
+                damaged.len(),
+                self.store,
+                damaged
+                    .iter()
+                    .map(|d| format!("'{}'", d.id))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                damaged
+                    .iter()
+                    .map(|d| format!("'{}': {}", d.id, d.why))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ))
+            .into());
+        }
+        if stopped > 0 {
+            return Err(super::Stopped(format!(
+                "{stopped} workflow(s) stopped where their journals end: {}; `wfhost resume \
+                 --store {}` goes on with them",
+                host.store_failure()
+                    .map(|e| e.message().to_string())
+                    .unwrap_or_default(),
+                self.store
+            ))
+            .into());
+        }
         if failed > 0 {
             return Err(WorkflowFailed(format!("{failed} workflow(s) failed")).into());
         }
@@ -219,21 +276,51 @@ impl ListCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let mut store = open(&self.store)?;
         let workflows = store.workflows(false)?;
-        println!(
-            "{:<32} {:<16} {:<8} {:<24} STEPS",
-            "ID", "ENTRY", "STATUS", "STARTED"
-        );
-        for w in workflows {
-            println!(
-                "{:<32} {:<16} {:<8} {:<24} {}",
-                w.start.id,
-                w.start.entry,
-                w.state.name(),
-                time(w.start.started),
-                w.steps
-            );
+        let rows: Vec<[String; 5]> = workflows
+            .iter()
+            .map(|w| {
+                [
+                    w.start.id.clone(),
+                    w.start.entry.clone(),
+                    status_word(w).to_string(),
+                    time(w.start.started),
+                    w.steps.to_string(),
+                ]
+            })
+            .collect();
+        let header = ["ID", "ENTRY", "STATUS", "STARTED", "STEPS"].map(String::from);
+        let mut widths = [0usize; 5];
+        for row in std::iter::once(&header).chain(&rows) {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.chars().count());
+            }
+        }
+        for row in std::iter::once(&header).chain(&rows) {
+            let line: Vec<String> = row
+                .iter()
+                .zip(widths)
+                .enumerate()
+                .map(|(i, (cell, width))| {
+                    if i + 1 == row.len() {
+                        cell.clone()
+                    } else {
+                        format!("{cell:<width$}")
+                    }
+                })
+                .collect();
+            outln!("{}", line.join("  "))?;
         }
         Ok(())
+    }
+}
+
+/// A workflow's status in a word: `running`, `done`, `failed`, `cancelled`, or `damaged` (its
+/// journal, or its tree's, cannot be read back).
+pub(super) fn status_word(workflow: &Workflow) -> &'static str {
+    match (&workflow.state, &workflow.ending, &workflow.damaged) {
+        (State::Running, _, Some(_)) => "damaged",
+        (State::Failed, Some(Ending::Failed { kind, .. }), _) if kind == "cancelled" => "cancelled",
+        (state, _, _) => state.name(),
     }
 }
 
@@ -285,9 +372,8 @@ impl ReplayCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let mut store = open(&self.store)?;
         let workflow = find(&mut *store, &self.store, &self.id)?;
-        let mut builder = Host::builder()
-            .workers(1)
-            .store(&self.store, SyncMode::Full);
+        // Beside the host that may run the store: this one only reads it.
+        let mut builder = Host::builder().workers(1).read_store(&self.store);
         if let Some(dir) = self.cache.dir() {
             builder = builder.module_cache(dir);
         }
@@ -310,10 +396,10 @@ impl ReplayCommand {
         host.shutdown(Duration::from_secs(1));
         match replayed {
             Ok(steps) => {
-                println!(
+                outln!(
                     "workflow {}: {steps} step(s) replay the same with {shown}",
                     self.id
-                );
+                )?;
                 Ok(())
             }
             Err(error) if error.kind() == wfhost::ErrorKind::Nondeterminism => {

@@ -1,14 +1,18 @@
-//! `wfhost history`: one workflow's journal, step by step, for people or (with `--json`) tools.
+//! `wfhost history`: one workflow's journal, step by step, in words for people or (with
+//! `--json`) as objects for tools. Commands read as what they ask (`sleep 5s`, `send to the
+//! host: {...}`), completions as what they answered (a time, a child's pid and id, a result),
+//! and payloads as JSON where their encoding is JSON (the SDK's, for a workflow started with
+//! JSON); others show their encoding, size and bytes.
 
+use std::collections::HashMap;
 use std::io::Write;
 
-use anyhow::Context as _;
 use serde_json::{json, Value};
-use wfhost::contract::{Event, EventKind, Status, Yield};
-use wfhost::store::{Ending, Location, Workflow};
-use wfhost::{Payload, StepRecord};
+use wfhost::contract::{Command, Event, EventKind, Pid, Status, Yield};
+use wfhost::store::{Location, Store, Workflow};
+use wfhost::{Encoding, Payload, StepRecord};
 
-use super::durable::{find, open, time};
+use super::durable::{find, open, status_word, time};
 
 /// Shows the journal of one workflow: each step's events, WASI reads and yields, with times.
 #[derive(Debug, clap::Parser)]
@@ -25,116 +29,355 @@ pub struct HistoryCommand {
     json: bool,
 }
 
+/// The most of a payload the text shows; `--json` has all of it.
+const SHOWN: usize = 1_000;
+
 impl HistoryCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let mut store = open(&self.store)?;
         let workflow = find(&mut *store, &self.store, &self.id)?;
         let steps = store.steps(workflow.start.num, 0)?;
+        let mut words = Words {
+            store: &mut *store,
+            ids: HashMap::new(),
+            asked: HashMap::new(),
+        };
         let mut out = std::io::stdout().lock();
-        let written = (|| -> std::io::Result<()> {
+        if self.json {
+            writeln!(out, "{}", workflow_json(&workflow))?;
+        } else {
+            write_workflow(&mut out, &workflow)?;
+        }
+        let mut previous: Option<u64> = None;
+        for step in steps {
+            let record = StepRecord::decode(&step.record).map_err(|e| {
+                super::Damaged(format!(
+                    "step {} of the journal of '{}' does not decode ({e}): the store is \
+                     damaged there (`wfhost status {}` says more)",
+                    step.seq, self.id, self.id
+                ))
+            })?;
+            let after = previous.map(|p| step.at.saturating_sub(p));
+            previous = Some(step.at);
             if self.json {
-                writeln!(out, "{}", workflow_json(&workflow))?;
-            } else {
-                write_workflow(&mut out, &workflow)?;
+                let events: Vec<Value> =
+                    record.events.iter().map(|e| words.event_json(e)).collect();
+                let yields: Vec<Value> = record
+                    .output
+                    .yields
+                    .iter()
+                    .map(|y| words.yield_json(y))
+                    .collect();
+                let value = json!({
+                    "step": step.seq,
+                    "at": step.at,
+                    "after_ms": after,
+                    "events": events,
+                    "reads": record.reads.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    "yields": yields,
+                    "status": status_json(&record.output.status),
+                });
+                writeln!(out, "{value}")?;
+                continue;
             }
-            for step in steps {
-                let record = StepRecord::decode(&step.record).map_err(|e| {
-                    std::io::Error::other(format!(
-                        "step {} of the journal does not decode: {e}",
-                        step.seq
-                    ))
-                })?;
-                if self.json {
-                    let value = json!({
-                        "step": step.seq,
-                        "at": step.at,
-                        "events": record.events.iter().map(event_json).collect::<Vec<_>>(),
-                        "reads": record.reads.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                        "yields": record.output.yields.iter().map(yield_json).collect::<Vec<_>>(),
-                        "status": status_json(&record.output.status),
-                    });
-                    writeln!(out, "{value}")?;
-                } else {
-                    writeln!(out, "step {} at {}", step.seq, time(step.at))?;
-                    for event in &record.events {
-                        writeln!(out, "  event  {}", event_text(event))?;
+            let after = after.map_or_else(String::new, |ms| format!(" (+{})", duration(ms)));
+            writeln!(out, "step {} at {}{after}", step.seq, time(step.at))?;
+            for event in &record.events {
+                writeln!(out, "  in     {}", words.event_text(event))?;
+            }
+            for read in &record.reads {
+                writeln!(out, "  read   {read}")?;
+            }
+            for y in &record.output.yields {
+                writeln!(out, "  out    {}", words.yield_text(y))?;
+            }
+            writeln!(out, "  status {}", status_text(&record.output.status))?;
+        }
+        // A reader that went away (`| head`) ends the command quietly (main).
+        out.flush()?;
+        Ok(())
+    }
+}
+
+/// What reading a journal in words needs: the commands its completions answer, and the ids of
+/// the workflows it names.
+struct Words<'a> {
+    store: &'a mut dyn Store,
+    ids: HashMap<u64, Option<String>>,
+    /// The commands yielded so far, by tag, until answered.
+    asked: HashMap<u64, Command>,
+}
+
+impl Words<'_> {
+    /// `<5>`, with the workflow's id when the store has one for it.
+    fn pid(&mut self, pid: Pid) -> String {
+        if pid == Pid::HOST {
+            return "the host".into();
+        }
+        let store = &mut *self.store;
+        let id = self
+            .ids
+            .entry(pid.0)
+            .or_insert_with(|| {
+                store
+                    .workflow_by_num(pid.0)
+                    .ok()
+                    .flatten()
+                    .map(|w| w.start.id)
+            })
+            .clone();
+        match id {
+            Some(id) => format!("{pid} ({id})"),
+            None => pid.to_string(),
+        }
+    }
+
+    fn yield_text(&mut self, y: &Yield) -> String {
+        if y.command.kind().expects_completion() {
+            self.asked.insert(y.tag.0, y.command.clone());
+        }
+        let what = match &y.command {
+            Command::Sleep(duration) => format!("sleep {}", duration_text(*duration)),
+            Command::SleepUntil(nanos) => format!("sleep until {}", nanos_time(*nanos)),
+            Command::Log(record) => {
+                let fields: Vec<String> = record
+                    .fields
+                    .iter()
+                    .map(|f| format!(" {}={}", f.key, f.value))
+                    .collect();
+                format!(
+                    "log {}: {}{}",
+                    level(record.level),
+                    record.message,
+                    fields.concat()
+                )
+            }
+            Command::Send(send) => format!(
+                "send to {}: {}",
+                self.pid(send.to),
+                payload_text(&send.message)
+            ),
+            Command::Spawn(spawn) => format!(
+                "spawn '{}'{} with {}",
+                spawn.entry,
+                spawn
+                    .module
+                    .as_deref()
+                    .map_or_else(String::new, |m| format!(" of module '{m}'")),
+                payload_text(&spawn.input)
+            ),
+            Command::Join(pid) => format!("join {}", self.pid(*pid)),
+            Command::Cancel(pid) => format!("cancel {}", self.pid(*pid)),
+            Command::Call(call) => {
+                format!("call '{}' with {}", call.name, payload_text(&call.input))
+            }
+            Command::Now => "now".into(),
+            Command::Random => "random".into(),
+            Command::Forget(tag) => format!("forget {tag}"),
+        };
+        if y.tag.0 == 0 {
+            what
+        } else {
+            format!("{} {what}", y.tag)
+        }
+    }
+
+    fn yield_json(&mut self, y: &Yield) -> Value {
+        let words = self.yield_text(y);
+        let mut value = json!({
+            "tag": y.tag.0,
+            "kind": y.command.kind().name(),
+            "words": words,
+        });
+        let fields = match &y.command {
+            Command::Sleep(duration) => json!({ "duration_ms": duration.as_millis() as u64 }),
+            Command::SleepUntil(nanos) => json!({ "until_ms": nanos / 1_000_000 }),
+            Command::Log(record) => json!({
+                "level": level(record.level),
+                "message": record.message,
+                "fields": record.fields.iter().map(|f| (f.key.clone(), Value::from(f.value.clone()))).collect::<serde_json::Map<_, _>>(),
+            }),
+            Command::Send(send) => {
+                json!({ "to": send.to.0, "message": payload_json(&send.message) })
+            }
+            Command::Spawn(spawn) => json!({
+                "module": spawn.module,
+                "entry": spawn.entry,
+                "input": payload_json(&spawn.input),
+            }),
+            Command::Join(pid) | Command::Cancel(pid) => json!({ "target": pid.0 }),
+            Command::Call(call) => json!({ "name": call.name, "input": payload_json(&call.input) }),
+            Command::Forget(tag) => json!({ "forgets": tag.0 }),
+            Command::Now | Command::Random => json!({}),
+        };
+        if let (Value::Object(value), Value::Object(fields)) = (&mut value, fields) {
+            value.extend(fields);
+        }
+        value
+    }
+
+    /// A completion in words: what the command it answers gave back.
+    fn answer(&mut self, asked: Option<&Command>, data: &Payload) -> (String, Value) {
+        match asked {
+            Some(Command::Now) => match postcard::from_bytes::<u64>(&data.bytes) {
+                Ok(nanos) => (nanos_time(nanos), json!(nanos)),
+                Err(_) => (payload_text(data), payload_json(data)),
+            },
+            Some(Command::Random) => match postcard::from_bytes::<u64>(&data.bytes) {
+                Ok(n) => (n.to_string(), json!(n)),
+                Err(_) => (payload_text(data), payload_json(data)),
+            },
+            Some(Command::Spawn(_)) => match postcard::from_bytes::<Pid>(&data.bytes) {
+                Ok(pid) => {
+                    let named = self.pid(pid);
+                    let id = self.ids.get(&pid.0).cloned().flatten();
+                    (
+                        format!("started {named}"),
+                        json!({ "pid": pid.0, "id": id }),
+                    )
+                }
+                Err(_) => (payload_text(data), payload_json(data)),
+            },
+            Some(Command::Sleep(_) | Command::SleepUntil(_)) => {
+                ("the time came".into(), Value::Null)
+            }
+            Some(Command::Send(_)) => ("delivered".into(), Value::Null),
+            Some(Command::Cancel(_)) => ("delivered".into(), Value::Null),
+            Some(Command::Join(pid)) => (
+                format!("{} ended with {}", self.pid(*pid), payload_text(data)),
+                payload_json(data),
+            ),
+            Some(Command::Call(call)) => (
+                format!("'{}' answered {}", call.name, payload_text(data)),
+                payload_json(data),
+            ),
+            _ => (payload_text(data), payload_json(data)),
+        }
+    }
+
+    fn event_text(&mut self, event: &Event) -> String {
+        match event.kind {
+            EventKind::YieldComplete => {
+                let asked = self.asked.remove(&event.tag.0);
+                let kind = asked.as_ref().map_or("", |c| c.kind().name());
+                match &event.error {
+                    None => {
+                        let (words, _) = self.answer(asked.as_ref(), &event.data);
+                        format!("{} {kind}: {words}", event.tag)
                     }
-                    for read in &record.reads {
-                        writeln!(out, "  read   {read}")?;
-                    }
-                    for y in &record.output.yields {
-                        writeln!(out, "  yield  #{} {:?}", y.tag.0, y.command)?;
-                    }
-                    writeln!(out, "  status {}", status_json(&record.output.status))?;
+                    Some(error) => format!(
+                        "{} {kind} failed: {}: {}",
+                        event.tag,
+                        error.kind.name(),
+                        error.message
+                    ),
                 }
             }
-            out.flush()
-        })();
-        match written {
-            // The reader went away (`| head`): nothing more to say.
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-            other => other.context("writing the history"),
+            // A message's tag is its number in the store.
+            EventKind::Message => format!(
+                "message {} from {}: {}",
+                event.tag.0,
+                self.pid(event.from),
+                payload_text(&event.data)
+            ),
+            EventKind::Cancel => "cancel asked".into(),
+        }
+    }
+
+    fn event_json(&mut self, event: &Event) -> Value {
+        match event.kind {
+            EventKind::YieldComplete => {
+                let asked = self.asked.get(&event.tag.0).cloned();
+                let words = self.event_text(event);
+                let kind = asked.as_ref().map(|c| c.kind().name());
+                match &event.error {
+                    None => {
+                        let (_, value) = self.answer(asked.as_ref(), &event.data);
+                        json!({
+                            "kind": "completion",
+                            "tag": event.tag.0,
+                            "answers": kind,
+                            "ok": value,
+                            "words": words,
+                        })
+                    }
+                    Some(error) => json!({
+                        "kind": "completion",
+                        "tag": event.tag.0,
+                        "answers": kind,
+                        "error": { "kind": error.kind.name(), "message": error.message },
+                        "words": words,
+                    }),
+                }
+            }
+            EventKind::Message => json!({
+                "kind": "message",
+                "number": event.tag.0,
+                "from": event.from.0,
+                "data": payload_json(&event.data),
+                "words": self.event_text(event),
+            }),
+            EventKind::Cancel => json!({ "kind": "cancel", "words": "cancel asked" }),
         }
     }
 }
 
-/// A payload as JSON: itself when it is JSON, else its encoding and bytes in hex.
+fn level(level: wfhost::contract::Level) -> &'static str {
+    use wfhost::contract::Level;
+    match level {
+        Level::Trace => "trace",
+        Level::Debug => "debug",
+        Level::Info => "info",
+        Level::Warn => "warn",
+        Level::Error => "error",
+    }
+}
+
+/// A payload as JSON: itself when it is JSON, else its encoding, size and bytes in hex.
 fn payload_json(payload: &Payload) -> Value {
-    if payload.encoding.name() == "json" {
+    if payload.encoding == Encoding::Json {
         if let Ok(value) = serde_json::from_slice::<Value>(&payload.bytes) {
             return value;
         }
     }
     let hex: String = payload.bytes.iter().map(|b| format!("{b:02x}")).collect();
-    json!({ "encoding": payload.encoding.name(), "bytes": hex })
+    json!({ "encoding": payload.encoding.name(), "size": payload.bytes.len(), "bytes": hex })
 }
 
-fn event_json(event: &Event) -> Value {
-    match event.kind {
-        EventKind::YieldComplete => match &event.error {
-            None => {
-                json!({ "kind": "completion", "tag": event.tag.0, "ok": payload_json(&event.data) })
+/// A payload in words: its JSON text (cut at [`SHOWN`] bytes, with its size), or its encoding,
+/// size and first bytes.
+fn payload_text(payload: &Payload) -> String {
+    let bytes = &payload.bytes;
+    if payload.encoding == Encoding::Json {
+        if let Ok(text) = std::str::from_utf8(bytes) {
+            if text.len() <= SHOWN {
+                return text.to_string();
             }
-            Some(error) => json!({
-                "kind": "completion",
-                "tag": event.tag.0,
-                "error": { "kind": error.kind.name(), "message": error.message },
-            }),
-        },
-        // A message's tag is its number in the store.
-        EventKind::Message => json!({
-            "kind": "message",
-            "number": event.tag.0,
-            "from": event.from.0,
-            "data": payload_json(&event.data),
-        }),
-        EventKind::Cancel => json!({ "kind": "cancel" }),
+            let mut end = SHOWN;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            return format!("{}... ({} bytes in all)", &text[..end], text.len());
+        }
     }
+    let hex: String = bytes.iter().take(32).map(|b| format!("{b:02x}")).collect();
+    let more = if bytes.len() > 32 { "..." } else { "" };
+    format!(
+        "({}, {} bytes: {hex}{more})",
+        payload.encoding.name(),
+        bytes.len()
+    )
 }
 
-fn event_text(event: &Event) -> String {
-    match event.kind {
-        EventKind::YieldComplete => match &event.error {
-            None => format!("#{} ok {}", event.tag.0, payload_json(&event.data)),
-            Some(error) => format!(
-                "#{} error {}: {}",
-                event.tag.0,
-                error.kind.name(),
-                error.message
-            ),
-        },
-        EventKind::Message => format!(
-            "message {} from {}: {}",
-            event.tag.0,
-            event.from,
-            payload_json(&event.data)
-        ),
-        EventKind::Cancel => "cancel".into(),
+fn status_text(status: &Status) -> String {
+    match status {
+        Status::Continue => "continues".into(),
+        Status::Wait => "waits".into(),
+        Status::Idle => "idle".into(),
+        Status::Done(result) => format!("done: {}", payload_text(result)),
+        Status::Failed(message) => format!("failed: {message}"),
+        Status::Cancelled(message) => format!("cancelled: {message}"),
     }
-}
-
-fn yield_json(y: &Yield) -> Value {
-    json!({ "tag": y.tag.0, "kind": y.command.kind().name(), "command": format!("{:?}", y.command) })
 }
 
 fn status_json(status: &Status) -> Value {
@@ -148,12 +391,43 @@ fn status_json(status: &Status) -> Value {
     }
 }
 
-pub(super) fn ending_text(ending: &Option<Ending>) -> String {
-    match ending {
+/// A time in nanoseconds since the Unix epoch, in words (UTC).
+fn nanos_time(nanos: u64) -> String {
+    format!("{} UTC", time(nanos / 1_000_000))
+}
+
+/// Milliseconds as `850ms`, `1.2s`, `3m 20s`, `2h 5m`.
+fn duration(ms: u64) -> String {
+    duration_text(std::time::Duration::from_millis(ms))
+}
+
+fn duration_text(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    let secs = d.as_secs();
+    match secs {
+        0 if ms == 0 && d.as_nanos() > 0 => format!("{}us", d.as_micros()),
+        0 => format!("{ms}ms"),
+        1..60 => {
+            let tenths = (ms % 1000) / 100;
+            if tenths == 0 {
+                format!("{secs}s")
+            } else {
+                format!("{secs}.{tenths}s")
+            }
+        }
+        60..3600 => format!("{}m {}s", secs / 60, secs % 60),
+        3600..86_400 => format!("{}h {}m", secs / 3600, secs % 3600 / 60),
+        _ => format!("{}d {}h", secs / 86_400, secs % 86_400 / 3600),
+    }
+}
+
+pub(super) fn ending_text(workflow: &Workflow) -> String {
+    use wfhost::store::Ending;
+    match &workflow.ending {
         None => String::new(),
         Some(Ending::Done(bytes)) => match postcard::from_bytes::<Payload>(bytes) {
             Ok(payload) => super::run::render(&payload).unwrap_or_default(),
-            Err(_) => "(undecodable)".into(),
+            Err(_) => "(a result that does not decode)".into(),
         },
         Some(Ending::Failed { kind, message }) => format!("{kind}: {message}"),
     }
@@ -162,16 +436,23 @@ pub(super) fn ending_text(ending: &Option<Ending>) -> String {
 fn write_workflow(out: &mut impl Write, w: &Workflow) -> std::io::Result<()> {
     writeln!(
         out,
-        "workflow {} (pid {}): entry '{}', module {}, {}, started {}",
+        "workflow {} ({}): entry '{}' of module {} ({}), {}, started {}",
         w.start.id,
-        w.start.num,
+        Pid(w.start.num),
         w.start.entry,
-        w.start.module,
-        w.state.name(),
+        w.start.module_name,
+        w.start.module.get(..12).unwrap_or(&w.start.module),
+        status_word(w),
         time(w.start.started)
     )?;
+    if let Ok(input) = postcard::from_bytes::<Payload>(&w.start.input) {
+        writeln!(out, "input: {}", payload_text(&input))?;
+    }
     if w.ending.is_some() {
-        writeln!(out, "result: {}", ending_text(&w.ending))?;
+        writeln!(out, "result: {}", ending_text(w))?;
+    }
+    if let Some(why) = &w.damaged {
+        writeln!(out, "damaged: {why}")?;
     }
     Ok(())
 }
@@ -183,10 +464,44 @@ fn workflow_json(w: &Workflow) -> Value {
         "parent": w.start.parent,
         "entry": w.start.entry,
         "module": w.start.module,
-        "status": w.state.name(),
+        "module_name": w.start.module_name,
+        "status": status_word(w),
         "started": w.start.started,
         "finished": w.finished,
         "steps": w.steps,
-        "result": ending_text(&w.ending),
+        "input": postcard::from_bytes::<Payload>(&w.start.input).ok().map(|p| payload_json(&p)),
+        "result": ending_text(w),
+        "damaged": w.damaged,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_say_them() {
+        assert_eq!(duration(850), "850ms");
+        assert_eq!(duration(1_200), "1.2s");
+        assert_eq!(duration(5_000), "5s");
+        assert_eq!(duration(200_000), "3m 20s");
+        assert_eq!(duration(7_500_000), "2h 5m");
+        assert_eq!(duration_text(std::time::Duration::from_micros(40)), "40us");
+    }
+
+    #[test]
+    fn payloads_read_as_json_or_as_what_they_are() {
+        assert_eq!(
+            payload_text(&Payload::json_bytes(br#"{"a":1}"#.to_vec())),
+            r#"{"a":1}"#
+        );
+        assert_eq!(
+            payload_text(&Payload::opaque(vec![2])),
+            "(bytes, 1 bytes: 02)"
+        );
+        assert_eq!(
+            payload_json(&Payload::json_bytes(b"[1,2]".to_vec())),
+            json!([1, 2])
+        );
+    }
 }

@@ -1,3 +1,4 @@
+use crate::output::outln;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
@@ -35,22 +36,22 @@ impl InspectCommand {
                 "size": info.size,
                 "sha256": info.sha256,
             });
-            println!("{json}");
+            outln!("{json}")?;
             return Ok(());
         }
-        println!("module:       {}", self.module.display());
-        println!("size:         {} bytes", info.size);
-        println!("sha256:       {}", info.sha256);
-        println!("abi version:  {}", info.abi_version);
-        println!("entry points: {}", info.entries.join(", "));
+        outln!("module:       {}", self.module.display())?;
+        outln!("size:         {} bytes", info.size)?;
+        outln!("sha256:       {}", info.sha256)?;
+        outln!("abi version:  {}", info.abi_version)?;
+        outln!("entry points: {}", info.entries.join(", "))?;
         let mut imports: Vec<&str> = info.imports.iter().map(|(_, name)| name.as_str()).collect();
         imports.sort_unstable();
-        println!(
+        outln!(
             "imports:      {} WASI preview 1 function(s){}{}",
             imports.len(),
             if imports.is_empty() { "" } else { ": " },
             imports.join(", ")
-        );
+        )?;
         Ok(())
     }
 }

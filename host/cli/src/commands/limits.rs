@@ -180,7 +180,7 @@ fn parse_hibernation(text: &str) -> Result<Hibernation, String> {
 
 /// "64MiB", "512KiB", "2GiB", "1000B". A bare number is refused: `--max-memory 64` meant 64 MiB
 /// once, and 64 bytes would be a surprise either way.
-fn parse_size(text: &str) -> Result<usize, String> {
+pub(super) fn parse_size(text: &str) -> Result<usize, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())

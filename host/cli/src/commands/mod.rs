@@ -1,5 +1,6 @@
 //! One file per subcommand.
 
+mod backup;
 mod build;
 mod client;
 mod durable;
@@ -20,6 +21,7 @@ pub enum Command {
     History(history::HistoryCommand),
     Replay(durable::ReplayCommand),
     Serve(Box<serve::ServeCommand>),
+    Backup(backup::BackupCommand),
     Start(client::StartCommand),
     Status(client::StatusCommand),
     Result(client::ResultCommand),
@@ -38,6 +40,7 @@ impl Command {
             Command::History(command) => command.execute(),
             Command::Replay(command) => command.execute(),
             Command::Serve(command) => command.execute(),
+            Command::Backup(command) => command.execute(),
             Command::Start(command) => command.execute(),
             Command::Status(command) => command.execute(),
             Command::Result(command) => command.execute(),
@@ -46,6 +49,54 @@ impl Command {
         }
     }
 }
+
+/// The exit code for `error` (see `wfhost --help`): 1 a workflow failed, 3 an id exists with
+/// another start, 4 the store stopped the work (resumable), 5 damage in the store, 2 anything
+/// else (it could not start).
+pub fn exit_code(error: &anyhow::Error) -> u8 {
+    if error.downcast_ref::<WorkflowFailed>().is_some() {
+        return 1;
+    }
+    if error.downcast_ref::<Stopped>().is_some() {
+        return 4;
+    }
+    if error.downcast_ref::<Damaged>().is_some() {
+        return 5;
+    }
+    match error
+        .downcast_ref::<wfhost::Error>()
+        .map(wfhost::Error::kind)
+    {
+        Some(wfhost::ErrorKind::Conflict) => 3,
+        _ => 2,
+    }
+}
+
+/// The store stopped the work where its journal ends (full, read-only, out of reach): it resumes
+/// on a host started on a working store (exit code 4).
+#[derive(Debug)]
+pub struct Stopped(pub String);
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Stopped {}
+
+/// A journal in the store cannot be read back: the workflows it holds were left as they were
+/// (exit code 5).
+#[derive(Debug)]
+pub struct Damaged(pub String);
+
+impl std::fmt::Display for Damaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Damaged {}
 
 /// The workflow ran and failed (exit code 1, where every other error means it could not start).
 #[derive(Debug)]

@@ -11,6 +11,7 @@ use wfhost::{Encoding, ErrorKind, Host, Payload, Pid};
 use super::limits::{parse_duration, CacheArgs, LimitArgs};
 use super::WorkflowFailed;
 use crate::events::EventPrinter;
+use crate::output::outln;
 
 /// Runs one entry point of a workflow module to completion and prints its result as JSON.
 ///
@@ -59,9 +60,10 @@ pub struct RunCommand {
     #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
     store: Option<Location>,
 
-    /// The durable workflow's id (with --store). Running an id that finished prints its stored
-    /// result. Default: a new random id, printed on stderr.
-    #[arg(long, value_name = "ID", requires = "store")]
+    /// The durable workflow's id (with --store). Running an id that finished with the same
+    /// module, entry point and input prints its stored result; with others, it is refused (exit
+    /// code 3). Default: a new random id, printed on stderr.
+    #[arg(long, value_name = "ID")]
     id: Option<String>,
 
     #[command(flatten)]
@@ -88,7 +90,13 @@ fn parse_module(text: &str) -> Result<(String, PathBuf), String> {
 
 impl RunCommand {
     pub fn execute(self) -> anyhow::Result<()> {
-        let input = self.read_input()?;
+        if self.id.is_some() && self.store.is_none() {
+            bail!(
+                "--id names a durable workflow, which is journaled in a store: give --store too \
+                 (--store wf.db, or a postgres:// URL)"
+            );
+        }
+        let input = read_input(self.input.as_deref(), self.input_file.as_deref())?;
         let module = if self.module.is_dir() {
             wfhost_cli::build::build_workflow(&self.module, true)?
         } else {
@@ -124,6 +132,8 @@ impl RunCommand {
         let input = Payload::json_bytes(input.into_bytes());
         let run = match &self.store {
             Some(store) => {
+                // Followed by nobody here: their messages to the host are logged and kept.
+                // (What is damaged was logged as the recovery found it.)
                 let recovered = host.recover_with(grants)?;
                 if !recovered.is_empty() {
                     eprintln!(
@@ -165,7 +175,7 @@ impl RunCommand {
         host.shutdown(Duration::from_secs(1));
         match outcome {
             Ok(result) => {
-                println!("{}", render(&result)?);
+                outln!("{}", render(&result)?)?;
                 Ok(())
             }
             // It never started: the entry point does not exist or refused its input.
@@ -177,25 +187,43 @@ impl RunCommand {
             {
                 Err(anyhow::Error::new(error))
             }
+            // The store stopped it where its journal ends: it resumes.
+            Err(error)
+                if self.store.is_some()
+                    && (host.store_failure().is_some() || super::durable::interrupted()) =>
+            {
+                let store = self
+                    .store
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
+                Err(super::Stopped(format!(
+                    "the workflow stopped, resumable: {} (`wfhost resume --store {store}` goes \
+                     on with it)",
+                    error.message()
+                ))
+                .into())
+            }
             Err(error) => Err(WorkflowFailed(error.message().to_string()).into()),
         }
     }
+}
 
-    fn read_input(&self) -> anyhow::Result<String> {
-        let (text, source) = match (&self.input, &self.input_file) {
-            (Some(text), _) => (text.clone(), "--input".to_string()),
-            (None, Some(path)) => (
-                std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read the input file {}", path.display()))?,
-                path.display().to_string(),
-            ),
-            (None, None) => ("null".to_string(), String::new()),
-        };
-        if let Err(error) = serde_json::from_str::<serde_json::Value>(&text) {
-            bail!("{source} is not valid JSON: {error} (strings need quotes: --input '\"world\"')");
-        }
-        Ok(text)
+/// The input (JSON text) from `--input` or `--input-file`; `null` without either.
+pub(super) fn read_input(input: Option<&str>, file: Option<&Path>) -> anyhow::Result<String> {
+    let (text, source) = match (input, file) {
+        (Some(text), _) => (text.to_string(), "--input".to_string()),
+        (None, Some(path)) => (
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the input file {}", path.display()))?,
+            path.display().to_string(),
+        ),
+        (None, None) => ("null".to_string(), String::new()),
+    };
+    if let Err(error) = serde_json::from_str::<serde_json::Value>(&text) {
+        bail!("{source} is not valid JSON: {error} (strings need quotes: --input '\"world\"')");
     }
+    Ok(text)
 }
 
 /// The module's name: its file name without the extension.

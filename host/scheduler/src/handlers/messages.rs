@@ -44,22 +44,57 @@ fn send_to_host(cx: &Context<'_>, message: Payload) -> Result<(), CommandError> 
         })
 }
 
-pub(crate) fn log(request: Request, cx: &Context<'_>) {
-    if let Command::Log(record) = request.command {
-        emit(cx.pid(), &record);
+/// What became of a message offered to the host's outbox ([`offer_to_host`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostOffer {
+    /// Queued for whoever started the process (or its nearest ancestor started from outside).
+    Queued,
+    /// The outbox holds its limit: its reader is not keeping up.
+    Full,
+    /// Nobody reads messages from this process (none was asked for, or the reader went away).
+    NoReader,
+}
+
+/// Offers `message` from the process `cx` runs to the host's outbox, as the built-in `send` to
+/// [`Pid::HOST`] does, and says what became of it: for a handler that keeps such messages
+/// elsewhere too (a durable host journals them) and need not fail a send nobody reads.
+pub fn offer_to_host(cx: &Context<'_>, message: Payload) -> HostOffer {
+    let Some(outbox) = &cx.slot.outbox else {
+        return HostOffer::NoReader;
+    };
+    match outbox.send(cx.pid(), message) {
+        Ok(()) => HostOffer::Queued,
+        Err(OutboxRefused::Full) => HostOffer::Full,
+        Err(OutboxRefused::Closed) => HostOffer::NoReader,
     }
 }
 
-/// Writes a guest's log record to `tracing`, under target `wfhost::guest`, with the pid and the
-/// record's fields (as one `key=value` list: `tracing` field names are fixed at compile time).
-pub fn emit(pid: wfcontract::Pid, record: &LogRecord) {
+pub(crate) fn log(request: Request, cx: &Context<'_>) {
+    if let Command::Log(record) = request.command {
+        emit(cx.pid(), None, &record);
+    }
+}
+
+/// Writes a guest's log record to `tracing`, under target `wfhost::guest`, with the pid, the
+/// workflow id when the process has one (a durable workflow), and the record's fields (as one
+/// `key=value` list: `tracing` field names are fixed at compile time).
+pub fn emit(pid: wfcontract::Pid, workflow: Option<&str>, record: &LogRecord) {
     let fields = FieldList(&record.fields);
     macro_rules! emit_at {
         ($level:expr) => {
-            if record.fields.is_empty() {
-                tracing::event!(target: "wfhost::guest", $level, pid = pid.0, "{}", record.message)
-            } else {
-                tracing::event!(target: "wfhost::guest", $level, pid = pid.0, fields = %fields, "{}", record.message)
+            match (workflow, record.fields.is_empty()) {
+                (None, true) => {
+                    tracing::event!(target: "wfhost::guest", $level, pid = pid.0, "{}", record.message)
+                }
+                (None, false) => {
+                    tracing::event!(target: "wfhost::guest", $level, pid = pid.0, fields = %fields, "{}", record.message)
+                }
+                (Some(id), true) => {
+                    tracing::event!(target: "wfhost::guest", $level, pid = pid.0, workflow = id, "{}", record.message)
+                }
+                (Some(id), false) => {
+                    tracing::event!(target: "wfhost::guest", $level, pid = pid.0, workflow = id, fields = %fields, "{}", record.message)
+                }
             }
         };
     }

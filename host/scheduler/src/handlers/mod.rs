@@ -13,8 +13,8 @@ mod messages;
 mod processes;
 mod time;
 
-pub use messages::emit;
 pub use messages::send as send_handler;
+pub use messages::{emit, offer_to_host, HostOffer};
 pub use processes::join as join_handler;
 pub(crate) use processes::SpawnHandler;
 pub use processes::Spawner;

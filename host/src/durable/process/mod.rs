@@ -92,11 +92,12 @@ pub(crate) struct DurableProcess {
 
 impl DurableProcess {
     pub(crate) fn new(
-        inner: WasmProcess,
+        mut inner: WasmProcess,
         durable: Arc<Durable>,
         id: Arc<str>,
         module: Arc<str>,
     ) -> DurableProcess {
+        inner.set_workflow(Arc::clone(&id));
         DurableProcess {
             inner,
             durable,
@@ -465,7 +466,7 @@ impl Process for DurableProcess {
         }) {
             // Never released: the step's effects must not happen unjournaled. The process stops
             // where its journal ends.
-            tracing::error!(pid = %self.pid, "a step could not be journaled: {error}");
+            tracing::error!(pid = %self.pid, workflow = %self.id, "a step could not be journaled: {error}");
             self.durable.store_failed(&error, &[self.pid]);
             return;
         }
@@ -504,7 +505,7 @@ impl Process for DurableProcess {
             at: unix_millis(),
         }];
         if let Err(error) = self.durable.writer.write(ops) {
-            tracing::error!(pid = %self.pid, "the end of a workflow could not be journaled: {error}");
+            tracing::error!(pid = %self.pid, workflow = %self.id, "the end of a workflow could not be journaled: {error}");
         }
     }
 

@@ -27,7 +27,8 @@ impl Location {
         }
     }
 
-    /// Opens the store (creating and migrating it if need be), synced as `sync` says.
+    /// Opens the store as a host does (creating and migrating it if need be), synced as `sync`
+    /// says. A SQLite file is held by one host at a time: it is refused while another holds it.
     pub fn open(&self, sync: SyncMode) -> StoreResult<Box<dyn Store>> {
         Ok(match self {
             Location::Sqlite(path) => Box::new(SqliteStore::open(path, sync)?),
@@ -35,17 +36,23 @@ impl Location {
         })
     }
 
-    /// Opens the store only if it exists: a SQLite file that is there, or a PostgreSQL database
-    /// that has wfhost's tables. For commands that read what a host wrote.
+    /// Opens the store only if it exists, to read it beside the hosts that run it: a SQLite
+    /// file that is there, or a PostgreSQL database that has wfhost's tables. For commands that
+    /// read what a host wrote.
     pub fn open_existing(&self) -> StoreResult<Box<dyn Store>> {
         match self {
-            Location::Sqlite(path) if !path.exists() => Err(super::StoreError::new(format_args!(
-                "there is no store at {}: give the file `wfhost run --store` or `wfhost serve \
-                 --store` wrote",
-                path.display()
-            ))),
-            Location::Sqlite(path) => Ok(Box::new(SqliteStore::open(path, SyncMode::Full)?)),
+            Location::Sqlite(path) => Ok(Box::new(SqliteStore::open_existing(path)?)),
             Location::Postgres(url) => Ok(Box::new(PgStore::open_existing(url)?)),
+        }
+    }
+
+    /// For a client that writes work for hosts (starts, messages, cancels): a PostgreSQL store
+    /// is opened (its tables created if need be); a SQLite file is refused, with what to do (its
+    /// one host takes work only from its own application).
+    pub fn open_client(&self) -> StoreResult<Box<dyn Store>> {
+        match self {
+            Location::Sqlite(_) => Err(super::client_only()),
+            Location::Postgres(url) => Ok(Box::new(PgStore::open(url, SyncMode::Full)?)),
         }
     }
 

@@ -4,12 +4,11 @@
 
 mod location;
 mod postgres;
-mod schema;
 mod sqlite;
 
 pub use location::Location;
 pub use postgres::PgStore;
-pub use sqlite::{SqliteStore, SyncMode};
+pub use sqlite::{Holder, SqliteStore, SyncMode};
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
@@ -51,6 +50,63 @@ pub struct NewWorkflow {
     pub input: Vec<u8>,
     /// When it started, in milliseconds since the Unix epoch.
     pub started: u64,
+}
+
+impl NewWorkflow {
+    /// What differs between this start and one of module `module` (its hash), entry point
+    /// `entry` and `input` (a postcard-encoded `Payload`), in words: nothing for a start that
+    /// may follow this workflow (an idempotent start). JSON inputs are compared as values
+    /// (`{"a": 1}` is `{"a":1}`); others byte for byte.
+    pub fn differences(&self, module: &str, entry: &str, input: &[u8]) -> Vec<String> {
+        let mut differs = Vec::new();
+        if self.module != module {
+            differs.push(format!(
+                "module (it runs {}, this start names {})",
+                short(&self.module),
+                short(module)
+            ));
+        }
+        if self.entry != entry {
+            differs.push(format!(
+                "entry point (it runs '{}', this start names '{entry}')",
+                self.entry
+            ));
+        }
+        if !same_payload(&self.input, input) {
+            differs.push("input".to_string());
+        }
+        differs
+    }
+}
+
+/// The first 12 digits of a hash.
+fn short(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
+}
+
+/// Whether two postcard-encoded payloads hold the same value: JSON compared as values.
+fn same_payload(a: &[u8], b: &[u8]) -> bool {
+    if a == b {
+        return true;
+    }
+    let (Ok(a), Ok(b)) = (
+        postcard::from_bytes::<wfcontract::Payload>(a),
+        postcard::from_bytes::<wfcontract::Payload>(b),
+    ) else {
+        return false;
+    };
+    if a.encoding != b.encoding {
+        return false;
+    }
+    if a.encoding == wfcontract::Encoding::Json {
+        if let (Ok(a), Ok(b)) = (
+            serde_json::from_slice::<serde_json::Value>(&a.bytes),
+            serde_json::from_slice::<serde_json::Value>(&b.bytes),
+        ) {
+            return a == b;
+        }
+    }
+    a.bytes == b.bytes
 }
 
 /// How a workflow ended.
@@ -155,6 +211,40 @@ pub enum Op {
     },
     /// A workflow's snapshot, in place of the one it had.
     Snapshot(NewSnapshot),
+    /// A durable workflow's message to the host, kept for whoever asks (once per sender and
+    /// yield).
+    HostMessage(HostMessage),
+    /// A workflow's journal could not be read back (`Some(why)`), or can again (`None`).
+    Damaged {
+        /// The workflow.
+        num: u64,
+        /// Why, or `None` once it recovered.
+        why: Option<String>,
+    },
+}
+
+/// A message a durable workflow sent the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostMessage {
+    /// The sender.
+    pub num: u64,
+    /// The tag of the `send` that sent it: the sender's messages are in tag order.
+    pub tag: u64,
+    /// When it was sent, in milliseconds since the Unix epoch.
+    pub at: u64,
+    /// The payload, postcard-encoded.
+    pub payload: Vec<u8>,
+}
+
+/// A host that joined a store hosts share, as the store knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostInfo {
+    /// Its number.
+    pub id: u64,
+    /// Who it is: its machine's name and its pid.
+    pub name: String,
+    /// Whether its lease holds.
+    pub alive: bool,
 }
 
 /// Where a workflow stands.
@@ -203,6 +293,14 @@ pub struct Workflow {
     pub steps: u64,
     /// A cancel was asked for; and whether a step took it.
     pub cancel: Cancel,
+    /// Why its journal (or its tree's) cannot be read back, if a host found it so: it is left
+    /// as it was, to be resumed once the store is repaired or the build fixed.
+    pub damaged: Option<String>,
+    /// Messages the store holds for it, not refused: waiting to be taken while it runs, never
+    /// read once it has ended.
+    pub unread: u64,
+    /// On a store hosts share, the host that owns it (runs it, or ran it last).
+    pub owner: Option<u64>,
 }
 
 /// Whether a workflow was asked to cancel.
@@ -415,6 +513,16 @@ pub trait Store: Send {
 
     /// Every message still held (waiting, or refused and not yet forgotten), by number.
     fn messages(&mut self) -> StoreResult<Vec<Message>>;
+
+    /// The messages workflow `num` sent the host with a tag after `after`, in order.
+    fn host_messages(&mut self, num: u64, after: u64) -> StoreResult<Vec<HostMessage>>;
+
+    /// The host numbered `id`, on a store hosts share. `None` for a store one host has to
+    /// itself (SQLite: [`Holder`] says who holds it).
+    fn host_info(&mut self, id: u64) -> StoreResult<Option<HostInfo>> {
+        let _ = id;
+        Ok(None)
+    }
 }
 
 /// The messages of `ops` that are sent and taken within them: a message sent by one step and
@@ -440,7 +548,7 @@ pub(crate) fn elided(ops: &[Op]) -> (HashSet<u64>, Option<u64>) {
 }
 
 /// Client commands on a store one host has to itself.
-fn client_only() -> StoreError {
+pub(super) fn client_only() -> StoreError {
     StoreError::new(
         "this store is one host's own (a SQLite file): run workflows with `wfhost run --store` \
          or a host of your own (Host::start, Host::send, Host::cancel); client commands need a \

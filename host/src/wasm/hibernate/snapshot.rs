@@ -187,44 +187,7 @@ impl Snapshot {
         globals: usize,
         max_memory: usize,
     ) -> Result<Snapshot, String> {
-        let memory_bytes = usize::try_from(image.memory_bytes)
-            .ok()
-            .filter(|&bytes| bytes <= max_memory)
-            .ok_or_else(|| {
-                format!(
-                    "its memory of {} bytes is over the limit of {max_memory} bytes",
-                    image.memory_bytes
-                )
-            })?;
-        if !memory_bytes.is_multiple_of(WASM_PAGE) {
-            return Err(format!(
-                "its memory of {memory_bytes} bytes is not a whole number of pages"
-            ));
-        }
-        if image.globals.len() != globals {
-            return Err(format!(
-                "it has {} globals where the module has {globals}",
-                image.globals.len()
-            ));
-        }
-        let mut expected = 0usize;
-        let mut previous = None;
-        for &index in &image.chunks {
-            let start = index as usize * CHUNK;
-            if previous.is_some_and(|p| p >= index) || start >= memory_bytes {
-                return Err(format!(
-                    "its page {index} is out of order or out of its memory"
-                ));
-            }
-            previous = Some(index);
-            expected += (start + CHUNK).min(memory_bytes) - start;
-        }
-        if image.raw_len != expected as u64 {
-            return Err(format!(
-                "its pages hold {} bytes where they should hold {expected}",
-                image.raw_len
-            ));
-        }
+        let (memory_bytes, raw_len) = image.check_shape(globals, max_memory)?;
         Ok(Snapshot {
             memory_bytes,
             globals: image
@@ -240,7 +203,7 @@ impl Snapshot {
                 .collect(),
             chunks: image.chunks.into_boxed_slice(),
             data: image.data.into_boxed_slice(),
-            raw_len: expected,
+            raw_len,
         })
     }
 
@@ -249,42 +212,19 @@ impl Snapshot {
     /// store is checked before it is used, so that one that does not fit is set aside rather than
     /// failing when it is restored.
     pub(crate) fn fits(&self, module: &wasmtime::Module, globals: &[String]) -> Result<(), String> {
-        use wasmtime::{ExternType, ValType};
-        for (name, value) in globals.iter().zip(self.globals.iter()) {
-            let Some(ExternType::Global(global)) = module.get_export(name) else {
-                return Err(format!("the module has no global '{name}'"));
-            };
-            let same = matches!(
-                (global.content(), value),
-                (ValType::I32, Val::I32(_))
-                    | (ValType::I64, Val::I64(_))
-                    | (ValType::F32, Val::F32(_))
-                    | (ValType::F64, Val::F64(_))
-                    | (ValType::V128, Val::V128(_))
-            );
-            if !same {
-                return Err(format!("its global '{name}' is not of the module's type"));
-            }
-        }
-        let memory = module.exports().find_map(|export| match export.ty() {
-            ExternType::Memory(memory) => Some(memory),
-            _ => None,
-        });
-        let Some(memory) = memory else {
-            return Err("the module exports no memory".into());
-        };
-        let page = memory.page_size();
-        let pages = self.memory_bytes as u64 / page;
-        if !(self.memory_bytes as u64).is_multiple_of(page)
-            || pages < memory.minimum()
-            || memory.maximum().is_some_and(|max| pages > max)
-        {
-            return Err(format!(
-                "its memory of {} bytes is outside the module's bounds",
-                self.memory_bytes
-            ));
-        }
-        Ok(())
+        fits_module(
+            self.memory_bytes as u64,
+            self.globals.iter().map(|value| match value {
+                Val::I32(_) => Some(wasmtime::ValType::I32),
+                Val::I64(_) => Some(wasmtime::ValType::I64),
+                Val::F32(_) => Some(wasmtime::ValType::F32),
+                Val::F64(_) => Some(wasmtime::ValType::F64),
+                Val::V128(_) => Some(wasmtime::ValType::V128),
+                _ => None,
+            }),
+            module,
+            globals,
+        )
     }
 
     /// Bytes this snapshot holds on the host's heap.
@@ -305,6 +245,126 @@ pub(crate) struct Image {
     /// LZ4-compressed.
     pub(super) data: Vec<u8>,
     pub(super) raw_len: u64,
+}
+
+impl Image {
+    /// Whether the image can start a process of `module`, whose plan has `globals` (by name)
+    /// and whose memory may have `max_memory` bytes: what [`Snapshot::from_image`] and
+    /// [`Snapshot::fits`] check, looked at in place (a recovery checks every snapshot before it
+    /// starts anything).
+    pub(crate) fn check(
+        &self,
+        module: &wasmtime::Module,
+        globals: &[String],
+        max_memory: usize,
+    ) -> Result<(), String> {
+        self.check_shape(globals.len(), max_memory)?;
+        fits_module(
+            self.memory_bytes,
+            self.globals.iter().map(|value| {
+                Some(match value {
+                    GlobalValue::I32(_) => wasmtime::ValType::I32,
+                    GlobalValue::I64(_) => wasmtime::ValType::I64,
+                    GlobalValue::F32(_) => wasmtime::ValType::F32,
+                    GlobalValue::F64(_) => wasmtime::ValType::F64,
+                    GlobalValue::V128(_) => wasmtime::ValType::V128,
+                })
+            }),
+            module,
+            globals,
+        )
+    }
+
+    /// Checks the image's own shape: its memory within `max_memory` and in whole pages,
+    /// `globals` globals, its pages in order and within its memory, and its data as long as its
+    /// pages say. Returns its memory's size and its pages' size before compression.
+    fn check_shape(&self, globals: usize, max_memory: usize) -> Result<(usize, usize), String> {
+        let memory_bytes = usize::try_from(self.memory_bytes)
+            .ok()
+            .filter(|&bytes| bytes <= max_memory)
+            .ok_or_else(|| {
+                format!(
+                    "its memory of {} bytes is over the limit of {max_memory} bytes",
+                    self.memory_bytes
+                )
+            })?;
+        if !memory_bytes.is_multiple_of(WASM_PAGE) {
+            return Err(format!(
+                "its memory of {memory_bytes} bytes is not a whole number of pages"
+            ));
+        }
+        if self.globals.len() != globals {
+            return Err(format!(
+                "it has {} globals where the module has {globals}",
+                self.globals.len()
+            ));
+        }
+        let mut expected = 0usize;
+        let mut previous = None;
+        for &index in &self.chunks {
+            let start = index as usize * CHUNK;
+            if previous.is_some_and(|p| p >= index) || start >= memory_bytes {
+                return Err(format!(
+                    "its page {index} is out of order or out of its memory"
+                ));
+            }
+            previous = Some(index);
+            expected += (start + CHUNK).min(memory_bytes) - start;
+        }
+        if self.raw_len != expected as u64 {
+            return Err(format!(
+                "its pages hold {} bytes where they should hold {expected}",
+                self.raw_len
+            ));
+        }
+        Ok((memory_bytes, expected))
+    }
+}
+
+/// Whether a memory of `memory_bytes` and globals of the value types `kinds` (`None`: a
+/// reference) fit `module`: each global of the type the module declares for its name in
+/// `globals`, the memory within the module's bounds.
+fn fits_module(
+    memory_bytes: u64,
+    kinds: impl Iterator<Item = Option<wasmtime::ValType>>,
+    module: &wasmtime::Module,
+    globals: &[String],
+) -> Result<(), String> {
+    use wasmtime::{ExternType, ValType};
+    for (name, kind) in globals.iter().zip(kinds) {
+        let Some(ExternType::Global(global)) = module.get_export(name) else {
+            return Err(format!("the module has no global '{name}'"));
+        };
+        let same = matches!(
+            (global.content(), kind),
+            (ValType::I32, Some(ValType::I32))
+                | (ValType::I64, Some(ValType::I64))
+                | (ValType::F32, Some(ValType::F32))
+                | (ValType::F64, Some(ValType::F64))
+                | (ValType::V128, Some(ValType::V128))
+        );
+        if !same {
+            return Err(format!("its global '{name}' is not of the module's type"));
+        }
+    }
+    let memory = module.exports().find_map(|export| match export.ty() {
+        ExternType::Memory(memory) => Some(memory),
+        _ => None,
+    });
+    let Some(memory) = memory else {
+        return Err("the module exports no memory".into());
+    };
+    let page = memory.page_size();
+    let pages = memory_bytes / page;
+    if !memory_bytes.is_multiple_of(page)
+        || pages < memory.minimum()
+        || memory.maximum().is_some_and(|max| pages > max)
+    {
+        return Err(format!(
+            "its memory of {memory_bytes} bytes is outside the module's bounds"
+        ));
+    }
+    Ok(())
 }
 
 /// The value of a mutable global (floats by their bits).

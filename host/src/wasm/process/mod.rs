@@ -77,6 +77,8 @@ pub(crate) struct WasmProcess {
     ticket: Option<Arc<Ticket>>,
     /// Its stdout and stderr, from `init` on.
     logs: Option<Logs>,
+    /// Its workflow id, for a durable workflow: its log lines carry it.
+    workflow: Option<Arc<str>>,
     /// What the guest writes is not logged (see [`WasmProcess::mute`]).
     muted: bool,
     /// Time spent running its code so far, and which bound the current call's deadline is.
@@ -102,6 +104,7 @@ impl WasmProcess {
             snapshot: None,
             ticket: None,
             logs: None,
+            workflow: None,
             muted: false,
             cpu: Duration::ZERO,
             deadline: Deadline::Step,
@@ -126,6 +129,12 @@ impl WasmProcess {
     /// The name its module was loaded under (what its spawns without a module name run).
     pub(crate) fn module_name(&self) -> &str {
         &self.spec.module_name
+    }
+
+    /// Names the durable workflow this process runs: what it writes to stdout and stderr is
+    /// logged with its id.
+    pub(crate) fn set_workflow(&mut self, id: Arc<str>) {
+        self.workflow = Some(id);
     }
 
     /// Stops (or starts again) logging what the guest writes to stdout and stderr: a durable
@@ -226,7 +235,7 @@ impl WasmProcess {
         self.refuse_if_shut_down("before it was instantiated")?;
         let muted = self.muted;
         let logs = self.logs.get_or_insert_with(|| {
-            let logs = Logs::new(self.pid);
+            let logs = Logs::new(self.pid, self.workflow.clone());
             logs.mute(muted);
             logs
         });

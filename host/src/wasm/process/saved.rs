@@ -24,6 +24,25 @@ pub(crate) struct SavedProcess {
     cpu_nanos: u64,
 }
 
+impl SavedProcess {
+    /// Why this cannot start a process of `compiled` with memory up to `max_memory` bytes, if
+    /// it cannot: what [`WasmProcess::init_saved`] checks before it touches anything.
+    pub(crate) fn misfit(
+        &self,
+        compiled: &crate::wasm::Compiled,
+        max_memory: usize,
+    ) -> Option<String> {
+        let hibernating = match compiled.hibernation.as_ref() {
+            Ok(hibernating) => hibernating,
+            Err(why) => return Some(format!("its module cannot hibernate: {why}")),
+        };
+        self.image
+            .check(compiled.pre.module(), &hibernating.plan.globals, max_memory)
+            .err()
+            .map(|why| format!("its saved image does not fit: {why}"))
+    }
+}
+
 impl WasmProcess {
     /// Its state now, for a durable store: the hibernation image of its instance (taken now if it
     /// is live), and the time it has used. `None` when its module's processes cannot hibernate.
@@ -77,7 +96,8 @@ impl WasmProcess {
         self.pid = ctx.pid();
         self.entry = method.to_string();
         self.runtime.note_process(self.pid, Some(&self.spec));
-        self.logs.get_or_insert_with(|| Logs::new(self.pid));
+        self.logs
+            .get_or_insert_with(|| Logs::new(self.pid, self.workflow.clone()));
         self.cpu = Duration::from_nanos(saved.cpu_nanos);
         self.runtime.instances.restored(snapshot.size());
         self.snapshot = Some(snapshot);

@@ -753,6 +753,15 @@ pub async fn long_history(
     Ok((count, sum, buckets.len() as u64, last))
 }
 
+/// Logs a line, sleeps a moment, logs another and returns `n`: a journal whose only text is
+/// log lines (rewording them must not change what replays).
+pub async fn logged(ctx: Ctx, n: u32) -> Result<u32, Error> {
+    ctx.info("the logged workflow starts");
+    ctx.sleep(Duration::from_millis(1)).await?;
+    ctx.warn("the logged workflow ends");
+    Ok(n)
+}
+
 /// Joins process `pid`, a child or not, and reports the outcome as `supervise` does.
 pub async fn join_pid(ctx: Ctx, pid: u64) -> Result<Value, Error> {
     Ok(match ctx.join::<Value>(wfguest::Pid(pid)).await {
@@ -824,5 +833,6 @@ wfguest::entry_points!(
     long_history,
     "send-report" = report,
     "v2.echo" = echo,
-    join_pid
+    join_pid,
+    logged
 );

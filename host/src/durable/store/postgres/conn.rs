@@ -137,6 +137,14 @@ pub(super) enum ConnectError {
 /// An error as the server (or the connection) put it, with its detail when there is one.
 pub(super) fn describe(error: &Error) -> String {
     match error.as_db_error() {
+        Some(db) if *db.code() == tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE => {
+            format!(
+                "{}: the URL's user needs the privileges to use the schema wfhost and its \
+                 tables (and, for a host on a new database, to create them): ask the \
+                 database's owner to grant them, or give the owner's user",
+                db.message()
+            )
+        }
         Some(db) => match db.detail() {
             Some(detail) => format!("{} ({detail})", db.message()),
             None => db.message().to_string(),

@@ -108,7 +108,7 @@ impl PgStore {
         let found: bool = conn
             .query_one("SELECT to_regclass('wfhost.meta') IS NOT NULL", &[])
             .map(|row| row.get(0))
-            .map_err(|e| store.error("reading the store", e))?;
+            .map_err(|e| store.error("looking for wfhost's tables", e))?;
         if !found {
             return Err(StoreError::new(format_args!(
                 "the database {} holds no wfhost store: start a host on it first (`wfhost serve \
@@ -121,7 +121,7 @@ impl PgStore {
         let version: i64 = conn
             .query_one("SELECT value FROM wfhost.meta WHERE key = 'schema'", &[])
             .map(|row| row.get(0))
-            .map_err(|e| store.error("reading the store", e))?;
+            .map_err(|e| store.error("reading the schema version", e))?;
         if version > VERSION {
             return Err(StoreError::new(format_args!(
                 "the store {} was written by a newer wfhost (schema version {version}; this one \
@@ -358,7 +358,7 @@ impl Store for PgStore {
             let base = (id * lease::HOST_RANGE) as u64;
             return Ok((base, base));
         }
-        self.read("reading the store", read::high_water)
+        self.read("reading the highest numbers", read::high_water)
     }
 
     fn join(&mut self, lease: Duration, name: &str) -> StoreResult<Option<u64>> {
@@ -486,5 +486,17 @@ impl Store for PgStore {
 
     fn messages(&mut self) -> StoreResult<Vec<super::Message>> {
         self.read("reading messages", read::messages)
+    }
+
+    fn host_messages(&mut self, num: u64, after: u64) -> StoreResult<Vec<super::HostMessage>> {
+        let (num, after) = (read::int(num)?, read::int(after)?);
+        self.read("reading the messages to the host", |conn| {
+            read::host_messages(conn, num, after)
+        })
+    }
+
+    fn host_info(&mut self, id: u64) -> StoreResult<Option<super::HostInfo>> {
+        let id = read::int(id)?;
+        self.read("reading a host", |conn| read::host_info(conn, id))
     }
 }

@@ -4,8 +4,8 @@ use tokio_postgres::{Error, Row};
 
 use super::Conn;
 use crate::durable::store::{
-    Cancel, Ending, Message, NewMessage, NewSnapshot, NewWorkflow, State, Step, StoreError,
-    StoreResult, Workflow,
+    Cancel, Ending, HostInfo, HostMessage, Message, NewMessage, NewSnapshot, NewWorkflow, State,
+    Step, StoreError, StoreResult, Workflow,
 };
 
 /// A number as the store keeps it (signed), or an error for one it cannot hold.
@@ -23,7 +23,9 @@ macro_rules! workflow_columns {
     () => {
         "num, id, parent, module, module_name, entry, input, started, state, result, \
          error_kind, error, finished, \
-         coalesce((SELECT max(seq) FROM steps s WHERE s.num = w.num), 0), cancel"
+         coalesce((SELECT max(seq) FROM steps s WHERE s.num = w.num), 0), cancel, damaged, \
+         (SELECT count(*) FROM messages m WHERE m.receiver = w.num AND m.refused IS NULL), \
+         owner"
     };
 }
 
@@ -45,6 +47,9 @@ fn workflow_row(row: &Row) -> Workflow {
         finished: row.get::<_, Option<i64>>(12).map(uint),
         steps: uint(row.get(13)),
         cancel: Cancel::from_code(row.get::<_, i16>(14).into()),
+        damaged: row.get(15),
+        unread: uint(row.get(16)),
+        owner: row.get::<_, Option<i64>>(17).map(uint),
     }
 }
 
@@ -142,6 +147,40 @@ pub(super) fn module(conn: &mut Conn, hash: &str) -> Result<Option<Vec<u8>>, Err
     Ok(conn
         .query_opt("SELECT bytes FROM modules WHERE hash = $1", &[&hash])?
         .map(|row| row.get(0)))
+}
+
+pub(super) fn host_messages(
+    conn: &mut Conn,
+    num: i64,
+    after: i64,
+) -> Result<Vec<HostMessage>, Error> {
+    Ok(conn
+        .query(
+            "SELECT tag, at, payload FROM outbox WHERE num = $1 AND tag > $2 ORDER BY tag",
+            &[&num, &after],
+        )?
+        .iter()
+        .map(|row| HostMessage {
+            num: uint(num),
+            tag: uint(row.get(0)),
+            at: uint(row.get(1)),
+            payload: row.get(2),
+        })
+        .collect())
+}
+
+pub(super) fn host_info(conn: &mut Conn, id: i64) -> Result<Option<HostInfo>, Error> {
+    Ok(conn
+        .query_opt(
+            "SELECT id, name, NOT dead AND NOT client AND lease_until > now() FROM hosts \
+             WHERE id = $1",
+            &[&id],
+        )?
+        .map(|row| HostInfo {
+            id: uint(row.get(0)),
+            name: row.get(1),
+            alive: row.get::<_, Option<bool>>(2).unwrap_or(false),
+        }))
 }
 
 pub(super) fn messages(conn: &mut Conn) -> Result<Vec<Message>, Error> {

@@ -116,6 +116,19 @@ pub(super) const MIGRATIONS: &[&str] = &[
         END IF;
     END $$;
     ",
+    // 3: what a store must not hide or lose (as the SQLite store's version 5): workflows whose
+    // journal cannot be read back marked damaged and left as they were, the messages durable
+    // workflows send the host kept, and messages a workflow never read kept after it ends.
+    "
+    ALTER TABLE workflows ADD COLUMN damaged TEXT;
+    CREATE TABLE outbox (
+        num BIGINT NOT NULL,
+        tag BIGINT NOT NULL,
+        at BIGINT NOT NULL,
+        payload BYTEA NOT NULL,
+        PRIMARY KEY (num, tag)
+    );
+    ",
 ];
 
 /// The error a commit fails with when its host lost its lease (`wfhost.mark`).

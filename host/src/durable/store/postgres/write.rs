@@ -36,6 +36,7 @@ enum Part<'a> {
     },
     Cancel(i64),
     Refused(i64, Text<'a>),
+    Damaged(i64, Option<Text<'a>>),
 }
 
 /// Rows of ops that commute, by kind, as the columns of their tables.
@@ -72,6 +73,11 @@ struct Segment<'a> {
     snapshot_seq: Vec<i64>,
     snapshot_module: Vec<Text<'a>>,
     snapshot_state: Vec<&'a [u8]>,
+    /// Messages to the host, kept once per sender and tag.
+    outbox_num: Vec<i64>,
+    outbox_tag: Vec<i64>,
+    outbox_at: Vec<i64>,
+    outbox_payload: Vec<&'a [u8]>,
 }
 
 impl Segment<'_> {
@@ -81,6 +87,7 @@ impl Segment<'_> {
             && self.step_num.is_empty()
             && self.message_id.is_empty()
             && self.snapshot_num.is_empty()
+            && self.outbox_num.is_empty()
     }
 }
 
@@ -207,6 +214,19 @@ impl<'a> Plan<'a> {
                     flush(&mut segment, &mut parts);
                     parts.push(Part::Refused(int(*id, "message")?, text(error)));
                 }
+                Op::HostMessage(message) => {
+                    segment.outbox_num.push(int(message.num, "workflow")?);
+                    segment.outbox_tag.push(int(message.tag, "tag")?);
+                    segment.outbox_at.push(int(message.at, "time")?);
+                    segment.outbox_payload.push(&message.payload);
+                }
+                Op::Damaged { num, why } => {
+                    flush(&mut segment, &mut parts);
+                    parts.push(Part::Damaged(
+                        int(*num, "workflow")?,
+                        why.as_deref().map(text),
+                    ));
+                }
             }
         }
         flush(&mut segment, &mut parts);
@@ -246,6 +266,9 @@ impl<'a> Plan<'a> {
                 ),
                 Part::Cancel(num) => pipeline.push(client, &statements.cancel, vec![num, &owner]),
                 Part::Refused(id, why) => pipeline.push(client, &statements.refused, vec![id, why]),
+                Part::Damaged(num, why) => {
+                    pipeline.push(client, &statements.damaged, vec![num, why])
+                }
             }
         }
         if let Some(last) = &self.last_message {
@@ -318,6 +341,8 @@ struct Statements {
     end: Statement,
     cancel: Statement,
     refused: Statement,
+    damaged: Statement,
+    outbox: Statement,
     counter: Statement,
 }
 
@@ -367,11 +392,11 @@ impl Statements {
                  ON CONFLICT (num) DO UPDATE SET seq = excluded.seq, module = excluded.module, \
                  state = excluded.state",
             )?,
-            // What waited for it, and its snapshot, are of no use once it ended.
+            // Its snapshot is of no use once it ended. Messages it never read stay, counted as
+            // unread: they were acknowledged to whoever sent them.
             end: conn.prepare(
                 "WITH ended AS (UPDATE workflows SET state = $2, result = $3, error_kind = $4, \
-                 error = $5, finished = $6 WHERE num = $1 AND state = 0), \
-                 waiting AS (DELETE FROM messages WHERE receiver = $1) \
+                 error = $5, finished = $6 WHERE num = $1 AND state = 0) \
                  DELETE FROM snapshots WHERE num = $1",
             )?,
             // Delivered by the host that asks (its own workflow, or its child).
@@ -379,6 +404,12 @@ impl Statements {
                 "UPDATE workflows SET cancel = 1, cancel_seen = $2 WHERE num = $1 AND cancel = 0",
             )?,
             refused: conn.prepare("UPDATE messages SET refused = $2 WHERE id = $1")?,
+            damaged: conn.prepare("UPDATE workflows SET damaged = $2 WHERE num = $1")?,
+            outbox: conn.prepare(
+                "INSERT INTO outbox (num, tag, at, payload) \
+                 SELECT * FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::bytea[]) \
+                 ON CONFLICT (num, tag) DO NOTHING",
+            )?,
             counter: conn.prepare(
                 "UPDATE counters SET value = greatest(value, $1) WHERE name = 'messages'",
             )?,
@@ -460,6 +491,18 @@ impl<'a> Segment<'a> {
                     &self.snapshot_seq,
                     &self.snapshot_module,
                     &self.snapshot_state,
+                ],
+            );
+        }
+        if !self.outbox_num.is_empty() {
+            pipeline.push(
+                client,
+                &statements.outbox,
+                vec![
+                    &self.outbox_num,
+                    &self.outbox_tag,
+                    &self.outbox_at,
+                    &self.outbox_payload,
                 ],
             );
         }

@@ -74,6 +74,21 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE UNIQUE INDEX log_steps ON log(num, seq);
     ",
+    // 5: what a store must not hide or lose. A workflow whose journal cannot be read back is
+    // marked damaged (with why) and left as it was, not failed; the messages a durable
+    // workflow sends the host are kept (`outbox`, by sender and yield tag); and messages a
+    // workflow never read stay after it ends (counted per receiver).
+    "
+    ALTER TABLE workflows ADD COLUMN damaged TEXT;
+    CREATE TABLE outbox (
+        num INTEGER NOT NULL,
+        tag INTEGER NOT NULL,
+        at INTEGER NOT NULL,
+        payload BLOB NOT NULL,
+        PRIMARY KEY (num, tag)
+    ) WITHOUT ROWID;
+    CREATE INDEX messages_receiver ON messages(receiver);
+    ",
 ];
 
 /// The version this build writes.

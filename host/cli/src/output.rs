@@ -1,0 +1,45 @@
+//! Standard output. A reader that goes away (`wfhost list | head -1`) ends the command quietly,
+//! as Unix tools end: killed by `SIGPIPE`, with no message. Only writes to stdout do that: the
+//! signal stays ignored for the rest of the process (a socket to PostgreSQL whose peer went away
+//! is an error to handle, not a reason to die).
+
+use std::io::Write;
+
+/// Writes a line to stdout: `outln!("{id}: {result}")?`. A closed stdout is an error that
+/// [`exit_if_broken_pipe`] turns into a quiet exit.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::output::write_line(format_args!($($arg)*))
+    };
+}
+pub(crate) use outln;
+
+/// Writes `args` and a newline to stdout.
+pub fn write_line(args: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(args)
+        .and_then(|()| out.write_all(b"\n"))
+        .map_err(anyhow::Error::from)
+}
+
+/// Whether `error` comes from a write to a pipe whose reader has gone.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Ends the process as a Unix tool ends when its reader goes away: by `SIGPIPE` (a shell sees
+/// status 141), with nothing printed.
+pub fn die_of_broken_pipe() -> ! {
+    #[cfg(unix)]
+    // SAFETY: `signal` and `raise` are async-signal-safe libc calls with valid arguments; the
+    // default disposition of SIGPIPE terminates the process.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::raise(libc::SIGPIPE);
+    }
+    std::process::exit(141)
+}

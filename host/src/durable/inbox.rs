@@ -1,0 +1,126 @@
+//! On a store hosts share, what clients and other hosts write for this host's workflows: the
+//! messages and cancels addressed to them, and the ends of workflows its own ones join. Every
+//! host that joined takes them (`wfhost run`, `resume` and `serve` alike, and embedders), in a
+//! thread of its own: woken at once by the store when a client writes (PostgreSQL's `LISTEN`),
+//! and every poll interval otherwise.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use wfcontract::{Payload, Pid};
+
+use super::Durable;
+
+/// How often a host looks for messages and cancels when nothing wakes it (a message from a
+/// workflow on another host notifies nobody).
+pub(crate) const POLL: Duration = Duration::from_millis(250);
+
+impl Durable {
+    /// Starts taking what is written for this host's workflows, until the host stops.
+    pub(crate) fn start_inbox(self: &Arc<Durable>) -> std::io::Result<()> {
+        let Some(lease) = self.lease.get() else {
+            return Ok(());
+        };
+        let (wake, woken) = crossbeam_channel::bounded::<()>(1);
+        let listening = Arc::clone(&lease.listening);
+        {
+            let wake = wake.clone();
+            if let Err(error) = lease.store.lock().listen(
+                Arc::new(move || {
+                    let _ = wake.try_send(());
+                }),
+                Arc::clone(&listening),
+            ) {
+                tracing::warn!("no listener for messages and cancels ({error}): the host polls");
+            }
+        }
+        let durable = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("wfhost-inbox".into())
+            .spawn(move || take_until_stopped(&durable, &woken, &listening))
+            .map(drop)
+    }
+
+    /// Delivers the messages and cancels for this host's workflows that clients and other hosts
+    /// wrote, each once, and answers joins of workflows other hosts ran that have ended. The
+    /// caller holds [`Durable::taking`].
+    pub(crate) fn take_waiting(&self) {
+        let Some(lease) = self.lease.get() else {
+            return;
+        };
+        let Some(scheduler) = self.scheduler() else {
+            return;
+        };
+        let messages = match lease.store.lock().take_messages(None) {
+            Ok(messages) => messages,
+            Err(error) => {
+                tracing::warn!("taking the messages for this host's workflows: {error}");
+                Vec::new()
+            }
+        };
+        for m in messages {
+            if self.is_damaged(m.receiver) {
+                // Left in the store for whoever resumes the workflow.
+                continue;
+            }
+            let payload: Payload = match postcard::from_bytes(&m.payload) {
+                Ok(payload) => payload,
+                Err(e) => {
+                    self.refuse(m.id, &format!("message {} does not decode: {e}", m.id));
+                    continue;
+                }
+            };
+            if let Err(refused) =
+                scheduler.send_numbered(Pid(m.sender), Pid(m.receiver), m.id, payload)
+            {
+                self.refuse(m.id, &refused.to_string());
+            }
+        }
+        let cancels = match lease.store.lock().take_cancels() {
+            Ok(cancels) => cancels,
+            Err(error) => {
+                tracing::warn!("taking the cancels for this host's workflows: {error}");
+                Vec::new()
+            }
+        };
+        for num in cancels {
+            let _ = scheduler.cancel(Pid(num));
+        }
+        self.complete_remote_joins();
+    }
+
+    /// Whether a recovery by this host left workflow `num` as it was (damaged, or in a damaged
+    /// tree).
+    fn is_damaged(&self, num: u64) -> bool {
+        let damaged = self.damaged.lock();
+        if damaged.is_empty() {
+            return false;
+        }
+        match self.reader.lock().workflow_by_num(num) {
+            Ok(Some(workflow)) => damaged.iter().any(|d| d.id == workflow.start.id),
+            _ => false,
+        }
+    }
+}
+
+fn take_until_stopped(
+    durable: &Weak<Durable>,
+    woken: &crossbeam_channel::Receiver<()>,
+    stopped: &std::sync::atomic::AtomicBool,
+) {
+    loop {
+        let _ = woken.recv_timeout(POLL);
+        if stopped.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(durable) = durable.upgrade() else {
+            return;
+        };
+        if durable.is_stopping() || durable.writer.failed().is_some() {
+            return;
+        }
+        let _taking = durable.taking.lock();
+        durable.take_waiting();
+    }
+}

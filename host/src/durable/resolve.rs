@@ -1,0 +1,282 @@
+//! What recovery reads back for each workflow before it starts any: its module, its snapshot, its
+//! journal and its input. A workflow any of them cannot be read back for is damaged: it and the
+//! rest of its tree (its top-level ancestor and everything that spawned from it) are left as they
+//! are, marked damaged in the store with why, so that a repaired store or a fixed build resumes
+//! them later. Nothing in such a tree runs, is failed, or is cancelled.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use wfcontract::Payload;
+
+use super::record::StepRecord;
+use super::snapshot::{Counts, SavedWorkflow};
+use super::store::Workflow;
+use super::{store_error, Durable};
+use crate::error::Result;
+use crate::grants::Grants;
+use crate::modules::Loaded;
+use crate::wasm::WasmRuntime;
+
+/// A workflow a recovery found it cannot read back, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Damage {
+    /// The workflow's id.
+    pub id: String,
+    /// What cannot be read back (the step, the input, the module), or, for the others of its
+    /// tree, which workflow of the tree is damaged.
+    pub why: String,
+}
+
+/// A workflow with everything it needs to start again.
+pub(crate) struct Ready {
+    pub(crate) workflow: Workflow,
+    pub(crate) loaded: Loaded,
+    pub(crate) saved: Option<SavedWorkflow>,
+    pub(crate) records: Vec<StepRecord>,
+    pub(crate) input: Payload,
+}
+
+/// The name a module kept in the store is loaded under to recover its workflows (their children
+/// without a module name run it too).
+pub(crate) fn stored_name(hash: &str) -> String {
+    format!("wfhost:{hash}")
+}
+
+impl Durable {
+    /// Reads back what `workflow` needs to start again: `Ok(Err(why))` when something cannot
+    /// be (damage); `Err` when the store could not be read at all.
+    pub(crate) fn resolve(
+        &self,
+        wasm: &Arc<WasmRuntime>,
+        grants: &Grants,
+        workflow: Workflow,
+    ) -> Result<std::result::Result<Ready, String>> {
+        let start = &workflow.start;
+        let loaded = match self.stored_module(wasm, grants, &start.module)? {
+            Ok(loaded) => loaded,
+            Err(why) => return Ok(Err(why)),
+        };
+        let saved = self.saved(&workflow).filter(|saved| {
+            match saved
+                .process
+                .misfit(&loaded.compiled, wasm.limits.max_memory_bytes)
+            {
+                None => true,
+                Some(why) => {
+                    tracing::warn!(
+                        workflow = %start.id,
+                        "its snapshot at step {} is not used ({why}); replaying its whole \
+                         journal",
+                        saved.seq
+                    );
+                    Counts::add(&self.counts.snapshots_ignored, 1);
+                    false
+                }
+            }
+        });
+        let after = saved.as_ref().map_or(0, |saved| saved.seq);
+        let steps = self
+            .reader
+            .lock()
+            .steps(start.num, after)
+            .map_err(store_error)?;
+        let mut records = Vec::with_capacity(steps.len());
+        for step in &steps {
+            match StepRecord::decode(&step.record) {
+                Ok(record) => records.push(record),
+                Err(e) => {
+                    return Ok(Err(format!(
+                        "step {} of its journal does not decode ({e})",
+                        step.seq
+                    )))
+                }
+            }
+        }
+        let input: Payload = match postcard::from_bytes(&start.input) {
+            Ok(input) => input,
+            Err(e) => return Ok(Err(format!("its input does not decode ({e})"))),
+        };
+        Ok(Ok(Ready {
+            workflow,
+            loaded,
+            saved,
+            records,
+            input,
+        }))
+    }
+
+    /// The module with SHA-256 `hash`: one loaded with the same bytes, or the bytes the store
+    /// kept, compiled and loaded under [`stored_name`] with `grants`. `Ok(Err(why))` when the
+    /// store lacks the bytes or they are not that module.
+    fn stored_module(
+        &self,
+        wasm: &Arc<WasmRuntime>,
+        grants: &Grants,
+        hash: &str,
+    ) -> Result<std::result::Result<Loaded, String>> {
+        let name = stored_name(hash);
+        if let Some(loaded) = self.modules.by_hash(hash) {
+            return Ok(Ok(loaded));
+        }
+        if let Ok(loaded) = self.modules.get(&name) {
+            return Ok(Ok(loaded));
+        }
+        let bytes: Option<Vec<u8>> = self.reader.lock().module(hash).map_err(store_error)?;
+        let Some(bytes) = bytes else {
+            return Ok(Err(format!("the store lacks its module {hash}")));
+        };
+        let compiled = match wasm.compile(&bytes) {
+            Ok(compiled) => compiled,
+            Err(error) => {
+                return Ok(Err(format!(
+                    "its module {hash}, as the store kept it, cannot be loaded: {}",
+                    error.message()
+                )))
+            }
+        };
+        if compiled.info.sha256 != hash {
+            return Ok(Err(format!(
+                "the store's bytes for its module {hash} are another module's ({})",
+                compiled.info.sha256
+            )));
+        }
+        self.modules.insert(&name, compiled, grants.clone());
+        Ok(self.modules.get(&name).map_err(|e| e.message().to_string()))
+    }
+
+    /// Notes what a recovery found damaged, in the store (so that `wfhost list` and `status`
+    /// show it) and for [`Host::damaged`](crate::Host::damaged).
+    pub(crate) fn note_damage(&self, damaged: Vec<(Workflow, String)>) -> Result<()> {
+        if damaged.is_empty() {
+            return Ok(());
+        }
+        let mut ops = Vec::with_capacity(damaged.len());
+        let mut found = self.damaged.lock();
+        for (workflow, why) in damaged {
+            tracing::error!(
+                workflow = %workflow.start.id,
+                "left as it was, not resumed: {why}; once the store is repaired (or the build \
+                 fixed), a host resumes it"
+            );
+            if workflow.damaged.as_deref() != Some(why.as_str()) {
+                ops.push(super::store::Op::Damaged {
+                    num: workflow.start.num,
+                    why: Some(why.clone()),
+                });
+            }
+            if let Some(known) = found.iter_mut().find(|d| d.id == workflow.start.id) {
+                known.why = why;
+            } else {
+                found.push(Damage {
+                    id: workflow.start.id,
+                    why,
+                });
+            }
+        }
+        drop(found);
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.write(ops)
+    }
+}
+
+impl Durable {
+    /// The snapshot recovery starts `workflow` from: its latest, when it came from the module
+    /// the workflow runs and decodes. One that does not is counted and set aside (the whole
+    /// journal is replayed).
+    pub(crate) fn saved(&self, workflow: &Workflow) -> Option<SavedWorkflow> {
+        let start = &workflow.start;
+        let snapshot = match self.reader.lock().snapshot(start.num) {
+            Ok(snapshot) => snapshot?,
+            Err(error) => {
+                tracing::warn!(workflow = %start.id, "its snapshot could not be read: {error}");
+                Counts::add(&self.counts.snapshots_ignored, 1);
+                return None;
+            }
+        };
+        let saved = if snapshot.module != start.module {
+            Err(format!(
+                "it came from module {}, and the workflow runs {}",
+                snapshot.module, start.module
+            ))
+        } else if snapshot.seq == 0 || snapshot.seq > workflow.steps {
+            Err(format!(
+                "it follows step {} of a journal of {}",
+                snapshot.seq, workflow.steps
+            ))
+        } else {
+            SavedWorkflow::decode(&snapshot.state).and_then(|saved| {
+                if saved.seq == snapshot.seq {
+                    Ok(saved)
+                } else {
+                    Err(format!(
+                        "it says step {} in a row for step {}",
+                        saved.seq, snapshot.seq
+                    ))
+                }
+            })
+        };
+        saved
+            .inspect_err(|why| {
+                tracing::warn!(
+                    workflow = %start.id,
+                    "its snapshot is not used ({why}); replaying its whole journal"
+                );
+                Counts::add(&self.counts.snapshots_ignored, 1);
+            })
+            .ok()
+    }
+}
+
+/// Of `ready` and `damaged`, which workflows a recovery must leave: the damaged ones and every
+/// other workflow of their trees (a tree is a top-level workflow and what spawned from it, among
+/// the workflows this recovery has). Returns the `ready` ones to start, and the damaged with
+/// why, the others of their trees included.
+pub(crate) fn hold_damaged_trees(
+    ready: Vec<Ready>,
+    damaged: Vec<(Workflow, String)>,
+) -> (Vec<Ready>, Vec<(Workflow, String)>) {
+    if damaged.is_empty() {
+        return (ready, damaged);
+    }
+    let parents: HashMap<u64, Option<u64>> = ready
+        .iter()
+        .map(|r| &r.workflow)
+        .chain(damaged.iter().map(|(w, _)| w))
+        .map(|w| (w.start.num, w.start.parent))
+        .collect();
+    let root = |mut num: u64| {
+        let mut seen = HashSet::new();
+        while let Some(Some(parent)) = parents.get(&num) {
+            if !parents.contains_key(parent) || !seen.insert(num) {
+                break;
+            }
+            num = *parent;
+        }
+        num
+    };
+    let mut why_root: HashMap<u64, String> = HashMap::new();
+    for (workflow, _) in &damaged {
+        why_root
+            .entry(root(workflow.start.num))
+            .or_insert_with(|| workflow.start.id.clone());
+    }
+    let mut held = damaged;
+    let mut start = Vec::with_capacity(ready.len());
+    for r in ready {
+        match why_root.get(&root(r.workflow.start.num)) {
+            Some(damaged_id) => {
+                let why = format!(
+                    "workflow '{damaged_id}' of its tree is damaged, and the tree is left as it \
+                     is"
+                );
+                held.push((r.workflow, why));
+            }
+            None => start.push(r),
+        }
+    }
+    (start, held)
+}

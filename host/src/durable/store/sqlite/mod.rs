@@ -1,0 +1,395 @@
+//! The embedded store: one SQLite file in WAL mode, held by one host at a time (`lock.rs`). One
+//! connection writes (the journal's writer thread, `write.rs`); others read at the same time
+//! (`read.rs`), in the host and beside it. `schema.rs` has the tables by version, `backup.rs`
+//! copies a live store.
+
+mod backup;
+mod lock;
+mod read;
+mod schema;
+mod write;
+
+pub use lock::Holder;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection};
+
+use super::{StoreError, StoreResult};
+use lock::HostLock;
+use schema::{MIGRATIONS, VERSION};
+
+/// How hard SQLite syncs a commit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncMode {
+    /// `synchronous=FULL`: a commit is on disk when it returns. The default.
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: in WAL mode the store cannot be corrupted, but the last commits
+    /// before a power loss (not a crash of the host process) may be lost, though they were
+    /// acknowledged.
+    Normal,
+}
+
+/// A SQLite store.
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Connection,
+    path: PathBuf,
+    /// Steps appended to the log since it was last moved into `steps`, and their bytes.
+    logged: (u64, u64),
+    /// The host's lock on the file: held by the store a host writes with.
+    lock: Option<HostLock>,
+}
+
+/// `path`, unless it is empty.
+fn named(path: &Path) -> StoreResult<PathBuf> {
+    if path.as_os_str().is_empty() {
+        return Err(StoreError::new(
+            "the store's path is empty: give a file (--store wf.db, created if need be) or a \
+             PostgreSQL URL (--store postgres://USER@HOST/DATABASE)",
+        ));
+    }
+    Ok(path.to_path_buf())
+}
+
+/// The error for a file of a newer schema.
+fn newer(path: &Path, version: i64) -> StoreError {
+    StoreError::new(format_args!(
+        "{} was written by a newer wfhost (schema version {version}; this one knows up to \
+         {VERSION}): upgrade wfhost to open it",
+        path.display()
+    ))
+}
+
+/// How many steps the log holds before [`Store::tidy`] moves them into `steps`: enough that a
+/// workflow's page there is written once for many of its steps, few enough that the log's index
+/// stays a few pages (each commit writes the pages it touches).
+pub(super) const LOG_STEPS: u64 = 32_768;
+
+/// Or when its records have this many bytes, so that moving it is never a long stall.
+pub(super) const LOG_BYTES: u64 = 32 << 20;
+
+/// Refuses a file shorter than its header says it is (cut by a failed copy, a full disk or a
+/// broken restore): SQLite would read it and fail only at the pages that are missing.
+///
+/// Only when the file is the whole store: while a write-ahead log holds frames (a host has the
+/// store open, or died in a checkpoint, which writes page 1 before the pages that lengthen the
+/// file), SQLite completes the file from the log, and a short file is no damage.
+fn check_length(path: &Path) -> StoreResult<()> {
+    use std::io::Read;
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+        return Ok(());
+    }
+    let Ok(mut file) = std::fs::File::open(path) else {
+        // Not there yet (it is created), or unreadable (opening it says why).
+        return Ok(());
+    };
+    let mut header = [0u8; 100];
+    if file.read_exact(&mut header).is_err() || !header.starts_with(b"SQLite format 3\0") {
+        return Ok(());
+    }
+    let page = match u16::from_be_bytes([header[16], header[17]]) {
+        1 => 65_536,
+        size => u64::from(size),
+    };
+    let pages = u64::from(u32::from_be_bytes([
+        header[28], header[29], header[30], header[31],
+    ]));
+    // The page count is valid when the change counter matches "version valid for".
+    let valid = header[24..28] == header[92..96];
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if valid && len < pages * page {
+        return Err(StoreError::new(format_args!(
+            "the store {} is truncated: the file has {len} bytes and its header says {}: \
+             restore it from a copy (recovering from it would lose what was acknowledged)",
+            path.display(),
+            pages * page
+        )));
+    }
+    Ok(())
+}
+
+pub(super) fn sql(what: &str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+    move |error| StoreError::new(format_args!("{what}: {error}"))
+}
+
+impl SqliteStore {
+    /// Opens (creating if need be) the store at `path` as its host, migrating it to this
+    /// version's schema. The host holds the file's lock until the store is dropped: a second
+    /// host (in this process or another) is refused with an error that names the first.
+    pub fn open(path: impl AsRef<Path>, sync: SyncMode) -> StoreResult<SqliteStore> {
+        let path = named(path.as_ref())?;
+        let lock = HostLock::acquire(&path)?;
+        let mut store = SqliteStore::connect(&path)?;
+        store.configure(sync)?;
+        store.migrate()?;
+        let (steps, bytes): (i64, i64) = store
+            .conn
+            .query_row(
+                "SELECT count(*), coalesce(sum(length(record)), 0) FROM log",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .map_err(sql("reading the store"))?;
+        store.logged = (steps.max(0) as u64, bytes.max(0) as u64);
+        // Held from here until the store is dropped, which then closes it as a host does.
+        store.lock = Some(lock);
+        Ok(store)
+    }
+
+    /// Opens the store at `path` to read it, beside the host that may run it (which keeps
+    /// writing): the commands that read what hosts wrote. It must exist. A store of an older
+    /// schema is migrated first if no host holds it.
+    pub fn open_existing(path: impl AsRef<Path>) -> StoreResult<SqliteStore> {
+        let path = named(path.as_ref())?;
+        if !path.exists() {
+            return Err(StoreError::new(format_args!(
+                "there is no store at {}: give the file `wfhost run --store` or `wfhost serve \
+                 --store` wrote",
+                path.display()
+            )));
+        }
+        let mut store = SqliteStore::connect(&path)?;
+        store.configure_reader()?;
+        let version = store.version()?;
+        if version == VERSION {
+            return Ok(store);
+        }
+        if version > VERSION {
+            return Err(newer(&path, version));
+        }
+        // Older (or a new, empty file): migrated by this process if it can hold the store a
+        // moment; its host migrates it otherwise.
+        match HostLock::acquire(&path) {
+            Ok(lock) => {
+                let mut host = SqliteStore::connect(&path)?;
+                host.configure(SyncMode::Full)?;
+                host.migrate()?;
+                drop(host);
+                drop(lock);
+                Ok(store)
+            }
+            Err(_) if version == 0 => Err(StoreError::new(format_args!(
+                "the store {} is being created by its host: ask again in a moment",
+                path.display()
+            ))),
+            Err(held) => Err(StoreError::new(format_args!(
+                "the store {} has the tables of an older wfhost (schema version {version}; this \
+                 one reads {VERSION}), and {held}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// A connection to the file, configured for nothing yet.
+    fn connect(path: &Path) -> StoreResult<SqliteStore> {
+        check_length(path)?;
+        let conn = Connection::open(path).map_err(|e| {
+            StoreError::new(format_args!(
+                "could not open the store {}: {e}",
+                path.display()
+            ))
+        })?;
+        if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
+            return Err(StoreError::new(format_args!(
+                "the store {} is read-only: give a file (and a directory, for its journal files) \
+                 that this user may write",
+                path.display()
+            )));
+        }
+        Ok(SqliteStore {
+            conn,
+            path: path.to_path_buf(),
+            logged: (0, 0),
+            lock: None,
+        })
+    }
+
+    /// Caps the file at about `bytes`: a commit that would grow it further fails as a full disk
+    /// does, and the host stops taking new work. The cap never goes below what the file holds.
+    pub fn limit_size(&mut self, bytes: u64) -> StoreResult<()> {
+        let page: i64 = self
+            .conn
+            .query_row("PRAGMA page_size", [], |row| row.get(0))
+            .map_err(sql("reading the page size"))?;
+        let pages = bytes.div_ceil(page.max(1) as u64).max(1);
+        self.conn
+            .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |row| {
+                row.get::<_, i64>(0)
+            })
+            .map_err(sql("limiting the store's size"))?;
+        Ok(())
+    }
+
+    /// Another connection to the same store, for reading while this one writes.
+    pub fn open_reader(&self) -> StoreResult<SqliteStore> {
+        let mut reader = SqliteStore::connect(&self.path)?;
+        reader.configure_reader()?;
+        Ok(reader)
+    }
+
+    /// Writes a copy of the store into the new file `into`, from one read transaction.
+    pub(super) fn vacuum_into(&self, into: &Path) -> StoreResult<()> {
+        let into_text = into.to_str().ok_or_else(|| {
+            StoreError::new(format_args!(
+                "{} is not a UTF-8 path: give the copy another name",
+                into.display()
+            ))
+        })?;
+        // The copy is written to another file: this connection still changes nothing of the
+        // store's.
+        self.conn
+            .execute_batch("PRAGMA query_only=OFF;")
+            .and_then(|()| self.conn.execute("VACUUM INTO ?1", params![into_text]))
+            .map(drop)
+            .map_err(|e| {
+                StoreError::new(format_args!(
+                    "could not copy the store {} to {}: {e}",
+                    self.path.display(),
+                    into.display()
+                ))
+            })
+    }
+
+    /// Who holds the store at `path` as its host, if a host does.
+    pub fn holder(path: impl AsRef<Path>) -> Option<Holder> {
+        lock::holder(path.as_ref())
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn configure(&mut self, sync: SyncMode) -> StoreResult<()> {
+        let bad = |e: rusqlite::Error| {
+            StoreError::new(format_args!(
+                "{} is not a usable wfhost store: {e}",
+                self.path.display()
+            ))
+        };
+        self.conn
+            .busy_timeout(Duration::from_secs(30))
+            .map_err(bad)?;
+        let mode: String = self
+            .conn
+            .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
+            .map_err(bad)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::new(format_args!(
+                "{} cannot be put in WAL mode (it stays in '{mode}' mode): is it on a file \
+                 system that supports shared memory?",
+                self.path.display()
+            )));
+        }
+        let sync = match sync {
+            SyncMode::Full => "FULL",
+            SyncMode::Normal => "NORMAL",
+        };
+        // A page cache of 64 MiB, the statement journal (moving the log) in memory, and a
+        // checkpoint every 16,000 pages of write-ahead log, so that a page written by many
+        // commits goes to the database file once (BENCHMARKS.md).
+        self.conn
+            .execute_batch(&format!(
+                "PRAGMA synchronous={sync}; PRAGMA foreign_keys=OFF; \
+                 PRAGMA wal_autocheckpoint=16000; PRAGMA cache_size=-65536; \
+                 PRAGMA temp_store=MEMORY;"
+            ))
+            .map_err(bad)?;
+        Ok(())
+    }
+
+    /// A connection that reads beside the host: it waits for the host's commits rather than
+    /// failing, and may not write.
+    fn configure_reader(&mut self) -> StoreResult<()> {
+        let path = self.path.display().to_string();
+        self.conn
+            .busy_timeout(Duration::from_secs(30))
+            .and_then(|()| self.conn.execute_batch("PRAGMA query_only=ON;"))
+            .map_err(|e| StoreError::new(format_args!("{path} is not a usable wfhost store: {e}")))
+    }
+
+    /// The schema version the file says it has (0: none yet).
+    fn version(&self) -> StoreResult<i64> {
+        self.conn
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .map_err(|e| {
+                StoreError::new(format_args!(
+                    "{} is not a wfhost store (SQLite says: {e})",
+                    self.path.display()
+                ))
+            })
+    }
+
+    fn migrate(&mut self) -> StoreResult<()> {
+        let path = self.path.display().to_string();
+        let version = self.version()?;
+        if version > VERSION {
+            return Err(newer(&self.path, version));
+        }
+        if version == 0 {
+            // A new file, or a SQLite file that is not ours: ours has the version set.
+            let tables: i64 = self
+                .conn
+                .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
+                .map_err(sql("reading the schema"))?;
+            if tables > 0 {
+                return Err(StoreError::new(format_args!(
+                    "{path} is a SQLite database that is not a wfhost store: give a new file"
+                )));
+            }
+        }
+        for (from, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            let tx = self
+                .conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(sql("starting a migration"))?;
+            tx.execute_batch(migration)
+                .map_err(sql("migrating the store"))?;
+            tx.pragma_update(None, "user_version", from as i64 + 1)
+                .map_err(sql("migrating the store"))?;
+            tx.commit().map_err(sql("migrating the store"))?;
+        }
+        Ok(())
+    }
+}
+
+/// A host that closes its store leaves everything in the file itself: the log of steps moved
+/// into place and the write-ahead log checkpointed into the file and emptied, so that the file
+/// alone is the whole store (a copy of it, taken after the host stopped, misses nothing).
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        if self.lock.is_none() {
+            return;
+        }
+        if let Err(error) = self.move_log(true) {
+            tracing::warn!("closing the store: {error}");
+        }
+        let checkpoint = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, i64>(2)?,
+                ))
+            });
+        match checkpoint {
+            Ok((0, _, _)) => {}
+            Ok((_, log, done)) => tracing::warn!(
+                "closing the store {}: {done} of {log} pages of its write-ahead log were \
+                 checkpointed (a reader held the rest); the file needs its -wal file beside it",
+                self.path.display()
+            ),
+            Err(error) => tracing::warn!(
+                "closing the store {}: could not checkpoint its write-ahead log ({error}); the \
+                 file needs its -wal file beside it",
+                self.path.display()
+            ),
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! Reading: workflows, journals, snapshots, modules and messages, for recovery and for the
+//! commands that show them.
+
+use rusqlite::{params, OptionalExtension};
+
+use super::write::int;
+use super::{sql, SqliteStore};
+use crate::durable::store::{
+    Cancel, Ending, HostMessage, Message, NewMessage, NewSnapshot, NewWorkflow, Op, State, Step,
+    Store, StoreResult, Workflow,
+};
+
+const WORKFLOW_COLUMNS: &str = "num, id, parent, module, module_name, entry, input, started, \
+     state, result, error_kind, error, finished, \
+     max(steps, \
+         coalesce((SELECT max(seq) FROM steps s WHERE s.num = workflows.num), 0), \
+         coalesce((SELECT max(seq) FROM log l WHERE l.num = workflows.num), 0)), \
+     cancel, damaged, \
+     (SELECT count(*) FROM messages m WHERE m.receiver = workflows.num AND m.refused IS NULL)";
+
+fn workflow_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workflow> {
+    let state = State::from_code(row.get(8)?);
+    Ok(Workflow {
+        start: NewWorkflow {
+            num: row.get::<_, i64>(0)? as u64,
+            id: row.get(1)?,
+            parent: row.get::<_, Option<i64>>(2)?.map(|n| n as u64),
+            module: row.get(3)?,
+            module_name: row.get(4)?,
+            entry: row.get(5)?,
+            input: row.get(6)?,
+            started: row.get::<_, i64>(7)? as u64,
+        },
+        state,
+        ending: Ending::from_columns(state, row.get(9)?, row.get(10)?, row.get(11)?),
+        finished: row.get::<_, Option<i64>>(12)?.map(|n| n as u64),
+        steps: row.get::<_, i64>(13)? as u64,
+        cancel: Cancel::from_code(row.get(14)?),
+        damaged: row.get(15)?,
+        unread: row.get::<_, i64>(16)?.max(0) as u64,
+        owner: None,
+    })
+}
+
+impl Store for SqliteStore {
+    fn reader(&self) -> StoreResult<Box<dyn Store>> {
+        Ok(Box::new(self.open_reader()?))
+    }
+
+    fn commit(&mut self, ops: &[Op]) -> StoreResult<()> {
+        self.commit_ops(ops)
+    }
+
+    fn tidy(&mut self, all: bool) -> StoreResult<()> {
+        self.move_log(all)
+    }
+
+    fn high_water(&mut self) -> StoreResult<(u64, u64)> {
+        let workflows: Option<i64> = self
+            .conn
+            .query_row("SELECT max(num) FROM workflows", [], |row| row.get(0))
+            .map_err(sql("reading the store"))?;
+        let messages: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT max(coalesce((SELECT max(id) FROM messages), 0), \
+                 coalesce((SELECT value FROM counters WHERE name = 'messages'), 0))",
+                [],
+                |row| row.get(0),
+            )
+            .map_err(sql("reading the store"))?;
+        Ok((
+            workflows.unwrap_or(0).max(0) as u64,
+            messages.unwrap_or(0).max(0) as u64,
+        ))
+    }
+
+    fn workflow(&mut self, id: &str) -> StoreResult<Option<Workflow>> {
+        self.conn
+            .prepare_cached(&format!(
+                "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE id = ?1"
+            ))
+            .and_then(|mut s| s.query_row(params![id], workflow_row).optional())
+            .map_err(sql("reading a workflow"))
+    }
+
+    fn workflow_by_num(&mut self, num: u64) -> StoreResult<Option<Workflow>> {
+        let num = int(num).map_err(sql("reading a workflow"))?;
+        self.conn
+            .prepare_cached(&format!(
+                "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE num = ?1"
+            ))
+            .and_then(|mut s| s.query_row(params![num], workflow_row).optional())
+            .map_err(sql("reading a workflow"))
+    }
+
+    fn workflows(&mut self, unfinished_only: bool) -> StoreResult<Vec<Workflow>> {
+        let filter = if unfinished_only {
+            "WHERE state = 0"
+        } else {
+            ""
+        };
+        let mut statement = self
+            .conn
+            .prepare(&format!(
+                "SELECT {WORKFLOW_COLUMNS} FROM workflows {filter} ORDER BY num"
+            ))
+            .map_err(sql("listing workflows"))?;
+        let rows = statement
+            .query_map([], workflow_row)
+            .map_err(sql("listing workflows"))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql("listing workflows"))
+    }
+
+    fn steps(&mut self, num: u64, after: u64) -> StoreResult<Vec<Step>> {
+        let mut statement = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, at, record FROM steps WHERE num = ?1 AND seq > ?2 \
+                 UNION ALL SELECT seq, at, record FROM log WHERE num = ?1 AND seq > ?2 \
+                 ORDER BY seq",
+            )
+            .map_err(sql("reading a journal"))?;
+        let (num, after) = (
+            int(num).map_err(sql("reading a journal"))?,
+            int(after).map_err(sql("reading a journal"))?,
+        );
+        let rows = statement
+            .query_map(params![num, after], |row| {
+                Ok(Step {
+                    seq: row.get::<_, i64>(0)? as u64,
+                    at: row.get::<_, i64>(1)? as u64,
+                    record: row.get(2)?,
+                })
+            })
+            .map_err(sql("reading a journal"))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql("reading a journal"))
+    }
+
+    fn snapshot(&mut self, num: u64) -> StoreResult<Option<NewSnapshot>> {
+        let num = int(num).map_err(sql("reading a snapshot"))?;
+        self.conn
+            .prepare_cached("SELECT seq, module, state FROM snapshots WHERE num = ?1")
+            .and_then(|mut s| {
+                s.query_row(params![num], |row| {
+                    Ok(NewSnapshot {
+                        num: num as u64,
+                        seq: row.get::<_, i64>(0)?.max(0) as u64,
+                        module: row.get(1)?,
+                        state: row.get(2)?,
+                    })
+                })
+                .optional()
+            })
+            .map_err(sql("reading a snapshot"))
+    }
+
+    fn module(&mut self, hash: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.conn
+            .prepare_cached("SELECT bytes FROM modules WHERE hash = ?1")
+            .and_then(|mut s| s.query_row(params![hash], |row| row.get(0)).optional())
+            .map_err(sql("reading a module"))
+    }
+
+    fn host_messages(&mut self, num: u64, after: u64) -> StoreResult<Vec<HostMessage>> {
+        let what = "reading the messages to the host";
+        let (num, after) = (int(num).map_err(sql(what))?, int(after).map_err(sql(what))?);
+        let mut statement = self
+            .conn
+            .prepare_cached(
+                "SELECT tag, at, payload FROM outbox WHERE num = ?1 AND tag > ?2 ORDER BY tag",
+            )
+            .map_err(sql(what))?;
+        let rows = statement
+            .query_map(params![num, after], |row| {
+                Ok(HostMessage {
+                    num: num as u64,
+                    tag: row.get::<_, i64>(0)?.max(0) as u64,
+                    at: row.get::<_, i64>(1)?.max(0) as u64,
+                    payload: row.get(2)?,
+                })
+            })
+            .map_err(sql(what))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql(what))
+    }
+
+    fn messages(&mut self) -> StoreResult<Vec<Message>> {
+        let mut statement = self
+            .conn
+            .prepare("SELECT id, receiver, sender, payload, refused FROM messages ORDER BY id")
+            .map_err(sql("reading messages"))?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok(Message {
+                    message: NewMessage {
+                        id: row.get::<_, i64>(0)? as u64,
+                        receiver: row.get::<_, i64>(1)? as u64,
+                        sender: row.get::<_, i64>(2)? as u64,
+                        payload: row.get(3)?,
+                        local: false,
+                    },
+                    refused: row.get(4)?,
+                })
+            })
+            .map_err(sql("reading messages"))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql("reading messages"))
+    }
+}

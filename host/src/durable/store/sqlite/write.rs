@@ -1,0 +1,216 @@
+//! Writing: a batch of ops in one transaction, and moving the log of steps into place.
+
+use std::collections::HashSet;
+
+use rusqlite::params;
+
+use super::{SqliteStore, LOG_BYTES, LOG_STEPS};
+use crate::durable::store::StoreResult;
+use crate::durable::store::{Ending, NewMessage, Op, StoreError};
+
+/// SQLite keeps integers signed: numbers past `i64::MAX` do not occur (pids and message numbers
+/// count up from 1), and are refused rather than wrapped.
+pub(super) fn int(n: u64) -> rusqlite::Result<i64> {
+    i64::try_from(n).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+}
+
+/// Writes `op`; `elided` are the messages sent and taken within this transaction, neither
+/// written nor deleted.
+fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusqlite::Result<()> {
+    match op {
+        Op::Module { hash, bytes } => {
+            tx.prepare_cached("INSERT OR IGNORE INTO modules (hash, bytes) VALUES (?1, ?2)")?
+                .execute(params![hash, &bytes[..]])?;
+        }
+        Op::Start(w) => {
+            tx.prepare_cached(
+                "INSERT INTO workflows (num, id, parent, module, module_name, entry, input, \
+                 started) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                int(w.num)?,
+                w.id,
+                w.parent.map(int).transpose()?,
+                w.module,
+                w.module_name,
+                w.entry,
+                w.input,
+                int(w.started)?
+            ])?;
+        }
+        Op::Step(step) => {
+            // The log's index refuses a step twice in the log; this, a step moved out of it.
+            let added = tx
+                .prepare_cached(
+                    "INSERT INTO log (num, seq, at, record) SELECT ?1, ?2, ?3, ?4 \
+                     WHERE NOT EXISTS (SELECT 1 FROM steps WHERE num = ?1 AND seq = ?2)",
+                )?
+                .execute(params![
+                    int(step.num)?,
+                    int(step.seq)?,
+                    int(step.at)?,
+                    step.record
+                ])?;
+            if added == 0 {
+                return Err(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY),
+                    Some(format!(
+                        "step {} of workflow {} is in the store already (does another host \
+                         write to this store?)",
+                        step.seq, step.num
+                    )),
+                ));
+            }
+            if step.took_cancel {
+                tx.prepare_cached("UPDATE workflows SET cancel = 2 WHERE num = ?1")?
+                    .execute(params![int(step.num)?])?;
+            }
+            for id in step.consumed.iter().filter(|id| !elided.contains(id)) {
+                tx.prepare_cached("DELETE FROM messages WHERE id = ?1")?
+                    .execute(params![int(*id)?])?;
+            }
+        }
+        Op::Message(NewMessage {
+            id,
+            receiver,
+            sender,
+            payload,
+            ..
+        }) => {
+            if elided.contains(id) {
+                return Ok(());
+            }
+            tx.prepare_cached(
+                "INSERT INTO messages (id, receiver, sender, payload) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![int(*id)?, int(*receiver)?, int(*sender)?, payload])?;
+        }
+        Op::Refused { id, error } => {
+            tx.prepare_cached("UPDATE messages SET refused = ?2 WHERE id = ?1")?
+                .execute(params![int(*id)?, error])?;
+        }
+        Op::End { num, ending, at } => {
+            let mut update = tx.prepare_cached(
+                "UPDATE workflows SET state = ?2, result = ?3, error_kind = ?4, error = ?5, \
+                 finished = ?6 WHERE num = ?1 AND state = 0",
+            )?;
+            match ending {
+                Ending::Done(result) => update.execute(params![
+                    int(*num)?,
+                    1,
+                    result,
+                    None::<String>,
+                    None::<String>,
+                    int(*at)?
+                ])?,
+                Ending::Failed { kind, message } => update.execute(params![
+                    int(*num)?,
+                    2,
+                    None::<Vec<u8>>,
+                    kind,
+                    message,
+                    int(*at)?
+                ])?,
+            };
+            // Its snapshot is of no use now. Messages it never read stay, counted as unread:
+            // they were acknowledged to whoever sent them.
+            tx.prepare_cached("DELETE FROM snapshots WHERE num = ?1")?
+                .execute(params![int(*num)?])?;
+        }
+        Op::Cancel { num } => {
+            tx.prepare_cached("UPDATE workflows SET cancel = 1 WHERE num = ?1 AND cancel = 0")?
+                .execute(params![int(*num)?])?;
+        }
+        Op::HostMessage(message) => {
+            tx.prepare_cached(
+                "INSERT OR IGNORE INTO outbox (num, tag, at, payload) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![
+                int(message.num)?,
+                int(message.tag)?,
+                int(message.at)?,
+                message.payload
+            ])?;
+        }
+        Op::Damaged { num, why } => {
+            tx.prepare_cached("UPDATE workflows SET damaged = ?2 WHERE num = ?1")?
+                .execute(params![int(*num)?, why])?;
+        }
+        Op::Snapshot(snapshot) => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO snapshots (num, seq, module, state) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![
+                int(snapshot.num)?,
+                int(snapshot.seq)?,
+                snapshot.module,
+                snapshot.state
+            ])?;
+        }
+    }
+    Ok(())
+}
+
+impl SqliteStore {
+    pub(super) fn commit_ops(&mut self, ops: &[Op]) -> StoreResult<()> {
+        let path = self.path.display().to_string();
+        let failed = |e: rusqlite::Error| {
+            let why = match e.sqlite_error_code() {
+                Some(rusqlite::ErrorCode::DiskFull) => {
+                    "it is full (the disk, or its size limit): free space or raise the limit \
+                     and start again; what was written before resumes"
+                        .to_string()
+                }
+                Some(rusqlite::ErrorCode::ReadOnly) => {
+                    "it has become read-only: make it writable and start again; what was \
+                     written before resumes"
+                        .to_string()
+                }
+                _ => e.to_string(),
+            };
+            StoreError::new(format_args!("could not write to the store {path}: {why}"))
+        };
+        let (elided, last_message) = crate::durable::store::elided(ops);
+        let tx = self.conn.transaction().map_err(failed)?;
+        let mut logged = (0, 0);
+        for op in ops {
+            write(&tx, op, &elided).map_err(failed)?;
+            if let Op::Step(step) = op {
+                logged.0 += 1;
+                logged.1 += step.record.len() as u64;
+            }
+        }
+        if let Some(last) = last_message {
+            tx.prepare_cached("UPDATE counters SET value = max(value, ?1) WHERE name = 'messages'")
+                .and_then(|mut s| s.execute(params![int(last)?]))
+                .map_err(failed)?;
+        }
+        tx.commit().map_err(failed)?;
+        self.logged.0 += logged.0;
+        self.logged.1 += logged.1;
+        Ok(())
+    }
+
+    pub(super) fn move_log(&mut self, all: bool) -> StoreResult<()> {
+        let (steps, bytes) = self.logged;
+        if steps == 0 || (!all && steps < LOG_STEPS && bytes < LOG_BYTES) {
+            return Ok(());
+        }
+        let path = self.path.display().to_string();
+        let failed = |e: rusqlite::Error| {
+            StoreError::new(format_args!(
+                "could not move the log of steps into place in the store {path}: {e}"
+            ))
+        };
+        let tx = self.conn.transaction().map_err(failed)?;
+        tx.execute_batch(
+            "INSERT INTO steps (num, seq, at, record) \
+             SELECT num, seq, at, record FROM log ORDER BY num, seq; \
+             DELETE FROM log;",
+        )
+        .map_err(failed)?;
+        tx.commit().map_err(failed)?;
+        self.logged = (0, 0);
+        Ok(())
+    }
+}
