@@ -19,16 +19,34 @@ pub fn write_line(args: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     out.write_fmt(args)
         .and_then(|()| out.write_all(b"\n"))
-        .map_err(anyhow::Error::from)
+        .map_err(stdout_error)
 }
 
-/// Whether `error` comes from a write to a pipe whose reader has gone.
+/// Stdout's reader went away: the command ends quietly ([`die_of_broken_pipe`]).
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stdout was closed")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// An error writing to stdout: [`StdoutClosed`] for a pipe whose reader has gone (and only for
+/// stdout: a broken pipe elsewhere, to a child process or a socket, is an error to report).
+pub fn stdout_error(error: std::io::Error) -> anyhow::Error {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        anyhow::Error::new(StdoutClosed)
+    } else {
+        anyhow::Error::new(error).context("writing to stdout")
+    }
+}
+
+/// Whether `error` is stdout's reader going away.
 pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+    error.downcast_ref::<StdoutClosed>().is_some()
 }
 
 /// Ends the process as a Unix tool ends when its reader goes away: by `SIGPIPE` (a shell sees

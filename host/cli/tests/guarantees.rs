@@ -153,6 +153,46 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
         );
         assert_eq!(text(&output.stderr), "", "wfhost {args:?}");
     }
+    // A host whose stdout closes stops cleanly before it ends: its store is closed (the
+    // write-ahead log emptied into the file) and its lock let go.
+    let unfinished = dir.join("unfinished.db");
+    let crashed = wfhost()
+        .args([
+            "run",
+            PROBE,
+            "nap",
+            "--input",
+            "1",
+            "--store",
+            path(&unfinished),
+            "--id",
+            "z",
+        ])
+        .env("WFHOST_CRASH_AFTER_COMMITS", "2")
+        .output()
+        .unwrap();
+    assert!(!crashed.status.success());
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let resumed = wfhost()
+        .args(["resume", "--store", path(&unfinished)])
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(
+        resumed.status.signal(),
+        Some(libc_sigpipe()),
+        "{}",
+        text(&resumed.stderr)
+    );
+    let wal = std::fs::metadata(dir.join("unfinished.db-wal")).map_or(0, |m| m.len());
+    assert_eq!(wal, 0, "the write-ahead log holds {wal} bytes");
+    assert_eq!(SqliteStore::holder(&unfinished), None);
+    assert_eq!(
+        ok(&["result", "z", "--store", path(&unfinished)]).trim(),
+        "\"rested\""
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

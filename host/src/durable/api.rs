@@ -168,6 +168,15 @@ impl Host {
     fn existing(&self, workflow: Workflow, hash: &str, entry: &str, input: &[u8]) -> Result<Run> {
         let id = workflow.start.id.clone();
         conflict(&workflow.start, hash, entry, input)?;
+        if let (None, Some(why)) = (&workflow.ending, &workflow.damaged) {
+            return Err(Error::new(
+                ErrorKind::Store,
+                format!(
+                    "workflow '{id}' is damaged ({why}): it is left as it was, and goes on once \
+                     the store is repaired (or the build fixed) and a host recovers it"
+                ),
+            ));
+        }
         match workflow.ending {
             Some(ending) => Ok(finished_run(Pid(workflow.start.num), ending)),
             None if self.durable()?.shared() => Err(Error::new(

@@ -59,9 +59,11 @@ impl Durable {
                 Vec::new()
             }
         };
+        let mut left = Vec::new();
         for m in messages {
             if self.is_damaged(m.receiver) {
                 // Left in the store for whoever resumes the workflow.
+                left.push(m.id);
                 continue;
             }
             let payload: Payload = match postcard::from_bytes(&m.payload) {
@@ -71,10 +73,25 @@ impl Durable {
                     continue;
                 }
             };
-            if let Err(refused) =
-                scheduler.send_numbered(Pid(m.sender), Pid(m.receiver), m.id, payload)
-            {
-                self.refuse(m.id, &refused.to_string());
+            match scheduler.send_numbered(Pid(m.sender), Pid(m.receiver), m.id, payload) {
+                Ok(()) => {}
+                // Not running here (it has just ended, or the host is stopping): the message
+                // stays in the store, unread or for whoever runs its receiver next; it was
+                // acknowledged to its sender and is never refused for that.
+                Err(
+                    wfhost_scheduler::Error::NoSuchProcess(_)
+                    | wfhost_scheduler::Error::ShuttingDown,
+                ) => left.push(m.id),
+                Err(refused) => self.refuse(m.id, &refused.to_string()),
+            }
+        }
+        if !left.is_empty() {
+            if let Err(error) = lease.store.lock().untake_messages(&left) {
+                tracing::warn!(
+                    "{} message(s) this host could not deliver could not be given back \
+                     ({error}): they are taken again when their workflows are claimed",
+                    left.len()
+                );
             }
         }
         let cancels = match lease.store.lock().take_cancels() {
@@ -121,6 +138,10 @@ fn take_until_stopped(
             return;
         }
         let _taking = durable.taking.lock();
+        // A claim may have held the lock while the host began to stop.
+        if durable.is_stopping() {
+            return;
+        }
         durable.take_waiting();
     }
 }

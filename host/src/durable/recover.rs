@@ -172,7 +172,10 @@ impl Host {
                 Err(why) => damaged.push((workflow, why)),
             }
         }
-        let (ready, held) = hold_damaged_trees(ready, damaged);
+        let (ready, held) = hold_damaged_trees(ready, damaged, |num| {
+            let workflow = durable.reader.lock().workflow_by_num(num).ok().flatten();
+            workflow.and_then(|w| w.start.parent)
+        });
         handled.extend(held.iter().map(|(w, _)| w.start.num));
         durable.note_damage(held)?;
         let Started {
@@ -282,6 +285,9 @@ impl Host {
             };
             recovered.insert(start.num);
             handled.insert(start.num);
+            if !durable.damaged.lock().is_empty() {
+                durable.damaged.lock().retain(|d| d.id != start.id);
+            }
             if workflow.damaged.is_some() {
                 repaired.push(super::store::Op::Damaged {
                     num: start.num,

@@ -232,42 +232,37 @@ impl Durable {
 }
 
 /// Of `ready` and `damaged`, which workflows a recovery must leave: the damaged ones and every
-/// other workflow of their trees (a tree is a top-level workflow and what spawned from it, among
-/// the workflows this recovery has). Returns the `ready` ones to start, and the damaged with
-/// why, the others of their trees included.
+/// other workflow of their trees (a tree is a top-level workflow and what spawned from it).
+/// `parent_of` gives the parent of a workflow this recovery does not have (one that ended): a
+/// tree is followed through them to its top. Returns the `ready` ones to start, and the damaged
+/// with why, the others of their trees included.
 pub(crate) fn hold_damaged_trees(
     ready: Vec<Ready>,
     damaged: Vec<(Workflow, String)>,
+    parent_of: impl FnMut(u64) -> Option<u64>,
 ) -> (Vec<Ready>, Vec<(Workflow, String)>) {
     if damaged.is_empty() {
         return (ready, damaged);
     }
-    let parents: HashMap<u64, Option<u64>> = ready
+    let known: Vec<(u64, Option<u64>)> = ready
         .iter()
         .map(|r| &r.workflow)
         .chain(damaged.iter().map(|(w, _)| w))
         .map(|w| (w.start.num, w.start.parent))
         .collect();
-    let root = |mut num: u64| {
-        let mut seen = HashSet::new();
-        while let Some(Some(parent)) = parents.get(&num) {
-            if !parents.contains_key(parent) || !seen.insert(num) {
-                break;
-            }
-            num = *parent;
-        }
-        num
-    };
-    let mut why_root: HashMap<u64, String> = HashMap::new();
-    for (workflow, _) in &damaged {
-        why_root
-            .entry(root(workflow.start.num))
-            .or_insert_with(|| workflow.start.id.clone());
-    }
+    let broken: Vec<u64> = damaged.iter().map(|(w, _)| w.start.num).collect();
+    let held_by = held_trees(&known, &broken, parent_of);
+    let ids: HashMap<u64, String> = damaged
+        .iter()
+        .map(|(w, _)| (w.start.num, w.start.id.clone()))
+        .collect();
     let mut held = damaged;
     let mut start = Vec::with_capacity(ready.len());
     for r in ready {
-        match why_root.get(&root(r.workflow.start.num)) {
+        match held_by
+            .get(&r.workflow.start.num)
+            .and_then(|num| ids.get(num))
+        {
             Some(damaged_id) => {
                 let why = format!(
                     "workflow '{damaged_id}' of its tree is damaged, and the tree is left as it \
@@ -279,4 +274,69 @@ pub(crate) fn hold_damaged_trees(
         }
     }
     (start, held)
+}
+
+/// For each workflow of `known` (number, parent) in the tree of one of `damaged`, that damaged
+/// workflow's number. A tree is found by following parents to the top, through workflows not in
+/// `known` with `parent_of`.
+fn held_trees(
+    known: &[(u64, Option<u64>)],
+    damaged: &[u64],
+    mut parent_of: impl FnMut(u64) -> Option<u64>,
+) -> HashMap<u64, u64> {
+    let mut parents: HashMap<u64, Option<u64>> = known.iter().copied().collect();
+    let mut root = |mut num: u64| {
+        let mut seen = HashSet::new();
+        while seen.insert(num) {
+            let parent = *parents.entry(num).or_insert_with(|| parent_of(num));
+            match parent {
+                Some(parent) => num = parent,
+                None => break,
+            }
+        }
+        num
+    };
+    let mut damaged_root: HashMap<u64, u64> = HashMap::new();
+    for &num in damaged {
+        damaged_root.entry(root(num)).or_insert(num);
+    }
+    known
+        .iter()
+        .filter_map(|(num, _)| damaged_root.get(&root(*num)).map(|d| (*num, *d)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_damaged_tree_is_held_whole_through_workflows_that_ended() {
+        // 1 is damaged; 2 (its child) ended, so 3 (2's child) is found in 1's tree through the
+        // store. 10 and 11 are a tree of their own; 20 a workflow alone; 30's parent loops.
+        let known = [
+            (1, None),
+            (3, Some(2)),
+            (10, None),
+            (11, Some(10)),
+            (20, None),
+            (30, Some(31)),
+        ];
+        let ended = |num| match num {
+            2 => Some(1),
+            31 => Some(30),
+            _ => None,
+        };
+        let held = held_trees(&known, &[1], ended);
+        let mut nums: Vec<(u64, u64)> = held.into_iter().collect();
+        nums.sort_unstable();
+        assert_eq!(nums, [(1, 1), (3, 1)]);
+        // Two damaged in one tree: the tree is held once, named after the first.
+        let held = held_trees(&known, &[11, 10], ended);
+        assert_eq!(held.get(&10), Some(&11));
+        assert_eq!(held.get(&11), Some(&11));
+        assert_eq!(held.len(), 2);
+        // A loop of parents ends the walk.
+        assert_eq!(held_trees(&known, &[30], ended).get(&30), Some(&30));
+    }
 }

@@ -100,6 +100,17 @@ pub fn new_id() -> String {
     format!("wf-{hex}")
 }
 
+/// Shuts its host down when dropped, however a command ends (an error, a closed stdout): the
+/// store is closed as a host closes it (checkpointed; on a shared store, the workflows given
+/// back), though the Ctrl-C handler keeps a handle to the host.
+pub struct Stopping(pub Host);
+
+impl Drop for Stopping {
+    fn drop(&mut self) {
+        self.0.shutdown(Duration::from_secs(1));
+    }
+}
+
 /// Set once Ctrl-C (or SIGTERM) stopped the host: what ends from then on was stopped, not failed.
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -165,7 +176,13 @@ pub struct ResumeCommand {
 
 impl ResumeCommand {
     pub fn execute(self) -> anyhow::Result<()> {
-        open(&self.store)?;
+        if let Some(path) = self.store.path().filter(|p| !p.exists()) {
+            anyhow::bail!(
+                "there is no store at {}: give the file `wfhost run --store` or `wfhost serve \
+                 --store` wrote",
+                path.display()
+            );
+        }
         let host = build_host(
             &self.store,
             &self.durability,
@@ -173,6 +190,7 @@ impl ResumeCommand {
             self.workers,
             &self.cache,
         )?;
+        let _stopping = Stopping(host.clone());
         stop_on_ctrl_c(host.clone(), self.store.clone())?;
         let grants = self.limits.grants();
         let mut runs = host.recover_with(grants.clone())?;

@@ -13,6 +13,7 @@ use wfhost::store::{Location, Store, Workflow};
 use wfhost::{Encoding, Payload, StepRecord};
 
 use super::durable::{find, open, status_word, time};
+use crate::output::stdout_error;
 
 /// Shows the journal of one workflow: each step's events, WASI reads and yields, with times.
 #[derive(Debug, clap::Parser)]
@@ -44,9 +45,9 @@ impl HistoryCommand {
         };
         let mut out = std::io::stdout().lock();
         if self.json {
-            writeln!(out, "{}", workflow_json(&workflow))?;
+            writeln!(out, "{}", workflow_json(&workflow)).map_err(stdout_error)?;
         } else {
-            write_workflow(&mut out, &workflow)?;
+            write_workflow(&mut out, &workflow).map_err(stdout_error)?;
         }
         let mut previous: Option<u64> = None;
         for step in steps {
@@ -77,24 +78,25 @@ impl HistoryCommand {
                     "yields": yields,
                     "status": status_json(&record.output.status),
                 });
-                writeln!(out, "{value}")?;
+                writeln!(out, "{value}").map_err(stdout_error)?;
                 continue;
             }
             let after = after.map_or_else(String::new, |ms| format!(" (+{})", duration(ms)));
-            writeln!(out, "step {} at {}{after}", step.seq, time(step.at))?;
+            writeln!(out, "step {} at {}{after}", step.seq, time(step.at)).map_err(stdout_error)?;
             for event in &record.events {
-                writeln!(out, "  in     {}", words.event_text(event))?;
+                writeln!(out, "  in     {}", words.event_text(event)).map_err(stdout_error)?;
             }
             for read in &record.reads {
-                writeln!(out, "  read   {read}")?;
+                writeln!(out, "  read   {read}").map_err(stdout_error)?;
             }
             for y in &record.output.yields {
-                writeln!(out, "  out    {}", words.yield_text(y))?;
+                writeln!(out, "  out    {}", words.yield_text(y)).map_err(stdout_error)?;
             }
-            writeln!(out, "  status {}", status_text(&record.output.status))?;
+            writeln!(out, "  status {}", status_text(&record.output.status))
+                .map_err(stdout_error)?;
         }
         // A reader that went away (`| head`) ends the command quietly (main).
-        out.flush()?;
+        out.flush().map_err(stdout_error)?;
         Ok(())
     }
 }

@@ -124,6 +124,7 @@ impl RunCommand {
             builder = self.durability.apply(builder, store);
         }
         let host = builder.build().context("cannot start the host")?;
+        let _stopping = super::durable::Stopping(host.clone());
         let grants = self.limits.grants();
         host.load_module_with(&name, &module, grants.clone())?;
         for (extra, path) in &self.modules {

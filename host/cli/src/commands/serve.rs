@@ -81,6 +81,7 @@ impl ServeCommand {
         // new lease, takes up the work.
         loop {
             let host = self.build()?;
+            let _stopping = super::durable::Stopping(host.clone());
             {
                 // Clients' starts, messages and cancels wake the host at once; the poll is the
                 // fallback.

@@ -460,6 +460,13 @@ pub trait Store: Send {
         Ok(Vec::new())
     }
 
+    /// For a host that joined: gives back messages it took and could not deliver (their
+    /// receiver does not run here), for whoever runs it to take.
+    fn untake_messages(&mut self, ids: &[u64]) -> StoreResult<()> {
+        let _ = ids;
+        Ok(())
+    }
+
     /// For a host that joined: takes the cancels asked of workflows it owns that it has not
     /// delivered: their numbers. Each is taken once.
     fn take_cancels(&mut self) -> StoreResult<Vec<u64>> {
@@ -511,7 +518,10 @@ pub trait Store: Send {
     /// The bytes of the module with this hash.
     fn module(&mut self, hash: &str) -> StoreResult<Option<Vec<u8>>>;
 
-    /// Every message still held (waiting, or refused and not yet forgotten), by number.
+    /// The messages a recovery delivers or reports, by number: those waiting for unfinished
+    /// workflows, and those refused to unfinished senders (who may not have heard why). The
+    /// messages a workflow never read before it ended stay in the store, counted in
+    /// [`Workflow::unread`], but are not among them.
     fn messages(&mut self) -> StoreResult<Vec<Message>>;
 
     /// The messages workflow `num` sent the host with a tag after `after`, in order.

@@ -203,6 +203,20 @@ impl PgStore {
         })
     }
 
+    /// Gives back messages this host took and could not deliver (their receiver does not run
+    /// here): taken again by whoever runs the receiver.
+    pub(super) fn untake_messages(&mut self, ids: &[u64]) -> StoreResult<()> {
+        let me = self.me()?;
+        let ids: Vec<i64> = ids.iter().map(|n| *n as i64).collect();
+        self.transaction("giving back messages", super::READ_PATIENCE, |conn| {
+            conn.query(
+                "UPDATE messages SET delivered_to = NULL WHERE id = ANY($1) AND delivered_to = $2",
+                &[&ids, &me],
+            )?;
+            Ok(())
+        })
+    }
+
     /// Gives back every unfinished workflow this host owns (another host may claim them at
     /// once) and ends its lease: after this it writes nothing.
     pub(super) fn release_all(&mut self) -> StoreResult<()> {

@@ -417,6 +417,10 @@ impl Store for PgStore {
         self.take(receivers)
     }
 
+    fn untake_messages(&mut self, ids: &[u64]) -> StoreResult<()> {
+        PgStore::untake_messages(self, ids)
+    }
+
     fn take_cancels(&mut self) -> StoreResult<Vec<u64>> {
         self.take_cancel_requests()
     }

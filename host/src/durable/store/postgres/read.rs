@@ -186,7 +186,10 @@ pub(super) fn host_info(conn: &mut Conn, id: i64) -> Result<Option<HostInfo>, Er
 pub(super) fn messages(conn: &mut Conn) -> Result<Vec<Message>, Error> {
     Ok(conn
         .query(
-            "SELECT id, receiver, sender, payload, refused FROM messages ORDER BY id",
+            "SELECT id, receiver, sender, payload, refused FROM messages \
+             WHERE (refused IS NULL AND receiver IN (SELECT num FROM workflows WHERE state = 0)) \
+             OR (refused IS NOT NULL AND sender IN (SELECT num FROM workflows WHERE state = 0)) \
+             ORDER BY id",
             &[],
         )?
         .iter()

@@ -20,7 +20,8 @@ impl SqliteStore {
                 to.display()
             )));
         }
-        let store = SqliteStore::open_existing(path)?;
+        // Any version: the copy is the file as it is, never migrated first.
+        let store = SqliteStore::open_any(path)?;
         let partial = partial_name(to);
         let _ = std::fs::remove_file(&partial);
         let copied = store.vacuum_into(&partial).and_then(|()| {

@@ -37,9 +37,19 @@ impl std::fmt::Display for Holder {
     }
 }
 
-/// The lock file of the store at `db`.
+/// The lock file of the store at `db`: beside the file itself, wherever the path given leads
+/// (a link to the store, or another path to it, must find the same lock).
 pub(crate) fn lock_path(db: &Path) -> PathBuf {
-    let mut path = db.as_os_str().to_owned();
+    let real = std::fs::canonicalize(db).unwrap_or_else(|_| {
+        // Not there yet: its directory, resolved, and its name.
+        let dir = db.parent().filter(|d| !d.as_os_str().is_empty());
+        let dir = dir.map_or_else(|| std::fs::canonicalize("."), std::fs::canonicalize);
+        match (dir, db.file_name()) {
+            (Ok(dir), Some(name)) => dir.join(name),
+            _ => db.to_path_buf(),
+        }
+    });
+    let mut path = real.into_os_string();
     path.push("-lock");
     PathBuf::from(path)
 }
@@ -74,8 +84,13 @@ impl HostLock {
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 Err(TryLockError::WouldBlock) => {
-                    // A reader holds it only for a moment: a host holds it still.
-                    let holder = read_holder(&mut file);
+                    // A reader holds it only for a moment: a host holds it still. It writes its
+                    // pid just after it takes the lock.
+                    let mut holder = read_holder(&mut file);
+                    while holder.pid.is_none() && started.elapsed() < PATIENCE * 10 {
+                        std::thread::sleep(Duration::from_millis(5));
+                        holder = read_holder(&mut file);
+                    }
                     return Err(held(db, &holder));
                 }
                 Err(TryLockError::Error(e)) => {
@@ -183,6 +198,18 @@ mod tests {
         drop(first);
         assert_eq!(holder(&db), None);
         let again = HostLock::acquire(&db).unwrap();
+        // Another path to the same file finds the same lock.
+        std::fs::write(&db, b"").unwrap();
+        let link = dir.join("link.db");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&db, &link).unwrap();
+        let through_link = HostLock::acquire(&link).unwrap_err().to_string();
+        assert!(
+            through_link.contains("held by another host"),
+            "{through_link}"
+        );
+        let dotted = dir.join(".").join("held.db");
+        assert!(HostLock::acquire(&dotted).is_err());
         drop(again);
         let _ = std::fs::remove_dir_all(&dir);
     }

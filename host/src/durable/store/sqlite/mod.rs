@@ -142,10 +142,41 @@ impl SqliteStore {
     }
 
     /// Opens the store at `path` to read it, beside the host that may run it (which keeps
-    /// writing): the commands that read what hosts wrote. It must exist. A store of an older
-    /// schema is migrated first if no host holds it.
+    /// writing): the commands that read what hosts wrote. It must exist, with this version's
+    /// tables: an older store is migrated by a host of this version, never under a reader.
     pub fn open_existing(path: impl AsRef<Path>) -> StoreResult<SqliteStore> {
-        let path = named(path.as_ref())?;
+        let store = SqliteStore::open_any(path.as_ref())?;
+        let version = store.version()?;
+        if version == VERSION {
+            return Ok(store);
+        }
+        if version > VERSION {
+            return Err(newer(&store.path, version));
+        }
+        let held = lock::holder(&store.path);
+        Err(match (version, held) {
+            (0, Some(_)) => StoreError::new(format_args!(
+                "the store {} is being created by its host: ask again in a moment",
+                store.path.display()
+            )),
+            (0, None) => StoreError::new(format_args!(
+                "{} holds no wfhost store: give the file `wfhost run --store` or `wfhost serve \
+                 --store` wrote",
+                store.path.display()
+            )),
+            (_, _) => StoreError::new(format_args!(
+                "the store {} has the tables of an older wfhost (schema version {version}; this \
+                 one reads {VERSION}): start a host of this version on it (`wfhost resume \
+                 --store {}`), which migrates it",
+                store.path.display(),
+                store.path.display()
+            )),
+        })
+    }
+
+    /// A reading connection to the existing file at `path`, whatever its schema.
+    fn open_any(path: &Path) -> StoreResult<SqliteStore> {
+        let path = named(path)?;
         if !path.exists() {
             return Err(StoreError::new(format_args!(
                 "there is no store at {}: give the file `wfhost run --store` or `wfhost serve \
@@ -155,34 +186,7 @@ impl SqliteStore {
         }
         let mut store = SqliteStore::connect(&path)?;
         store.configure_reader()?;
-        let version = store.version()?;
-        if version == VERSION {
-            return Ok(store);
-        }
-        if version > VERSION {
-            return Err(newer(&path, version));
-        }
-        // Older (or a new, empty file): migrated by this process if it can hold the store a
-        // moment; its host migrates it otherwise.
-        match HostLock::acquire(&path) {
-            Ok(lock) => {
-                let mut host = SqliteStore::connect(&path)?;
-                host.configure(SyncMode::Full)?;
-                host.migrate()?;
-                drop(host);
-                drop(lock);
-                Ok(store)
-            }
-            Err(_) if version == 0 => Err(StoreError::new(format_args!(
-                "the store {} is being created by its host: ask again in a moment",
-                path.display()
-            ))),
-            Err(held) => Err(StoreError::new(format_args!(
-                "the store {} has the tables of an older wfhost (schema version {version}; this \
-                 one reads {VERSION}), and {held}",
-                path.display()
-            ))),
-        }
+        Ok(store)
     }
 
     /// A connection to the file, configured for nothing yet.

@@ -190,7 +190,12 @@ impl Store for SqliteStore {
     fn messages(&mut self) -> StoreResult<Vec<Message>> {
         let mut statement = self
             .conn
-            .prepare("SELECT id, receiver, sender, payload, refused FROM messages ORDER BY id")
+            .prepare(
+                "SELECT id, receiver, sender, payload, refused FROM messages \
+                 WHERE (refused IS NULL AND receiver IN (SELECT num FROM workflows WHERE state = 0)) \
+                 OR (refused IS NOT NULL AND sender IN (SELECT num FROM workflows WHERE state = 0)) \
+                 ORDER BY id",
+            )
             .map_err(sql("reading messages"))?;
         let rows = statement
             .query_map([], |row| {
