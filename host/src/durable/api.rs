@@ -108,8 +108,9 @@ impl Host {
         if let Some(workflow) = stored {
             return self.existing(workflow, &hash, entry, &encoded);
         }
-        // Nothing is written for an input the entry point does not take.
-        self.check_input(module, entry, &input)?;
+        // Its start runs now, before anything is written: nothing is written for an input the
+        // entry point does not take.
+        let process = self.started_process(&loaded, durable, pid, &id, &hash, entry, &input)?;
         let start = NewWorkflow {
             num: pid.0,
             id: id.to_string(),
@@ -143,11 +144,6 @@ impl Host {
         } else {
             durable.write(vec![Op::Start(start)])?;
         }
-        let process = WasmProcess::new(
-            Arc::clone(&inner.wasm),
-            loaded.spec(None, Arc::clone(&inner.wasm.limits)),
-        );
-        let process = DurableProcess::new(process, Arc::clone(durable), id, hash.into());
         let run = match self.spawn_durable(process, pid, None, entry, input) {
             Ok(run) => run,
             Err(error) => {
@@ -161,6 +157,53 @@ impl Host {
         };
         std::mem::forget(claimed);
         Ok(run)
+    }
+
+    /// The process of a new durable workflow `id` under `pid`, its entry point started (its
+    /// `init` run here, on the caller's thread) so that an input it does not take is refused
+    /// before anything is written ([`ErrorKind::InvalidInput`], or [`ErrorKind::Trap`] for a
+    /// start that traps). When no instance is free to start it now, it starts on a worker as
+    /// any process does.
+    #[allow(clippy::too_many_arguments)]
+    fn started_process(
+        &self,
+        loaded: &crate::modules::Loaded,
+        durable: &Arc<Durable>,
+        pid: Pid,
+        id: &Arc<str>,
+        hash: &str,
+        entry: &str,
+        input: &Payload,
+    ) -> Result<DurableProcess> {
+        let inner = &self.inner;
+        let new = || {
+            let process = WasmProcess::new(
+                Arc::clone(&inner.wasm),
+                loaded.spec(None, Arc::clone(&inner.wasm.limits)),
+            );
+            DurableProcess::new(process, Arc::clone(durable), Arc::clone(id), hash.into())
+        };
+        let mut process = new();
+        let ctx = InitContext::new(pid, None);
+        match process.start_now(&ctx, entry, input.clone()) {
+            Ok(()) => Ok(process),
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    FailureKind::InvalidInput | FailureKind::Trap | FailureKind::Refused
+                ) =>
+            {
+                Err(Error::failed(&error))
+            }
+            Err(error) => {
+                tracing::debug!(
+                    workflow = %id,
+                    "its start waits for a worker ({}): its input is checked then",
+                    error.message()
+                );
+                Ok(new())
+            }
+        }
     }
 
     /// A start of workflow `id`, which the store has already: its run if it started with the

@@ -88,6 +88,9 @@ pub(crate) struct DurableProcess {
     /// The pid a parent's step journaled it under, until it starts: dropped unstarted (the
     /// scheduler refused it), it journals that it never ran.
     reserved: Option<Pid>,
+    /// Its entry point was started already ([`start_now`](Self::start_now)): `init` has nothing
+    /// left to run.
+    started: bool,
 }
 
 impl DurableProcess {
@@ -119,7 +122,24 @@ impl DurableProcess {
             synthetic: false,
             ended: false,
             reserved: None,
+            started: false,
         }
+    }
+
+    /// Starts its entry point now, on the caller's thread, before it is spawned (whose `init`
+    /// then only takes its place): a start whose input the guest refuses fails here, before
+    /// anything is journaled. What it reads from WASI is recorded for its first step, as in
+    /// `init`.
+    pub(crate) fn start_now(
+        &mut self,
+        ctx: &InitContext,
+        method: &str,
+        input: Payload,
+    ) -> Result<(), ProcessError> {
+        self.inner.set_reads(self.first_reads());
+        self.inner.init(ctx, method, input)?;
+        self.started = true;
+        Ok(())
     }
 
     /// A workflow recovered after a restart: from `saved` if it has a snapshot, then the
@@ -236,6 +256,9 @@ impl Process for DurableProcess {
         if self.recovering {
             // Started past the recovery's gate: a process waiting there holds no instance.
             self.deferred = Some((ctx.clone(), method.to_string(), input));
+            return Ok(());
+        }
+        if std::mem::take(&mut self.started) {
             return Ok(());
         }
         self.inner.set_reads(self.first_reads());
