@@ -157,7 +157,7 @@ impl Host {
     /// no instance to spare for the check (it is full), the input is taken unchecked: the
     /// workflow then fails at its start as it would have.
     pub fn check_input(&self, module: &str, entry: &str, input: &Payload) -> Result<()> {
-        use wfhost_scheduler::{FailureKind, InitContext, Process};
+        use wfhost_scheduler::{InitContext, Process};
         let inner = &self.inner;
         inner.running()?;
         let loaded = inner.modules.get(module)?;
@@ -174,18 +174,9 @@ impl Host {
         let ctx = InitContext::new(inner.handle.reserve_pid(), None);
         let started = process.init(&ctx, entry, input.clone());
         process.close();
-        match started {
-            Ok(()) => Ok(()),
-            Err(error) if matches!(error.kind(), FailureKind::InvalidInput | FailureKind::Trap) => {
-                Err(Error::failed(&error))
-            }
-            Err(error) => {
-                tracing::debug!(
-                    "the input of '{entry}' could not be checked ({}): taken unchecked",
-                    error.message()
-                );
-                Ok(())
-            }
+        match started.map_err(refused_start) {
+            Ok(()) | Err(None) => Ok(()),
+            Err(Some(refused)) => Err(refused),
         }
     }
 
@@ -349,6 +340,25 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.shutdown(DEFAULT_GRACE);
+    }
+}
+
+/// What a start that failed says about its input: `Some` error when the entry point refused
+/// it (it does not decode as its type, or its start traps), `None` when the start could not run
+/// now (no instance free): the input is then taken, and checked when the process starts.
+pub(crate) fn refused_start(error: wfhost_scheduler::ProcessError) -> Option<Error> {
+    use wfhost_scheduler::FailureKind;
+    match error.kind() {
+        FailureKind::InvalidInput | FailureKind::Trap | FailureKind::Refused => {
+            Some(Error::failed(&error))
+        }
+        _ => {
+            tracing::debug!(
+                "a start could not run now ({}): its input is checked later",
+                error.message()
+            );
+            None
+        }
     }
 }
 

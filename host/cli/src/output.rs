@@ -23,16 +23,9 @@ pub fn write_line(args: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
 }
 
 /// Stdout's reader went away: the command ends quietly ([`die_of_broken_pipe`]).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("stdout was closed")]
 pub struct StdoutClosed;
-
-impl std::fmt::Display for StdoutClosed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("stdout was closed")
-    }
-}
-
-impl std::error::Error for StdoutClosed {}
 
 /// An error writing to stdout: [`StdoutClosed`] for a pipe whose reader has gone (and only for
 /// stdout: a broken pipe elsewhere, to a child process or a socket, is an error to report).

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::wfhost;
+use common::{text, wfhost};
 
 use std::collections::{BTreeMap, HashSet};
 use std::process::Output;
@@ -15,10 +15,6 @@ use wfhost::store::{Location, State};
 use wfhost::StepRecord;
 use wfhost_test_programs::postgres::Postgres;
 use wfhost_test_programs::PROBE;
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// Children of the mix.
 const CHILDREN: u32 = 6;
@@ -305,10 +301,7 @@ fn sweep(points: impl Iterator<Item = u64>, mut store_for: impl FnMut(u64) -> St
 }
 
 fn tempdir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("wfhost-durable-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::tempdir("durable", name)
 }
 
 #[test]

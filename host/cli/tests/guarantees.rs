@@ -7,11 +7,10 @@
 
 mod common;
 
-use common::wfhost;
+use common::{text, wait_until, wfhost};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use wfhost::store::{Location, SqliteStore};
@@ -19,17 +18,8 @@ use wfhost::Payload;
 use wfhost_test_programs::postgres::Postgres;
 use wfhost_test_programs::PROBE;
 
-const PATIENCE: Duration = Duration::from_secs(120);
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("wfhost-guarantees-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn tempdir(name: &str) -> std::path::PathBuf {
+    common::tempdir("guarantees", name)
 }
 
 fn path(p: &Path) -> &str {
@@ -50,18 +40,6 @@ fn ok(args: &[&str]) -> String {
         text(&output.stderr)
     );
     text(&output.stdout)
-}
-
-/// Waits until `done` holds, looking every 20 ms, for up to [`PATIENCE`].
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(
-            started.elapsed() < PATIENCE,
-            "timed out waiting until {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A `wfhost` process in the background, its stderr in a file; killed when dropped.

@@ -4,12 +4,11 @@
 
 mod common;
 
-use common::wfhost;
+use common::{text, wait_until, wfhost};
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use wfhost::contract::EventKind;
@@ -18,17 +17,8 @@ use wfhost::StepRecord;
 use wfhost_test_programs::postgres::Postgres;
 use wfhost_test_programs::PROBE;
 
-const PATIENCE: Duration = Duration::from_secs(120);
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("wfhost-hosts-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn tempdir(name: &str) -> std::path::PathBuf {
+    common::tempdir("hosts", name)
 }
 
 /// A `wfhost serve` on `store`, its stderr in `log`; killed when dropped.
@@ -84,18 +74,6 @@ impl Drop for Serve {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Waits until `done` holds, checking every 20 ms, for up to [`PATIENCE`].
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(
-            started.elapsed() < PATIENCE,
-            "timed out waiting until {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -185,24 +185,14 @@ impl Host {
         };
         let mut process = new();
         let ctx = InitContext::new(pid, None);
-        match process.start_now(&ctx, entry, input.clone()) {
+        match process
+            .start_now(&ctx, entry, input.clone())
+            .map_err(crate::host::refused_start)
+        {
             Ok(()) => Ok(process),
-            Err(error)
-                if matches!(
-                    error.kind(),
-                    FailureKind::InvalidInput | FailureKind::Trap | FailureKind::Refused
-                ) =>
-            {
-                Err(Error::failed(&error))
-            }
-            Err(error) => {
-                tracing::debug!(
-                    workflow = %id,
-                    "its start waits for a worker ({}): its input is checked then",
-                    error.message()
-                );
-                Ok(new())
-            }
+            Err(Some(refused)) => Err(refused),
+            // No instance free now: it starts on a worker, as any process does.
+            Err(None) => Ok(new()),
         }
     }
 
@@ -210,7 +200,7 @@ impl Host {
     /// same module, entry point and input (finished: its stored result), a conflict otherwise.
     fn existing(&self, workflow: Workflow, hash: &str, entry: &str, input: &[u8]) -> Result<Run> {
         let id = workflow.start.id.clone();
-        conflict(&workflow.start, hash, entry, input)?;
+        workflow.start.may_follow(hash, entry, input)?;
         if let (None, Some(why)) = (&workflow.ending, &workflow.damaged) {
             return Err(Error::new(
                 ErrorKind::Store,
@@ -248,7 +238,7 @@ impl Host {
             .workflow(id)
             .map_err(store_error)?;
         match stored {
-            Some(workflow) => conflict(&workflow.start, hash, entry, input),
+            Some(workflow) => workflow.start.may_follow(hash, entry, input),
             // Its start is being written: it is this one's twin or not, as the store will say.
             None => Ok(()),
         }
@@ -373,24 +363,6 @@ impl Host {
             .check_replay(&ctx, &start.entry, input)
             .map_err(|e| Error::new(ErrorKind::Nondeterminism, e.message()))
     }
-}
-
-/// An error if a start of `hash`, `entry` and `input` may not follow workflow `stored`.
-pub(crate) fn conflict(stored: &NewWorkflow, hash: &str, entry: &str, input: &[u8]) -> Result<()> {
-    let differs = stored.differences(hash, entry, input);
-    if differs.is_empty() {
-        return Ok(());
-    }
-    Err(Error::new(
-        ErrorKind::Conflict,
-        format!(
-            "workflow '{}' exists with another {}: a start of an id that exists follows that \
-             workflow only with the same module, entry point and input; give a new id to start \
-             another",
-            stored.id,
-            differs.join(" and another ")
-        ),
-    ))
 }
 
 /// Takes a claimed id back unless forgotten (the start went through).

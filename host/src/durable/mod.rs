@@ -93,7 +93,7 @@ pub(crate) struct ChildStart {
 /// What a durable host shares among its workflows.
 pub(crate) struct Durable {
     /// The host only reads the store ([`HostBuilder::read_store`](crate::HostBuilder::read_store)).
-    read_only: AtomicBool,
+    read_only: bool,
     pub(crate) writer: Writer,
     /// For reads while the writer writes.
     pub(crate) reader: Mutex<Box<dyn Store>>,
@@ -164,8 +164,10 @@ impl Durable {
                 "this host only reads the store (HostBuilder::read_store): start, recover and \
                  claim workflows on a host that holds it",
             ));
-            durable.read_only.store(true, Ordering::Release);
-            return Ok(durable);
+            return Ok(Durable {
+                read_only: true,
+                ..durable
+            });
         };
         let name = format!(
             "{}:{}",
@@ -211,7 +213,7 @@ impl Durable {
             )
         })?;
         Ok(Durable {
-            read_only: AtomicBool::new(false),
+            read_only: false,
             writer,
             reader: Mutex::new(reader),
             ids,
@@ -453,7 +455,7 @@ impl Durable {
 
     /// Keeps a module's bytes in the store, once per hash.
     pub(crate) fn keep_module(&self, hash: &str, bytes: &[u8]) -> crate::Result<()> {
-        if self.read_only.load(Ordering::Acquire) || self.kept.lock().contains(hash) {
+        if self.read_only || self.kept.lock().contains(hash) {
             return Ok(());
         }
         self.write(vec![store::Op::Module {
@@ -618,14 +620,8 @@ impl Durable {
         }
         let offered = wfhost_scheduler::offer_to_host(cx, message.clone());
         if offered == HostOffer::Full {
-            return cx.complete(
-                tag,
-                Err(CommandError::new(
-                    ErrorKind::MailboxFull,
-                    "the host's queue of messages from this workflow is full (its message or \
-                     byte limit); the host is not reading them",
-                )),
-            );
+            // Refused as any process's message is: the reader is not keeping up.
+            return cx.complete(tag, offered.into_result().map(|()| Payload::empty()));
         }
         if offered == HostOffer::NoReader {
             let id = self.ids.get(pid);

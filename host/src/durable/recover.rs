@@ -167,9 +167,9 @@ impl Host {
             if durable.ids.contains(Pid(workflow.start.num)) {
                 continue;
             }
-            match durable.resolve(&self.inner.wasm, &grants, workflow.clone())? {
+            match durable.resolve(&self.inner.wasm, &grants, workflow)? {
                 Ok(resolved) => ready.push(resolved),
-                Err(why) => damaged.push((workflow, why)),
+                Err(damage) => damaged.push(damage),
             }
         }
         let (ready, held) = hold_damaged_trees(ready, damaged, |num| {

@@ -45,37 +45,20 @@ pub(crate) fn stored_name(hash: &str) -> String {
 }
 
 impl Durable {
-    /// Reads back what `workflow` needs to start again: `Ok(Err(why))` when something cannot
-    /// be (damage); `Err` when the store could not be read at all.
+    /// Reads back what `workflow` needs to start again: `Ok(Err((workflow, why)))` when
+    /// something cannot be (damage); `Err` when the store could not be read at all.
     pub(crate) fn resolve(
         &self,
         wasm: &Arc<WasmRuntime>,
         grants: &Grants,
         workflow: Workflow,
-    ) -> Result<std::result::Result<Ready, String>> {
+    ) -> Result<std::result::Result<Ready, (Workflow, String)>> {
         let start = &workflow.start;
         let loaded = match self.stored_module(wasm, grants, &start.module)? {
             Ok(loaded) => loaded,
-            Err(why) => return Ok(Err(why)),
+            Err(why) => return Ok(Err((workflow, why))),
         };
-        let saved = self.saved(&workflow).filter(|saved| {
-            match saved
-                .process
-                .misfit(&loaded.compiled, wasm.limits.max_memory_bytes)
-            {
-                None => true,
-                Some(why) => {
-                    tracing::warn!(
-                        workflow = %start.id,
-                        "its snapshot at step {} is not used ({why}); replaying its whole \
-                         journal",
-                        saved.seq
-                    );
-                    Counts::add(&self.counts.snapshots_ignored, 1);
-                    false
-                }
-            }
-        });
+        let saved = self.saved(&workflow, &loaded.compiled, wasm.limits.max_memory_bytes);
         let after = saved.as_ref().map_or(0, |saved| saved.seq);
         let steps = self
             .reader
@@ -87,16 +70,14 @@ impl Durable {
             match StepRecord::decode(&step.record) {
                 Ok(record) => records.push(record),
                 Err(e) => {
-                    return Ok(Err(format!(
-                        "step {} of its journal does not decode ({e})",
-                        step.seq
-                    )))
+                    let why = format!("step {} of its journal does not decode ({e})", step.seq);
+                    return Ok(Err((workflow, why)));
                 }
             }
         }
         let input: Payload = match postcard::from_bytes(&start.input) {
             Ok(input) => input,
-            Err(e) => return Ok(Err(format!("its input does not decode ({e})"))),
+            Err(e) => return Ok(Err((workflow, format!("its input does not decode ({e})")))),
         };
         Ok(Ok(Ready {
             workflow,
@@ -187,7 +168,12 @@ impl Durable {
     /// The snapshot recovery starts `workflow` from: its latest, when it came from the module
     /// the workflow runs and decodes. One that does not is counted and set aside (the whole
     /// journal is replayed).
-    pub(crate) fn saved(&self, workflow: &Workflow) -> Option<SavedWorkflow> {
+    pub(crate) fn saved(
+        &self,
+        workflow: &Workflow,
+        compiled: &crate::wasm::Compiled,
+        max_memory: usize,
+    ) -> Option<SavedWorkflow> {
         let start = &workflow.start;
         let snapshot = match self.reader.lock().snapshot(start.num) {
             Ok(snapshot) => snapshot?,
@@ -209,13 +195,16 @@ impl Durable {
             ))
         } else {
             SavedWorkflow::decode(&snapshot.state).and_then(|saved| {
-                if saved.seq == snapshot.seq {
-                    Ok(saved)
-                } else {
-                    Err(format!(
+                if saved.seq != snapshot.seq {
+                    return Err(format!(
                         "it says step {} in a row for step {}",
                         saved.seq, snapshot.seq
-                    ))
+                    ));
+                }
+                // Checked in place now, so that starting from it cannot fail later.
+                match saved.process.misfit(compiled, max_memory) {
+                    Some(why) => Err(why),
+                    None => Ok(saved),
                 }
             })
         };

@@ -100,18 +100,10 @@ impl StartCommand {
             Some(_) => eprintln!("started {id}"),
             None => {
                 let stored = find(&mut *store, &self.store, &id)?;
-                let differs = stored.start.differences(&info.sha256, &self.entry, &input);
-                if !differs.is_empty() {
-                    return Err(wfhost::Error::new(
-                        wfhost::ErrorKind::Conflict,
-                        format!(
-                            "workflow '{id}' exists with another {}: nothing started (give a \
-                             new id to start another; `wfhost status {id}` shows it)",
-                            differs.join(" and another ")
-                        ),
-                    )
-                    .into());
-                }
+                stored
+                    .start
+                    .may_follow(&info.sha256, &self.entry, &input)
+                    .context("nothing started")?;
                 eprintln!("{id} exists already, started the same way: nothing started");
             }
         }
@@ -338,7 +330,12 @@ fn host_of(
     location: &Location,
     workflow: &Workflow,
 ) -> anyhow::Result<HostOf> {
-    let running = workflow.state == State::Running;
+    if workflow.state != State::Running {
+        return Ok(HostOf {
+            text: None,
+            waiting: false,
+        });
+    }
     let (text, live) = match location.path() {
         Some(path) => match wfhost::store::SqliteStore::holder(path) {
             Some(holder) => (Some(format!("{holder} (holds the store)")), true),
@@ -357,8 +354,8 @@ fn host_of(
         },
     };
     Ok(HostOf {
-        text: if running { text } else { None },
-        waiting: running && !live,
+        text,
+        waiting: !live,
     })
 }
 

@@ -74,38 +74,17 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
 
 /// The store stopped the work where its journal ends (full, read-only, out of reach): it resumes
 /// on a host started on a working store (exit code 4).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct Stopped(pub String);
-
-impl std::fmt::Display for Stopped {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Stopped {}
 
 /// A journal in the store cannot be read back: the workflows it holds were left as they were
 /// (exit code 5).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct Damaged(pub String);
 
-impl std::fmt::Display for Damaged {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Damaged {}
-
 /// The workflow ran and failed (exit code 1, where every other error means it could not start).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct WorkflowFailed(pub String);
-
-impl std::fmt::Display for WorkflowFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for WorkflowFailed {}

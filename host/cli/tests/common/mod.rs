@@ -1,6 +1,37 @@
-//! What the CLI's test files share.
+//! What the CLI's test files share. (Each file uses some of it.)
+#![allow(dead_code)]
 
+use std::path::PathBuf;
 use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// How long a test waits for what it waits for before it fails.
+pub const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Output as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A fresh directory for one test: `wfhost-<suite>-<name>-<pid>` in the temporary directory.
+pub fn tempdir(suite: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wfhost-{suite}-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Waits until `done` holds, checking every 20 ms, for up to [`PATIENCE`].
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "timed out waiting until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 /// The binary, with a module cache of the tests' own rather than the user's.
 pub fn wfhost() -> Command {

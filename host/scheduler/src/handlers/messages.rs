@@ -23,25 +23,13 @@ pub fn send(request: Request, cx: &Context<'_>) {
 /// A message to [`Pid::HOST`]: into the outbox of whoever started this process (or its nearest
 /// ancestor started from outside).
 fn send_to_host(cx: &Context<'_>, message: Payload) -> Result<(), CommandError> {
-    let Some(outbox) = &cx.slot.outbox else {
+    if cx.slot.outbox.is_none() {
         return Err(CommandError::new(
             ErrorKind::NoSuchProcess,
             "the host takes no messages from this process (whoever started it listens for none)",
         ));
-    };
-    outbox
-        .send(cx.pid(), message)
-        .map_err(|refused| match refused {
-            OutboxRefused::Full => CommandError::new(
-                ErrorKind::MailboxFull,
-                "the host's queue of messages from this workflow is full (its message or byte \
-             limit); the host is not reading them",
-            ),
-            OutboxRefused::Closed => CommandError::new(
-                ErrorKind::NoSuchProcess,
-                "the host no longer listens for messages from this workflow",
-            ),
-        })
+    }
+    offer_to_host(cx, message).into_result()
 }
 
 /// What became of a message offered to the host's outbox ([`offer_to_host`]).
@@ -53,6 +41,24 @@ pub enum HostOffer {
     Full,
     /// Nobody reads messages from this process (none was asked for, or the reader went away).
     NoReader,
+}
+
+impl HostOffer {
+    /// The completion the built-in `send` gives for it: refused unless queued.
+    pub fn into_result(self) -> Result<(), CommandError> {
+        match self {
+            HostOffer::Queued => Ok(()),
+            HostOffer::Full => Err(CommandError::new(
+                ErrorKind::MailboxFull,
+                "the host's queue of messages from this workflow is full (its message or byte \
+                 limit); the host is not reading them",
+            )),
+            HostOffer::NoReader => Err(CommandError::new(
+                ErrorKind::NoSuchProcess,
+                "the host no longer listens for messages from this workflow",
+            )),
+        }
+    }
 }
 
 /// Offers `message` from the process `cx` runs to the host's outbox, as the built-in `send` to

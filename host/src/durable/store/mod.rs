@@ -53,6 +53,26 @@ pub struct NewWorkflow {
 }
 
 impl NewWorkflow {
+    /// Whether a start of module `module` (its hash), entry point `entry` and `input` (a
+    /// postcard-encoded `Payload`) under this workflow's id may follow it (an idempotent start):
+    /// an [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) error naming what differs if not.
+    pub fn may_follow(&self, module: &str, entry: &str, input: &[u8]) -> crate::Result<()> {
+        let differs = self.differences(module, entry, input);
+        if differs.is_empty() {
+            return Ok(());
+        }
+        Err(crate::Error::new(
+            crate::ErrorKind::Conflict,
+            format!(
+                "workflow '{}' exists with another {}: a start of an id that exists follows \
+                 that workflow only with the same module, entry point and input; give a new id \
+                 to start another",
+                self.id,
+                differs.join(" and another ")
+            ),
+        ))
+    }
+
     /// What differs between this start and one of module `module` (its hash), entry point
     /// `entry` and `input` (a postcard-encoded `Payload`), in words: nothing for a start that
     /// may follow this workflow (an idempotent start). JSON inputs are compared as values
