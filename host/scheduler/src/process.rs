@@ -253,6 +253,56 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// Every kind, in declaration order.
+    ///
+    /// A new kind cannot be left out: `FailureKind::index` (private) matches every kind and
+    /// finds each in this list at compile time, so a kind missing here does not compile.
+    pub const ALL: [FailureKind; 10] = [
+        FailureKind::Failed,
+        FailureKind::Trap,
+        FailureKind::Limit,
+        FailureKind::BadOutput,
+        FailureKind::Refused,
+        FailureKind::Terminated,
+        FailureKind::Cancelled,
+        FailureKind::Timeout,
+        FailureKind::InvalidInput,
+        FailureKind::Nondeterminism,
+    ];
+
+    /// Its position in [`FailureKind::ALL`]. The match has no catch-all, so a new kind does not
+    /// compile until it has an arm here; each arm's position is found at compile time, so the arm
+    /// does not compile until `ALL` lists the kind.
+    const fn index(self) -> usize {
+        match self {
+            FailureKind::Failed => const { FailureKind::position(FailureKind::Failed) },
+            FailureKind::Trap => const { FailureKind::position(FailureKind::Trap) },
+            FailureKind::Limit => const { FailureKind::position(FailureKind::Limit) },
+            FailureKind::BadOutput => const { FailureKind::position(FailureKind::BadOutput) },
+            FailureKind::Refused => const { FailureKind::position(FailureKind::Refused) },
+            FailureKind::Terminated => const { FailureKind::position(FailureKind::Terminated) },
+            FailureKind::Cancelled => const { FailureKind::position(FailureKind::Cancelled) },
+            FailureKind::Timeout => const { FailureKind::position(FailureKind::Timeout) },
+            FailureKind::InvalidInput => const { FailureKind::position(FailureKind::InvalidInput) },
+            FailureKind::Nondeterminism => {
+                const { FailureKind::position(FailureKind::Nondeterminism) }
+            }
+        }
+    }
+
+    /// Where `kind` first is in [`FailureKind::ALL`]; evaluated at compile time by `index`, where
+    /// a kind missing from `ALL` is an error.
+    const fn position(kind: FailureKind) -> usize {
+        let mut i = 0;
+        while i < FailureKind::ALL.len() {
+            if FailureKind::ALL[i] as usize == kind as usize {
+                return i;
+            }
+            i += 1;
+        }
+        panic!("a FailureKind is missing from FailureKind::ALL")
+    }
+
     /// A short lowercase name ("trap", "limit", ...).
     pub fn name(self) -> &'static str {
         match self {
@@ -268,7 +318,37 @@ impl FailureKind {
             FailureKind::Nondeterminism => "nondeterminism",
         }
     }
+
+    /// The kind whose [`name`](FailureKind::name) is `name`, the inverse of `name`: for reading
+    /// back a kind that was written down by name (a journal, a store). `None` for a name no kind
+    /// has.
+    ///
+    /// ```
+    /// use wfhost_scheduler::FailureKind;
+    ///
+    /// assert_eq!(FailureKind::from_name("trap"), Some(FailureKind::Trap));
+    /// assert_eq!(FailureKind::from_name("no-such"), None);
+    /// ```
+    pub fn from_name(name: &str) -> Option<FailureKind> {
+        FailureKind::ALL
+            .into_iter()
+            .find(|kind| kind.name() == name)
+    }
 }
+
+// Every kind in `ALL` is at its own index, so `ALL` has no kind twice. (Evaluating `index` here
+// also evaluates each of its arms' positions: that is what makes a kind missing from `ALL` an
+// error even where nothing else calls `index`.)
+const _: () = {
+    let mut i = 0;
+    while i < FailureKind::ALL.len() {
+        assert!(
+            FailureKind::ALL[i].index() == i,
+            "FailureKind::ALL is out of order"
+        );
+        i += 1;
+    }
+};
 
 /// Why a process failed: its kind, and a message saying what happened.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -339,3 +419,25 @@ impl Iterator for Events<'_> {
 }
 
 impl ExactSizeIterator for Events<'_> {}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::FailureKind;
+
+    /// `ALL`, `index`, `name` and `from_name` agree on every kind.
+    #[test]
+    fn every_failure_kind_is_listed_once_and_named_distinctly() {
+        let mut names = HashSet::new();
+        for (i, kind) in FailureKind::ALL.into_iter().enumerate() {
+            assert_eq!(kind.index(), i, "{kind:?}");
+            assert_eq!(FailureKind::ALL[kind.index()], kind);
+            assert_eq!(FailureKind::from_name(kind.name()), Some(kind));
+            assert!(names.insert(kind.name()), "{kind:?}: a name used twice");
+        }
+        assert_eq!(FailureKind::from_name("no-such"), None);
+        assert_eq!(FailureKind::from_name(""), None);
+        assert_eq!(FailureKind::from_name("Trap"), None);
+    }
+}

@@ -4,6 +4,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use dashmap::DashMap;
 use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
@@ -357,7 +358,59 @@ impl Shared {
         if self.stopping.load(Ordering::Acquire) {
             return Err(Error::ShuttingDown);
         }
-        // Counted live before it exists, so concurrent spawns cannot overshoot the limit.
+        self.count_live()?;
+        let pid = spawn.pid.unwrap_or_else(|| self.next_pid());
+        let looked_up;
+        let parent = match (parent, spawn.parent) {
+            (Some(slot), _) => Some(slot),
+            (None, Some(pid)) => {
+                looked_up = self.slot(pid);
+                looked_up.as_ref()
+            }
+            (None, None) => None,
+        };
+        let method_for_observer = if self.observer.is_some() {
+            spawn.method.clone()
+        } else {
+            String::new()
+        };
+        let timeout = spawn.timeout;
+        let survives_stop = spawn.survives_stop;
+        let slot = self.new_slot(spawn, pid, parent);
+        // From here on every way out but success takes back what the spawn did so far.
+        let mut undo = UndoSpawn::new(self, &slot);
+        if let Some(parent) = parent {
+            self.link_child(parent, &slot)?;
+            undo.parent = Some(parent);
+        }
+        self.claim_pid(&mut undo)?;
+        if survives_stop {
+            self.surviving.fetch_add(1, Ordering::AcqRel);
+            undo.surviving = true;
+        }
+        self.observe(|observer| observer.spawned(pid, slot.parent, &method_for_observer));
+        // Dekker with `Scheduler::shutdown`, which sets `shutdown` and then sweeps the table:
+        // either that sweep sees this process, or this sees `shutdown` and takes it back.
+        fence(Ordering::SeqCst);
+        if self.shutdown.load(Ordering::SeqCst) {
+            return Err(Error::ShuttingDown);
+        }
+        if let Some(timeout) = timeout {
+            self.arm_timeout(&slot, timeout)?;
+        }
+        undo.keep();
+        self.bump(Counter::Spawn);
+        // A stop that began after the check above may have missed this process: cancel it too.
+        if !survives_stop && self.stopping.load(Ordering::Acquire) {
+            let _ = self.cancel(&slot);
+        }
+        self.schedule(slot, true);
+        Ok(pid)
+    }
+
+    /// Counts a process about to be spawned as live, within `max_processes`. Counted before it
+    /// exists, so concurrent spawns cannot overshoot the limit.
+    fn count_live(&self) -> Result<(), Error> {
         let counted = match self.config.max_processes {
             Some(limit) => self
                 .live
@@ -375,36 +428,26 @@ impl Shared {
                 self.config.max_processes.unwrap_or(usize::MAX),
             ));
         }
+        Ok(())
+    }
+
+    /// The slot of a process being spawned as `pid`, not yet linked or in the table.
+    fn new_slot(&self, spawn: Spawn, pid: Pid, parent: Option<&Arc<Slot>>) -> Arc<Slot> {
         let Spawn {
             process,
             method,
             input,
-            parent: parent_pid,
             notices,
             confined,
             outbox,
-            timeout,
-            pid,
             survives_stop,
+            parent: _,
+            timeout: _,
+            pid: _,
         } = spawn;
-        let pid = pid.unwrap_or_else(|| self.next_pid());
-        let looked_up;
-        let parent = match (parent, parent_pid) {
-            (Some(slot), _) => Some(slot),
-            (None, Some(pid)) => {
-                looked_up = self.slot(pid);
-                looked_up.as_ref()
-            }
-            (None, None) => None,
-        };
-        let method_for_observer = if self.observer.is_some() {
-            method.clone()
-        } else {
-            String::new()
-        };
         // A process started from inside inherits its parent's way to the host.
         let outbox = outbox.or_else(|| parent.and_then(|p| p.outbox.clone()));
-        let slot = Slot::new(
+        Slot::new(
             pid,
             parent.map(|p| p.pid),
             process,
@@ -414,82 +457,118 @@ impl Shared {
             confined,
             survives_stop,
             outbox,
-        );
-        if let Some(parent) = parent {
-            // The link exists only while the parent lives: a parent that already ended cannot
-            // join, so the child is then not retained for it.
-            let mut exit = parent.exit.lock();
-            if exit.finished {
-                slot.exit.lock().retained = false;
-            } else {
-                if let Some(limit) = self.config.max_children {
-                    if exit.children.len() >= limit {
-                        drop(exit);
-                        self.live.fetch_sub(1, Ordering::AcqRel);
-                        return Err(Error::TooManyChildren {
-                            parent: parent.pid,
-                            limit,
-                        });
-                    }
-                }
-                exit.children.insert(pid, Arc::clone(&slot));
+        )
+    }
+
+    /// Makes `child` a child of `parent`, within `max_children`. The link exists only while the
+    /// parent lives: a parent that already ended cannot join, so the child is then not retained
+    /// for it.
+    fn link_child(&self, parent: &Arc<Slot>, child: &Arc<Slot>) -> Result<(), Error> {
+        let mut exit = parent.exit.lock();
+        if exit.finished {
+            child.exit.lock().retained = false;
+            return Ok(());
+        }
+        if let Some(limit) = self.config.max_children {
+            if exit.children.len() >= limit {
+                return Err(Error::TooManyChildren {
+                    parent: parent.pid,
+                    limit,
+                });
             }
         }
-        // A pid asked for may be taken; the entry is claimed before anything else sees it.
+        exit.children.insert(child.pid, Arc::clone(child));
+        Ok(())
+    }
+
+    /// Puts the spawn's slot in the table under its pid. A pid asked for may be taken; the entry
+    /// is claimed before anything else sees it.
+    fn claim_pid(&self, undo: &mut UndoSpawn<'_>) -> Result<(), Error> {
+        let pid = undo.slot.pid;
         match self.table.entry(pid) {
             dashmap::Entry::Occupied(_) => {
-                if let Some(parent) = parent {
-                    parent.exit.lock().children.remove(&pid);
-                }
-                self.live.fetch_sub(1, Ordering::AcqRel);
-                return Err(Error::PidInUse(pid));
+                // Still under the entry's shard lock.
+                undo.roll_back();
+                Err(Error::PidInUse(pid))
             }
             dashmap::Entry::Vacant(entry) => {
-                entry.insert(Arc::clone(&slot));
+                entry.insert(Arc::clone(undo.slot));
+                undo.claimed = true;
+                Ok(())
             }
         }
-        if survives_stop {
-            self.surviving.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Arms the timer that ends a process spawned with a timeout once it has run that long.
+    fn arm_timeout(&self, slot: &Slot, timeout: Duration) -> Result<(), Error> {
+        let reason = format!("timed out: it ran longer than its timeout of {timeout:?}");
+        let action = Action::Terminate(FailureKind::Timeout, reason);
+        if let Err(error) = self.timer.schedule(timeout, slot.pid, action, usize::MAX) {
+            return Err(Error::Unavailable(error.message));
         }
-        self.observe(|observer| observer.spawned(pid, slot.parent, &method_for_observer));
-        // Dekker with `Scheduler::shutdown`, which sets `shutdown` and then sweeps the table:
-        // either that sweep sees this process, or this sees `shutdown` and takes it back.
-        fence(Ordering::SeqCst);
-        if self.shutdown.load(Ordering::SeqCst) {
-            self.table.remove(&pid);
-            // Taken back from its parent too, or it would count against the parent's children.
-            if let Some(parent) = parent {
-                parent.exit.lock().children.remove(&pid);
-            }
-            if survives_stop {
-                self.surviving.fetch_sub(1, Ordering::AcqRel);
-            }
-            self.live.fetch_sub(1, Ordering::AcqRel);
-            return Err(Error::ShuttingDown);
+        slot.has_timers.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// What a spawn under way has done, taken back when it is dropped unless the spawn succeeded
+/// ([`UndoSpawn::keep`]): the one way a failed spawn leaves the scheduler as it found it.
+struct UndoSpawn<'a> {
+    shared: &'a Shared,
+    /// The process being spawned, counted live.
+    slot: &'a Arc<Slot>,
+    /// The parent it was linked to (or that had already ended when it tried).
+    parent: Option<&'a Arc<Slot>>,
+    /// It is in the table.
+    claimed: bool,
+    /// It is counted in `surviving`.
+    surviving: bool,
+    /// Nothing left to take back.
+    done: bool,
+}
+
+impl<'a> UndoSpawn<'a> {
+    /// For a spawn that has counted `slot` live and done nothing else yet.
+    fn new(shared: &'a Shared, slot: &'a Arc<Slot>) -> UndoSpawn<'a> {
+        UndoSpawn {
+            shared,
+            slot,
+            parent: None,
+            claimed: false,
+            surviving: false,
+            done: false,
         }
-        if let Some(timeout) = timeout {
-            let reason = format!("timed out: it ran longer than its timeout of {timeout:?}");
-            let action = Action::Terminate(FailureKind::Timeout, reason);
-            if let Err(error) = self.timer.schedule(timeout, pid, action, usize::MAX) {
-                self.table.remove(&pid);
-                if let Some(parent) = parent {
-                    parent.exit.lock().children.remove(&pid);
-                }
-                if survives_stop {
-                    self.surviving.fetch_sub(1, Ordering::AcqRel);
-                }
-                self.live.fetch_sub(1, Ordering::AcqRel);
-                return Err(Error::Unavailable(error.message));
-            }
-            slot.has_timers.store(true, Ordering::Relaxed);
+    }
+
+    /// The spawn succeeded: keep everything.
+    fn keep(mut self) {
+        self.done = true;
+    }
+
+    /// Takes back what the spawn did, in the reverse order, once.
+    fn roll_back(&mut self) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
         }
-        self.bump(Counter::Spawn);
-        // A stop that began after the check above may have missed this process: cancel it too.
-        if !survives_stop && self.stopping.load(Ordering::Acquire) {
-            let _ = self.cancel(&slot);
+        let shared = self.shared;
+        let pid = self.slot.pid;
+        if self.claimed {
+            shared.table.remove(&pid);
         }
-        self.schedule(slot, true);
-        Ok(pid)
+        // Taken back from its parent too, or it would count against the parent's children.
+        if let Some(parent) = self.parent {
+            parent.exit.lock().children.remove(&pid);
+        }
+        if self.surviving {
+            shared.surviving.fetch_sub(1, Ordering::AcqRel);
+        }
+        shared.live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Drop for UndoSpawn<'_> {
+    fn drop(&mut self) {
+        self.roll_back();
     }
 }
 
@@ -572,6 +651,70 @@ mod tests {
         assert_eq!(refused, Err(Error::ShuttingDown));
         assert!(parent.exit.lock().children.is_empty());
         assert_eq!(shared.live.load(std::sync::atomic::Ordering::SeqCst), 1);
+        scheduler.shutdown(std::time::Duration::ZERO);
+    }
+
+    /// Every way a spawn fails after it counted the process live (a full parent, a pid in use, a
+    /// timeout that cannot be armed) leaves the scheduler as it found it: nothing in the table,
+    /// no child on the parent, `live` and `surviving` as they were.
+    #[test]
+    fn a_failed_spawn_takes_back_what_it_did() {
+        use std::sync::atomic::Ordering::SeqCst;
+
+        let scheduler = Scheduler::builder()
+            .workers(1)
+            .max_children(Some(1))
+            .build()
+            .unwrap();
+        let shared = Arc::clone(&scheduler.handle().shared);
+        let full = scheduler.spawn(Idle, "full", Payload::empty()).unwrap();
+        let full = shared.slot(full).unwrap();
+        let child = shared
+            .spawn(Spawn::new(Idle, "child", Payload::empty()), Some(&full))
+            .unwrap();
+        let other = scheduler.spawn(Idle, "other", Payload::empty()).unwrap();
+        let other = shared.slot(other).unwrap();
+        let before = (shared.live.load(SeqCst), shared.surviving.load(SeqCst));
+        assert_eq!(before, (3, 0));
+        let unchanged = |pid: Option<wfcontract::Pid>| {
+            assert_eq!(
+                (shared.live.load(SeqCst), shared.surviving.load(SeqCst)),
+                before
+            );
+            assert_eq!(full.exit.lock().children.len(), 1);
+            assert!(other.exit.lock().children.is_empty());
+            if let Some(pid) = pid {
+                assert!(shared.slot(pid).is_none());
+            }
+        };
+
+        let refused = shared.spawn(Spawn::new(Idle, "child", Payload::empty()), Some(&full));
+        assert_eq!(
+            refused,
+            Err(Error::TooManyChildren {
+                parent: full.pid,
+                limit: 1
+            })
+        );
+        unchanged(None);
+
+        let spawn = Spawn::new(Idle, "child", Payload::empty()).pid(child);
+        let refused = shared.spawn(spawn.parent(other.pid), None);
+        assert_eq!(refused, Err(Error::PidInUse(child)));
+        unchanged(None);
+        // The process that has the pid keeps it, and stays its parent's child.
+        assert!(shared.slot(child).is_some());
+        assert!(full.exit.lock().children.contains_key(&child));
+
+        shared.timer.shutdown();
+        let pid = scheduler.reserve_pid();
+        let spawn = Spawn::new(Idle, "child", Payload::empty())
+            .pid(pid)
+            .survives_stop(true)
+            .timeout(std::time::Duration::from_secs(60));
+        let refused = shared.spawn(spawn, Some(&other));
+        assert!(matches!(refused, Err(Error::Unavailable(_))), "{refused:?}");
+        unchanged(Some(pid));
         scheduler.shutdown(std::time::Duration::ZERO);
     }
 
