@@ -29,8 +29,8 @@ use tokio::runtime::{Handle, Runtime};
 use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
-use wfcontract::{Command, CommandError, ErrorKind};
-use wfhost_scheduler::{Context, Handler, Request};
+use wfcontract::{Command, CommandError, ErrorKind, Payload, Pid, Tag};
+use wfhost_scheduler::{Completer, Context, Handler, Request};
 
 use super::call::{
     panicked_with, shutting_down, Call, CallsByProcess, CatchPanic, Finish, Tasks, MAX_ABANDONED,
@@ -88,6 +88,15 @@ pub(crate) struct Functions {
     tasks: Tasks,
     next_task: AtomicU64,
     keys: Option<Arc<crate::durable::Ids>>,
+}
+
+/// A call let in: its function, the runtime it runs on, and when it times out.
+struct Admitted {
+    name: Arc<str>,
+    function: HostFunction,
+    handle: Handle,
+    timeout: Option<Duration>,
+    deadline: Option<Instant>,
 }
 
 impl Functions {
@@ -158,124 +167,147 @@ impl Functions {
             ),
         )
     }
-}
 
-impl Handler for Functions {
-    fn handle(&self, request: Request, cx: &Context<'_>) {
-        let Command::Call(call) = request.command else {
-            return;
-        };
+    /// Lets a call of `pid`'s to the function `name` in, counted in flight, or says why not.
+    #[inline]
+    fn admit(&self, pid: Pid, name: &str) -> Result<Admitted, CommandError> {
+        let (name, function, handle) = self.find(name)?;
+        let timeout = function.timeout.unwrap_or(self.timeout);
+        let deadline = self.deadline(&handle, &name, timeout)?;
+        self.count_in(pid)?;
+        Ok(Admitted {
+            name,
+            function,
+            handle,
+            timeout,
+            deadline,
+        })
+    }
+
+    /// The function named `name`, its name shared, and the runtime it runs on; or why there is
+    /// none (the host is shutting down, or no such function is registered).
+    #[inline]
+    fn find(&self, name: &str) -> Result<(Arc<str>, HostFunction, Handle), CommandError> {
         // First: once the host has shut down its functions are gone, and the caller should hear
         // why rather than that the function does not exist.
         if self.stopping.load(Ordering::Acquire) {
-            return cx.complete(request.tag, Err(shutting_down()));
+            return Err(shutting_down());
         }
         // Cloned out (two `Arc`s) so that the lock is not held past this statement.
         let found = self
             .functions
             .read()
-            .get(&call.name)
+            .get(name)
             .map(|(name, function)| (Arc::clone(name), function.clone()));
-        let Some((name, function)) = found else {
-            let error = if self.stopping.load(Ordering::Acquire) {
+        let Some((shared, function)) = found else {
+            return Err(if self.stopping.load(Ordering::Acquire) {
                 shutting_down()
             } else {
-                self.unknown(&call.name)
-            };
-            return cx.complete(request.tag, Err(error));
+                self.unknown(name)
+            });
         };
         let Some(handle) = self.handle.clone() else {
-            return cx.complete(request.tag, Err(self.unknown(&call.name)));
+            return Err(self.unknown(name));
         };
-        let timeout = function.timeout.unwrap_or(self.timeout);
-        // The deadline counts from here: the wait for the runtime and for a permit is part of the
-        // call. A timeout too large for the clock is no deadline at all, as with tokio's own.
-        let deadline = match timeout {
-            Some(timeout) => {
-                // Without a time driver tokio panics when the timer is made; better to say so.
-                if !*self.timers.get_or_init(|| has_timers(&handle)) {
-                    return cx.complete(request.tag, Err(no_timers(&name)));
-                }
-                Instant::now().checked_add(timeout)
-            }
-            None => None,
+        Ok((shared, function, handle))
+    }
+
+    /// When a call to `name` with `timeout` times out. The deadline counts from here: the wait
+    /// for the runtime and for a permit is part of the call. A timeout too large for the clock is
+    /// no deadline at all, as with tokio's own.
+    #[inline]
+    fn deadline(
+        &self,
+        handle: &Handle,
+        name: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Instant>, CommandError> {
+        let Some(timeout) = timeout else {
+            return Ok(None);
         };
+        // Without a time driver tokio panics when the timer is made; better to say so.
+        if !*self.timers.get_or_init(|| has_timers(handle)) {
+            return Err(no_timers(name));
+        }
+        Ok(Instant::now().checked_add(timeout))
+    }
+
+    /// Counts a call of `pid`'s in flight, or refuses it past the host's bound or the process's
+    /// share of it.
+    #[inline]
+    fn count_in(&self, pid: Pid) -> Result<(), CommandError> {
         // Never queue without bound, nor block a worker: a call past the bound is refused, and
         // the workflow sees why.
         let in_flight = self.in_flight.fetch_add(1, Ordering::AcqRel);
         if in_flight >= self.queue {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
-            let error = CommandError::new(
+            return Err(CommandError::new(
                 ErrorKind::LimitReached,
                 format!(
                     "{} host-function calls are in flight, the host's limit \
                      (HostBuilder::function_queue); retry later",
                     self.queue
                 ),
-            );
-            return cx.complete(request.tag, Err(error));
+            ));
         }
         // Nor may one process take the whole queue from its neighbours.
-        {
-            let mut by_process = self.by_process.lock();
-            let calls = by_process.entry(request.pid).or_insert(0);
-            if *calls >= self.per_process {
-                drop(by_process);
-                self.in_flight.fetch_sub(1, Ordering::AcqRel);
-                let error = CommandError::new(
-                    ErrorKind::LimitReached,
-                    format!(
-                        "this process has {} host-function calls in flight, the most one process \
-                         may have (HostBuilder::function_calls_per_process); await some first",
-                        self.per_process
-                    ),
-                );
-                return cx.complete(request.tag, Err(error));
-            }
-            *calls += 1;
+        let mut by_process = self.by_process.lock();
+        let calls = by_process.entry(pid).or_insert(0);
+        if *calls >= self.per_process {
+            drop(by_process);
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(CommandError::new(
+                ErrorKind::LimitReached,
+                format!(
+                    "this process has {} host-function calls in flight, the most one process \
+                     may have (HostBuilder::function_calls_per_process); await some first",
+                    self.per_process
+                ),
+            ));
         }
-        let id = self.next_task.fetch_add(1, Ordering::Relaxed);
-        // From here on the guard owns the completion and the bookkeeping, whatever becomes of
-        // the task (which may be dropped inside `spawn` itself, if the runtime has shut down).
-        let finish = Finish {
-            completer: Some(cx.completer(request.tag)),
-            pid: request.pid,
-            name: Arc::clone(&name),
+        *calls += 1;
+        Ok(())
+    }
+
+    /// The guard of call `id` of `pid`'s, which completes it through `completer`.
+    #[inline]
+    fn finish(&self, id: u64, pid: Pid, name: &Arc<str>, completer: Completer) -> Finish {
+        Finish {
+            completer: Some(completer),
+            pid,
+            name: Arc::clone(name),
             id,
             settled: false,
             in_flight: Arc::clone(&self.in_flight),
             by_process: Arc::clone(&self.by_process),
             tasks: Arc::clone(&self.tasks),
             stopping: Arc::clone(&self.stopping),
-        };
-        let call = Call {
+        }
+    }
+
+    /// The call `pid` yielded with `tag`, with `input`, ready to run.
+    #[inline]
+    fn call(&self, pid: Pid, tag: Tag, input: Payload, admitted: Admitted) -> Call {
+        Call {
             info: CallInfo {
-                pid: request.pid,
-                name,
-                idempotency_key: self
-                    .keys
-                    .as_ref()
-                    .and_then(|ids| ids.key(request.pid, request.tag)),
+                pid,
+                name: admitted.name,
+                idempotency_key: self.keys.as_ref().and_then(|ids| ids.key(pid, tag)),
             },
-            input: call.input,
-            body: function.body,
-            timeout,
-            deadline,
-            handle: handle.clone(),
+            input,
+            body: admitted.function.body,
+            timeout: admitted.timeout,
+            deadline: admitted.deadline,
+            handle: admitted.handle,
             permits: Arc::clone(&self.permits),
             abandoned: Arc::clone(&self.abandoned),
-        };
-        let task = handle.spawn(async move {
-            let run = std::pin::pin!(call.run());
-            let result = match CatchPanic(run).await {
-                Ok(result) => result,
-                Err(panic) => Err(panicked_with(&finish.name, &*panic)),
-            };
-            finish.complete(result);
-        });
-        let abort = task.abort_handle();
-        // Dropping the `JoinHandle` detaches the task; it is reached through `abort` from now on.
-        drop(task);
+        }
+    }
+
+    /// Enters call `id`'s task in the registry, for shutdown to abort; unless the task has ended
+    /// already, or shutdown has swept the registry (then the task is aborted here).
+    #[inline]
+    fn register(&self, id: u64, abort: AbortHandle) {
         let mut tasks = self.tasks.lock();
         if tasks.remove(&id).is_some() {
             // The task has ended already and left its mark: there is nothing to abort.
@@ -289,6 +321,25 @@ impl Handler for Functions {
             return;
         }
         tasks.insert(id, Some(abort));
+    }
+}
+
+impl Handler for Functions {
+    fn handle(&self, request: Request, cx: &Context<'_>) {
+        let Command::Call(call) = request.command else {
+            return;
+        };
+        let admitted = match self.admit(request.pid, &call.name) {
+            Ok(admitted) => admitted,
+            Err(error) => return cx.complete(request.tag, Err(error)),
+        };
+        let id = self.next_task.fetch_add(1, Ordering::Relaxed);
+        // From here on the guard owns the completion and the bookkeeping, whatever becomes of
+        // the task (which may be dropped inside `spawn` itself, if the runtime has shut down).
+        let finish = self.finish(id, request.pid, &admitted.name, cx.completer(request.tag));
+        let handle = admitted.handle.clone();
+        let call = self.call(request.pid, request.tag, call.input, admitted);
+        self.register(id, spawn(&handle, call, finish));
     }
 
     fn shutdown(&self) {
@@ -318,6 +369,24 @@ impl Handler for Functions {
         let functions = std::mem::take(&mut *self.functions.write());
         drop(functions);
     }
+}
+
+/// Runs `call` as a task on `handle`'s runtime, `finish` completing it however the task ends;
+/// the task is reached through the abort handle returned.
+#[inline]
+fn spawn(handle: &Handle, call: Call, finish: Finish) -> AbortHandle {
+    let task = handle.spawn(async move {
+        let run = std::pin::pin!(call.run());
+        let result = match CatchPanic(run).await {
+            Ok(result) => result,
+            Err(panic) => Err(panicked_with(&finish.name, &*panic)),
+        };
+        finish.complete(result);
+    });
+    let abort = task.abort_handle();
+    // Dropping the `JoinHandle` detaches the task; it is reached through `abort` from now on.
+    drop(task);
+    abort
 }
 
 /// Whether `handle`'s runtime has a time driver. A `Handle` cannot be asked, and tokio panics

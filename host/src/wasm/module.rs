@@ -50,114 +50,20 @@ impl ModuleInfo {
     /// Reads a module's manifest, imports and exports, and checks that it is a workflow module for
     /// this host's ABI. Runs and compiles nothing.
     pub fn inspect(bytes: &[u8]) -> Result<ModuleInfo> {
-        if !bytes.starts_with(b"\0asm") {
-            return Err(bad(
-                "not a WebAssembly module: the file does not start with the wasm magic number",
-            ));
-        }
-        if bytes.len() >= 8 && bytes[4..8] != [1, 0, 0, 0] {
-            return Err(bad(
-                "a WebAssembly component or an unknown wasm version: wfhost runs core modules \
-                 built for wasm32-wasip1",
-            ));
-        }
-        let mut manifest_text = Vec::new();
-        let mut has_manifest = false;
-        let mut imports = Vec::new();
-        let mut exports = Vec::new();
-        let mut memories = Vec::new();
-        let mut tables = Vec::new();
-        for section in Parser::new(0).parse_all(bytes) {
-            let section = section.map_err(|e| bad(format!("malformed module: {e}")))?;
-            match section {
-                Section::CustomSection(custom) if custom.name() == manifest::SECTION => {
-                    has_manifest = true;
-                    manifest_text.extend_from_slice(custom.data());
-                    manifest_text.push(b'\n');
-                }
-                Section::ImportSection(reader) => {
-                    for import in reader.into_imports() {
-                        let import = import.map_err(|e| bad(format!("malformed module: {e}")))?;
-                        if !matches!(import.ty, TypeRef::Func(_)) {
-                            return Err(bad(format!(
-                                "imports a non-function '{}::{}': a workflow may import only \
-                                 WASI preview 1 functions",
-                                import.module, import.name
-                            )));
-                        }
-                        imports.push((import.module.to_string(), import.name.to_string()));
-                    }
-                }
-                Section::MemorySection(reader) => {
-                    for memory in reader {
-                        let memory = memory.map_err(|e| bad(format!("malformed module: {e}")))?;
-                        let page = 1u64
-                            .checked_shl(memory.page_size_log2.unwrap_or(16))
-                            .unwrap_or(u64::MAX);
-                        memories.push(memory.initial.saturating_mul(page));
-                    }
-                }
-                Section::TableSection(reader) => {
-                    for table in reader {
-                        let table = table.map_err(|e| bad(format!("malformed module: {e}")))?;
-                        tables.push(table.ty.initial);
-                    }
-                }
-                Section::ExportSection(reader) => {
-                    for export in reader {
-                        let export = export.map_err(|e| bad(format!("malformed module: {e}")))?;
-                        exports.push(export.name.to_string());
-                    }
-                }
-                _ => {}
-            }
-        }
-        if !has_manifest {
-            return Err(bad(format!(
-                "not a wfhost workflow: the module has no '{}' section (build it with the wfguest \
-                 SDK and its entry_points! macro)",
-                manifest::SECTION
-            )));
-        }
-        let manifest = Manifest::parse(&manifest_text)
-            .map_err(|e| bad(format!("not a wfhost workflow: {e}")))?;
-        if manifest.abi_version != abi::VERSION {
-            return Err(bad(format!(
-                "the module was built for wfhost ABI version {}, but this host runs version {} \
-                 (rebuild it against a matching wfguest)",
-                manifest.abi_version,
-                abi::VERSION
-            )));
-        }
-        for required in [
-            abi::EXPORT_MEMORY,
-            abi::EXPORT_RESERVE,
-            abi::EXPORT_INIT,
-            abi::EXPORT_STEP,
-            abi::EXPORT_PANIC_MESSAGE,
-        ] {
-            if !exports.iter().any(|e| e == required) {
-                return Err(bad(format!(
-                    "not a wfhost workflow: the module does not export '{required}' (the wfguest \
-                     SDK's entry_points! macro provides it)"
-                )));
-            }
-        }
-        if let Some((module, name)) = imports.iter().find(|(module, _)| module != WASI_MODULE) {
-            return Err(bad(format!(
-                "the module imports '{module}::{name}', which wfhost does not provide: a workflow \
-                 may import only WASI preview 1 ({WASI_MODULE})"
-            )));
-        }
+        check_header(bytes)?;
+        let sections = Sections::read(bytes)?;
+        let manifest = sections.manifest()?;
+        sections.check_abi_exports()?;
+        sections.check_imports()?;
         Ok(ModuleInfo {
             abi_version: manifest.abi_version,
             entries: manifest.entries,
-            imports,
-            exports,
+            imports: sections.imports,
+            exports: sections.exports,
             sha256: hex(&Sha256::digest(bytes)),
             size: bytes.len(),
-            memories,
-            tables,
+            memories: sections.memories,
+            tables: sections.tables,
         })
     }
 
@@ -222,6 +128,147 @@ impl ModuleInfo {
             ),
         )
     }
+}
+
+/// Refuses bytes that are not a core WebAssembly module (a component, another wasm version).
+fn check_header(bytes: &[u8]) -> Result<()> {
+    if !bytes.starts_with(b"\0asm") {
+        return Err(bad(
+            "not a WebAssembly module: the file does not start with the wasm magic number",
+        ));
+    }
+    if bytes.len() >= 8 && bytes[4..8] != [1, 0, 0, 0] {
+        return Err(bad(
+            "a WebAssembly component or an unknown wasm version: wfhost runs core modules \
+             built for wasm32-wasip1",
+        ));
+    }
+    Ok(())
+}
+
+/// What [`ModuleInfo::inspect`] reads of a module's sections.
+#[derive(Default)]
+struct Sections {
+    /// The manifest sections' text, one line each; `None` when there is none.
+    manifest: Option<Vec<u8>>,
+    imports: Vec<(String, String)>,
+    exports: Vec<String>,
+    memories: Vec<u64>,
+    tables: Vec<u64>,
+}
+
+impl Sections {
+    /// Reads the sections inspection needs; refuses a malformed module, or one importing
+    /// anything but functions.
+    fn read(bytes: &[u8]) -> Result<Sections> {
+        let mut sections = Sections::default();
+        for section in Parser::new(0).parse_all(bytes) {
+            match section.map_err(malformed)? {
+                Section::CustomSection(custom) if custom.name() == manifest::SECTION => {
+                    let text = sections.manifest.get_or_insert_with(Vec::new);
+                    text.extend_from_slice(custom.data());
+                    text.push(b'\n');
+                }
+                Section::ImportSection(reader) => {
+                    for import in reader.into_imports() {
+                        let import = import.map_err(malformed)?;
+                        if !matches!(import.ty, TypeRef::Func(_)) {
+                            return Err(bad(format!(
+                                "imports a non-function '{}::{}': a workflow may import only \
+                                 WASI preview 1 functions",
+                                import.module, import.name
+                            )));
+                        }
+                        let import = (import.module.to_string(), import.name.to_string());
+                        sections.imports.push(import);
+                    }
+                }
+                Section::MemorySection(reader) => {
+                    for memory in reader {
+                        let memory = memory.map_err(malformed)?;
+                        let page = 1u64
+                            .checked_shl(memory.page_size_log2.unwrap_or(16))
+                            .unwrap_or(u64::MAX);
+                        sections.memories.push(memory.initial.saturating_mul(page));
+                    }
+                }
+                Section::TableSection(reader) => {
+                    for table in reader {
+                        sections.tables.push(table.map_err(malformed)?.ty.initial);
+                    }
+                }
+                Section::ExportSection(reader) => {
+                    for export in reader {
+                        let export = export.map_err(malformed)?;
+                        sections.exports.push(export.name.to_string());
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(sections)
+    }
+
+    /// The module's manifest, for this host's ABI version.
+    fn manifest(&self) -> Result<Manifest> {
+        let Some(text) = &self.manifest else {
+            return Err(bad(format!(
+                "not a wfhost workflow: the module has no '{}' section (build it with the wfguest \
+                 SDK and its entry_points! macro)",
+                manifest::SECTION
+            )));
+        };
+        let manifest =
+            Manifest::parse(text).map_err(|e| bad(format!("not a wfhost workflow: {e}")))?;
+        if manifest.abi_version != abi::VERSION {
+            return Err(bad(format!(
+                "the module was built for wfhost ABI version {}, but this host runs version {} \
+                 (rebuild it against a matching wfguest)",
+                manifest.abi_version,
+                abi::VERSION
+            )));
+        }
+        Ok(manifest)
+    }
+
+    /// Refuses a module without one of the ABI's exports (their types are checked at link time).
+    fn check_abi_exports(&self) -> Result<()> {
+        for required in [
+            abi::EXPORT_MEMORY,
+            abi::EXPORT_RESERVE,
+            abi::EXPORT_INIT,
+            abi::EXPORT_STEP,
+            abi::EXPORT_PANIC_MESSAGE,
+        ] {
+            if !self.exports.iter().any(|e| e == required) {
+                return Err(bad(format!(
+                    "not a wfhost workflow: the module does not export '{required}' (the wfguest \
+                     SDK's entry_points! macro provides it)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses an import from anywhere but WASI preview 1.
+    fn check_imports(&self) -> Result<()> {
+        match self
+            .imports
+            .iter()
+            .find(|(module, _)| module != WASI_MODULE)
+        {
+            Some((module, name)) => Err(bad(format!(
+                "the module imports '{module}::{name}', which wfhost does not provide: a workflow \
+                 may import only WASI preview 1 ({WASI_MODULE})"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The error for a module that could not be parsed.
+fn malformed(e: wasmparser::BinaryReaderError) -> Error {
+    bad(format!("malformed module: {e}"))
 }
 
 /// "64 MiB", "4 GiB", "1500 bytes".

@@ -19,6 +19,7 @@ mod trap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use wasmtime::{Global, Instance, Store};
 use wfcontract::abi::InitResponse;
 use wfcontract::{
     Command, CommandError, ErrorKind, Event, InitRequest, Payload, Pid, Status, StepOutput,
@@ -36,7 +37,7 @@ use crate::wasm::instances::TicketState;
 use crate::wasm::limits::ticks;
 use crate::wasm::reads::{ReadState, Reads};
 use crate::wasm::wasi::Logs;
-use crate::wasm::{Compiled, InstanceSlot, Limits, Ticket, WasmRuntime};
+use crate::wasm::{Compiled, GuestState, InstanceSlot, Limits, Ticket, WasmRuntime};
 use call::Export;
 
 /// What a process runs, and within what.
@@ -233,6 +234,18 @@ impl WasmProcess {
     /// `_initialize` (not when restoring from hibernation, whose memory has it done already).
     fn instantiate(&mut self, initialize: bool, slot: InstanceSlot) -> Result<Live, ProcessError> {
         self.refuse_if_shut_down("before it was instantiated")?;
+        let mut store = self.new_store();
+        let compiled = Arc::clone(&self.spec.compiled);
+        let instance = self.start_instance(&compiled, &mut store)?;
+        if initialize {
+            self.run_initialize(&compiled, instance, &mut store)?;
+        }
+        self.bind_exports(&compiled, instance, store, slot)
+    }
+
+    /// A store for a new instance, with the process's WASI (its logs made at the first) and the
+    /// budgets of a step: instantiation runs the module's start function.
+    fn new_store(&mut self) -> Store<GuestState> {
         let muted = self.muted;
         let logs = self.logs.get_or_insert_with(|| {
             let logs = Logs::new(self.pid, self.workflow.clone());
@@ -246,50 +259,77 @@ impl WasmProcess {
             self.spec.limits.deadline_ticks(),
             self.spec.limits.fuel_per_step,
         );
-        let compiled = Arc::clone(&self.spec.compiled);
-        let instance = match compiled.pre.instantiate(&mut store) {
-            Ok(instance) => instance,
-            Err(error) if trap::is_guest_fault(&error) => {
-                return Err(self.classify(
-                    error,
-                    store.data().limits.refused,
-                    None,
-                    "in its start function",
-                ))
-            }
+        store
+    }
+
+    /// Instantiates `compiled` in `store`, running its start function; a failure is the
+    /// guest's (a trap, an exit) or a resource the instance could not get.
+    fn start_instance(
+        &self,
+        compiled: &Compiled,
+        store: &mut Store<GuestState>,
+    ) -> Result<Instance, ProcessError> {
+        match compiled.pre.instantiate(&mut *store) {
+            Ok(instance) => Ok(instance),
+            Err(error) if trap::is_guest_fault(&error) => Err(self.classify(
+                error,
+                store.data().limits.refused,
+                None,
+                "in its start function",
+            )),
             // Everything else is a resource the instance could not get: its memory or table
             // (over a limit, or refused by the OS), or a slot in the instance pool.
-            Err(error) => {
-                return Err(self.fail(
-                    FailureKind::Limit,
-                    format_args!("could not be instantiated: {error:#}"),
-                ))
-            }
-        };
-        let exports = &compiled.exports;
-        if let Some(export) = exports.initialize.as_ref().filter(|_| initialize) {
-            let initialize = instance
-                .get_module_export(&mut store, export)
-                .and_then(|e| e.into_func())
-                .and_then(|f| f.typed::<(), ()>(&store).ok())
-                .ok_or_else(|| {
-                    self.fail(
-                        FailureKind::BadOutput,
-                        "exports an _initialize that is not a function () -> ()",
-                    )
-                })?;
-            std::mem::swap(&mut self.reads, &mut store.data_mut().reads);
-            let initialized = initialize.call(&mut store, ());
-            std::mem::swap(&mut self.reads, &mut store.data_mut().reads);
-            if let Err(error) = initialized {
-                return Err(self.classify(
-                    error,
-                    store.data().limits.refused,
-                    None,
-                    "while initializing",
-                ));
-            }
+            Err(error) => Err(self.fail(
+                FailureKind::Limit,
+                format_args!("could not be instantiated: {error:#}"),
+            )),
         }
+    }
+
+    /// Runs the module's `_initialize`, if it exports one (a WASI reactor), with the process's
+    /// reads.
+    fn run_initialize(
+        &mut self,
+        compiled: &Compiled,
+        instance: Instance,
+        store: &mut Store<GuestState>,
+    ) -> Result<(), ProcessError> {
+        let Some(export) = compiled.exports.initialize.as_ref() else {
+            return Ok(());
+        };
+        let initialize = instance
+            .get_module_export(&mut *store, export)
+            .and_then(|e| e.into_func())
+            .and_then(|f| f.typed::<(), ()>(&*store).ok())
+            .ok_or_else(|| {
+                self.fail(
+                    FailureKind::BadOutput,
+                    "exports an _initialize that is not a function () -> ()",
+                )
+            })?;
+        std::mem::swap(&mut self.reads, &mut store.data_mut().reads);
+        let initialized = initialize.call(&mut *store, ());
+        std::mem::swap(&mut self.reads, &mut store.data_mut().reads);
+        initialized.map_err(|error| {
+            self.classify(
+                error,
+                store.data().limits.refused,
+                None,
+                "while initializing",
+            )
+        })
+    }
+
+    /// The live instance: `instance` in `store`, with the ABI's exports and the globals
+    /// hibernation saves found and typed.
+    fn bind_exports(
+        &self,
+        compiled: &Compiled,
+        instance: Instance,
+        mut store: Store<GuestState>,
+        slot: InstanceSlot,
+    ) -> Result<Live, ProcessError> {
+        let exports = &compiled.exports;
         // The exports and their signatures were checked when the module was loaded.
         let mut func = |export| {
             instance
@@ -315,24 +355,7 @@ impl WasmProcess {
                     "exports a 'memory' that is not a memory",
                 )
             })?;
-        let globals = match &compiled.hibernation {
-            Ok(hibernating) => hibernating
-                .globals
-                .iter()
-                .map(|export| {
-                    instance
-                        .get_module_export(&mut store, export)
-                        .and_then(|e| e.into_global())
-                        .ok_or_else(|| {
-                            self.fail(
-                                FailureKind::BadOutput,
-                                "lacks a global export it was loaded with",
-                            )
-                        })
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-            Err(_) => Vec::new(),
-        };
+        let globals = self.bind_globals(compiled, instance, &mut store)?;
         let wrong = |e: wasmtime::Error| {
             self.fail(
                 FailureKind::BadOutput,
@@ -349,6 +372,34 @@ impl WasmProcess {
             globals,
             _slot: slot,
         })
+    }
+
+    /// The module's mutable globals in `instance`, when its processes can hibernate (none
+    /// otherwise).
+    fn bind_globals(
+        &self,
+        compiled: &Compiled,
+        instance: Instance,
+        store: &mut Store<GuestState>,
+    ) -> Result<Vec<Global>, ProcessError> {
+        let Ok(hibernating) = &compiled.hibernation else {
+            return Ok(Vec::new());
+        };
+        hibernating
+            .globals
+            .iter()
+            .map(|export| {
+                instance
+                    .get_module_export(&mut *store, export)
+                    .and_then(|e| e.into_global())
+                    .ok_or_else(|| {
+                        self.fail(
+                            FailureKind::BadOutput,
+                            "lacks a global export it was loaded with",
+                        )
+                    })
+            })
+            .collect()
     }
 
     /// Gives the instance back, keeping what differs from a fresh one, when the host's

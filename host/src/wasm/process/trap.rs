@@ -57,7 +57,6 @@ impl WasmProcess {
         } else {
             format!(" {during}")
         };
-        let limits = &*self.spec.limits;
         if let Some(exit) = error.downcast_ref::<I32Exit>() {
             return self.fail(
                 FailureKind::Failed,
@@ -68,12 +67,27 @@ impl WasmProcess {
             return self.fail(FailureKind::Trap, forbidden);
         }
         match error.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) if self.runtime.interrupted.load(Ordering::Acquire) => self.fail(
+            Some(trap) => self
+                .stopped_by_limit(trap, &during)
+                .unwrap_or_else(|| self.guest_trap(trap, panic, refused, &during)),
+            None => self.fail(
+                FailureKind::Trap,
+                format_args!("failed{during}: {error:#}{}", self.last_words()),
+            ),
+        }
+    }
+
+    /// The failure of a call the host stopped, `trap` being how: the host shut down, or the call
+    /// ran out of its time, CPU time, fuel or stack. `None` for any other trap.
+    fn stopped_by_limit(&self, trap: &Trap, during: &str) -> Option<ProcessError> {
+        let limits = &*self.spec.limits;
+        Some(match trap {
+            Trap::Interrupt if self.runtime.interrupted.load(Ordering::Acquire) => self.fail(
                 FailureKind::Terminated,
                 format_args!("was stopped{during}: the host shut down"),
             ),
-            Some(Trap::Interrupt) if self.deadline == Deadline::Cpu => self.out_of_cpu(),
-            Some(Trap::Interrupt) => self.fail(
+            Trap::Interrupt if self.deadline == Deadline::Cpu => self.out_of_cpu(),
+            Trap::Interrupt => self.fail(
                 FailureKind::Limit,
                 format_args!(
                     "ran longer than the step time limit of {:?}{during} and was stopped \
@@ -81,7 +95,7 @@ impl WasmProcess {
                     limits.step_time_limit
                 ),
             ),
-            Some(Trap::OutOfFuel) => self.fail(
+            Trap::OutOfFuel => self.fail(
                 FailureKind::Limit,
                 format_args!(
                     "used up its fuel of {}{during} and was stopped (Limits::fuel_per_step, \
@@ -89,7 +103,7 @@ impl WasmProcess {
                     limits.fuel_per_step.unwrap_or(0)
                 ),
             ),
-            Some(Trap::StackOverflow) => self.fail(
+            Trap::StackOverflow => self.fail(
                 FailureKind::Limit,
                 format_args!(
                     "overflowed its stack{during}: its wasm frames may use {} \
@@ -97,52 +111,54 @@ impl WasmProcess {
                     size(limits.max_stack_bytes as u64)
                 ),
             ),
-            Some(trap) => match (panic, refused, trap) {
-                (Some(message), _, _) => self.fail(
-                    FailureKind::Trap,
-                    format_args!("panicked{during}: {message}"),
-                ),
-                // Rust's allocator (and others) abort with `unreachable` when the memory they
-                // asked for is refused.
-                (None, Some(Refusal::Memory(wanted)), Trap::UnreachableCodeReached) => self.fail(
-                    FailureKind::Limit,
-                    format_args!(
-                        "ran out of memory{during}: it asked to grow its memory to {}, past the \
-                         limit of {} (Limits::max_memory_bytes, --max-memory), and then \
-                         trapped ({trap}){}",
-                        size(wanted as u64),
-                        size(limits.max_memory_bytes as u64),
-                        self.last_words()
-                    ),
-                ),
-                (None, Some(Refusal::Table(wanted)), Trap::UnreachableCodeReached) => self.fail(
-                    FailureKind::Limit,
-                    format_args!(
-                        "ran out of table space{during}: it asked to grow a table to {wanted} \
-                         elements, past the limit of {} (Limits::max_table_elements, \
-                         --max-table-elements), and then trapped ({trap})",
-                        limits.max_table_elements
-                    ),
-                ),
-                (None, refused, trap) => {
-                    let note = match refused {
-                        Some(Refusal::Memory(wanted)) => {
-                            format!(" (after a refused memory.grow to {})", size(wanted as u64))
-                        }
-                        Some(Refusal::Table(wanted)) => {
-                            format!(" (after a refused table.grow to {wanted} elements)")
-                        }
-                        None => String::new(),
-                    };
-                    self.fail(
-                        FailureKind::Trap,
-                        format_args!("trapped{during}: {trap}{note}{}", self.last_words()),
-                    )
-                }
-            },
-            None => self.fail(
+            _ => return None,
+        })
+    }
+
+    /// The failure of a guest that trapped on its own: a panic (with its message), memory or a
+    /// table refused to it (an allocator's abort), or the trap itself.
+    fn guest_trap(
+        &self,
+        trap: &Trap,
+        panic: Option<String>,
+        refused: Option<Refusal>,
+        during: &str,
+    ) -> ProcessError {
+        let limits = &*self.spec.limits;
+        match (panic, refused, trap) {
+            (Some(message), _, _) => self.fail(
                 FailureKind::Trap,
-                format_args!("failed{during}: {error:#}{}", self.last_words()),
+                format_args!("panicked{during}: {message}"),
+            ),
+            // Rust's allocator (and others) abort with `unreachable` when the memory they asked
+            // for is refused.
+            (None, Some(Refusal::Memory(wanted)), Trap::UnreachableCodeReached) => self.fail(
+                FailureKind::Limit,
+                format_args!(
+                    "ran out of memory{during}: it asked to grow its memory to {}, past the limit \
+                     of {} (Limits::max_memory_bytes, --max-memory), and then trapped \
+                     ({trap}){}",
+                    size(wanted as u64),
+                    size(limits.max_memory_bytes as u64),
+                    self.last_words()
+                ),
+            ),
+            (None, Some(Refusal::Table(wanted)), Trap::UnreachableCodeReached) => self.fail(
+                FailureKind::Limit,
+                format_args!(
+                    "ran out of table space{during}: it asked to grow a table to {wanted} \
+                     elements, past the limit of {} (Limits::max_table_elements, \
+                     --max-table-elements), and then trapped ({trap})",
+                    limits.max_table_elements
+                ),
+            ),
+            (None, refused, trap) => self.fail(
+                FailureKind::Trap,
+                format_args!(
+                    "trapped{during}: {trap}{}{}",
+                    refusal_note(refused),
+                    self.last_words()
+                ),
             ),
         }
     }
@@ -176,5 +192,18 @@ impl WasmProcess {
             .data(&live.store)
             .get(start..start.checked_add(len as usize)?)?;
         Some(String::from_utf8_lossy(bytes).into_owned())
+    }
+}
+
+/// " (after a refused memory.grow to 2 GiB)", or nothing when nothing was refused.
+fn refusal_note(refused: Option<Refusal>) -> String {
+    match refused {
+        Some(Refusal::Memory(wanted)) => {
+            format!(" (after a refused memory.grow to {})", size(wanted as u64))
+        }
+        Some(Refusal::Table(wanted)) => {
+            format!(" (after a refused table.grow to {wanted} elements)")
+        }
+        None => String::new(),
     }
 }
