@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use common::{alternate, env_count as count, median};
 use serde_json::json;
+use wfhost::__testing::Open as _;
 use wfhost::store::Location;
 use wfhost::{Grants, Host, HostBuilder, Payload, Snapshots, SyncMode};
 use wfhost_test_programs::postgres::Postgres;
@@ -223,7 +224,7 @@ fn sagas(rounds: usize, dir: &Path) {
 
 /// The bytes of every step record in the store.
 fn journal_bytes(path: &Path) -> u64 {
-    use wfhost::store::{SqliteStore, Store};
+    use wfhost::__testing::{Read as _, SqliteStore};
     let mut store = SqliteStore::open_existing(path).expect("the store opens");
     let mut total = 0;
     for workflow in store.workflows(false).expect("workflows") {
@@ -365,7 +366,7 @@ fn history(events: usize, rounds: usize, dir: &Path) {
         drop(host);
         let size = std::fs::metadata(&path).map_or(0, |m| m.len());
         let journaled = {
-            use wfhost::store::{SqliteStore, Store};
+            use wfhost::__testing::{Read as _, SqliteStore};
             let mut store = SqliteStore::open_existing(&path).expect("the store opens");
             store
                 .workflow("history")
@@ -474,26 +475,13 @@ fn hosts(rounds: usize) {
             let url = server.database(&format!("hosts{count}_{round}"));
             let location = Location::Postgres(url.clone());
             // The client starts every saga before any host runs.
-            let mut client = location.open(SyncMode::Full).expect("the store opens");
+            let client = wfhost::Client::open(&location);
             let bytes = std::fs::read(PROBE).expect("the probe module");
-            let info = wfhost::ModuleInfo::inspect(&bytes).expect("a module");
             for n in 0..STARTED {
-                let input = postcard::to_allocvec(&Payload::to_json(&json!(n)).expect("encodes"))
-                    .expect("encodes");
+                let input = Payload::to_json(&json!(n)).expect("encodes");
+                let id = format!("order-{n}");
                 client
-                    .start_once(
-                        Some((&info.sha256, &bytes)),
-                        &wfhost::store::NewWorkflow {
-                            num: 0,
-                            id: format!("order-{n}"),
-                            parent: None,
-                            module: info.sha256.clone(),
-                            module_name: "probe".into(),
-                            entry: "order_saga".into(),
-                            input,
-                            started: 0,
-                        },
-                    )
+                    .start(Some(&id), &bytes, "probe", "order_saga", &input)
                     .expect("starts");
             }
             let hosts: Vec<Host> = (0..count)

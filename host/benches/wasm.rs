@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use common::usage::Usage;
 use common::{alternate, env_count as count, median, proportional_bytes, resident_bytes};
-use wfhost::__bench::Harness;
+use wfhost::__testing::bench::Harness;
 use wfhost::contract::{Event, Payload, Pid, StepOutput};
 use wfhost::{Hibernation, Host};
 use wfhost_scheduler::Events;

@@ -11,8 +11,9 @@ use wfhost_scheduler::{Scheduler, DEFAULT_BUDGET};
 
 use crate::capacity::{Capacity, MemoryImages, Slots};
 use crate::durable::snapshot::Snapshots;
-use crate::durable::store::{Location, SqliteStore, Store, SyncMode};
+use crate::durable::store::{HostStore, Location, SyncMode};
 use crate::durable::{store_error, Durable, DurableJoin, DurableLog, DurableSend, Ids};
+use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
 use crate::functions::{
     CallInfo, FunctionSettings, Functions, HostFunction, DEFAULT_FUNCTION_CALLS_PER_PROCESS,
@@ -436,8 +437,35 @@ impl HostBuilder {
 
     /// Starts the host: the engine, the epoch ticker, the worker threads and, when a host function
     /// is registered, the runtime that runs host functions.
-    pub fn build(self) -> Result<Host> {
-        let config = |message: String| Error::new(ErrorKind::Config, message);
+    pub fn build(mut self) -> Result<Host> {
+        self.validate()?;
+        let workers = self.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        });
+        let (capacity, wasm) = self.wasm_runtime(workers)?;
+        let wasm = Arc::new(wasm);
+        let modules = Arc::new(Modules::default());
+        let ids = Arc::new(Ids::default());
+        let durable = self.open_durable(&ids, &modules)?;
+        let scheduler = self.scheduler(workers, capacity, &wasm, &modules, &ids, &durable)?;
+        if let Some(durable) = &durable {
+            start_durable(durable, &scheduler)?;
+        }
+        let engine = Engine {
+            handle: scheduler.handle().clone(),
+            wasm,
+            modules,
+            capacity,
+            outbox: (
+                self.mailbox_limit.unwrap_or(usize::MAX),
+                self.mailbox_bytes.unwrap_or(usize::MAX),
+            ),
+        };
+        Ok(Host::new(scheduler, engine, durable))
+    }
+
+    /// Refuses settings that cannot work together, before anything starts.
+    fn validate(&self) -> Result<()> {
         if self.lease < Duration::from_millis(30) {
             return Err(config(format!(
                 "a lease of {:?} is too short to renew: give at least 30 ms (seconds, in \
@@ -460,20 +488,17 @@ impl HostBuilder {
                 "function_queue must be at least 1 when functions are registered".into(),
             ));
         }
-        let stack = self.limits.worker_stack_bytes();
-        // A step's input must fit in the guest's memory beside everything else it holds.
-        let step_bytes = self
-            .limits
-            .max_payload_bytes
-            .max(self.limits.max_memory_bytes / 4);
         if self.max_processes == Some(0) || self.pooling == Some(0) {
             return Err(config(
                 "max_processes and pooling must be at least 1 (a host that can run nothing)".into(),
             ));
         }
-        let workers = self.workers.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-        });
+        Ok(())
+    }
+
+    /// Plans the host's capacity and starts the WebAssembly runtime for it: pooled where the
+    /// OS lets the pool reserve its slots, on demand otherwise (unless slots were asked for).
+    fn wasm_runtime(&mut self, workers: usize) -> Result<(Capacity, WasmRuntime)> {
         let slots = match (self.pooling, self.on_demand) {
             (Some(slots), _) => Slots::Pooled(slots),
             (None, true) => Slots::OnDemand,
@@ -512,12 +537,9 @@ impl HostBuilder {
             pooling,
             copy_on_write: capacity.copy_on_write,
             compact: capacity.compact_memories,
-            cache_dir: self.module_cache,
+            cache_dir: self.module_cache.take(),
             page_scan: self.page_scan_reset,
         };
-        // A step of the host's limits may yield its most commands with no room to spare.
-        let waiting_completions = wfhost_scheduler::DEFAULT_MAX_WAITING_COMPLETIONS
-            .max(self.limits.max_yields_per_step.saturating_mul(4));
         let wasm = match WasmRuntime::new(self.limits.clone(), settings.clone(), instances()) {
             // The pool reserves its slots up front; where the OS refuses that (strict
             // overcommit, an address-space limit), a host that did not ask for slots maps
@@ -532,64 +554,76 @@ impl HostBuilder {
                     pooling: None,
                     ..settings
                 };
-                WasmRuntime::new(self.limits, settings, instances())?
+                WasmRuntime::new(self.limits.clone(), settings, instances())?
             }
             runtime => runtime?,
         };
-        let wasm = Arc::new(wasm);
-        let modules = Arc::new(Modules::default());
-        let ids = Arc::new(Ids::default());
-        let durable = match &self.store {
-            Some((location, _)) if self.read_only => {
-                let store = location.open_existing().map_err(store_error)?;
-                Some(Arc::new(Durable::open(
-                    store,
-                    Arc::clone(&ids),
-                    Arc::clone(&modules),
-                    self.snapshots,
-                    None,
-                )?))
-            }
-            Some((location, sync)) => {
-                let store: Box<dyn Store> = match (location, self.store_limit) {
-                    (Location::Sqlite(path), limit) => {
-                        let mut store = SqliteStore::open(path, *sync).map_err(store_error)?;
-                        if let Some(bytes) = limit {
-                            store.limit_size(bytes).map_err(store_error)?;
-                        }
-                        Box::new(store)
-                    }
-                    (Location::Postgres(_), Some(_)) => {
-                        return Err(crate::Error::new(
-                            crate::ErrorKind::InvalidInput,
-                            "a size limit applies to a SQLite store only: limit a PostgreSQL \
-                             database's size in PostgreSQL",
-                        ))
-                    }
-                    (location, None) => location.open(*sync).map_err(store_error)?,
-                };
-                Some(Arc::new(Durable::open(
-                    store,
-                    Arc::clone(&ids),
-                    Arc::clone(&modules),
-                    self.snapshots,
-                    Some(self.lease),
-                )?))
-            }
-            None => None,
+        Ok((capacity, wasm))
+    }
+
+    /// The durable side of the host, when it has a store: one it holds (and, shared, has
+    /// joined), or one it only reads.
+    fn open_durable(&self, ids: &Arc<Ids>, modules: &Arc<Modules>) -> Result<Option<Arc<Durable>>> {
+        let Some((location, sync)) = &self.store else {
+            return Ok(None);
         };
+        let (store, lease) = if self.read_only {
+            let journal = location.open_existing().map_err(store_error)?;
+            (
+                HostStore {
+                    journal,
+                    cluster: None,
+                },
+                None,
+            )
+        } else {
+            let store = location
+                .open_host(*sync, self.store_limit)
+                .map_err(store_error)?;
+            (store, Some(self.lease))
+        };
+        let durable = Durable::open(
+            store,
+            Arc::clone(ids),
+            Arc::clone(modules),
+            self.snapshots,
+            lease,
+        )?;
+        Ok(Some(Arc::new(durable)))
+    }
+
+    /// The scheduler: its workers, its limits, the spawner of guests' children and the
+    /// handlers of commands (host functions; durable send, join and log).
+    #[allow(clippy::too_many_arguments)]
+    fn scheduler(
+        &mut self,
+        workers: usize,
+        capacity: Capacity,
+        wasm: &Arc<WasmRuntime>,
+        modules: &Arc<Modules>,
+        ids: &Arc<Ids>,
+        durable: &Option<Arc<Durable>>,
+    ) -> Result<Scheduler> {
         let functions = Functions::start(
-            self.functions,
+            std::mem::take(&mut self.functions),
             FunctionSettings {
                 threads: self.function_threads,
                 queue: self.function_queue,
                 per_process: self.function_calls_per_process,
                 timeout: self.function_timeout,
-                runtime: self.runtime,
-                keys: durable.as_ref().map(|_| Arc::clone(&ids)),
+                runtime: self.runtime.take(),
+                keys: durable.as_ref().map(|_| Arc::clone(ids)),
             },
         )
         .map_err(|e| config(format!("could not start the host-function runtime: {e}")))?;
+        // A step's input must fit in the guest's memory beside everything else it holds.
+        let step_bytes = self
+            .limits
+            .max_payload_bytes
+            .max(self.limits.max_memory_bytes / 4);
+        // A step of the host's limits may yield its most commands with no room to spare.
+        let waiting_completions = wfhost_scheduler::DEFAULT_MAX_WAITING_COMPLETIONS
+            .max(self.limits.max_yields_per_step.saturating_mul(4));
         let mut scheduler = Scheduler::builder()
             .workers(workers)
             .budget(self.budget)
@@ -602,63 +636,61 @@ impl HostBuilder {
             .max_sleeps(self.max_sleeps)
             .max_waiting_completions(waiting_completions)
             .step_bytes(step_bytes)
-            .stack_size(Some(stack))
+            .stack_size(Some(self.limits.worker_stack_bytes()))
             .spawner(GuestSpawner {
-                wasm: Arc::clone(&wasm),
-                modules: Arc::clone(&modules),
+                wasm: Arc::clone(wasm),
+                modules: Arc::clone(modules),
                 capacity,
                 warned: AtomicBool::new(false),
                 durable: durable.clone(),
             })
             .handler(CommandKind::Call, functions);
-        if let Some(durable) = &durable {
+        if let Some(durable) = durable {
             scheduler = scheduler
                 .handler(CommandKind::Send, DurableSend(Arc::clone(durable)))
                 .handler(CommandKind::Join, DurableJoin(Arc::clone(durable)))
                 .handler(CommandKind::Log, DurableLog(Arc::clone(durable)));
         }
-        let interrupted = Arc::clone(&wasm);
+        let interrupted = Arc::clone(wasm);
         scheduler = scheduler.interrupt(move || interrupted.interrupt_all());
         // Once every process is closed (also when the shutdown was called from a worker and goes
         // on in a thread of its own): until then the epoch ticker still enforces step limits.
-        let (stopped, unloaded) = (Arc::clone(&wasm), Arc::clone(&modules));
+        let (stopped, unloaded) = (Arc::clone(wasm), Arc::clone(modules));
         scheduler = scheduler.on_stopped(move || {
             stopped.stop();
             unloaded.clear();
         });
-        if let Some(observer) = self.observer {
+        if let Some(observer) = self.observer.take() {
             scheduler = scheduler.observer(Arc::new(Adapter(observer)));
         }
-        let scheduler = scheduler.build().map_err(|e| config(e.to_string()))?;
-        if let Some(durable) = &durable {
-            durable.set_scheduler(scheduler.handle());
-            durable.start_lease()?;
-            durable.start_inbox().map_err(|e| {
-                config(format!(
-                    "could not start the thread that takes messages and cancels: {e}"
-                ))
-            })?;
-            let weak = Arc::downgrade(durable);
-            durable.writer.on_failure(Box::new(move |error, lost| {
-                if let Some(durable) = weak.upgrade() {
-                    durable.store_failed(error, lost);
-                }
-            }));
-            let (workflows, _) = durable.reader.lock().high_water().map_err(store_error)?;
-            scheduler
-                .handle()
-                .reserve_pids_through(wfcontract::Pid(workflows));
-        }
-        Ok(Host::new(
-            scheduler,
-            wasm,
-            modules,
-            capacity,
-            (
-                self.mailbox_limit.unwrap_or(usize::MAX),
-                self.mailbox_bytes.unwrap_or(usize::MAX),
-            ),
-            durable,
-        ))
+        scheduler.build().map_err(|e| config(e.to_string()))
     }
+}
+
+/// Starts what a durable host runs beside its scheduler: the lease, the inbox, the journal's
+/// failure hook; and numbers new processes above every workflow of the store.
+fn start_durable(durable: &Arc<Durable>, scheduler: &Scheduler) -> Result<()> {
+    durable.set_scheduler(scheduler.handle());
+    durable.start_lease()?;
+    durable.start_inbox().map_err(|e| {
+        config(format!(
+            "could not start the thread that takes messages and cancels: {e}"
+        ))
+    })?;
+    let weak = Arc::downgrade(durable);
+    durable.writer.on_failure(Box::new(move |error, lost| {
+        if let Some(durable) = weak.upgrade() {
+            durable.store_failed(error, lost);
+        }
+    }));
+    let (workflows, _) = durable.reader.lock().high_water().map_err(store_error)?;
+    scheduler
+        .handle()
+        .reserve_pids_through(wfcontract::Pid(workflows));
+    Ok(())
+}
+
+/// A setting that cannot work.
+fn config(message: String) -> Error {
+    Error::new(ErrorKind::Config, message)
 }

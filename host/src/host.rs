@@ -6,19 +6,16 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use wfcontract::{Payload, Pid};
-use wfhost_scheduler::{
-    Counters, Error as Refusal, Scheduler, SchedulerHandle, ShutdownReport, Spawn, DEFAULT_GRACE,
-};
+use wfhost_scheduler::{Counters, Scheduler, ShutdownReport, Spawn, DEFAULT_GRACE};
 
 use crate::builder::HostBuilder;
 use crate::capacity::Capacity;
-use crate::durable::store::Op;
-use crate::durable::Durable;
+use crate::durable::{Damage, Durable, DurableCounters, WorkflowResult};
+use crate::engine::{check_payload, Engine};
 use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;
-use crate::modules::Modules;
 use crate::run::{Run, SpawnOptions};
-use crate::wasm::{Limits, ModuleInfo, Residency, WasmProcess, WasmRuntime};
+use crate::wasm::{Limits, ModuleInfo, Residency, WasmProcess};
 
 /// Runs workflow modules: loads them, spawns their entry points as processes, and lets the
 /// embedding application talk to those processes.
@@ -29,27 +26,23 @@ use crate::wasm::{Limits, ModuleInfo, Residency, WasmProcess, WasmRuntime};
 /// host's own functions keeps the host alive until `shutdown` is called.
 #[derive(Clone)]
 pub struct Host {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
-pub(crate) struct Inner {
-    pub(crate) handle: SchedulerHandle,
+struct Inner {
+    /// What processes run on.
+    engine: Engine,
     /// Taken by the first shutdown.
     scheduler: Mutex<Option<Scheduler>>,
     report: OnceLock<ShutdownReport>,
-    pub(crate) wasm: Arc<WasmRuntime>,
-    pub(crate) modules: Arc<Modules>,
-    pub(crate) capacity: Capacity,
-    /// The bounds of what a process started here may send the host: messages, bytes.
-    pub(crate) outbox: (usize, usize),
     /// The journal and the store, when the host is durable.
-    pub(crate) durable: Option<Arc<Durable>>,
+    durable: Option<Arc<Durable>>,
 }
 
 impl std::fmt::Debug for Host {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Host")
-            .field("workers", &self.inner.handle.workers())
+            .field("workers", &self.engine().handle.workers())
             .field("live", &self.live())
             .finish_non_exhaustive()
     }
@@ -61,26 +54,28 @@ impl Host {
         HostBuilder::default()
     }
 
-    pub(crate) fn new(
-        scheduler: Scheduler,
-        wasm: Arc<WasmRuntime>,
-        modules: Arc<Modules>,
-        capacity: Capacity,
-        outbox: (usize, usize),
-        durable: Option<Arc<Durable>>,
-    ) -> Host {
+    pub(crate) fn new(scheduler: Scheduler, engine: Engine, durable: Option<Arc<Durable>>) -> Host {
         Host {
             inner: Arc::new(Inner {
-                handle: scheduler.handle().clone(),
+                engine,
                 scheduler: Mutex::new(Some(scheduler)),
                 report: OnceLock::new(),
-                wasm,
-                modules,
-                capacity,
-                outbox,
                 durable,
             }),
         }
+    }
+
+    fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    fn durable(&self) -> Result<&Arc<Durable>> {
+        self.inner.durable.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Config,
+                "this host has no store: build it with HostBuilder::store to run durable workflows",
+            )
+        })
     }
 
     /// Loads the module at `path` under `name`, with the default [`Grants`]: every built-in
@@ -122,15 +117,15 @@ impl Host {
         bytes: &[u8],
         grants: Grants,
     ) -> Result<ModuleInfo> {
-        self.inner.running()?;
-        let compiled = self.inner.wasm.compile(bytes)?;
+        self.engine().running()?;
+        let compiled = self.engine().wasm.compile(bytes)?;
         let info = compiled.info.clone();
         if let Some(durable) = &self.inner.durable {
             // Kept by hash before anything runs it: a workflow recovers with the module it
             // started with, whatever the file on disk holds by then.
             durable.keep_module(&info.sha256, bytes)?;
         }
-        self.inner.modules.insert(name, compiled, grants);
+        self.engine().modules.insert(name, compiled, grants);
         Ok(info)
     }
 
@@ -138,12 +133,12 @@ impl Host {
     /// running it go on; once the last has finished, its compiled code, its memory image and its
     /// warm instances are freed.
     pub fn unload_module(&self, name: &str) -> Result<()> {
-        self.inner.modules.remove(name)
+        self.engine().modules.remove(name)
     }
 
     /// What the module loaded under `name` declares.
     pub fn module_info(&self, name: &str) -> Result<ModuleInfo> {
-        Ok(self.inner.modules.get(name)?.compiled.info.clone())
+        Ok(self.engine().modules.get(name)?.compiled.info.clone())
     }
 
     /// Whether entry point `entry` of module `module` takes `input`: within the host's payload
@@ -157,27 +152,10 @@ impl Host {
     /// no instance to spare for the check (it is full), the input is taken unchecked: the
     /// workflow then fails at its start as it would have.
     pub fn check_input(&self, module: &str, entry: &str, input: &Payload) -> Result<()> {
-        use wfhost_scheduler::{InitContext, Process};
-        let inner = &self.inner;
-        inner.running()?;
-        let loaded = inner.modules.get(module)?;
-        if !loaded.compiled.info.has_entry(entry) {
-            return Err(loaded.compiled.info.unknown_entry(entry));
-        }
-        check_payload(&inner.wasm.limits, "the input", input)?;
-        let mut process = WasmProcess::new(
-            Arc::clone(&inner.wasm),
-            loaded.spec(None, Arc::clone(&inner.wasm.limits)),
-        );
-        // Whatever its start prints belongs to the workflow's real start.
-        process.mute(true);
-        let ctx = InitContext::new(inner.handle.reserve_pid(), None);
-        let started = process.init(&ctx, entry, input.clone());
-        process.close();
-        match started.map_err(refused_start) {
-            Ok(()) | Err(None) => Ok(()),
-            Err(Some(refused)) => Err(refused),
-        }
+        let engine = self.engine();
+        engine.running()?;
+        let loaded = engine.entry(module, entry)?;
+        engine.check_input(&loaded, entry, input)
     }
 
     /// Starts entry point `entry` of module `module` with `input`, with the host's settings.
@@ -193,12 +171,9 @@ impl Host {
         input: Payload,
         options: &SpawnOptions,
     ) -> Result<Run> {
-        let inner = &self.inner;
+        let inner = self.engine();
         inner.running()?;
-        let loaded = inner.modules.get(module)?;
-        if !loaded.compiled.info.has_entry(entry) {
-            return Err(loaded.compiled.info.unknown_entry(entry));
-        }
+        let loaded = inner.entry(module, entry)?;
         let limits: Arc<Limits> = match &options.limits {
             Some(limits) => {
                 inner.wasm.admit(limits)?;
@@ -222,25 +197,22 @@ impl Host {
         if let Some(timeout) = options.timeout {
             spawn = spawn.timeout(timeout);
         }
-        let pid = inner.handle.spawn_with(spawn).map_err(|e| match e {
-            Refusal::TooManyProcesses(_) => Error::new(ErrorKind::Limit, inner.capacity.refusal()),
-            other => Error::refused(other),
-        })?;
+        let pid = inner.spawn(spawn)?;
         Ok(Run::new(pid, receiver, messages))
     }
 
     /// How many processes this host can hold at once, and what bounds that (worked out at
     /// start-up from the process limit, the pooling slots and the OS's memory-mapping limit).
     pub fn capacity(&self) -> Capacity {
-        self.inner.capacity
+        self.engine().capacity
     }
 
     /// What the host holds: processes with an instance and hibernated ones, warm instances,
     /// compiled modules, buffers. The counts move as processes run; read them when the host is
     /// quiet for exact figures.
     pub fn residency(&self) -> Residency {
-        let mut residency = self.inner.wasm.instances.residency();
-        if let Some(pool) = self.inner.wasm.engine.pooling_allocator_metrics() {
+        let mut residency = self.engine().wasm.instances.residency();
+        if let Some(pool) = self.engine().wasm.engine.pooling_allocator_metrics() {
             residency.pooled_idle_slots = pool.unused_warm_memories();
             residency.pooled_resident_bytes =
                 pool.unused_memory_bytes_resident() + pool.unused_table_bytes_resident();
@@ -252,11 +224,14 @@ impl Host {
     /// process's mailbox until the process receives; a full mailbox refuses it
     /// ([`ErrorKind::Limit`]).
     pub fn send(&self, pid: Pid, message: Payload) -> Result<()> {
-        check_payload(&self.inner.wasm.limits, "the message", &message)?;
+        check_payload(&self.engine().wasm.limits, "the message", &message)?;
         if let Some(durable) = self.inner.durable.as_ref().filter(|d| d.ids.contains(pid)) {
-            return durable.send_from_host(&self.inner.handle, pid, message);
+            return durable.send_from_host(&self.engine().handle, pid, message);
         }
-        self.inner.handle.send(pid, message).map_err(Error::refused)
+        self.engine()
+            .handle
+            .send(pid, message)
+            .map_err(Error::refused)
     }
 
     /// Asks process `pid` to stop: a cancel, delivered ahead of its queued messages. It may clean
@@ -264,15 +239,15 @@ impl Host {
     pub fn cancel(&self, pid: Pid) -> Result<()> {
         if let Some(durable) = self.inner.durable.as_ref().filter(|d| d.ids.contains(pid)) {
             // Kept before it is delivered: a restart delivers it again if no step took it.
-            durable.write(vec![Op::Cancel { num: pid.0 }])?;
+            durable.keep_cancel(pid)?;
         }
-        self.inner.handle.cancel(pid).map_err(Error::refused)
+        self.engine().handle.cancel(pid).map_err(Error::refused)
     }
 
     /// Ends process `pid` at its next turn without stepping it again: it fails with
     /// [`ErrorKind::Terminated`] and `reason`. A step in progress is not interrupted.
     pub fn terminate(&self, pid: Pid, reason: &str) -> Result<()> {
-        self.inner
+        self.engine()
             .handle
             .terminate(pid, reason)
             .map_err(Error::refused)
@@ -283,12 +258,141 @@ impl Host {
     /// A process is counted out before its result reaches anyone (a joining parent, a `wait`),
     /// so once a result is in hand its process no longer counts here.
     pub fn live(&self) -> usize {
-        self.inner.handle.live()
+        self.engine().handle.live()
     }
 
     /// The scheduler's activity counters.
     pub fn counters(&self) -> Counters {
-        self.inner.handle.counters()
+        self.engine().handle.counters()
+    }
+
+    /// On a store hosts share, this host's number there (each host that joins gets a new one).
+    pub fn store_host(&self) -> Option<u64> {
+        self.inner.durable.as_ref()?.store_host()
+    }
+
+    /// Why the store takes nothing more from this host, if it does not: it could not be
+    /// written, or (on a store hosts share) this host lost its lease. Its durable workflows have
+    /// stopped where their journals end; a new host on the store goes on with them.
+    pub fn store_failure(&self) -> Option<Error> {
+        self.inner.durable.as_ref()?.store_failure()
+    }
+
+    /// Starts entry point `entry` of module `module` with `input` as durable workflow `id`: its
+    /// start is on disk before this returns, every step is journaled before its effects happen,
+    /// and a host started on the same store after a crash resumes it ([`Host::recover`]).
+    ///
+    /// The input is checked before anything is written: past the payload limit it is an
+    /// [`ErrorKind::Limit`] error, and one the entry point does not take (see
+    /// [`Host::check_input`]) an [`ErrorKind::InvalidInput`] error.
+    ///
+    /// Idempotent: if workflow `id` runs in this host, the returned [`Run`] follows it; if it has
+    /// finished, the run has its stored result at once. An id that exists with another module,
+    /// entry point or input is an [`ErrorKind::Conflict`] error naming what differs. An
+    /// unfinished workflow of the store that does not run here (the host was not
+    /// [`recover`](Host::recover)ed) is an error.
+    pub fn start(&self, id: &str, module: &str, entry: &str, input: Payload) -> Result<Run> {
+        let durable = self.durable()?;
+        durable
+            .start(self.engine(), id, module, entry, input)
+            .map(Run::from)
+    }
+
+    /// Where durable workflow `id` stands, from the store.
+    pub fn result(&self, id: &str) -> Result<WorkflowResult> {
+        self.durable()?.result(id)
+    }
+
+    /// What this host counts about snapshots and replay since it started: how many workflows
+    /// recovered from a snapshot, how many journaled steps and events they replayed. Replay
+    /// happens at each recovered workflow's first step, so the counts settle once those ran.
+    pub fn durable_counters(&self) -> Result<DurableCounters> {
+        Ok(self.durable()?.counts.read())
+    }
+
+    /// Replays the journal of durable workflow `id` with module `module` (loaded in this host),
+    /// without running anything: whether a new build of a workflow's module does what the old one
+    /// did, before recovering its workflows with it. Returns the steps replayed; a module that
+    /// differs is an [`ErrorKind::Nondeterminism`] error naming the step and what differs.
+    pub fn replay(&self, id: &str, module: &str) -> Result<u64> {
+        self.durable()?.replay(self.engine(), id, module)
+    }
+
+    /// Starts every unfinished workflow of the store again: each starts from its latest snapshot
+    /// (see [`HostBuilder::snapshots`]), or a fresh instance of the module it started with (kept
+    /// in the store by hash), replays the journal after that, checking that it does what the
+    /// journal says, and goes on from there: its timers fire at their due time (at once if that
+    /// passed while the host was down), host calls that had not answered run again with the same
+    /// idempotency key, and messages that had not been taken are delivered again.
+    ///
+    /// A workflow runs the module loaded now with the same bytes, under that module's grants.
+    /// With none loaded, it runs the bytes kept in the store under the grants of the module
+    /// loaded now under the name it started with (grants belong to the name: a workflow that
+    /// calls host functions never runs without them). With neither, it is not started: it
+    /// waits, with the rest of its tree, for a host that loads its module (on a store hosts
+    /// share, it is given back for one), and a warning says so; [`recover_with`](Self::recover_with)
+    /// runs such workflows under the grants it is given.
+    ///
+    /// Returns a [`Run`] for each top-level workflow recovered (children are followed by their
+    /// parents), with its id. Call it once, after loading modules and before starting new work.
+    pub fn recover(&self) -> Result<Vec<(String, Run)>> {
+        self.claim_modules(None, usize::MAX)
+    }
+
+    /// As [`recover`](Self::recover), with `grants` for the workflows whose module is not loaded
+    /// under the name they started with (they run the bytes the store kept): what the CLI does,
+    /// with the grants its flags give.
+    ///
+    /// On a store hosts share (PostgreSQL), only the workflows no live host owns are recovered,
+    /// each tree (a top-level workflow and all it spawned) by one host: those of a host that
+    /// gave them back, whose lease ran out, or that a client started.
+    pub fn recover_with(&self, grants: Grants) -> Result<Vec<(String, Run)>> {
+        self.claim_with(grants, usize::MAX)
+    }
+
+    /// On a store hosts share: takes up to `limit` trees of workflows that no live host owns
+    /// (started by a client, given back by a host that stopped, or left by one whose lease ran
+    /// out) and runs them, recovered as [`recover`](Self::recover) does. A host serving a store
+    /// calls it again and again (`wfhost serve`). On a store of its own, the same as `recover`.
+    pub fn claim(&self, limit: usize) -> Result<Vec<(String, Run)>> {
+        self.claim_modules(None, limit)
+    }
+
+    /// As [`claim`](Self::claim), with `grants` for the workflows whose module is not loaded.
+    pub fn claim_with(&self, grants: Grants, limit: usize) -> Result<Vec<(String, Run)>> {
+        self.claim_modules(Some(grants), limit)
+    }
+
+    fn claim_modules(&self, grants: Option<Grants>, limit: usize) -> Result<Vec<(String, Run)>> {
+        let claimed = self.durable()?.claim(self.engine(), grants, limit)?;
+        Ok(claimed
+            .into_iter()
+            .map(|(id, spawned)| (id, Run::from(spawned)))
+            .collect())
+    }
+
+    /// On a store hosts share: how many unfinished workflows no other host is known to run
+    /// (none owns them, or the host that does stopped renewing its lease or has not renewed it
+    /// since this one joined). They can be claimed now or once that lease runs out: `wfhost
+    /// resume` claims until none is left. 0 on a store of this host's own.
+    pub fn claimable(&self) -> Result<u64> {
+        self.durable()?.claimable()
+    }
+
+    /// On a store hosts share: calls `wake` (from a thread of its own) whenever a client or
+    /// another host writes work to take (a start, a message, a cancel, workflows given back), so
+    /// that a host calling [`claim`](Self::claim) in a loop need not poll often. Until the host
+    /// shuts down. Nothing on a store of this host's own.
+    pub fn on_new_work(&self, wake: impl Fn() + Send + Sync + 'static) -> Result<()> {
+        self.durable()?.on_new_work(wake)
+    }
+
+    /// What recoveries by this host found damaged and left as it was: workflows whose journal,
+    /// input or module cannot be read back from the store, and the others of their trees. They
+    /// are marked damaged in the store (not failed), and a host started once the store is
+    /// repaired, or the build fixed, resumes them.
+    pub fn damaged(&self) -> Result<Vec<Damage>> {
+        Ok(self.durable()?.damage())
     }
 
     /// Cancels every live process, waits up to `grace` for them to finish, then interrupts the
@@ -302,17 +406,6 @@ impl Host {
 }
 
 impl Inner {
-    /// Refuses work once a shutdown has begun.
-    pub(crate) fn running(&self) -> Result<()> {
-        if self.handle.is_stopping() {
-            return Err(Error::new(
-                ErrorKind::ShuttingDown,
-                "the host is shutting down and accepts no new processes or modules",
-            ));
-        }
-        Ok(())
-    }
-
     fn shutdown(&self, grace: Duration) -> ShutdownReport {
         let mut scheduler = self.scheduler.lock();
         if let Some(scheduler) = scheduler.take() {
@@ -340,35 +433,5 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.shutdown(DEFAULT_GRACE);
-    }
-}
-
-/// What a start that failed says about its input: `Some` error when the entry point refused
-/// it (it does not decode as its type, or its start traps), `None` when the start could not run
-/// now (no instance free): the input is then taken, and checked when the process starts.
-pub(crate) fn refused_start(error: wfhost_scheduler::ProcessError) -> Option<Error> {
-    use wfhost_scheduler::FailureKind;
-    match error.kind() {
-        FailureKind::InvalidInput | FailureKind::Trap | FailureKind::Refused => {
-            Some(Error::failed(&error))
-        }
-        _ => {
-            tracing::debug!(
-                "a start could not run now ({}): its input is checked later",
-                error.message()
-            );
-            None
-        }
-    }
-}
-
-pub(crate) fn check_payload(limits: &Limits, what: &str, payload: &Payload) -> Result<()> {
-    let len = payload.bytes.len();
-    match limits.over_payload(len) {
-        Some(over) => Err(Error::new(
-            ErrorKind::Limit,
-            format!("{what} is {len} bytes, {over}"),
-        )),
-        None => Ok(()),
     }
 }

@@ -39,7 +39,9 @@
 
 mod builder;
 mod capacity;
+mod client;
 mod durable;
+mod engine;
 mod error;
 mod functions;
 mod grants;
@@ -47,6 +49,7 @@ mod host;
 mod modules;
 mod observe;
 mod run;
+mod server;
 mod spawner;
 mod wasm;
 
@@ -55,11 +58,13 @@ pub use builder::{
     DEFAULT_MAX_CHILDREN, DEFAULT_MAX_PROCESSES,
 };
 pub use capacity::{Capacity, CapacityLimit, MemoryImages};
-pub use durable::api::{bad_id, WorkflowResult};
-pub use durable::record::StepRecord;
-pub use durable::resolve::Damage;
-pub use durable::snapshot::{DurableCounters, Snapshots};
-pub use durable::store::{self as store, SyncMode};
+pub use client::{
+    Cancelled, Client, Failure, HistoryStep, ListQuery, Page, Started, WorkflowState,
+    WorkflowStatus,
+};
+pub use durable::snapshot::Snapshots;
+pub use durable::store::SyncMode;
+pub use durable::{bad_id, Damage, DurableCounters, WorkflowResult};
 pub use error::{Error, ErrorKind, Result};
 pub use functions::{
     CallInfo, HostFunction, DEFAULT_FUNCTION_CALLS_PER_PROCESS, DEFAULT_FUNCTION_QUEUE,
@@ -69,6 +74,7 @@ pub use grants::Grants;
 pub use host::Host;
 pub use observe::Observer;
 pub use run::{Message, Run, SpawnOptions};
+pub use server::{Server, Stopper, DEFAULT_CLAIM, DEFAULT_POLL, DEFAULT_SERVE_GRACE};
 pub use wasm::reads::Read as WasiRead;
 pub use wasm::{Hibernation, Limits, ModuleInfo, Residency, DEFAULT_MAX_CPU_TIME};
 pub use wfcontract as contract;
@@ -77,9 +83,67 @@ pub use wfcontract::{
 };
 pub use wfhost_scheduler::{Counters, ShutdownReport, DEFAULT_MAX_SLEEPS};
 
-/// Hooks for the benchmarks. Not a stable API.
+/// Where a durable host keeps its workflows: a SQLite file or a PostgreSQL database.
+pub mod store {
+    pub use crate::client::{new_id, DEFAULT_PAGE, MAX_PAGE};
+    pub use crate::durable::store::{Holder, Location, SyncMode};
+
+    /// Who holds the SQLite store at `path` (its one host), if one does.
+    pub fn holder(path: impl AsRef<std::path::Path>) -> Option<Holder> {
+        crate::durable::store::SqliteStore::holder(path)
+    }
+
+    /// Copies the SQLite store at `from` to `to` as it stands, consistent, beside the host
+    /// that may run it (see `wfhost backup`).
+    pub fn backup(
+        from: impl AsRef<std::path::Path>,
+        to: impl AsRef<std::path::Path>,
+    ) -> crate::Result<()> {
+        crate::durable::store::SqliteStore::backup(from.as_ref(), to.as_ref())
+            .map_err(crate::durable::store_error)
+    }
+}
+
+/// Hooks for wfhost's own tests and benchmarks (the `testing` feature, which embedders leave
+/// off): the store's insides and the benchmarks' harness. Not a stable API.
+#[cfg(feature = "testing")]
 #[doc(hidden)]
-pub use wasm::bench as __bench;
+pub mod __testing {
+    pub use crate::durable::record::StepRecord;
+    pub use crate::durable::store::shape::{Shape, INDEXES, TABLES};
+    pub use crate::durable::store::{
+        Cancel, Ending, Journal, Location, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, Read,
+        SqliteStore, State, SyncMode, Workflow,
+    };
+    pub use crate::durable::store::{Journal as Store, PgStore, StoreError};
+
+    /// The schema of the store at `location` as it reads back (see [`Shape`]).
+    pub fn shape(location: &Location) -> Result<Shape, StoreError> {
+        match location {
+            Location::Sqlite(path) => SqliteStore::open_existing(path)?.shape(),
+            Location::Postgres(url) => PgStore::open_existing(url)?.shape(),
+        }
+    }
+    pub use crate::wasm::bench;
+
+    /// Opening a store at a [`Location`] as a host does, or beside its hosts.
+    pub trait Open {
+        /// Opens the store as a host does.
+        fn open(&self, sync: SyncMode) -> Result<Box<dyn Journal>, StoreError>;
+        /// Opens the store to read it beside its hosts.
+        fn open_existing(&self) -> Result<Box<dyn Journal>, StoreError>;
+    }
+
+    impl Open for Location {
+        fn open(&self, sync: SyncMode) -> Result<Box<dyn Journal>, StoreError> {
+            Location::open(self, sync)
+        }
+
+        fn open_existing(&self) -> Result<Box<dyn Journal>, StoreError> {
+            Location::open_existing(self)
+        }
+    }
+}
 
 /// What an embedder cannot do, checked when the documentation's tests run: every one of these
 /// fails to compile.
@@ -108,6 +172,10 @@ pub use wasm::bench as __bench;
 ///
 /// ```compile_fail
 /// let _ = wfhost::Limits { max_memory_bytes: 1 << 20, ..wfhost::Limits::default() };
+/// ```
+///
+/// ```compile_fail
+/// let _ = wfhost::Snapshots { every: 10, at_hibernation: true };
 /// ```
 ///
 /// ```compile_fail

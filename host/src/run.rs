@@ -110,6 +110,12 @@ impl<T> std::fmt::Debug for Run<T> {
     }
 }
 
+impl From<crate::engine::Spawned> for Run<Payload> {
+    fn from(spawned: crate::engine::Spawned) -> Run<Payload> {
+        Run::new(spawned.pid, spawned.result, spawned.messages)
+    }
+}
+
 impl Run<Payload> {
     pub(crate) fn new(
         pid: Pid,

@@ -4,14 +4,15 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use wfcontract::{CommandError, ErrorKind, Pid, SpawnRequest, Tag};
-use wfhost_scheduler::{Error, Spawn, Spawner};
+use wfcontract::{CommandError, ErrorKind, Pid, SpawnRequest};
+use wfhost_scheduler::{Error, Note, Spawn, Spawner};
 
 use crate::capacity::Capacity;
-use crate::durable::process::{unix_millis, DurableProcess};
+use crate::durable::now_millis;
+use crate::durable::process::DurableProcess;
 use crate::durable::store::{Ending, Op};
 use crate::durable::writer::{Done, Entry};
-use crate::durable::{ChildStart, Durable};
+use crate::durable::Durable;
 use crate::modules::Modules;
 use crate::wasm::{WasmProcess, WasmRuntime};
 
@@ -26,12 +27,13 @@ pub(crate) struct GuestSpawner {
     pub(crate) durable: Option<Arc<Durable>>,
 }
 
-impl GuestSpawner {
-    /// The child a durable parent's step journaled for this spawn, if any.
-    fn journaled(&self, parent: Pid, tag: Tag) -> Option<ChildStart> {
-        self.durable.as_ref()?.spawned.lock().remove(&(parent, tag))
-    }
+/// A child a durable workflow's step journaled (its note on the spawn): its pid and id.
+struct ChildStart {
+    pid: Pid,
+    id: Arc<str>,
+}
 
+impl GuestSpawner {
     /// A journaled child that could not start: its end is journaled before its parent hears.
     fn refuse_child(&self, child: Pid, error: &CommandError) {
         if let Some(durable) = &self.durable {
@@ -42,7 +44,7 @@ impl GuestSpawner {
                         kind: "refused".into(),
                         message: error.message.clone(),
                     },
-                    at: unix_millis(),
+                    at: now_millis(),
                 }],
                 done: Done::Nothing,
             };
@@ -54,8 +56,16 @@ impl GuestSpawner {
 }
 
 impl Spawner for GuestSpawner {
-    fn process(&self, parent: Pid, tag: Tag, request: SpawnRequest) -> Result<Spawn, CommandError> {
-        let child = self.journaled(parent, tag);
+    fn process(
+        &self,
+        parent: Pid,
+        note: Option<Note>,
+        request: SpawnRequest,
+    ) -> Result<Spawn, CommandError> {
+        let child = match (note, &self.durable) {
+            (Some(Note::Child(pid, id)), Some(_)) => Some(ChildStart { pid, id }),
+            _ => None,
+        };
         let spawn = self.make(parent, request, child.as_ref());
         if let (Err(error), Some(child)) = (&spawn, &child) {
             self.refuse_child(child.pid, error);

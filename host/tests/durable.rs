@@ -2,12 +2,14 @@
 //! restart, replay against a changed module, and a store that cannot be written.
 
 mod durable {
+    mod client;
     pub mod common;
     mod crashes;
     mod faults;
     mod guarantees;
     mod postgres;
     mod restart;
+    mod server;
     mod snapshots;
     mod store;
 }

@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::process::Output;
 
 use serde_json::{json, Value};
+use wfhost::__testing::{Open as _, State, StepRecord};
 use wfhost::contract::EventKind;
-use wfhost::store::{Location, State};
-use wfhost::StepRecord;
+use wfhost::store::Location;
 use wfhost_test_programs::postgres::Postgres;
 use wfhost_test_programs::PROBE;
 
@@ -342,4 +342,84 @@ fn a_resumed_workflow_does_not_print_again_what_its_replayed_steps_printed() {
     assert_eq!(printed.matches("before the sleep").count(), 0, "{printed}");
     assert!(text(&resumed.stdout).contains("after the sleep"));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `wfhost list` on a store of 100,000 workflows prints one page (`--limit`) and, on stderr,
+/// the command for the next, whose `--after` goes on where the page ended.
+#[test]
+fn list_pages_a_large_store_by_cursor() {
+    use wfhost::__testing::{NewWorkflow, Op, SyncMode};
+    let path = tempdir("list-pages").join("wf.db");
+    {
+        let mut store = Location::Sqlite(path.clone())
+            .open(SyncMode::Normal)
+            .unwrap();
+        let input = postcard::to_allocvec(&wfhost::Payload::empty()).unwrap();
+        let ops: Vec<Op> = (1..=100_000u64)
+            .map(|num| {
+                Op::Start(NewWorkflow {
+                    num,
+                    id: format!("w{num:06}"),
+                    parent: None,
+                    module: "ab".repeat(32),
+                    module_name: "probe".into(),
+                    entry: "nap".into(),
+                    input: input.clone(),
+                    started: num,
+                })
+            })
+            .collect();
+        store.commit(&ops).unwrap();
+    }
+    let store = path.to_str().unwrap();
+    let first = wfhost()
+        .args(["list", "--store", store, "--limit", "10"])
+        .output()
+        .unwrap();
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let lines: Vec<String> = text(&first.stdout).lines().map(String::from).collect();
+    assert_eq!(lines.len(), 11, "{lines:?}");
+    assert!(lines[1].starts_with("w000001 "), "{lines:?}");
+    assert!(lines[10].starts_with("w000010 "), "{lines:?}");
+    let stderr = text(&first.stderr);
+    let cursor = stderr
+        .split_whitespace()
+        .skip_while(|word| *word != "--after")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no cursor in: {stderr}"))
+        .to_string();
+    let second = wfhost()
+        .args([
+            "list", "--store", store, "--limit", "10", "--after", &cursor,
+        ])
+        .output()
+        .unwrap();
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    let lines: Vec<String> = text(&second.stdout).lines().map(String::from).collect();
+    assert_eq!(lines.len(), 11, "{lines:?}");
+    assert!(lines[1].starts_with("w000011 "), "{lines:?}");
+    let last = wfhost()
+        .args([
+            "list", "--store", store, "--limit", "5", "--prefix", "w09999",
+        ])
+        .output()
+        .unwrap();
+    let lines: Vec<String> = text(&last.stdout).lines().map(String::from).collect();
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    assert!(lines[5].starts_with("w099994 "), "{lines:?}");
+    assert!(
+        text(&last.stderr).contains("--after"),
+        "{}",
+        text(&last.stderr)
+    );
+    let bad = wfhost()
+        .args(["list", "--store", store, "--after", "oops"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad.stderr).contains("is not a cursor"),
+        "{}",
+        text(&bad.stderr)
+    );
 }

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 
 use serde_json::Value;
-use wfhost::store::{Location, SqliteStore};
+use wfhost::__testing::{Open as _, SqliteStore};
+use wfhost::store::Location;
 use wfhost::Payload;
 use wfhost_test_programs::postgres::Postgres;
 use wfhost_test_programs::PROBE;

@@ -11,9 +11,9 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 
 use serde_json::{json, Value};
+use wfhost::__testing::{Open as _, StepRecord};
 use wfhost::contract::EventKind;
 use wfhost::store::Location;
-use wfhost::StepRecord;
 use wfhost_test_programs::postgres::Postgres;
 use wfhost_test_programs::PROBE;
 

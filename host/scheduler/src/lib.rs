@@ -82,11 +82,11 @@ pub use handlers::{
 pub use observe::Observer;
 pub use outbox::{outbox, Outbox, OutboxReceiver, Queued};
 pub use process::{
-    Events, FailureKind, Hold, InitContext, Process, ProcessError, ProcessResult, Readiness,
+    Events, FailureKind, Hold, InitContext, Note, Process, ProcessError, ProcessResult, Readiness,
     Release, Waker, WakerSource,
 };
 pub use scheduler::{Scheduler, ShutdownReport, DEFAULT_GRACE};
 pub use wfcontract::{
-    Command, CommandError, CommandKind, ErrorKind, Event, EventKind, Payload, Pid, Status,
-    StepOutput, Tag, Yield,
+    Command, CommandError, CommandKind, Event, EventKind, Payload, Pid, Status, StepOutput, Tag,
+    Yield,
 };

@@ -67,6 +67,22 @@ pub struct Hold<'a> {
     pub(crate) held: std::cell::Cell<bool>,
     /// How many of the first yields are dispatched without waiting for the release.
     pub(crate) first: std::cell::Cell<usize>,
+    /// What the journal decided about some of the yields, in yield order ([`Hold::note`]).
+    pub(crate) notes: std::cell::RefCell<std::collections::VecDeque<(wfcontract::Tag, Note)>>,
+}
+
+/// What a process's journal decided about one of its yields ([`Hold::note`]): it reaches the
+/// yield's handler with the yield ([`Request::note`](crate::Request::note)), so the decision
+/// travels with what it is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Note {
+    /// The number the journal gave a message it wrote for its receiver.
+    Numbered(u64),
+    /// The pid the journal reserved for a child it wrote, and the name it wrote it under.
+    Child(crate::Pid, std::sync::Arc<str>),
+    /// The yield was made before a restart and is made again: what it did then may stand.
+    Again,
 }
 
 impl std::fmt::Debug for Hold<'_> {
@@ -101,6 +117,12 @@ impl Hold<'_> {
     /// crash can keep the one and lose the other.
     pub fn dispatch_first(&self, count: usize) {
         self.first.set(count);
+    }
+
+    /// Hands `note` to the handler of this step's yield `tag` with the yield, whether the step
+    /// is held or not. Notes are given in the order of the yields they are about.
+    pub fn note(&self, tag: wfcontract::Tag, note: Note) {
+        self.notes.borrow_mut().push_back((tag, note));
     }
 }
 

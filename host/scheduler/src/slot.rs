@@ -74,6 +74,8 @@ pub(crate) struct Held {
     pub(crate) status: wfcontract::Status,
     pub(crate) receive: u32,
     pub(crate) yields: Vec<wfcontract::Yield>,
+    /// The journal's notes on those yields, in order.
+    pub(crate) notes: std::collections::VecDeque<(wfcontract::Tag, crate::process::Note)>,
 }
 
 pub(crate) struct Start {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_deque::Worker as Deque;
-use wfcontract::{Event, Status, StepOutput, Yield};
+use wfcontract::{Event, Status, StepOutput, Tag, Yield};
 
 use crate::clock::{self, Reading};
 use crate::counters::Counter;
@@ -16,7 +16,7 @@ use crate::handlers::{unknown_command, Context, Request};
 use crate::inbox::Inbox;
 use crate::park::{Unpark, SPIN_ROUNDS, SPIN_TIGHT};
 use crate::process::{
-    Events, FailureKind, Hold, InitContext, Process, ProcessError, Readiness, WakerSource,
+    Events, FailureKind, Hold, InitContext, Note, Process, ProcessError, Readiness, WakerSource,
 };
 use crate::queue::{Found, Local, Task};
 use crate::shared::{panic_message, Shared};
@@ -649,6 +649,7 @@ impl Worker {
             slot,
             held: std::cell::Cell::new(false),
             first: std::cell::Cell::new(0),
+            notes: std::cell::RefCell::new(std::collections::VecDeque::new()),
         };
         let out = &self.out;
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| process.journal(out, &hold))) {
@@ -659,6 +660,7 @@ impl Worker {
         }
         let status = std::mem::replace(&mut self.out.status, Status::Wait);
         let receive = self.out.receive;
+        let mut notes = hold.notes.into_inner();
         if hold.held.get() {
             let mut yields = std::mem::take(&mut self.out.yields);
             let first = hold.first.get().min(yields.len());
@@ -666,18 +668,19 @@ impl Worker {
                 // Those the process lets go before its release: what they complete inline is in
                 // the inbox when the release resumes it.
                 let mut early: Vec<Yield> = yields.drain(..first).collect();
-                self.dispatch(slot, &**process, &mut early)?;
+                self.dispatch(slot, &**process, &mut early, &mut notes)?;
             }
             // The rest is acted on when released, at a later turn (`resume_held`).
             body.held = Some(Held {
                 status,
                 receive,
                 yields,
+                notes,
             });
             return Ok(None);
         }
         let mut yields = std::mem::take(&mut self.out.yields);
-        let dispatched = self.dispatch(slot, &**process, &mut yields);
+        let dispatched = self.dispatch(slot, &**process, &mut yields, &mut notes);
         yields.clear();
         self.out.yields = yields;
         dispatched.map(|completed_inline| {
@@ -703,10 +706,11 @@ impl Worker {
             status,
             receive,
             mut yields,
+            mut notes,
         } = body.held.take().expect("checked by the caller");
         let process = body.process.as_mut().expect("present until finished");
         Some(
-            self.dispatch(slot, &**process, &mut yields)
+            self.dispatch(slot, &**process, &mut yields, &mut notes)
                 .map(|completed_inline| Stepped {
                     status,
                     receive,
@@ -715,13 +719,15 @@ impl Worker {
         )
     }
 
-    /// Hands each yield the process permits itself (see [`Process::check`]) to its handler. A
-    /// handler that panics fails the process.
+    /// Hands each yield the process permits itself (see [`Process::check`]) to its handler, with
+    /// the journal's note on it (`notes`, in yield order). A handler that panics fails the
+    /// process.
     fn dispatch(
         &self,
         slot: &Arc<Slot>,
         process: &dyn Process,
         yields: &mut Vec<Yield>,
+        notes: &mut std::collections::VecDeque<(Tag, Note)>,
     ) -> Result<bool, ProcessError> {
         let cx = Context {
             handle: &self.handle,
@@ -729,6 +735,10 @@ impl Worker {
             completed_inline: std::sync::atomic::AtomicBool::new(false),
         };
         for Yield { tag, command } in yields.drain(..) {
+            let note = match notes.front() {
+                Some((noted, _)) if *noted == tag => notes.pop_front().map(|(_, note)| note),
+                _ => None,
+            };
             let kind = command.kind();
             if let Err(refused) = process.check(&command) {
                 if kind.expects_completion() {
@@ -746,6 +756,7 @@ impl Worker {
                 pid: slot.pid,
                 tag,
                 command,
+                note,
             };
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| handler.handle(request, &cx))) {
                 return Err(ProcessError::with_kind(

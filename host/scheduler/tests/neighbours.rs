@@ -338,7 +338,7 @@ impl Spawner for Nappers {
     fn process(
         &self,
         _parent: Pid,
-        _tag: wfcontract::Tag,
+        _note: Option<wfhost_scheduler::Note>,
         request: SpawnRequest,
     ) -> Result<Spawn, wfcontract::CommandError> {
         let napper = Proc::new((), |_, env, events, out| {

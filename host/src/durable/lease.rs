@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::store::{Store, StoreError};
+use super::store::{Cluster, StoreError};
 use super::Durable;
 
 /// The lease a host holds on the workflows it owns.
@@ -16,7 +16,7 @@ pub(crate) struct Lease {
     /// The host's number in the store.
     pub(crate) host: u64,
     /// Claims, starts and the release.
-    pub(crate) store: Mutex<Box<dyn Store>>,
+    pub(crate) store: Mutex<Box<dyn Cluster>>,
     /// Set (and signalled) to stop the renewals.
     stop: Arc<(Mutex<bool>, Condvar)>,
     /// Set to stop listening for new work.
@@ -30,8 +30,8 @@ impl Lease {
     pub(crate) fn start(
         host: u64,
         length: Duration,
-        renewer: Box<dyn Store>,
-        store: Box<dyn Store>,
+        renewer: Box<dyn Cluster>,
+        store: Box<dyn Cluster>,
         durable: Weak<Durable>,
     ) -> std::io::Result<Lease> {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
@@ -70,7 +70,7 @@ impl Lease {
 }
 
 fn renew(
-    mut store: Box<dyn Store>,
+    mut store: Box<dyn Cluster>,
     every: Duration,
     stop: &(Mutex<bool>, Condvar),
     durable: &Weak<Durable>,

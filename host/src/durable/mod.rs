@@ -1,19 +1,23 @@
 //! Durability: every step of a durable workflow is journaled before its effects happen, and a
 //! host started on an existing store recovers every unfinished workflow from its journal.
 //!
+//! This layer sits beneath the [`Host`](crate::Host) and never names it: it starts processes on
+//! the host's [`Engine`](crate::engine::Engine) and hands back what it started
+//! ([`Spawned`](crate::engine::Spawned)), which the host makes a [`Run`](crate::Run).
+//!
 //! | File | What |
 //! |---|---|
-//! | `store/` | The [`Store`](store::Store) trait and SQLite behind it: schema, migrations. |
+//! | `store/` | The store's roles (`roles.rs`: read, journal, cluster, client), the shape both keep (`shape.rs`), SQLite and PostgreSQL behind them. |
 //! | `record.rs` | What one journaled step holds. |
 //! | `writer.rs` | The writer thread: group commit, then each step's effects go. |
-//! | `process/` | A durable workflow: journals its steps; after a restart, restores its snapshot and replays the steps after it. |
+//! | `process/` | A durable workflow: journals its steps (`journal.rs`: the record, the decisions noted on the yields, the hold); after a restart, restores its snapshot and replays the steps after it (`replay.rs`). |
 //! | `snapshot.rs` | A workflow's state after a step, so that recovery need not replay what came before. |
+//! | `start.rs` | Starting a workflow under an id; its result; replaying its journal with another build. |
 //! | `recover.rs` | Starting every unfinished workflow of a store again (on a shared store, those this host claims). |
-//! | `resolve.rs` | What recovery reads back for each workflow first; damage, and the trees it holds. |
+//! | `resolve.rs` | What recovery reads back for each workflow first, and the grants it runs with; damage, and the trees it holds. |
 //! | `inbox.rs` | On a shared store, taking the messages and cancels written for this host's workflows. |
 //! | `lease.rs` | A host among many on one store: its lease and the connection it claims workflows with. |
 
-pub(crate) mod api;
 pub(crate) mod inbox;
 pub(crate) mod lease;
 pub(crate) mod process;
@@ -21,8 +25,13 @@ pub mod record;
 pub(crate) mod recover;
 pub(crate) mod resolve;
 pub(crate) mod snapshot;
+pub(crate) mod start;
 pub mod store;
 pub(crate) mod writer;
+
+pub use resolve::Damage;
+pub use snapshot::DurableCounters;
+pub use start::{bad_id, WorkflowResult};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,12 +39,24 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 use wfcontract::{CommandError, ErrorKind, Payload, Pid, Tag};
-use wfhost_scheduler::{SchedulerHandle, Waker, WeakSchedulerHandle};
+use wfhost_scheduler::{Note, SchedulerHandle, Waker, WeakSchedulerHandle};
 
 use crate::modules::Modules;
 use snapshot::{Counts, Snapshots};
-use store::{Ending, Store};
+use store::{Cluster, Ending, HostStore, Journal};
 use writer::Writer;
+
+/// Nanoseconds since the Unix epoch: the one clock of what the store keeps.
+pub(crate) fn now_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_millis() -> u64 {
+    now_nanos() / 1_000_000
+}
 
 /// The workflow ids of the durable processes running in this host, by pid, and back.
 #[derive(Debug, Default)]
@@ -84,25 +105,15 @@ impl Ids {
     }
 }
 
-/// A child a durable workflow's step spawns, as journaled with the step.
-pub(crate) struct ChildStart {
-    pub(crate) pid: Pid,
-    pub(crate) id: Arc<str>,
-}
-
 /// What a durable host shares among its workflows.
 pub(crate) struct Durable {
     /// The host only reads the store ([`HostBuilder::read_store`](crate::HostBuilder::read_store)).
     read_only: bool,
     pub(crate) writer: Writer,
     /// For reads while the writer writes.
-    pub(crate) reader: Mutex<Box<dyn Store>>,
+    pub(crate) reader: Mutex<Box<dyn Journal>>,
     pub(crate) ids: Arc<Ids>,
     next_message: AtomicU64,
-    /// Numbers given to messages journaled and not yet dispatched, by sender and yield.
-    pub(crate) sent: Mutex<HashMap<(Pid, Tag), u64>>,
-    /// Children journaled and not yet started, by parent and yield.
-    pub(crate) spawned: Mutex<HashMap<(Pid, Tag), ChildStart>>,
     /// Messages refused before a restart, for the senders that had not heard yet.
     refused: Mutex<HashMap<u64, String>>,
     stopping: AtomicBool,
@@ -126,9 +137,6 @@ pub(crate) struct Durable {
     pub(crate) remote_joins: Mutex<Vec<(Pid, wfhost_scheduler::Completer)>>,
     /// On a store hosts share: this host's number, and the connections its lease will use.
     joined: Mutex<Option<Joined>>,
-    /// Messages to the host sent again after a restart (their completion was not journaled):
-    /// one the store kept already is not handed to a reader again.
-    pub(crate) rearmed_to_host: Mutex<std::collections::HashSet<(Pid, Tag)>>,
     /// What recoveries found damaged and left as it was.
     pub(crate) damaged: Mutex<Vec<resolve::Damage>>,
     /// Held by whoever claims workflows or takes messages and cancels from a shared store, so
@@ -140,8 +148,8 @@ pub(crate) struct Durable {
 struct Joined {
     host: u64,
     length: std::time::Duration,
-    renewer: Box<dyn Store>,
-    store: Box<dyn Store>,
+    renewer: Box<dyn Cluster>,
+    store: Box<dyn Cluster>,
 }
 
 impl Durable {
@@ -149,13 +157,16 @@ impl Durable {
     /// lasts on a store hosts share), or, with no lease, one that only reads it
     /// ([`HostBuilder::read_store`](crate::HostBuilder::read_store)).
     pub(crate) fn open(
-        store: Box<dyn Store>,
+        store: HostStore,
         ids: Arc<Ids>,
         modules: Arc<Modules>,
         snapshots: Snapshots,
         lease: Option<std::time::Duration>,
     ) -> crate::Result<Durable> {
-        let mut store = store;
+        let HostStore {
+            journal: mut store,
+            cluster,
+        } = store;
         let Some(lease) = lease else {
             let reader = store.reader().map_err(store_error)?;
             let (_, messages) = store.high_water().map_err(store_error)?;
@@ -177,12 +188,12 @@ impl Durable {
             std::process::id()
         );
         // On a shared store, the host joins before its writer writes anything.
-        let joined = match store.join(lease, &name).map_err(store_error)? {
-            Some(host) => Some(Joined {
-                host,
+        let joined = match cluster {
+            Some(mut cluster) => Some(Joined {
+                host: cluster.join(lease, &name).map_err(store_error)?,
                 length: lease,
-                renewer: store.reader().map_err(store_error)?,
-                store: store.reader().map_err(store_error)?,
+                renewer: cluster.connection().map_err(store_error)?,
+                store: cluster,
             }),
             None => None,
         };
@@ -198,8 +209,8 @@ impl Durable {
     }
 
     fn new(
-        store: Box<dyn Store>,
-        reader: Box<dyn Store>,
+        store: Box<dyn Journal>,
+        reader: Box<dyn Journal>,
         ids: Arc<Ids>,
         modules: Arc<Modules>,
         snapshots: Snapshots,
@@ -218,8 +229,6 @@ impl Durable {
             reader: Mutex::new(reader),
             ids,
             next_message: AtomicU64::new(messages + 1),
-            sent: Mutex::new(HashMap::new()),
-            spawned: Mutex::new(HashMap::new()),
             refused: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
             failed: AtomicBool::new(false),
@@ -234,7 +243,6 @@ impl Durable {
             joined: Mutex::new(joined),
             damaged: Mutex::new(Vec::new()),
             taking: Mutex::new(()),
-            rearmed_to_host: Mutex::new(std::collections::HashSet::new()),
         })
     }
 
@@ -357,7 +365,7 @@ impl Durable {
         let reason = format!(
             "{}; the workflow stops where its journal ends and resumes when a host is started \
              on the store again",
-            error.0
+            error.message()
         );
         let everyone: Vec<Pid> = if first {
             self.ids.0.read().0.keys().copied().collect()
@@ -453,6 +461,12 @@ impl Durable {
         }
     }
 
+    /// Keeps a cancel of durable workflow `pid` in the store before it is delivered: a restart
+    /// delivers it again if no step took it.
+    pub(crate) fn keep_cancel(&self, pid: Pid) -> crate::Result<()> {
+        self.write(vec![store::Op::Cancel { num: pid.0 }])
+    }
+
     /// Keeps a module's bytes in the store, once per hash.
     pub(crate) fn keep_module(&self, hash: &str, bytes: &[u8]) -> crate::Result<()> {
         if self.read_only || self.kept.lock().contains(hash) {
@@ -510,7 +524,7 @@ impl Durable {
 }
 
 pub(crate) fn store_error(error: store::StoreError) -> crate::Error {
-    crate::Error::new(crate::ErrorKind::Store, error.0)
+    crate::Error::new(crate::ErrorKind::Store, error.message())
 }
 
 /// `join` in a durable host: a workflow that ended before a restart is not in the scheduler, and
@@ -558,13 +572,17 @@ impl wfhost_scheduler::Handler for DurableSend {
         if let wfcontract::Command::Send(send) = &request.command {
             if send.to == Pid::HOST && self.0.ids.contains(cx.pid()) {
                 let message = send.message.clone();
-                return self.0.send_to_host(request.tag, message, cx);
+                let again = request.note == Some(Note::Again);
+                return self.0.send_to_host(request.tag, message, again, cx);
             }
         }
-        let number = self.0.sent.lock().remove(&(request.pid, request.tag));
-        let (Some(number), wfcontract::Command::Send(send)) = (number, &request.command) else {
+        // A message the sender's step journaled goes out under the number it was written with.
+        let (Some(Note::Numbered(number)), wfcontract::Command::Send(send)) =
+            (&request.note, &request.command)
+        else {
             return wfhost_scheduler::send_handler(request, cx);
         };
+        let number = *number;
         let mut result =
             cx.scheduler()
                 .send_numbered(cx.pid(), send.to, number, send.message.clone());
@@ -605,16 +623,22 @@ impl Durable {
     /// started the workflow when it reads them ([`Run::recv_message`](crate::Run::recv_message));
     /// with no reader, it is logged. Only a reader that is not keeping up refuses it
     /// (`mailbox-full`, as for a process that is not durable).
-    fn send_to_host(&self, tag: Tag, message: Payload, cx: &wfhost_scheduler::Context<'_>) {
+    fn send_to_host(
+        &self,
+        tag: Tag,
+        message: Payload,
+        again: bool,
+        cx: &wfhost_scheduler::Context<'_>,
+    ) {
         use wfhost_scheduler::HostOffer;
         let pid = cx.pid();
         let kept = store::HostMessage {
             num: pid.0,
             tag: tag.0,
-            at: process::unix_millis(),
+            at: now_millis(),
             payload: postcard::to_allocvec(&message).unwrap_or_default(),
         };
-        if self.rearmed_to_host.lock().remove(&(pid, tag)) && self.kept_already(pid, tag) {
+        if again && self.kept_already(pid, tag) {
             // Sent before the restart, and kept: whoever read it then has it.
             return cx.complete(tag, Ok(Payload::empty()));
         }
@@ -652,7 +676,7 @@ impl Durable {
         };
         let result = match self.writer.submit(entry) {
             Ok(()) => Ok(Payload::empty()),
-            Err(error) => Err(CommandError::new(ErrorKind::Unavailable, error.0)),
+            Err(error) => Err(CommandError::new(ErrorKind::Unavailable, error.message())),
         };
         cx.complete(tag, result);
     }

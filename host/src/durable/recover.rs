@@ -8,19 +8,17 @@ use std::sync::Arc;
 use wfcontract::{Payload, Pid};
 
 use super::process::DurableProcess;
-use super::resolve::{hold_damaged_trees, Damage, Ready};
-use super::store::{Cancel, Message, Workflow};
+use super::resolve::{hold_damaged_trees, Damage, Ready, Resolved};
+use super::store::{Cancel, Op, StoredMessage, Workflow};
 use super::{store_error, Durable};
+use crate::engine::{Engine, Spawned};
 use crate::error::Result;
 use crate::grants::Grants;
-use crate::run::Run;
-use crate::wasm::WasmProcess;
-use crate::Host;
 
-/// What a recovery started: the runs of the top-level workflows, the numbers of all, and the
-/// cancels owed once the gate opens.
+/// What a recovery started: the top-level workflows (children are followed by their parents),
+/// the numbers of all, and the cancels owed once the gate opens.
 struct Started {
-    runs: Vec<(String, Run)>,
+    runs: Vec<(String, Spawned)>,
     recovered: HashSet<u64>,
     cancels: Vec<Pid>,
 }
@@ -34,61 +32,20 @@ impl Drop for Gate<'_> {
     }
 }
 
-impl Host {
-    /// Starts every unfinished workflow of the store again: each starts from its latest snapshot
-    /// (see [`HostBuilder::snapshots`](crate::HostBuilder::snapshots)), or a fresh instance of
-    /// the module it started with (kept in the store by hash), replays the journal after that,
-    /// checking that it does what the journal says, and goes on from there: its timers fire at their due time (at once
-    /// if that passed while the host was down), host calls that had not answered run again with
-    /// the same idempotency key, and messages that had not been taken are delivered again.
-    ///
-    /// A workflow runs the module loaded now with the same bytes, under that module's grants;
-    /// with none loaded, the bytes kept in the store, with default grants (see
-    /// [`recover_with`](Self::recover_with)).
-    ///
-    /// Returns a [`Run`] for each top-level workflow recovered (children are followed by their
-    /// parents), with its id. Call it once, after loading modules and before starting new work.
-    pub fn recover(&self) -> Result<Vec<(String, Run)>> {
-        self.recover_with(Grants::default())
-    }
-
-    /// As [`recover`](Self::recover), with `grants` for the workflows whose module is not loaded
-    /// (they run the bytes the store kept).
-    ///
-    /// On a store hosts share (PostgreSQL), only the workflows no live host owns are recovered,
-    /// each tree (a top-level workflow and all it spawned) by one host: those of a host that
-    /// gave them back, whose lease ran out, or that a client started.
-    pub fn recover_with(&self, grants: Grants) -> Result<Vec<(String, Run)>> {
-        self.claim_with(grants, usize::MAX)
-    }
-
-    /// On a store hosts share: takes up to `limit` trees of workflows that no live host owns
-    /// (started by a client, given back by a host that stopped, or left by one whose lease ran
-    /// out) and runs them, recovered as [`recover`](Self::recover) does. A host serving a store
-    /// calls it again and again (`wfhost serve`). On a store of its own, the same as `recover`.
-    pub fn claim(&self, limit: usize) -> Result<Vec<(String, Run)>> {
-        self.claim_with(Grants::default(), limit)
-    }
-
+impl Durable {
     /// On a store hosts share: how many unfinished workflows no other host is known to run
-    /// (none owns them, or the host that does stopped renewing its lease or has not renewed it
-    /// since this one joined). They can be claimed now or once that lease runs out: `wfhost
-    /// resume` claims until none is left. 0 on a store of this host's own.
-    pub fn claimable(&self) -> Result<u64> {
-        let durable = self.durable()?;
-        match durable.lease.get() {
+    /// (see [`Host::claimable`](crate::Host::claimable)); 0 on a store of this host's own.
+    pub(crate) fn claimable(&self) -> Result<u64> {
+        match self.lease.get() {
             Some(lease) => lease.store.lock().claimable().map_err(store_error),
             None => Ok(0),
         }
     }
 
-    /// On a store hosts share: calls `wake` (from a thread of its own) whenever a client or
-    /// another host writes work to take (a start, a message, a cancel, workflows given back), so
-    /// that a host calling [`claim`](Self::claim) in a loop need not poll often. Until the host
-    /// shuts down. Nothing on a store of this host's own.
-    pub fn on_new_work(&self, wake: impl Fn() + Send + Sync + 'static) -> Result<()> {
-        let durable = self.durable()?;
-        match durable.lease.get() {
+    /// On a store hosts share: calls `wake` whenever there is work to take (see
+    /// [`Host::on_new_work`](crate::Host::on_new_work)).
+    pub(crate) fn on_new_work(&self, wake: impl Fn() + Send + Sync + 'static) -> Result<()> {
+        match self.lease.get() {
             Some(lease) => lease
                 .store
                 .lock()
@@ -98,11 +55,19 @@ impl Host {
         }
     }
 
+    /// Claims up to `limit` trees (on a store of this host's own: every unfinished workflow)
+    /// and starts them on `engine`, recovered (see [`Host::claim_with`](crate::Host::claim_with)):
+    /// the top-level workflows started, with their ids.
     /// As [`claim`](Self::claim), with `grants` for the workflows whose module is not loaded.
-    pub fn claim_with(&self, grants: Grants, limit: usize) -> Result<Vec<(String, Run)>> {
+    pub(crate) fn claim(
+        self: &Arc<Self>,
+        engine: &Engine,
+        grants: Option<Grants>,
+        limit: usize,
+    ) -> Result<Vec<(String, Spawned)>> {
         let mut claimed = Vec::new();
         let mut handled = HashSet::new();
-        let result = self.claim_and_start(grants, limit, &mut claimed, &mut handled);
+        let result = self.claim_and_start(engine, grants, limit, &mut claimed, &mut handled);
         if result.is_err() {
             // What was claimed and not started goes back, for this host or another to claim.
             let left: Vec<u64> = claimed
@@ -110,7 +75,7 @@ impl Host {
                 .filter(|n| !handled.contains(*n))
                 .copied()
                 .collect();
-            if let (false, Some(lease)) = (left.is_empty(), self.durable()?.lease.get()) {
+            if let (false, Some(lease)) = (left.is_empty(), self.lease.get()) {
                 if let Err(error) = lease.store.lock().unclaim(&left) {
                     tracing::warn!(
                         "{} claimed workflow(s) could not be given back ({error}): they wait \
@@ -123,30 +88,31 @@ impl Host {
         result
     }
 
-    /// Claims (on a shared store) and starts what was claimed; `claimed` and `handled` say
-    /// which workflows were claimed and which were started or left (damaged), whatever the
-    /// outcome.
+    /// Claims (on a shared store) and starts what was claimed, as a pipeline: gather what to
+    /// recover, resolve and decode it, spawn it, redeliver its messages, open the gate.
+    /// `claimed` and `handled` say which workflows were claimed and which were started or left
+    /// (damaged), whatever the outcome.
     fn claim_and_start(
-        &self,
-        grants: Grants,
+        self: &Arc<Self>,
+        engine: &Engine,
+        grants: Option<Grants>,
         limit: usize,
-        claimed_out: &mut Vec<u64>,
+        claimed: &mut Vec<u64>,
         handled: &mut HashSet<u64>,
-    ) -> Result<Vec<(String, Run)>> {
-        let durable = self.durable()?.clone();
-        self.inner.running()?;
-        durable.writable()?;
+    ) -> Result<Vec<(String, Spawned)>> {
+        engine.running()?;
+        self.writable()?;
         // One claim or take at a time: what one takes, the other must not take again.
-        let _taking = durable.taking.lock();
+        let _taking = self.taking.lock();
         // No recovered workflow steps before every one of them is there and has its messages.
-        durable.close_gate();
-        let gate = Gate(&durable);
-        let Some((unfinished, messages)) = self.gather(&durable, limit, claimed_out)? else {
+        self.close_gate();
+        let gate = Gate(self);
+        let Some((unfinished, messages)) = self.gather(limit, claimed)? else {
             drop(gate);
-            durable.take_waiting();
+            self.take_waiting();
             return Ok(Vec::new());
         };
-        durable.set_refused(
+        self.set_refused(
             messages
                 .iter()
                 .filter_map(|m| m.refused.clone().map(|why| (m.message.id, why)))
@@ -154,42 +120,22 @@ impl Host {
         );
         // A host that shares the store numbers from a range of its own, which workflows of
         // other ranges leave alone.
-        if let (Some(last), false) = (
-            unfinished.iter().map(|w| w.start.num).max(),
-            durable.shared(),
-        ) {
-            self.inner.handle.reserve_pids_through(Pid(last));
+        if let (Some(last), false) = (unfinished.iter().map(|w| w.start.num).max(), self.shared()) {
+            engine.handle.reserve_pids_through(Pid(last));
         }
-        // Everything is read back before anything starts: a tree with damage stays as it is.
-        let mut ready = Vec::with_capacity(unfinished.len());
-        let mut damaged = Vec::new();
-        for workflow in unfinished {
-            if durable.ids.contains(Pid(workflow.start.num)) {
-                continue;
-            }
-            match durable.resolve(&self.inner.wasm, &grants, workflow)? {
-                Ok(resolved) => ready.push(resolved),
-                Err(damage) => damaged.push(damage),
-            }
-        }
-        let (ready, held) = hold_damaged_trees(ready, damaged, |num| {
-            let workflow = durable.reader.lock().workflow_by_num(num).ok().flatten();
-            workflow.and_then(|w| w.start.parent)
-        });
-        handled.extend(held.iter().map(|(w, _)| w.start.num));
-        durable.note_damage(held)?;
+        let ready = self.resolve_all(engine, grants.as_ref(), unfinished, handled)?;
         let Started {
             runs,
             recovered,
             cancels,
-        } = self.start_recovered(&durable, ready, handled)?;
-        self.redeliver(&durable, messages, &recovered);
+        } = self.start_recovered(engine, ready, handled)?;
+        self.redeliver(engine, messages, &recovered);
         drop(gate);
         for pid in cancels {
-            let _ = self.inner.handle.cancel(pid);
+            let _ = engine.handle.cancel(pid);
         }
-        if durable.shared() {
-            durable.take_waiting();
+        if self.shared() {
+            self.take_waiting();
         }
         Ok(runs)
     }
@@ -199,12 +145,11 @@ impl Host {
     /// there are none); on a store of its own, every one.
     fn gather(
         &self,
-        durable: &Durable,
         limit: usize,
         claimed_out: &mut Vec<u64>,
-    ) -> Result<Option<(Vec<Workflow>, Vec<Message>)>> {
-        let Some(lease) = durable.lease.get() else {
-            let mut reader = durable.reader.lock();
+    ) -> Result<Option<(Vec<Workflow>, Vec<StoredMessage>)>> {
+        let Some(lease) = self.lease.get() else {
+            let mut reader = self.reader.lock();
             let unfinished = reader.workflows(true).map_err(store_error)?;
             let messages = reader.messages().map_err(store_error)?;
             return Ok(Some((parents_first(unfinished), messages)));
@@ -219,7 +164,7 @@ impl Host {
             .lock()
             .take_messages(Some(&claimed))
             .map_err(store_error)?;
-        let mut reader = durable.reader.lock();
+        let mut reader = self.reader.lock();
         let mut unfinished = Vec::with_capacity(claimed.len());
         for num in claimed {
             if let Some(workflow) = reader.workflow_by_num(num).map_err(store_error)? {
@@ -228,96 +173,176 @@ impl Host {
         }
         // Refused messages say why to the senders that had not heard; the waiting ones were
         // taken for this host alone.
-        let mut messages: Vec<Message> = reader.refused_from(claimed_out).map_err(store_error)?;
-        messages.extend(taken.into_iter().map(|message| Message {
+        let mut messages: Vec<StoredMessage> =
+            reader.refused_from(claimed_out).map_err(store_error)?;
+        messages.extend(taken.into_iter().map(|message| StoredMessage {
             message,
             refused: None,
         }));
         Ok(Some((parents_first(unfinished), messages)))
     }
 
-    /// Starts each of `ready` (parents first) from its snapshot and journal: the runs of the
-    /// top-level ones, the numbers of all, and the cancels owed once the gate opens.
-    fn start_recovered(
+    /// Reads back and decodes everything each of `unfinished` needs before anything starts: a
+    /// tree with damage stays as it is (marked so, and counted `handled`); a tree with a
+    /// workflow whose module this host does not load (and has no `grants` for) waits for a host
+    /// that does (given back on a shared store, and counted `handled`). The rest, ready.
+    fn resolve_all(
         &self,
-        durable: &Arc<Durable>,
+        engine: &Engine,
+        grants: Option<&Grants>,
+        unfinished: Vec<Workflow>,
+        handled: &mut HashSet<u64>,
+    ) -> Result<Vec<Ready>> {
+        let mut ready = Vec::with_capacity(unfinished.len());
+        let mut damaged = Vec::new();
+        let mut unloaded = Vec::new();
+        for workflow in unfinished {
+            if self.ids.contains(Pid(workflow.start.num)) {
+                continue;
+            }
+            match self.resolve(&engine.wasm, grants, workflow)? {
+                Resolved::Ready(resolved) => ready.push(*resolved),
+                Resolved::Damaged(workflow, why) => damaged.push((workflow, why)),
+                Resolved::Unloaded(workflow) => {
+                    let why = format!(
+                        "its module '{}' is not loaded in this host",
+                        workflow.start.module_name
+                    );
+                    unloaded.push((workflow, why));
+                }
+            }
+        }
+        let parent_of = |num| {
+            let workflow = self.reader.lock().workflow_by_num(num).ok().flatten();
+            workflow.and_then(|w: Workflow| w.start.parent)
+        };
+        let (ready, held) = hold_damaged_trees(ready, damaged, parent_of);
+        handled.extend(held.iter().map(|(w, _)| w.start.num));
+        self.note_damage(held)?;
+        let (ready, waiting) = hold_damaged_trees(ready, unloaded, parent_of);
+        handled.extend(waiting.iter().map(|(w, _)| w.start.num));
+        self.wait_for_modules(waiting);
+        Ok(ready)
+    }
+
+    /// Leaves `waiting` (trees with a workflow whose module this host does not load) for a
+    /// host that loads it: never run without the grants their module name has.
+    fn wait_for_modules(&self, waiting: Vec<(Workflow, String)>) {
+        if waiting.is_empty() {
+            return;
+        }
+        for (workflow, why) in &waiting {
+            if !why.contains("of its tree") {
+                tracing::warn!(
+                    workflow = %workflow.start.id,
+                    "not resumed here: {why} (load it under that name, or recover with grants \
+                     for modules not loaded); it waits for a host that does"
+                );
+            }
+        }
+        if let Some(lease) = self.lease.get() {
+            let nums: Vec<u64> = waiting.iter().map(|(w, _)| w.start.num).collect();
+            if let Err(error) = lease.store.lock().unclaim(&nums) {
+                tracing::warn!(
+                    "{} workflow(s) waiting for their module could not be given back ({error}): \
+                     they wait for this host's lease to run out",
+                    nums.len()
+                );
+            }
+        }
+    }
+
+    /// Starts each of `ready` (parents first) from its snapshot and journal: the top-level
+    /// ones, the numbers of all, and the cancels owed once the gate opens.
+    fn start_recovered(
+        self: &Arc<Self>,
+        engine: &Engine,
         ready: Vec<Ready>,
         handled: &mut HashSet<u64>,
     ) -> Result<Started> {
-        let inner = &self.inner;
-        let mut runs = Vec::new();
-        let mut recovered: HashSet<u64> = HashSet::new();
-        let mut cancels = Vec::new();
+        let mut started = Started {
+            runs: Vec::new(),
+            recovered: HashSet::new(),
+            cancels: Vec::new(),
+        };
         let mut repaired = Vec::new();
-        for Ready {
+        for ready in ready {
+            let workflow = self.spawn_recovered(engine, ready, &mut started)?;
+            let start = &workflow.start;
+            handled.insert(start.num);
+            if !self.damaged.lock().is_empty() {
+                self.damaged.lock().retain(|d| d.id != start.id);
+            }
+            if workflow.damaged.is_some() {
+                repaired.push(Op::Damaged {
+                    num: start.num,
+                    why: None,
+                });
+            }
+        }
+        if !repaired.is_empty() {
+            // Read back in full this time: no longer damaged.
+            self.write(repaired)?;
+        }
+        Ok(started)
+    }
+
+    /// Spawns one recovered workflow under its pid, linked to its parent if the parent runs
+    /// again too, and notes it in `started`: the workflow, as the store had it.
+    fn spawn_recovered(
+        self: &Arc<Self>,
+        engine: &Engine,
+        ready: Ready,
+        started: &mut Started,
+    ) -> Result<Workflow> {
+        let Ready {
             workflow,
             loaded,
             saved,
             records,
             input,
-        } in ready
-        {
-            let start = &workflow.start;
-            let pid = Pid(start.num);
-            let id: Arc<str> = Arc::from(start.id.as_str());
-            let process = WasmProcess::new(
-                Arc::clone(&inner.wasm),
-                loaded.spec(None, Arc::clone(&inner.wasm.limits)),
-            );
-            let process = DurableProcess::new(
-                process,
-                Arc::clone(durable),
-                Arc::clone(&id),
-                Arc::from(start.module.as_str()),
-            )
-            .recovered(saved, records);
-            durable.ids.insert(pid, Arc::clone(&id));
-            // Linked to its parent if the parent runs again too; a parent that ended had
-            // cancelled it.
-            let parent = start.parent.map(Pid).filter(|p| recovered.contains(&p.0));
-            let orphaned = start.parent.is_some() && parent.is_none();
-            let run = match self.spawn_durable(process, pid, parent, &start.entry, input) {
-                Ok(run) => run,
-                Err(error) => {
-                    durable.ids.remove(pid);
-                    return Err(error);
-                }
-            };
-            recovered.insert(start.num);
-            handled.insert(start.num);
-            if !durable.damaged.lock().is_empty() {
-                durable.damaged.lock().retain(|d| d.id != start.id);
+        } = ready;
+        let start = &workflow.start;
+        let pid = Pid(start.num);
+        let id: Arc<str> = Arc::from(start.id.as_str());
+        let process = DurableProcess::new(
+            engine.process(&loaded),
+            Arc::clone(self),
+            Arc::clone(&id),
+            Arc::from(start.module.as_str()),
+        )
+        .recovered(saved, records);
+        self.ids.insert(pid, Arc::clone(&id));
+        // Linked to its parent if the parent runs again too; a parent that ended had
+        // cancelled it.
+        let parent = start
+            .parent
+            .map(Pid)
+            .filter(|p| started.recovered.contains(&p.0));
+        let orphaned = start.parent.is_some() && parent.is_none();
+        let spawned = match engine.spawn_workflow(process, pid, parent, &start.entry, input) {
+            Ok(spawned) => spawned,
+            Err(error) => {
+                self.ids.remove(pid);
+                return Err(error);
             }
-            if workflow.damaged.is_some() {
-                repaired.push(super::store::Op::Damaged {
-                    num: start.num,
-                    why: None,
-                });
-            }
-            // On a shared store, asked cancels are taken after the recovery (`take_waiting`).
-            let asked = workflow.cancel == Cancel::Asked && !durable.shared();
-            if asked || (orphaned && workflow.cancel == Cancel::No) {
-                // Once the gate is open: a cancel's grace period runs from there.
-                cancels.push(pid);
-            }
-            if start.parent.is_none() {
-                runs.push((start.id.clone(), run));
-            }
+        };
+        started.recovered.insert(start.num);
+        // On a shared store, asked cancels are taken after the recovery (`take_waiting`).
+        let asked = workflow.cancel == Cancel::Asked && !self.shared();
+        if asked || (orphaned && workflow.cancel == Cancel::No) {
+            // Once the gate is open: a cancel's grace period runs from there.
+            started.cancels.push(pid);
         }
-        if !repaired.is_empty() {
-            // Read back in full this time: no longer damaged.
-            durable.write(repaired)?;
+        if start.parent.is_none() {
+            started.runs.push((start.id.clone(), spawned));
         }
-        Ok(Started {
-            runs,
-            recovered,
-            cancels,
-        })
+        Ok(workflow)
     }
 
     /// Delivers again the messages that waited in the store for the workflows just recovered;
     /// refused ones tell their senders why (they were told before the restart, or are now).
-    fn redeliver(&self, durable: &Durable, messages: Vec<Message>, recovered: &HashSet<u64>) {
+    fn redeliver(&self, engine: &Engine, messages: Vec<StoredMessage>, recovered: &HashSet<u64>) {
         for message in messages {
             if message.refused.is_some() || !recovered.contains(&message.message.receiver) {
                 continue;
@@ -329,26 +354,24 @@ impl Host {
                     // Refused, as a full mailbox is: the sender (if it waits) hears so.
                     let why = format!("message {} in the store does not decode: {e}", m.id);
                     tracing::error!("{why}");
-                    durable.refuse(m.id, &why);
+                    self.refuse(m.id, &why);
                     continue;
                 }
             };
             if let Err(refused) =
-                self.inner
+                engine
                     .handle
                     .send_numbered(Pid(m.sender), Pid(m.receiver), m.id, payload)
             {
-                durable.refuse(m.id, &refused.to_string());
+                self.refuse(m.id, &refused.to_string());
             }
         }
     }
 
-    /// What recoveries by this host found damaged and left as it was: workflows whose journal,
-    /// input or module cannot be read back from the store, and the others of their trees. They
-    /// are marked damaged in the store (not failed), and a host started once the store is
-    /// repaired, or the build fixed, resumes them.
-    pub fn damaged(&self) -> Result<Vec<Damage>> {
-        Ok(self.durable()?.damaged.lock().clone())
+    /// What recoveries by this host found damaged and left as it was (see
+    /// [`Host::damaged`](crate::Host::damaged)).
+    pub(crate) fn damage(&self) -> Vec<Damage> {
+        self.damaged.lock().clone()
     }
 }
 

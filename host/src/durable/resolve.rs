@@ -44,19 +44,34 @@ pub(crate) fn stored_name(hash: &str) -> String {
     format!("wfhost:{hash}")
 }
 
+/// What a recovery found for one workflow.
+pub(crate) enum Resolved {
+    /// Everything it needs to start again.
+    Ready(Box<Ready>),
+    /// Something it needs cannot be read back: why.
+    Damaged(Workflow, String),
+    /// Its module is not loaded in this host, and no grants were given for modules that are
+    /// not: it waits for a host that loads it.
+    Unloaded(Workflow),
+}
+
 impl Durable {
-    /// Reads back what `workflow` needs to start again: `Ok(Err((workflow, why)))` when
-    /// something cannot be (damage); `Err` when the store could not be read at all.
+    /// Reads back what `workflow` needs to start again (see [`Resolved`]); `Err` when the store
+    /// could not be read at all. `grants` are for a module this host has not loaded (`None`:
+    /// its workflows wait for a host that loads it).
     pub(crate) fn resolve(
         &self,
         wasm: &Arc<WasmRuntime>,
-        grants: &Grants,
+        grants: Option<&Grants>,
         workflow: Workflow,
-    ) -> Result<std::result::Result<Ready, (Workflow, String)>> {
+    ) -> Result<Resolved> {
         let start = &workflow.start;
-        let loaded = match self.stored_module(wasm, grants, &start.module)? {
+        let Some(grants) = self.grants_for(grants, &start.module, &start.module_name) else {
+            return Ok(Resolved::Unloaded(workflow));
+        };
+        let loaded = match self.stored_module(wasm, &grants, &start.module)? {
             Ok(loaded) => loaded,
-            Err(why) => return Ok(Err((workflow, why))),
+            Err(why) => return Ok(Resolved::Damaged(workflow, why)),
         };
         let saved = self.saved(&workflow, &loaded.compiled, wasm.limits.max_memory_bytes);
         let after = saved.as_ref().map_or(0, |saved| saved.seq);
@@ -71,21 +86,39 @@ impl Durable {
                 Ok(record) => records.push(record),
                 Err(e) => {
                     let why = format!("step {} of its journal does not decode ({e})", step.seq);
-                    return Ok(Err((workflow, why)));
+                    return Ok(Resolved::Damaged(workflow, why));
                 }
             }
         }
         let input: Payload = match postcard::from_bytes(&start.input) {
             Ok(input) => input,
-            Err(e) => return Ok(Err((workflow, format!("its input does not decode ({e})")))),
+            Err(e) => {
+                let why = format!("its input does not decode ({e})");
+                return Ok(Resolved::Damaged(workflow, why));
+            }
         };
-        Ok(Ok(Ready {
+        Ok(Resolved::Ready(Box::new(Ready {
             workflow,
             loaded,
             saved,
             records,
             input,
-        }))
+        })))
+    }
+
+    /// The grants a workflow of module `hash`, started under the name `name`, runs with when
+    /// this host has not loaded those bytes: those of the module the host loads under `name`
+    /// (grants belong to the name an embedder loads, whatever build it is now), or else
+    /// `grants` given for modules not loaded. `None`: neither, and the workflow waits. A module
+    /// loaded with the same bytes needs none (it runs with its own).
+    fn grants_for(&self, grants: Option<&Grants>, hash: &str, name: &str) -> Option<Grants> {
+        if self.modules.by_hash(hash).is_some() {
+            return Some(Grants::default());
+        }
+        match self.modules.get(name) {
+            Ok(loaded) => Some((*loaded.grants).clone()),
+            Err(_) => grants.cloned(),
+        }
     }
 
     /// The module with SHA-256 `hash`: one loaded with the same bytes, or the bytes the store

@@ -88,11 +88,13 @@ impl SavedWorkflow {
     }
 }
 
-/// When a durable workflow's state is saved.
+/// When a durable workflow's state is saved: [`Snapshots::every`], [`Snapshots::off`],
+/// [`Snapshots::at_hibernation`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Snapshots {
-    /// After this many events since its last snapshot (a step with none counts as one); 0: only
-    /// when it hibernates.
+    /// After this many events since its last snapshot (a step with none counts as one); 0: not
+    /// by count (at hibernation only, if `at_hibernation`).
     pub every: u64,
     /// Also when a step leaves it hibernated (its image is made then anyway), after a tenth of
     /// `every` events since its last snapshot (at least one): a guest cannot make the host write
@@ -111,6 +113,19 @@ impl Default for Snapshots {
 }
 
 impl Snapshots {
+    /// After every `events` events since the last snapshot, and when a step leaves the workflow
+    /// hibernated (after a tenth of that); 0: never, as [`off`](Self::off) (and as the CLI's
+    /// `--snapshot-every 0`).
+    pub fn every(events: u64) -> Snapshots {
+        match events {
+            0 => Snapshots::off(),
+            every => Snapshots {
+                every,
+                at_hibernation: true,
+            },
+        }
+    }
+
     /// Never: recovery replays every journal from its start.
     pub fn off() -> Snapshots {
         Snapshots {

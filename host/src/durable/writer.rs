@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use wfcontract::Pid;
 use wfhost_scheduler::Release;
 
-use super::store::{Op, Store, StoreError};
+use super::store::{Journal, Op, StoreError};
 
 /// The most entries one transaction takes: enough to pay for a sync many times over, few enough
 /// that a batch does not hold the steps behind it for long.
@@ -46,7 +46,7 @@ type FailureHook = Box<dyn Fn(&StoreError, &[Pid]) + Send + Sync>;
 type OnFailure = std::sync::OnceLock<FailureHook>;
 
 impl Writer {
-    pub(crate) fn start(store: Box<dyn Store>) -> std::io::Result<Writer> {
+    pub(crate) fn start(store: Box<dyn Journal>) -> std::io::Result<Writer> {
         let (sender, receiver) = crossbeam_channel::unbounded();
         let failed = std::sync::Arc::new(Mutex::new(None));
         let failed_in = std::sync::Arc::clone(&failed);
@@ -122,18 +122,30 @@ impl Drop for Writer {
     }
 }
 
-/// Fault injection for crash tests: with `WFHOST_CRASH_AFTER_COMMITS=N` in its environment, the
-/// host aborts (as a `kill -9` would stop it, with nothing flushed) right after its Nth commit,
-/// before anything that commit acknowledges happens. Tests pick N to crash at exact points.
-const CRASH_AFTER: &str = "WFHOST_CRASH_AFTER_COMMITS";
+/// Fault injection for crash tests, built only with the `testing` feature (wfhost's own tests):
+/// with `WFHOST_CRASH_AFTER_COMMITS=N` in its environment, the host aborts (as a `kill -9`
+/// would stop it, with nothing flushed) right after its Nth commit, before anything that commit
+/// acknowledges happens. Tests pick N to crash at exact points.
+#[cfg(feature = "testing")]
+fn crash_after() -> Option<u64> {
+    std::env::var("WFHOST_CRASH_AFTER_COMMITS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+}
+
+/// Without the `testing` feature, never.
+#[cfg(not(feature = "testing"))]
+fn crash_after() -> Option<u64> {
+    None
+}
 
 fn run(
-    mut store: Box<dyn Store>,
+    mut store: Box<dyn Journal>,
     receiver: &Receiver<Entry>,
     failed: &Mutex<Option<StoreError>>,
     on_failure: &OnFailure,
 ) {
-    let crash_after: Option<u64> = std::env::var(CRASH_AFTER).ok().and_then(|n| n.parse().ok());
+    let crash_after = crash_after();
     let mut commits = 0u64;
     let mut batch: Vec<Entry> = Vec::new();
     let mut ops: Vec<Op> = Vec::new();

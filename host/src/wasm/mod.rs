@@ -15,6 +15,7 @@
 //! | `hibernate/` | Saving a waiting process as the pages and globals that differ, and restoring it. |
 
 #[doc(hidden)]
+#[cfg(feature = "testing")]
 pub mod bench;
 mod cache;
 mod hibernate;

@@ -7,9 +7,10 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{json, Value};
+use wfhost::__testing::{Open as _, StepRecord};
 use wfhost::contract::{Command as Yielded, EventKind, Tag};
 use wfhost::store::Location;
-use wfhost::{Host, Snapshots, StepRecord};
+use wfhost::{Host, Snapshots};
 use wfhost_test_programs::postgres::Postgres;
 
 use super::common::{host_on, json, order_functions, saga_calls, saga_result, tempdir, PATIENCE};
@@ -26,10 +27,7 @@ const THIS_TEST: &str = "durable::crashes::order_sagas_call_each_host_function_o
 /// The application: recovers what the store holds, starts orders 0..ORDERS (idempotently), and
 /// prints their results as one JSON line.
 fn application(store: &Path, log: &Path, phase: &str, snapshot_every: u64) -> Value {
-    let snapshots = Snapshots {
-        every: snapshot_every,
-        ..Snapshots::default()
-    };
+    let snapshots = Snapshots::every(snapshot_every);
     // On PostgreSQL the crashed host's lease must run out before its workflows are claimed.
     let builder = Host::builder()
         .snapshots(snapshots)

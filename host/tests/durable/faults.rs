@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::json as value;
-use wfhost::store::{SqliteStore, Store};
+use wfhost::__testing::{Read as _, SqliteStore};
 use wfhost::{ErrorKind, Host, SyncMode, WorkflowResult};
 
 use super::common::{host_on, json, tempdir, PATIENCE};

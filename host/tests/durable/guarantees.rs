@@ -6,7 +6,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use serde_json::json as value;
-use wfhost::store::{SqliteStore, Store};
+use wfhost::__testing::{Read as _, SqliteStore};
 use wfhost::{ErrorKind, Host, Payload, SyncMode, WorkflowResult};
 
 use super::common::{host_on, json, module_cache, tempdir, PATIENCE};

@@ -5,7 +5,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use wfhost::store::{Location, State};
+use wfhost::__testing::{Open as _, State};
+use wfhost::store::Location;
 use wfhost::Host;
 use wfhost_test_programs::postgres::Postgres;
 
@@ -93,7 +94,7 @@ fn a_database_that_is_not_there_is_refused_clearly() {
     let Err(error) = Location::parse("postgres://db.example:port/wf").open_existing() else {
         panic!("a bad URL opens")
     };
-    let error = error.0;
+    let error = error.message().to_string();
     assert!(error.contains("is not a PostgreSQL URL"), "{error}");
 }
 
@@ -110,7 +111,7 @@ fn a_unix_socket_url_reaches_the_server() {
 
 #[test]
 fn a_nul_in_what_a_guest_says_cannot_fail_a_postgres_commit() {
-    use wfhost::store::{Ending, NewWorkflow, Op};
+    use wfhost::__testing::{Ending, NewWorkflow, Op};
     let url = Postgres::shared().database("nul");
     let mut store = Location::parse(&url).open(wfhost::SyncMode::Full).unwrap();
     store

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json as value;
-use wfhost::store::{SqliteStore, Store};
-use wfhost::{ErrorKind, Host, Payload, StepRecord, WorkflowResult};
+use wfhost::__testing::{Read as _, SqliteStore, StepRecord};
+use wfhost::{ErrorKind, Host, Payload, WorkflowResult};
 use wfhost_test_programs::TINY;
 
 use super::common::{host_on, json, tempdir, PATIENCE};

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json as value;
-use wfhost::store::{NewSnapshot, Op, SqliteStore, Store};
-use wfhost::{DurableCounters, Hibernation, Host, Payload, Snapshots, StepRecord, SyncMode};
+use wfhost::__testing::{NewSnapshot, Op, Read as _, SqliteStore, StepRecord, Store as _};
+use wfhost::{DurableCounters, Hibernation, Host, Payload, Snapshots, SyncMode};
 
 use super::common::{host_on, json, tempdir, PATIENCE};
 

@@ -2,9 +2,9 @@
 //! log and its table both) and across a reopen; messages sent and taken in one commit never
 //! written; ends, cancels, refusals and snapshots in the order a batch gives them.
 
-use wfhost::store::{
-    Cancel, Ending, Location, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, State, Store,
-    SyncMode,
+use wfhost::__testing::{
+    Cancel, Ending, Location, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, Open as _, State,
+    Store, SyncMode,
 };
 use wfhost_test_programs::postgres::Postgres;
 
@@ -276,9 +276,20 @@ fn batch_order(location: &Location) {
     assert_eq!(store.high_water().unwrap(), (3, 7));
     // A workflow id started twice is refused, and the batch with it writes nothing.
     let error = store.commit(&[message(8, 1), start(1)]).unwrap_err();
-    assert!(error.0.contains("could not write"), "{error}");
+    assert!(error.message().contains("could not write"), "{error}");
     assert_eq!(waiting(&mut *store), vec![5, 7]);
     // The reader sees what the writer wrote.
     let mut reader = store.reader().unwrap();
     assert_eq!(reader.workflows(false).unwrap().len(), 3);
+}
+
+/// Both stores keep the journal's tables, columns and indexes as `shape.rs` describes them: the
+/// two schemas are written by hand, and this keeps them alike.
+#[test]
+fn both_stores_keep_the_journal_in_one_shape() {
+    for location in locations("shape") {
+        drop(open(&location));
+        let shape = wfhost::__testing::shape(&location).unwrap();
+        assert_eq!(shape.lacks(), Vec::<String>::new(), "{location}: {shape:?}");
+    }
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
-use wfhost::store::{Location, SqliteStore};
+use wfhost::store::Location;
 
 /// Copies a SQLite store into a new file, consistent as of one moment, while its host may be
 /// running: the copy is one file that opens as a store on its own (`wfhost resume --store
@@ -27,7 +27,7 @@ impl BackupCommand {
                 self.store
             );
         };
-        SqliteStore::backup(path, &self.to)?;
+        wfhost::store::backup(path, &self.to)?;
         eprintln!("copied {} to {}", self.store, self.to.display());
         Ok(())
     }

@@ -1,15 +1,13 @@
-//! The durable commands `resume` and `list`, and what `run --store` and `history` share with them.
+//! What the durable commands share: how hard the store syncs, the host they build on it, how it
+//! stops, and how a workflow's status and times read.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use wfhost::store::{Ending, Location, State, Store, Workflow};
-use wfhost::{Host, HostBuilder, Snapshots, SyncMode};
+use wfhost::store::Location;
+use wfhost::{Host, HostBuilder, Snapshots, SyncMode, WorkflowState, WorkflowStatus};
 
 use super::limits::{CacheArgs, LimitArgs};
-use super::WorkflowFailed;
-use crate::output::outln;
 
 /// How hard the store syncs, and how often workflows save snapshots to it.
 #[derive(Debug, clap::Args)]
@@ -50,13 +48,7 @@ impl DurabilityArgs {
 
     /// The builder with the store at `store`, synced and snapshotted as these say.
     pub fn apply(&self, builder: HostBuilder, store: &Location) -> HostBuilder {
-        let snapshots = match self.snapshot_every {
-            0 => Snapshots::off(),
-            every => Snapshots {
-                every,
-                ..Snapshots::default()
-            },
-        };
+        let snapshots = Snapshots::every(self.snapshot_every);
         let builder = builder
             .store(store, self.mode())
             .snapshots(snapshots)
@@ -76,29 +68,15 @@ pub(super) fn build_host(
     workers: Option<usize>,
     cache: &CacheArgs,
 ) -> anyhow::Result<Host> {
-    let mut builder = durability.apply(limits.apply(Host::builder())?, store);
-    if let Some(workers) = workers {
-        anyhow::ensure!(workers > 0, "--workers must be at least 1");
-        builder = builder.workers(workers);
-    }
-    if let Some(dir) = cache.dir() {
-        builder = builder.module_cache(dir);
-    }
-    builder.build().context("cannot start the host")
+    super::host::build(super::host::builder(
+        workers,
+        Some(limits),
+        cache,
+        Some((store, durability)),
+    )?)
 }
 
-/// A new workflow id: "wf-" and 16 random hex digits.
-pub fn new_id() -> String {
-    let mut bytes = [0u8; 8];
-    if getrandom::fill(&mut bytes).is_err() {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        bytes = nanos.to_le_bytes();
-    }
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("wf-{hex}")
-}
+pub use wfhost::store::new_id;
 
 /// Shuts its host down when dropped, however a command ends (an error, a closed stdout): the
 /// store is closed as a host closes it (checkpointed; on a shared store, the workflows given
@@ -133,212 +111,20 @@ pub fn stop_on_ctrl_c(host: Host, store: Location) -> anyhow::Result<()> {
     .context("cannot install the Ctrl-C handler")
 }
 
-/// The store at `store`, which must exist.
-pub(super) fn open(store: &Location) -> anyhow::Result<Box<dyn Store>> {
-    Ok(store.open_existing()?)
-}
-
-/// Workflow `id` of `store` (opened from `location`), or an error that says how to list them.
-pub(super) fn find(
-    store: &mut dyn Store,
-    location: &Location,
-    id: &str,
-) -> anyhow::Result<Workflow> {
-    store.workflow(id)?.with_context(|| {
-        format!("no workflow '{id}' in {location} (`wfhost list --store {location}` shows them)")
-    })
-}
-
-/// Resumes every unfinished workflow of a store and runs them to the end, printing each result.
-///
-/// Each workflow replays its journal with the module it started with (kept in the store), then
-/// goes on: timers fire at their due time (at once if it passed), messages not yet taken are
-/// delivered. Results go to stdout as `ID: RESULT`, one line each.
-#[derive(Debug, clap::Parser)]
-pub struct ResumeCommand {
-    /// The store `wfhost run --store` wrote: a SQLite file or a PostgreSQL URL.
-    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
-    store: Location,
-
-    /// Worker threads. Default: one per core.
-    #[arg(long, value_name = "N")]
-    workers: Option<usize>,
-
-    #[command(flatten)]
-    durability: DurabilityArgs,
-
-    #[command(flatten)]
-    limits: LimitArgs,
-
-    #[command(flatten)]
-    cache: CacheArgs,
-}
-
-impl ResumeCommand {
-    pub fn execute(self) -> anyhow::Result<()> {
-        if let Some(path) = self.store.path().filter(|p| !p.exists()) {
-            anyhow::bail!(
-                "there is no store at {}: give the file `wfhost run --store` or `wfhost serve \
-                 --store` wrote",
-                path.display()
-            );
-        }
-        let host = build_host(
-            &self.store,
-            &self.durability,
-            &self.limits,
-            self.workers,
-            &self.cache,
-        )?;
-        let _stopping = Stopping(host.clone());
-        stop_on_ctrl_c(host.clone(), self.store.clone())?;
-        let grants = self.limits.grants();
-        let mut runs = host.recover_with(grants.clone())?;
-        if host.store_host().is_some() {
-            // Hosts share the store: what a stopped host owned is claimable once its lease runs
-            // out.
-            let mut told = false;
-            loop {
-                let waiting = host.claimable()?;
-                if waiting == 0 {
-                    break;
-                }
-                if !told {
-                    eprintln!(
-                        "waiting for the leases on {waiting} workflow(s) of hosts that stopped \
-                         renewing them"
-                    );
-                    told = true;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-                runs.extend(host.claim_with(grants.clone(), usize::MAX)?);
-            }
-        }
-        // Each damaged workflow was logged, with why, as the recovery found it.
-        let damaged = host.damaged()?;
-        eprintln!("resuming {} workflow(s)", runs.len());
-        let (mut failed, mut stopped) = (0, 0);
-        for (id, run) in runs {
-            // Their messages to the host are logged as they come, and kept in the store.
-            match run.without_messages().wait() {
-                Ok(result) => outln!("{id}: {}", super::run::render(&result)?)?,
-                Err(error) if host.store_failure().is_some() || interrupted() => {
-                    stopped += 1;
-                    outln!("{id}: stopped, resumable: {}", error.message())?;
-                }
-                Err(error) => {
-                    failed += 1;
-                    outln!("{id}: failed: {}", error.message())?;
-                }
-            }
-        }
-        if let Ok(counters) = host.durable_counters() {
-            eprintln!(
-                "recovery: {} workflow(s) from a snapshot, {} step(s) of {} event(s) replayed{}",
-                counters.snapshots_restored,
-                counters.steps_replayed,
-                counters.events_replayed,
-                match counters.snapshots_ignored {
-                    0 => String::new(),
-                    n => format!(", {n} damaged or outdated snapshot(s) set aside"),
-                }
-            );
-        }
-        host.shutdown(Duration::from_secs(1));
-        if !damaged.is_empty() {
-            return Err(super::Damaged(format!(
-                "{} workflow(s) of {} could not be read back and were left as they were, not \
-                 failed ({}): {}; repair the store (or fix the build) and resume again",
-                damaged.len(),
-                self.store,
-                damaged
-                    .iter()
-                    .map(|d| format!("'{}'", d.id))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                damaged
-                    .iter()
-                    .map(|d| format!("'{}': {}", d.id, d.why))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ))
-            .into());
-        }
-        if stopped > 0 {
-            return Err(super::Stopped(format!(
-                "{stopped} workflow(s) stopped where their journals end: {}; `wfhost resume \
-                 --store {}` goes on with them",
-                host.store_failure()
-                    .map(|e| e.message().to_string())
-                    .unwrap_or_default(),
-                self.store
-            ))
-            .into());
-        }
-        if failed > 0 {
-            return Err(WorkflowFailed(format!("{failed} workflow(s) failed")).into());
-        }
-        Ok(())
-    }
-}
-
-/// Lists the workflows of a store: id, entry point, status, when started, steps.
-#[derive(Debug, clap::Parser)]
-pub struct ListCommand {
-    /// The store: a SQLite file or a PostgreSQL URL.
-    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
-    store: Location,
-}
-
-impl ListCommand {
-    pub fn execute(self) -> anyhow::Result<()> {
-        let mut store = open(&self.store)?;
-        let workflows = store.workflows(false)?;
-        let rows: Vec<[String; 5]> = workflows
-            .iter()
-            .map(|w| {
-                [
-                    w.start.id.clone(),
-                    w.start.entry.clone(),
-                    status_word(w).to_string(),
-                    time(w.start.started),
-                    w.steps.to_string(),
-                ]
-            })
-            .collect();
-        let header = ["ID", "ENTRY", "STATUS", "STARTED", "STEPS"].map(String::from);
-        let mut widths = [0usize; 5];
-        for row in std::iter::once(&header).chain(&rows) {
-            for (width, cell) in widths.iter_mut().zip(row) {
-                *width = (*width).max(cell.chars().count());
-            }
-        }
-        for row in std::iter::once(&header).chain(&rows) {
-            let line: Vec<String> = row
-                .iter()
-                .zip(widths)
-                .enumerate()
-                .map(|(i, (cell, width))| {
-                    if i + 1 == row.len() {
-                        cell.clone()
-                    } else {
-                        format!("{cell:<width$}")
-                    }
-                })
-                .collect();
-            outln!("{}", line.join("  "))?;
-        }
-        Ok(())
-    }
-}
-
 /// A workflow's status in a word: `running`, `done`, `failed`, `cancelled`, or `damaged` (its
 /// journal, or its tree's, cannot be read back).
-pub(super) fn status_word(workflow: &Workflow) -> &'static str {
-    match (&workflow.state, &workflow.ending, &workflow.damaged) {
-        (State::Running, _, Some(_)) => "damaged",
-        (State::Failed, Some(Ending::Failed { kind, .. }), _) if kind == "cancelled" => "cancelled",
-        (state, _, _) => state.name(),
+pub(super) fn status_word(workflow: &WorkflowStatus) -> &'static str {
+    match (workflow.state, &workflow.damaged) {
+        (WorkflowState::Running, Some(_)) => "damaged",
+        (state, _) => state_word(state),
+    }
+}
+
+/// A state in a word, as the commands print it (`done` for a workflow that completed).
+pub(super) fn state_word(state: WorkflowState) -> &'static str {
+    match state {
+        WorkflowState::Completed => "done",
+        state => state.name(),
     }
 }
 
@@ -364,66 +150,4 @@ pub(super) fn time(millis: u64) -> String {
         rest % 60,
         millis % 1000
     )
-}
-
-/// Replays a workflow's journal with a module, running nothing: does a new build do what the one
-/// that wrote the journal did? Exit code 1 when it does not, with the step and what differs.
-#[derive(Debug, clap::Parser)]
-pub struct ReplayCommand {
-    /// The store: a SQLite file or a PostgreSQL URL.
-    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
-    store: Location,
-
-    /// The workflow's id.
-    id: String,
-
-    /// The module to replay with (a `.wasm` file). Default: the one the workflow started with,
-    /// as the store kept it.
-    #[arg(long, value_name = "FILE")]
-    module: Option<PathBuf>,
-
-    #[command(flatten)]
-    cache: CacheArgs,
-}
-
-impl ReplayCommand {
-    pub fn execute(self) -> anyhow::Result<()> {
-        let mut store = open(&self.store)?;
-        let workflow = find(&mut *store, &self.store, &self.id)?;
-        // Beside the host that may run the store: this one only reads it.
-        let mut builder = Host::builder().workers(1).read_store(&self.store);
-        if let Some(dir) = self.cache.dir() {
-            builder = builder.module_cache(dir);
-        }
-        let host = builder.build().context("cannot start the host")?;
-        let shown = match &self.module {
-            Some(path) => {
-                host.load_module("replayed", path)?;
-                path.display().to_string()
-            }
-            None => {
-                let hash = &workflow.start.module;
-                let bytes = store.module(hash)?.with_context(|| {
-                    format!("the store lacks the module {hash} the workflow started with")
-                })?;
-                host.load_module_bytes("replayed", &bytes)?;
-                format!("its own module ({hash})")
-            }
-        };
-        let replayed = host.replay(&self.id, "replayed");
-        host.shutdown(Duration::from_secs(1));
-        match replayed {
-            Ok(steps) => {
-                outln!(
-                    "workflow {}: {steps} step(s) replay the same with {shown}",
-                    self.id
-                )?;
-                Ok(())
-            }
-            Err(error) if error.kind() == wfhost::ErrorKind::Nondeterminism => {
-                Err(WorkflowFailed(error.message().to_string()).into())
-            }
-            Err(error) => Err(error.into()),
-        }
-    }
 }

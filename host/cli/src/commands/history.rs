@@ -9,10 +9,10 @@ use std::io::Write;
 
 use serde_json::{json, Value};
 use wfhost::contract::{Command, Event, EventKind, Pid, Status, Yield};
-use wfhost::store::{Location, Store, Workflow};
-use wfhost::{Encoding, Payload, StepRecord};
+use wfhost::store::Location;
+use wfhost::{Client, Encoding, HistoryStep, Payload, WorkflowStatus};
 
-use super::durable::{find, open, status_word, time};
+use super::durable::{status_word, time};
 use crate::output::stdout_error;
 
 /// Shows the journal of one workflow: each step's events, WASI reads and yields, with times.
@@ -35,11 +35,10 @@ const SHOWN: usize = 1_000;
 
 impl HistoryCommand {
     pub fn execute(self) -> anyhow::Result<()> {
-        let mut store = open(&self.store)?;
-        let workflow = find(&mut *store, &self.store, &self.id)?;
-        let steps = store.steps(workflow.start.num, 0)?;
+        let client = Client::open(&self.store);
+        let workflow = client.status(&self.id)?;
         let mut words = Words {
-            store: &mut *store,
+            client: &client,
             ids: HashMap::new(),
             asked: HashMap::new(),
         };
@@ -50,25 +49,46 @@ impl HistoryCommand {
             write_workflow(&mut out, &workflow).map_err(stdout_error)?;
         }
         let mut previous: Option<u64> = None;
-        for step in steps {
-            let record = StepRecord::decode(&step.record).map_err(|e| {
-                super::Damaged(format!(
-                    "step {} of the journal of '{}' does not decode ({e}): the store is \
-                     damaged there (`wfhost status {}` says more)",
-                    step.seq, self.id, self.id
-                ))
-            })?;
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = client
+                .history(&self.id, cursor.as_deref(), PAGE)
+                .map_err(|e| match e.kind() {
+                    wfhost::ErrorKind::Store => {
+                        anyhow::Error::new(super::Damaged(e.message().to_string()))
+                    }
+                    _ => e.into(),
+                })?;
+            for step in &page.items {
+                self.write_step(&mut out, &mut words, step, &mut previous)?;
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        // A reader that went away (`| head`) ends the command quietly (main).
+        out.flush().map_err(stdout_error)?;
+        Ok(())
+    }
+
+    /// Writes one step, `previous` the time of the one before.
+    fn write_step(
+        &self,
+        out: &mut impl Write,
+        words: &mut Words<'_>,
+        step: &HistoryStep,
+        previous: &mut Option<u64>,
+    ) -> anyhow::Result<()> {
+        {
+            let record = step;
             let after = previous.map(|p| step.at.saturating_sub(p));
-            previous = Some(step.at);
+            *previous = Some(step.at);
             if self.json {
                 let events: Vec<Value> =
                     record.events.iter().map(|e| words.event_json(e)).collect();
-                let yields: Vec<Value> = record
-                    .output
-                    .yields
-                    .iter()
-                    .map(|y| words.yield_json(y))
-                    .collect();
+                let yields: Vec<Value> =
+                    record.yields.iter().map(|y| words.yield_json(y)).collect();
                 let value = json!({
                     "step": step.seq,
                     "at": step.at,
@@ -76,10 +96,10 @@ impl HistoryCommand {
                     "events": events,
                     "reads": record.reads.iter().map(ToString::to_string).collect::<Vec<_>>(),
                     "yields": yields,
-                    "status": status_json(&record.output.status),
+                    "status": status_json(&record.status),
                 });
                 writeln!(out, "{value}").map_err(stdout_error)?;
-                continue;
+                return Ok(());
             }
             let after = after.map_or_else(String::new, |ms| format!(" (+{})", duration(ms)));
             writeln!(out, "step {} at {}{after}", step.seq, time(step.at)).map_err(stdout_error)?;
@@ -89,22 +109,22 @@ impl HistoryCommand {
             for read in &record.reads {
                 writeln!(out, "  read   {read}").map_err(stdout_error)?;
             }
-            for y in &record.output.yields {
+            for y in &record.yields {
                 writeln!(out, "  out    {}", words.yield_text(y)).map_err(stdout_error)?;
             }
-            writeln!(out, "  status {}", status_text(&record.output.status))
-                .map_err(stdout_error)?;
+            writeln!(out, "  status {}", status_text(&record.status)).map_err(stdout_error)?;
         }
-        // A reader that went away (`| head`) ends the command quietly (main).
-        out.flush().map_err(stdout_error)?;
         Ok(())
     }
 }
 
+/// The steps read from the store at a time.
+const PAGE: usize = 500;
+
 /// What reading a journal in words needs: the commands its completions answer, and the ids of
 /// the workflows it names.
 struct Words<'a> {
-    store: &'a mut dyn Store,
+    client: &'a Client,
     ids: HashMap<u64, Option<String>>,
     /// The commands yielded so far, by tag, until answered.
     asked: HashMap<u64, Command>,
@@ -116,17 +136,11 @@ impl Words<'_> {
         if pid == Pid::HOST {
             return "the host".into();
         }
-        let store = &mut *self.store;
+        let client = self.client;
         let id = self
             .ids
             .entry(pid.0)
-            .or_insert_with(|| {
-                store
-                    .workflow_by_num(pid.0)
-                    .ok()
-                    .flatten()
-                    .map(|w| w.start.id)
-            })
+            .or_insert_with(|| client.id_of(pid.0).ok().flatten())
             .clone();
         match id {
             Some(id) => format!("{pid} ({id})"),
@@ -423,34 +437,31 @@ fn duration_text(d: std::time::Duration) -> String {
     }
 }
 
-pub(super) fn ending_text(workflow: &Workflow) -> String {
-    use wfhost::store::Ending;
-    match &workflow.ending {
-        None => String::new(),
-        Some(Ending::Done(bytes)) => match postcard::from_bytes::<Payload>(bytes) {
-            Ok(payload) => super::run::render(&payload).unwrap_or_default(),
-            Err(_) => "(a result that does not decode)".into(),
-        },
-        Some(Ending::Failed { kind, message }) => format!("{kind}: {message}"),
+pub(super) fn ending_text(workflow: &WorkflowStatus) -> String {
+    match (&workflow.result, &workflow.error) {
+        (_, Some(e)) => format!("{}: {}", e.kind, e.message),
+        (Some(payload), None) => super::run::render(payload).unwrap_or_default(),
+        (None, None) if workflow.is_finished() => "(a result that does not decode)".into(),
+        (None, None) => String::new(),
     }
 }
 
-fn write_workflow(out: &mut impl Write, w: &Workflow) -> std::io::Result<()> {
+fn write_workflow(out: &mut impl Write, w: &WorkflowStatus) -> std::io::Result<()> {
     writeln!(
         out,
         "workflow {} ({}): entry '{}' of module {} ({}), {}, started {}",
-        w.start.id,
-        Pid(w.start.num),
-        w.start.entry,
-        w.start.module_name,
-        w.start.module.get(..12).unwrap_or(&w.start.module),
+        w.id,
+        Pid(w.number),
+        w.entry,
+        w.module_name,
+        w.module.get(..12).unwrap_or(&w.module),
         status_word(w),
-        time(w.start.started)
+        time(w.started)
     )?;
-    if let Ok(input) = postcard::from_bytes::<Payload>(&w.start.input) {
-        writeln!(out, "input: {}", payload_text(&input))?;
+    if let Some(input) = &w.input {
+        writeln!(out, "input: {}", payload_text(input))?;
     }
-    if w.ending.is_some() {
+    if w.is_finished() {
         writeln!(out, "result: {}", ending_text(w))?;
     }
     if let Some(why) = &w.damaged {
@@ -459,19 +470,19 @@ fn write_workflow(out: &mut impl Write, w: &Workflow) -> std::io::Result<()> {
     Ok(())
 }
 
-fn workflow_json(w: &Workflow) -> Value {
+fn workflow_json(w: &WorkflowStatus) -> Value {
     json!({
-        "id": w.start.id,
-        "pid": w.start.num,
-        "parent": w.start.parent,
-        "entry": w.start.entry,
-        "module": w.start.module,
-        "module_name": w.start.module_name,
+        "id": w.id,
+        "pid": w.number,
+        "parent": w.parent,
+        "entry": w.entry,
+        "module": w.module,
+        "module_name": w.module_name,
         "status": status_word(w),
-        "started": w.start.started,
+        "started": w.started,
         "finished": w.finished,
         "steps": w.steps,
-        "input": postcard::from_bytes::<Payload>(&w.start.input).ok().map(|p| payload_json(&p)),
+        "input": w.input.as_ref().map(payload_json),
         "result": ending_text(w),
         "damaged": w.damaged,
     })

@@ -2,13 +2,21 @@
 
 mod backup;
 mod build;
-mod client;
+mod cancel;
 mod durable;
 mod history;
+mod host;
 mod inspect;
 mod limits;
+mod list;
+mod replay;
+mod result;
+mod resume;
 mod run;
+mod send;
 mod serve;
+mod start;
+mod status;
 
 /// The subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -16,17 +24,17 @@ pub enum Command {
     Build(build::BuildCommand),
     Run(Box<run::RunCommand>),
     Inspect(inspect::InspectCommand),
-    Resume(Box<durable::ResumeCommand>),
-    List(durable::ListCommand),
+    Resume(Box<resume::ResumeCommand>),
+    List(list::ListCommand),
     History(history::HistoryCommand),
-    Replay(durable::ReplayCommand),
+    Replay(replay::ReplayCommand),
     Serve(Box<serve::ServeCommand>),
     Backup(backup::BackupCommand),
-    Start(client::StartCommand),
-    Status(client::StatusCommand),
-    Result(client::ResultCommand),
-    Send(client::SendCommand),
-    Cancel(client::CancelCommand),
+    Start(start::StartCommand),
+    Status(status::StatusCommand),
+    Result(result::ResultCommand),
+    Send(send::SendCommand),
+    Cancel(cancel::CancelCommand),
 }
 
 impl Command {

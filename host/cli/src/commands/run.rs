@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{bail, Context as _};
 use wfhost::store::Location;
-use wfhost::{Encoding, ErrorKind, Host, Payload, Pid};
+use wfhost::{Encoding, ErrorKind, Host, Payload, Pid, Run};
 
 use super::limits::{parse_duration, CacheArgs, LimitArgs};
 use super::WorkflowFailed;
@@ -104,34 +104,57 @@ impl RunCommand {
         };
         let name = module_name(&module);
 
-        let mut builder = self
-            .limits
-            .apply(Host::builder())?
-            .cancel_grace(Some(self.grace));
-        if let Some(workers) = self.workers {
-            if workers == 0 {
-                bail!("--workers must be at least 1");
-            }
-            builder = builder.workers(workers);
+        let host = self.host(&name, &module)?;
+        let _stopping = super::durable::Stopping(host.clone());
+        let run = self.start(&host, &name, Payload::json_bytes(input.into_bytes()))?;
+        // What the workflow sends the host, as it comes; then its result.
+        while let Some(message) = run.recv_message() {
+            // A message is the workflow talking, not its result: shown whatever it holds.
+            let shown = render(&message.data).unwrap_or_else(|_| {
+                format!(
+                    "(JSON that is not UTF-8) {}",
+                    String::from_utf8_lossy(&message.data.bytes)
+                )
+            });
+            eprintln!("message from {}: {shown}", message.from);
         }
+        let outcome = run.wait();
+        host.shutdown(Duration::from_secs(1));
+        self.outcome(&host, outcome)
+    }
+
+    /// The host this run asks for, with its module (as `name`) and any others loaded.
+    fn host(&self, name: &str, module: &Path) -> anyhow::Result<Host> {
+        let store = self.store.as_ref().map(|store| (store, &self.durability));
+        let mut builder =
+            super::host::builder(self.workers, Some(&self.limits), &self.cache, store)?
+                .cancel_grace(Some(self.grace));
         if self.events {
             builder = builder.observer(Arc::new(EventPrinter));
         }
-        if let Some(dir) = self.cache.dir() {
-            builder = builder.module_cache(dir);
-        }
-        if let Some(store) = &self.store {
-            builder = self.durability.apply(builder, store);
-        }
-        let host = builder.build().context("cannot start the host")?;
-        let _stopping = super::durable::Stopping(host.clone());
+        let host = super::host::build(builder)?;
         let grants = self.limits.grants();
-        host.load_module_with(&name, &module, grants.clone())?;
-        for (extra, path) in &self.modules {
-            host.load_module_with(extra, path, grants.clone())?;
+        let loaded = host
+            .load_module_with(name, module, grants.clone())
+            .map(|_| ());
+        let loaded = loaded.and_then(|()| {
+            self.modules.iter().try_for_each(|(extra, path)| {
+                host.load_module_with(extra, path, grants.clone())
+                    .map(|_| ())
+            })
+        });
+        if let Err(error) = loaded {
+            host.shutdown(Duration::from_secs(1));
+            return Err(error.into());
         }
-        let input = Payload::json_bytes(input.into_bytes());
-        let run = match &self.store {
+        Ok(host)
+    }
+
+    /// Starts the workflow: durable under an id (after resuming what the store holds), or a
+    /// process of its own.
+    fn start(&self, host: &Host, name: &str, input: Payload) -> anyhow::Result<Run> {
+        let grants = self.limits.grants();
+        Ok(match &self.store {
             Some(store) => {
                 // Followed by nobody here: their messages to the host are logged and kept.
                 // (What is damaged was logged as the recovery found it.)
@@ -151,29 +174,20 @@ impl RunCommand {
                         id
                     }
                 };
-                let run = host.start(&id, &name, &self.entry, input)?;
+                let run = host.start(&id, name, &self.entry, input)?;
                 super::durable::stop_on_ctrl_c(host.clone(), store.clone())?;
                 run
             }
             None => {
-                let run = host.spawn(&name, &self.entry, input)?;
+                let run = host.spawn(name, &self.entry, input)?;
                 on_ctrl_c(host.clone(), run.pid(), self.grace)?;
                 run
             }
-        };
-        // What the workflow sends the host, as it comes; then its result.
-        while let Some(message) = run.recv_message() {
-            // A message is the workflow talking, not its result: shown whatever it holds.
-            let shown = render(&message.data).unwrap_or_else(|_| {
-                format!(
-                    "(JSON that is not UTF-8) {}",
-                    String::from_utf8_lossy(&message.data.bytes)
-                )
-            });
-            eprintln!("message from {}: {shown}", message.from);
-        }
-        let outcome = run.wait();
-        host.shutdown(Duration::from_secs(1));
+        })
+    }
+
+    /// What the command says of the workflow's outcome: its result, or why it stopped.
+    fn outcome(&self, host: &Host, outcome: wfhost::Result<Payload>) -> anyhow::Result<()> {
         match outcome {
             Ok(result) => {
                 outln!("{}", render(&result)?)?;

@@ -35,6 +35,9 @@ pub struct Request {
     pub tag: Tag,
     /// What it asks for.
     pub command: Command,
+    /// What the process's journal decided about it, if anything (see
+    /// [`Hold::note`](crate::Hold::note)).
+    pub note: Option<crate::process::Note>,
 }
 
 /// Carries out one kind of command. See the module docs for the threading rules.

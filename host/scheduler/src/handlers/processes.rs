@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use wfcontract::{Command, CommandError, ErrorKind, Payload, Pid, SpawnRequest, Tag};
+use wfcontract::{Command, CommandError, ErrorKind, Payload, Pid, SpawnRequest};
 
 use crate::handle::{Error, Spawn};
 use crate::handlers::{Context, Handler, Request};
@@ -11,9 +11,15 @@ use crate::handlers::{Context, Handler, Request};
 /// links the new process to its parent and counts it against the limits.
 pub trait Spawner: Send + Sync + 'static {
     /// The process `request` asks for, spawned by `parent`: its body, entry point and input, with
-    /// any options. An error completes the spawn with it.
-    /// `tag` is the spawn's yield: a durable host reserved the child's pid under it.
-    fn process(&self, parent: Pid, tag: Tag, request: SpawnRequest) -> Result<Spawn, CommandError>;
+    /// any options. An error completes the spawn with it. `note` is what the parent's journal
+    /// decided about the spawn (a durable host reserved the child's pid and id:
+    /// [`Note::Child`](crate::Note::Child)).
+    fn process(
+        &self,
+        parent: Pid,
+        note: Option<crate::Note>,
+        request: SpawnRequest,
+    ) -> Result<Spawn, CommandError>;
 
     /// The error the spawning process sees when the scheduler refused the new process (a limit,
     /// shutdown). Default: the refusal as it is.
@@ -32,7 +38,7 @@ impl Handler for SpawnHandler {
         };
         let result = self
             .0
-            .process(cx.pid(), request.tag, spawn)
+            .process(cx.pid(), request.note, spawn)
             .and_then(|spawn| {
                 let pid = cx.spawn_child(spawn).map_err(|e| self.0.refused(e))?;
                 Payload::to_postcard(&pid)

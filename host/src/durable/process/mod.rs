@@ -2,40 +2,26 @@
 //! and which, after a restart, starts from its snapshot, replays the journal after it and re-arms
 //! what it was waiting for (`replay.rs`).
 
+mod journal;
 mod replay;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use wfcontract::{
     Command, CommandError, Event, EventKind, Payload, Pid, Status, StepOutput, Tag, Yield,
 };
 use wfhost_scheduler::{
-    Events, FailureKind, Hold, InitContext, Process, ProcessError, ProcessResult, Readiness,
-    WakerSource,
+    Events, Hold, InitContext, Process, ProcessError, ProcessResult, Readiness, WakerSource,
 };
 
 use super::record::StepRecord;
 use super::snapshot::{Counts, SavedWorkflow};
-use super::store::{Ending, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op};
+use super::store::{Ending, NewSnapshot, Op};
 use super::writer::{Done, Entry};
-use super::{ChildStart, Durable};
-use crate::wasm::reads::Reads;
+use super::{now_millis, Durable};
 use crate::wasm::WasmProcess;
-
-/// Nanoseconds since the Unix epoch.
-pub(crate) fn unix_nanos() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-/// Milliseconds since the Unix epoch.
-pub(crate) fn unix_millis() -> u64 {
-    unix_nanos() / 1_000_000
-}
 
 /// A yield not yet answered, with what the host decided about it when it was journaled.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,6 +67,8 @@ pub(crate) struct DurableProcess {
     events: Vec<Event>,
     /// Yields re-armed at recovery, at the front of this step's output (not the guest's).
     rearmed: usize,
+    /// Of those, the sends to the host, in order: what they sent before the restart may stand.
+    again: Vec<Tag>,
     /// The step answered from the journal alone (recovery, no new events): nothing to journal.
     synthetic: bool,
     /// Its end is journaled already.
@@ -118,6 +106,7 @@ impl DurableProcess {
             stash: Vec::new(),
             pending: BTreeMap::new(),
             events: Vec::new(),
+            again: Vec::new(),
             rearmed: 0,
             synthetic: false,
             ended: false,
@@ -338,171 +327,7 @@ impl Process for DurableProcess {
     }
 
     fn journal(&mut self, out: &StepOutput, hold: &Hold<'_>) {
-        if std::mem::take(&mut self.synthetic) {
-            return;
-        }
-        let rearmed = std::mem::take(&mut self.rearmed);
-        let seq = self.seq + 1;
-        let now = unix_nanos();
-        let at = now / 1_000_000;
-        let reads = match self.inner.set_reads(Reads::Record(Vec::new())) {
-            Reads::Record(reads) => reads,
-            _ => Vec::new(),
-        };
-        let mut record = StepRecord {
-            events: std::mem::take(&mut self.events),
-            reads,
-            output: StepOutput {
-                status: out.status.clone(),
-                yields: out.yields[rearmed..].to_vec(),
-                receive: out.receive,
-            },
-            dues: Vec::new(),
-            sent: Vec::new(),
-            spawned: Vec::new(),
-        };
-        self.note_reads(&record.reads);
-        let mut ops = Vec::new();
-        // The leading yields that are messages to journaled workflows go before this step is on
-        // disk (see `journal`'s end).
-        let mut early = 0;
-        let own = self.inner.module_name().to_string();
-        for (index, y) in record.output.yields.iter().enumerate() {
-            // A yield the process may not make is refused at dispatch, the same way every time:
-            // nothing to prepare for it.
-            if self.inner.check(&y.command).is_err() {
-                continue;
-            }
-            match &y.command {
-                Command::Sleep(duration) => {
-                    let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-                    record.dues.push((y.tag, now.saturating_add(nanos)));
-                }
-                Command::Send(send)
-                    if self.durable.ids.contains(send.to)
-                        || self.durable.runs_elsewhere(send.to) =>
-                {
-                    let number = self.durable.next_message();
-                    ops.push(Op::Message(NewMessage {
-                        id: number,
-                        receiver: send.to.0,
-                        sender: self.pid.0,
-                        payload: postcard::to_allocvec(&send.message).unwrap_or_default(),
-                        local: self.durable.ids.contains(send.to),
-                    }));
-                    record.sent.push((y.tag, number));
-                    self.durable.sent.lock().insert((self.pid, y.tag), number);
-                    if rearmed == 0 && index == early {
-                        early += 1;
-                    }
-                }
-                Command::Spawn(spawn) => {
-                    let Some(scheduler) = self.durable.scheduler() else {
-                        continue;
-                    };
-                    let child = scheduler.reserve_pid();
-                    let id: Arc<str> = format!("{}/{seq}.{index}", self.id).into();
-                    let (module, module_name) = match &spawn.module {
-                        Some(name) if *name != own => match self.durable.module_hash(name) {
-                            Some(hash) => (hash, name.clone()),
-                            // Not loaded: the spawn fails at dispatch, and no child is started.
-                            None => continue,
-                        },
-                        _ => (self.module.to_string(), own.clone()),
-                    };
-                    ops.push(Op::Start(NewWorkflow {
-                        num: child.0,
-                        id: id.to_string(),
-                        parent: Some(self.pid.0),
-                        module,
-                        module_name,
-                        entry: spawn.entry.clone(),
-                        input: postcard::to_allocvec(&spawn.input).unwrap_or_default(),
-                        started: at,
-                    }));
-                    record.spawned.push((y.tag, child));
-                    self.durable
-                        .spawned
-                        .lock()
-                        .insert((self.pid, y.tag), ChildStart { pid: child, id });
-                }
-                Command::Cancel(target) if self.durable.ids.contains(*target) => {
-                    ops.push(Op::Cancel { num: target.0 });
-                }
-                _ => {}
-            }
-        }
-        self.normalize(&mut record.output.yields);
-        let consumed = record
-            .events
-            .iter()
-            .filter(|e| e.kind == EventKind::Message && e.tag.0 != 0)
-            .map(|e| e.tag.0)
-            .collect();
-        let took_cancel = record.events.iter().any(|e| e.kind == EventKind::Cancel);
-        let events = std::mem::take(&mut record.events);
-        self.track(&events, &record);
-        record.events = events;
-        let ending = match &out.status {
-            Status::Done(result) => Some(Ending::Done(
-                postcard::to_allocvec(result).unwrap_or_default(),
-            )),
-            Status::Failed(message) => Some(Ending::Failed {
-                kind: FailureKind::Failed.name().into(),
-                message: message.clone(),
-            }),
-            Status::Cancelled(message) => Some(Ending::Failed {
-                kind: FailureKind::Cancelled.name().into(),
-                message: message.clone(),
-            }),
-            _ => None,
-        };
-        ops.push(Op::Step(NewStep {
-            num: self.pid.0,
-            seq,
-            at,
-            record: postcard::to_allocvec(&record).unwrap_or_default(),
-            consumed,
-            took_cancel,
-        }));
-        self.since_snapshot += record.weight();
-        match ending {
-            Some(ending) => {
-                self.ended = true;
-                ops.push(Op::End {
-                    num: self.pid.0,
-                    ending,
-                    at,
-                });
-            }
-            None => {
-                if let Some(snapshot) = self.snapshot_if_due(seq, out) {
-                    ops.push(Op::Snapshot(snapshot));
-                }
-            }
-        }
-        self.seq = seq;
-        let release = hold.hold();
-        if let Err(error) = self.durable.writer.submit(Entry {
-            ops,
-            done: Done::Release(release, self.pid),
-        }) {
-            // Never released: the step's effects must not happen unjournaled. The process stops
-            // where its journal ends.
-            tracing::error!(pid = %self.pid, workflow = %self.id, "a step could not be journaled: {error}");
-            self.durable.store_failed(&error, &[self.pid]);
-            return;
-        }
-        // A message to a journaled workflow is delivered now, before this step is on disk: the
-        // receiver's step that takes it is queued to the one writer after this one, and batches
-        // commit in order, so a crash that loses this step loses what the receiver did with it
-        // too (and a failed write stops both). What leaves the journal (host calls, messages to
-        // the host, results) still waits for the commit of the step that makes it, which comes
-        // after every step it depends on.
-        // Only while nothing the guest yielded before it waits: its yields take effect in the
-        // order it made them (a cancel before a message, a message to the host before one to a
-        // workflow that answers it).
-        hold.dispatch_first(early);
+        self.journal_step(out, hold);
     }
 
     fn end(&mut self, result: &ProcessResult) {
@@ -525,7 +350,7 @@ impl Process for DurableProcess {
         let ops = vec![Op::End {
             num: self.pid.0,
             ending,
-            at: unix_millis(),
+            at: now_millis(),
         }];
         if let Err(error) = self.durable.writer.write(ops) {
             tracing::error!(pid = %self.pid, workflow = %self.id, "the end of a workflow could not be journaled: {error}");
@@ -554,7 +379,7 @@ impl Drop for DurableProcess {
                     kind: "refused".into(),
                     message: format!("the host refused to start workflow '{}'", self.id),
                 },
-                at: unix_millis(),
+                at: now_millis(),
             }],
             done: Done::Nothing,
         };

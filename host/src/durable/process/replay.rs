@@ -246,7 +246,7 @@ impl DurableProcess {
                     if let Command::Send(send) = command {
                         if send.to == wfcontract::Pid::HOST {
                             // Kept before the restart, or not: the store says which.
-                            self.durable.rearmed_to_host.lock().insert((self.pid, tag));
+                            self.again.push(tag);
                         }
                     }
                     out.push(Yield {

@@ -3,7 +3,9 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::{PgStore, SqliteStore, Store, StoreResult, SyncMode};
+use super::{
+    Cluster, Journal, PgStore, Read, SqliteStore, StoreError, StoreResult, Submit, SyncMode,
+};
 
 /// Where a store is. A string that starts with `postgres://` or `postgresql://` is a PostgreSQL
 /// connection URL; anything else is the path of a SQLite file (write `./postgres:...` for a
@@ -29,31 +31,62 @@ impl Location {
 
     /// Opens the store as a host does (creating and migrating it if need be), synced as `sync`
     /// says. A SQLite file is held by one host at a time: it is refused while another holds it.
-    pub fn open(&self, sync: SyncMode) -> StoreResult<Box<dyn Store>> {
-        Ok(match self {
-            Location::Sqlite(path) => Box::new(SqliteStore::open(path, sync)?),
-            Location::Postgres(url) => Box::new(PgStore::open(url, sync)?),
-        })
+    #[cfg(feature = "testing")]
+    pub(crate) fn open(&self, sync: SyncMode) -> StoreResult<Box<dyn Journal>> {
+        Ok(self.open_host(sync, None)?.journal)
+    }
+
+    /// Opens the store as a host does, its file capped at `limit` bytes (SQLite only): its
+    /// journal, and on a store hosts share the connection its cluster role goes through.
+    pub(crate) fn open_host(&self, sync: SyncMode, limit: Option<u64>) -> StoreResult<HostStore> {
+        match (self, limit) {
+            (Location::Sqlite(path), limit) => {
+                let mut store = SqliteStore::open(path, sync)?;
+                if let Some(bytes) = limit {
+                    store.limit_size(bytes)?;
+                }
+                Ok(HostStore {
+                    journal: Box::new(store),
+                    cluster: None,
+                })
+            }
+            (Location::Postgres(_), Some(_)) => Err(StoreError::new(
+                "a size limit applies to a SQLite store only: limit a PostgreSQL database's size \
+                 in PostgreSQL",
+            )),
+            (Location::Postgres(url), None) => {
+                let store = PgStore::open(url, sync)?;
+                let cluster: Box<dyn Cluster> = store.connection()?;
+                Ok(HostStore {
+                    journal: Box::new(store),
+                    cluster: Some(cluster),
+                })
+            }
+        }
     }
 
     /// Opens the store only if it exists, to read it beside the hosts that run it: a SQLite
     /// file that is there, or a PostgreSQL database that has wfhost's tables. For commands that
     /// read what a host wrote.
-    pub fn open_existing(&self) -> StoreResult<Box<dyn Store>> {
+    pub(crate) fn open_existing(&self) -> StoreResult<Box<dyn Journal>> {
         match self {
             Location::Sqlite(path) => Ok(Box::new(SqliteStore::open_existing(path)?)),
             Location::Postgres(url) => Ok(Box::new(PgStore::open_existing(url)?)),
         }
     }
 
-    /// For a client that writes work for hosts (starts, messages, cancels): a PostgreSQL store
-    /// is opened (its tables created if need be); a SQLite file is refused, with what to do (its
-    /// one host takes work only from its own application).
-    pub fn open_client(&self) -> StoreResult<Box<dyn Store>> {
-        match self {
-            Location::Sqlite(_) => Err(super::client_only()),
-            Location::Postgres(url) => Ok(Box::new(PgStore::open(url, SyncMode::Full)?)),
-        }
+    /// Opens the store for a client: what it reads, and, on a store hosts share, what it
+    /// writes for them (with `create`, its tables are made if need be; without, they must be
+    /// there). A SQLite file is read beside its one host, which takes work only from its own
+    /// application.
+    pub(crate) fn open_client(&self, create: bool) -> StoreResult<ClientStore> {
+        Ok(match self {
+            Location::Sqlite(path) => ClientStore::Own(Box::new(SqliteStore::open_existing(path)?)),
+            Location::Postgres(url) if create => {
+                ClientStore::Shared(Box::new(PgStore::open(url, SyncMode::Full)?))
+            }
+            Location::Postgres(url) => ClientStore::Shared(Box::new(PgStore::open_existing(url)?)),
+        })
     }
 
     /// The SQLite file, if that is what it is.
@@ -63,6 +96,22 @@ impl Location {
             Location::Postgres(_) => None,
         }
     }
+}
+
+/// A store as a host opens it.
+pub(crate) struct HostStore {
+    /// What it journals with.
+    pub(crate) journal: Box<dyn Journal>,
+    /// On a store hosts share: what it joins, renews, claims and takes with.
+    pub(crate) cluster: Option<Box<dyn Cluster>>,
+}
+
+/// A store as a client opens it.
+pub(crate) enum ClientStore {
+    /// One host's own (a SQLite file): read only, beside it.
+    Own(Box<dyn Read>),
+    /// A store hosts share: read, and written for them.
+    Shared(Box<dyn Submit>),
 }
 
 /// The location as the user wrote it, any password in a URL replaced by `***`.

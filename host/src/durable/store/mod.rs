@@ -1,17 +1,24 @@
-//! Where a durable host keeps its workflows: the [`Store`] trait, what it is given to write, and
-//! what it reads back. SQLite (`sqlite.rs`) is the embedded default; PostgreSQL (`postgres/`) is
-//! the store many hosts share. The engine sees only the trait.
+//! Where a durable host keeps its workflows: what it is given to write, and what it reads back,
+//! behind one trait per role (`roles.rs`): the journal every host writes, the cluster only a
+//! store hosts share has, and the client's writes. SQLite (`sqlite/`) is the embedded default;
+//! PostgreSQL (`postgres/`) is the store many hosts share. The engine sees only the traits.
 
 mod location;
 mod postgres;
+mod roles;
+#[cfg(feature = "testing")]
+pub mod shape;
 mod sqlite;
+mod sync;
 
 pub use location::Location;
+pub(crate) use location::{ClientStore, HostStore};
 pub use postgres::PgStore;
-pub use sqlite::{Holder, SqliteStore, SyncMode};
+pub use roles::{Cluster, Filter, Journal, Read, Submit};
+pub use sqlite::{Holder, SqliteStore};
+pub use sync::SyncMode;
 
 use std::collections::HashSet;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// What a store calls when there is work for hosts ([`Store::listen`]).
@@ -20,11 +27,16 @@ pub type Wake = Arc<dyn Fn() + Send + Sync>;
 /// A store that could not be read or written.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct StoreError(pub String);
+pub struct StoreError(String);
 
 impl StoreError {
     pub(crate) fn new(what: impl std::fmt::Display) -> StoreError {
         StoreError(what.to_string())
+    }
+
+    /// What was wrong, in words.
+    pub fn message(&self) -> &str {
+        &self.0
     }
 }
 
@@ -289,11 +301,21 @@ impl State {
     }
 
     /// "running", "done", "failed".
+    #[cfg(feature = "testing")]
     pub fn name(self) -> &'static str {
         match self {
             State::Running => "running",
             State::Done => "done",
             State::Failed => "failed",
+        }
+    }
+
+    /// The code both stores keep it as.
+    pub(crate) fn code(self) -> i64 {
+        match self {
+            State::Running => 0,
+            State::Done => 1,
+            State::Failed => 2,
         }
     }
 }
@@ -377,182 +399,11 @@ pub struct Step {
 
 /// A message the store holds: waiting for its receiver, or refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Message {
+pub struct StoredMessage {
     /// As sent.
     pub message: NewMessage,
     /// Why it was refused, if it was.
     pub refused: Option<String>,
-}
-
-/// A durable store. Writes come in batches from one writer; reads may come from another
-/// connection at the same time ([`Store::reader`]).
-pub trait Store: Send {
-    /// Another connection to the same store, for reading while this one writes.
-    fn reader(&self) -> StoreResult<Box<dyn Store>>;
-
-    /// Writes `ops` in one transaction, durably (as the store's sync setting says) before it
-    /// returns.
-    fn commit(&mut self, ops: &[Op]) -> StoreResult<()>;
-
-    /// Work the store does between commits, after the steps of the last one were let go (the
-    /// SQLite store moves its log of steps into the table ordered by workflow once the log is
-    /// long, or whenever `all`). Default: none.
-    fn tidy(&mut self, all: bool) -> StoreResult<()> {
-        let _ = all;
-        Ok(())
-    }
-
-    /// The highest workflow number and message number in the store (0 when none). For a host
-    /// that joined a shared store, the start of the range of numbers it gives.
-    fn high_water(&mut self) -> StoreResult<(u64, u64)>;
-
-    /// Joins the hosts that share this store, with a lease of `lease` (renewed with
-    /// [`renew`](Self::renew)); `name` says who it is. `None` for a store one host has to itself
-    /// (SQLite): it owns every workflow, and needs no lease.
-    fn join(&mut self, lease: std::time::Duration, name: &str) -> StoreResult<Option<u64>> {
-        let _ = (lease, name);
-        Ok(None)
-    }
-
-    /// Renews the lease of a host that joined (from another connection made with
-    /// [`reader`](Self::reader)): `false` if it is lost; an error if the store could not be
-    /// reached in time (try again).
-    fn renew(&mut self) -> StoreResult<bool> {
-        Ok(true)
-    }
-
-    /// Gives back workflows this host claimed and could not start, for another to claim.
-    fn unclaim(&mut self, nums: &[u64]) -> StoreResult<()> {
-        let _ = nums;
-        Ok(())
-    }
-
-    /// The refused messages sent by `senders`: why, for those that had not heard before a
-    /// restart.
-    fn refused_from(&mut self, senders: &[u64]) -> StoreResult<Vec<Message>> {
-        Ok(self
-            .messages()?
-            .into_iter()
-            .filter(|m| m.refused.is_some() && senders.contains(&m.message.sender))
-            .collect())
-    }
-
-    /// Takes up to `limit` trees of unfinished workflows (a top-level workflow and everything
-    /// it spawned) that no live host owns, or only the tree of workflow `id`: the numbers of
-    /// the workflows this host now owns. A store one host has to itself gives every unfinished
-    /// workflow.
-    fn claim(&mut self, limit: usize, id: Option<&str>) -> StoreResult<Vec<u64>> {
-        let _ = limit;
-        Ok(self
-            .workflows(true)?
-            .into_iter()
-            .filter(|w| id.is_none_or(|id| w.start.id == id))
-            .map(|w| w.start.num)
-            .collect())
-    }
-
-    /// For a host that joined: how many unfinished workflows no other host is known to run:
-    /// none owns them, or the host that does is dead, let its lease run out, or has not renewed
-    /// it since this host joined (it may have died). They are claimable now or once that lease
-    /// runs out. 0 for a store one host has to itself.
-    fn claimable(&mut self) -> StoreResult<u64> {
-        Ok(0)
-    }
-
-    /// Gives back every unfinished workflow this host owns and ends its lease.
-    fn release(&mut self) -> StoreResult<()> {
-        Ok(())
-    }
-
-    /// Calls `wake` whenever a client or a host writes work for hosts to take (a start, a
-    /// message, a cancel, workflows given back), from a thread of the store's own, until `stop`
-    /// is set. Default: never (hosts poll).
-    fn listen(&self, wake: Wake, stop: Arc<AtomicBool>) -> StoreResult<()> {
-        let _ = (wake, stop);
-        Ok(())
-    }
-
-    /// For a host that joined: takes the messages waiting for workflows it owns that it does not
-    /// have yet (from clients, or workflows on other hosts), or, given `receivers`, every
-    /// message waiting for them (recovery delivers them all). Each message is taken once.
-    fn take_messages(&mut self, receivers: Option<&[u64]>) -> StoreResult<Vec<NewMessage>> {
-        let _ = receivers;
-        Ok(Vec::new())
-    }
-
-    /// For a host that joined: gives back messages it took and could not deliver (their
-    /// receiver does not run here), for whoever runs it to take.
-    fn untake_messages(&mut self, ids: &[u64]) -> StoreResult<()> {
-        let _ = ids;
-        Ok(())
-    }
-
-    /// For a host that joined: takes the cancels asked of workflows it owns that it has not
-    /// delivered: their numbers. Each is taken once.
-    fn take_cancels(&mut self) -> StoreResult<Vec<u64>> {
-        Ok(Vec::new())
-    }
-
-    /// From a client: sends `payload` (a postcard-encoded `Payload`) to the unfinished workflow
-    /// `id`, for its host to deliver: the message's number, or `None` if no such workflow runs.
-    fn send_to(&mut self, id: &str, payload: &[u8]) -> StoreResult<Option<u64>> {
-        let _ = (id, payload);
-        Err(client_only())
-    }
-
-    /// From a client: asks the unfinished workflow `id` to cancel: whether it was running and
-    /// not yet asked.
-    fn cancel_by_id(&mut self, id: &str) -> StoreResult<bool> {
-        let _ = id;
-        Err(client_only())
-    }
-
-    /// Starts `workflow` (keeping `module`'s bytes first) unless one with its id exists: its
-    /// number if this started it. From a host that joined, the workflow is the host's; from a
-    /// client (a store that did not join), it waits for a host to claim it, and is numbered by
-    /// the store.
-    fn start_once(
-        &mut self,
-        module: Option<(&str, &[u8])>,
-        workflow: &NewWorkflow,
-    ) -> StoreResult<Option<u64>> {
-        let _ = (module, workflow);
-        Err(client_only())
-    }
-
-    /// The workflow started under `id`.
-    fn workflow(&mut self, id: &str) -> StoreResult<Option<Workflow>>;
-
-    /// The workflow numbered `num`.
-    fn workflow_by_num(&mut self, num: u64) -> StoreResult<Option<Workflow>>;
-
-    /// Every workflow (or every unfinished one), by number.
-    fn workflows(&mut self, unfinished_only: bool) -> StoreResult<Vec<Workflow>>;
-
-    /// The steps of workflow `num` after `after`, in order.
-    fn steps(&mut self, num: u64, after: u64) -> StoreResult<Vec<Step>>;
-
-    /// The latest snapshot of workflow `num`, if it has one.
-    fn snapshot(&mut self, num: u64) -> StoreResult<Option<NewSnapshot>>;
-
-    /// The bytes of the module with this hash.
-    fn module(&mut self, hash: &str) -> StoreResult<Option<Vec<u8>>>;
-
-    /// The messages a recovery delivers or reports, by number: those waiting for unfinished
-    /// workflows, and those refused to unfinished senders (who may not have heard why). The
-    /// messages a workflow never read before it ended stay in the store, counted in
-    /// [`Workflow::unread`], but are not among them.
-    fn messages(&mut self) -> StoreResult<Vec<Message>>;
-
-    /// The messages workflow `num` sent the host with a tag after `after`, in order.
-    fn host_messages(&mut self, num: u64, after: u64) -> StoreResult<Vec<HostMessage>>;
-
-    /// The host numbered `id`, on a store hosts share. `None` for a store one host has to
-    /// itself (SQLite: [`Holder`] says who holds it).
-    fn host_info(&mut self, id: u64) -> StoreResult<Option<HostInfo>> {
-        let _ = id;
-        Ok(None)
-    }
 }
 
 /// The messages of `ops` that are sent and taken within them: a message sent by one step and
@@ -575,13 +426,4 @@ pub(crate) fn elided(ops: &[Op]) -> (HashSet<u64>, Option<u64>) {
         }
     }
     (elided, last_message)
-}
-
-/// Client commands on a store one host has to itself.
-pub(super) fn client_only() -> StoreError {
-    StoreError::new(
-        "this store is one host's own (a SQLite file): run workflows with `wfhost run --store` \
-         or a host of your own (Host::start, Host::send, Host::cancel); client commands need a \
-         store hosts share (PostgreSQL)",
-    )
 }

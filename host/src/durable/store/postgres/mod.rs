@@ -25,7 +25,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::location::redact;
-use super::{Op, Store, StoreError, StoreResult, SyncMode};
+use super::{
+    Cluster, Filter, HostInfo, Journal, NewWorkflow, Op, Read, StoreError, StoreResult, Submit,
+    SyncMode,
+};
 use conn::{describe, retryable, Conn, Error};
 use schema::VERSION;
 
@@ -281,9 +284,10 @@ impl PgStore {
     }
 }
 
-impl Store for PgStore {
-    fn reader(&self) -> StoreResult<Box<dyn Store>> {
-        // Claims, renewals and takes go through readers: never with synchronous_commit off,
+impl PgStore {
+    /// Another connection as this store's host (or client), always synced in full.
+    fn another(&self) -> StoreResult<PgStore> {
+        // Claims, renewals and takes go through these: never with synchronous_commit off,
         // which a server crash could undo.
         let mut reader = PgStore {
             url: self.url.clone(),
@@ -294,7 +298,54 @@ impl Store for PgStore {
             batch: 0,
         };
         reader.conn(Some(READ_PATIENCE))?;
-        Ok(Box::new(reader))
+        Ok(reader)
+    }
+
+    /// The schema as it reads back (for the test that holds both stores to one description).
+    #[cfg(feature = "testing")]
+    pub fn shape(&mut self) -> StoreResult<super::shape::Shape> {
+        self.read("reading the schema", |conn| {
+            let mut shape = super::shape::Shape::default();
+            for row in conn.query(
+                "SELECT table_name::text, column_name::text FROM information_schema.columns \
+                 WHERE table_schema = 'wfhost' ORDER BY table_name, ordinal_position",
+                &[],
+            )? {
+                shape.tables.entry(row.get(0)).or_default().push(row.get(1));
+            }
+            for row in conn.query(
+                "SELECT i.relname::text, t.relname::text, \
+                        array_agg(a.attname::text ORDER BY k.ord) \
+                 FROM pg_index x \
+                 JOIN pg_class i ON i.oid = x.indexrelid \
+                 JOIN pg_class t ON t.oid = x.indrelid \
+                 JOIN pg_namespace n ON n.oid = t.relnamespace \
+                 CROSS JOIN LATERAL unnest(x.indkey) WITH ORDINALITY AS k(attnum, ord) \
+                 JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum \
+                 WHERE n.nspname = 'wfhost' GROUP BY i.relname, t.relname",
+                &[],
+            )? {
+                shape.indexes.insert(row.get(0), (row.get(1), row.get(2)));
+            }
+            Ok(shape)
+        })
+    }
+
+    /// The host numbered `id`.
+    pub fn host_info(&mut self, id: u64) -> StoreResult<Option<HostInfo>> {
+        let id = read::int(id)?;
+        self.read("reading a host", |conn| read::host_info(conn, id))
+    }
+}
+
+impl Journal for PgStore {
+    fn reader(&self) -> StoreResult<Box<dyn Journal>> {
+        Ok(Box::new(self.another()?))
+    }
+
+    fn tidy(&mut self, _all: bool) -> StoreResult<()> {
+        // Steps go straight into their table: nothing to move.
+        Ok(())
     }
 
     fn commit(&mut self, ops: &[Op]) -> StoreResult<()> {
@@ -360,9 +411,15 @@ impl Store for PgStore {
         }
         self.read("reading the highest numbers", read::high_water)
     }
+}
 
-    fn join(&mut self, lease: Duration, name: &str) -> StoreResult<Option<u64>> {
-        self.join_hosts(lease, name).map(Some)
+impl Cluster for PgStore {
+    fn connection(&self) -> StoreResult<Box<dyn Cluster>> {
+        Ok(Box::new(self.another()?))
+    }
+
+    fn join(&mut self, lease: Duration, name: &str) -> StoreResult<u64> {
+        self.join_hosts(lease, name)
     }
 
     fn renew(&mut self) -> StoreResult<bool> {
@@ -371,30 +428,6 @@ impl Store for PgStore {
 
     fn unclaim(&mut self, nums: &[u64]) -> StoreResult<()> {
         self.unclaim_workflows(nums)
-    }
-
-    fn refused_from(&mut self, senders: &[u64]) -> StoreResult<Vec<super::Message>> {
-        let senders: Vec<i64> = senders.iter().map(|n| *n as i64).collect();
-        self.read("reading refused messages", |conn| {
-            Ok(conn
-                .query(
-                    "SELECT id, receiver, sender, payload, refused FROM messages \
-                     WHERE refused IS NOT NULL AND sender = ANY($1) ORDER BY id",
-                    &[&senders],
-                )?
-                .iter()
-                .map(|row| super::Message {
-                    message: super::NewMessage {
-                        id: row.get::<_, i64>(0) as u64,
-                        receiver: row.get::<_, i64>(1) as u64,
-                        sender: row.get::<_, i64>(2) as u64,
-                        payload: row.get(3),
-                        local: false,
-                    },
-                    refused: row.get(4),
-                })
-                .collect())
-        })
     }
 
     fn claim(&mut self, limit: usize, id: Option<&str>) -> StoreResult<Vec<u64>> {
@@ -425,14 +458,6 @@ impl Store for PgStore {
         self.take_cancel_requests()
     }
 
-    fn send_to(&mut self, id: &str, payload: &[u8]) -> StoreResult<Option<u64>> {
-        self.send_to_id(id, payload)
-    }
-
-    fn cancel_by_id(&mut self, id: &str) -> StoreResult<bool> {
-        self.cancel_id(id)
-    }
-
     fn claimable(&mut self) -> StoreResult<u64> {
         let me = self.member.id().unwrap_or(0);
         self.read("counting workflows to claim", |conn| {
@@ -449,12 +474,56 @@ impl Store for PgStore {
         })
     }
 
-    fn start_once(
+    fn start_once(&mut self, workflow: &NewWorkflow) -> StoreResult<Option<u64>> {
+        PgStore::start_once(self, None, workflow)
+    }
+}
+
+impl Submit for PgStore {
+    fn submit_start(
         &mut self,
-        module: Option<(&str, &[u8])>,
-        workflow: &super::NewWorkflow,
+        module: (&str, &[u8]),
+        workflow: &NewWorkflow,
     ) -> StoreResult<Option<u64>> {
-        PgStore::start_once(self, module, workflow)
+        PgStore::start_once(self, Some(module), workflow)
+    }
+
+    fn submit_message(&mut self, id: &str, payload: &[u8]) -> StoreResult<Option<u64>> {
+        self.send_to_id(id, payload)
+    }
+
+    fn submit_cancel(&mut self, id: &str) -> StoreResult<bool> {
+        self.cancel_id(id)
+    }
+
+    fn host_info(&mut self, id: u64) -> StoreResult<Option<HostInfo>> {
+        PgStore::host_info(self, id)
+    }
+}
+
+impl Read for PgStore {
+    fn refused_from(&mut self, senders: &[u64]) -> StoreResult<Vec<super::StoredMessage>> {
+        let senders: Vec<i64> = senders.iter().map(|n| *n as i64).collect();
+        self.read("reading refused messages", |conn| {
+            Ok(conn
+                .query(
+                    "SELECT id, receiver, sender, payload, refused FROM messages \
+                     WHERE refused IS NOT NULL AND sender = ANY($1) ORDER BY id",
+                    &[&senders],
+                )?
+                .iter()
+                .map(|row| super::StoredMessage {
+                    message: super::NewMessage {
+                        id: row.get::<_, i64>(0) as u64,
+                        receiver: row.get::<_, i64>(1) as u64,
+                        sender: row.get::<_, i64>(2) as u64,
+                        payload: row.get(3),
+                        local: false,
+                    },
+                    refused: row.get(4),
+                })
+                .collect())
+        })
     }
 
     fn workflow(&mut self, id: &str) -> StoreResult<Option<super::Workflow>> {
@@ -474,9 +543,30 @@ impl Store for PgStore {
         })
     }
 
-    fn steps(&mut self, num: u64, after: u64) -> StoreResult<Vec<super::Step>> {
+    fn page(
+        &mut self,
+        filter: &Filter,
+        after: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<super::Workflow>> {
+        let after = read::int(after)?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read("listing workflows", |conn| {
+            read::page(conn, filter, after, limit)
+        })
+    }
+
+    fn step_page(
+        &mut self,
+        num: u64,
+        after: u64,
+        limit: Option<usize>,
+    ) -> StoreResult<Vec<super::Step>> {
         let (num, after) = (read::int(num)?, read::int(after)?);
-        self.read("reading a journal", |conn| read::steps(conn, num, after))
+        let limit = limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        self.read("reading a journal", |conn| {
+            read::steps(conn, num, after, limit)
+        })
     }
 
     fn snapshot(&mut self, num: u64) -> StoreResult<Option<super::NewSnapshot>> {
@@ -488,7 +578,7 @@ impl Store for PgStore {
         self.read("reading a module", |conn| read::module(conn, hash))
     }
 
-    fn messages(&mut self) -> StoreResult<Vec<super::Message>> {
+    fn messages(&mut self) -> StoreResult<Vec<super::StoredMessage>> {
         self.read("reading messages", read::messages)
     }
 
@@ -497,10 +587,5 @@ impl Store for PgStore {
         self.read("reading the messages to the host", |conn| {
             read::host_messages(conn, num, after)
         })
-    }
-
-    fn host_info(&mut self, id: u64) -> StoreResult<Option<super::HostInfo>> {
-        let id = read::int(id)?;
-        self.read("reading a host", |conn| read::host_info(conn, id))
     }
 }

@@ -4,8 +4,8 @@ use tokio_postgres::{Error, Row};
 
 use super::Conn;
 use crate::durable::store::{
-    Cancel, Ending, HostInfo, HostMessage, Message, NewMessage, NewSnapshot, NewWorkflow, State,
-    Step, StoreError, StoreResult, Workflow,
+    Cancel, Ending, Filter, HostInfo, HostMessage, NewMessage, NewSnapshot, NewWorkflow, State,
+    Step, StoreError, StoreResult, StoredMessage, Workflow,
 };
 
 /// A number as the store keeps it (signed), or an error for one it cannot hold.
@@ -114,11 +114,60 @@ pub(super) fn workflows(conn: &mut Conn, unfinished_only: bool) -> Result<Vec<Wo
         .collect())
 }
 
-pub(super) fn steps(conn: &mut Conn, num: i64, after: i64) -> Result<Vec<Step>, Error> {
+/// Up to `limit` workflows `filter` lets through, numbered after `after`, by number.
+pub(super) fn page(
+    conn: &mut Conn,
+    filter: &Filter,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<Workflow>, Error> {
+    let state = filter.state.map(|s| s.code() as i16);
+    let cancelled = filter.cancelled;
+    let started_before = filter.started_before.map(|t| t.min(i64::MAX as u64) as i64);
+    let started_after = filter.started_after.map(|t| t.min(i64::MAX as u64) as i64);
     Ok(conn
         .query(
-            "SELECT seq, at, record FROM steps WHERE num = $1 AND seq > $2 ORDER BY seq",
-            &[&num, &after],
+            concat!(
+                "SELECT ",
+                workflow_columns!(),
+                " FROM workflows w WHERE num > $1 \
+                 AND ($2::smallint IS NULL OR state = $2) \
+                 AND ($3::bool IS NULL OR (coalesce(error_kind, '') = 'cancelled') = $3) \
+                 AND ($4::text IS NULL OR entry = $4) \
+                 AND ($5::text IS NULL OR starts_with(id, $5)) \
+                 AND ($6::bigint IS NULL OR started < $6) \
+                 AND ($7::bigint IS NULL OR started >= $7) \
+                 AND (NOT $8 OR parent IS NULL) \
+                 ORDER BY num LIMIT $9"
+            ),
+            &[
+                &after,
+                &state,
+                &cancelled,
+                &filter.entry,
+                &filter.prefix,
+                &started_before,
+                &started_after,
+                &filter.top_level,
+                &limit,
+            ],
+        )?
+        .iter()
+        .map(workflow_row)
+        .collect())
+}
+
+pub(super) fn steps(
+    conn: &mut Conn,
+    num: i64,
+    after: i64,
+    limit: Option<i64>,
+) -> Result<Vec<Step>, Error> {
+    Ok(conn
+        .query(
+            "SELECT seq, at, record FROM steps WHERE num = $1 AND seq > $2 ORDER BY seq \
+             LIMIT $3",
+            &[&num, &after, &limit],
         )?
         .iter()
         .map(|row| Step {
@@ -183,7 +232,7 @@ pub(super) fn host_info(conn: &mut Conn, id: i64) -> Result<Option<HostInfo>, Er
         }))
 }
 
-pub(super) fn messages(conn: &mut Conn) -> Result<Vec<Message>, Error> {
+pub(super) fn messages(conn: &mut Conn) -> Result<Vec<StoredMessage>, Error> {
     Ok(conn
         .query(
             "SELECT id, receiver, sender, payload, refused FROM messages \
@@ -193,7 +242,7 @@ pub(super) fn messages(conn: &mut Conn) -> Result<Vec<Message>, Error> {
             &[],
         )?
         .iter()
-        .map(|row| Message {
+        .map(|row| StoredMessage {
             message: NewMessage {
                 id: uint(row.get(0)),
                 receiver: uint(row.get(1)),

@@ -201,7 +201,7 @@ impl PgStore {
         });
         match outcome {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(why)) => Err(StoreError(why)),
+            Ok(Err(why)) => Err(StoreError::new(why)),
             Err(error) => Err(migration_error(&url, &error)),
         }
     }

@@ -14,7 +14,11 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Error, Statement};
 
 use super::{describe, Conn};
-use crate::durable::store::{elided, Ending, Op, StoreError};
+use std::collections::HashSet;
+
+use crate::durable::store::{
+    elided, Ending, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, StoreError,
+};
 
 /// A batch, checked and laid out for writing.
 pub(super) struct Plan<'a> {
@@ -116,120 +120,38 @@ impl<'a> Plan<'a> {
         let mut root_of: std::collections::HashMap<i64, i64> = std::collections::HashMap::new();
         let mut parts = Vec::new();
         let mut segment = Segment::default();
-        let flush = |segment: &mut Segment<'a>, parts: &mut Vec<Part<'a>>| {
-            if !segment.is_empty() {
-                parts.push(Part::Segment(Box::new(std::mem::take(segment))));
-            }
-        };
         for op in ops {
             match op {
                 Op::Module { hash, bytes } => {
                     segment.module_hash.push(text(hash));
                     segment.module_bytes.push(bytes);
                 }
-                Op::Start(w) => {
-                    let num = int(w.num, "workflow")?;
-                    let root = match w.parent.map(|p| int(p, "workflow")).transpose()? {
-                        None => num,
-                        Some(parent) => root_of.get(&parent).copied().unwrap_or(parent),
-                    };
-                    root_of.insert(num, root);
-                    segment.start_root_of.push(root);
-                    segment.start_num.push(num);
-                    segment.start_id.push(text(&w.id));
-                    segment
-                        .start_parent
-                        .push(w.parent.map(|p| int(p, "workflow")).transpose()?);
-                    segment.start_module.push(text(&w.module));
-                    segment.start_module_name.push(text(&w.module_name));
-                    segment.start_entry.push(text(&w.entry));
-                    segment.start_input.push(&w.input);
-                    segment.start_started.push(int(w.started, "time")?);
-                }
-                Op::Step(step) => {
-                    let num = int(step.num, "workflow")?;
-                    segment.step_num.push(num);
-                    segment.step_seq.push(int(step.seq, "step")?);
-                    segment.step_at.push(int(step.at, "time")?);
-                    segment.step_record.push(&step.record);
-                    if step.took_cancel {
-                        segment.took_cancel.push(num);
-                    }
-                    for id in step.consumed.iter().filter(|id| !elided.contains(id)) {
-                        segment.consumed.push(int(*id, "message")?);
-                    }
-                }
+                Op::Start(w) => segment.add_start(w, &mut root_of)?,
+                Op::Step(step) => segment.add_step(step, &elided)?,
                 Op::Message(message) => {
                     if !elided.contains(&message.id) {
-                        segment.message_id.push(int(message.id, "message")?);
-                        segment
-                            .message_receiver
-                            .push(int(message.receiver, "workflow")?);
-                        segment
-                            .message_sender
-                            .push(int(message.sender, "workflow")?);
-                        segment.message_payload.push(&message.payload);
-                        segment.message_local.push(message.local);
+                        segment.add_message(message)?;
                     }
                 }
-                Op::Snapshot(snapshot) => {
-                    let num = int(snapshot.num, "workflow")?;
-                    let seq = int(snapshot.seq, "step")?;
-                    match segment.snapshot_num.iter().position(|n| *n == num) {
-                        Some(i) => {
-                            segment.snapshot_seq[i] = seq;
-                            segment.snapshot_module[i] = text(&snapshot.module);
-                            segment.snapshot_state[i] = &snapshot.state;
-                        }
-                        None => {
-                            segment.snapshot_num.push(num);
-                            segment.snapshot_seq.push(seq);
-                            segment.snapshot_module.push(text(&snapshot.module));
-                            segment.snapshot_state.push(&snapshot.state);
-                        }
-                    }
-                }
-                Op::End { num, ending, at } => {
-                    flush(&mut segment, &mut parts);
-                    let (state, result, kind, message) = match ending {
-                        Ending::Done(result) => (1, Some(&result[..]), None, None),
-                        Ending::Failed { kind, message } => {
-                            (2, None, Some(text(kind)), Some(text(message)))
-                        }
-                    };
-                    parts.push(Part::End {
-                        num: int(*num, "workflow")?,
-                        state,
-                        result,
-                        kind,
-                        message,
-                        at: int(*at, "time")?,
-                    });
-                }
-                Op::Cancel { num } => {
-                    flush(&mut segment, &mut parts);
-                    parts.push(Part::Cancel(int(*num, "workflow")?));
-                }
-                Op::Refused { id, error } => {
-                    flush(&mut segment, &mut parts);
-                    parts.push(Part::Refused(int(*id, "message")?, text(error)));
-                }
+                Op::Snapshot(snapshot) => segment.add_snapshot(snapshot)?,
                 Op::HostMessage(message) => {
                     segment.outbox_num.push(int(message.num, "workflow")?);
                     segment.outbox_tag.push(int(message.tag, "tag")?);
                     segment.outbox_at.push(int(message.at, "time")?);
                     segment.outbox_payload.push(&message.payload);
                 }
-                Op::Damaged { num, why } => {
-                    flush(&mut segment, &mut parts);
-                    parts.push(Part::Damaged(
-                        int(*num, "workflow")?,
-                        why.as_deref().map(text),
-                    ));
+                Op::End { .. } | Op::Cancel { .. } | Op::Refused { .. } | Op::Damaged { .. } => {
+                    // In order with what comes before and after: the segment so far goes first.
+                    if !segment.is_empty() {
+                        parts.push(Part::Segment(Box::new(std::mem::take(&mut segment))));
+                    }
+                    parts.push(part_of(op)?);
                 }
             }
         }
-        flush(&mut segment, &mut parts);
+        if !segment.is_empty() {
+            parts.push(Part::Segment(Box::new(segment)));
+        }
         Ok(Plan {
             parts,
             last_message: last_message.map(|m| int(m, "message")).transpose()?,
@@ -574,6 +496,106 @@ fn segments(ops: &[Op]) -> Vec<usize> {
             _ => 0,
         })
         .collect()
+}
+
+impl<'a> Segment<'a> {
+    /// A workflow's start; `root_of` gives the root of each workflow started in the batch, so a
+    /// child's tree is its parent's.
+    fn add_start(
+        &mut self,
+        w: &'a NewWorkflow,
+        root_of: &mut std::collections::HashMap<i64, i64>,
+    ) -> Result<(), String> {
+        let num = int(w.num, "workflow")?;
+        let parent = w.parent.map(|p| int(p, "workflow")).transpose()?;
+        let root = match parent {
+            None => num,
+            Some(parent) => root_of.get(&parent).copied().unwrap_or(parent),
+        };
+        root_of.insert(num, root);
+        self.start_root_of.push(root);
+        self.start_num.push(num);
+        self.start_id.push(text(&w.id));
+        self.start_parent.push(parent);
+        self.start_module.push(text(&w.module));
+        self.start_module_name.push(text(&w.module_name));
+        self.start_entry.push(text(&w.entry));
+        self.start_input.push(&w.input);
+        self.start_started.push(int(w.started, "time")?);
+        Ok(())
+    }
+
+    /// A step, the messages it took (but `elided` ones, never written) and a cancel it took.
+    fn add_step(&mut self, step: &'a NewStep, elided: &HashSet<u64>) -> Result<(), String> {
+        let num = int(step.num, "workflow")?;
+        self.step_num.push(num);
+        self.step_seq.push(int(step.seq, "step")?);
+        self.step_at.push(int(step.at, "time")?);
+        self.step_record.push(&step.record);
+        if step.took_cancel {
+            self.took_cancel.push(num);
+        }
+        for id in step.consumed.iter().filter(|id| !elided.contains(id)) {
+            self.consumed.push(int(*id, "message")?);
+        }
+        Ok(())
+    }
+
+    fn add_message(&mut self, message: &'a NewMessage) -> Result<(), String> {
+        self.message_id.push(int(message.id, "message")?);
+        self.message_receiver
+            .push(int(message.receiver, "workflow")?);
+        self.message_sender.push(int(message.sender, "workflow")?);
+        self.message_payload.push(&message.payload);
+        self.message_local.push(message.local);
+        Ok(())
+    }
+
+    /// A snapshot, in place of one of the same workflow earlier in the segment.
+    fn add_snapshot(&mut self, snapshot: &'a NewSnapshot) -> Result<(), String> {
+        let num = int(snapshot.num, "workflow")?;
+        let seq = int(snapshot.seq, "step")?;
+        match self.snapshot_num.iter().position(|n| *n == num) {
+            Some(i) => {
+                self.snapshot_seq[i] = seq;
+                self.snapshot_module[i] = text(&snapshot.module);
+                self.snapshot_state[i] = &snapshot.state;
+            }
+            None => {
+                self.snapshot_num.push(num);
+                self.snapshot_seq.push(seq);
+                self.snapshot_module.push(text(&snapshot.module));
+                self.snapshot_state.push(&snapshot.state);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The part of its own an op written in order takes: an end, a cancel, a refusal, damage.
+fn part_of(op: &Op) -> Result<Part<'_>, String> {
+    Ok(match op {
+        Op::End { num, ending, at } => {
+            let (state, result, kind, message) = match ending {
+                Ending::Done(result) => (1, Some(&result[..]), None, None),
+                Ending::Failed { kind, message } => {
+                    (2, None, Some(text(kind)), Some(text(message)))
+                }
+            };
+            Part::End {
+                num: int(*num, "workflow")?,
+                state,
+                result,
+                kind,
+                message,
+                at: int(*at, "time")?,
+            }
+        }
+        Op::Cancel { num } => Part::Cancel(int(*num, "workflow")?),
+        Op::Refused { id, error } => Part::Refused(int(*id, "message")?, text(error)),
+        Op::Damaged { num, why } => Part::Damaged(int(*num, "workflow")?, why.as_deref().map(text)),
+        _ => unreachable!("only ends, cancels, refusals and damage are parts of their own"),
+    })
 }
 
 #[cfg(test)]

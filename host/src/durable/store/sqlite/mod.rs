@@ -16,21 +16,9 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection};
 
-use super::{StoreError, StoreResult};
+use super::{StoreError, StoreResult, SyncMode};
 use lock::HostLock;
 use schema::{MIGRATIONS, VERSION};
-
-/// How hard SQLite syncs a commit.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SyncMode {
-    /// `synchronous=FULL`: a commit is on disk when it returns. The default.
-    #[default]
-    Full,
-    /// `synchronous=NORMAL`: in WAL mode the store cannot be corrupted, but the last commits
-    /// before a power loss (not a crash of the host process) may be lost, though they were
-    /// acknowledged.
-    Normal,
-}
 
 /// A SQLite store.
 #[derive(Debug)]
@@ -118,6 +106,39 @@ pub(super) fn sql(what: &str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
 }
 
 impl SqliteStore {
+    /// The schema as it reads back (for the test that holds both stores to one description).
+    #[cfg(feature = "testing")]
+    pub fn shape(&self) -> StoreResult<super::shape::Shape> {
+        let what = sql("reading the schema");
+        let mut shape = super::shape::Shape::default();
+        let names: Vec<(String, String, String)> = self
+            .conn
+            .prepare("SELECT type, name, tbl_name FROM sqlite_master WHERE sql IS NOT NULL")
+            .and_then(|mut s| {
+                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                    .collect()
+            })
+            .map_err(&what)?;
+        for (kind, name, table) in names {
+            let pragma = if kind == "table" {
+                "table_info"
+            } else {
+                "index_info"
+            };
+            let columns: Vec<String> = self
+                .conn
+                .prepare(&format!("SELECT name FROM pragma_{pragma}(?1)"))
+                .and_then(|mut s| s.query_map([&name], |r| r.get(0))?.collect())
+                .map_err(&what)?;
+            match kind.as_str() {
+                "table" => drop(shape.tables.insert(name, columns)),
+                "index" => drop(shape.indexes.insert(name, (table, columns))),
+                _ => {}
+            }
+        }
+        Ok(shape)
+    }
+
     /// Opens (creating if need be) the store at `path` as its host, migrating it to this
     /// version's schema. The host holds the file's lock until the store is dropped: a second
     /// host (in this process or another) is refused with an error that names the first.
@@ -262,11 +283,6 @@ impl SqliteStore {
     /// Who holds the store at `path` as its host, if a host does.
     pub fn holder(path: impl AsRef<Path>) -> Option<Holder> {
         lock::holder(path.as_ref())
-    }
-
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     fn configure(&mut self, sync: SyncMode) -> StoreResult<()> {

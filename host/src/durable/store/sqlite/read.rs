@@ -6,8 +6,8 @@ use rusqlite::{params, OptionalExtension};
 use super::write::int;
 use super::{sql, SqliteStore};
 use crate::durable::store::{
-    Cancel, Ending, HostMessage, Message, NewMessage, NewSnapshot, NewWorkflow, Op, State, Step,
-    Store, StoreResult, Workflow,
+    Cancel, Ending, Filter, HostMessage, Journal, NewMessage, NewSnapshot, NewWorkflow, Op, Read,
+    State, Step, StoreResult, StoredMessage, Workflow,
 };
 
 const WORKFLOW_COLUMNS: &str = "num, id, parent, module, module_name, entry, input, started, \
@@ -42,8 +42,8 @@ fn workflow_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workflow> {
     })
 }
 
-impl Store for SqliteStore {
-    fn reader(&self) -> StoreResult<Box<dyn Store>> {
+impl Journal for SqliteStore {
+    fn reader(&self) -> StoreResult<Box<dyn Journal>> {
         Ok(Box::new(self.open_reader()?))
     }
 
@@ -74,7 +74,9 @@ impl Store for SqliteStore {
             messages.unwrap_or(0).max(0) as u64,
         ))
     }
+}
 
+impl Read for SqliteStore {
     fn workflow(&mut self, id: &str) -> StoreResult<Option<Workflow>> {
         self.conn
             .prepare_cached(&format!(
@@ -113,21 +115,69 @@ impl Store for SqliteStore {
             .map_err(sql("listing workflows"))
     }
 
-    fn steps(&mut self, num: u64, after: u64) -> StoreResult<Vec<Step>> {
+    fn page(&mut self, filter: &Filter, after: u64, limit: usize) -> StoreResult<Vec<Workflow>> {
+        let what = "listing workflows";
+        let mut clauses = vec!["num > ?".to_string()];
+        let mut values: Vec<rusqlite::types::Value> = vec![int(after).map_err(sql(what))?.into()];
+        if let Some(state) = filter.state {
+            clauses.push("state = ?".into());
+            values.push(state.code().into());
+        }
+        if let Some(cancelled) = filter.cancelled {
+            let test = if cancelled { "=" } else { "IS NOT" };
+            clauses.push(format!("error_kind {test} 'cancelled'"));
+        }
+        if let Some(entry) = &filter.entry {
+            clauses.push("entry = ?".into());
+            values.push(entry.clone().into());
+        }
+        if let Some(prefix) = &filter.prefix {
+            clauses.push("substr(id, 1, length(?)) = ?".into());
+            values.push(prefix.clone().into());
+            values.push(prefix.clone().into());
+        }
+        if let Some(before) = filter.started_before {
+            clauses.push("started < ?".into());
+            values.push(int(before).map_err(sql(what))?.into());
+        }
+        if let Some(after) = filter.started_after {
+            clauses.push("started >= ?".into());
+            values.push(int(after).map_err(sql(what))?.into());
+        }
+        if filter.top_level {
+            clauses.push("parent IS NULL".into());
+        }
+        values.push(i64::try_from(limit).unwrap_or(i64::MAX).into());
+        let mut statement = self
+            .conn
+            .prepare(&format!(
+                "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE {} ORDER BY num LIMIT ?",
+                clauses.join(" AND ")
+            ))
+            .map_err(sql(what))?;
+        let rows = statement
+            .query_map(rusqlite::params_from_iter(values), workflow_row)
+            .map_err(sql(what))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql(what))
+    }
+
+    fn step_page(&mut self, num: u64, after: u64, limit: Option<usize>) -> StoreResult<Vec<Step>> {
         let mut statement = self
             .conn
             .prepare_cached(
                 "SELECT seq, at, record FROM steps WHERE num = ?1 AND seq > ?2 \
                  UNION ALL SELECT seq, at, record FROM log WHERE num = ?1 AND seq > ?2 \
-                 ORDER BY seq",
+                 ORDER BY seq LIMIT ?3",
             )
             .map_err(sql("reading a journal"))?;
         let (num, after) = (
             int(num).map_err(sql("reading a journal"))?,
             int(after).map_err(sql("reading a journal"))?,
         );
+        let limit = limit.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
         let rows = statement
-            .query_map(params![num, after], |row| {
+            .query_map(params![num, after, limit], |row| {
                 Ok(Step {
                     seq: row.get::<_, i64>(0)? as u64,
                     at: row.get::<_, i64>(1)? as u64,
@@ -187,7 +237,15 @@ impl Store for SqliteStore {
             .map_err(sql(what))
     }
 
-    fn messages(&mut self) -> StoreResult<Vec<Message>> {
+    fn refused_from(&mut self, senders: &[u64]) -> StoreResult<Vec<StoredMessage>> {
+        Ok(self
+            .messages()?
+            .into_iter()
+            .filter(|m| m.refused.is_some() && senders.contains(&m.message.sender))
+            .collect())
+    }
+
+    fn messages(&mut self) -> StoreResult<Vec<StoredMessage>> {
         let mut statement = self
             .conn
             .prepare(
@@ -199,7 +257,7 @@ impl Store for SqliteStore {
             .map_err(sql("reading messages"))?;
         let rows = statement
             .query_map([], |row| {
-                Ok(Message {
+                Ok(StoredMessage {
                     message: NewMessage {
                         id: row.get::<_, i64>(0)? as u64,
                         receiver: row.get::<_, i64>(1)? as u64,

@@ -89,6 +89,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ) WITHOUT ROWID;
     CREATE INDEX messages_receiver ON messages(receiver);
     ",
+    // 6: unfinished workflows indexed by number, as the PostgreSQL store has them (recovery
+    // reads them in that order; `shape.rs` describes what both stores keep).
+    "
+    DROP INDEX workflows_running;
+    CREATE INDEX workflows_running ON workflows(num) WHERE state = 0;
+    ",
 ];
 
 /// The version this build writes.

@@ -6,7 +6,7 @@ use rusqlite::params;
 
 use super::{SqliteStore, LOG_BYTES, LOG_STEPS};
 use crate::durable::store::StoreResult;
-use crate::durable::store::{Ending, NewMessage, Op, StoreError};
+use crate::durable::store::{Ending, NewMessage, NewStep, NewWorkflow, Op, State, StoreError};
 
 /// SQLite keeps integers signed: numbers past `i64::MAX` do not occur (pids and message numbers
 /// count up from 1), and are refused rather than wrapped.
@@ -22,101 +22,18 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
             tx.prepare_cached("INSERT OR IGNORE INTO modules (hash, bytes) VALUES (?1, ?2)")?
                 .execute(params![hash, &bytes[..]])?;
         }
-        Op::Start(w) => {
-            tx.prepare_cached(
-                "INSERT INTO workflows (num, id, parent, module, module_name, entry, input, \
-                 started) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?
-            .execute(params![
-                int(w.num)?,
-                w.id,
-                w.parent.map(int).transpose()?,
-                w.module,
-                w.module_name,
-                w.entry,
-                w.input,
-                int(w.started)?
-            ])?;
-        }
-        Op::Step(step) => {
-            // The log's index refuses a step twice in the log; this, a step moved out of it.
-            let added = tx
-                .prepare_cached(
-                    "INSERT INTO log (num, seq, at, record) SELECT ?1, ?2, ?3, ?4 \
-                     WHERE NOT EXISTS (SELECT 1 FROM steps WHERE num = ?1 AND seq = ?2)",
-                )?
-                .execute(params![
-                    int(step.num)?,
-                    int(step.seq)?,
-                    int(step.at)?,
-                    step.record
-                ])?;
-            if added == 0 {
-                return Err(rusqlite::Error::SqliteFailure(
-                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY),
-                    Some(format!(
-                        "step {} of workflow {} is in the store already (does another host \
-                         write to this store?)",
-                        step.seq, step.num
-                    )),
-                ));
+        Op::Start(w) => write_start(tx, w)?,
+        Op::Step(step) => write_step(tx, step, elided)?,
+        Op::Message(message) => {
+            if !elided.contains(&message.id) {
+                write_message(tx, message)?;
             }
-            if step.took_cancel {
-                tx.prepare_cached("UPDATE workflows SET cancel = 2 WHERE num = ?1")?
-                    .execute(params![int(step.num)?])?;
-            }
-            for id in step.consumed.iter().filter(|id| !elided.contains(id)) {
-                tx.prepare_cached("DELETE FROM messages WHERE id = ?1")?
-                    .execute(params![int(*id)?])?;
-            }
-        }
-        Op::Message(NewMessage {
-            id,
-            receiver,
-            sender,
-            payload,
-            ..
-        }) => {
-            if elided.contains(id) {
-                return Ok(());
-            }
-            tx.prepare_cached(
-                "INSERT INTO messages (id, receiver, sender, payload) VALUES (?1, ?2, ?3, ?4)",
-            )?
-            .execute(params![int(*id)?, int(*receiver)?, int(*sender)?, payload])?;
         }
         Op::Refused { id, error } => {
             tx.prepare_cached("UPDATE messages SET refused = ?2 WHERE id = ?1")?
                 .execute(params![int(*id)?, error])?;
         }
-        Op::End { num, ending, at } => {
-            let mut update = tx.prepare_cached(
-                "UPDATE workflows SET state = ?2, result = ?3, error_kind = ?4, error = ?5, \
-                 finished = ?6 WHERE num = ?1 AND state = 0",
-            )?;
-            match ending {
-                Ending::Done(result) => update.execute(params![
-                    int(*num)?,
-                    1,
-                    result,
-                    None::<String>,
-                    None::<String>,
-                    int(*at)?
-                ])?,
-                Ending::Failed { kind, message } => update.execute(params![
-                    int(*num)?,
-                    2,
-                    None::<Vec<u8>>,
-                    kind,
-                    message,
-                    int(*at)?
-                ])?,
-            };
-            // Its snapshot is of no use now. Messages it never read stay, counted as unread:
-            // they were acknowledged to whoever sent them.
-            tx.prepare_cached("DELETE FROM snapshots WHERE num = ?1")?
-                .execute(params![int(*num)?])?;
-        }
+        Op::End { num, ending, at } => write_end(tx, *num, ending, *at)?,
         Op::Cancel { num } => {
             tx.prepare_cached("UPDATE workflows SET cancel = 1 WHERE num = ?1 AND cancel = 0")?
                 .execute(params![int(*num)?])?;
@@ -148,6 +65,113 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
             ])?;
         }
     }
+    Ok(())
+}
+
+fn write_start(tx: &rusqlite::Transaction<'_>, w: &NewWorkflow) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO workflows (num, id, parent, module, module_name, entry, input, \
+         started) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        int(w.num)?,
+        w.id,
+        w.parent.map(int).transpose()?,
+        w.module,
+        w.module_name,
+        w.entry,
+        w.input,
+        int(w.started)?
+    ])?;
+    Ok(())
+}
+
+/// Appends a step to the log; the messages it took go (but `elided` ones, never written), and
+/// a cancel it took is marked taken.
+fn write_step(
+    tx: &rusqlite::Transaction<'_>,
+    step: &NewStep,
+    elided: &HashSet<u64>,
+) -> rusqlite::Result<()> {
+    // The log's index refuses a step twice in the log; this, a step moved out of it.
+    let added = tx
+        .prepare_cached(
+            "INSERT INTO log (num, seq, at, record) SELECT ?1, ?2, ?3, ?4 \
+             WHERE NOT EXISTS (SELECT 1 FROM steps WHERE num = ?1 AND seq = ?2)",
+        )?
+        .execute(params![
+            int(step.num)?,
+            int(step.seq)?,
+            int(step.at)?,
+            step.record
+        ])?;
+    if added == 0 {
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY),
+            Some(format!(
+                "step {} of workflow {} is in the store already (does another host write to \
+                 this store?)",
+                step.seq, step.num
+            )),
+        ));
+    }
+    if step.took_cancel {
+        tx.prepare_cached("UPDATE workflows SET cancel = 2 WHERE num = ?1")?
+            .execute(params![int(step.num)?])?;
+    }
+    for id in step.consumed.iter().filter(|id| !elided.contains(id)) {
+        tx.prepare_cached("DELETE FROM messages WHERE id = ?1")?
+            .execute(params![int(*id)?])?;
+    }
+    Ok(())
+}
+
+fn write_message(tx: &rusqlite::Transaction<'_>, message: &NewMessage) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO messages (id, receiver, sender, payload) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![
+        int(message.id)?,
+        int(message.receiver)?,
+        int(message.sender)?,
+        message.payload
+    ])?;
+    Ok(())
+}
+
+/// Ends workflow `num` (once: a second end changes nothing) and drops its snapshot.
+fn write_end(
+    tx: &rusqlite::Transaction<'_>,
+    num: u64,
+    ending: &Ending,
+    at: u64,
+) -> rusqlite::Result<()> {
+    let mut update = tx.prepare_cached(
+        "UPDATE workflows SET state = ?2, result = ?3, error_kind = ?4, error = ?5, \
+         finished = ?6 WHERE num = ?1 AND state = 0",
+    )?;
+    match ending {
+        Ending::Done(result) => update.execute(params![
+            int(num)?,
+            State::Done.code(),
+            result,
+            None::<String>,
+            None::<String>,
+            int(at)?
+        ])?,
+        Ending::Failed { kind, message } => update.execute(params![
+            int(num)?,
+            State::Failed.code(),
+            None::<Vec<u8>>,
+            kind,
+            message,
+            int(at)?
+        ])?,
+    };
+    // Its snapshot is of no use now. Messages it never read stay, counted as unread: they were
+    // acknowledged to whoever sent them.
+    tx.prepare_cached("DELETE FROM snapshots WHERE num = ?1")?
+        .execute(params![int(num)?])?;
     Ok(())
 }
 

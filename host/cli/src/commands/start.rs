@@ -1,0 +1,108 @@
+//! `wfhost start`: a workflow started on a store hosts share, for one of them to run.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use wfhost::store::Location;
+use wfhost::{Client, ModuleInfo, Payload};
+
+use crate::output::outln;
+
+/// Starts a workflow on a store that hosts share, for one of them to claim and run; prints its
+/// id. The input is checked against the entry point first (as `wfhost run` checks it), and
+/// nothing is written for one it does not take. Idempotent: starting an id that exists with the
+/// same module, entry point and input starts nothing (and says so); with another, it is refused
+/// (exit code 3).
+#[derive(Debug, clap::Parser)]
+pub struct StartCommand {
+    /// The workflow module: a `.wasm` file, or a workflow crate's directory (built first).
+    module: PathBuf,
+
+    /// The entry point to start.
+    entry: String,
+
+    /// The input, as JSON. Default: null.
+    #[arg(long, value_name = "JSON", conflicts_with = "input_file")]
+    input: Option<String>,
+
+    /// Read the input (JSON) from this file: for inputs too long for a command line.
+    #[arg(long, value_name = "FILE")]
+    input_file: Option<PathBuf>,
+
+    /// The workflow's id. Default: a new random id.
+    #[arg(long, value_name = "ID")]
+    id: Option<String>,
+
+    /// The largest input to start with: the `--max-payload` of the hosts that run it.
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = super::limits::parse_size)]
+    max_payload: usize,
+
+    /// The store: a PostgreSQL URL that `wfhost serve` hosts share.
+    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
+    store: Location,
+
+    #[command(flatten)]
+    cache: super::limits::CacheArgs,
+}
+
+impl StartCommand {
+    pub fn execute(self) -> anyhow::Result<()> {
+        let input = super::run::read_input(self.input.as_deref(), self.input_file.as_deref())?;
+        let path = if self.module.is_dir() {
+            wfhost_cli::build::build_workflow(&self.module, true)?
+        } else {
+            self.module.clone()
+        };
+        let bytes = std::fs::read(&path)
+            .with_context(|| format!("cannot read module {}", path.display()))?;
+        let info = ModuleInfo::inspect(&bytes)
+            .with_context(|| format!("{} is not a module wfhost can run", path.display()))?;
+        if !info.has_entry(&self.entry) {
+            bail!(
+                "{} has no entry point '{}' (it has: {})",
+                path.display(),
+                self.entry,
+                info.entries.join(", ")
+            );
+        }
+        if let Some(why) = self.id.as_deref().and_then(wfhost::bad_id) {
+            bail!("{why}");
+        }
+        let client = Client::open(&self.store);
+        // A store that takes no client starts says so before anything is checked.
+        client.takes_work()?;
+        let payload = Payload::json_bytes(input.into_bytes());
+        let name = path
+            .file_stem()
+            .map_or_else(|| "main".into(), |s| s.to_string_lossy().into_owned());
+        self.check_input(&name, &bytes, &payload)?;
+        let started = client
+            .start(self.id.as_deref(), &bytes, &name, &self.entry, &payload)
+            .map_err(|e| match e.kind() {
+                wfhost::ErrorKind::Conflict => anyhow::Error::new(e).context("nothing started"),
+                _ => e.into(),
+            })?;
+        let id = started.id;
+        if started.new {
+            eprintln!("started {id}");
+        } else {
+            eprintln!("{id} exists already, started the same way: nothing started");
+        }
+        outln!("{id}")?;
+        Ok(())
+    }
+
+    /// Refuses an input past `--max-payload`, or one the entry point does not take: its start
+    /// runs in a sandboxed instance here, and nothing else.
+    fn check_input(&self, name: &str, bytes: &[u8], input: &Payload) -> anyhow::Result<()> {
+        let builder = super::host::builder(Some(1), None, &self.cache, None)?
+            .limits(wfhost::Limits::default().max_payload_bytes(self.max_payload));
+        let host = super::host::build(builder).context("cannot check the input")?;
+        let checked = host
+            .load_module_bytes(name, bytes)
+            .and_then(|_| host.check_input(name, &self.entry, input));
+        host.shutdown(Duration::from_secs(1));
+        checked.map_err(|e| anyhow::Error::new(e).context("nothing started"))
+    }
+}

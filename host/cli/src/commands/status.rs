@@ -1,0 +1,104 @@
+//! `wfhost status`: where one workflow stands.
+
+use wfhost::store::Location;
+use wfhost::{Client, WorkflowState};
+
+use super::durable::{status_word, time};
+use crate::output::outln;
+
+/// Shows where a workflow stands: running (and on which host, or waiting for one), done, failed
+/// or cancelled (with its result or error), or damaged (its journal cannot be read back); its
+/// steps, times and the messages waiting for it.
+#[derive(Debug, clap::Parser)]
+pub struct StatusCommand {
+    /// The workflow's id.
+    id: String,
+
+    /// The store: a SQLite file or a PostgreSQL URL.
+    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
+    store: Location,
+
+    /// One JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+impl StatusCommand {
+    pub fn execute(self) -> anyhow::Result<()> {
+        let workflow = Client::open(&self.store).status(&self.id)?;
+        let status = status_word(&workflow);
+        let result = workflow.result.as_ref().map(|p| {
+            super::run::render(p).unwrap_or_else(|_| "(a result that does not decode)".into())
+        });
+        let result = match (&result, workflow.state) {
+            (None, WorkflowState::Completed) => Some("(a result that does not decode)".into()),
+            _ => result,
+        };
+        let error = workflow.error.as_ref();
+        if self.json {
+            let result = result
+                .as_deref()
+                .map(|text| serde_json::from_str::<serde_json::Value>(text).unwrap_or(text.into()));
+            outln!(
+                "{}",
+                serde_json::json!({
+                    "id": workflow.id,
+                    "pid": workflow.number,
+                    "entry": workflow.entry,
+                    "module": workflow.module_name,
+                    "status": status,
+                    "waiting_for_host": workflow.waiting_for_host,
+                    "host": workflow.host,
+                    "started": workflow.started,
+                    "finished": workflow.finished,
+                    "steps": workflow.steps,
+                    "result": result,
+                    "error": error.map(|e| serde_json::json!({
+                        "kind": e.kind,
+                        "message": e.message,
+                    })),
+                    "damaged": workflow.damaged,
+                    "unread_messages": workflow.unread,
+                })
+            )?;
+            return Ok(());
+        }
+        outln!("id:       {}", workflow.id)?;
+        outln!("entry:    {} ({})", workflow.entry, workflow.module_name)?;
+        let waiting = match (&workflow.damaged, workflow.waiting_for_host) {
+            (Some(_), _) => "",
+            (None, true) if workflow.steps == 0 => {
+                " (waiting for a host to start it: `wfhost serve` or `wfhost resume`)"
+            }
+            (None, true) => " (waiting for a host: `wfhost serve` or `wfhost resume` goes on)",
+            (None, false) => "",
+        };
+        outln!("status:   {status}{waiting}")?;
+        if let Some(why) = &workflow.damaged {
+            outln!(
+                "damaged:  {why} (left as it was; a host resumes it once the store is repaired \
+                 or the build fixed)"
+            )?;
+        }
+        if let Some(text) = &workflow.host {
+            outln!("host:     {text}")?;
+        }
+        outln!("started:  {}", time(workflow.started))?;
+        if let Some(finished) = workflow.finished {
+            outln!("finished: {}", time(finished))?;
+        }
+        outln!("steps:    {}", workflow.steps)?;
+        match (workflow.unread, workflow.state) {
+            (0, _) => {}
+            (n, WorkflowState::Running) => outln!("messages: {n} waiting to be taken")?,
+            (n, _) => outln!("messages: {n} sent to it were never read (it ended first)")?,
+        }
+        if let Some(result) = result {
+            outln!("result:   {result}")?;
+        }
+        if let Some(e) = error {
+            outln!("error:    {}: {}", e.kind, e.message)?;
+        }
+        Ok(())
+    }
+}

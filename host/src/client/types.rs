@@ -1,0 +1,299 @@
+//! What a [`Client`](super::Client) answers with: typed views of the store's rows.
+
+use wfcontract::{Event, Payload, Status, Yield};
+
+use crate::durable::record::StepRecord;
+use crate::durable::store::{Ending, State, Workflow};
+use crate::wasm::reads::Read as WasiRead;
+
+/// Where a workflow stands, in a word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WorkflowState {
+    /// Not finished: it runs, or waits for a host to run it.
+    Running,
+    /// Finished with a result.
+    Completed,
+    /// Finished with a failure.
+    Failed,
+    /// Cancelled, and stopped as asked.
+    Cancelled,
+}
+
+impl WorkflowState {
+    /// `running`, `completed`, `failed` or `cancelled`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkflowState::Running => "running",
+            WorkflowState::Completed => "completed",
+            WorkflowState::Failed => "failed",
+            WorkflowState::Cancelled => "cancelled",
+        }
+    }
+
+    /// The state named `name` (`running`, `completed` or `done`, `failed`, `cancelled`).
+    pub fn parse(name: &str) -> Option<WorkflowState> {
+        Some(match name {
+            "running" => WorkflowState::Running,
+            "completed" | "done" => WorkflowState::Completed,
+            "failed" => WorkflowState::Failed,
+            "cancelled" => WorkflowState::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+/// How a workflow failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Failure {
+    /// The kind, as the engine names it: `failed`, `trap`, `limit`, `cancelled`,
+    /// `nondeterminism`, ...
+    pub kind: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// A workflow as the store has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkflowStatus {
+    /// Its id.
+    pub id: String,
+    /// Its number in the store (its pid while it runs).
+    pub number: u64,
+    /// The workflow that spawned it, by number, if any.
+    pub parent: Option<u64>,
+    /// Where it stands.
+    pub state: WorkflowState,
+    /// Its entry point.
+    pub entry: String,
+    /// The SHA-256 of its module, in hex.
+    pub module: String,
+    /// The name its module was loaded under.
+    pub module_name: String,
+    /// Its input (`None` if it does not decode).
+    pub input: Option<Payload>,
+    /// When it started, in milliseconds since the Unix epoch.
+    pub started: u64,
+    /// When it finished, once it has.
+    pub finished: Option<u64>,
+    /// Steps journaled.
+    pub steps: u64,
+    /// Its result, once it completed.
+    pub result: Option<Payload>,
+    /// Its failure, once it failed or was cancelled.
+    pub error: Option<Failure>,
+    /// Why its journal (or its tree's) cannot be read back, if a host found it so: it is left
+    /// as it was, to be resumed once the store is repaired or the build fixed.
+    pub damaged: Option<String>,
+    /// Messages the store holds for it, not refused: waiting to be taken while it runs, never
+    /// read once it has ended.
+    pub unread: u64,
+    /// Unfinished: the host that runs it, in words (on a SQLite file, the one holding the file;
+    /// on a shared store, its number and name), if one is known.
+    pub host: Option<String>,
+    /// Unfinished and no live host runs it: it waits for one (`wfhost serve`, `wfhost resume`).
+    pub waiting_for_host: bool,
+    /// A cancel was asked for it.
+    pub cancel_asked: bool,
+}
+
+impl WorkflowStatus {
+    /// The status of `workflow`, with its result decoded.
+    pub(crate) fn of(workflow: Workflow) -> WorkflowStatus {
+        let state = match (&workflow.state, &workflow.ending) {
+            (State::Running, _) | (_, None) => WorkflowState::Running,
+            (State::Done, _) => WorkflowState::Completed,
+            (_, Some(Ending::Failed { kind, .. })) if kind == "cancelled" => {
+                WorkflowState::Cancelled
+            }
+            _ => WorkflowState::Failed,
+        };
+        let (result, error) = match workflow.ending {
+            Some(Ending::Done(bytes)) => (postcard::from_bytes(&bytes).ok(), None),
+            Some(Ending::Failed { kind, message }) => (None, Some(Failure { kind, message })),
+            None => (None, None),
+        };
+        let start = workflow.start;
+        WorkflowStatus {
+            id: start.id,
+            number: start.num,
+            parent: start.parent,
+            state,
+            entry: start.entry,
+            module: start.module,
+            module_name: start.module_name,
+            input: postcard::from_bytes(&start.input).ok(),
+            started: start.started,
+            finished: workflow.finished,
+            steps: workflow.steps,
+            result,
+            error,
+            damaged: workflow.damaged,
+            unread: workflow.unread,
+            host: None,
+            waiting_for_host: false,
+            cancel_asked: workflow.cancel != crate::durable::store::Cancel::No,
+        }
+    }
+
+    /// Whether it has finished.
+    pub fn is_finished(&self) -> bool {
+        self.state != WorkflowState::Running
+    }
+}
+
+/// One page of a listing, and where the next begins.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Page<T> {
+    /// What this page holds, in order.
+    pub items: Vec<T>,
+    /// The cursor to ask for the next page with; `None` at the end.
+    pub next: Option<String>,
+}
+
+/// Which workflows [`Client::list`](super::Client::list) shows, and how many at a time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListQuery {
+    pub(crate) state: Option<WorkflowState>,
+    pub(crate) entry: Option<String>,
+    pub(crate) prefix: Option<String>,
+    pub(crate) started_before: Option<u64>,
+    pub(crate) started_after: Option<u64>,
+    pub(crate) top_level: bool,
+    pub(crate) limit: usize,
+    pub(crate) after: Option<String>,
+}
+
+/// The page size of a [`ListQuery`] unless it says otherwise.
+pub const DEFAULT_PAGE: usize = 100;
+
+/// The largest page a [`ListQuery`] may ask for.
+pub const MAX_PAGE: usize = 10_000;
+
+impl Default for ListQuery {
+    fn default() -> ListQuery {
+        ListQuery {
+            state: None,
+            entry: None,
+            prefix: None,
+            started_before: None,
+            started_after: None,
+            top_level: false,
+            limit: DEFAULT_PAGE,
+            after: None,
+        }
+    }
+}
+
+impl ListQuery {
+    /// Every workflow, [`DEFAULT_PAGE`] at a time, oldest first.
+    pub fn new() -> ListQuery {
+        ListQuery::default()
+    }
+
+    /// Only workflows that stand so.
+    pub fn state(mut self, state: WorkflowState) -> ListQuery {
+        self.state = Some(state);
+        self
+    }
+
+    /// Only workflows of this entry point.
+    pub fn entry(mut self, entry: impl Into<String>) -> ListQuery {
+        self.entry = Some(entry.into());
+        self
+    }
+
+    /// Only workflows whose id starts with `prefix`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> ListQuery {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// Only workflows started before `millis` (milliseconds since the Unix epoch).
+    pub fn started_before(mut self, millis: u64) -> ListQuery {
+        self.started_before = Some(millis);
+        self
+    }
+
+    /// Only workflows started at or after `millis`.
+    pub fn started_after(mut self, millis: u64) -> ListQuery {
+        self.started_after = Some(millis);
+        self
+    }
+
+    /// Only top-level workflows (not the children they spawned).
+    pub fn top_level(mut self) -> ListQuery {
+        self.top_level = true;
+        self
+    }
+
+    /// At most `limit` a page (1 to [`MAX_PAGE`]).
+    pub fn limit(mut self, limit: usize) -> ListQuery {
+        self.limit = limit;
+        self
+    }
+
+    /// The page after the one whose [`Page::next`] was `cursor`.
+    pub fn after(mut self, cursor: impl Into<String>) -> ListQuery {
+        self.after = Some(cursor.into());
+        self
+    }
+}
+
+/// One journaled step of a workflow: what entered it and what it answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HistoryStep {
+    /// Its position, from 1.
+    pub seq: u64,
+    /// When it ran, in milliseconds since the Unix epoch.
+    pub at: u64,
+    /// The events it took, in delivery order (a message's tag is its number in the store).
+    pub events: Vec<Event>,
+    /// What it read from WASI (clocks, randomness).
+    pub reads: Vec<WasiRead>,
+    /// What it yielded.
+    pub yields: Vec<Yield>,
+    /// Its status after the step.
+    pub status: Status,
+}
+
+impl HistoryStep {
+    pub(crate) fn of(seq: u64, at: u64, record: StepRecord) -> HistoryStep {
+        HistoryStep {
+            seq,
+            at,
+            events: record.events,
+            reads: record.reads,
+            yields: record.output.yields,
+            status: record.output.status,
+        }
+    }
+}
+
+/// What a [`Client::start`](super::Client::start) did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Started {
+    /// The workflow's id (the one given, or one made).
+    pub id: String,
+    /// Whether this start wrote it: `false` when a workflow of that id existed with the same
+    /// module, entry point and input (the start is idempotent).
+    pub new: bool,
+}
+
+/// What a [`Client::cancel`](super::Client::cancel) did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Cancelled {
+    /// The cancel was written for the workflow's host to deliver.
+    Asked,
+    /// A cancel had been asked already.
+    AskedBefore,
+    /// The workflow had ended: nothing to cancel.
+    Ended(WorkflowState),
+}

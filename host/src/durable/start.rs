@@ -1,0 +1,313 @@
+//! Starting durable workflows under ids, and reading where they stand: what
+//! [`Host::start`](crate::Host::start), [`Host::result`](crate::Host::result) and
+//! [`Host::replay`](crate::Host::replay) do beneath the host.
+
+use std::sync::Arc;
+
+use wfcontract::{Payload, Pid};
+use wfhost_scheduler::{FailureKind, InitContext, ProcessError};
+
+use super::process::DurableProcess;
+use super::record::StepRecord;
+use super::store::{Ending, NewWorkflow, Op, State, Workflow};
+use super::{now_millis, store_error, Durable};
+use crate::engine::{check_payload, refused_start, Engine, Spawned};
+use crate::error::{Error, ErrorKind, Result};
+use crate::modules::Loaded;
+
+/// Why `id` cannot be a top-level workflow's id, if it cannot: 1 to 1024 characters, no control
+/// character, and no `/`, which children's ids use (`order-42/3.0`: the parent's id, the step
+/// and the yield that spawned them), so that no start can take a child's id.
+pub fn bad_id(id: &str) -> Option<&'static str> {
+    (id.is_empty() || id.len() > 1024 || id.chars().any(|c| c.is_control() || c == '/')).then_some(
+        "a workflow id must be 1 to 1024 characters, none of them a control character or '/' \
+         (children's ids are their parent's with '/' and where they were spawned)",
+    )
+}
+
+/// Where a durable workflow stands, as [`Host::result`](crate::Host::result) reads it from the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkflowResult {
+    /// It has not finished (it runs, or waits for a restart to resume it).
+    Running,
+    /// It finished with this result.
+    Done(Payload),
+    /// It failed: the kind (as the scheduler names it: "failed", "trap", "nondeterminism", ...)
+    /// and what happened.
+    Failed {
+        /// The failure's kind.
+        kind: String,
+        /// What happened.
+        message: String,
+    },
+}
+
+impl Durable {
+    /// On a store hosts share, this host's number there.
+    pub(crate) fn store_host(&self) -> Option<u64> {
+        self.lease.get().map(|lease| lease.host)
+    }
+
+    /// Why the store takes nothing more from this host, if it does not.
+    pub(crate) fn store_failure(&self) -> Option<Error> {
+        self.writer.failed().map(store_error)
+    }
+
+    /// Starts entry point `entry` of module `module` with `input` as durable workflow `id`
+    /// (see [`Host::start`](crate::Host::start)).
+    pub(crate) fn start(
+        self: &Arc<Self>,
+        engine: &Engine,
+        id: &str,
+        module: &str,
+        entry: &str,
+        input: Payload,
+    ) -> Result<Spawned> {
+        engine.running()?;
+        self.writable()?;
+        if let Some(why) = bad_id(id) {
+            return Err(Error::new(ErrorKind::InvalidInput, why));
+        }
+        let loaded = engine.entry(module, entry)?;
+        check_payload(&engine.wasm.limits, "the input", &input)?;
+        let hash = loaded.compiled.info.sha256.clone();
+        let encoded = postcard::to_allocvec(&input)
+            .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the input: {e}")))?;
+        let id: Arc<str> = Arc::from(id);
+        let pid = engine.handle.reserve_pid();
+        if let Some(running) = self.ids.claim(pid, &id) {
+            self.same_start(&id, &hash, entry, &encoded)?;
+            return engine.follow(running);
+        }
+        let claimed = Claim(self, pid);
+        let stored = self.reader.lock().workflow(&id).map_err(store_error)?;
+        if let Some(workflow) = stored {
+            return self.existing(workflow, &hash, entry, &encoded);
+        }
+        // Its start runs now, before anything is written: nothing is written for an input the
+        // entry point does not take.
+        let process = self.started_process(engine, &loaded, pid, &id, entry, &input)?;
+        let start = NewWorkflow {
+            num: pid.0,
+            id: id.to_string(),
+            parent: None,
+            module: hash.clone(),
+            module_name: loaded.name.to_string(),
+            entry: entry.to_string(),
+            input: encoded.clone(),
+            started: now_millis(),
+        };
+        // On a shared store, what clients write for it is taken once it runs here.
+        let _taking = self.lease.get().map(|_| self.taking.lock());
+        if !self.write_start(start)? {
+            let stored = self.reader.lock().workflow(&id).map_err(store_error)?;
+            return match stored {
+                Some(workflow) => self.existing(workflow, &hash, entry, &encoded),
+                None => Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!("workflow '{id}' was being started elsewhere: ask again"),
+                )),
+            };
+        }
+        let spawned = match engine.spawn_workflow(process, pid, None, entry, input) {
+            Ok(spawned) => spawned,
+            Err(error) => {
+                // Started in the store and not here: another host (or this one, later) claims
+                // it.
+                if let Some(lease) = self.lease.get() {
+                    let _ = lease.store.lock().unclaim(&[pid.0]);
+                }
+                return Err(error);
+            }
+        };
+        std::mem::forget(claimed);
+        Ok(spawned)
+    }
+
+    /// Writes a new workflow's start: whether it was written (on a store hosts share, another
+    /// start of its id may have been written first).
+    fn write_start(&self, start: NewWorkflow) -> Result<bool> {
+        match self.lease.get() {
+            // Hosts share the store: the start is written once whoever asks, and the host that
+            // wrote it owns the workflow.
+            Some(lease) => Ok(lease
+                .store
+                .lock()
+                .start_once(&start)
+                .map_err(store_error)?
+                .is_some()),
+            None => {
+                self.write(vec![Op::Start(start)])?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// The process of a new durable workflow `id` under `pid`, its entry point started (its
+    /// `init` run here, on the caller's thread) so that an input it does not take is refused
+    /// before anything is written ([`ErrorKind::InvalidInput`], or [`ErrorKind::Trap`] for a
+    /// start that traps). When no instance is free to start it now, it starts on a worker as
+    /// any process does.
+    fn started_process(
+        self: &Arc<Self>,
+        engine: &Engine,
+        loaded: &Loaded,
+        pid: Pid,
+        id: &Arc<str>,
+        entry: &str,
+        input: &Payload,
+    ) -> Result<DurableProcess> {
+        let hash: Arc<str> = Arc::from(loaded.compiled.info.sha256.as_str());
+        let new = || {
+            DurableProcess::new(
+                engine.process(loaded),
+                Arc::clone(self),
+                Arc::clone(id),
+                Arc::clone(&hash),
+            )
+        };
+        let mut process = new();
+        let ctx = InitContext::new(pid, None);
+        match process
+            .start_now(&ctx, entry, input.clone())
+            .map_err(refused_start)
+        {
+            Ok(()) => Ok(process),
+            Err(Some(refused)) => Err(refused),
+            // No instance free now: it starts on a worker, as any process does.
+            Err(None) => Ok(new()),
+        }
+    }
+
+    /// A start of workflow `id`, which the store has already: its run if it started with the
+    /// same module, entry point and input (finished: its stored result), a conflict otherwise.
+    fn existing(
+        &self,
+        workflow: Workflow,
+        hash: &str,
+        entry: &str,
+        input: &[u8],
+    ) -> Result<Spawned> {
+        let id = workflow.start.id.clone();
+        workflow.start.may_follow(hash, entry, input)?;
+        if let (None, Some(why)) = (&workflow.ending, &workflow.damaged) {
+            return Err(Error::new(
+                ErrorKind::Store,
+                format!(
+                    "workflow '{id}' is damaged ({why}): it is left as it was, and goes on once \
+                     the store is repaired (or the build fixed) and a host recovers it"
+                ),
+            ));
+        }
+        match workflow.ending {
+            Some(ending) => Ok(finished(Pid(workflow.start.num), ending)),
+            None if self.shared() => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "workflow '{id}' runs on another host of the store, or waits for one to \
+                     claim it: read its result from the store (`wfhost result --wait`)"
+                ),
+            )),
+            None => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "workflow '{id}' is unfinished in the store but does not run in this host: \
+                     recover it first (Host::recover, or `wfhost resume`)"
+                ),
+            )),
+        }
+    }
+
+    /// Whether a start of `id`, which runs here, names what it started with.
+    fn same_start(&self, id: &str, hash: &str, entry: &str, input: &[u8]) -> Result<()> {
+        let stored = self.reader.lock().workflow(id).map_err(store_error)?;
+        match stored {
+            Some(workflow) => workflow.start.may_follow(hash, entry, input),
+            // Its start is being written: it is this one's twin or not, as the store will say.
+            None => Ok(()),
+        }
+    }
+
+    /// Where durable workflow `id` stands, from the store.
+    pub(crate) fn result(&self, id: &str) -> Result<WorkflowResult> {
+        let workflow = self.reader.lock().workflow(id).map_err(store_error)?;
+        let Some(workflow) = workflow else {
+            return Err(Error::new(
+                ErrorKind::UnknownWorkflow,
+                format!("no workflow '{id}' in the store"),
+            ));
+        };
+        Ok(match (workflow.state, workflow.ending) {
+            (State::Running, _) | (_, None) => WorkflowResult::Running,
+            (_, Some(Ending::Done(bytes))) => {
+                WorkflowResult::Done(postcard::from_bytes(&bytes).map_err(|e| {
+                    Error::new(
+                        ErrorKind::Store,
+                        format!("the stored result of '{id}': {e}"),
+                    )
+                })?)
+            }
+            (_, Some(Ending::Failed { kind, message })) => WorkflowResult::Failed { kind, message },
+        })
+    }
+
+    /// Replays the journal of durable workflow `id` with module `module` (see
+    /// [`Host::replay`](crate::Host::replay)): the steps replayed.
+    pub(crate) fn replay(self: &Arc<Self>, engine: &Engine, id: &str, module: &str) -> Result<u64> {
+        let loaded = engine.modules.get(module)?;
+        let (workflow, steps) = {
+            let mut reader = self.reader.lock();
+            let workflow = reader.workflow(id).map_err(store_error)?.ok_or_else(|| {
+                Error::new(
+                    ErrorKind::UnknownWorkflow,
+                    format!("no workflow '{id}' in the store"),
+                )
+            })?;
+            let steps = reader.steps(workflow.start.num, 0).map_err(store_error)?;
+            (workflow, steps)
+        };
+        let records = steps
+            .iter()
+            .map(|s| StepRecord::decode(&s.record))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| Error::new(ErrorKind::Store, format!("the journal of '{id}': {e}")))?;
+        let input: Payload = postcard::from_bytes(&workflow.start.input).map_err(|e| {
+            Error::new(ErrorKind::Store, format!("the stored input of '{id}': {e}"))
+        })?;
+        let start = &workflow.start;
+        let process = DurableProcess::new(
+            engine.process(&loaded),
+            Arc::clone(self),
+            Arc::from(id),
+            Arc::from(start.module.as_str()),
+        )
+        .checking(records);
+        let ctx = InitContext::new(Pid(start.num), start.parent.map(Pid));
+        process
+            .check_replay(&ctx, &start.entry, input)
+            .map_err(|e| Error::new(ErrorKind::Nondeterminism, e.message()))
+    }
+}
+
+/// Takes a claimed id back unless forgotten (the start went through).
+struct Claim<'a>(&'a Durable, Pid);
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.0.ids.remove(self.1);
+    }
+}
+
+/// A workflow that has ended already, with `ending`.
+pub(crate) fn finished(pid: Pid, ending: Ending) -> Spawned {
+    let outcome = match ending {
+        Ending::Done(bytes) => postcard::from_bytes(&bytes).map_err(|e| {
+            ProcessError::with_kind(FailureKind::Failed, format!("its stored result: {e}"))
+        }),
+        Ending::Failed { kind, message } => Err(ProcessError::with_kind(
+            FailureKind::from_name(&kind).unwrap_or(FailureKind::Failed),
+            message,
+        )),
+    };
+    Spawned::finished(pid, outcome)
+}

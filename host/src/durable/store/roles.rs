@@ -1,0 +1,172 @@
+//! A store's roles, one trait each, so that the compiler (not a run-time error) says what a store
+//! can do: [`Read`] (what every store reads back), [`Journal`] (what a host writes: both stores),
+//! [`Cluster`] (what only a store hosts share does: join, renew, claim, listen, take) and
+//! [`Submit`] (what a client writes for hosts to run: starts, messages, cancels).
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{
+    HostInfo, HostMessage, NewMessage, NewSnapshot, NewWorkflow, Op, State, Step, StoreResult,
+    StoredMessage, Wake, Workflow,
+};
+
+/// Which workflows a listing shows (every field narrows it; none: all of them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Only those where they stand so.
+    pub state: Option<State>,
+    /// Only those that cancelled (`Some(true)`), or that did not (`Some(false)`).
+    pub cancelled: Option<bool>,
+    /// Only those of this entry point.
+    pub entry: Option<String>,
+    /// Only those whose id starts so.
+    pub prefix: Option<String>,
+    /// Only those started before this (milliseconds since the Unix epoch).
+    pub started_before: Option<u64>,
+    /// Only those started at or after this.
+    pub started_after: Option<u64>,
+    /// Only top-level workflows (not the children they spawned).
+    pub top_level: bool,
+}
+
+/// What every store reads back.
+pub trait Read: Send {
+    /// The workflow started under `id`.
+    fn workflow(&mut self, id: &str) -> StoreResult<Option<Workflow>>;
+
+    /// The workflow numbered `num`.
+    fn workflow_by_num(&mut self, num: u64) -> StoreResult<Option<Workflow>>;
+
+    /// Every workflow (or every unfinished one), by number.
+    fn workflows(&mut self, unfinished_only: bool) -> StoreResult<Vec<Workflow>>;
+
+    /// Up to `limit` workflows that `filter` lets through, numbered after `after`, by number:
+    /// a page of a listing, read with the index on numbers (never the whole table).
+    fn page(&mut self, filter: &Filter, after: u64, limit: usize) -> StoreResult<Vec<Workflow>>;
+
+    /// The steps of workflow `num` after `after`, in order.
+    fn steps(&mut self, num: u64, after: u64) -> StoreResult<Vec<Step>> {
+        self.step_page(num, after, None)
+    }
+
+    /// Up to `limit` steps (all of them with `None`) of workflow `num` after `after`, in order.
+    fn step_page(&mut self, num: u64, after: u64, limit: Option<usize>) -> StoreResult<Vec<Step>>;
+
+    /// The latest snapshot of workflow `num`, if it has one.
+    fn snapshot(&mut self, num: u64) -> StoreResult<Option<NewSnapshot>>;
+
+    /// The bytes of the module with this hash.
+    fn module(&mut self, hash: &str) -> StoreResult<Option<Vec<u8>>>;
+
+    /// The messages a recovery delivers or reports, by number: those waiting for unfinished
+    /// workflows, and those refused to unfinished senders (who may not have heard why). The
+    /// messages a workflow never read before it ended stay in the store, counted in
+    /// [`Workflow::unread`], but are not among them.
+    fn messages(&mut self) -> StoreResult<Vec<StoredMessage>>;
+
+    /// The refused messages sent by `senders`: why, for those that had not heard before a
+    /// restart.
+    fn refused_from(&mut self, senders: &[u64]) -> StoreResult<Vec<StoredMessage>>;
+
+    /// The messages workflow `num` sent the host with a tag after `after`, in order.
+    fn host_messages(&mut self, num: u64, after: u64) -> StoreResult<Vec<HostMessage>>;
+}
+
+/// What a host writes: its journal. Writes come in batches from one writer; reads may come from
+/// another connection at the same time ([`Journal::reader`]).
+pub trait Journal: Read {
+    /// Another connection to the same store, for reading while this one writes.
+    fn reader(&self) -> StoreResult<Box<dyn Journal>>;
+
+    /// Writes `ops` in one transaction, durably (as the store's sync setting says) before it
+    /// returns.
+    fn commit(&mut self, ops: &[Op]) -> StoreResult<()>;
+
+    /// Work the store does between commits, after the steps of the last one were let go (the
+    /// SQLite store moves its log of steps into the table ordered by workflow once the log is
+    /// long, or whenever `all`).
+    fn tidy(&mut self, all: bool) -> StoreResult<()>;
+
+    /// The highest workflow number and message number in the store (0 when none). For a host
+    /// that joined a shared store, the start of the range of numbers it gives.
+    fn high_water(&mut self) -> StoreResult<(u64, u64)>;
+}
+
+/// What only a store hosts share does: hosts join it with a lease, claim trees of workflows,
+/// and take the messages and cancels written for the workflows they own.
+pub trait Cluster: Send {
+    /// Another connection to the store, of the same host.
+    fn connection(&self) -> StoreResult<Box<dyn Cluster>>;
+
+    /// Joins the hosts that share this store, with a lease of `lease` (renewed with
+    /// [`renew`](Self::renew)); `name` says who it is: the host's number. The connections made
+    /// from the same store (its journal's included) act as that host from then on.
+    fn join(&mut self, lease: Duration, name: &str) -> StoreResult<u64>;
+
+    /// Renews the lease: `false` if it is lost; an error if the store could not be reached in
+    /// time (try again).
+    fn renew(&mut self) -> StoreResult<bool>;
+
+    /// Gives back workflows this host claimed and could not start, for another to claim.
+    fn unclaim(&mut self, nums: &[u64]) -> StoreResult<()>;
+
+    /// Takes up to `limit` trees of unfinished workflows (a top-level workflow and everything
+    /// it spawned) that no live host owns, or only the tree of workflow `id`: the numbers of
+    /// the workflows this host now owns.
+    fn claim(&mut self, limit: usize, id: Option<&str>) -> StoreResult<Vec<u64>>;
+
+    /// How many unfinished workflows no other host is known to run: none owns them, or the
+    /// host that does is dead, let its lease run out, or has not renewed it since this host
+    /// joined (it may have died). They are claimable now or once that lease runs out.
+    fn claimable(&mut self) -> StoreResult<u64>;
+
+    /// Gives back every unfinished workflow this host owns and ends its lease.
+    fn release(&mut self) -> StoreResult<()>;
+
+    /// Calls `wake` whenever a client or a host writes work for hosts to take (a start, a
+    /// message, a cancel, workflows given back), from a thread of the store's own, until `stop`
+    /// is set.
+    fn listen(&self, wake: Wake, stop: Arc<AtomicBool>) -> StoreResult<()>;
+
+    /// Takes the messages waiting for workflows this host owns that it does not have yet (from
+    /// clients, or workflows on other hosts), or, given `receivers`, every message waiting for
+    /// them (recovery delivers them all). Each message is taken once.
+    fn take_messages(&mut self, receivers: Option<&[u64]>) -> StoreResult<Vec<NewMessage>>;
+
+    /// Gives back messages this host took and could not deliver (their receiver does not run
+    /// here), for whoever runs it to take.
+    fn untake_messages(&mut self, ids: &[u64]) -> StoreResult<()>;
+
+    /// Takes the cancels asked of workflows this host owns that it has not delivered: their
+    /// numbers. Each is taken once.
+    fn take_cancels(&mut self) -> StoreResult<Vec<u64>>;
+
+    /// Starts `workflow` unless one with its id exists: its number if this started it. The
+    /// workflow is this host's.
+    fn start_once(&mut self, workflow: &NewWorkflow) -> StoreResult<Option<u64>>;
+}
+
+/// What a client writes for the hosts of a store to run. Only a store hosts share takes it: the
+/// one host of a SQLite file takes work from its own application.
+pub trait Submit: Read {
+    /// Starts `workflow` (keeping `module`'s bytes first) unless one with its id exists: its
+    /// number if this started it. It waits for a host to claim it, and is numbered by the
+    /// store.
+    fn submit_start(
+        &mut self,
+        module: (&str, &[u8]),
+        workflow: &NewWorkflow,
+    ) -> StoreResult<Option<u64>>;
+
+    /// Sends `payload` (a postcard-encoded `Payload`) to the unfinished workflow `id`, for its
+    /// host to deliver: the message's number, or `None` if no such workflow runs.
+    fn submit_message(&mut self, id: &str, payload: &[u8]) -> StoreResult<Option<u64>>;
+
+    /// Asks the unfinished workflow `id` to cancel: whether it was running and not yet asked.
+    fn submit_cancel(&mut self, id: &str) -> StoreResult<bool>;
+
+    /// The host numbered `id`.
+    fn host_info(&mut self, id: u64) -> StoreResult<Option<HostInfo>>;
+}

@@ -1,0 +1,90 @@
+//! The shape both stores keep their journal in: the tables and columns every store has, and
+//! the indexes its reads rely on. Each store writes its own schema (`sqlite/schema.rs`,
+//! `postgres/schema.rs`); a test reads both back and holds them to this description, so they
+//! cannot drift apart.
+
+use std::collections::BTreeMap;
+
+/// The journal's tables and the columns each store keeps in them (a store may keep more: the
+/// PostgreSQL store's ownership and claim columns, the SQLite store's log).
+pub const TABLES: &[(&str, &[&str])] = &[
+    ("modules", &["hash", "bytes"]),
+    (
+        "workflows",
+        &[
+            "num",
+            "id",
+            "parent",
+            "module",
+            "module_name",
+            "entry",
+            "input",
+            "started",
+            "state",
+            "result",
+            "error_kind",
+            "error",
+            "finished",
+            "cancel",
+            "damaged",
+        ],
+    ),
+    ("steps", &["num", "seq", "at", "record"]),
+    (
+        "messages",
+        &["id", "receiver", "sender", "payload", "refused"],
+    ),
+    ("counters", &["name", "value"]),
+    ("snapshots", &["num", "seq", "module", "state"]),
+    ("outbox", &["num", "tag", "at", "payload"]),
+];
+
+/// The indexes every store keeps, by name: the table and the columns.
+pub const INDEXES: &[(&str, &str, &[&str])] = &[
+    // Unfinished workflows, by number: recovery and claims read them in that order.
+    ("workflows_running", "workflows", &["num"]),
+    // The messages waiting for a workflow, and a workflow's unread count.
+    ("messages_receiver", "messages", &["receiver"]),
+];
+
+/// A store's schema as it reads back: tables with their columns, indexes with their table and
+/// columns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Shape {
+    /// Columns by table.
+    pub tables: BTreeMap<String, Vec<String>>,
+    /// (table, columns) by index name.
+    pub indexes: BTreeMap<String, (String, Vec<String>)>,
+}
+
+impl Shape {
+    /// What this shape lacks of the journal's description, in words: nothing when it has it all.
+    pub fn lacks(&self) -> Vec<String> {
+        let mut lacks = Vec::new();
+        for (table, columns) in TABLES {
+            match self.tables.get(*table) {
+                None => lacks.push(format!("table {table}")),
+                Some(have) => lacks.extend(
+                    columns
+                        .iter()
+                        .filter(|c| !have.iter().any(|h| h == *c))
+                        .map(|c| format!("column {table}.{c}")),
+                ),
+            }
+        }
+        for (name, table, columns) in INDEXES {
+            let want = (
+                table.to_string(),
+                columns.iter().map(|c| c.to_string()).collect(),
+            );
+            if self.indexes.get(*name) != Some(&want) {
+                lacks.push(format!(
+                    "index {name} on {table}({}), found {:?}",
+                    columns.join(", "),
+                    self.indexes.get(*name)
+                ));
+            }
+        }
+        lacks
+    }
+}
