@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use wfcontract::{CommandError, ErrorKind, Pid, SpawnRequest};
-use wfhost_scheduler::{Error, Note, Spawn, Spawner};
+use wfhost_scheduler::{Error, FailureKind, Note, Spawn, Spawner};
 
 use crate::capacity::Capacity;
 use crate::durable::now_millis;
@@ -41,7 +41,7 @@ impl GuestSpawner {
                 ops: vec![Op::End {
                     num: child.0,
                     ending: Ending::Failed {
-                        kind: "refused".into(),
+                        kind: FailureKind::Refused.name().into(),
                         message: error.message.clone(),
                     },
                     at: now_millis(),

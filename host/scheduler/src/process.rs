@@ -68,7 +68,37 @@ pub struct Hold<'a> {
     /// How many of the first yields are dispatched without waiting for the release.
     pub(crate) first: std::cell::Cell<usize>,
     /// What the journal decided about some of the yields, in yield order ([`Hold::note`]).
-    pub(crate) notes: std::cell::RefCell<std::collections::VecDeque<(wfcontract::Tag, Note)>>,
+    pub(crate) notes: std::cell::RefCell<Notes>,
+}
+
+/// The journal's notes on a step's yields, in yield order.
+pub(crate) type Notes = std::collections::VecDeque<(wfcontract::Tag, Note)>;
+
+/// Where [`Worker::dispatch`](crate::worker) finds the note on each yield: a step's notes, or
+/// none (the common case: no journal, or one that noted nothing), which costs nothing per yield.
+pub(crate) trait NoteSource {
+    /// The note on yield `tag`, if the next one is about it.
+    fn take(&mut self, tag: wfcontract::Tag) -> Option<Box<Note>>;
+}
+
+impl NoteSource for Notes {
+    #[inline]
+    fn take(&mut self, tag: wfcontract::Tag) -> Option<Box<Note>> {
+        match self.front() {
+            Some((noted, _)) if *noted == tag => self.pop_front().map(|(_, note)| Box::new(note)),
+            _ => None,
+        }
+    }
+}
+
+/// No notes.
+pub(crate) struct NoNotes;
+
+impl NoteSource for NoNotes {
+    #[inline(always)]
+    fn take(&mut self, _: wfcontract::Tag) -> Option<Box<Note>> {
+        None
+    }
 }
 
 /// What a process's journal decided about one of its yields ([`Hold::note`]): it reaches the

@@ -74,8 +74,9 @@ pub(crate) struct Held {
     pub(crate) status: wfcontract::Status,
     pub(crate) receive: u32,
     pub(crate) yields: Vec<wfcontract::Yield>,
-    /// The journal's notes on those yields, in order.
-    pub(crate) notes: std::collections::VecDeque<(wfcontract::Tag, crate::process::Note)>,
+    /// The journal's notes on those yields, in order (boxed: most held steps have none, and a
+    /// process's body stays small).
+    pub(crate) notes: Option<Box<crate::process::Notes>>,
 }
 
 pub(crate) struct Start {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_deque::Worker as Deque;
-use wfcontract::{Event, Status, StepOutput, Tag, Yield};
+use wfcontract::{Event, Status, StepOutput, Yield};
 
 use crate::clock::{self, Reading};
 use crate::counters::Counter;
@@ -16,7 +16,8 @@ use crate::handlers::{unknown_command, Context, Request};
 use crate::inbox::Inbox;
 use crate::park::{Unpark, SPIN_ROUNDS, SPIN_TIGHT};
 use crate::process::{
-    Events, FailureKind, Hold, InitContext, Note, Process, ProcessError, Readiness, WakerSource,
+    Events, FailureKind, Hold, InitContext, NoNotes, NoteSource, Notes, Process, ProcessError,
+    Readiness, WakerSource,
 };
 use crate::queue::{Found, Local, Task};
 use crate::shared::{panic_message, Shared};
@@ -649,7 +650,7 @@ impl Worker {
             slot,
             held: std::cell::Cell::new(false),
             first: std::cell::Cell::new(0),
-            notes: std::cell::RefCell::new(std::collections::VecDeque::new()),
+            notes: std::cell::RefCell::new(Notes::new()),
         };
         let out = &self.out;
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| process.journal(out, &hold))) {
@@ -675,12 +676,16 @@ impl Worker {
                 status,
                 receive,
                 yields,
-                notes,
+                notes: (!notes.is_empty()).then(|| Box::new(notes)),
             });
             return Ok(None);
         }
         let mut yields = std::mem::take(&mut self.out.yields);
-        let dispatched = self.dispatch(slot, &**process, &mut yields, &mut notes);
+        let dispatched = if notes.is_empty() {
+            self.dispatch(slot, &**process, &mut yields, &mut NoNotes)
+        } else {
+            self.dispatch(slot, &**process, &mut yields, &mut notes)
+        };
         yields.clear();
         self.out.yields = yields;
         dispatched.map(|completed_inline| {
@@ -709,14 +714,15 @@ impl Worker {
             mut notes,
         } = body.held.take().expect("checked by the caller");
         let process = body.process.as_mut().expect("present until finished");
-        Some(
-            self.dispatch(slot, &**process, &mut yields, &mut notes)
-                .map(|completed_inline| Stepped {
-                    status,
-                    receive,
-                    completed_inline,
-                }),
-        )
+        let dispatched = match notes.as_deref_mut() {
+            Some(notes) => self.dispatch(slot, &**process, &mut yields, notes),
+            None => self.dispatch(slot, &**process, &mut yields, &mut NoNotes),
+        };
+        Some(dispatched.map(|completed_inline| Stepped {
+            status,
+            receive,
+            completed_inline,
+        }))
     }
 
     /// Hands each yield the process permits itself (see [`Process::check`]) to its handler, with
@@ -727,7 +733,7 @@ impl Worker {
         slot: &Arc<Slot>,
         process: &dyn Process,
         yields: &mut Vec<Yield>,
-        notes: &mut std::collections::VecDeque<(Tag, Note)>,
+        notes: &mut impl NoteSource,
     ) -> Result<bool, ProcessError> {
         let cx = Context {
             handle: &self.handle,
@@ -735,10 +741,7 @@ impl Worker {
             completed_inline: std::sync::atomic::AtomicBool::new(false),
         };
         for Yield { tag, command } in yields.drain(..) {
-            let note = match notes.front() {
-                Some((noted, _)) if *noted == tag => notes.pop_front().map(|(_, note)| note),
-                _ => None,
-            };
+            let note = notes.take(tag);
             let kind = command.kind();
             if let Err(refused) = process.check(&command) {
                 if kind.expects_completion() {

@@ -1,6 +1,7 @@
 //! What a [`Client`](super::Client) answers with: typed views of the store's rows.
 
 use wfcontract::{Event, Payload, Status, Yield};
+use wfhost_scheduler::FailureKind;
 
 use crate::durable::record::StepRecord;
 use crate::durable::store::{Ending, State, Workflow};
@@ -105,7 +106,7 @@ impl WorkflowStatus {
         let state = match (&workflow.state, &workflow.ending) {
             (State::Running, _) | (_, None) => WorkflowState::Running,
             (State::Done, _) => WorkflowState::Completed,
-            (_, Some(Ending::Failed { kind, .. })) if kind == "cancelled" => {
+            (_, Some(Ending::Failed { kind, .. })) if kind == FailureKind::Cancelled.name() => {
                 WorkflowState::Cancelled
             }
             _ => WorkflowState::Failed,

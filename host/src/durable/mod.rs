@@ -39,7 +39,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 use wfcontract::{CommandError, ErrorKind, Payload, Pid, Tag};
-use wfhost_scheduler::{Note, SchedulerHandle, Waker, WeakSchedulerHandle};
+use wfhost_scheduler::{FailureKind, Note, SchedulerHandle, Waker, WeakSchedulerHandle};
 
 use crate::modules::Modules;
 use snapshot::{Counts, Snapshots};
@@ -402,7 +402,7 @@ impl Durable {
     pub(crate) fn refused_child(&self, child: Pid) -> Option<CommandError> {
         let workflow = self.reader.lock().workflow_by_num(child.0).ok()??;
         match workflow.ending {
-            Some(Ending::Failed { kind, message }) if kind == "refused" => {
+            Some(Ending::Failed { kind, message }) if kind == FailureKind::Refused.name() => {
                 Some(CommandError::new(ErrorKind::InvalidInput, message))
             }
             _ => None,
@@ -433,7 +433,8 @@ impl Durable {
                     .map_err(|e| CommandError::new(ErrorKind::Failed, e.to_string())),
             ),
             Ending::Failed { kind, message } => {
-                let kind = if kind == "cancelled" || kind == "terminated" {
+                let stopped = [FailureKind::Cancelled, FailureKind::Terminated];
+                let kind = if stopped.iter().any(|k| kind == k.name()) {
                     ErrorKind::ChildCancelled
                 } else {
                     ErrorKind::ChildFailed
@@ -572,13 +573,13 @@ impl wfhost_scheduler::Handler for DurableSend {
         if let wfcontract::Command::Send(send) = &request.command {
             if send.to == Pid::HOST && self.0.ids.contains(cx.pid()) {
                 let message = send.message.clone();
-                let again = request.note == Some(Note::Again);
+                let again = request.note.as_deref() == Some(&Note::Again);
                 return self.0.send_to_host(request.tag, message, again, cx);
             }
         }
         // A message the sender's step journaled goes out under the number it was written with.
         let (Some(Note::Numbered(number)), wfcontract::Command::Send(send)) =
-            (&request.note, &request.command)
+            (request.note.as_deref(), &request.command)
         else {
             return wfhost_scheduler::send_handler(request, cx);
         };

@@ -36,8 +36,9 @@ pub struct Request {
     /// What it asks for.
     pub command: Command,
     /// What the process's journal decided about it, if anything (see
-    /// [`Hold::note`](crate::Hold::note)).
-    pub note: Option<crate::process::Note>,
+    /// [`Hold::note`](crate::Hold::note)). Boxed: most yields have none, and a request stays
+    /// small on the step path.
+    pub note: Option<Box<crate::process::Note>>,
 }
 
 /// Carries out one kind of command. See the module docs for the threading rules.

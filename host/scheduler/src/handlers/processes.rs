@@ -38,7 +38,7 @@ impl Handler for SpawnHandler {
         };
         let result = self
             .0
-            .process(cx.pid(), request.note, spawn)
+            .process(cx.pid(), request.note.map(|note| *note), spawn)
             .and_then(|spawn| {
                 let pid = cx.spawn_child(spawn).map_err(|e| self.0.refused(e))?;
                 Payload::to_postcard(&pid)

@@ -13,7 +13,8 @@ use wfcontract::{
     Command, CommandError, Event, EventKind, Payload, Pid, Status, StepOutput, Tag, Yield,
 };
 use wfhost_scheduler::{
-    Events, Hold, InitContext, Process, ProcessError, ProcessResult, Readiness, WakerSource,
+    Events, FailureKind, Hold, InitContext, Process, ProcessError, ProcessResult, Readiness,
+    WakerSource,
 };
 
 use super::record::StepRecord;
@@ -376,7 +377,7 @@ impl Drop for DurableProcess {
             ops: vec![Op::End {
                 num: child.0,
                 ending: Ending::Failed {
-                    kind: "refused".into(),
+                    kind: FailureKind::Refused.name().into(),
                     message: format!("the host refused to start workflow '{}'", self.id),
                 },
                 at: now_millis(),

@@ -411,9 +411,7 @@ impl PgStore {
 fn nonce() -> i64 {
     let mut bytes = [0u8; 8];
     if getrandom::fill(&mut bytes).is_err() {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
+        let nanos = crate::durable::now_nanos();
         bytes = (nanos ^ u64::from(std::process::id()) << 32).to_le_bytes();
     }
     (u64::from_le_bytes(bytes) >> 1) as i64

@@ -87,9 +87,7 @@ impl std::fmt::Debug for PgStore {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    i64::try_from(crate::durable::now_millis()).unwrap_or(i64::MAX)
 }
 
 impl PgStore {

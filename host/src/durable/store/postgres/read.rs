@@ -132,7 +132,7 @@ pub(super) fn page(
                 workflow_columns!(),
                 " FROM workflows w WHERE num > $1 \
                  AND ($2::smallint IS NULL OR state = $2) \
-                 AND ($3::bool IS NULL OR (coalesce(error_kind, '') = 'cancelled') = $3) \
+                 AND ($3::bool IS NULL OR (coalesce(error_kind, '') = $10) = $3) \
                  AND ($4::text IS NULL OR entry = $4) \
                  AND ($5::text IS NULL OR starts_with(id, $5)) \
                  AND ($6::bigint IS NULL OR started < $6) \
@@ -150,6 +150,7 @@ pub(super) fn page(
                 &started_after,
                 &filter.top_level,
                 &limit,
+                &wfhost_scheduler::FailureKind::Cancelled.name(),
             ],
         )?
         .iter()

@@ -125,7 +125,8 @@ impl Read for SqliteStore {
         }
         if let Some(cancelled) = filter.cancelled {
             let test = if cancelled { "=" } else { "IS NOT" };
-            clauses.push(format!("error_kind {test} 'cancelled'"));
+            let cancelled = wfhost_scheduler::FailureKind::Cancelled.name();
+            clauses.push(format!("error_kind {test} '{cancelled}'"));
         }
         if let Some(entry) = &filter.entry {
             clauses.push("entry = ?".into());
