@@ -422,4 +422,5 @@ fn list_pages_a_large_store_by_cursor() {
         "{}",
         text(&bad.stderr)
     );
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }

@@ -139,6 +139,7 @@ fn a_store_of_100000_workflows_lists_in_pages_by_cursor() {
         .contains("client commands need a store hosts share"));
     let unknown = client.status("nobody").unwrap_err();
     assert_eq!(unknown.kind(), ErrorKind::UnknownWorkflow);
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
 
 #[test]
@@ -174,4 +175,5 @@ fn a_client_reads_what_a_host_wrote_beside_it() {
         assert_eq!(rest.items[0].seq, 2);
     }
     host.shutdown(Duration::from_secs(1));
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
