@@ -56,6 +56,9 @@ pub enum ErrorKind {
     /// A durable workflow with that id exists, started with another module, entry point or
     /// input: a start of the same id is idempotent only with the same three.
     Conflict,
+    /// What the store holds for a workflow (its journal, input or module) cannot be read back:
+    /// it is left as it was, and goes on once the store is repaired or the build fixed.
+    Damaged,
 }
 
 /// A failure, with the kind and a message that says what was wrong and what to do.

@@ -326,12 +326,12 @@ impl Host {
     /// idempotency key, and messages that had not been taken are delivered again.
     ///
     /// A workflow runs the module loaded now with the same bytes, under that module's grants.
-    /// With none loaded, it runs the bytes kept in the store under the grants of the module
-    /// loaded now under the name it started with (grants belong to the name: a workflow that
-    /// calls host functions never runs without them). With neither, it is not started: it
-    /// waits, with the rest of its tree, for a host that loads its module (on a store hosts
-    /// share, it is given back for one), and a warning says so; [`recover_with`](Self::recover_with)
-    /// runs such workflows under the grants it is given.
+    /// With none loaded, it is not started: it waits, with the rest of its tree, for a host that
+    /// loads its module (on a store hosts share, it is given back for one), and a warning says
+    /// so. A workflow never runs under grants nobody gave it: not without the host functions
+    /// its module was loaded with, and not with those of another build loaded under its name.
+    /// [`recover_with`](Self::recover_with) runs such workflows from the bytes the store kept,
+    /// under the grants it is given.
     ///
     /// Returns a [`Run`] for each top-level workflow recovered (children are followed by their
     /// parents), with its id. Call it once, after loading modules and before starting new work.

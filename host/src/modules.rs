@@ -65,8 +65,9 @@ impl Modules {
             .values()
             .filter(|loaded| loaded.compiled.info.sha256 == hash)
             .collect();
-        // The same one each time when several names share the bytes.
-        found.sort_by(|a, b| a.name.cmp(&b.name));
+        // The same one each time when several names share the bytes, and one the embedder
+        // loaded before the store's copy (`wfhost:<hash>`).
+        found.sort_by_key(|loaded| (loaded.name.starts_with("wfhost:"), loaded.name.clone()));
         found.first().map(|loaded| (*loaded).clone())
     }
 

@@ -110,9 +110,9 @@ impl Server {
         self
     }
 
-    /// Runs the workflows whose module is not loaded in the host with the bytes the store kept
-    /// and `grants` (see [`Host::recover_with`]). Without this, they wait for a host that loads
-    /// their module (see [`Host::recover`]).
+    /// Runs the workflows whose module bytes the host does not load from the bytes the store
+    /// kept, under `grants` (see [`Host::recover_with`]). Without this, they wait for a host that
+    /// loads their module (see [`Host::recover`]).
     pub fn grants(mut self, grants: Grants) -> Server {
         self.grants = Some(grants);
         self

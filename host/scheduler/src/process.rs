@@ -71,21 +71,27 @@ pub struct Hold<'a> {
     pub(crate) notes: std::cell::RefCell<Notes>,
 }
 
-/// The journal's notes on a step's yields, in yield order.
-pub(crate) type Notes = std::collections::VecDeque<(wfcontract::Tag, Note)>;
+/// The journal's notes on a step's yields, by position in the step's output, in order.
+pub(crate) type Notes = std::collections::VecDeque<(usize, Note)>;
 
 /// Where [`Worker::dispatch`](crate::worker) finds the note on each yield: a step's notes, or
 /// none (the common case: no journal, or one that noted nothing), which costs nothing per yield.
 pub(crate) trait NoteSource {
-    /// The note on yield `tag`, if the next one is about it.
-    fn take(&mut self, tag: wfcontract::Tag) -> Option<Box<Note>>;
+    /// The note on the yield at `position` in the step's output, if the next one is about it.
+    fn take(&mut self, position: usize) -> Option<Box<Note>>;
 }
 
 impl NoteSource for Notes {
     #[inline]
-    fn take(&mut self, tag: wfcontract::Tag) -> Option<Box<Note>> {
+    fn take(&mut self, position: usize) -> Option<Box<Note>> {
+        // Notes of positions passed (a note for a yield past the output) are dropped.
+        while self.front().is_some_and(|(noted, _)| *noted < position) {
+            self.pop_front();
+        }
         match self.front() {
-            Some((noted, _)) if *noted == tag => self.pop_front().map(|(_, note)| Box::new(note)),
+            Some((noted, _)) if *noted == position => {
+                self.pop_front().map(|(_, note)| Box::new(note))
+            }
             _ => None,
         }
     }
@@ -96,7 +102,7 @@ pub(crate) struct NoNotes;
 
 impl NoteSource for NoNotes {
     #[inline(always)]
-    fn take(&mut self, _: wfcontract::Tag) -> Option<Box<Note>> {
+    fn take(&mut self, _: usize) -> Option<Box<Note>> {
         None
     }
 }
@@ -149,10 +155,12 @@ impl Hold<'_> {
         self.first.set(count);
     }
 
-    /// Hands `note` to the handler of this step's yield `tag` with the yield, whether the step
-    /// is held or not. Notes are given in the order of the yields they are about.
-    pub fn note(&self, tag: wfcontract::Tag, note: Note) {
-        self.notes.borrow_mut().push_back((tag, note));
+    /// Hands `note` to the handler of the yield at `index` in this step's output (as given to
+    /// [`Process::journal`]) with the yield, whether the step is held or not. Notes are given in
+    /// the order of the yields they are about. By position, not tag: a guest that repeats a tag
+    /// cannot move a note onto another yield.
+    pub fn note(&self, index: usize, note: Note) {
+        self.notes.borrow_mut().push_back((index, note));
     }
 }
 
@@ -476,7 +484,7 @@ impl ExactSizeIterator for Events<'_> {}
 mod tests {
     use std::collections::HashSet;
 
-    use super::FailureKind;
+    use super::{FailureKind, NoNotes, Note, NoteSource, Notes};
 
     /// `ALL`, `index`, `name` and `from_name` agree on every kind.
     #[test]
@@ -491,5 +499,24 @@ mod tests {
         assert_eq!(FailureKind::from_name("no-such"), None);
         assert_eq!(FailureKind::from_name(""), None);
         assert_eq!(FailureKind::from_name("Trap"), None);
+    }
+
+    #[test]
+    fn notes_go_to_the_yield_at_their_position() {
+        let mut notes: Notes = [
+            (1, Note::Numbered(10)),
+            (3, Note::Again),
+            (5, Note::Numbered(12)),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(notes.take(0), None);
+        assert_eq!(notes.take(1), Some(Box::new(Note::Numbered(10))));
+        assert_eq!(notes.take(2), None);
+        // A position skipped (past the output) drops its note; the next is still found.
+        assert_eq!(notes.take(4), None);
+        assert_eq!(notes.take(5), Some(Box::new(Note::Numbered(12))));
+        assert!(notes.is_empty());
+        assert_eq!(NoNotes.take(1), None);
     }
 }

@@ -77,6 +77,8 @@ pub(crate) struct Held {
     /// The journal's notes on those yields, in order (boxed: most held steps have none, and a
     /// process's body stays small).
     pub(crate) notes: Option<Box<crate::process::Notes>>,
+    /// The position of the first of `yields` in the step's output (those before went early).
+    pub(crate) offset: usize,
 }
 
 pub(crate) struct Start {

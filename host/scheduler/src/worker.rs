@@ -333,12 +333,90 @@ impl Worker {
         let mut step_without_events = false;
         let mut target = BLOCKED;
         loop {
-            let (status, left) =
-                match self.step_once(&slot, started, &mut budget, step_without_events) {
-                    Step::Settled(status, left) => (status, left),
-                    Step::Wait => return self.wait_for_resource(slot),
-                    Step::Finished => return,
+            let (status, left) = 'step: {
+                let mut body = slot.body.lock();
+                if body.held.is_some() {
+                    match self.resume_held(&slot, &mut body) {
+                        None => {
+                            drop(body);
+                            return self.wait_for_resource(slot);
+                        }
+                        Some(Err(error)) => {
+                            return self.shared().finish(&slot, &mut body, Err(error));
+                        }
+                        // Acted on as a step that just ended.
+                        Some(Ok(stepped)) => {
+                            let left = Leftover::of(&slot.inbox.lock());
+                            break 'step settle(&slot, &mut body, stepped, left);
+                        }
+                    }
+                }
+                if std::mem::take(&mut body.step_due) {
+                    step_without_events = true;
+                }
+                if body.start.is_some() {
+                    if let Err(error) = self.init(&slot, &mut body) {
+                        return self.shared().finish(&slot, &mut body, Err(error));
+                    }
+                    step_without_events = true;
+                }
+                match self.prepare(&slot, &mut body) {
+                    Ok(Readiness::Ready) => {}
+                    Ok(Readiness::NotReady) => {
+                        // Its events stay queued; the step it was due is remembered.
+                        body.step_due = step_without_events;
+                        drop(body);
+                        return self.wait_for_resource(slot);
+                    }
+                    Err(error) => {
+                        // Ended from outside meanwhile (a timeout, a termination): that is why it
+                        // ends, not whatever getting it ready failed on.
+                        let error = match slot.inbox.lock().take_terminate() {
+                            Some((kind, reason)) => ProcessError::with_kind(kind, reason),
+                            None => error,
+                        };
+                        return self.shared().finish(&slot, &mut body, Err(error));
+                    }
+                }
+                let drained = {
+                    let mut inbox = slot.inbox.lock();
+                    let most = self.shared().config.max_waiting_completions;
+                    match inbox.take_terminate() {
+                        Some(ended) => Err(ended),
+                        None if inbox.completions() > most => Err(too_many_completions(most)),
+                        None => {
+                            let max_bytes = self.shared().config.step_bytes;
+                            let count = inbox.drain_into(&mut self.events, budget, max_bytes);
+                            Ok((count, Leftover::of(&inbox)))
+                        }
+                    }
                 };
+                let (count, left) = match drained {
+                    Ok(drained) => drained,
+                    Err((kind, reason)) => {
+                        self.events.clear();
+                        let error = ProcessError::with_kind(kind, reason);
+                        return self.shared().finish(&slot, &mut body, Err(error));
+                    }
+                };
+                if count == 0 && !step_without_events {
+                    (None, left)
+                } else {
+                    budget = budget.saturating_sub(count.max(1));
+                    match self.step(&slot, &mut body) {
+                        Ok(Some(stepped)) => settle(&slot, &mut body, stepped, left),
+                        Ok(None) => {
+                            // Held until its journal has it: parked until released.
+                            drop(body);
+                            self.charge(&slot, started);
+                            return self.wait_for_resource(slot);
+                        }
+                        Err(error) => {
+                            return self.shared().finish(&slot, &mut body, Err(error));
+                        }
+                    }
+                }
+            };
             step_without_events = false;
             match self.after_step(&slot, started, &mut budget, status, &mut target) {
                 AfterStep::Return => return,
@@ -351,134 +429,6 @@ impl Worker {
                         return;
                     }
                 }
-            }
-        }
-    }
-
-    /// One step of a turn, under the process's body lock: a held step whose release came is acted
-    /// on; otherwise the process is made ready (init if new, then prepare), its events are drained
-    /// and, if it has any or a step is due anyway, it steps.
-    #[inline]
-    fn step_once(
-        &mut self,
-        slot: &Task,
-        started: Reading,
-        budget: &mut usize,
-        mut step_without_events: bool,
-    ) -> Step {
-        let mut body = slot.body.lock();
-        if body.held.is_some() {
-            return self.step_held(slot, &mut body);
-        }
-        if let Err(step) = self.get_ready(slot, &mut body, &mut step_without_events) {
-            return step;
-        }
-        let (count, left) = match self.drain(slot, *budget) {
-            Ok(drained) => drained,
-            Err((kind, reason)) => {
-                self.events.clear();
-                let error = ProcessError::with_kind(kind, reason);
-                self.shared().finish(slot, &mut body, Err(error));
-                return Step::Finished;
-            }
-        };
-        if count == 0 && !step_without_events {
-            return Step::Settled(None, left);
-        }
-        *budget = budget.saturating_sub(count.max(1));
-        match self.step(slot, &mut body) {
-            Ok(Some(stepped)) => {
-                let (status, left) = settle(slot, &mut body, stepped, left);
-                Step::Settled(status, left)
-            }
-            Ok(None) => {
-                // Held until its journal has it: parked until released.
-                drop(body);
-                self.charge(slot, started);
-                Step::Wait
-            }
-            Err(error) => {
-                self.shared().finish(slot, &mut body, Err(error));
-                Step::Finished
-            }
-        }
-    }
-
-    /// A step held for its journal (see [`Process::journal`]): acted on as a step that just ended
-    /// if its release came, otherwise the process waits for it.
-    #[inline]
-    fn step_held(&mut self, slot: &Task, body: &mut Body) -> Step {
-        match self.resume_held(slot, body) {
-            None => Step::Wait,
-            Some(Err(error)) => {
-                self.shared().finish(slot, body, Err(error));
-                Step::Finished
-            }
-            Some(Ok(stepped)) => {
-                let left = Leftover::of(&slot.inbox.lock());
-                let (status, left) = settle(slot, body, stepped, left);
-                Step::Settled(status, left)
-            }
-        }
-    }
-
-    /// Before a step: notes a step due from an earlier turn, inits a new process, and asks it
-    /// whether it can step. `Err` when the turn cannot go on: it waits for a resource, or ended.
-    #[inline]
-    fn get_ready(
-        &mut self,
-        slot: &Task,
-        body: &mut Body,
-        step_without_events: &mut bool,
-    ) -> Result<(), Step> {
-        if std::mem::take(&mut body.step_due) {
-            *step_without_events = true;
-        }
-        if body.start.is_some() {
-            if let Err(error) = self.init(slot, body) {
-                self.shared().finish(slot, body, Err(error));
-                return Err(Step::Finished);
-            }
-            *step_without_events = true;
-        }
-        match self.prepare(slot, body) {
-            Ok(Readiness::Ready) => Ok(()),
-            Ok(Readiness::NotReady) => {
-                // Its events stay queued; the step it was due is remembered.
-                body.step_due = *step_without_events;
-                Err(Step::Wait)
-            }
-            Err(error) => {
-                // Ended from outside meanwhile (a timeout, a termination): that is why it ends,
-                // not whatever getting it ready failed on.
-                let error = match slot.inbox.lock().take_terminate() {
-                    Some((kind, reason)) => ProcessError::with_kind(kind, reason),
-                    None => error,
-                };
-                self.shared().finish(slot, body, Err(error));
-                Err(Step::Finished)
-            }
-        }
-    }
-
-    /// Moves the events of the next step into `self.events`, as many as `budget` and the step's
-    /// byte limit allow, and says how many and what is left. `Err`: the process must end instead
-    /// (it was terminated, or it left too many completions untaken).
-    #[inline]
-    fn drain(
-        &mut self,
-        slot: &Slot,
-        budget: usize,
-    ) -> Result<(usize, Leftover), (FailureKind, String)> {
-        let mut inbox = slot.inbox.lock();
-        let most = self.shared().config.max_waiting_completions;
-        match inbox.take_terminate() {
-            Some(ended) => Err(ended),
-            None if inbox.completions() > most => Err(too_many_completions(most)),
-            None => {
-                let max_bytes = self.shared().config.step_bytes;
-                let count = inbox.drain_into(&mut self.events, budget, max_bytes);
-                Ok((count, Leftover::of(&inbox)))
             }
         }
     }
@@ -669,7 +619,7 @@ impl Worker {
                 // Those the process lets go before its release: what they complete inline is in
                 // the inbox when the release resumes it.
                 let mut early: Vec<Yield> = yields.drain(..first).collect();
-                self.dispatch(slot, &**process, &mut early, &mut notes)?;
+                self.dispatch(slot, &**process, &mut early, 0, &mut notes)?;
             }
             // The rest is acted on when released, at a later turn (`resume_held`).
             body.held = Some(Held {
@@ -677,14 +627,15 @@ impl Worker {
                 receive,
                 yields,
                 notes: (!notes.is_empty()).then(|| Box::new(notes)),
+                offset: first,
             });
             return Ok(None);
         }
         let mut yields = std::mem::take(&mut self.out.yields);
         let dispatched = if notes.is_empty() {
-            self.dispatch(slot, &**process, &mut yields, &mut NoNotes)
+            self.dispatch(slot, &**process, &mut yields, 0, &mut NoNotes)
         } else {
-            self.dispatch(slot, &**process, &mut yields, &mut notes)
+            self.dispatch(slot, &**process, &mut yields, 0, &mut notes)
         };
         yields.clear();
         self.out.yields = yields;
@@ -712,11 +663,12 @@ impl Worker {
             receive,
             mut yields,
             mut notes,
+            offset,
         } = body.held.take().expect("checked by the caller");
         let process = body.process.as_mut().expect("present until finished");
         let dispatched = match notes.as_deref_mut() {
-            Some(notes) => self.dispatch(slot, &**process, &mut yields, notes),
-            None => self.dispatch(slot, &**process, &mut yields, &mut NoNotes),
+            Some(notes) => self.dispatch(slot, &**process, &mut yields, offset, notes),
+            None => self.dispatch(slot, &**process, &mut yields, offset, &mut NoNotes),
         };
         Some(dispatched.map(|completed_inline| Stepped {
             status,
@@ -726,13 +678,14 @@ impl Worker {
     }
 
     /// Hands each yield the process permits itself (see [`Process::check`]) to its handler, with
-    /// the journal's note on it (`notes`, in yield order). A handler that panics fails the
-    /// process.
+    /// the journal's note on it (`notes`, by position in the step's output; the first of
+    /// `yields` is at `offset`). A handler that panics fails the process.
     fn dispatch(
         &self,
         slot: &Arc<Slot>,
         process: &dyn Process,
         yields: &mut Vec<Yield>,
+        offset: usize,
         notes: &mut impl NoteSource,
     ) -> Result<bool, ProcessError> {
         let cx = Context {
@@ -740,8 +693,8 @@ impl Worker {
             slot,
             completed_inline: std::sync::atomic::AtomicBool::new(false),
         };
-        for Yield { tag, command } in yields.drain(..) {
-            let note = notes.take(tag);
+        for (index, Yield { tag, command }) in yields.drain(..).enumerate() {
+            let note = notes.take(offset + index);
             let kind = command.kind();
             if let Err(refused) = process.check(&command) {
                 if kind.expects_completion() {
@@ -800,17 +753,6 @@ impl Worker {
         debug_assert!(pushed.is_ok(), "a worker always has its local queue");
         self.shared().idle.notify_one();
     }
-}
-
-/// How one step of a turn ended.
-enum Step {
-    /// It stepped, or had nothing to step with (no status): its status, and what is left in its
-    /// inbox that wakes it.
-    Settled(Option<Status>, Leftover),
-    /// It cannot step until its waker is woken (or its held step is released): the turn parks it.
-    Wait,
-    /// It finished: the turn is over.
-    Finished,
 }
 
 /// What a turn does after a step.

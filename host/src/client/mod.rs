@@ -99,7 +99,9 @@ impl Client {
             input: encoded.clone(),
             started: now_millis(),
         };
-        let started = self.submit(|store| store.submit_start((&info.sha256, module), &workflow))?;
+        let started = self.submit(true, |store| {
+            store.submit_start((&info.sha256, module), &workflow)
+        })?;
         if started.is_none() {
             let stored = self.find(&id)?;
             stored.start.may_follow(&info.sha256, entry, &encoded)?;
@@ -123,7 +125,7 @@ impl Client {
     /// Where workflow `id` stands once it has finished, waiting up to `wait` for that (`None`:
     /// not at all). Still running at the deadline: its status as it is (see
     /// [`WorkflowStatus::is_finished`]). A damaged workflow goes no further until the store is
-    /// repaired: an [`ErrorKind::Store`] error says so at once.
+    /// repaired: an [`ErrorKind::Damaged`] error says so at once.
     pub fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
         let started = Instant::now();
         let mut delay = Duration::from_millis(20);
@@ -134,7 +136,7 @@ impl Client {
             }
             if let Some(why) = &status.damaged {
                 return Err(Error::new(
-                    ErrorKind::Store,
+                    ErrorKind::Damaged,
                     format!(
                         "workflow '{id}' is damaged and goes no further until the store is \
                          repaired (or the build fixed) and a host resumes it: {why}"
@@ -156,7 +158,7 @@ impl Client {
     pub fn send(&self, id: &str, message: &Payload) -> Result<u64> {
         let payload = postcard::to_allocvec(message)
             .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the message: {e}")))?;
-        match self.submit(|store| store.submit_message(id, &payload))? {
+        match self.submit(false, |store| store.submit_message(id, &payload))? {
             Some(number) => Ok(number),
             None => Err(Error::new(
                 ErrorKind::UnknownWorkflow,
@@ -172,7 +174,7 @@ impl Client {
     /// Asks workflow `id` to cancel; the host that runs it delivers the cancel, and the
     /// workflow decides what to do (it may clean up first).
     pub fn cancel(&self, id: &str) -> Result<Cancelled> {
-        if self.submit(|store| store.submit_cancel(id))? {
+        if self.submit(false, |store| store.submit_cancel(id))? {
             return Ok(Cancelled::Asked);
         }
         let status = WorkflowStatus::of(self.find(id)?);
@@ -183,8 +185,8 @@ impl Client {
     }
 
     /// A page of the store's workflows that `query` lets through, oldest first, and the cursor
-    /// of the next page. A page is read with the index on workflow numbers: a store of millions
-    /// lists as fast as a small one.
+    /// of the next page. A page is read with the index on workflow numbers from the cursor on,
+    /// never the whole table at once (a filter that matches few reads on until it has a page).
     pub fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
         if query.limit == 0 || query.limit > MAX_PAGE {
             return Err(Error::new(
@@ -230,7 +232,7 @@ impl Client {
 
     /// Up to `limit` steps of workflow `id`'s journal after step `after` (0: from the first),
     /// and the cursor of the next page. A step that cannot be decoded is an
-    /// [`ErrorKind::Store`] error naming it.
+    /// [`ErrorKind::Damaged`] error naming it.
     pub fn history(
         &self,
         id: &str,
@@ -253,7 +255,7 @@ impl Client {
         for step in steps {
             let record = StepRecord::decode(&step.record).map_err(|e| {
                 Error::new(
-                    ErrorKind::Store,
+                    ErrorKind::Damaged,
                     format!(
                         "step {} of the journal of '{id}' does not decode ({e}): the store is \
                          damaged there (`wfhost status {id}` says more)",
@@ -308,7 +310,7 @@ impl Client {
         let Some(owner) = workflow.owner else {
             return Ok((None, true));
         };
-        let info = self.submit(|store| store.host_info(owner))?;
+        let info = self.submit(false, |store| store.host_info(owner))?;
         Ok(match info {
             Some(info) if info.alive => (Some(format!("{} ({})", info.id, info.name)), false),
             Some(info) => (
@@ -343,41 +345,52 @@ impl Client {
     /// host's own, does not, and the error says what to do instead ([`ErrorKind::Config`]).
     pub fn takes_work(&self) -> Result<()> {
         self.refuse_own()?;
-        self.submit(|_| Ok(()))
+        self.submit(true, |_| Ok(()))
     }
 
     /// An error for a store of one host's own, which takes no client work.
     fn refuse_own(&self) -> Result<()> {
-        if let Some(path) = self.location.path() {
-            let held = SqliteStore::holder(path)
-                .map(|holder| format!(" (it is held by {holder})"))
-                .unwrap_or_default();
-            return Err(Error::new(
-                ErrorKind::Config,
-                format!(
-                    "{} is one host's own store, a SQLite file{held}: run workflows with \
-                     `wfhost run --store` or a host of your own (Host::start, Host::send, \
-                     Host::cancel); client commands need a store hosts share (PostgreSQL)",
-                    self.location
-                ),
-            ));
+        match self.location.path() {
+            Some(_) => Err(self.own_store()),
+            None => Ok(()),
         }
-        Ok(())
     }
 
-    /// Runs `write` on a store hosts share (opened, its tables made, if need be); on a store
-    /// of one host's own, an error that says what to do instead.
+    /// What a client's write to a store of one host's own (a SQLite file) is told.
+    fn own_store(&self) -> Error {
+        let held = self
+            .location
+            .path()
+            .and_then(SqliteStore::holder)
+            .map(|holder| format!(" (it is held by {holder})"))
+            .unwrap_or_default();
+        Error::new(
+            ErrorKind::Config,
+            format!(
+                "{} is one host's own store, a SQLite file{held}: run workflows with `wfhost run \
+                 --store` or a host of your own (Host::start, Host::send, Host::cancel); client \
+                 commands need a store hosts share (PostgreSQL)",
+                self.location
+            ),
+        )
+    }
+
+    /// Runs `write` on a store hosts share, opened if need be (with `create`, its tables are
+    /// made if it has none: a start; without, they must be there: a message or a cancel, which
+    /// has nothing to reach in an empty database); on a store of one host's own, an error that
+    /// says what to do instead.
     fn submit<T>(
         &self,
+        create: bool,
         write: impl FnOnce(&mut dyn Submit) -> std::result::Result<T, StoreError>,
     ) -> Result<T> {
         self.refuse_own()?;
         let mut store = self.store.lock();
         if !matches!(*store, Some(ClientStore::Shared(_))) {
-            *store = Some(self.location.open_client(true).map_err(store_error)?);
+            *store = Some(self.location.open_client(create).map_err(store_error)?);
         }
         let Some(ClientStore::Shared(shared)) = store.as_mut() else {
-            unreachable!("a PostgreSQL store opens as one hosts share");
+            return Err(self.own_store());
         };
         write(shared.as_mut()).map_err(|e| {
             *store = None;

@@ -139,6 +139,8 @@ pub(crate) struct Durable {
     joined: Mutex<Option<Joined>>,
     /// What recoveries found damaged and left as it was.
     pub(crate) damaged: Mutex<Vec<resolve::Damage>>,
+    /// Workflows left for a host that loads their module, already warned about.
+    pub(crate) waiting_warned: Mutex<std::collections::HashSet<u64>>,
     /// Held by whoever claims workflows or takes messages and cancels from a shared store, so
     /// that what one takes the other does not take again.
     pub(crate) taking: Mutex<()>,
@@ -242,6 +244,7 @@ impl Durable {
             remote_joins: Mutex::new(Vec::new()),
             joined: Mutex::new(joined),
             damaged: Mutex::new(Vec::new()),
+            waiting_warned: Mutex::new(std::collections::HashSet::new()),
             taking: Mutex::new(()),
         })
     }

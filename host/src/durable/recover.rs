@@ -76,7 +76,7 @@ impl Durable {
                 .copied()
                 .collect();
             if let (false, Some(lease)) = (left.is_empty(), self.lease.get()) {
-                if let Err(error) = lease.store.lock().unclaim(&left) {
+                if let Err(error) = lease.store.lock().unclaim(&left, true) {
                     tracing::warn!(
                         "{} claimed workflow(s) could not be given back ({error}): they wait \
                          for this host's lease to run out",
@@ -231,8 +231,10 @@ impl Durable {
         if waiting.is_empty() {
             return;
         }
+        let mut warned = self.waiting_warned.lock();
         for (workflow, why) in &waiting {
-            if !why.contains("of its tree") {
+            // Once per workflow and host: a tree given back is claimed again at the next poll.
+            if !why.contains("of its tree") && warned.insert(workflow.start.num) {
                 tracing::warn!(
                     workflow = %workflow.start.id,
                     "not resumed here: {why} (load it under that name, or recover with grants \
@@ -240,9 +242,12 @@ impl Durable {
                 );
             }
         }
+        drop(warned);
         if let Some(lease) = self.lease.get() {
+            // Without waking the hosts that listen: a host that loads the module takes it at
+            // its next poll, and this one does not claim it again at once.
             let nums: Vec<u64> = waiting.iter().map(|(w, _)| w.start.num).collect();
-            if let Err(error) = lease.store.lock().unclaim(&nums) {
+            if let Err(error) = lease.store.lock().unclaim(&nums, false) {
                 tracing::warn!(
                     "{} workflow(s) waiting for their module could not be given back ({error}): \
                      they wait for this host's lease to run out",

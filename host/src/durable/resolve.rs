@@ -66,7 +66,7 @@ impl Durable {
         workflow: Workflow,
     ) -> Result<Resolved> {
         let start = &workflow.start;
-        let Some(grants) = self.grants_for(grants, &start.module, &start.module_name) else {
+        let Some(grants) = self.grants_for(grants, &start.module) else {
             return Ok(Resolved::Unloaded(workflow));
         };
         let loaded = match self.stored_module(wasm, &grants, &start.module)? {
@@ -106,18 +106,22 @@ impl Durable {
         })))
     }
 
-    /// The grants a workflow of module `hash`, started under the name `name`, runs with when
-    /// this host has not loaded those bytes: those of the module the host loads under `name`
-    /// (grants belong to the name an embedder loads, whatever build it is now), or else
-    /// `grants` given for modules not loaded. `None`: neither, and the workflow waits. A module
-    /// loaded with the same bytes needs none (it runs with its own).
-    fn grants_for(&self, grants: Option<&Grants>, hash: &str, name: &str) -> Option<Grants> {
-        if self.modules.by_hash(hash).is_some() {
-            return Some(Grants::default());
-        }
-        match self.modules.get(name) {
-            Ok(loaded) => Some((*loaded.grants).clone()),
-            Err(_) => grants.cloned(),
+    /// The grants a workflow of module `hash` runs with when the embedder has not loaded those
+    /// bytes: `grants` given for modules not loaded, or those the host gave the store's copy of
+    /// them before. `None`: neither, and the workflow waits for a host that loads its module.
+    /// A module loaded with the same bytes needs none (it runs with its own grants).
+    ///
+    /// Never those of a module loaded under the name the workflow started with: a client
+    /// names its start's module as it likes, and must not get an embedder's host functions for
+    /// bytes of its own.
+    fn grants_for(&self, grants: Option<&Grants>, hash: &str) -> Option<Grants> {
+        match (self.modules.by_hash(hash), grants) {
+            (Some(loaded), None) if *loaded.name == stored_name(hash) => {
+                Some((*loaded.grants).clone())
+            }
+            (Some(_), None) => Some(Grants::default()),
+            (_, Some(grants)) => Some(grants.clone()),
+            (None, None) => None,
         }
     }
 
@@ -132,10 +136,13 @@ impl Durable {
     ) -> Result<std::result::Result<Loaded, String>> {
         let name = stored_name(hash);
         if let Some(loaded) = self.modules.by_hash(hash) {
-            return Ok(Ok(loaded));
-        }
-        if let Ok(loaded) = self.modules.get(&name) {
-            return Ok(Ok(loaded));
+            if *loaded.name != name || *loaded.grants == *grants {
+                return Ok(Ok(loaded));
+            }
+            // The store's copy, loaded before with other grants: these apply from now on.
+            self.modules
+                .insert(&name, Arc::clone(&loaded.compiled), grants.clone());
+            return Ok(self.modules.get(&name).map_err(|e| e.message().to_string()));
         }
         let bytes: Option<Vec<u8>> = self.reader.lock().module(hash).map_err(store_error)?;
         let Some(bytes) = bytes else {

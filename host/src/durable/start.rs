@@ -115,7 +115,7 @@ impl Durable {
                 // Started in the store and not here: another host (or this one, later) claims
                 // it.
                 if let Some(lease) = self.lease.get() {
-                    let _ = lease.store.lock().unclaim(&[pid.0]);
+                    let _ = lease.store.lock().unclaim(&[pid.0], true);
                 }
                 return Err(error);
             }

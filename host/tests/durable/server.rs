@@ -26,6 +26,10 @@ fn a_server_runs_what_clients_start_and_leaves_what_it_does_not_load() {
     client
         .start(Some("tallied"), &tiny, "tiny", "tally", &none)
         .unwrap();
+    // Other bytes under the name the host loads its module with: the name gives them nothing.
+    client
+        .start(Some("impostor"), &tiny, "probe", "tally", &none)
+        .unwrap();
     // The same start again starts nothing.
     let again = client
         .start(Some("echoed"), &probe, "probe", "echo", &five)
@@ -59,10 +63,11 @@ fn a_server_runs_what_clients_start_and_leaves_what_it_does_not_load() {
     let (served, built) = serving.join().unwrap();
     served.unwrap();
     assert_eq!(built, 1);
-    let tallied = client.status("tallied").unwrap();
-    assert_eq!((tallied.state, tallied.steps), (WorkflowState::Running, 0));
-    assert!(tallied.waiting_for_host, "{tallied:?}");
-    // A host that loads its module runs it.
+    for id in ["tallied", "impostor"] {
+        let waiting = client.status(id).unwrap();
+        assert_eq!((waiting.state, waiting.steps), (WorkflowState::Running, 0));
+        assert!(waiting.waiting_for_host, "{waiting:?}");
+    }
     let host = Host::builder()
         .workers(1)
         .store(url.as_str(), SyncMode::Normal)
@@ -70,12 +75,16 @@ fn a_server_runs_what_clients_start_and_leaves_what_it_does_not_load() {
         .unwrap();
     host.load_module("tiny", TINY).unwrap();
     let runs = host.recover().unwrap();
-    let ids: Vec<&str> = runs.iter().map(|(id, _)| id.as_str()).collect();
-    assert_eq!(ids, ["tallied"]);
-    let (_, run) = runs.into_iter().next().unwrap();
-    assert_eq!(
-        run.wait().unwrap(),
-        Payload::to_json(&json!([0, 0])).unwrap()
-    );
+    // A host that loads those bytes runs both (the impostor under the name it was started
+    // with: its grants are those of the bytes "tiny" was loaded with here).
+    let mut ids: Vec<&str> = runs.iter().map(|(id, _)| id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["impostor", "tallied"]);
+    for (_, run) in runs {
+        assert_eq!(
+            run.wait().unwrap(),
+            Payload::to_json(&json!([0, 0])).unwrap()
+        );
+    }
     host.shutdown(Duration::from_secs(1));
 }

@@ -51,14 +51,7 @@ impl HistoryCommand {
         let mut previous: Option<u64> = None;
         let mut cursor: Option<String> = None;
         loop {
-            let page = client
-                .history(&self.id, cursor.as_deref(), PAGE)
-                .map_err(|e| match e.kind() {
-                    wfhost::ErrorKind::Store => {
-                        anyhow::Error::new(super::Damaged(e.message().to_string()))
-                    }
-                    _ => e.into(),
-                })?;
+            let page = client.history(&self.id, cursor.as_deref(), PAGE)?;
             for step in &page.items {
                 self.write_step(&mut out, &mut words, step, &mut previous)?;
             }

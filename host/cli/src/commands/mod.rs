@@ -76,6 +76,7 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
         .map(wfhost::Error::kind)
     {
         Some(wfhost::ErrorKind::Conflict) => 3,
+        Some(wfhost::ErrorKind::Damaged) => 5,
         _ => 2,
     }
 }

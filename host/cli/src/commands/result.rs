@@ -38,12 +38,7 @@ impl ResultCommand {
             (true, Some(timeout)) => Some(timeout),
             (true, None) => Some(Duration::MAX),
         };
-        let workflow = client.result(&self.id, wait).map_err(|e| match e.kind() {
-            wfhost::ErrorKind::Store if e.message().contains("is damaged") => {
-                anyhow::Error::new(super::Damaged(e.message().to_string()))
-            }
-            _ => e.into(),
-        })?;
+        let workflow = client.result(&self.id, wait)?;
         if workflow.is_finished() {
             return print_result(&workflow);
         }

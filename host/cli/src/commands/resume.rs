@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use wfhost::store::Location;
+use wfhost::{Damage, Host, Run};
 
 use super::durable::{build_host, interrupted, stop_on_ctrl_c, DurabilityArgs, Stopping};
 use super::limits::{CacheArgs, LimitArgs};
@@ -52,28 +53,7 @@ impl ResumeCommand {
         )?;
         let _stopping = Stopping(host.clone());
         stop_on_ctrl_c(host.clone(), self.store.clone())?;
-        let grants = self.limits.grants();
-        let mut runs = host.recover_with(grants.clone())?;
-        if host.store_host().is_some() {
-            // Hosts share the store: what a stopped host owned is claimable once its lease runs
-            // out.
-            let mut told = false;
-            loop {
-                let waiting = host.claimable()?;
-                if waiting == 0 {
-                    break;
-                }
-                if !told {
-                    eprintln!(
-                        "waiting for the leases on {waiting} workflow(s) of hosts that stopped \
-                         renewing them"
-                    );
-                    told = true;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-                runs.extend(host.claim_with(grants.clone(), usize::MAX)?);
-            }
-        }
+        let runs = self.recover(&host)?;
         // Each damaged workflow was logged, with why, as the recovery found it.
         let damaged = host.damaged()?;
         eprintln!("resuming {} workflow(s)", runs.len());
@@ -92,19 +72,46 @@ impl ResumeCommand {
                 }
             }
         }
-        if let Ok(counters) = host.durable_counters() {
-            eprintln!(
-                "recovery: {} workflow(s) from a snapshot, {} step(s) of {} event(s) replayed{}",
-                counters.snapshots_restored,
-                counters.steps_replayed,
-                counters.events_replayed,
-                match counters.snapshots_ignored {
-                    0 => String::new(),
-                    n => format!(", {n} damaged or outdated snapshot(s) set aside"),
-                }
-            );
-        }
+        report_recovery(&host);
         host.shutdown(Duration::from_secs(1));
+        self.outcome(&host, &damaged, stopped, failed)
+    }
+
+    /// Every unfinished workflow of the store, running: on a store hosts share, also those of
+    /// hosts that stopped renewing their leases, once the leases run out.
+    fn recover(&self, host: &Host) -> anyhow::Result<Vec<(String, Run)>> {
+        let grants = self.limits.grants();
+        let mut runs = host.recover_with(grants.clone())?;
+        if host.store_host().is_none() {
+            return Ok(runs);
+        }
+        let mut told = false;
+        loop {
+            let waiting = host.claimable()?;
+            if waiting == 0 {
+                return Ok(runs);
+            }
+            if !told {
+                eprintln!(
+                    "waiting for the leases on {waiting} workflow(s) of hosts that stopped \
+                     renewing them"
+                );
+                told = true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            runs.extend(host.claim_with(grants.clone(), usize::MAX)?);
+        }
+    }
+
+    /// The command's outcome: damage first (exit code 5), then workflows the store stopped
+    /// (4), then failed ones (1).
+    fn outcome(
+        &self,
+        host: &Host,
+        damaged: &[Damage],
+        stopped: usize,
+        failed: usize,
+    ) -> anyhow::Result<()> {
         if !damaged.is_empty() {
             return Err(super::Damaged(format!(
                 "{} workflow(s) of {} could not be read back and were left as they were, not \
@@ -139,5 +146,21 @@ impl ResumeCommand {
             return Err(WorkflowFailed(format!("{failed} workflow(s) failed")).into());
         }
         Ok(())
+    }
+}
+
+/// What the recovery restored and replayed, on stderr.
+fn report_recovery(host: &Host) {
+    if let Ok(counters) = host.durable_counters() {
+        eprintln!(
+            "recovery: {} workflow(s) from a snapshot, {} step(s) of {} event(s) replayed{}",
+            counters.snapshots_restored,
+            counters.steps_replayed,
+            counters.events_replayed,
+            match counters.snapshots_ignored {
+                0 => String::new(),
+                n => format!(", {n} damaged or outdated snapshot(s) set aside"),
+            }
+        );
     }
 }

@@ -60,11 +60,12 @@ impl DurableProcess {
         self.hold_for(ops, hold, early);
     }
 
-    /// Notes the sends to the host re-armed at recovery: what they sent before the restart may
-    /// be kept already (whether the step is journaled or answered from the journal alone).
+    /// Notes the sends to the host re-armed at recovery (by their position among the re-armed
+    /// yields, which lead the step's output): what they sent before the restart may be kept
+    /// already (whether the step is journaled or answered from the journal alone).
     fn note_again(&mut self, hold: &Hold<'_>) {
-        for tag in self.again.drain(..) {
-            hold.note(tag, Note::Again);
+        for index in self.again.drain(..) {
+            hold.note(index, Note::Again);
         }
     }
 
@@ -124,7 +125,7 @@ impl DurableProcess {
                 {
                     let number = self.journal_send(send, &mut decided.ops);
                     record.sent.push((y.tag, number));
-                    hold.note(y.tag, Note::Numbered(number));
+                    hold.note(rearmed + index, Note::Numbered(number));
                     // The leading messages to journaled workflows go before this step is on
                     // disk (see `hold_for`).
                     if rearmed == 0 && index == decided.early {
@@ -137,7 +138,7 @@ impl DurableProcess {
                         self.journal_spawn(spawn, seq, index, at, &mut decided.ops)
                     {
                         record.spawned.push((y.tag, child));
-                        hold.note(y.tag, Note::Child(child, id));
+                        hold.note(rearmed + index, Note::Child(child, id));
                     }
                 }
                 Command::Cancel(target) if self.durable.ids.contains(*target) => {

@@ -68,8 +68,9 @@ pub(crate) struct DurableProcess {
     events: Vec<Event>,
     /// Yields re-armed at recovery, at the front of this step's output (not the guest's).
     rearmed: usize,
-    /// Of those, the sends to the host, in order: what they sent before the restart may stand.
-    again: Vec<Tag>,
+    /// Of those, the sends to the host, by position: what they sent before the restart may
+    /// stand.
+    again: Vec<usize>,
     /// The step answered from the journal alone (recovery, no new events): nothing to journal.
     synthetic: bool,
     /// Its end is journaled already.

@@ -246,7 +246,7 @@ impl DurableProcess {
                     if let Command::Send(send) = command {
                         if send.to == wfcontract::Pid::HOST {
                             // Kept before the restart, or not: the store says which.
-                            self.again.push(tag);
+                            self.again.push(out.len());
                         }
                     }
                     out.push(Yield {

@@ -109,8 +109,9 @@ pub trait Cluster: Send {
     /// time (try again).
     fn renew(&mut self) -> StoreResult<bool>;
 
-    /// Gives back workflows this host claimed and could not start, for another to claim.
-    fn unclaim(&mut self, nums: &[u64]) -> StoreResult<()>;
+    /// Gives back workflows this host claimed and could not start, for another to claim; with
+    /// `wake`, hosts listening are woken to claim them at once (without, at their next poll).
+    fn unclaim(&mut self, nums: &[u64], wake: bool) -> StoreResult<()>;
 
     /// Takes up to `limit` trees of unfinished workflows (a top-level workflow and everything
     /// it spawned) that no live host owns, or only the tree of workflow `id`: the numbers of

@@ -190,7 +190,7 @@ impl PgStore {
     }
 
     /// Gives back workflows this host claimed and could not start.
-    pub(super) fn unclaim_workflows(&mut self, nums: &[u64]) -> StoreResult<()> {
+    pub(super) fn unclaim_workflows(&mut self, nums: &[u64], wake: bool) -> StoreResult<()> {
         let me = self.me()?;
         let nums: Vec<i64> = nums.iter().map(|n| *n as i64).collect();
         self.transaction("giving back workflows", super::READ_PATIENCE, |conn| {
@@ -198,7 +198,9 @@ impl PgStore {
                 "UPDATE workflows SET owner = NULL WHERE num = ANY($1) AND owner = $2",
                 &[&nums, &me],
             )?;
-            conn.query("SELECT pg_notify('wfhost_work', '')", &[])?;
+            if wake {
+                conn.query("SELECT pg_notify('wfhost_work', '')", &[])?;
+            }
             Ok(())
         })
     }

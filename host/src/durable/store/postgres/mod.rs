@@ -424,8 +424,8 @@ impl Cluster for PgStore {
         self.renew_lease()
     }
 
-    fn unclaim(&mut self, nums: &[u64]) -> StoreResult<()> {
-        self.unclaim_workflows(nums)
+    fn unclaim(&mut self, nums: &[u64], wake: bool) -> StoreResult<()> {
+        self.unclaim_workflows(nums, wake)
     }
 
     fn claim(&mut self, limit: usize, id: Option<&str>) -> StoreResult<Vec<u64>> {
