@@ -20,6 +20,7 @@ use crate::functions::{
     DEFAULT_FUNCTION_QUEUE, DEFAULT_FUNCTION_THREADS, DEFAULT_FUNCTION_TIMEOUT,
 };
 use crate::host::Host;
+use crate::metrics::Metrics;
 use crate::modules::Modules;
 use crate::observe::{Adapter, Observer};
 use crate::spawner::GuestSpawner;
@@ -77,6 +78,7 @@ pub struct HostBuilder {
     store_limit: Option<u64>,
     snapshots: Snapshots,
     lease: Duration,
+    metrics: Option<Metrics>,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -111,6 +113,7 @@ impl std::fmt::Debug for HostBuilder {
             .field("read_only", &self.read_only)
             .field("store_limit", &self.store_limit)
             .field("snapshots", &self.snapshots)
+            .field("metrics", &self.metrics.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -146,6 +149,7 @@ impl Default for HostBuilder {
             store_limit: None,
             snapshots: Snapshots::default(),
             lease: DEFAULT_LEASE,
+            metrics: None,
         }
     }
 }
@@ -435,6 +439,15 @@ impl HostBuilder {
         self
     }
 
+    /// Counts what the host does into `metrics` (see [`Metrics`]): its processes, steps,
+    /// journal commits, host function calls and lease, for Prometheus to scrape. Default: none,
+    /// and nothing is counted. A host built later with the same `metrics` (a server that lost
+    /// its store starts again) counts on into the same counters.
+    pub fn metrics(mut self, metrics: &Metrics) -> HostBuilder {
+        self.metrics = Some(metrics.clone());
+        self
+    }
+
     /// Starts the host: the engine, the epoch ticker, the worker threads and, when a host function
     /// is registered, the runtime that runs host functions.
     pub fn build(mut self) -> Result<Host> {
@@ -461,7 +474,8 @@ impl HostBuilder {
                 self.mailbox_bytes.unwrap_or(usize::MAX),
             ),
         };
-        Ok(Host::new(scheduler, engine, durable))
+        let host = Host::new(scheduler, engine, durable, self.metrics.take());
+        Ok(host)
     }
 
     /// Refuses settings that cannot work together, before anything starts.
@@ -539,6 +553,7 @@ impl HostBuilder {
             compact: capacity.compact_memories,
             cache_dir: self.module_cache.take(),
             page_scan: self.page_scan_reset,
+            metrics: self.metrics.clone(),
         };
         let wasm = match WasmRuntime::new(self.limits.clone(), settings.clone(), instances()) {
             // The pool reserves its slots up front; where the OS refuses that (strict
@@ -588,6 +603,8 @@ impl HostBuilder {
             Arc::clone(modules),
             self.snapshots,
             lease,
+            self.metrics.clone(),
+            location,
         )?;
         Ok(Some(Arc::new(durable)))
     }
@@ -613,6 +630,7 @@ impl HostBuilder {
                 timeout: self.function_timeout,
                 runtime: self.runtime.take(),
                 keys: durable.as_ref().map(|_| Arc::clone(ids)),
+                metrics: self.metrics.clone(),
             },
         )
         .map_err(|e| config(format!("could not start the host-function runtime: {e}")))?;

@@ -61,6 +61,67 @@ pub enum ErrorKind {
     Damaged,
 }
 
+impl ErrorKind {
+    /// Every kind, in the order they are declared.
+    pub const ALL: [ErrorKind; 22] = [
+        ErrorKind::BadModule,
+        ErrorKind::UnknownModule,
+        ErrorKind::UnknownEntry,
+        ErrorKind::InvalidInput,
+        ErrorKind::Trap,
+        ErrorKind::Limit,
+        ErrorKind::BadOutput,
+        ErrorKind::Failed,
+        ErrorKind::Terminated,
+        ErrorKind::Cancelled,
+        ErrorKind::Timeout,
+        ErrorKind::NotAllowed,
+        ErrorKind::NoSuchProcess,
+        ErrorKind::ShuttingDown,
+        ErrorKind::Unavailable,
+        ErrorKind::Io,
+        ErrorKind::Config,
+        ErrorKind::Nondeterminism,
+        ErrorKind::Store,
+        ErrorKind::UnknownWorkflow,
+        ErrorKind::Conflict,
+        ErrorKind::Damaged,
+    ];
+
+    /// The kind in snake case (`unknown_workflow`): the `code` of the HTTP API's errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::BadModule => "bad_module",
+            ErrorKind::UnknownModule => "unknown_module",
+            ErrorKind::UnknownEntry => "unknown_entry",
+            ErrorKind::InvalidInput => "invalid_input",
+            ErrorKind::Trap => "trap",
+            ErrorKind::Limit => "limit",
+            ErrorKind::BadOutput => "bad_output",
+            ErrorKind::Failed => "failed",
+            ErrorKind::Terminated => "terminated",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::NotAllowed => "not_allowed",
+            ErrorKind::NoSuchProcess => "no_such_process",
+            ErrorKind::ShuttingDown => "shutting_down",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Io => "io",
+            ErrorKind::Config => "config",
+            ErrorKind::Nondeterminism => "nondeterminism",
+            ErrorKind::Store => "store",
+            ErrorKind::UnknownWorkflow => "unknown_workflow",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Damaged => "damaged",
+        }
+    }
+
+    /// The kind [`name`](Self::name)d so.
+    pub fn from_name(name: &str) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+}
+
 /// A failure, with the kind and a message that says what was wrong and what to do.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
@@ -126,3 +187,20 @@ impl Error {
 
 /// Results of host operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_a_name_of_its_own() {
+        let mut names: Vec<&str> = ErrorKind::ALL.iter().map(|k| k.name()).collect();
+        for kind in ErrorKind::ALL {
+            assert_eq!(ErrorKind::from_name(kind.name()), Some(kind));
+        }
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ErrorKind::ALL.len());
+        assert_eq!(ErrorKind::from_name("nonsense"), None);
+    }
+}

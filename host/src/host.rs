@@ -1,7 +1,7 @@
 //! The host: a scheduler, a WebAssembly runtime, and the modules loaded into it.
 
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -14,6 +14,7 @@ use crate::durable::{Damage, Durable, DurableCounters, WorkflowResult};
 use crate::engine::{check_payload, Engine};
 use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;
+use crate::metrics::{DurableSample, Metrics, Sample, Source};
 use crate::run::{Run, SpawnOptions};
 use crate::wasm::{Limits, ModuleInfo, Residency, WasmProcess};
 
@@ -37,6 +38,8 @@ struct Inner {
     report: OnceLock<ShutdownReport>,
     /// The journal and the store, when the host is durable.
     durable: Option<Arc<Durable>>,
+    /// Where the host is counted, if anywhere.
+    metrics: Option<Metrics>,
 }
 
 impl std::fmt::Debug for Host {
@@ -54,19 +57,38 @@ impl Host {
         HostBuilder::default()
     }
 
-    pub(crate) fn new(scheduler: Scheduler, engine: Engine, durable: Option<Arc<Durable>>) -> Host {
-        Host {
-            inner: Arc::new(Inner {
-                engine,
-                scheduler: Mutex::new(Some(scheduler)),
-                report: OnceLock::new(),
-                durable,
-            }),
+    pub(crate) fn new(
+        scheduler: Scheduler,
+        engine: Engine,
+        durable: Option<Arc<Durable>>,
+        metrics: Option<Metrics>,
+    ) -> Host {
+        let inner = Arc::new(Inner {
+            engine,
+            scheduler: Mutex::new(Some(scheduler)),
+            report: OnceLock::new(),
+            durable,
+            metrics,
+        });
+        if let Some(metrics) = &inner.metrics {
+            let weak: Weak<dyn Source> = Arc::downgrade(&inner) as Weak<dyn Source>;
+            metrics.attach(weak);
         }
+        Host { inner }
     }
 
-    fn engine(&self) -> &Engine {
+    pub(crate) fn engine(&self) -> &Engine {
         &self.inner.engine
+    }
+
+    /// The durable side, when the host has a store.
+    pub(crate) fn durable_part(&self) -> Option<&Arc<Durable>> {
+        self.inner.durable.as_ref()
+    }
+
+    /// The metrics the host counts into, if any.
+    pub fn metrics(&self) -> Option<&Metrics> {
+        self.inner.metrics.as_ref()
     }
 
     fn durable(&self) -> Result<&Arc<Durable>> {
@@ -226,7 +248,9 @@ impl Host {
     pub fn send(&self, pid: Pid, message: Payload) -> Result<()> {
         check_payload(&self.engine().wasm.limits, "the message", &message)?;
         if let Some(durable) = self.inner.durable.as_ref().filter(|d| d.ids.contains(pid)) {
-            return durable.send_from_host(&self.engine().handle, pid, message);
+            return durable
+                .send_from_host(&self.engine().handle, pid, message)
+                .map(drop);
         }
         self.engine()
             .handle
@@ -425,8 +449,38 @@ impl Inner {
                 }
             }
             let _ = self.report.set(report);
+            if let Some(metrics) = &self.metrics {
+                metrics.detach(self);
+            }
         }
         self.report.get().cloned().unwrap_or_default()
+    }
+}
+
+impl Source for Inner {
+    fn sample(&self) -> Sample {
+        let residency = self.engine.wasm.instances.residency();
+        let counters = self.engine.handle.counters();
+        Sample {
+            processes: self.engine.handle.live() as u64,
+            hibernated: residency.hibernated as u64,
+            waiting_for_instance: residency.waiting_for_instance as u64,
+            live_instances: residency.live_instances as u64,
+            warm_instances: residency.warm_instances as u64,
+            steps: counters.steps,
+            spawned: counters.spawns,
+            finished: counters.completions,
+            durable: self.durable.as_ref().map(|durable| {
+                let store_up = durable.writer.failed().is_none();
+                DurableSample {
+                    running: durable.ids.len() as u64,
+                    damaged: durable.damaged.lock().len() as u64,
+                    pending: durable.writer.pending() as u64,
+                    store_up,
+                    lease_held: durable.lease.get().map(|_| store_up),
+                }
+            }),
+        }
     }
 }
 

@@ -46,6 +46,8 @@ mod error;
 mod functions;
 mod grants;
 mod host;
+pub mod http;
+mod metrics;
 mod modules;
 mod observe;
 mod run;
@@ -59,8 +61,8 @@ pub use builder::{
 };
 pub use capacity::{Capacity, CapacityLimit, MemoryImages};
 pub use client::{
-    Cancelled, Client, Failure, HistoryStep, ListQuery, Page, Started, WorkflowState,
-    WorkflowStatus,
+    utc_time, Cancelled, Client, Failure, HistoryStep, HostStatus, ListQuery, Narrator,
+    OutboxMessage, OutboxPage, Page, Started, StoredModule, WorkflowState, WorkflowStatus,
 };
 pub use durable::snapshot::Snapshots;
 pub use durable::store::SyncMode;
@@ -72,6 +74,7 @@ pub use functions::{
 };
 pub use grants::Grants;
 pub use host::Host;
+pub use metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 pub use observe::Observer;
 pub use run::{Message, Run, SpawnOptions};
 pub use server::{Server, Stopper, DEFAULT_CLAIM, DEFAULT_POLL, DEFAULT_SERVE_GRACE};
@@ -122,6 +125,7 @@ pub mod __testing {
         match location {
             Location::Sqlite(path) => SqliteStore::open_existing(path)?.shape(),
             Location::Postgres(url) => PgStore::open_existing(url)?.shape(),
+            Location::Server(url) => Err(StoreError::new(format_args!("{url} is not a store"))),
         }
     }
     pub use crate::wasm::bench;

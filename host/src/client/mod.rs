@@ -1,76 +1,174 @@
-//! [`Client`]: everything that is not running workflows. It starts workflows for hosts to run,
-//! reads where they stand, messages and cancels them, lists a store's workflows and reads their
-//! histories, page by page.
+//! [`Client`]: everything that is not running workflows. It stores modules, starts workflows
+//! for hosts to run, reads where they stand, messages and cancels them, lists a store's
+//! workflows and reads their histories and their messages to the host, page by page.
 //!
-//! A client runs no host: on a store hosts share (PostgreSQL) a start is a row that one of the
-//! `wfhost serve` hosts claims, and a message or a cancel is taken by the host that runs the
-//! workflow. On a SQLite file, whose one host takes work only from its own application, a
-//! client reads beside that host.
+//! One `Client`, three ways to reach the workflows, with the same answers:
+//!
+//! | Opened with | It reaches | Used by |
+//! |---|---|---|
+//! | [`Client::open`] on a store | the store itself: a PostgreSQL database hosts share (read, and written for them), or a SQLite file (read beside its one host) | the CLI's client commands with `--store` |
+//! | [`Client::open`] on `http://` or `https://` | a `wfhost serve --http` server, over its API | the CLI with `--server`, applications |
+//! | [`Client::serving`] a host | the host itself (a start runs in it, a message reaches it at once) and its store | the HTTP API's handlers, embedders |
 
+mod remote;
+mod serving;
+mod store;
 mod types;
+mod words;
 
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use parking_lot::Mutex;
 use wfcontract::Payload;
 
 pub use types::{
-    Cancelled, Failure, HistoryStep, ListQuery, Page, Started, WorkflowState, WorkflowStatus,
-    DEFAULT_PAGE, MAX_PAGE,
+    Cancelled, Failure, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
+    Started, StoredModule, WorkflowState, WorkflowStatus, DEFAULT_PAGE, MAX_PAGE,
 };
+pub use words::{utc_time, Narrator};
 
-use crate::durable::now_millis;
-use crate::durable::record::StepRecord;
-use crate::durable::store::{
-    ClientStore, Filter, Location, NewWorkflow, Read, SqliteStore, State, StoreError, Submit,
-    Workflow,
-};
+use crate::durable::store::Location;
 use crate::error::{Error, ErrorKind, Result};
-use crate::wasm::ModuleInfo;
+use crate::grants::Grants;
+use crate::host::Host;
+use remote::RemoteBackend;
+use serving::ServingBackend;
+use store::StoreBackend;
 
-/// A client of a store: a SQLite file or a PostgreSQL database (see [`Location`]).
+/// A client of workflows: of a store, of a `wfhost serve --http` server, or of a host this
+/// program runs (see the module's table). Cheap to clone: clones share connections.
 ///
-/// Every operation takes `&self`, from any thread; the store's connection is made at the first
-/// and made again after a failure.
+/// Every operation takes `&self`, from any thread, and blocks until it has its answer; a
+/// connection is made at the first and made again after a failure.
+#[derive(Clone)]
 pub struct Client {
-    location: Location,
-    store: Mutex<Option<ClientStore>>,
+    backend: Arc<Backend>,
+}
+
+enum Backend {
+    Store(StoreBackend),
+    Serving(ServingBackend),
+    Remote(RemoteBackend),
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("location", &self.location)
+            .field("location", self.location())
             .finish_non_exhaustive()
     }
 }
 
+/// Which module a start runs: its bytes, or the hash of bytes the store keeps.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ModuleRef<'a> {
+    Bytes(&'a [u8]),
+    Hash(&'a str),
+}
+
+/// A start, as every backend takes it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Start<'a> {
+    pub(crate) id: Option<&'a str>,
+    pub(crate) module: ModuleRef<'a>,
+    pub(crate) module_name: Option<&'a str>,
+    pub(crate) entry: &'a str,
+    pub(crate) input: &'a Payload,
+}
+
 impl Client {
-    /// A client of the store at `location` (a path, a URL, or a [`Location`]). Nothing is
-    /// opened until the first operation, which says if the store cannot be reached.
+    /// A client of `location`: a store (a SQLite file's path, a `postgres://` URL), or the HTTP
+    /// API of a `wfhost serve --http` server (an `http://` or `https://` URL; give its token
+    /// with [`with_token`](Self::with_token)). Nothing is opened until the first operation,
+    /// which says if it cannot be reached.
     pub fn open(location: impl Into<Location>) -> Client {
+        let location = location.into();
+        let backend = match &location {
+            Location::Server(url) => Backend::Remote(RemoteBackend::new(location.clone(), url)),
+            _ => Backend::Store(StoreBackend::new(location)),
+        };
         Client {
-            location: location.into(),
-            store: Mutex::new(None),
+            backend: Arc::new(backend),
         }
     }
 
-    /// Where the store is.
+    /// A client of `host`, which runs beside it in this program (the HTTP API's handlers are
+    /// one): a start runs in `host`, a message or a cancel of a workflow it runs reaches it at
+    /// once, a wait for a result takes no thread, and everything else is read from its store.
+    /// The workflows of modules the host has not loaded (a module stored by hash, say) run with
+    /// `grants`. The host must have a store ([`HostBuilder::store`](crate::HostBuilder::store)).
+    pub fn serving(host: &Host, grants: Grants) -> Result<Client> {
+        Ok(Client {
+            backend: Arc::new(Backend::Serving(ServingBackend::new(host, grants)?)),
+        })
+    }
+
+    /// The same client, sending `token` to a server as `Authorization: Bearer` (the server's
+    /// `--token-file`). Only a client of a server sends it; others ignore it.
+    pub fn with_token(self, token: &str) -> Client {
+        match &*self.backend {
+            Backend::Remote(remote) => Client {
+                backend: Arc::new(Backend::Remote(remote.with_token(token))),
+            },
+            _ => self,
+        }
+    }
+
+    /// The same client of a server, trusting the certificates in `pem` for `https://` (a
+    /// server whose certificate no public authority signed).
+    pub fn with_root_certificates(self, pem: &[u8]) -> Result<Client> {
+        match &*self.backend {
+            Backend::Remote(remote) => Ok(Client {
+                backend: Arc::new(Backend::Remote(remote.with_root_certificates(pem)?)),
+            }),
+            _ => Ok(self),
+        }
+    }
+
+    /// Where the workflows are: the store, or the server.
     pub fn location(&self) -> &Location {
-        &self.location
+        match &*self.backend {
+            Backend::Store(store) => &store.location,
+            Backend::Serving(serving) => &serving.store.location,
+            Backend::Remote(remote) => &remote.location,
+        }
+    }
+
+    /// Stores a module's bytes in the store, by their SHA-256, for starts that name it
+    /// ([`start_stored`](Self::start_stored)). A module that does not inspect (not wasm, no
+    /// manifest, another ABI) is an [`ErrorKind::BadModule`] error saying why; one the store
+    /// has already is left as it is ([`StoredModule::new`] is false).
+    pub fn put_module(&self, wasm: &[u8]) -> Result<StoredModule> {
+        match &*self.backend {
+            Backend::Store(store) => store.put_module(wasm),
+            Backend::Serving(serving) => serving.put_module(wasm),
+            Backend::Remote(remote) => remote.put_module(wasm),
+        }
+    }
+
+    /// The modules the store keeps, by hash, with their entry points.
+    pub fn modules(&self) -> Result<Vec<StoredModule>> {
+        match &*self.backend {
+            Backend::Store(store) => store.modules(),
+            Backend::Serving(serving) => serving.store.modules(),
+            Backend::Remote(remote) => remote.modules(),
+        }
     }
 
     /// Starts entry point `entry` of `module` (a module's bytes; the store keeps them by hash)
-    /// with `input`, as workflow `id` (`None`: a new id), for a host of the store to claim and
-    /// run.
+    /// with `input`, as workflow `id` (`None`: a new id), under `module_name` (the name `wfhost
+    /// list` shows).
     ///
     /// Idempotent: an id that exists with the same module, entry point and input starts nothing
     /// ([`Started::new`] is false); with another, it is an [`ErrorKind::Conflict`] error naming
-    /// what differs. The input is not run here: a tool that wants it checked against the entry
-    /// point first does so with a host ([`Host::check_input`](crate::Host::check_input)).
+    /// what differs.
     ///
-    /// Only a store hosts share takes starts from clients: on a SQLite file this is an
-    /// [`ErrorKind::Config`] error that says how to run the workflow instead.
+    /// On a store hosts share, the start waits for a host to claim it (its input is not run
+    /// here: a tool that wants it checked first does so with a host,
+    /// [`Host::check_input`](crate::Host::check_input)); on a SQLite file, which takes work only
+    /// from its one host, this is an [`ErrorKind::Config`] error that says what to do instead.
+    /// Through a server or a serving host, the start runs in that host, its input checked
+    /// before anything is written.
     pub fn start(
         &self,
         id: Option<&str>,
@@ -79,47 +177,49 @@ impl Client {
         entry: &str,
         input: &Payload,
     ) -> Result<Started> {
-        let id = id.map_or_else(new_id, str::to_string);
-        if let Some(why) = crate::durable::bad_id(&id) {
-            return Err(Error::new(ErrorKind::InvalidInput, why));
-        }
-        let info = ModuleInfo::inspect(module)?;
-        if !info.has_entry(entry) {
-            return Err(info.unknown_entry(entry));
-        }
-        let encoded = postcard::to_allocvec(input)
-            .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the input: {e}")))?;
-        let workflow = NewWorkflow {
-            num: 0,
-            id: id.clone(),
-            parent: None,
-            module: info.sha256.clone(),
-            module_name: module_name.to_string(),
-            entry: entry.to_string(),
-            input: encoded.clone(),
-            started: now_millis(),
-        };
-        let started = self.submit(true, |store| {
-            store.submit_start((&info.sha256, module), &workflow)
-        })?;
-        if started.is_none() {
-            let stored = self.find(&id)?;
-            stored.start.may_follow(&info.sha256, entry, &encoded)?;
-        }
-        Ok(Started {
+        self.start_any(Start {
             id,
-            new: started.is_some(),
+            module: ModuleRef::Bytes(module),
+            module_name: Some(module_name),
+            entry,
+            input,
         })
+    }
+
+    /// As [`start`](Self::start), with a module the store keeps, named by its SHA-256 in hex
+    /// ([`put_module`](Self::put_module)): an [`ErrorKind::UnknownModule`] error if it keeps
+    /// none by that hash.
+    pub fn start_stored(
+        &self,
+        id: Option<&str>,
+        hash: &str,
+        entry: &str,
+        input: &Payload,
+    ) -> Result<Started> {
+        self.start_any(Start {
+            id,
+            module: ModuleRef::Hash(hash),
+            module_name: None,
+            entry,
+            input,
+        })
+    }
+
+    fn start_any(&self, start: Start<'_>) -> Result<Started> {
+        match &*self.backend {
+            Backend::Store(store) => store.start(&start),
+            Backend::Serving(serving) => serving.start(&start),
+            Backend::Remote(remote) => remote.start(&start),
+        }
     }
 
     /// Where workflow `id` stands.
     pub fn status(&self, id: &str) -> Result<WorkflowStatus> {
-        let workflow = self.find(id)?;
-        let (host, waiting) = self.host_of(&workflow)?;
-        let mut status = WorkflowStatus::of(workflow);
-        status.host = host;
-        status.waiting_for_host = waiting;
-        Ok(status)
+        match &*self.backend {
+            Backend::Store(store) => store.status(id),
+            Backend::Serving(serving) => serving.status(id),
+            Backend::Remote(remote) => remote.status(id),
+        }
     }
 
     /// Where workflow `id` stands once it has finished, waiting up to `wait` for that (`None`:
@@ -127,111 +227,59 @@ impl Client {
     /// [`WorkflowStatus::is_finished`]). A damaged workflow goes no further until the store is
     /// repaired: an [`ErrorKind::Damaged`] error says so at once.
     pub fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
-        let started = Instant::now();
-        let mut delay = Duration::from_millis(20);
-        loop {
-            let status = self.status(id)?;
-            if status.is_finished() {
-                return Ok(status);
-            }
-            if let Some(why) = &status.damaged {
-                return Err(Error::new(
-                    ErrorKind::Damaged,
-                    format!(
-                        "workflow '{id}' is damaged and goes no further until the store is \
-                         repaired (or the build fixed) and a host resumes it: {why}"
-                    ),
-                ));
-            }
-            let left = wait.map_or(Duration::ZERO, |w| w.saturating_sub(started.elapsed()));
-            if left.is_zero() {
-                return Ok(status);
-            }
-            std::thread::sleep(delay.min(left));
-            delay = (delay * 2).min(Duration::from_millis(500));
+        match &*self.backend {
+            Backend::Store(store) => store.result(id, wait),
+            Backend::Serving(serving) => serving.result(id, wait),
+            Backend::Remote(remote) => remote.result(id, wait),
         }
     }
 
-    /// Sends `message` to the unfinished workflow `id`, for the host that runs it to deliver:
-    /// the message's number. An id that is not running is an [`ErrorKind::UnknownWorkflow`]
+    /// As [`result`](Self::result), for async code: a client serving a host waits without a
+    /// thread (the host's journal says when the workflow ends); the others wait on a thread
+    /// of tokio's blocking pool. Must be called within a tokio runtime.
+    pub async fn result_async(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
+        if let Backend::Serving(serving) = &*self.backend {
+            return serving.result_async(self, id, wait).await;
+        }
+        let client = self.clone();
+        let id = id.to_string();
+        blocking(move || client.result(&id, wait)).await
+    }
+
+    /// Sends `message` to the unfinished workflow `id`: the message's number. The host that
+    /// runs it delivers it; an id that is not running is an [`ErrorKind::UnknownWorkflow`]
     /// error.
     pub fn send(&self, id: &str, message: &Payload) -> Result<u64> {
-        let payload = postcard::to_allocvec(message)
-            .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the message: {e}")))?;
-        match self.submit(false, |store| store.submit_message(id, &payload))? {
-            Some(number) => Ok(number),
-            None => Err(Error::new(
-                ErrorKind::UnknownWorkflow,
-                format!(
-                    "no running workflow '{id}' in {} (`wfhost status {id}` says where it \
-                     stands)",
-                    self.location
-                ),
-            )),
+        match &*self.backend {
+            Backend::Store(store) => store.send(id, message),
+            Backend::Serving(serving) => serving.send(id, message),
+            Backend::Remote(remote) => remote.send(id, message),
         }
     }
 
     /// Asks workflow `id` to cancel; the host that runs it delivers the cancel, and the
     /// workflow decides what to do (it may clean up first).
     pub fn cancel(&self, id: &str) -> Result<Cancelled> {
-        if self.submit(false, |store| store.submit_cancel(id))? {
-            return Ok(Cancelled::Asked);
+        match &*self.backend {
+            Backend::Store(store) => store.cancel(id),
+            Backend::Serving(serving) => serving.cancel(id),
+            Backend::Remote(remote) => remote.cancel(id),
         }
-        let status = WorkflowStatus::of(self.find(id)?);
-        Ok(match status.state {
-            WorkflowState::Running => Cancelled::AskedBefore,
-            state => Cancelled::Ended(state),
-        })
     }
 
     /// A page of the store's workflows that `query` lets through, oldest first, and the cursor
     /// of the next page. A page is read with the index on workflow numbers from the cursor on,
     /// never the whole table at once (a filter that matches few reads on until it has a page).
     pub fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
-        if query.limit == 0 || query.limit > MAX_PAGE {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!(
-                    "a page holds 1 to {MAX_PAGE} workflows, not {}",
-                    query.limit
-                ),
-            ));
+        match &*self.backend {
+            Backend::Store(store) => store.list(query),
+            Backend::Serving(serving) => serving.list(query),
+            Backend::Remote(remote) => remote.list(query),
         }
-        let after = match &query.after {
-            Some(cursor) => parse_cursor(cursor)?,
-            None => 0,
-        };
-        let filter = Filter {
-            state: query.state.map(|s| match s {
-                WorkflowState::Running => State::Running,
-                WorkflowState::Completed => State::Done,
-                WorkflowState::Failed | WorkflowState::Cancelled => State::Failed,
-            }),
-            cancelled: match query.state {
-                Some(WorkflowState::Cancelled) => Some(true),
-                Some(WorkflowState::Failed) => Some(false),
-                _ => None,
-            },
-            entry: query.entry.clone(),
-            prefix: query.prefix.clone(),
-            started_before: query.started_before,
-            started_after: query.started_after,
-            top_level: query.top_level,
-        };
-        // One more than asked: whether there is a next page.
-        let mut rows = self.read(|store| store.page(&filter, after, query.limit + 1))?;
-        let next = (rows.len() > query.limit).then(|| {
-            rows.truncate(query.limit);
-            cursor(rows.last().map_or(after, |w| w.start.num))
-        });
-        Ok(Page {
-            items: rows.into_iter().map(WorkflowStatus::of).collect(),
-            next,
-        })
     }
 
-    /// Up to `limit` steps of workflow `id`'s journal after step `after` (0: from the first),
-    /// and the cursor of the next page. A step that cannot be decoded is an
+    /// Up to `limit` steps of workflow `id`'s journal after the cursor `after` (none: from the
+    /// first), and the cursor of the next page. A step that cannot be decoded is an
     /// [`ErrorKind::Damaged`] error naming it.
     pub fn history(
         &self,
@@ -239,169 +287,122 @@ impl Client {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Page<HistoryStep>> {
-        let workflow = self.find(id)?;
-        let after = match after {
-            Some(cursor) => parse_cursor(cursor)?,
-            None => 0,
-        };
-        let limit = limit.clamp(1, MAX_PAGE);
-        let mut steps =
-            self.read(|store| store.step_page(workflow.start.num, after, Some(limit + 1)))?;
-        let next = (steps.len() > limit).then(|| {
-            steps.truncate(limit);
-            cursor(steps.last().map_or(after, |s| s.seq))
-        });
-        let mut items = Vec::with_capacity(steps.len());
-        for step in steps {
-            let record = StepRecord::decode(&step.record).map_err(|e| {
-                Error::new(
-                    ErrorKind::Damaged,
-                    format!(
-                        "step {} of the journal of '{id}' does not decode ({e}): the store is \
-                         damaged there (`wfhost status {id}` says more)",
-                        step.seq
-                    ),
-                )
-            })?;
-            items.push(HistoryStep::of(step.seq, step.at, record));
+        match &*self.backend {
+            Backend::Store(store) => store.history(id, after, limit),
+            Backend::Serving(serving) => serving.store.history(id, after, limit),
+            Backend::Remote(remote) => remote.history(id, after, limit),
         }
-        Ok(Page { items, next })
+    }
+
+    /// The messages workflow `id` sent the host after the cursor `after` (none: from the
+    /// first), in order; with `wait`, waits up to that long for one when none is there yet
+    /// and the workflow runs.
+    pub fn outbox(&self, id: &str, after: Option<&str>, wait: Option<Duration>) -> Result<OutboxPage> {
+        match &*self.backend {
+            Backend::Store(store) => poll_outbox(|| store.outbox(id, after), wait),
+            Backend::Serving(serving) => serving.outbox(id, after, wait),
+            Backend::Remote(remote) => remote.outbox(id, after, wait),
+        }
+    }
+
+    /// As [`outbox`](Self::outbox), for async code (see [`result_async`](Self::result_async)).
+    pub async fn outbox_async(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        wait: Option<Duration>,
+    ) -> Result<OutboxPage> {
+        if let Backend::Serving(serving) = &*self.backend {
+            return serving.outbox_async(self, id, after, wait).await;
+        }
+        let client = self.clone();
+        let (id, after) = (id.to_string(), after.map(str::to_string));
+        blocking(move || client.outbox(&id, after.as_deref(), wait)).await
+    }
+
+    /// The hosts of the store: on a store hosts share, those alive or owning unfinished
+    /// workflows, with their leases; on a SQLite file, the one that holds it, if one does.
+    pub fn hosts(&self) -> Result<Vec<HostStatus>> {
+        match &*self.backend {
+            Backend::Store(store) => store.hosts(),
+            Backend::Serving(serving) => serving.hosts(),
+            Backend::Remote(remote) => remote.hosts(),
+        }
+    }
+
+    /// Whether the workflows can be reached: the store answers (and a serving host's store
+    /// takes its writes and its lease holds), or the server says it is ready.
+    pub fn ready(&self) -> Result<()> {
+        match &*self.backend {
+            Backend::Store(store) => store.count_running().map(drop),
+            Backend::Serving(serving) => serving.ready(),
+            Backend::Remote(remote) => remote.ready(),
+        }
     }
 
     /// The id of the workflow numbered `number`, if the store has it (a history names other
     /// workflows by number).
     pub fn id_of(&self, number: u64) -> Result<Option<String>> {
-        Ok(self
-            .read(|store| store.workflow_by_num(number))?
-            .map(|w| w.start.id))
+        match &*self.backend {
+            Backend::Store(store) => store.id_of(number),
+            Backend::Serving(serving) => serving.store.id_of(number),
+            Backend::Remote(remote) => remote.id_of(number),
+        }
     }
 
     /// The bytes of the module with SHA-256 `hash` (hex), as the store keeps them.
     pub fn module(&self, hash: &str) -> Result<Option<Vec<u8>>> {
-        self.read(|store| store.module(hash))
-    }
-
-    /// Workflow `id`, or an [`ErrorKind::UnknownWorkflow`] error that says how to list them.
-    fn find(&self, id: &str) -> Result<Workflow> {
-        self.read(|store| store.workflow(id))?.ok_or_else(|| {
-            Error::new(
-                ErrorKind::UnknownWorkflow,
-                format!(
-                    "no workflow '{id}' in {0} (`wfhost list --store {0}` shows them)",
-                    self.location
-                ),
-            )
-        })
-    }
-
-    /// Who runs `workflow`, in words, and whether it waits for a host: on a SQLite file, the
-    /// host that holds the file; on a shared store, the host that owns it, and whether its
-    /// lease holds.
-    fn host_of(&self, workflow: &Workflow) -> Result<(Option<String>, bool)> {
-        if workflow.state != State::Running {
-            return Ok((None, false));
+        match &*self.backend {
+            Backend::Store(store) => store.module(hash),
+            Backend::Serving(serving) => serving.store.module(hash),
+            Backend::Remote(_) => Err(Error::new(
+                ErrorKind::Config,
+                "a server does not hand out modules' bytes: read them from its store",
+            )),
         }
-        if let Some(path) = self.location.path() {
-            return Ok(match SqliteStore::holder(path) {
-                Some(holder) => (Some(format!("{holder} (holds the store)")), false),
-                None => (None, true),
-            });
-        }
-        let Some(owner) = workflow.owner else {
-            return Ok((None, true));
-        };
-        let info = self.submit(false, |store| store.host_info(owner))?;
-        Ok(match info {
-            Some(info) if info.alive => (Some(format!("{} ({})", info.id, info.name)), false),
-            Some(info) => (
-                Some(format!("{} ({}), whose lease ran out", info.id, info.name)),
-                true,
-            ),
-            None => (Some(format!("{owner}")), true),
-        })
-    }
-
-    /// Runs `read` on the store, opened if need be (it must exist).
-    fn read<T>(
-        &self,
-        read: impl FnOnce(&mut dyn Read) -> std::result::Result<T, StoreError>,
-    ) -> Result<T> {
-        let mut store = self.store.lock();
-        if store.is_none() {
-            *store = Some(self.location.open_client(false).map_err(store_error)?);
-        }
-        let result = match store.as_mut().expect("opened above") {
-            ClientStore::Own(own) => read(own.as_mut()),
-            ClientStore::Shared(shared) => read(shared.as_mut()),
-        };
-        result.map_err(|e| {
-            *store = None;
-            store_error(e)
-        })
     }
 
     /// Whether the store takes work from clients (starts, messages, cancels): a store hosts
-    /// share does (it is reached, and its tables are made if need be); a SQLite file, one
-    /// host's own, does not, and the error says what to do instead ([`ErrorKind::Config`]).
+    /// share does (it is reached, and its tables are made if need be), and so do a server and
+    /// a serving host; a SQLite file, one host's own, does not, and the error says what to do
+    /// instead ([`ErrorKind::Config`]).
     pub fn takes_work(&self) -> Result<()> {
-        self.refuse_own()?;
-        self.submit(true, |_| Ok(()))
-    }
-
-    /// An error for a store of one host's own, which takes no client work.
-    fn refuse_own(&self) -> Result<()> {
-        match self.location.path() {
-            Some(_) => Err(self.own_store()),
-            None => Ok(()),
+        match &*self.backend {
+            Backend::Store(store) => store.takes_work(),
+            Backend::Serving(serving) => serving.ready(),
+            Backend::Remote(remote) => remote.ready(),
         }
-    }
-
-    /// What a client's write to a store of one host's own (a SQLite file) is told.
-    fn own_store(&self) -> Error {
-        let held = self
-            .location
-            .path()
-            .and_then(SqliteStore::holder)
-            .map(|holder| format!(" (it is held by {holder})"))
-            .unwrap_or_default();
-        Error::new(
-            ErrorKind::Config,
-            format!(
-                "{} is one host's own store, a SQLite file{held}: run workflows with `wfhost run \
-                 --store` or a host of your own (Host::start, Host::send, Host::cancel); client \
-                 commands need a store hosts share (PostgreSQL)",
-                self.location
-            ),
-        )
-    }
-
-    /// Runs `write` on a store hosts share, opened if need be (with `create`, its tables are
-    /// made if it has none: a start; without, they must be there: a message or a cancel, which
-    /// has nothing to reach in an empty database); on a store of one host's own, an error that
-    /// says what to do instead.
-    fn submit<T>(
-        &self,
-        create: bool,
-        write: impl FnOnce(&mut dyn Submit) -> std::result::Result<T, StoreError>,
-    ) -> Result<T> {
-        self.refuse_own()?;
-        let mut store = self.store.lock();
-        if !matches!(*store, Some(ClientStore::Shared(_))) {
-            *store = Some(self.location.open_client(create).map_err(store_error)?);
-        }
-        let Some(ClientStore::Shared(shared)) = store.as_mut() else {
-            return Err(self.own_store());
-        };
-        write(shared.as_mut()).map_err(|e| {
-            *store = None;
-            store_error(e)
-        })
     }
 }
 
-/// An error of the store, as a client's error.
-fn store_error(error: StoreError) -> Error {
-    crate::durable::store_error(error)
+/// Runs `work` on tokio's blocking pool (a store's connection blocks its thread).
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(Error::new(
+            ErrorKind::Unavailable,
+            format!("the request's thread did not finish: {e}"),
+        ))
+    })
+}
+
+/// Reads the outbox until it has a message, the workflow ends or `wait` passes.
+fn poll_outbox(
+    read: impl Fn() -> Result<OutboxPage>,
+    wait: Option<Duration>,
+) -> Result<OutboxPage> {
+    let started = std::time::Instant::now();
+    let mut delay = Duration::from_millis(20);
+    loop {
+        let page = read()?;
+        let left = wait.map_or(Duration::ZERO, |w| w.saturating_sub(started.elapsed()));
+        if !page.messages.is_empty() || page.finished || left.is_zero() {
+            return Ok(page);
+        }
+        std::thread::sleep(delay.min(left));
+        delay = (delay * 2).min(Duration::from_millis(500));
+    }
 }
 
 /// A new workflow id: "wf-" and 16 random hex digits.
@@ -415,12 +416,12 @@ pub fn new_id() -> String {
 }
 
 /// The cursor of a page that ends at `position`.
-fn cursor(position: u64) -> String {
+pub(crate) fn cursor(position: u64) -> String {
     format!("c{position:x}")
 }
 
 /// The position a cursor stands for.
-fn parse_cursor(cursor: &str) -> Result<u64> {
+pub(crate) fn parse_cursor(cursor: &str) -> Result<u64> {
     cursor
         .strip_prefix('c')
         .and_then(|hex| u64::from_str_radix(hex, 16).ok())

@@ -5,7 +5,9 @@ use wfhost_scheduler::FailureKind;
 
 use crate::durable::record::StepRecord;
 use crate::durable::store::{Ending, State, Workflow};
+use crate::error::{Error, ErrorKind, Result};
 use crate::wasm::reads::Read as WasiRead;
+use crate::wasm::ModuleInfo;
 
 /// Where a workflow stands, in a word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -143,6 +145,22 @@ impl WorkflowStatus {
     pub fn is_finished(&self) -> bool {
         self.state != WorkflowState::Running
     }
+
+    /// An [`ErrorKind::Damaged`] error for a workflow that goes no further until its store is
+    /// repaired.
+    pub(crate) fn refuse_damaged(&self) -> Result<()> {
+        match (&self.damaged, self.state) {
+            (Some(why), WorkflowState::Running) => Err(Error::new(
+                ErrorKind::Damaged,
+                format!(
+                    "workflow '{}' is damaged and goes no further until the store is repaired \
+                     (or the build fixed) and a host resumes it: {why}",
+                    self.id
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// One page of a listing, and where the next begins.
@@ -191,6 +209,17 @@ impl Default for ListQuery {
 }
 
 impl ListQuery {
+    /// An [`ErrorKind::InvalidInput`] error for a page size out of bounds.
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.limit == 0 || self.limit > MAX_PAGE {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("a page holds 1 to {MAX_PAGE} workflows, not {}", self.limit),
+            ));
+        }
+        Ok(())
+    }
+
     /// Every workflow, [`DEFAULT_PAGE`] at a time, oldest first.
     pub fn new() -> ListQuery {
         ListQuery::default()
@@ -261,10 +290,13 @@ pub struct HistoryStep {
     pub yields: Vec<Yield>,
     /// Its status after the step.
     pub status: Status,
+    /// The record as the journal keeps it (postcard).
+    pub(crate) record: Vec<u8>,
 }
 
 impl HistoryStep {
-    pub(crate) fn of(seq: u64, at: u64, record: StepRecord) -> HistoryStep {
+    /// Step `seq`, its record read back from `bytes`.
+    pub(crate) fn of(seq: u64, at: u64, record: StepRecord, bytes: Vec<u8>) -> HistoryStep {
         HistoryStep {
             seq,
             at,
@@ -272,7 +304,13 @@ impl HistoryStep {
             reads: record.reads,
             yields: record.output.yields,
             status: record.output.status,
+            record: bytes,
         }
+    }
+
+    /// The step's record exactly as the journal keeps it (postcard-encoded).
+    pub fn record(&self) -> &[u8] {
+        &self.record
     }
 }
 
@@ -285,6 +323,91 @@ pub struct Started {
     /// Whether this start wrote it: `false` when a workflow of that id existed with the same
     /// module, entry point and input (the start is idempotent).
     pub new: bool,
+    /// Where it stands right after the start.
+    pub workflow: WorkflowStatus,
+}
+
+/// A module a store keeps, by hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoredModule {
+    /// Its SHA-256, in hex.
+    pub hash: String,
+    /// The workflows it can start.
+    pub entry_points: Vec<String>,
+    /// Its size in bytes.
+    pub size: u64,
+    /// [`Client::put_module`](super::Client::put_module): whether this call stored it
+    /// (`false`: the store had it).
+    pub new: bool,
+}
+
+impl StoredModule {
+    pub(crate) fn of(info: &ModuleInfo, new: bool) -> StoredModule {
+        StoredModule {
+            hash: info.sha256.clone(),
+            entry_points: info.entries.clone(),
+            size: info.size as u64,
+            new,
+        }
+    }
+
+    /// The module stored under `hash`, read from its bytes (none listed if they do not inspect).
+    pub(crate) fn inspected(hash: &str, bytes: &[u8]) -> StoredModule {
+        StoredModule {
+            hash: hash.to_string(),
+            entry_points: ModuleInfo::inspect(bytes)
+                .map(|info| info.entries)
+                .unwrap_or_default(),
+            size: bytes.len() as u64,
+            new: false,
+        }
+    }
+}
+
+/// A host of a store (a SQLite file's one host, or one of those that share a PostgreSQL store).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HostStatus {
+    /// Its number in the store (0 for a SQLite file's host).
+    pub id: u64,
+    /// Who it is: its machine's name and its process id.
+    pub name: String,
+    /// Whether its lease holds (a SQLite file's host: whether it holds the file).
+    pub alive: bool,
+    /// When its lease runs out, in milliseconds since the Unix epoch (none on a SQLite file).
+    pub lease_until: Option<u64>,
+    /// The unfinished workflows it owns.
+    pub workflows: u64,
+    /// Whether it is the host the client runs beside (a client of a serving host, or the
+    /// server that answered over HTTP).
+    pub this: bool,
+}
+
+/// A message a durable workflow sent the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OutboxMessage {
+    /// Its place among the workflow's messages to the host (the tag of the `send`).
+    pub tag: u64,
+    /// When it was sent, in milliseconds since the Unix epoch.
+    pub at: u64,
+    /// What it holds.
+    pub data: Payload,
+}
+
+/// The messages a workflow sent the host after a cursor ([`Client::outbox`](super::Client::outbox)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OutboxPage {
+    /// The workflow's number in the store.
+    pub number: u64,
+    /// The messages, in the order they were sent.
+    pub messages: Vec<OutboxMessage>,
+    /// The cursor to ask for what follows: always given, as more may come while it runs.
+    pub next: String,
+    /// Whether the workflow had finished when this was read: nothing follows.
+    pub finished: bool,
 }
 
 /// What a [`Client::cancel`](super::Client::cancel) did.

@@ -87,7 +87,20 @@ fn renew(
                 return;
             }
         }
-        match store.renew() {
+        let renewed = store.renew();
+        if let Some(metrics) = durable.upgrade().and_then(|d| d.metrics.clone()) {
+            let outcome = match &renewed {
+                Ok(true) => "renewed",
+                Ok(false) => "lost",
+                Err(_) => "error",
+            };
+            metrics
+                .core
+                .renewals
+                .get_or_create(&crate::metrics::Outcome { outcome })
+                .inc();
+        }
+        match renewed {
             Ok(true) => {}
             Ok(false) => {
                 let error = StoreError::new(

@@ -17,6 +17,7 @@
 //! | `resolve.rs` | What recovery reads back for each workflow first, and the grants it runs with; damage, and the trees it holds. |
 //! | `inbox.rs` | On a shared store, taking the messages and cancels written for this host's workflows. |
 //! | `lease.rs` | A host among many on one store: its lease and the connection it claims workflows with. |
+//! | `waiters.rs` | Waiting for a workflow's end or its messages to the host, fired by the writer's commits. |
 
 pub(crate) mod inbox;
 pub(crate) mod lease;
@@ -27,6 +28,7 @@ pub(crate) mod resolve;
 pub(crate) mod snapshot;
 pub(crate) mod start;
 pub mod store;
+pub(crate) mod waiters;
 pub(crate) mod writer;
 
 pub use resolve::Damage;
@@ -41,9 +43,11 @@ use parking_lot::{Mutex, RwLock};
 use wfcontract::{CommandError, ErrorKind, Payload, Pid, Tag};
 use wfhost_scheduler::{FailureKind, Note, SchedulerHandle, Waker, WeakSchedulerHandle};
 
+use crate::metrics::Metrics;
 use crate::modules::Modules;
 use snapshot::{Counts, Snapshots};
 use store::{Cluster, Ending, HostStore, Journal};
+use waiters::Waiters;
 use writer::Writer;
 
 /// Nanoseconds since the Unix epoch: the one clock of what the store keeps.
@@ -51,6 +55,17 @@ pub(crate) fn now_nanos() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Who this host is: its machine's name and its process id (`build-7:4211`).
+pub(crate) fn host_name() -> String {
+    format!(
+        "{}:{}",
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|name| name.trim().to_string())
+            .unwrap_or_else(|_| "host".into()),
+        std::process::id()
+    )
 }
 
 /// Milliseconds since the Unix epoch.
@@ -92,6 +107,16 @@ impl Ids {
 
     pub(crate) fn contains(&self, pid: Pid) -> bool {
         self.0.read().0.contains_key(&pid)
+    }
+
+    /// How many durable processes run.
+    pub(crate) fn len(&self) -> usize {
+        self.0.read().0.len()
+    }
+
+    /// The pid of workflow `id`, if it runs here.
+    pub(crate) fn pid_of(&self, id: &str) -> Option<Pid> {
+        self.0.read().1.get(id).copied()
     }
 
     pub(crate) fn get(&self, pid: Pid) -> Option<Arc<str>> {
@@ -144,6 +169,14 @@ pub(crate) struct Durable {
     /// Held by whoever claims workflows or takes messages and cancels from a shared store, so
     /// that what one takes the other does not take again.
     pub(crate) taking: Mutex<()>,
+    /// Those waiting for workflows to end or to send the host a message.
+    pub(crate) waiters: Arc<Waiters>,
+    /// What the host counts, when it is scraped.
+    pub(crate) metrics: Option<Metrics>,
+    /// Where the store is.
+    pub(crate) location: store::Location,
+    /// Who this host is: its machine's name and its process id.
+    pub(crate) host_name: String,
 }
 
 /// A host that joined a shared store, before its lease renewals start.
@@ -164,6 +197,21 @@ impl Durable {
         modules: Arc<Modules>,
         snapshots: Snapshots,
         lease: Option<std::time::Duration>,
+        metrics: Option<Metrics>,
+        location: &store::Location,
+    ) -> crate::Result<Durable> {
+        let mut durable = Durable::open_store(store, ids, modules, snapshots, lease, metrics)?;
+        durable.location = location.clone();
+        Ok(durable)
+    }
+
+    fn open_store(
+        store: HostStore,
+        ids: Arc<Ids>,
+        modules: Arc<Modules>,
+        snapshots: Snapshots,
+        lease: Option<std::time::Duration>,
+        metrics: Option<Metrics>,
     ) -> crate::Result<Durable> {
         let HostStore {
             journal: mut store,
@@ -172,7 +220,9 @@ impl Durable {
         let Some(lease) = lease else {
             let reader = store.reader().map_err(store_error)?;
             let (_, messages) = store.high_water().map_err(store_error)?;
-            let durable = Durable::new(store, reader, ids, modules, snapshots, messages, None)?;
+            let durable = Durable::new(
+                store, reader, ids, modules, snapshots, messages, None, metrics,
+            )?;
             durable.writer.fail(&store::StoreError::new(
                 "this host only reads the store (HostBuilder::read_store): start, recover and \
                  claim workflows on a host that holds it",
@@ -182,13 +232,7 @@ impl Durable {
                 ..durable
             });
         };
-        let name = format!(
-            "{}:{}",
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|name| name.trim().to_string())
-                .unwrap_or_else(|_| "host".into()),
-            std::process::id()
-        );
+        let name = host_name();
         // On a shared store, the host joins before its writer writes anything.
         let joined = match cluster {
             Some(mut cluster) => Some(Joined {
@@ -207,9 +251,12 @@ impl Durable {
         }
         let mut reader = store.reader().map_err(store_error)?;
         let (_, messages) = reader.high_water().map_err(store_error)?;
-        Durable::new(store, reader, ids, modules, snapshots, messages, joined)
+        Durable::new(
+            store, reader, ids, modules, snapshots, messages, joined, metrics,
+        )
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn new(
         store: Box<dyn Journal>,
         reader: Box<dyn Journal>,
@@ -218,8 +265,14 @@ impl Durable {
         snapshots: Snapshots,
         messages: u64,
         joined: Option<Joined>,
+        metrics: Option<Metrics>,
     ) -> crate::Result<Durable> {
-        let writer = Writer::start(store).map_err(|e| {
+        let waiters = Arc::new(Waiters::default());
+        let hooks = writer::Hooks {
+            waiters: Arc::clone(&waiters),
+            metrics: metrics.clone(),
+        };
+        let writer = Writer::start(store, hooks).map_err(|e| {
             crate::Error::new(
                 crate::ErrorKind::Store,
                 format!("could not start the journal's writer thread: {e}"),
@@ -246,6 +299,10 @@ impl Durable {
             damaged: Mutex::new(Vec::new()),
             waiting_warned: Mutex::new(std::collections::HashSet::new()),
             taking: Mutex::new(()),
+            waiters,
+            metrics,
+            location: store::Location::Sqlite(std::path::PathBuf::new()),
+            host_name: host_name(),
         })
     }
 
@@ -491,7 +548,7 @@ impl Durable {
         scheduler: &SchedulerHandle,
         to: Pid,
         message: Payload,
-    ) -> crate::Result<()> {
+    ) -> crate::Result<u64> {
         let number = self.next_message();
         let payload = postcard::to_allocvec(&message).map_err(|e| {
             crate::Error::new(crate::ErrorKind::InvalidInput, format!("the message: {e}"))
@@ -509,7 +566,25 @@ impl Durable {
                 let error = crate::Error::refused(refused);
                 self.refuse(number, error.message());
                 error
-            })
+            })?;
+        Ok(number)
+    }
+
+    /// A message from the host to the unfinished durable workflow `num`, which does not run
+    /// here: kept in the store for whoever runs it (a recovery delivers it): its number.
+    pub(crate) fn keep_message(&self, num: u64, message: &Payload) -> crate::Result<u64> {
+        let number = self.next_message();
+        let payload = postcard::to_allocvec(message).map_err(|e| {
+            crate::Error::new(crate::ErrorKind::InvalidInput, format!("the message: {e}"))
+        })?;
+        self.write(vec![store::Op::Message(store::NewMessage {
+            id: number,
+            receiver: num,
+            sender: 0,
+            payload,
+            local: false,
+        })])?;
+        Ok(number)
     }
 
     /// Marks message `number` refused (before anyone hears so).

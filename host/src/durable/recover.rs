@@ -171,6 +171,12 @@ impl Durable {
                 unfinished.push(workflow);
             }
         }
+        if let Some(metrics) = &self.metrics {
+            metrics.core.claimed.inc_by(unfinished.len() as u64);
+            // A workflow with a journal ran on a host before: this one takes it over.
+            let taken_over = unfinished.iter().filter(|w| w.steps > 0).count();
+            metrics.core.takeovers.inc_by(taken_over as u64);
+        }
         // Refused messages say why to the senders that had not heard; the waiting ones were
         // taken for this host alone.
         let mut messages: Vec<StoredMessage> =

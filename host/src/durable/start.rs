@@ -16,12 +16,17 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::modules::Loaded;
 
 /// Why `id` cannot be a top-level workflow's id, if it cannot: 1 to 1024 characters, no control
-/// character, and no `/`, which children's ids use (`order-42/3.0`: the parent's id, the step
+/// character, no `..`, and no `/`, which children's ids use (`order-42/3.0`: the parent's id, the step
 /// and the yield that spawned them), so that no start can take a child's id.
 pub fn bad_id(id: &str) -> Option<&'static str> {
-    (id.is_empty() || id.len() > 1024 || id.chars().any(|c| c.is_control() || c == '/')).then_some(
-        "a workflow id must be 1 to 1024 characters, none of them a control character or '/' \
-         (children's ids are their parent's with '/' and where they were spawned)",
+    (id.is_empty()
+        || id.len() > 1024
+        || id.contains("..")
+        || id.chars().any(|c| c.is_control() || c == '/'))
+    .then_some(
+        "a workflow id must be 1 to 1024 characters, none of them a control character or '/', \
+         and without '..' (children's ids are their parent's with '/' and where they were \
+         spawned; ids go into URLs, where '..' reads as a step up)",
     )
 }
 
@@ -63,6 +68,20 @@ impl Durable {
         entry: &str,
         input: Payload,
     ) -> Result<Spawned> {
+        self.start_new(engine, id, module, entry, input)
+            .map(|(spawned, _)| spawned)
+    }
+
+    /// As [`start`](Self::start): and whether this start wrote the workflow (`false`: it
+    /// existed, with the same module, entry point and input).
+    pub(crate) fn start_new(
+        self: &Arc<Self>,
+        engine: &Engine,
+        id: &str,
+        module: &str,
+        entry: &str,
+        input: Payload,
+    ) -> Result<(Spawned, bool)> {
         engine.running()?;
         self.writable()?;
         if let Some(why) = bad_id(id) {
@@ -77,12 +96,14 @@ impl Durable {
         let pid = engine.handle.reserve_pid();
         if let Some(running) = self.ids.claim(pid, &id) {
             self.same_start(&id, &hash, entry, &encoded)?;
-            return engine.follow(running);
+            return engine.follow(running).map(|spawned| (spawned, false));
         }
         let claimed = Claim(self, pid);
         let stored = self.reader.lock().workflow(&id).map_err(store_error)?;
         if let Some(workflow) = stored {
-            return self.existing(workflow, &hash, entry, &encoded);
+            return self
+                .existing(workflow, &hash, entry, &encoded)
+                .map(|spawned| (spawned, false));
         }
         // Its start runs now, before anything is written: nothing is written for an input the
         // entry point does not take.
@@ -102,7 +123,9 @@ impl Durable {
         if !self.write_start(start)? {
             let stored = self.reader.lock().workflow(&id).map_err(store_error)?;
             return match stored {
-                Some(workflow) => self.existing(workflow, &hash, entry, &encoded),
+                Some(workflow) => self
+                    .existing(workflow, &hash, entry, &encoded)
+                    .map(|spawned| (spawned, false)),
                 None => Err(Error::new(
                     ErrorKind::Unavailable,
                     format!("workflow '{id}' was being started elsewhere: ask again"),
@@ -121,7 +144,7 @@ impl Durable {
             }
         };
         std::mem::forget(claimed);
-        Ok(spawned)
+        Ok((spawned, true))
     }
 
     /// Writes a new workflow's start: whether it was written (on a store hosts share, another

@@ -1,7 +1,9 @@
 //! The journal's writer: one thread that writes what every worker hands it in batches, one
 //! transaction and one sync per batch (group commit), and then lets each step's effects go.
 
+use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
@@ -9,6 +11,8 @@ use wfcontract::Pid;
 use wfhost_scheduler::Release;
 
 use super::store::{Journal, Op, StoreError};
+use super::waiters::Waiters;
+use crate::metrics::{ending_outcome, Kind, Metrics, Outcome};
 
 /// The most entries one transaction takes: enough to pay for a sync many times over, few enough
 /// that a batch does not hold the steps behind it for long.
@@ -30,6 +34,48 @@ pub(crate) struct Entry {
     pub(crate) done: Done,
 }
 
+/// Who hears of each commit once it is on disk: the waiters of the workflows it ended, and the
+/// metrics.
+pub(crate) struct Hooks {
+    pub(crate) waiters: Arc<Waiters>,
+    pub(crate) metrics: Option<Metrics>,
+}
+
+impl Hooks {
+    /// After a commit of `ops` that took `took`.
+    fn committed(&self, ops: &[Op], took: Duration) {
+        self.waiters.committed(ops);
+        let Some(metrics) = &self.metrics else {
+            return;
+        };
+        let core = &metrics.core;
+        core.commits.inc();
+        core.commit_seconds.observe_duration(took);
+        let mut steps = 0;
+        for op in ops {
+            match op {
+                Op::Step(_) => steps += 1,
+                Op::Start(start) => {
+                    let kind = if start.parent.is_some() { "spawned" } else { "top_level" };
+                    core.started.get_or_create(&Kind { kind }).inc();
+                }
+                Op::End { ending, .. } => {
+                    let outcome = ending_outcome(ending);
+                    core.ended.get_or_create(&Outcome { outcome }).inc();
+                }
+                _ => {}
+            }
+        }
+        core.steps_per_commit.observe(steps);
+    }
+
+    fn failed(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.core.commit_failures.inc();
+        }
+    }
+}
+
 /// Hands entries to the writer thread.
 pub(crate) struct Writer {
     sender: Mutex<Option<Sender<Entry>>>,
@@ -46,7 +92,7 @@ type FailureHook = Box<dyn Fn(&StoreError, &[Pid]) + Send + Sync>;
 type OnFailure = std::sync::OnceLock<FailureHook>;
 
 impl Writer {
-    pub(crate) fn start(store: Box<dyn Journal>) -> std::io::Result<Writer> {
+    pub(crate) fn start(store: Box<dyn Journal>, hooks: Hooks) -> std::io::Result<Writer> {
         let (sender, receiver) = crossbeam_channel::unbounded();
         let failed = std::sync::Arc::new(Mutex::new(None));
         let failed_in = std::sync::Arc::clone(&failed);
@@ -54,7 +100,7 @@ impl Writer {
         let on_failure_in = std::sync::Arc::clone(&on_failure);
         let thread = std::thread::Builder::new()
             .name("wfhost-journal".into())
-            .spawn(move || run(store, &receiver, &failed_in, &on_failure_in))?;
+            .spawn(move || run(store, &receiver, &failed_in, &on_failure_in, &hooks))?;
         Ok(Writer {
             sender: Mutex::new(Some(sender)),
             thread: Mutex::new(Some(thread)),
@@ -91,6 +137,11 @@ impl Writer {
                 .map_err(|_| StoreError::new("the journal's writer has stopped")),
             None => Err(StoreError::new("the host has shut down its journal")),
         }
+    }
+
+    /// Entries handed over and not yet committed.
+    pub(crate) fn pending(&self) -> usize {
+        self.sender.lock().as_ref().map_or(0, Sender::len)
     }
 
     /// Writes `ops` and waits until they are on disk.
@@ -144,6 +195,7 @@ fn run(
     receiver: &Receiver<Entry>,
     failed: &Mutex<Option<StoreError>>,
     on_failure: &OnFailure,
+    hooks: &Hooks,
 ) {
     let crash_after = crash_after();
     let mut commits = 0u64;
@@ -158,17 +210,17 @@ fn run(
             }
         }
         let broken = failed.lock().clone();
+        let started = Instant::now();
         let result = match broken {
             Some(error) => Err(error),
             None => {
                 for entry in &mut batch {
                     ops.append(&mut entry.ops);
                 }
-                let written = store.commit(&ops);
-                ops.clear();
-                written
+                store.commit(&ops)
             }
         };
+        let took = started.elapsed();
         if result.is_ok() {
             commits += 1;
             if crash_after == Some(commits) {
@@ -195,6 +247,12 @@ fn run(
                 }
             }
         }
+        match &result {
+            Ok(()) => hooks.committed(&ops, took),
+            Err(_) if !ops.is_empty() => hooks.failed(),
+            Err(_) => {}
+        }
+        ops.clear();
         if result.is_ok() {
             // Off the path of the steps just let go; what it writes was durable already.
             if let Err(error) = store.tidy(false) {

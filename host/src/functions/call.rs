@@ -55,9 +55,28 @@ pub(super) struct Finish {
     pub(super) by_process: CallsByProcess,
     pub(super) tasks: Tasks,
     pub(super) stopping: Arc<AtomicBool>,
+    /// Where the call is counted, and when it came in.
+    pub(super) metrics: Option<(crate::metrics::Metrics, std::time::Instant)>,
 }
 
 impl Finish {
+    /// Counts the call's outcome and duration.
+    fn count(&self, result: &Result<Payload, CommandError>) {
+        if let Some((metrics, started)) = &self.metrics {
+            let function = Arc::clone(&self.name);
+            let core = &metrics.core;
+            core.calls
+                .get_or_create(&crate::metrics::Call {
+                    function: Arc::clone(&function),
+                    outcome: crate::metrics::call_outcome(result),
+                })
+                .inc();
+            core.call_seconds
+                .get_or_create(&crate::metrics::Function { function })
+                .observe(started.elapsed().as_secs_f64());
+        }
+    }
+
     /// Counts the call out and removes its task's entry, once.
     fn settle(&mut self) {
         if std::mem::replace(&mut self.settled, true) {
@@ -85,6 +104,7 @@ impl Finish {
     /// again at once finds its slot free.
     pub(super) fn complete(mut self, result: Result<Payload, CommandError>) {
         self.settle();
+        self.count(&result);
         if let Err(error) = &result {
             if error.kind == ErrorKind::Timeout {
                 tracing::warn!(
@@ -137,7 +157,9 @@ impl Drop for Finish {
                 ),
             )
         };
-        completer.complete(Err(error));
+        let result = Err(error);
+        self.count(&result);
+        completer.complete(result);
     }
 }
 

@@ -60,6 +60,8 @@ pub(crate) struct FunctionSettings {
     pub(crate) runtime: Option<Handle>,
     /// The durable workflows' ids, in a durable host: each call gets an idempotency key.
     pub(crate) keys: Option<Arc<crate::durable::Ids>>,
+    /// Where calls are counted, if anywhere.
+    pub(crate) metrics: Option<crate::metrics::Metrics>,
 }
 
 /// The `call` handler.
@@ -88,6 +90,7 @@ pub(crate) struct Functions {
     tasks: Tasks,
     next_task: AtomicU64,
     keys: Option<Arc<crate::durable::Ids>>,
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 /// A call let in: its function, the runtime it runs on, and when it times out.
@@ -148,7 +151,29 @@ impl Functions {
             tasks: Arc::default(),
             next_task: AtomicU64::new(0),
             keys: settings.keys,
+            metrics: settings.metrics,
         })
+    }
+
+    /// Counts a call refused before it ran, under its function's name if one is registered so
+    /// (a guest names functions freely: the label stays within those registered).
+    fn count_refused(&self, name: &str, error: &CommandError) {
+        let Some(metrics) = &self.metrics else {
+            return;
+        };
+        let function = self
+            .functions
+            .read()
+            .get(name)
+            .map_or_else(|| Arc::from("(unregistered)"), |(shared, _)| Arc::clone(shared));
+        metrics
+            .core
+            .calls
+            .get_or_create(&crate::metrics::Call {
+                function,
+                outcome: error.kind.name(),
+            })
+            .inc();
     }
 
     fn unknown(&self, name: &str) -> CommandError {
@@ -282,6 +307,10 @@ impl Functions {
             by_process: Arc::clone(&self.by_process),
             tasks: Arc::clone(&self.tasks),
             stopping: Arc::clone(&self.stopping),
+            metrics: self
+                .metrics
+                .clone()
+                .map(|metrics| (metrics, std::time::Instant::now())),
         }
     }
 
@@ -331,7 +360,10 @@ impl Handler for Functions {
         };
         let admitted = match self.admit(request.pid, &call.name) {
             Ok(admitted) => admitted,
-            Err(error) => return cx.complete(request.tag, Err(error)),
+            Err(error) => {
+                self.count_refused(&call.name, &error);
+                return cx.complete(request.tag, Err(error));
+            }
         };
         let id = self.next_task.fetch_add(1, Ordering::Relaxed);
         // From here on the guard owns the completion and the bookkeeping, whatever becomes of

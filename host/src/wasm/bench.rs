@@ -82,6 +82,7 @@ impl Harness {
             compact,
             cache_dir: None,
             page_scan: false,
+            metrics: None,
         };
         let wasm = Arc::new(WasmRuntime::new(limits, settings, instances)?);
         let compiled = wasm.compile(bytes)?;

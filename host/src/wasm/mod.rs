@@ -146,6 +146,8 @@ pub(crate) struct WasmRuntime {
     /// children.
     inherited: parking_lot::Mutex<HashMap<Pid, Inherited>>,
     ticker: Ticker,
+    /// Where steps' durations are counted, if anywhere.
+    pub(crate) metrics: Option<crate::metrics::Metrics>,
 }
 
 /// How the engine is built: see [`WasmRuntime::new`].
@@ -162,6 +164,8 @@ pub(crate) struct EngineSettings {
     /// Reset pooled slots in place, finding the pages written with the kernel's page-map scan
     /// (see [`HostBuilder::page_scan_reset`](crate::HostBuilder::page_scan_reset)).
     pub(crate) page_scan: bool,
+    /// Where steps' durations are counted, if anywhere.
+    pub(crate) metrics: Option<crate::metrics::Metrics>,
 }
 
 impl WasmRuntime {
@@ -222,6 +226,7 @@ impl WasmRuntime {
             inherited: parking_lot::Mutex::new(HashMap::new()),
             interrupted: AtomicBool::new(false),
             ticker,
+            metrics: settings.metrics,
         })
     }
 

@@ -8,8 +8,9 @@ use super::{
 };
 
 /// Where a store is. A string that starts with `postgres://` or `postgresql://` is a PostgreSQL
-/// connection URL; anything else is the path of a SQLite file (write `./postgres:...` for a
-/// file whose name would read as a URL).
+/// connection URL; one that starts with `http://` or `https://` is the HTTP API of a `wfhost
+/// serve --http` (for clients only: a host journals to a store); anything else is the path of a
+/// SQLite file (write `./postgres:...` for a file whose name would read as a URL).
 #[derive(Clone, PartialEq, Eq)]
 pub enum Location {
     /// A SQLite file.
@@ -17,6 +18,9 @@ pub enum Location {
     /// A PostgreSQL database: its connection URL
     /// (`postgres://user:password@host:port/database?options`).
     Postgres(String),
+    /// The HTTP API of a `wfhost serve --http`: its URL (`http://host:port`). Only a
+    /// [`Client`](crate::Client) opens it.
+    Server(String),
 }
 
 impl Location {
@@ -24,6 +28,8 @@ impl Location {
     pub fn parse(text: &str) -> Location {
         if text.starts_with("postgres://") || text.starts_with("postgresql://") {
             Location::Postgres(text.to_string())
+        } else if text.starts_with("http://") || text.starts_with("https://") {
+            Location::Server(text.to_string())
         } else {
             Location::Sqlite(PathBuf::from(text))
         }
@@ -62,6 +68,7 @@ impl Location {
                     cluster: Some(cluster),
                 })
             }
+            (Location::Server(url), _) => Err(not_a_store(url)),
         }
     }
 
@@ -72,6 +79,7 @@ impl Location {
         match self {
             Location::Sqlite(path) => Ok(Box::new(SqliteStore::open_existing(path)?)),
             Location::Postgres(url) => Ok(Box::new(PgStore::open_existing(url)?)),
+            Location::Server(url) => Err(not_a_store(url)),
         }
     }
 
@@ -86,6 +94,7 @@ impl Location {
                 ClientStore::Shared(Box::new(PgStore::open(url, SyncMode::Full)?))
             }
             Location::Postgres(url) => ClientStore::Shared(Box::new(PgStore::open_existing(url)?)),
+            Location::Server(url) => return Err(not_a_store(url)),
         })
     }
 
@@ -93,9 +102,17 @@ impl Location {
     pub fn path(&self) -> Option<&Path> {
         match self {
             Location::Sqlite(path) => Some(path),
-            Location::Postgres(_) => None,
+            Location::Postgres(_) | Location::Server(_) => None,
         }
     }
+}
+
+/// What a host (or a command that reads a store itself) is told of a server's URL.
+fn not_a_store(url: &str) -> StoreError {
+    StoreError::new(format_args!(
+        "{} is a server's HTTP API, not a store: a host keeps its journal in a SQLite file or a          PostgreSQL database (give that), and clients reach the server with --server",
+        redact(url)
+    ))
 }
 
 /// A store as a host opens it.
@@ -119,7 +136,7 @@ impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Location::Sqlite(path) => write!(f, "{}", path.display()),
-            Location::Postgres(url) => f.write_str(&redact(url)),
+            Location::Postgres(url) | Location::Server(url) => f.write_str(&redact(url)),
         }
     }
 }

@@ -279,6 +279,17 @@ pub struct HostInfo {
     pub alive: bool,
 }
 
+/// A host of a store hosts share, with its lease and its work.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostRow {
+    /// As [`Submit::host_info`] reads it.
+    pub info: HostInfo,
+    /// When its lease runs out, in milliseconds since the Unix epoch.
+    pub lease_until: Option<u64>,
+    /// The unfinished workflows it owns.
+    pub workflows: u64,
+}
+
 /// Where a workflow stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    HostInfo, HostMessage, NewMessage, NewSnapshot, NewWorkflow, Op, State, Step, StoreResult,
+    HostInfo, HostMessage, HostRow, NewMessage, NewSnapshot, NewWorkflow, Op, State, Step, StoreResult,
     StoredMessage, Wake, Workflow,
 };
 
@@ -72,6 +72,15 @@ pub trait Read: Send {
 
     /// The messages workflow `num` sent the host with a tag after `after`, in order.
     fn host_messages(&mut self, num: u64, after: u64) -> StoreResult<Vec<HostMessage>>;
+
+    /// Every module the store keeps: its hash and its size in bytes, by hash.
+    fn module_list(&mut self) -> StoreResult<Vec<(String, u64)>>;
+
+    /// Those of the workflows numbered `nums` that have finished.
+    fn finished_among(&mut self, nums: &[u64]) -> StoreResult<Vec<u64>>;
+
+    /// How many workflows have not finished.
+    fn count_running(&mut self) -> StoreResult<u64>;
 }
 
 /// What a host writes: its journal. Writes come in batches from one writer; reads may come from
@@ -161,6 +170,9 @@ pub trait Submit: Read {
         workflow: &NewWorkflow,
     ) -> StoreResult<Option<u64>>;
 
+    /// Keeps a module's bytes under its hash (once: a hash the store has is left as it is).
+    fn submit_module(&mut self, hash: &str, bytes: &[u8]) -> StoreResult<()>;
+
     /// Sends `payload` (a postcard-encoded `Payload`) to the unfinished workflow `id`, for its
     /// host to deliver: the message's number, or `None` if no such workflow runs.
     fn submit_message(&mut self, id: &str, payload: &[u8]) -> StoreResult<Option<u64>>;
@@ -170,4 +182,7 @@ pub trait Submit: Read {
 
     /// The host numbered `id`.
     fn host_info(&mut self, id: u64) -> StoreResult<Option<HostInfo>>;
+
+    /// The hosts that are alive or own unfinished workflows, by number.
+    fn hosts(&mut self) -> StoreResult<Vec<HostRow>>;
 }

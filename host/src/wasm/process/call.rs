@@ -49,7 +49,11 @@ impl WasmProcess {
         self.swap_reads();
         let result = self.call_encoded(export, &scratch);
         self.swap_reads();
-        self.spent(started);
+        let took = started.elapsed();
+        self.cpu += took;
+        if let (Export::Step, Some(metrics)) = (export, &self.runtime.metrics) {
+            metrics.core.step_seconds.observe_duration(took);
+        }
         self.scratch = scratch;
         result
     }

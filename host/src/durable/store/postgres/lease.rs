@@ -393,6 +393,16 @@ impl PgStore {
     }
 
     /// From a client: asks the unfinished workflow `id` to cancel.
+    pub(super) fn keep_module(&mut self, hash: &str, bytes: &[u8]) -> StoreResult<()> {
+        self.transaction("keeping a module", super::READ_PATIENCE, |conn| {
+            conn.query(
+                "INSERT INTO modules (hash, bytes) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&hash, &bytes],
+            )
+            .map(drop)
+        })
+    }
+
     pub(super) fn cancel_id(&mut self, id: &str) -> StoreResult<bool> {
         let rows = self.transaction("asking for a cancel", super::READ_PATIENCE, |conn| {
             let rows = conn.query(

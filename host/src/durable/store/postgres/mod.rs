@@ -486,6 +486,10 @@ impl Submit for PgStore {
         PgStore::start_once(self, Some(module), workflow)
     }
 
+    fn submit_module(&mut self, hash: &str, bytes: &[u8]) -> StoreResult<()> {
+        self.keep_module(hash, bytes)
+    }
+
     fn submit_message(&mut self, id: &str, payload: &[u8]) -> StoreResult<Option<u64>> {
         self.send_to_id(id, payload)
     }
@@ -496,6 +500,10 @@ impl Submit for PgStore {
 
     fn host_info(&mut self, id: u64) -> StoreResult<Option<HostInfo>> {
         PgStore::host_info(self, id)
+    }
+
+    fn hosts(&mut self) -> StoreResult<Vec<super::HostRow>> {
+        self.read("reading the hosts", read::hosts)
     }
 }
 
@@ -584,6 +592,27 @@ impl Read for PgStore {
         let (num, after) = (read::int(num)?, read::int(after)?);
         self.read("reading the messages to the host", |conn| {
             read::host_messages(conn, num, after)
+        })
+    }
+
+    fn count_running(&mut self) -> StoreResult<u64> {
+        self.read("counting unfinished workflows", |conn| {
+            let row = conn.query_one("SELECT count(*) FROM workflows WHERE state = 0", &[])?;
+            Ok(row.get::<_, i64>(0).max(0) as u64)
+        })
+    }
+
+    fn module_list(&mut self) -> StoreResult<Vec<(String, u64)>> {
+        self.read("listing modules", read::module_list)
+    }
+
+    fn finished_among(&mut self, nums: &[u64]) -> StoreResult<Vec<u64>> {
+        let nums = nums
+            .iter()
+            .map(|&n| read::int(n))
+            .collect::<StoreResult<Vec<i64>>>()?;
+        self.read("reading which workflows finished", |conn| {
+            read::finished_among(conn, &nums)
         })
     }
 }

@@ -4,7 +4,7 @@ use tokio_postgres::{Error, Row};
 
 use super::Conn;
 use crate::durable::store::{
-    Cancel, Ending, Filter, HostInfo, HostMessage, NewMessage, NewSnapshot, NewWorkflow, State,
+    Cancel, Ending, Filter, HostInfo, HostMessage, HostRow, NewMessage, NewSnapshot, NewWorkflow, State,
     Step, StoreError, StoreResult, StoredMessage, Workflow,
 };
 
@@ -231,6 +231,53 @@ pub(super) fn host_info(conn: &mut Conn, id: i64) -> Result<Option<HostInfo>, Er
             name: row.get(1),
             alive: row.get::<_, Option<bool>>(2).unwrap_or(false),
         }))
+}
+
+pub(super) fn hosts(conn: &mut Conn) -> Result<Vec<HostRow>, Error> {
+    Ok(conn
+        .query(
+            "SELECT h.id, h.name, NOT h.dead AND h.lease_until > now(), \
+                    (extract(epoch FROM h.lease_until) * 1000)::BIGINT, \
+                    (SELECT count(*) FROM workflows w WHERE w.owner = h.id AND w.state = 0) AS owned \
+             FROM hosts h WHERE NOT h.client \
+             AND ((NOT h.dead AND h.lease_until > now()) \
+                  OR EXISTS (SELECT 1 FROM workflows w WHERE w.owner = h.id AND w.state = 0)) \
+             ORDER BY h.id",
+            &[],
+        )?
+        .iter()
+        .map(|row| HostRow {
+            info: HostInfo {
+                id: uint(row.get(0)),
+                name: row.get(1),
+                alive: row.get::<_, Option<bool>>(2).unwrap_or(false),
+            },
+            lease_until: row.get::<_, Option<i64>>(3).map(uint),
+            workflows: uint(row.get(4)),
+        })
+        .collect())
+}
+
+pub(super) fn module_list(conn: &mut Conn) -> Result<Vec<(String, u64)>, Error> {
+    Ok(conn
+        .query(
+            "SELECT hash, octet_length(bytes)::BIGINT FROM modules ORDER BY hash",
+            &[],
+        )?
+        .iter()
+        .map(|row| (row.get(0), uint(row.get(1))))
+        .collect())
+}
+
+pub(super) fn finished_among(conn: &mut Conn, nums: &[i64]) -> Result<Vec<u64>, Error> {
+    Ok(conn
+        .query(
+            "SELECT num FROM workflows WHERE num = ANY($1) AND state <> 0",
+            &[&nums],
+        )?
+        .iter()
+        .map(|row| uint(row.get(0)))
+        .collect())
 }
 
 pub(super) fn messages(conn: &mut Conn) -> Result<Vec<StoredMessage>, Error> {

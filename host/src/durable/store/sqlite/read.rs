@@ -238,6 +238,48 @@ impl Read for SqliteStore {
             .map_err(sql(what))
     }
 
+    fn module_list(&mut self) -> StoreResult<Vec<(String, u64)>> {
+        let what = "listing modules";
+        let mut statement = self
+            .conn
+            .prepare_cached("SELECT hash, length(bytes) FROM modules ORDER BY hash")
+            .map_err(sql(what))?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?.max(0) as u64))
+            })
+            .map_err(sql(what))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql(what))
+    }
+
+    fn finished_among(&mut self, nums: &[u64]) -> StoreResult<Vec<u64>> {
+        let what = "reading which workflows finished";
+        let mut statement = self
+            .conn
+            .prepare_cached("SELECT state FROM workflows WHERE num = ?1")
+            .map_err(sql(what))?;
+        let mut finished = Vec::new();
+        for &num in nums {
+            let state: Option<i64> = statement
+                .query_row(params![int(num).map_err(sql(what))?], |row| row.get(0))
+                .optional()
+                .map_err(sql(what))?;
+            if state.is_some_and(|code| State::from_code(code) != State::Running) {
+                finished.push(num);
+            }
+        }
+        Ok(finished)
+    }
+
+    fn count_running(&mut self) -> StoreResult<u64> {
+        self.conn
+            .query_row("SELECT count(*) FROM workflows WHERE state = 0", [], |row| {
+                row.get::<_, i64>(0)
+            })
+            .map(|n| n.max(0) as u64)
+            .map_err(sql("counting unfinished workflows"))
+    }
+
     fn refused_from(&mut self, senders: &[u64]) -> StoreResult<Vec<StoredMessage>> {
         Ok(self
             .messages()?

@@ -1,0 +1,422 @@
+//! [`Client`]: the HTTP API of a `wfhost serve`, one method per route, blocking.
+
+use std::time::Duration;
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::error::{Error, Result};
+use crate::wire::{
+    CancelJson, ErrorBody, Health, HistoryPage, HostList, ListParams, ModuleJson, ModuleList,
+    OutboxPage, PageParams, SentJson, StartRequest, StartedJson, WorkflowJson, WorkflowPage,
+};
+
+/// How long a call may take unless it waits on purpose (a result or the outbox with `wait`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The most a response body may hold: a page of 10,000 workflows with their inputs fits.
+const MAX_RESPONSE: u64 = 1 << 30;
+
+/// What a path segment keeps as it is: letters, digits, `-`, `_` and `~`. Everything else is
+/// percent-encoded, `/` (children's ids hold it) and `.` (so that no id reads as `..`)
+/// included.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'~');
+
+/// A client of one `wfhost serve --http` server. Cheap to clone; every method may be called
+/// from any thread, and connections are kept alive between calls.
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client of the server at `url` (`http://host:port` or `https://host:port`, optionally
+    /// with a path under which the API is mounted). Nothing is sent until the first call.
+    pub fn new(url: &str) -> Result<Client> {
+        let base = url.trim_end_matches('/').to_string();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(Error::local(
+                "bad_request",
+                format!("'{url}' is not a server's address: give http://HOST:PORT or https://HOST:PORT"),
+            ));
+        }
+        Ok(Client {
+            base,
+            token: None,
+            agent: agent(None),
+            timeout: DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// Sends `token` as `Authorization: Bearer` with every call (the server's `--token-file`).
+    pub fn with_token(mut self, token: impl Into<String>) -> Client {
+        let token = token.into();
+        self.token = (!token.is_empty()).then_some(token);
+        self
+    }
+
+    /// Trusts the certificates in `pem` (and no others) for an `https://` server: for a server
+    /// whose certificate no public authority signed.
+    pub fn with_root_certificates(mut self, pem: &[u8]) -> Result<Client> {
+        let mut certs = Vec::new();
+        for item in ureq::tls::parse_pem(pem) {
+            match item {
+                Ok(ureq::tls::PemItem::Certificate(cert)) => certs.push(cert),
+                Ok(_) => {}
+                Err(e) => {
+                    return Err(Error::local(
+                        "bad_request",
+                        format!("the certificates are not PEM: {e}"),
+                    ))
+                }
+            }
+        }
+        if certs.is_empty() {
+            return Err(Error::local(
+                "bad_request",
+                "no certificate in the PEM given to trust",
+            ));
+        }
+        self.agent = agent(Some(ureq::tls::RootCerts::new_with_certs(&certs)));
+        Ok(self)
+    }
+
+    /// How long a call may take (its waits excepted); default [`DEFAULT_TIMEOUT`].
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The server's address, as given.
+    pub fn url(&self) -> &str {
+        &self.base
+    }
+
+    /// Stores a module (its `.wasm` bytes): what the server knows of it, and whether it was
+    /// new (`false`: the store had it).
+    pub fn put_module(&self, wasm: &[u8]) -> Result<(ModuleJson, bool)> {
+        let request = self
+            .post("/v1/modules")
+            .header("content-type", "application/wasm");
+        let (status, module) = answer(request.send(wasm), self.timeout)?;
+        Ok((module, status == 201))
+    }
+
+    /// The modules the store keeps.
+    pub fn modules(&self) -> Result<ModuleList> {
+        self.get("/v1/modules", None)
+    }
+
+    /// Starts a workflow: it, and whether this start made it (`false`: it existed with the
+    /// same module, entry point and input).
+    pub fn start(&self, start: &StartRequest) -> Result<StartedJson> {
+        self.post_json("/v1/workflows", start)
+    }
+
+    /// Where workflow `id` stands.
+    pub fn status(&self, id: &str) -> Result<WorkflowJson> {
+        self.get(&format!("/v1/workflows/{}", segment(id)), None)
+    }
+
+    /// Where workflow `id` stands once it ends, waiting up to `wait` for that (the server caps
+    /// the wait): still running at the deadline, it as it is.
+    pub fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowJson> {
+        let mut path = format!("/v1/workflows/{}/result", segment(id));
+        if let Some(wait) = wait {
+            path.push_str(&format!("?wait={}ms", wait.as_millis()));
+        }
+        self.get(&path, wait)
+    }
+
+    /// Sends the JSON `message` to workflow `id`.
+    pub fn send(&self, id: &str, message: &RawValue) -> Result<SentJson> {
+        let path = format!("/v1/workflows/{}/messages", segment(id));
+        let request = self
+            .post(&path)
+            .header("content-type", "application/json");
+        answer(request.send(message.get()), self.timeout).map(|(_, sent)| sent)
+    }
+
+    /// Asks workflow `id` to cancel.
+    pub fn cancel(&self, id: &str) -> Result<CancelJson> {
+        let path = format!("/v1/workflows/{}/cancel", segment(id));
+        answer(self.post(&path).send_empty(), self.timeout).map(|(_, c)| c)
+    }
+
+    /// A page of the store's workflows.
+    pub fn list(&self, params: &ListParams) -> Result<WorkflowPage> {
+        self.get(&format!("/v1/workflows{}", query(params)?), None)
+    }
+
+    /// A page of workflow `id`'s journal.
+    pub fn history(&self, id: &str, params: &PageParams) -> Result<HistoryPage> {
+        let path = format!("/v1/workflows/{}/history{}", segment(id), query(params)?);
+        self.get(&path, None)
+    }
+
+    /// The messages workflow `id` sent the host after the cursor; with `wait`, waits for one
+    /// when none is there yet.
+    pub fn outbox(&self, id: &str, params: &PageParams) -> Result<OutboxPage> {
+        let path = format!("/v1/workflows/{}/outbox{}", segment(id), query(params)?);
+        let wait = params.wait.as_deref().and_then(parse_wait);
+        self.get(&path, wait)
+    }
+
+    /// The store's hosts.
+    pub fn hosts(&self) -> Result<HostList> {
+        self.get("/v1/hosts", None)
+    }
+
+    /// Whether the server is ready: its store reachable, its lease held.
+    pub fn ready(&self) -> Result<Health> {
+        self.get("/readyz", None)
+    }
+
+    /// The server's metrics, in Prometheus' text format.
+    pub fn metrics(&self) -> Result<String> {
+        let mut request = self
+            .agent
+            .get(format!("{}/metrics", self.base))
+            .config()
+            .timeout_global(Some(self.timeout))
+            .build();
+        if let Some(token) = &self.token {
+            request = request.header("authorization", &format!("Bearer {token}"));
+        }
+        let mut response = request.call().map_err(|e| transport(e, self.timeout))?;
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_RESPONSE)
+            .read_to_string()
+            .map_err(|e| transport(e, self.timeout))?;
+        if status >= 400 {
+            return Err(refusal(status, body.as_bytes()));
+        }
+        Ok(body)
+    }
+
+    /// The OpenAPI document of the API.
+    pub fn openapi(&self) -> Result<serde_json::Value> {
+        self.get("/v1/openapi.json", None)
+    }
+
+    fn post(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+        let url = format!("{}{path}", self.base);
+        let request = self
+            .agent
+            .post(&url)
+            .config()
+            .timeout_global(Some(self.timeout))
+            .build();
+        match &self.token {
+            Some(token) => request.header("authorization", &format!("Bearer {token}")),
+            None => request,
+        }
+    }
+
+    fn get<T: DeserializeOwned>(&self, path: &str, wait: Option<Duration>) -> Result<T> {
+        let url = format!("{}{path}", self.base);
+        let timeout = self.timeout + wait.unwrap_or_default();
+        let mut request = self
+            .agent
+            .get(&url)
+            .config()
+            .timeout_global(Some(timeout))
+            .build();
+        if let Some(token) = &self.token {
+            request = request.header("authorization", &format!("Bearer {token}"));
+        }
+        answer(request.call(), timeout).map(|(_, body)| body)
+    }
+
+    fn post_json<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> Result<T> {
+        let body = serde_json::to_vec(body)
+            .map_err(|e| Error::local("bad_request", format!("cannot write the request: {e}")))?;
+        let request = self
+            .post(path)
+            .header("content-type", "application/json");
+        answer(request.send(&body[..]), self.timeout).map(|(_, body)| body)
+    }
+}
+
+/// An agent: connections kept alive, statuses read as answers (not errors), `roots` trusted
+/// for TLS when given.
+fn agent(roots: Option<ureq::tls::RootCerts>) -> ureq::Agent {
+    let mut config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .user_agent(concat!("wfhost-client/", env!("CARGO_PKG_VERSION")));
+    if let Some(roots) = roots {
+        config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
+    }
+    config.build().into()
+}
+
+/// `id` as one path segment.
+pub fn segment(id: &str) -> String {
+    utf8_percent_encode(id, SEGMENT).to_string()
+}
+
+/// `params` as a query string (`?a=1&b=2`, or nothing).
+fn query<T: Serialize>(params: &T) -> Result<String> {
+    let value = serde_json::to_value(params)
+        .map_err(|e| Error::local("bad_request", format!("cannot write the query: {e}")))?;
+    let mut pairs = Vec::new();
+    if let serde_json::Value::Object(map) = value {
+        for (key, value) in map {
+            let text = match value {
+                serde_json::Value::Null => continue,
+                serde_json::Value::String(text) => text,
+                other => other.to_string(),
+            };
+            pairs.push(format!("{key}={}", segment(&text)));
+        }
+    }
+    Ok(if pairs.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", pairs.join("&"))
+    })
+}
+
+/// A wait as the API writes it (`30s`, `500ms`, `2m`), if it reads as one.
+pub fn parse_wait(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.')?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1000.0,
+        "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return None,
+    };
+    (seconds.is_finite() && seconds >= 0.0 && seconds < 1e9)
+        .then(|| Duration::from_secs_f64(seconds))
+}
+
+/// The status and the decoded body of an answer, or the error it carries.
+fn answer<T: DeserializeOwned>(
+    response: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    timeout: Duration,
+) -> Result<(u16, T)> {
+    let mut response = response.map_err(|e| transport(e, timeout))?;
+    let status = response.status().as_u16();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(MAX_RESPONSE)
+        .read_to_vec()
+        .map_err(|e| transport(e, timeout))?;
+    if status >= 400 {
+        return Err(refusal(status, &body));
+    }
+    serde_json::from_slice(&body).map(|body| (status, body)).map_err(|e| {
+        Error::local(
+            "bad_answer",
+            format!(
+                "the server's answer ({status}) is not what this client expects ({e}): is it a \
+                 wfhost server of the same version?"
+            ),
+        )
+    })
+}
+
+/// The error a refusal carries (`{"error": {"code", "message"}}`), or one made from its
+/// status when it carries none.
+fn refusal(status: u16, body: &[u8]) -> Error {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(body) => Error::refused(status, body.error.code, body.error.message),
+        Err(_) => {
+            let text = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+            Error::refused(
+                status,
+                "http".to_string(),
+                format!("the server answered {status}: {text}"),
+            )
+        }
+    }
+}
+
+/// A call that got no answer.
+fn transport(error: ureq::Error, timeout: Duration) -> Error {
+    match error {
+        ureq::Error::Timeout(_) => Error::local(
+            "timeout",
+            format!("the server did not answer within {timeout:?}"),
+        ),
+        ureq::Error::Io(e) => Error::local(
+            "unreachable",
+            format!("cannot reach the server: {e}"),
+        ),
+        ureq::Error::HostNotFound => Error::local(
+            "unreachable",
+            "cannot reach the server: its host name does not resolve",
+        ),
+        other => Error::local("unreachable", format!("cannot reach the server: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_one_segment() {
+        assert_eq!(segment("order-42/3.0"), "order-42%2F3%2E0");
+        assert_eq!(segment(".."), "%2E%2E");
+        assert_eq!(segment("a b"), "a%20b");
+        assert_eq!(segment("ü"), "%C3%BC");
+    }
+
+    #[test]
+    fn waits_read_as_written() {
+        assert_eq!(parse_wait("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_wait("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_wait("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_wait("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_wait("soon"), None);
+        assert_eq!(parse_wait("5"), None);
+        assert_eq!(parse_wait("-1s"), None);
+    }
+
+    #[test]
+    fn queries_leave_out_what_is_not_given() {
+        let params = ListParams {
+            status: Some("running".into()),
+            prefix: Some("a/b".into()),
+            limit: Some(5),
+            ..ListParams::default()
+        };
+        assert_eq!(
+            query(&params).unwrap(),
+            "?limit=5&prefix=a%2Fb&status=running"
+        );
+        assert_eq!(query(&ListParams::default()).unwrap(), "");
+    }
+
+    #[test]
+    fn only_http_addresses_are_servers() {
+        assert!(Client::new("http://127.0.0.1:8080/").is_ok());
+        assert!(Client::new("https://wf.example").is_ok());
+        let error = Client::new("wf.db").unwrap_err();
+        assert_eq!(error.code(), "bad_request");
+    }
+}

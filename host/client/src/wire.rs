@@ -1,0 +1,440 @@
+//! The JSON the HTTP API speaks, one type per body: what the server writes and what clients
+//! read, so that the two (and the OpenAPI document, made from these types) cannot disagree.
+//!
+//! Payloads (inputs, results, messages) are JSON when they are JSON, byte for byte as the
+//! workflow or the client wrote them ([`RawValue`]). A payload in another encoding (a guest may
+//! answer in postcard) is an object `{"encoding", "size", "bytes"}` (the bytes in hex), and the
+//! field beside it that names its encoding (`input_encoding`, `result_encoding`) says so.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use wfcontract::{Encoding, Payload};
+
+#[cfg(feature = "openapi")]
+use utoipa::{IntoParams, ToSchema};
+
+/// Every error: `{"error": {"code", "message"}}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong, for programs (`code`) and for people (`message`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ErrorDetail {
+    /// A word programs can match: `bad_request`, `unauthorized`, `not_found`,
+    /// `unknown_workflow`, `unknown_module`, `unknown_entry`, `bad_module`, `invalid_input`,
+    /// `conflict`, `too_large`, `limit`, `damaged`, `unavailable`, `shutting_down`,
+    /// `internal`, ...
+    pub code: String,
+    /// What was wrong and what to do about it.
+    pub message: String,
+}
+
+/// A module the store keeps (`POST /v1/modules`, `GET /v1/modules`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ModuleJson {
+    /// Its SHA-256, in hex: how a start names it.
+    pub hash: String,
+    /// The workflows it can start.
+    pub entry_points: Vec<String>,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// The modules the store keeps (`GET /v1/modules`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ModuleList {
+    /// Each module, by hash.
+    pub modules: Vec<ModuleJson>,
+}
+
+/// A start (`POST /v1/workflows`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct StartRequest {
+    /// The workflow's id; without one, the server makes one (`wf-` and 16 hex digits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The SHA-256 of a stored module (`POST /v1/modules` answers it).
+    pub module: String,
+    /// The entry point to start.
+    pub entry: String,
+    /// The input, any JSON value (`null` when left out).
+    #[serde(default = "null")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub input: Box<RawValue>,
+}
+
+/// JSON's `null`.
+pub fn null() -> Box<RawValue> {
+    RawValue::from_string("null".into()).expect("null is JSON")
+}
+
+/// How a workflow failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct FailureJson {
+    /// The kind: `failed`, `trap`, `limit`, `cancelled`, `nondeterminism`, ...
+    pub kind: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// Where a workflow stands (`GET /v1/workflows/{id}`, and each row of a listing).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct WorkflowJson {
+    /// Its id.
+    pub id: String,
+    /// `running`, `completed`, `failed` or `cancelled`.
+    pub status: String,
+    /// Its entry point.
+    pub entry: String,
+    /// The SHA-256 of its module.
+    pub module: String,
+    /// The name its module goes by.
+    pub module_name: String,
+    /// Its number in the store (its pid while it runs).
+    pub number: u64,
+    /// The number of the workflow that spawned it, if one did.
+    pub parent: Option<u64>,
+    /// When it started, in milliseconds since the Unix epoch.
+    pub started: u64,
+    /// When it finished, once it has.
+    pub finished: Option<u64>,
+    /// Steps journaled.
+    pub steps: u64,
+    /// Unfinished: the host that runs it, in words, if one is known.
+    pub host: Option<String>,
+    /// Unfinished and no live host runs it: it waits for one.
+    pub waiting_for_host: bool,
+    /// Its input (`null` if it does not decode).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub input: Box<RawValue>,
+    /// The input's encoding, when it is not JSON (`input` is then `{"encoding", "size",
+    /// "bytes"}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_encoding: Option<String>,
+    /// Its result, once it completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub result: Option<Box<RawValue>>,
+    /// The result's encoding, when it is not JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_encoding: Option<String>,
+    /// Its failure, once it failed or was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<FailureJson>,
+    /// Why its journal cannot be read back, if a host found it so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub damaged: Option<String>,
+    /// Messages waiting for it (or never read, once it ended).
+    pub unread_messages: u64,
+    /// A cancel was asked for it.
+    pub cancel_asked: bool,
+}
+
+impl WorkflowJson {
+    /// Whether it has finished.
+    pub fn is_finished(&self) -> bool {
+        self.status != "running"
+    }
+}
+
+/// What a start did: the workflow as it stands, and whether this start made it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct StartedJson {
+    /// Whether this start wrote it (`201`); `false` when it existed with the same module,
+    /// entry point and input (`200`).
+    pub new: bool,
+    /// The workflow.
+    pub workflow: WorkflowJson,
+}
+
+/// Which workflows a listing shows (`GET /v1/workflows`), and how many.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    /// Only those that stand so: `running`, `completed`, `failed` or `cancelled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Only those of this entry point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
+    /// Only those whose id starts so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Only those started before this time (milliseconds since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_before: Option<u64>,
+    /// Only those started at or after this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_after: Option<u64>,
+    /// Only top-level workflows (not the children they spawned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_level: Option<bool>,
+    /// At most this many (1 to 10,000; default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// The `next` of the page before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
+
+/// A page of workflows (`GET /v1/workflows`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct WorkflowPage {
+    /// The workflows, oldest first.
+    pub workflows: Vec<WorkflowJson>,
+    /// The cursor of the next page (`after=`); `null` at the end.
+    pub next: Option<String>,
+}
+
+/// Where a page of history or of the outbox starts, how much it holds, how long to wait.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct PageParams {
+    /// The `next` of the page before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// At most this many (history: 1 to 10,000, default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// The outbox: how long to wait for a message when none follows the cursor (`30s`,
+    /// `500ms`; capped by the server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<String>,
+}
+
+/// How long to wait (`GET /v1/workflows/{id}/result`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct WaitParams {
+    /// How long to wait for the workflow to end (`30s`, `500ms`, `2m`; capped by the server).
+    /// None: answer at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<String>,
+}
+
+/// One journaled step (`GET /v1/workflows/{id}/history`): as `wfhost history --json` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct StepJson {
+    /// Its position, from 1.
+    pub step: u64,
+    /// When it ran, in milliseconds since the Unix epoch.
+    pub at: u64,
+    /// Milliseconds since the step before (none for the first).
+    pub after_ms: Option<u64>,
+    /// The events it took, in delivery order, each with `kind` and `words`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub events: Vec<serde_json::Value>,
+    /// What it read from WASI (clocks, randomness), in words.
+    pub reads: Vec<String>,
+    /// What it yielded, each with `tag`, `kind` and `words`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub yields: Vec<serde_json::Value>,
+    /// Its status after the step: `continue`, `wait`, `idle`, `{"done": ...}`,
+    /// `{"failed": ...}` or `{"cancelled": ...}`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub status: serde_json::Value,
+    /// The step exactly, for wfhost's own clients: its record as the journal keeps it
+    /// (postcard), in hex.
+    pub record: String,
+}
+
+/// A page of a workflow's journal.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct HistoryPage {
+    /// The steps, in order.
+    pub steps: Vec<StepJson>,
+    /// The cursor of the next page; `null` at the end (so far).
+    pub next: Option<String>,
+}
+
+/// A message a workflow sent the host.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct OutboxMessage {
+    /// Its position among the workflow's messages to the host (the tag of the `send`).
+    pub tag: u64,
+    /// When it was sent, in milliseconds since the Unix epoch.
+    pub at: u64,
+    /// What it holds.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub data: Box<RawValue>,
+    /// Its encoding, when it is not JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_encoding: Option<String>,
+}
+
+/// The messages a workflow sent the host (`GET /v1/workflows/{id}/outbox`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct OutboxPage {
+    /// The messages after the cursor, in order.
+    pub messages: Vec<OutboxMessage>,
+    /// The cursor to ask for what follows (`after=`): always given, as more may come while the
+    /// workflow runs.
+    pub next: String,
+    /// Whether the workflow had finished when this page was read: nothing follows it.
+    pub finished: bool,
+}
+
+/// A message for a workflow was written (`POST /v1/workflows/{id}/messages`, `202`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct SentJson {
+    /// The message's number in the store.
+    pub message: u64,
+}
+
+/// What a cancel did (`POST /v1/workflows/{id}/cancel`, `202`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct CancelJson {
+    /// `asked` (written for its host to deliver), `asked_before`, or `ended` (it had finished:
+    /// nothing to cancel).
+    pub cancel: String,
+    /// Where the workflow stands: `running`, or how it ended.
+    pub status: String,
+}
+
+/// A host of the store (`GET /v1/hosts`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct HostJson {
+    /// Its number in the store (0 for the one host of a SQLite file).
+    pub id: u64,
+    /// Who it is: its machine's name and its process id.
+    pub name: String,
+    /// Whether its lease holds (a SQLite file's host: whether it holds the file).
+    pub alive: bool,
+    /// When its lease runs out, in milliseconds since the Unix epoch (none on a SQLite file).
+    pub lease_until: Option<u64>,
+    /// The unfinished workflows it owns.
+    pub workflows: u64,
+    /// Whether it is the host that answered this request.
+    pub this: bool,
+}
+
+/// The hosts of the store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct HostList {
+    /// Each host that is alive or owns unfinished workflows, by number.
+    pub hosts: Vec<HostJson>,
+}
+
+/// Whether the server is ready (`GET /readyz`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct Health {
+    /// `ok`, or what is wrong.
+    pub status: String,
+}
+
+/// A payload as the API shows it: the JSON itself when it is JSON, else `{"encoding", "size",
+/// "bytes"}` with the encoding's name beside it.
+pub fn payload_json(payload: &Payload) -> (Box<RawValue>, Option<String>) {
+    if payload.encoding == Encoding::Json {
+        if let Some(raw) = std::str::from_utf8(&payload.bytes)
+            .ok()
+            .and_then(|text| RawValue::from_string(text.trim().to_string()).ok())
+        {
+            return (raw, None);
+        }
+    }
+    let hex: String = payload.bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let value = serde_json::json!({
+        "encoding": payload.encoding.name(),
+        "size": payload.bytes.len(),
+        "bytes": hex,
+    });
+    let raw = serde_json::value::to_raw_value(&value).expect("an object is JSON");
+    (raw, Some(payload.encoding.name().to_string()))
+}
+
+/// The payload the API showed as `raw`, with `encoding` beside it (see [`payload_json`]).
+pub fn payload_of(raw: &RawValue, encoding: Option<&str>) -> Result<Payload, String> {
+    let Some(encoding) = encoding else {
+        return Ok(Payload::json_bytes(raw.get().as_bytes().to_vec()));
+    };
+    #[derive(Deserialize)]
+    struct Shown {
+        bytes: String,
+    }
+    let shown: Shown = serde_json::from_str(raw.get())
+        .map_err(|e| format!("a {encoding} payload without its bytes: {e}"))?;
+    let bytes = hex(&shown.bytes).ok_or_else(|| format!("'{}' is not hex", shown.bytes))?;
+    Ok(match encoding {
+        "json" => Payload::json_bytes(bytes),
+        "postcard" => Payload::postcard_bytes(bytes),
+        "bytes" => Payload::opaque(bytes),
+        other => return Err(format!("an encoding wfhost does not know: '{other}'")),
+    })
+}
+
+/// The bytes `text` holds in hex.
+pub fn hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || !text.is_ascii() {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_payloads_pass_through_as_written() {
+        let payload = Payload::json_bytes(br#"{"b":1,"a":[1, 2]}"#.to_vec());
+        let (raw, encoding) = payload_json(&payload);
+        assert_eq!(raw.get(), r#"{"b":1,"a":[1, 2]}"#);
+        assert_eq!(encoding, None);
+        assert_eq!(payload_of(&raw, None).unwrap(), payload);
+    }
+
+    #[test]
+    fn other_payloads_show_their_encoding_and_bytes() {
+        for payload in [
+            Payload::postcard_bytes(vec![1, 2, 255]),
+            Payload::opaque(vec![]),
+            Payload::json_bytes(b"not json".to_vec()),
+        ] {
+            let (raw, encoding) = payload_json(&payload);
+            let encoding = encoding.expect("not JSON");
+            assert_eq!(encoding, payload.encoding.name());
+            let shown: serde_json::Value = serde_json::from_str(raw.get()).unwrap();
+            assert_eq!(shown["size"], payload.bytes.len());
+            assert_eq!(payload_of(&raw, Some(&encoding)).unwrap(), payload);
+        }
+    }
+
+    #[test]
+    fn bad_hex_is_refused() {
+        assert_eq!(hex("0g"), None);
+        assert_eq!(hex("abc"), None);
+        assert_eq!(hex("00ff"), Some(vec![0, 255]));
+    }
+}

@@ -1,0 +1,324 @@
+//! A client of a `wfhost serve --http` server: each operation is one call of its API
+//! (`wfhost_client`), and its JSON is read back into the same types a store gives.
+
+use std::time::Duration;
+
+use wfcontract::{Encoding, Payload};
+use wfhost_client::wire::{self, ListParams, PageParams, StartRequest, WorkflowJson};
+
+use super::types::{
+    Cancelled, Failure, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
+    Started, StoredModule, WorkflowState, WorkflowStatus,
+};
+use super::{ModuleRef, Start};
+use crate::durable::record::StepRecord;
+use crate::durable::store::Location;
+use crate::error::{Error, ErrorKind, Result};
+
+pub(crate) struct RemoteBackend {
+    pub(crate) location: Location,
+    /// `None` when the URL cannot be a server's (said at the first call).
+    api: std::result::Result<wfhost_client::Client, String>,
+}
+
+impl RemoteBackend {
+    pub(crate) fn new(location: Location, url: &str) -> RemoteBackend {
+        RemoteBackend {
+            location,
+            api: wfhost_client::Client::new(url).map_err(|e| e.message().to_string()),
+        }
+    }
+
+    pub(crate) fn with_token(&self, token: &str) -> RemoteBackend {
+        RemoteBackend {
+            location: self.location.clone(),
+            api: self.api.clone().map(|api| api.with_token(token)),
+        }
+    }
+
+    pub(crate) fn with_root_certificates(&self, pem: &[u8]) -> Result<RemoteBackend> {
+        let api = match &self.api {
+            Ok(api) => Ok(api
+                .clone()
+                .with_root_certificates(pem)
+                .map_err(|e| error(&e))?),
+            Err(why) => Err(why.clone()),
+        };
+        Ok(RemoteBackend {
+            location: self.location.clone(),
+            api,
+        })
+    }
+
+    fn api(&self) -> Result<&wfhost_client::Client> {
+        self.api
+            .as_ref()
+            .map_err(|why| Error::new(ErrorKind::Config, why.clone()))
+    }
+
+    pub(crate) fn put_module(&self, wasm: &[u8]) -> Result<StoredModule> {
+        let (module, new) = self.api()?.put_module(wasm).map_err(|e| error(&e))?;
+        Ok(StoredModule {
+            hash: module.hash,
+            entry_points: module.entry_points,
+            size: module.size,
+            new,
+        })
+    }
+
+    pub(crate) fn modules(&self) -> Result<Vec<StoredModule>> {
+        let list = self.api()?.modules().map_err(|e| error(&e))?;
+        Ok(list
+            .modules
+            .into_iter()
+            .map(|module| StoredModule {
+                hash: module.hash,
+                entry_points: module.entry_points,
+                size: module.size,
+                new: false,
+            })
+            .collect())
+    }
+
+    pub(crate) fn start(&self, start: &Start<'_>) -> Result<Started> {
+        let hash = match start.module {
+            ModuleRef::Bytes(bytes) => self.put_module(bytes)?.hash,
+            ModuleRef::Hash(hash) => hash.to_string(),
+        };
+        let input = json_of(start.input, "the input")?;
+        let request = StartRequest {
+            id: start.id.map(str::to_string),
+            module: hash,
+            entry: start.entry.to_string(),
+            input,
+        };
+        let started = self.api()?.start(&request).map_err(|e| error(&e))?;
+        Ok(Started {
+            id: started.workflow.id.clone(),
+            new: started.new,
+            workflow: status_of(started.workflow)?,
+        })
+    }
+
+    pub(crate) fn status(&self, id: &str) -> Result<WorkflowStatus> {
+        status_of(self.api()?.status(id).map_err(|e| error(&e))?)
+    }
+
+    pub(crate) fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
+        status_of(self.api()?.result(id, wait).map_err(|e| error(&e))?)
+    }
+
+    pub(crate) fn send(&self, id: &str, message: &Payload) -> Result<u64> {
+        let message = json_of(message, "a message")?;
+        Ok(self.api()?.send(id, &message).map_err(|e| error(&e))?.message)
+    }
+
+    pub(crate) fn cancel(&self, id: &str) -> Result<Cancelled> {
+        let answer = self.api()?.cancel(id).map_err(|e| error(&e))?;
+        Ok(match answer.cancel.as_str() {
+            "asked" => Cancelled::Asked,
+            "asked_before" => Cancelled::AskedBefore,
+            _ => Cancelled::Ended(state_of(&answer.status)?),
+        })
+    }
+
+    pub(crate) fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
+        query.check()?;
+        let params = ListParams {
+            status: query.state.map(|s| s.name().to_string()),
+            entry: query.entry.clone(),
+            prefix: query.prefix.clone(),
+            started_before: query.started_before,
+            started_after: query.started_after,
+            top_level: query.top_level.then_some(true),
+            limit: Some(query.limit),
+            after: query.after.clone(),
+        };
+        let page = self.api()?.list(&params).map_err(|e| error(&e))?;
+        Ok(Page {
+            items: page
+                .workflows
+                .into_iter()
+                .map(status_of)
+                .collect::<Result<_>>()?,
+            next: page.next,
+        })
+    }
+
+    pub(crate) fn history(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<HistoryStep>> {
+        let params = PageParams {
+            after: after.map(str::to_string),
+            limit: Some(limit),
+            wait: None,
+        };
+        let page = self.api()?.history(id, &params).map_err(|e| error(&e))?;
+        let mut items = Vec::with_capacity(page.steps.len());
+        for step in page.steps {
+            let bytes = wire::hex(&step.record)
+                .ok_or_else(|| bad_answer("a step's record that is not hex"))?;
+            let record = StepRecord::decode(&bytes).map_err(|e| {
+                Error::new(
+                    ErrorKind::Damaged,
+                    format!("step {} of '{id}' does not decode: {e}", step.step),
+                )
+            })?;
+            items.push(HistoryStep::of(step.step, step.at, record, bytes));
+        }
+        Ok(Page {
+            items,
+            next: page.next,
+        })
+    }
+
+    pub(crate) fn outbox(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        wait: Option<Duration>,
+    ) -> Result<OutboxPage> {
+        let params = PageParams {
+            after: after.map(str::to_string),
+            limit: None,
+            wait: wait.map(|w| format!("{}ms", w.as_millis())),
+        };
+        let page = self.api()?.outbox(id, &params).map_err(|e| error(&e))?;
+        let status = self.status(id)?;
+        Ok(OutboxPage {
+            number: status.number,
+            messages: page
+                .messages
+                .into_iter()
+                .map(|m| {
+                    Ok(OutboxMessage {
+                        tag: m.tag,
+                        at: m.at,
+                        data: payload(&m.data, m.data_encoding.as_deref())?,
+                    })
+                })
+                .collect::<Result<_>>()?,
+            next: page.next,
+            finished: page.finished,
+        })
+    }
+
+    pub(crate) fn hosts(&self) -> Result<Vec<HostStatus>> {
+        let list = self.api()?.hosts().map_err(|e| error(&e))?;
+        Ok(list
+            .hosts
+            .into_iter()
+            .map(|host| HostStatus {
+                id: host.id,
+                name: host.name,
+                alive: host.alive,
+                lease_until: host.lease_until,
+                workflows: host.workflows,
+                this: host.this,
+            })
+            .collect())
+    }
+
+    pub(crate) fn ready(&self) -> Result<()> {
+        self.api()?.ready().map(drop).map_err(|e| error(&e))
+    }
+
+    /// A server names the workflows a history mentions in its own words; it answers no
+    /// lookup by number.
+    pub(crate) fn id_of(&self, _number: u64) -> Result<Option<String>> {
+        Ok(None)
+    }
+}
+
+/// A call's error, in the library's kinds: the server's code when it is one of them.
+fn error(error: &wfhost_client::Error) -> Error {
+    let kind = ErrorKind::from_name(error.code()).unwrap_or(match error.code() {
+        "unauthorized" | "forbidden" => ErrorKind::NotAllowed,
+        "bad_request" => ErrorKind::InvalidInput,
+        "too_large" => ErrorKind::Limit,
+        "not_found" => ErrorKind::UnknownWorkflow,
+        "bad_answer" => ErrorKind::BadOutput,
+        _ => ErrorKind::Unavailable,
+    });
+    let message = match error.status() {
+        Some(status) if status == 401 => format!(
+            "{} (the server wants its token: set WFHOST_TOKEN, or give --token-file)",
+            error.message()
+        ),
+        _ => error.message().to_string(),
+    };
+    Error::new(kind, message)
+}
+
+fn bad_answer(what: &str) -> Error {
+    Error::new(
+        ErrorKind::BadOutput,
+        format!("the server answered {what}: is it a wfhost server of the same version?"),
+    )
+}
+
+/// `payload` as the JSON a server takes: JSON payloads only.
+fn json_of(payload: &Payload, what: &str) -> Result<Box<serde_json::value::RawValue>> {
+    if payload.encoding != Encoding::Json {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "{what} is {}, and a server takes JSON: encode it as JSON",
+                payload.encoding.name()
+            ),
+        ));
+    }
+    let text = std::str::from_utf8(&payload.bytes).map_err(|_| {
+        Error::new(ErrorKind::InvalidInput, format!("{what} is not UTF-8 JSON"))
+    })?;
+    serde_json::value::RawValue::from_string(text.trim().to_string()).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("{what} is not JSON: {e}"),
+        )
+    })
+}
+
+fn payload(raw: &serde_json::value::RawValue, encoding: Option<&str>) -> Result<Payload> {
+    wire::payload_of(raw, encoding).map_err(|why| bad_answer(&why))
+}
+
+fn state_of(name: &str) -> Result<WorkflowState> {
+    WorkflowState::parse(name).ok_or_else(|| bad_answer(&format!("a status '{name}'")))
+}
+
+/// A workflow as the server showed it.
+fn status_of(json: WorkflowJson) -> Result<WorkflowStatus> {
+    let state = state_of(&json.status)?;
+    let input = payload(&json.input, json.input_encoding.as_deref()).ok();
+    let result = match &json.result {
+        Some(raw) => Some(payload(raw, json.result_encoding.as_deref())?),
+        None => None,
+    };
+    Ok(WorkflowStatus {
+        id: json.id,
+        number: json.number,
+        parent: json.parent,
+        state,
+        entry: json.entry,
+        module: json.module,
+        module_name: json.module_name,
+        input,
+        started: json.started,
+        finished: json.finished,
+        steps: json.steps,
+        result,
+        error: json.error.map(|e| Failure {
+            kind: e.kind,
+            message: e.message,
+        }),
+        damaged: json.damaged,
+        unread: json.unread_messages,
+        host: json.host,
+        waiting_for_host: json.waiting_for_host,
+        cancel_asked: json.cancel_asked,
+    })
+}

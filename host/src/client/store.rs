@@ -1,0 +1,476 @@
+//! A client that reads and writes a store itself: a SQLite file (read beside its one host) or
+//! a PostgreSQL database hosts share (read, and written for them to run).
+
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use wfcontract::Payload;
+
+use super::types::{
+    Cancelled, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page, Started,
+    StoredModule, WorkflowState, WorkflowStatus, MAX_PAGE,
+};
+use super::{cursor, new_id, parse_cursor, ModuleRef, Start};
+use crate::durable::now_millis;
+use crate::durable::record::StepRecord;
+use crate::durable::store::{
+    ClientStore, Filter, Location, NewWorkflow, Read, SqliteStore, State, StoreError, Submit,
+    Workflow,
+};
+use crate::error::{Error, ErrorKind, Result};
+use crate::wasm::ModuleInfo;
+
+/// Connections kept for the next call: enough for a server's concurrent reads.
+const KEPT_CONNECTIONS: usize = 8;
+
+/// A client of the store at a location.
+pub(crate) struct StoreBackend {
+    pub(crate) location: Location,
+    /// Connections not in use; a call takes one (or opens one) and puts it back.
+    idle: Mutex<Vec<ClientStore>>,
+}
+
+impl StoreBackend {
+    pub(crate) fn new(location: Location) -> StoreBackend {
+        StoreBackend {
+            location,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn put_module(&self, bytes: &[u8]) -> Result<StoredModule> {
+        let info = ModuleInfo::inspect(bytes)?;
+        let had = self.read(|store| store.module(&info.sha256))?.is_some();
+        if !had {
+            self.submit(true, |store| store.submit_module(&info.sha256, bytes))?;
+        }
+        Ok(StoredModule::of(&info, !had))
+    }
+
+    pub(crate) fn modules(&self) -> Result<Vec<StoredModule>> {
+        let listed = self.read(|store| store.module_list())?;
+        let mut modules = Vec::with_capacity(listed.len());
+        for (hash, _) in listed {
+            if let Some(bytes) = self.read(|store| store.module(&hash))? {
+                modules.push(StoredModule::inspected(&hash, &bytes));
+            }
+        }
+        Ok(modules)
+    }
+
+    pub(crate) fn start(&self, start: &Start<'_>) -> Result<Started> {
+        let id = start.id.map_or_else(new_id, str::to_string);
+        if let Some(why) = crate::durable::bad_id(&id) {
+            return Err(Error::new(ErrorKind::InvalidInput, why));
+        }
+        self.refuse_own()?;
+        let stored;
+        let bytes = match start.module {
+            ModuleRef::Bytes(bytes) => bytes,
+            ModuleRef::Hash(hash) => {
+                stored = self
+                    .read(|store| store.module(hash))?
+                    .ok_or_else(|| unknown_module(hash))?;
+                &stored[..]
+            }
+        };
+        let info = ModuleInfo::inspect(bytes)?;
+        if !info.has_entry(start.entry) {
+            return Err(info.unknown_entry(start.entry));
+        }
+        let encoded = postcard::to_allocvec(start.input)
+            .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the input: {e}")))?;
+        let workflow = NewWorkflow {
+            num: 0,
+            id: id.clone(),
+            parent: None,
+            module: info.sha256.clone(),
+            module_name: start.module_name.unwrap_or(&info.sha256).to_string(),
+            entry: start.entry.to_string(),
+            input: encoded.clone(),
+            started: now_millis(),
+        };
+        let started = self.submit(true, |store| {
+            store.submit_start((&info.sha256, bytes), &workflow)
+        })?;
+        let status = self.status(&id)?;
+        if started.is_none() {
+            let stored = self.find(&id)?;
+            stored.start.may_follow(&info.sha256, start.entry, &encoded)?;
+        }
+        Ok(Started {
+            id,
+            new: started.is_some(),
+            workflow: status,
+        })
+    }
+
+    pub(crate) fn status(&self, id: &str) -> Result<WorkflowStatus> {
+        let workflow = self.find(id)?;
+        let (host, waiting) = self.host_of(&workflow)?;
+        let mut status = WorkflowStatus::of(workflow);
+        status.host = host;
+        status.waiting_for_host = waiting;
+        Ok(status)
+    }
+
+    /// Polls until the workflow ends or `wait` passes.
+    pub(crate) fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
+        let started = Instant::now();
+        let mut delay = Duration::from_millis(20);
+        loop {
+            let status = self.status(id)?;
+            if status.is_finished() {
+                return Ok(status);
+            }
+            status.refuse_damaged()?;
+            let left = wait.map_or(Duration::ZERO, |w| w.saturating_sub(started.elapsed()));
+            if left.is_zero() {
+                return Ok(status);
+            }
+            std::thread::sleep(delay.min(left));
+            delay = (delay * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    pub(crate) fn send(&self, id: &str, message: &Payload) -> Result<u64> {
+        let payload = postcard::to_allocvec(message)
+            .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the message: {e}")))?;
+        match self.submit(false, |store| store.submit_message(id, &payload))? {
+            Some(number) => Ok(number),
+            None => Err(not_running(id, &self.location)),
+        }
+    }
+
+    pub(crate) fn cancel(&self, id: &str) -> Result<Cancelled> {
+        if self.submit(false, |store| store.submit_cancel(id))? {
+            return Ok(Cancelled::Asked);
+        }
+        let status = WorkflowStatus::of(self.find(id)?);
+        Ok(match status.state {
+            WorkflowState::Running => Cancelled::AskedBefore,
+            state => Cancelled::Ended(state),
+        })
+    }
+
+    pub(crate) fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
+        query.check()?;
+        let after = match &query.after {
+            Some(cursor) => parse_cursor(cursor)?,
+            None => 0,
+        };
+        let filter = Filter {
+            state: query.state.map(|s| match s {
+                WorkflowState::Running => State::Running,
+                WorkflowState::Completed => State::Done,
+                WorkflowState::Failed | WorkflowState::Cancelled => State::Failed,
+            }),
+            cancelled: match query.state {
+                Some(WorkflowState::Cancelled) => Some(true),
+                Some(WorkflowState::Failed) => Some(false),
+                _ => None,
+            },
+            entry: query.entry.clone(),
+            prefix: query.prefix.clone(),
+            started_before: query.started_before,
+            started_after: query.started_after,
+            top_level: query.top_level,
+        };
+        // One more than asked: whether there is a next page.
+        let mut rows = self.read(|store| store.page(&filter, after, query.limit + 1))?;
+        let next = (rows.len() > query.limit).then(|| {
+            rows.truncate(query.limit);
+            cursor(rows.last().map_or(after, |w| w.start.num))
+        });
+        Ok(Page {
+            items: rows.into_iter().map(WorkflowStatus::of).collect(),
+            next,
+        })
+    }
+
+    pub(crate) fn history(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<HistoryStep>> {
+        let workflow = self.find(id)?;
+        let after = match after {
+            Some(cursor) => parse_cursor(cursor)?,
+            None => 0,
+        };
+        let limit = limit.clamp(1, MAX_PAGE);
+        let mut steps =
+            self.read(|store| store.step_page(workflow.start.num, after, Some(limit + 1)))?;
+        let next = (steps.len() > limit).then(|| {
+            steps.truncate(limit);
+            cursor(steps.last().map_or(after, |s| s.seq))
+        });
+        let mut items = Vec::with_capacity(steps.len());
+        for step in steps {
+            let record = StepRecord::decode(&step.record).map_err(|e| {
+                Error::new(
+                    ErrorKind::Damaged,
+                    format!(
+                        "step {} of the journal of '{id}' does not decode ({e}): the store is \
+                         damaged there (`wfhost status {id}` says more)",
+                        step.seq
+                    ),
+                )
+            })?;
+            items.push(HistoryStep::of(step.seq, step.at, record, step.record));
+        }
+        Ok(Page { items, next })
+    }
+
+    /// The messages workflow `id` sent the host after the cursor (no waiting).
+    pub(crate) fn outbox(&self, id: &str, after: Option<&str>) -> Result<OutboxPage> {
+        let workflow = self.find(id)?;
+        let after = match after {
+            Some(cursor) => parse_cursor(cursor)?,
+            None => 0,
+        };
+        let finished = workflow.state != State::Running;
+        let rows = self.read(|store| store.host_messages(workflow.start.num, after))?;
+        let last = rows.last().map_or(after, |m| m.tag);
+        let mut messages = Vec::with_capacity(rows.len());
+        for row in rows {
+            let data = postcard::from_bytes(&row.payload).map_err(|e| {
+                Error::new(
+                    ErrorKind::Damaged,
+                    format!(
+                        "message {} of '{id}' to the host does not decode ({e}): the store is \
+                         damaged there",
+                        row.tag
+                    ),
+                )
+            })?;
+            messages.push(OutboxMessage {
+                tag: row.tag,
+                at: row.at,
+                data,
+            });
+        }
+        Ok(OutboxPage {
+            number: workflow.start.num,
+            messages,
+            next: cursor(last),
+            finished,
+        })
+    }
+
+    /// The hosts of a store hosts share; on a SQLite file, the one that holds it.
+    pub(crate) fn hosts(&self) -> Result<Vec<HostStatus>> {
+        if let Some(path) = self.location.path() {
+            let holder = SqliteStore::holder(path);
+            let running = match holder {
+                Some(_) => self.count_running()?,
+                None => 0,
+            };
+            return Ok(holder
+                .map(|holder| HostStatus {
+                    id: 0,
+                    name: holder.to_string(),
+                    alive: true,
+                    lease_until: None,
+                    workflows: running,
+                    this: false,
+                })
+                .into_iter()
+                .collect());
+        }
+        let rows = self.submit(false, |store| store.hosts())?;
+        Ok(rows
+            .into_iter()
+            .map(|row| HostStatus {
+                id: row.info.id,
+                name: row.info.name,
+                alive: row.info.alive,
+                lease_until: row.lease_until,
+                workflows: row.workflows,
+                this: false,
+            })
+            .collect())
+    }
+
+    /// How many workflows are unfinished.
+    pub(crate) fn count_running(&self) -> Result<u64> {
+        self.read(|store| store.count_running())
+    }
+
+    pub(crate) fn id_of(&self, number: u64) -> Result<Option<String>> {
+        Ok(self
+            .read(|store| store.workflow_by_num(number))?
+            .map(|w| w.start.id))
+    }
+
+    pub(crate) fn module(&self, hash: &str) -> Result<Option<Vec<u8>>> {
+        self.read(|store| store.module(hash))
+    }
+
+    /// Those of the workflows numbered `nums` that have finished.
+    pub(crate) fn finished_among(&self, nums: &[u64]) -> Result<Vec<u64>> {
+        self.read(|store| store.finished_among(nums))
+    }
+
+    /// Workflow `id`, or an [`ErrorKind::UnknownWorkflow`] error that says how to list them.
+    pub(crate) fn find(&self, id: &str) -> Result<Workflow> {
+        self.read(|store| store.workflow(id))?.ok_or_else(|| {
+            Error::new(
+                ErrorKind::UnknownWorkflow,
+                format!(
+                    "no workflow '{id}' in {0} (`wfhost list --store {0}` shows them)",
+                    self.location
+                ),
+            )
+        })
+    }
+
+    /// Who runs `workflow`, in words, and whether it waits for a host: on a SQLite file, the
+    /// host that holds the file; on a shared store, the host that owns it, and whether its
+    /// lease holds.
+    fn host_of(&self, workflow: &Workflow) -> Result<(Option<String>, bool)> {
+        if workflow.state != State::Running {
+            return Ok((None, false));
+        }
+        if let Some(path) = self.location.path() {
+            return Ok(match SqliteStore::holder(path) {
+                Some(holder) => (Some(format!("{holder} (holds the store)")), false),
+                None => (None, true),
+            });
+        }
+        let Some(owner) = workflow.owner else {
+            return Ok((None, true));
+        };
+        let info = self.submit(false, |store| store.host_info(owner))?;
+        Ok(match info {
+            Some(info) if info.alive => (Some(format!("{} ({})", info.id, info.name)), false),
+            Some(info) => (
+                Some(format!("{} ({}), whose lease ran out", info.id, info.name)),
+                true,
+            ),
+            None => (Some(format!("{owner}")), true),
+        })
+    }
+
+    /// Runs `read` on a connection to the store (it must exist), opened if none is idle.
+    pub(crate) fn read<T>(
+        &self,
+        read: impl FnOnce(&mut dyn Read) -> std::result::Result<T, StoreError>,
+    ) -> Result<T> {
+        let mut store = match self.idle.lock().pop() {
+            Some(store) => store,
+            None => self.location.open_client(false).map_err(store_error)?,
+        };
+        let result = match &mut store {
+            ClientStore::Own(own) => read(own.as_mut()),
+            ClientStore::Shared(shared) => read(shared.as_mut()),
+        };
+        // A connection that failed is dropped: the next call opens another.
+        if result.is_ok() {
+            self.put_back(store);
+        }
+        result.map_err(store_error)
+    }
+
+    fn put_back(&self, store: ClientStore) {
+        let mut idle = self.idle.lock();
+        if idle.len() < KEPT_CONNECTIONS {
+            idle.push(store);
+        }
+    }
+
+    /// Whether the store takes work from clients (starts, messages, cancels): a store hosts
+    /// share does (it is reached, and its tables are made if need be); a SQLite file, one
+    /// host's own, does not, and the error says what to do instead ([`ErrorKind::Config`]).
+    pub(crate) fn takes_work(&self) -> Result<()> {
+        self.refuse_own()?;
+        self.submit(true, |_| Ok(()))
+    }
+
+    /// An error for a store of one host's own, which takes no client work.
+    fn refuse_own(&self) -> Result<()> {
+        match self.location.path() {
+            Some(_) => Err(self.own_store()),
+            None => Ok(()),
+        }
+    }
+
+    /// What a client's write to a store of one host's own (a SQLite file) is told.
+    fn own_store(&self) -> Error {
+        let held = self
+            .location
+            .path()
+            .and_then(SqliteStore::holder)
+            .map(|holder| format!(" (it is held by {holder})"))
+            .unwrap_or_default();
+        Error::new(
+            ErrorKind::Config,
+            format!(
+                "{} is one host's own store, a SQLite file{held}: run workflows with `wfhost run \
+                 --store`, or serve it with `wfhost serve --http` and start them with `--server`, \
+                 or a host of your own (Host::start, Host::send, Host::cancel); client commands \
+                 with --store need a store hosts share (PostgreSQL)",
+                self.location
+            ),
+        )
+    }
+
+    /// Runs `write` on a store hosts share, on a connection opened if need be (with `create`,
+    /// its tables are made if it has none: a start; without, they must be there: a message or
+    /// a cancel, which has nothing to reach in an empty database); on a store of one host's
+    /// own, an error that says what to do instead.
+    pub(crate) fn submit<T>(
+        &self,
+        create: bool,
+        write: impl FnOnce(&mut dyn Submit) -> std::result::Result<T, StoreError>,
+    ) -> Result<T> {
+        self.refuse_own()?;
+        let idle = {
+            let mut idle = self.idle.lock();
+            let shared = idle
+                .iter()
+                .position(|store| matches!(store, ClientStore::Shared(_)));
+            shared.map(|at| idle.swap_remove(at))
+        };
+        let mut store = match idle {
+            // A connection opened to read may have found no tables: a start makes them.
+            Some(store) if !create => store,
+            _ => self.location.open_client(create).map_err(store_error)?,
+        };
+        let ClientStore::Shared(shared) = &mut store else {
+            return Err(self.own_store());
+        };
+        let result = write(shared.as_mut());
+        if result.is_ok() {
+            self.put_back(store);
+        }
+        result.map_err(store_error)
+    }
+}
+
+/// An error of the store, as a client's error.
+fn store_error(error: StoreError) -> Error {
+    crate::durable::store_error(error)
+}
+
+/// No module of that hash in the store.
+pub(crate) fn unknown_module(hash: &str) -> Error {
+    Error::new(
+        ErrorKind::UnknownModule,
+        format!(
+            "the store keeps no module with SHA-256 {hash}: store it first (POST /v1/modules, or \
+             start with the module's bytes)"
+        ),
+    )
+}
+
+/// No running workflow of that id.
+pub(crate) fn not_running(id: &str, location: &Location) -> Error {
+    Error::new(
+        ErrorKind::UnknownWorkflow,
+        format!(
+            "no running workflow '{id}' in {location} (`wfhost status {id}` says where it stands)"
+        ),
+    )
+}

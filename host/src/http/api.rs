@@ -1,0 +1,303 @@
+//! [`Api`]: the routes, the state they share, and the layers around them (the token, limits,
+//! timeouts, metrics).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Router};
+use parking_lot::RwLock;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::error::ApiError;
+use super::routes;
+use crate::client::Client;
+use crate::metrics::{Metrics, Request as RequestLabels, Route};
+
+/// The largest JSON body a route takes unless [`Api::max_body`] says otherwise: 8 MiB, above
+/// the default payload limit (4 MiB) and what wraps it.
+pub const DEFAULT_MAX_BODY: usize = 8 << 20;
+
+/// The largest module `POST /v1/modules` takes unless [`Api::max_module`] says otherwise.
+pub const DEFAULT_MAX_MODULE: usize = 64 << 20;
+
+/// The longest a `wait=` may last unless [`Api::max_wait`] says otherwise: a client that wants
+/// longer asks again.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// Requests that may wait at once (`result?wait=`, `outbox?wait=`) unless [`Api::max_waiting`]
+/// says otherwise; more are refused with `503` until some end. A waiter holds no thread.
+pub const DEFAULT_MAX_WAITING: usize = 50_000;
+
+/// How long a request that does not wait may take unless [`Api::request_timeout`] says
+/// otherwise; past it, `503`.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The HTTP API over a [`Client`]: every route parses its request, calls one of the client's
+/// methods, and maps the answer (or the error) to JSON. Mount [`Api::router`] in an axum
+/// application, or serve it with [`Api::serve`](super::Api::serve).
+///
+/// The client can change while the API serves ([`Api::set_client`]): a server whose host lost
+/// its store builds another, and the API answers `503` between the two.
+#[derive(Clone)]
+pub struct Api {
+    pub(crate) state: Arc<AppState>,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Api")
+            .field("token", &self.state.token.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every handler shares.
+pub(crate) struct AppState {
+    client: RwLock<Option<Client>>,
+    /// The token's SHA-256: compared in constant time, never kept as it was given.
+    token: Option<[u8; 32]>,
+    pub(crate) metrics: Option<Metrics>,
+    pub(crate) max_body: usize,
+    pub(crate) max_module: usize,
+    pub(crate) max_wait: Duration,
+    pub(crate) waiting: Arc<tokio::sync::Semaphore>,
+    pub(crate) max_waiting: usize,
+    pub(crate) request_timeout: Duration,
+}
+
+impl AppState {
+    /// The client, or `503` while there is none.
+    pub(crate) fn client(&self) -> Result<Client, ApiError> {
+        self.client.read().clone().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the server has no host just now (it is starting, starting again after losing \
+                 its store, or stopping; or it serves metrics only): ask again",
+            )
+        })
+    }
+
+    /// Whether `presented` (an `Authorization` header's value) carries the token.
+    fn admits(&self, presented: Option<&[u8]>) -> bool {
+        let Some(token) = &self.token else {
+            return true;
+        };
+        let Some(given) = presented.and_then(|value| value.strip_prefix(b"Bearer ")) else {
+            return false;
+        };
+        let given: [u8; 32] = Sha256::digest(given.trim_ascii()).into();
+        given.ct_eq(token).into()
+    }
+}
+
+impl Api {
+    /// An API over `client` (none yet: every route but the health checks and the metrics
+    /// answers `503` until [`set_client`](Self::set_client)), with no token and the default
+    /// limits.
+    pub fn new(client: Option<Client>) -> Api {
+        Api {
+            state: Arc::new(AppState {
+                client: RwLock::new(client),
+                token: None,
+                metrics: None,
+                max_body: DEFAULT_MAX_BODY,
+                max_module: DEFAULT_MAX_MODULE,
+                max_wait: DEFAULT_MAX_WAIT,
+                waiting: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_WAITING)),
+                max_waiting: DEFAULT_MAX_WAITING,
+                request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            }),
+        }
+    }
+
+    fn with(self, change: impl FnOnce(&mut AppState)) -> Api {
+        let mut state = Arc::try_unwrap(self.state).unwrap_or_else(|shared| AppState {
+            client: RwLock::new(shared.client.read().clone()),
+            token: shared.token,
+            metrics: shared.metrics.clone(),
+            max_body: shared.max_body,
+            max_module: shared.max_module,
+            max_wait: shared.max_wait,
+            waiting: Arc::clone(&shared.waiting),
+            max_waiting: shared.max_waiting,
+            request_timeout: shared.request_timeout,
+        });
+        change(&mut state);
+        Api {
+            state: Arc::new(state),
+        }
+    }
+
+    /// Requires `token` as `Authorization: Bearer <token>` on every route but `/healthz`
+    /// (`401` without it). Default: none required. The token is kept only as its SHA-256 and
+    /// compared in constant time.
+    pub fn token(self, token: &str) -> Api {
+        let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
+        self.with(|state| state.token = Some(digest))
+    }
+
+    /// Serves `metrics` at `GET /metrics`, and counts the API's requests into them.
+    /// Default: no metrics (`/metrics` answers `404`).
+    pub fn metrics(self, metrics: &Metrics) -> Api {
+        let metrics = metrics.clone();
+        self.with(|state| state.metrics = Some(metrics))
+    }
+
+    /// The largest JSON body a route takes, in bytes ([`DEFAULT_MAX_BODY`]); past it, `413`.
+    pub fn max_body(self, bytes: usize) -> Api {
+        self.with(|state| state.max_body = bytes)
+    }
+
+    /// The largest module `POST /v1/modules` takes, in bytes ([`DEFAULT_MAX_MODULE`]).
+    pub fn max_module(self, bytes: usize) -> Api {
+        self.with(|state| state.max_module = bytes)
+    }
+
+    /// The longest a `wait=` may last ([`DEFAULT_MAX_WAIT`]); longer asks wait this long.
+    pub fn max_wait(self, wait: Duration) -> Api {
+        self.with(|state| state.max_wait = wait)
+    }
+
+    /// Requests that may wait at once ([`DEFAULT_MAX_WAITING`]).
+    pub fn max_waiting(self, requests: usize) -> Api {
+        let requests = requests.max(1);
+        self.with(|state| {
+            state.waiting = Arc::new(tokio::sync::Semaphore::new(requests));
+            state.max_waiting = requests;
+        })
+    }
+
+    /// How long a request that does not wait may take ([`DEFAULT_REQUEST_TIMEOUT`]).
+    pub fn request_timeout(self, timeout: Duration) -> Api {
+        self.with(|state| state.request_timeout = timeout)
+    }
+
+    /// Serves through `client` from now on (`None`: `503` until another is set).
+    pub fn set_client(&self, client: Option<Client>) {
+        *self.state.client.write() = client;
+    }
+
+    /// The routes, with the token check, the limits and the metrics around them.
+    pub fn router(&self) -> Router {
+        let state = Arc::clone(&self.state);
+        let (guarded, guarded_doc) = routes::guarded(&state)
+            .layer(DefaultBodyLimit::max(state.max_body))
+            .route_layer(middleware::from_fn_with_state(
+                Arc::clone(&state),
+                authorize,
+            ))
+            .split_for_parts();
+        let (open, open_doc) = routes::open_routes().split_for_parts();
+        let document = openapi_of(guarded_doc, open_doc);
+        Router::new()
+            .merge(open)
+            .merge(guarded)
+            .fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed)
+            .layer(Extension(Arc::new(document)))
+            .layer(middleware::from_fn_with_state(Arc::clone(&state), count))
+            .with_state(state)
+    }
+
+    /// The OpenAPI document of the routes ([`router`](Self::router) serves it at
+    /// `/v1/openapi.json`).
+    pub fn openapi() -> utoipa::openapi::OpenApi {
+        let state = Api::new(None).state;
+        let (_, guarded) = routes::guarded(&state).split_for_parts();
+        let (_, open) = routes::open_routes().split_for_parts();
+        openapi_of(guarded, open)
+    }
+}
+
+/// `401` without the token.
+async fn authorize(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|value| value.as_bytes());
+    if state.admits(presented) {
+        return next.run(request).await;
+    }
+    let message = match presented {
+        None => "this server wants a token: send `Authorization: Bearer <token>` (the token in \
+                 the server's --token-file or WFHOST_TOKEN)",
+        Some(_) => "the token is not this server's: send the token in the server's --token-file \
+                    or WFHOST_TOKEN as `Authorization: Bearer <token>`",
+    };
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response()
+}
+
+/// Counts each request by route, method and status, with its duration.
+async fn count(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let Some(metrics) = state.metrics.clone() else {
+        return next.run(request).await;
+    };
+    let route: Arc<str> = match request.extensions().get::<MatchedPath>() {
+        Some(path) => Arc::from(path.as_str()),
+        None => Arc::from("(unmatched)"),
+    };
+    // A closed set: a client may send any method.
+    let method: Arc<str> = Arc::from(match request.method().as_str() {
+        known @ ("GET" | "POST" | "PUT" | "DELETE" | "HEAD" | "OPTIONS" | "PATCH") => known,
+        _ => "other",
+    });
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let core = &metrics.core;
+    core.http_requests
+        .get_or_create(&RequestLabels {
+            route: Arc::clone(&route),
+            method,
+            status: response.status().as_u16(),
+        })
+        .inc();
+    core.http_seconds
+        .get_or_create(&Route { route })
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+/// The document: its frame, and the routes' paths and schemas.
+fn openapi_of(
+    guarded: utoipa::openapi::OpenApi,
+    open: utoipa::openapi::OpenApi,
+) -> utoipa::openapi::OpenApi {
+    use utoipa::OpenApi as _;
+    let mut document = super::openapi::Frame::openapi();
+    document.info.version = env!("CARGO_PKG_VERSION").to_string();
+    document.merge(guarded);
+    document.merge(open);
+    document
+}
+
+/// `405` for a route's path with another method.
+async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!(
+            "{} does not take {} (GET /v1/openapi.json lists what it takes)",
+            request.uri().path(),
+            request.method()
+        ),
+    )
+}
+
+/// `404` for a path no route has.
+async fn not_found(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!(
+            "no route {} {} (GET /v1/openapi.json lists them)",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+}

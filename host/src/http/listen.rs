@@ -1,0 +1,367 @@
+//! Serving the API on a socket: HTTP/1.1 with hyper, TLS with rustls, on a tokio runtime of its
+//! own. What a client can hold is bounded here: connections open, the time to send a request's
+//! headers (an idle keep-alive connection is closed after it too), and a TLS handshake's time.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, Response, StatusCode};
+use axum::response::IntoResponse;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+
+use super::api::Api;
+use super::error::ApiError;
+use crate::error::{Error, ErrorKind, Result};
+
+/// Connections open at once unless [`ServeOptions::max_connections`] says otherwise; past it, a
+/// new connection is answered `503` and closed. Each waiter of `result?wait=` holds one.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 20_000;
+
+/// How long a client may take to send a request's headers, and how long a connection may sit
+/// idle between requests, unless [`ServeOptions::header_timeout`] says otherwise.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a TLS handshake may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How the API is served: TLS, and the limits on connections.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    tls: Option<Tls>,
+    max_connections: usize,
+    header_timeout: Duration,
+    threads: usize,
+    grace: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> ServeOptions {
+        ServeOptions {
+            tls: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            threads: 2,
+            grace: Duration::from_secs(5),
+        }
+    }
+}
+
+impl ServeOptions {
+    /// Plain HTTP, [`DEFAULT_MAX_CONNECTIONS`], [`DEFAULT_HEADER_TIMEOUT`], two threads, 5
+    /// seconds' grace at [`Serving::stop`].
+    pub fn new() -> ServeOptions {
+        ServeOptions::default()
+    }
+
+    /// Serves HTTPS with `tls`.
+    pub fn tls(mut self, tls: Tls) -> ServeOptions {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Connections open at once (at least 1).
+    pub fn max_connections(mut self, connections: usize) -> ServeOptions {
+        self.max_connections = connections.max(1);
+        self
+    }
+
+    /// How long a request's headers may take to arrive, and a connection may sit idle.
+    pub fn header_timeout(mut self, timeout: Duration) -> ServeOptions {
+        self.header_timeout = timeout;
+        self
+    }
+
+    /// Threads of the server's runtime (at least 1; requests that read the store run on a
+    /// pool beside them).
+    pub fn threads(mut self, threads: usize) -> ServeOptions {
+        self.threads = threads.max(1);
+        self
+    }
+
+    /// How long requests in flight may take to finish at [`Serving::stop`].
+    pub fn grace(mut self, grace: Duration) -> ServeOptions {
+        self.grace = grace;
+        self
+    }
+}
+
+/// A certificate chain and its key, for HTTPS.
+#[derive(Clone)]
+pub struct Tls {
+    config: Arc<rustls::ServerConfig>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").finish_non_exhaustive()
+    }
+}
+
+impl Tls {
+    /// The certificate chain in the PEM file `cert` and its private key in the PEM file `key`.
+    pub fn from_pem_files(cert: &Path, key: &Path) -> Result<Tls> {
+        let read = |path: &Path| {
+            std::fs::read(path).map_err(|e| {
+                Error::new(ErrorKind::Io, format!("cannot read {}: {e}", path.display()))
+            })
+        };
+        Tls::from_pem(&read(cert)?, &read(key)?)
+    }
+
+    /// The certificate chain `cert` and its private key `key`, both PEM.
+    pub fn from_pem(cert: &[u8], key: &[u8]) -> Result<Tls> {
+        let config_error = |what: String| Error::new(ErrorKind::Config, what);
+        let chain = CertificateDer::pem_slice_iter(cert)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| config_error(format!("the TLS certificate is not PEM: {e}")))?;
+        if chain.is_empty() {
+            return Err(config_error(
+                "the TLS certificate file holds no certificate (PEM, `-----BEGIN CERTIFICATE-----`)"
+                    .into(),
+            ));
+        }
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| {
+            config_error(format!(
+                "the TLS key file holds no private key in PEM (PKCS#8, PKCS#1 or SEC1): {e}"
+            ))
+        })?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| config_error(format!("TLS: {e}")))?
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .map_err(|e| config_error(format!("the TLS certificate and key do not go together: {e}")))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Tls {
+            config: Arc::new(config),
+        })
+    }
+}
+
+/// A running server: [`stop`](Self::stop) it, or drop it to stop it at once.
+#[derive(Debug)]
+pub struct Serving {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    runtime: Option<tokio::runtime::Runtime>,
+    accepting: Option<tokio::task::JoinHandle<()>>,
+    grace: Duration,
+}
+
+impl Serving {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, lets requests in flight finish within the grace period, and stops.
+    pub fn stop(mut self) {
+        self.shut(self.grace);
+    }
+
+    fn shut(&mut self, grace: Duration) {
+        let _ = self.stop.send(true);
+        if let Some(runtime) = self.runtime.take() {
+            if let Some(accepting) = self.accepting.take() {
+                let _ = runtime.block_on(async { tokio::time::timeout(grace, accepting).await });
+            }
+            runtime.shutdown_timeout(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.shut(Duration::ZERO);
+    }
+}
+
+impl Api {
+    /// Serves the API on `listener` (bound already: `127.0.0.1:8080`, say) on a runtime of its
+    /// own, until [`Serving::stop`].
+    pub fn serve(&self, listener: std::net::TcpListener, options: ServeOptions) -> Result<Serving> {
+        let io_error = |what: &str, e: std::io::Error| {
+            Error::new(ErrorKind::Io, format!("{what}: {e}"))
+        };
+        let addr = listener
+            .local_addr()
+            .map_err(|e| io_error("the listener has no address", e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| io_error("cannot serve on the listener", e))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(options.threads)
+            .thread_name("wfhost-http")
+            .enable_all()
+            .build()
+            .map_err(|e| io_error("cannot start the HTTP server's threads", e))?;
+        let listener = {
+            let _entered = runtime.enter();
+            tokio::net::TcpListener::from_std(listener)
+                .map_err(|e| io_error("cannot serve on the listener", e))?
+        };
+        let (stop, stopped) = watch::channel(false);
+        let router = self.router();
+        let metrics = self.state.metrics.clone();
+        let grace = options.grace;
+        let accepting = runtime.spawn(accept(listener, router, options, stopped, metrics));
+        Ok(Serving {
+            addr,
+            stop,
+            runtime: Some(runtime),
+            accepting: Some(accepting),
+            grace,
+        })
+    }
+}
+
+/// Accepts connections until told to stop, then waits for those open to finish.
+async fn accept(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    options: ServeOptions,
+    mut stopped: watch::Receiver<bool>,
+    metrics: Option<crate::Metrics>,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(options.max_connections));
+    let tls = options.tls.map(|tls| tokio_rustls::TlsAcceptor::from(tls.config));
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stopped.changed() => break,
+        };
+        // Reap what finished, so the set stays as large as the connections open.
+        while tasks.try_join_next().is_some() {}
+        let (stream, _peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // Out of file descriptors, most likely: wait for some to close.
+                tracing::warn!("accepting a connection: {error}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let slot = Arc::clone(&slots).try_acquire_owned().ok();
+        let connection = Connection {
+            router: router.clone(),
+            header_timeout: options.header_timeout,
+            stopped: stopped.clone(),
+            metrics: metrics.clone(),
+            max: options.max_connections,
+        };
+        let tls = tls.clone();
+        tasks.spawn(async move {
+            let Some(slot) = slot else {
+                connection.refuse(stream, tls).await;
+                return;
+            };
+            match tls {
+                Some(tls) => {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+                        Ok(Ok(stream)) => connection.serve(stream).await,
+                        Ok(Err(error)) => tracing::debug!("a TLS handshake failed: {error}"),
+                        Err(_) => tracing::debug!("a TLS handshake took too long"),
+                    }
+                }
+                None => connection.serve(stream).await,
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    while tasks.join_next().await.is_some() {}
+}
+
+/// One connection's settings.
+struct Connection {
+    router: Router,
+    header_timeout: Duration,
+    stopped: watch::Receiver<bool>,
+    metrics: Option<crate::Metrics>,
+    max: usize,
+}
+
+impl Connection {
+    fn builder(&self) -> hyper::server::conn::http1::Builder {
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_timeout)
+            .max_buf_size(64 * 1024);
+        builder
+    }
+
+    /// Serves requests on `stream` until the client goes, the connection idles past the
+    /// header timeout, or the server stops (then after the request in flight).
+    async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(mut self, stream: S) {
+        if let Some(metrics) = &self.metrics {
+            metrics.core.http_connections.inc();
+        }
+        let service = TowerToHyperService::new(self.router.clone());
+        let builder = self.builder();
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        tokio::pin!(connection);
+        let result = tokio::select! {
+            result = connection.as_mut() => result,
+            _ = self.stopped.changed() => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        if let Err(error) = result {
+            tracing::debug!("an HTTP connection ended: {error}");
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.core.http_connections.dec();
+        }
+    }
+
+    /// Answers the first request on a connection past the limit with `503`, and closes it.
+    async fn refuse(self, stream: tokio::net::TcpStream, tls: Option<tokio_rustls::TlsAcceptor>) {
+        let max = self.max;
+        let busy = hyper::service::service_fn(move |_request: hyper::Request<Incoming>| async move {
+            let mut response: Response<Body> = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_connections",
+                format!(
+                    "the server holds {max} connections, as many as it takes (--max-connections): \
+                     ask again"
+                ),
+            )
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            Ok::<_, std::convert::Infallible>(response)
+        });
+        let builder = self.builder();
+        let served = async {
+            match tls {
+                Some(tls) => {
+                    if let Ok(Ok(stream)) =
+                        tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await
+                    {
+                        let _ = builder.serve_connection(TokioIo::new(stream), busy).await;
+                    }
+                }
+                None => {
+                    let _ = builder.serve_connection(TokioIo::new(stream), busy).await;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(self.header_timeout, served).await;
+    }
+}

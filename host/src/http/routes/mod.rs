@@ -1,0 +1,69 @@
+//! The routes, a file per resource: `workflows`, `modules`, `hosts`, and `ops` (health,
+//! readiness, metrics, the OpenAPI document). A handler parses its request, calls one method of
+//! the [`Client`], and maps the answer.
+
+mod hosts;
+mod modules;
+mod ops;
+mod workflows;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use utoipa_axum::router::OpenApiRouter;
+
+use super::api::AppState;
+use super::error::ApiError;
+use crate::client::Client;
+
+pub(crate) use ops::open_routes;
+
+/// Every route that needs the token.
+pub(crate) fn guarded(state: &AppState) -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::new()
+        .merge(workflows::routes())
+        .merge(modules::routes(state))
+        .merge(hosts::routes())
+        .merge(ops::routes())
+}
+
+/// Runs `work` with the client on a thread that may block (a store's connection blocks), within
+/// the request timeout, plus `wait` for a call that waits on purpose.
+pub(crate) async fn call<T: Send + 'static>(
+    state: &AppState,
+    wait: Duration,
+    work: impl FnOnce(Client) -> crate::Result<T> + Send + 'static,
+) -> Result<T, ApiError> {
+    let client = state.client()?;
+    let limit = state.request_timeout + wait;
+    match tokio::time::timeout(limit, crate::client::blocking(move || work(client))).await {
+        Ok(result) => result.map_err(ApiError::from),
+        Err(_) => Err(timed_out(limit)),
+    }
+}
+
+/// A request that ran past its time.
+pub(crate) fn timed_out(limit: Duration) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "timeout",
+        format!(
+            "the request took longer than {limit:?} (the store may be slow or unreachable): ask \
+             again"
+        ),
+    )
+}
+
+/// A wait as the API writes it (`30s`, `500ms`), capped by the server; none: no wait.
+pub(crate) fn wait(state: &AppState, wait: Option<&str>) -> Result<Duration, ApiError> {
+    let Some(text) = wait else {
+        return Ok(Duration::ZERO);
+    };
+    let wait = wfhost_client::parse_wait(text).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "wait={text} is not a duration: give a number and a unit, as 500ms, 30s or 2m"
+        ))
+    })?;
+    Ok(wait.min(state.max_wait))
+}

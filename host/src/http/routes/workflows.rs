@@ -1,0 +1,340 @@
+//! `/v1/workflows`: start, list, status, result, messages, cancel, history, outbox.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde_json::value::RawValue;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use wfcontract::Payload;
+use wfhost_client::wire::{
+    CancelJson, ErrorBody, HistoryPage, ListParams, OutboxPage, PageParams, SentJson,
+    StartRequest, StartedJson, WaitParams, WorkflowJson, WorkflowPage,
+};
+
+use super::{call, timed_out, wait};
+use crate::client::{ListQuery, Narrator, WorkflowState, DEFAULT_PAGE, MAX_PAGE};
+use crate::http::api::AppState;
+use crate::http::convert;
+use crate::http::error::ApiError;
+use crate::http::extract::{JsonBody, QueryParams, RawBody, WorkflowId};
+
+pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::new()
+        .routes(routes!(start, list))
+        .routes(routes!(status))
+        .routes(routes!(result))
+        .routes(routes!(send))
+        .routes(routes!(cancel))
+        .routes(routes!(history))
+        .routes(routes!(outbox))
+}
+
+/// A module named by its hash: 64 hex digits.
+fn check_hash(hash: &str) -> Result<(), ApiError> {
+    if hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "module '{hash}' is not a module's SHA-256: give the 64 hex digits `POST /v1/modules` \
+         answered with"
+    )))
+}
+
+/// Starts a workflow.
+#[utoipa::path(post, path = "/v1/workflows", tag = "workflows",
+    request_body = StartRequest,
+    responses(
+        (status = 201, description = "Started", body = StartedJson),
+        (status = 200, description = "It existed with the same module, entry point and input: nothing started", body = StartedJson),
+        (status = 400, description = "Bad JSON, id, entry point or input", body = ErrorBody),
+        (status = 404, description = "No module with that hash", body = ErrorBody),
+        (status = 409, description = "The id exists with another module, entry point or input", body = ErrorBody),
+    ))]
+async fn start(
+    State(state): State<Arc<AppState>>,
+    JsonBody(start): JsonBody<StartRequest>,
+) -> Result<(StatusCode, Json<StartedJson>), ApiError> {
+    check_hash(&start.module)?;
+    let input = Payload::json_bytes(start.input.get().as_bytes().to_vec());
+    let started = call(&state, Default::default(), move |client| {
+        client.start_stored(start.id.as_deref(), &start.module, &start.entry, &input)
+    })
+    .await?;
+    let status = if started.new {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(StartedJson {
+            new: started.new,
+            workflow: convert::workflow(&started.workflow),
+        }),
+    ))
+}
+
+/// A page of workflows, oldest first.
+#[utoipa::path(get, path = "/v1/workflows", tag = "workflows",
+    params(ListParams),
+    responses(
+        (status = 200, description = "A page, and the cursor of the next", body = WorkflowPage),
+        (status = 400, description = "A parameter is wrong", body = ErrorBody),
+    ))]
+async fn list(
+    State(state): State<Arc<AppState>>,
+    QueryParams(params): QueryParams<ListParams>,
+) -> Result<Json<WorkflowPage>, ApiError> {
+    let mut query = ListQuery::new().limit(params.limit.unwrap_or(DEFAULT_PAGE));
+    if let Some(status) = &params.status {
+        let state = WorkflowState::parse(status).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "status={status} is not a status: give running, completed, failed or cancelled"
+            ))
+        })?;
+        query = query.state(state);
+    }
+    if let Some(entry) = params.entry {
+        query = query.entry(entry);
+    }
+    if let Some(prefix) = params.prefix {
+        query = query.prefix(prefix);
+    }
+    if let Some(before) = params.started_before {
+        query = query.started_before(before);
+    }
+    if let Some(after) = params.started_after {
+        query = query.started_after(after);
+    }
+    if params.top_level == Some(true) {
+        query = query.top_level();
+    }
+    if let Some(after) = params.after {
+        query = query.after(after);
+    }
+    if params.limit.is_some_and(|limit| limit == 0 || limit > MAX_PAGE) {
+        return Err(ApiError::bad_request(format!(
+            "limit={} is out of bounds: a page holds 1 to {MAX_PAGE} workflows",
+            params.limit.unwrap_or_default()
+        )));
+    }
+    let page = call(&state, Default::default(), move |client| client.list(&query)).await?;
+    Ok(Json(WorkflowPage {
+        workflows: page.items.iter().map(convert::workflow).collect(),
+        next: page.next,
+    }))
+}
+
+/// Where a workflow stands.
+#[utoipa::path(get, path = "/v1/workflows/{id}", tag = "workflows",
+    params(("id" = String, Path, description = "The workflow's id, percent-encoded")),
+    responses(
+        (status = 200, description = "The workflow", body = WorkflowJson),
+        (status = 404, description = "No such workflow", body = ErrorBody),
+    ))]
+async fn status(
+    State(state): State<Arc<AppState>>,
+    WorkflowId(id): WorkflowId,
+) -> Result<Json<WorkflowJson>, ApiError> {
+    let status = call(&state, Default::default(), move |client| client.status(&id)).await?;
+    Ok(Json(convert::workflow(&status)))
+}
+
+/// Waits up to `wait` for the workflow to end.
+#[utoipa::path(get, path = "/v1/workflows/{id}/result", tag = "workflows",
+    params(("id" = String, Path, description = "The workflow's id, percent-encoded"), WaitParams),
+    responses(
+        (status = 200, description = "It has ended", body = WorkflowJson),
+        (status = 202, description = "Still running at the deadline", body = WorkflowJson),
+        (status = 404, description = "No such workflow", body = ErrorBody),
+        (status = 500, description = "Damaged: it goes no further until the store is repaired", body = ErrorBody),
+        (status = 503, description = "Too many requests wait already", body = ErrorBody),
+    ))]
+async fn result(
+    State(state): State<Arc<AppState>>,
+    WorkflowId(id): WorkflowId,
+    QueryParams(params): QueryParams<WaitParams>,
+) -> Result<(StatusCode, Json<WorkflowJson>), ApiError> {
+    let wait = wait(&state, params.wait.as_deref())?;
+    let client = state.client()?;
+    let status = if wait.is_zero() {
+        call(&state, wait, move |client| client.result(&id, None)).await?
+    } else {
+        let _permit = waiting(&state)?;
+        let limit = state.request_timeout + wait;
+        let waited = tokio::time::timeout(limit, client.result_async(&id, Some(wait)));
+        waited.await.map_err(|_| timed_out(limit))??
+    };
+    let code = if status.is_finished() {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((code, Json(convert::workflow(&status))))
+}
+
+/// A place among the requests that wait, counted in the metrics while held.
+struct Waiting {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    state: Arc<AppState>,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(metrics) = &self.state.metrics {
+            metrics.core.http_waiting.dec();
+        }
+    }
+}
+
+fn waiting(state: &Arc<AppState>) -> Result<Waiting, ApiError> {
+    let permit = Arc::clone(&state.waiting).try_acquire_owned().map_err(|_| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_waiting",
+            format!(
+                "{} requests wait already, as many as this server lets wait (--max-waiting): ask \
+                 again, or without wait=",
+                state.max_waiting
+            ),
+        )
+    })?;
+    if let Some(metrics) = &state.metrics {
+        metrics.core.http_waiting.inc();
+    }
+    Ok(Waiting {
+        _permit: permit,
+        state: Arc::clone(state),
+    })
+}
+
+/// Sends the workflow a message (any JSON).
+#[utoipa::path(post, path = "/v1/workflows/{id}/messages", tag = "workflows",
+    params(("id" = String, Path, description = "The workflow's id, percent-encoded")),
+    request_body(content = Object, description = "The message: any JSON value"),
+    responses(
+        (status = 202, description = "Written for the workflow's host to deliver", body = SentJson),
+        (status = 400, description = "Not JSON", body = ErrorBody),
+        (status = 404, description = "No running workflow of that id", body = ErrorBody),
+        (status = 429, description = "Its mailbox is full, or the message is past the payload limit", body = ErrorBody),
+    ))]
+async fn send(
+    State(state): State<Arc<AppState>>,
+    WorkflowId(id): WorkflowId,
+    RawBody(body): RawBody,
+) -> Result<(StatusCode, Json<SentJson>), ApiError> {
+    let text = std::str::from_utf8(&body)
+        .map_err(|_| ApiError::bad_request("the message is not UTF-8 JSON"))?;
+    let json: Box<RawValue> = serde_json::from_str(text).map_err(|e| {
+        ApiError::bad_request(format!("the message is not JSON: {e}"))
+    })?;
+    let message = Payload::json_bytes(json.get().as_bytes().to_vec());
+    let number = call(&state, Default::default(), move |client| client.send(&id, &message)).await?;
+    Ok((StatusCode::ACCEPTED, Json(SentJson { message: number })))
+}
+
+/// Asks the workflow to cancel.
+#[utoipa::path(post, path = "/v1/workflows/{id}/cancel", tag = "workflows",
+    params(("id" = String, Path, description = "The workflow's id, percent-encoded")),
+    responses(
+        (status = 202, description = "Asked (or asked before, or it had ended)", body = CancelJson),
+        (status = 404, description = "No such workflow", body = ErrorBody),
+    ))]
+async fn cancel(
+    State(state): State<Arc<AppState>>,
+    WorkflowId(id): WorkflowId,
+) -> Result<(StatusCode, Json<CancelJson>), ApiError> {
+    let cancelled = call(&state, Default::default(), move |client| client.cancel(&id)).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(convert::cancel(cancelled, WorkflowState::Running.name())),
+    ))
+}
+
+/// A page of the workflow's journal, each step in words (as `wfhost history --json`).
+#[utoipa::path(get, path = "/v1/workflows/{id}/history", tag = "workflows",
+    params(("id" = String, Path, description = "The workflow's id, percent-encoded"), PageParams),
+    responses(
+        (status = 200, description = "A page of steps, and the cursor of the next", body = HistoryPage),
+        (status = 404, description = "No such workflow", body = ErrorBody),
+    ))]
+async fn history(
+    State(state): State<Arc<AppState>>,
+    WorkflowId(id): WorkflowId,
+    QueryParams(params): QueryParams<PageParams>,
+) -> Result<Json<HistoryPage>, ApiError> {
+    let limit = params.limit.unwrap_or(DEFAULT_PAGE);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::bad_request(format!(
+            "limit={limit} is out of bounds: a page holds 1 to {MAX_PAGE} steps"
+        )));
+    }
+    let page = call(&state, Default::default(), move |client| {
+        let page = client.history(&id, params.after.as_deref(), limit)?;
+        let resolver = client.clone();
+        let mut narrator = Narrator::new(move |number| resolver.id_of(number).ok().flatten());
+        // A completion is told in the words of the command it answers: the steps before the
+        // page are heard first.
+        if params.after.is_some() {
+            let first = page.items.first().map_or(0, |step| step.seq);
+            let mut cursor = None;
+            'earlier: loop {
+                let earlier = client.history(&id, cursor.as_deref(), MAX_PAGE)?;
+                for step in &earlier.items {
+                    if step.seq >= first {
+                        break 'earlier;
+                    }
+                    narrator.learn(step);
+                }
+                match earlier.next {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+        }
+        let steps = page
+            .items
+            .iter()
+            .map(|step| convert::step(&mut narrator, step))
+            .collect();
+        Ok(HistoryPage {
+            steps,
+            next: page.next,
+        })
+    })
+    .await?;
+    Ok(Json(page))
+}
+
+/// The messages the workflow sent the host after the cursor; waits for one with `wait=`.
+#[utoipa::path(get, path = "/v1/workflows/{id}/outbox", tag = "workflows",
+    params(("id" = String, Path, description = "The workflow's id, percent-encoded"), PageParams),
+    responses(
+        (status = 200, description = "The messages after the cursor, and the cursor of what follows", body = OutboxPage),
+        (status = 404, description = "No such workflow", body = ErrorBody),
+    ))]
+async fn outbox(
+    State(state): State<Arc<AppState>>,
+    WorkflowId(id): WorkflowId,
+    QueryParams(params): QueryParams<PageParams>,
+) -> Result<Json<OutboxPage>, ApiError> {
+    let wait = wait(&state, params.wait.as_deref())?;
+    let client = state.client()?;
+    let page = if wait.is_zero() {
+        call(&state, wait, move |client| {
+            client.outbox(&id, params.after.as_deref(), None)
+        })
+        .await?
+    } else {
+        let _permit = waiting(&state)?;
+        let limit = state.request_timeout + wait;
+        let waited = client.outbox_async(&id, params.after.as_deref(), Some(wait));
+        tokio::time::timeout(limit, waited)
+            .await
+            .map_err(|_| timed_out(limit))??
+    };
+    Ok(Json(convert::outbox(page)))
+}
