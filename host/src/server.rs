@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::client::Client;
 use crate::error::Result;
 use crate::grants::Grants;
 use crate::host::Host;
+use crate::http::Api;
 
 /// How often a [`Server`] looks for work unless told otherwise ([`Server::poll`]).
 pub const DEFAULT_POLL: Duration = Duration::from_millis(250);
@@ -51,6 +53,7 @@ pub struct Server {
     claim: usize,
     grace: Duration,
     grants: Option<Grants>,
+    api: Option<Api>,
     stop: Arc<AtomicBool>,
     wake: (Sender<()>, Receiver<()>),
 }
@@ -85,6 +88,7 @@ impl Server {
             claim: DEFAULT_CLAIM,
             grace: DEFAULT_SERVE_GRACE,
             grants: None,
+            api: None,
             stop: Arc::new(AtomicBool::new(false)),
             wake: crossbeam_channel::bounded(1),
         }
@@ -118,6 +122,15 @@ impl Server {
         self
     }
 
+    /// Answers `api`'s requests through each host it builds ([`Client::serving`], with the
+    /// [`grants`](Self::grants) for modules the host has not loaded): a start over HTTP runs in
+    /// the host, and so on. Between two hosts (one lost the store, the next is being built),
+    /// the API answers `503`.
+    pub fn api(mut self, api: Api) -> Server {
+        self.api = Some(api);
+        self
+    }
+
     /// What stops this server.
     pub fn stopper(&self) -> Stopper {
         Stopper {
@@ -141,8 +154,26 @@ impl Server {
     }
 
     /// Serves with `host` until it is stopped (`true`) or loses the store (`false`: a new host
-    /// goes on).
+    /// goes on); the API, if any, through it meanwhile.
     fn serve(&self, host: &Host) -> Result<bool> {
+        if let Some(api) = &self.api {
+            let grants = self.grants.clone().unwrap_or_default();
+            match Client::serving(host, grants) {
+                Ok(client) => api.set_client(Some(client)),
+                Err(error) => {
+                    host.shutdown(Duration::ZERO);
+                    return Err(error);
+                }
+            }
+        }
+        let served = self.serve_host(host);
+        if let Some(api) = &self.api {
+            api.set_client(None);
+        }
+        served
+    }
+
+    fn serve_host(&self, host: &Host) -> Result<bool> {
         let wake = self.wake.0.clone();
         // Clients' starts, messages and cancels wake the host at once; the poll is the fallback.
         if let Err(error) = host.on_new_work(move || {

@@ -15,6 +15,10 @@ use crate::durable::record::StepRecord;
 use crate::durable::store::Location;
 use crate::error::{Error, ErrorKind, Result};
 
+/// The longest one call waits: shorter than what proxies between client and server tend to
+/// allow an answer to take.
+const ASK_AT_MOST: Duration = Duration::from_secs(55);
+
 pub(crate) struct RemoteBackend {
     pub(crate) location: Location,
     /// `None` when the URL cannot be a server's (said at the first call).
@@ -104,8 +108,25 @@ impl RemoteBackend {
         status_of(self.api()?.status(id).map_err(|e| error(&e))?)
     }
 
+    /// A server caps each wait: a longer one asks again until the workflow ends or the wait
+    /// is over.
     pub(crate) fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
-        status_of(self.api()?.result(id, wait).map_err(|e| error(&e))?)
+        let deadline = wait.and_then(|wait| std::time::Instant::now().checked_add(wait));
+        loop {
+            let left = match (wait, deadline) {
+                (None, _) => None,
+                (Some(_), Some(deadline)) => {
+                    Some(deadline.saturating_duration_since(std::time::Instant::now()))
+                }
+                // Too long to add: as good as for ever.
+                (Some(_), None) => Some(ASK_AT_MOST),
+            };
+            let asked = left.map(|left| left.min(ASK_AT_MOST));
+            let status = status_of(self.api()?.result(id, asked).map_err(|e| error(&e))?)?;
+            if status.is_finished() || left.is_none_or(|left| left <= ASK_AT_MOST) {
+                return Ok(status);
+            }
+        }
     }
 
     pub(crate) fn send(&self, id: &str, message: &Payload) -> Result<u64> {

@@ -165,6 +165,11 @@ impl LimitArgs {
     }
 
     /// What every module loaded by this run may do.
+    /// The largest module the host loads (--max-module-size).
+    pub fn max_module_size(&self) -> usize {
+        self.max_module_size
+    }
+
     pub fn grants(&self) -> Grants {
         self.deny
             .iter()

@@ -1,8 +1,7 @@
 //! `wfhost list`: a store's workflows, a page at a time.
 
 use anyhow::Context as _;
-use wfhost::store::Location;
-use wfhost::{Client, ListQuery, WorkflowState};
+use wfhost::{ListQuery, WorkflowState};
 
 use super::durable::{status_word, time};
 use crate::output::outln;
@@ -12,9 +11,8 @@ use crate::output::outln;
 /// (`--after`).
 #[derive(Debug, clap::Parser)]
 pub struct ListCommand {
-    /// The store: a SQLite file or a PostgreSQL URL.
-    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
-    store: Location,
+    #[command(flatten)]
+    target: super::target::Target,
 
     /// At most this many workflows (1 to 10000).
     #[arg(long, value_name = "N", default_value_t = 1000)]
@@ -52,9 +50,12 @@ impl ListCommand {
         if let Some(after) = &self.after {
             query = query.after(after.clone());
         }
-        let page = Client::open(&self.store)
+        let location = self.target.location()?;
+        let page = self
+            .target
+            .client()?
             .list(&query)
-            .with_context(|| format!("cannot list the workflows of {}", self.store))?;
+            .with_context(|| format!("cannot list the workflows of {location}"))?;
         let rows: Vec<[String; 5]> = page
             .items
             .iter()
@@ -93,8 +94,9 @@ impl ListCommand {
         if let Some(next) = page.next {
             // Beside the table, not in it: the page's rows stay what a tool reads.
             eprintln!(
-                "more follow: wfhost list --store {} --limit {} --after {next}",
-                self.store, self.limit
+                "more follow: wfhost list --{} {location} --limit {} --after {next}",
+                if self.target.is_server() { "server" } else { "store" },
+                self.limit
             );
         }
         Ok(())

@@ -5,6 +5,7 @@ mod build;
 mod cancel;
 mod durable;
 mod history;
+mod http;
 mod host;
 mod inspect;
 mod limits;
@@ -17,6 +18,7 @@ mod send;
 mod serve;
 mod start;
 mod status;
+mod target;
 
 /// The subcommands.
 #[derive(Debug, clap::Subcommand)]

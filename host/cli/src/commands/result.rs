@@ -3,8 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use wfhost::store::Location;
-use wfhost::{Client, WorkflowStatus};
+use wfhost::WorkflowStatus;
 
 use super::limits::parse_duration;
 use super::WorkflowFailed;
@@ -17,9 +16,8 @@ pub struct ResultCommand {
     /// The workflow's id.
     id: String,
 
-    /// The store: a SQLite file or a PostgreSQL URL.
-    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
-    store: Location,
+    #[command(flatten)]
+    target: super::target::Target,
 
     /// Wait for the workflow to end (otherwise an unfinished one is an error).
     #[arg(long)]
@@ -32,7 +30,7 @@ pub struct ResultCommand {
 
 impl ResultCommand {
     pub fn execute(self) -> anyhow::Result<()> {
-        let client = Client::open(&self.store);
+        let client = self.target.client()?;
         let wait = match (self.wait, self.timeout) {
             (false, _) => None,
             (true, Some(timeout)) => Some(timeout),

@@ -49,6 +49,9 @@ pub struct RunCommand {
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
 
+    #[command(flatten)]
+    metrics: super::http::MetricsArgs,
+
     /// After Ctrl-C, how long the workflow may clean up before it is terminated (e.g. 10s, 500ms).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     grace: Duration,
@@ -104,8 +107,10 @@ impl RunCommand {
         };
         let name = module_name(&module);
 
-        let host = self.host(&name, &module)?;
+        let metrics = wfhost::Metrics::new();
+        let host = self.host(&name, &module, &metrics)?;
         let _stopping = super::durable::Stopping(host.clone());
+        let _serving = self.metrics.serve(&metrics)?;
         let run = self.start(&host, &name, Payload::json_bytes(input.into_bytes()))?;
         // What the workflow sends the host, as it comes; then its result.
         while let Some(message) = run.recv_message() {
@@ -124,11 +129,14 @@ impl RunCommand {
     }
 
     /// The host this run asks for, with its module (as `name`) and any others loaded.
-    fn host(&self, name: &str, module: &Path) -> anyhow::Result<Host> {
+    fn host(&self, name: &str, module: &Path, metrics: &wfhost::Metrics) -> anyhow::Result<Host> {
         let store = self.store.as_ref().map(|store| (store, &self.durability));
         let mut builder =
             super::host::builder(self.workers, Some(&self.limits), &self.cache, store)?
                 .cancel_grace(Some(self.grace));
+        if self.metrics.requested() {
+            builder = builder.metrics(metrics);
+        }
         if self.events {
             builder = builder.observer(Arc::new(EventPrinter));
         }

@@ -1,13 +1,12 @@
 //! `wfhost send`: a message to a running workflow on a store hosts share.
 
 use anyhow::bail;
-use wfhost::store::Location;
-use wfhost::{Client, Payload};
+use wfhost::Payload;
 
 use crate::output::outln;
 
-/// Sends a message (JSON) to a running workflow on a store hosts share; the host that runs it
-/// delivers it. Prints the message's number.
+/// Sends a message (JSON) to a running workflow, on a store hosts share or through a server;
+/// the host that runs it delivers it. Prints the message's number.
 #[derive(Debug, clap::Parser)]
 pub struct SendCommand {
     /// The workflow's id.
@@ -16,9 +15,8 @@ pub struct SendCommand {
     /// The message, as JSON.
     message: String,
 
-    /// The store: a PostgreSQL URL that `wfhost serve` hosts share.
-    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
-    store: Location,
+    #[command(flatten)]
+    target: super::target::Target,
 }
 
 impl SendCommand {
@@ -26,7 +24,7 @@ impl SendCommand {
         if let Err(error) = serde_json::from_str::<serde_json::Value>(&self.message) {
             bail!("the message is not valid JSON: {error} (strings need quotes: '\"hi\"')");
         }
-        let client = Client::open(&self.store);
+        let client = self.target.client()?;
         let number = client.send(&self.id, &Payload::json_bytes(self.message.into_bytes()))?;
         outln!("{number}")?;
         Ok(())

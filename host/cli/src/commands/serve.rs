@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use wfhost::store::Location;
-use wfhost::{Host, Server};
+use wfhost::{Host, Metrics, Server};
 
 use super::durable::DurabilityArgs;
 use super::limits::{parse_duration, CacheArgs, LimitArgs};
 
-/// Serves a store: runs its workflows until stopped (SIGTERM, Ctrl-C).
+/// Serves a store: runs its workflows until stopped (SIGTERM, Ctrl-C); with --http, answers the
+/// HTTP API (and /metrics) too.
 ///
 /// On a PostgreSQL store several `wfhost serve` share the work: each claims the workflows no live
 /// host owns (new ones from `wfhost start`, and those of a host whose lease ran out) and runs
@@ -52,16 +53,30 @@ pub struct ServeCommand {
 
     #[command(flatten)]
     cache: CacheArgs,
+
+    #[command(flatten)]
+    http: super::http::HttpArgs,
 }
 
 impl ServeCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         anyhow::ensure!(self.claim > 0, "--claim must be at least 1");
-        let server = Server::new()
+        let metrics = Metrics::new();
+        let api = self.http.api(&metrics, self.limits.max_module_size())?;
+        let mut server = Server::new()
             .poll(self.poll)
             .claim(self.claim)
             .grace(self.grace)
             .grants(self.limits.grants());
+        if let Some(api) = &api {
+            server = server.api(api.clone());
+        }
+        // Listening before the first host is built: a port in use says so at once, and the
+        // API answers 503 until the host is there.
+        let serving = match &api {
+            Some(api) => Some(self.http.serve(api)?),
+            None => None,
+        };
         let stopper = server.stopper();
         ctrlc::set_handler(move || {
             eprintln!("wfhost serve: stopping; giving back what this host runs");
@@ -69,9 +84,9 @@ impl ServeCommand {
         })
         .context("cannot install the SIGTERM and Ctrl-C handler")?;
         let mut hosts = 0u32;
-        server.run(|| {
+        let served = server.run(|| {
             let host = self
-                .build()
+                .build(&metrics)
                 .map_err(|e| wfhost::Error::new(wfhost::ErrorKind::Config, format!("{e:#}")))?;
             if hosts > 0 {
                 eprintln!("wfhost serve: the store was lost; starting again as a new host");
@@ -82,17 +97,21 @@ impl ServeCommand {
                 .map_or_else(|| "the only host".to_string(), |id| format!("host {id}"));
             eprintln!("wfhost serve: serving {} as {who}", self.store);
             Ok(host)
-        })?;
+        });
+        if let Some(serving) = serving {
+            serving.stop();
+        }
+        served?;
         Ok(())
     }
 
-    fn build(&self) -> anyhow::Result<Host> {
-        super::durable::build_host(
-            &self.store,
-            &self.durability,
-            &self.limits,
+    fn build(&self, metrics: &Metrics) -> anyhow::Result<Host> {
+        let builder = super::host::builder(
             self.workers,
+            Some(&self.limits),
             &self.cache,
-        )
+            Some((&self.store, &self.durability)),
+        )?;
+        super::host::build(builder.metrics(metrics))
     }
 }

@@ -4,13 +4,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use wfhost::store::Location;
-use wfhost::{Client, ModuleInfo, Payload};
+use wfhost::{ModuleInfo, Payload};
 
 use crate::output::outln;
 
-/// Starts a workflow on a store that hosts share, for one of them to claim and run; prints its
-/// id. The input is checked against the entry point first (as `wfhost run` checks it), and
+/// Starts a workflow on a store that hosts share, for one of them to claim and run, or through a
+/// `wfhost serve --http` server (`--server`: the module is uploaded first); prints its id. The input is checked against the entry point first (as `wfhost run` checks it), and
 /// nothing is written for one it does not take. Idempotent: starting an id that exists with the
 /// same module, entry point and input starts nothing (and says so); with another, it is refused
 /// (exit code 3).
@@ -38,9 +37,8 @@ pub struct StartCommand {
     #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = super::limits::parse_size)]
     max_payload: usize,
 
-    /// The store: a PostgreSQL URL that `wfhost serve` hosts share.
-    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
-    store: Location,
+    #[command(flatten)]
+    target: super::target::Target,
 
     #[command(flatten)]
     cache: super::limits::CacheArgs,
@@ -69,14 +67,17 @@ impl StartCommand {
         if let Some(why) = self.id.as_deref().and_then(wfhost::bad_id) {
             bail!("{why}");
         }
-        let client = Client::open(&self.store);
+        let client = self.target.client()?;
         // A store that takes no client starts says so before anything is checked.
         client.takes_work()?;
         let payload = Payload::json_bytes(input.into_bytes());
         let name = path
             .file_stem()
             .map_or_else(|| "main".into(), |s| s.to_string_lossy().into_owned());
-        self.check_input(&name, &bytes, &payload)?;
+        // A server checks the input itself, in the host that runs the workflow.
+        if !self.target.is_server() {
+            self.check_input(&name, &bytes, &payload)?;
+        }
         let started = client
             .start(self.id.as_deref(), &bytes, &name, &self.entry, &payload)
             .map_err(|e| match e.kind() {

@@ -1,7 +1,6 @@
 //! `wfhost status`: where one workflow stands.
 
-use wfhost::store::Location;
-use wfhost::{Client, WorkflowState};
+use wfhost::WorkflowState;
 
 use super::durable::{status_word, time};
 use crate::output::outln;
@@ -14,9 +13,8 @@ pub struct StatusCommand {
     /// The workflow's id.
     id: String,
 
-    /// The store: a SQLite file or a PostgreSQL URL.
-    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
-    store: Location,
+    #[command(flatten)]
+    target: super::target::Target,
 
     /// One JSON object instead of text.
     #[arg(long)]
@@ -25,7 +23,7 @@ pub struct StatusCommand {
 
 impl StatusCommand {
     pub fn execute(self) -> anyhow::Result<()> {
-        let workflow = Client::open(&self.store).status(&self.id)?;
+        let workflow = self.target.client()?.status(&self.id)?;
         let status = status_word(&workflow);
         let result = workflow.result.as_ref().map(|p| {
             super::run::render(p).unwrap_or_else(|_| "(a result that does not decode)".into())

@@ -1,0 +1,93 @@
+//! Where the client commands find the workflows: a store (`--store`, `WFHOST_STORE`), or a
+//! `wfhost serve --http` server (`--server`, `WFHOST_SERVER`, its token from `WFHOST_TOKEN` or
+//! `--token-file`).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _};
+use wfhost::store::Location;
+use wfhost::Client;
+
+/// A store, or a server.
+#[derive(Debug, clap::Args)]
+pub struct Target {
+    /// The store: a SQLite file or a PostgreSQL URL.
+    #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
+    store: Option<Location>,
+
+    /// A `wfhost serve --http` server to ask instead of a store (http://HOST:PORT or https://...).
+    #[arg(long, value_name = "URL", env = "WFHOST_SERVER")]
+    server: Option<String>,
+
+    /// With --server: a file holding the server's token. Default: the WFHOST_TOKEN variable.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+
+    /// With an https:// server: trust the certificates in this PEM file (a server whose
+    /// certificate no public authority signed).
+    #[arg(long, value_name = "FILE", env = "WFHOST_CA_FILE")]
+    ca_file: Option<PathBuf>,
+}
+
+impl Target {
+    /// Where the workflows are, as given.
+    pub fn location(&self) -> anyhow::Result<Location> {
+        match (&self.store, &self.server) {
+            (Some(_), Some(_)) => bail!(
+                "give one of --store and --server, not both (are WFHOST_STORE and WFHOST_SERVER \
+                 both set?)"
+            ),
+            (Some(store), None) => Ok(store.clone()),
+            (None, Some(server)) => match Location::parse(server) {
+                location @ Location::Server(_) => Ok(location),
+                _ => bail!("--server {server} is not a server's address: give http://HOST:PORT"),
+            },
+            (None, None) => bail!(
+                "where are the workflows? give --store (a SQLite file or a PostgreSQL URL) or \
+                 --server (a `wfhost serve --http` server), or set WFHOST_STORE or WFHOST_SERVER"
+            ),
+        }
+    }
+
+    /// Whether the workflows are behind a server.
+    pub fn is_server(&self) -> bool {
+        self.server.is_some() && self.store.is_none()
+    }
+
+    /// A client of them.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        let location = self.location()?;
+        let mut client = Client::open(location);
+        if self.is_server() {
+            if let Some(token) = token(self.token_file.as_deref())? {
+                client = client.with_token(&token);
+            }
+            if let Some(path) = &self.ca_file {
+                let pem = std::fs::read(path)
+                    .with_context(|| format!("cannot read --ca-file {}", path.display()))?;
+                client = client.with_root_certificates(&pem)?;
+            }
+        }
+        Ok(client)
+    }
+}
+
+/// The token in `file` (trimmed), or in the WFHOST_TOKEN variable; none if neither is given.
+pub fn token(file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
+    let token = match file {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the token file {}", path.display()))?,
+        None => match std::env::var("WFHOST_TOKEN") {
+            Ok(token) => token,
+            Err(_) => return Ok(None),
+        },
+    };
+    let token = token.trim().to_string();
+    if token.is_empty() {
+        match file {
+            Some(path) => bail!("the token file {} is empty", path.display()),
+            None => bail!("WFHOST_TOKEN is set and empty: give the token, or unset it"),
+        }
+    }
+    Ok(Some(token))
+}
