@@ -1,6 +1,8 @@
 //! What the CLI's test files share. (Each file uses some of it.)
 #![allow(dead_code)]
 
+pub mod http;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
