@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -187,7 +187,6 @@ impl Api {
     pub fn router(&self) -> Router {
         let state = Arc::clone(&self.state);
         let (guarded, guarded_doc) = routes::guarded(&state)
-            .layer(DefaultBodyLimit::max(state.max_body))
             .route_layer(middleware::from_fn_with_state(
                 Arc::clone(&state),
                 authorize,

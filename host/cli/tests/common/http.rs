@@ -33,8 +33,11 @@ impl HttpServer {
         let log = dir.join(format!("serve-{n}.log"));
         let file = std::fs::File::create(&log).unwrap();
         let mut command = wfhost();
+        command.args(["serve", "--store", store]);
+        if !args.contains(&"--http") {
+            command.args(["--http", "127.0.0.1:0"]);
+        }
         command
-            .args(["serve", "--store", store, "--http", "127.0.0.1:0"])
             .args(["--workers", "2", "--grace", "1s", "--lease", "1s", "--poll", "50ms"])
             .args(args)
             .env_remove("WFHOST_TOKEN")

@@ -21,11 +21,15 @@ pub(crate) use ops::open_routes;
 
 /// Every route that needs the token.
 pub(crate) fn guarded(state: &AppState) -> OpenApiRouter<Arc<AppState>> {
-    OpenApiRouter::new()
+    let json = OpenApiRouter::new()
         .merge(workflows::routes())
-        .merge(modules::routes(state))
         .merge(hosts::routes())
         .merge(ops::routes())
+        .layer(axum::extract::DefaultBodyLimit::max(state.max_body))
+        .layer(axum::middleware::from_fn(
+            super::extract::refuse_larger_than(state.max_body),
+        ));
+    json.merge(modules::routes(state))
 }
 
 /// Runs `work` with the client on a thread that may block (a store's connection blocks), within
