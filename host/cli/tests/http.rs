@@ -46,7 +46,12 @@ fn a_workflow_from_its_module_to_its_result() {
     assert_eq!(listed.modules[0].hash, module.hash);
 
     let started = api
-        .start(&start_request("e1", &module.hash, "echo", json!({"a": [1, 2]})))
+        .start(&start_request(
+            "e1",
+            &module.hash,
+            "echo",
+            json!({"a": [1, 2]}),
+        ))
         .unwrap();
     assert!(started.new);
     assert_eq!(started.workflow.id, "e1");
@@ -59,7 +64,12 @@ fn a_workflow_from_its_module_to_its_result() {
 
     // The same start again: the same workflow, nothing new.
     let same = api
-        .start(&start_request("e1", &module.hash, "echo", json!({"a": [1, 2]})))
+        .start(&start_request(
+            "e1",
+            &module.hash,
+            "echo",
+            json!({"a": [1, 2]}),
+        ))
         .unwrap();
     assert!(!same.new);
     assert_eq!(same.workflow.status, "completed");
@@ -69,7 +79,11 @@ fn a_workflow_from_its_module_to_its_result() {
         .unwrap_err();
     assert_eq!(error.status(), Some(409));
     assert_eq!(error.code(), "conflict");
-    assert!(error.message().contains("another input"), "{}", error.message());
+    assert!(
+        error.message().contains("another input"),
+        "{}",
+        error.message()
+    );
 
     // A start without an id gets one.
     let mut anonymous = start_request("x", &module.hash, "echo", json!(1));
@@ -95,8 +109,13 @@ fn a_workflow_from_its_module_to_its_result() {
     assert_eq!(json_of(rested.result.as_ref().unwrap()), json!("rested"));
 
     // Failures come back as errors with their kind.
-    api.start(&start_request("f1", &module.hash, "fail", json!("on purpose")))
-        .unwrap();
+    api.start(&start_request(
+        "f1",
+        &module.hash,
+        "fail",
+        json!("on purpose"),
+    ))
+    .unwrap();
     let failed = api.result("f1", Some(Duration::from_secs(60))).unwrap();
     assert_eq!(failed.status, "failed");
     let error = failed.error.unwrap();
@@ -125,8 +144,13 @@ fn pages_follow_a_cursor_to_the_end() {
     let api = server.client();
     let module = put_probe(&api);
     for n in 0..7 {
-        api.start(&start_request(&format!("page-{n}"), &module, "echo", json!(n)))
-            .unwrap();
+        api.start(&start_request(
+            &format!("page-{n}"),
+            &module,
+            "echo",
+            json!(n),
+        ))
+        .unwrap();
     }
     api.start(&start_request("other", &module, "echo", json!("x")))
         .unwrap();
@@ -207,7 +231,11 @@ fn messages_reach_the_workflow_and_its_own_come_back_through_the_outbox() {
         &server.addr(),
         b"POST /v1/workflows/c1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
     );
-    assert_eq!((status, code(&body).as_str()), (400, "bad_request"), "{body}");
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (400, "bad_request"),
+        "{body}"
+    );
 
     // The outbox: what `report` sends the host, waited for, then paged by cursor.
     api.start(&start_request("r1", &module, "report", json!(3)))
@@ -233,7 +261,11 @@ fn messages_reach_the_workflow_and_its_own_come_back_through_the_outbox() {
     }
     assert_eq!(
         messages,
-        vec![json!("progress 0"), json!("progress 1"), json!("progress 2")]
+        vec![
+            json!("progress 0"),
+            json!("progress 1"),
+            json!("progress 2")
+        ]
     );
 }
 
@@ -242,8 +274,13 @@ fn a_cancel_from_http_cancels() {
     let (_dir, server) = sqlite_server("cancel");
     let api = server.client();
     let module = put_probe(&api);
-    api.start(&start_request("k1", &module, "cleanup_on_cancel", json!(null)))
-        .unwrap();
+    api.start(&start_request(
+        "k1",
+        &module,
+        "cleanup_on_cancel",
+        json!(null),
+    ))
+    .unwrap();
     let cancelled = api.cancel("k1").unwrap();
     assert_eq!(cancelled.cancel, "asked");
     let done = api.result("k1", Some(Duration::from_secs(60))).unwrap();
@@ -252,13 +289,21 @@ fn a_cancel_from_http_cancels() {
     assert_eq!(json_of(done.result.as_ref().unwrap()), json!("cleaned up"));
     assert_eq!(api.cancel("k1").unwrap().cancel, "ended");
     // One that does not clean up ends cancelled.
-    api.start(&start_request("k2", &module, "wait_message", json!(600_000)))
-        .unwrap();
+    api.start(&start_request(
+        "k2",
+        &module,
+        "wait_message",
+        json!(600_000),
+    ))
+    .unwrap();
     assert_eq!(api.cancel("k2").unwrap().cancel, "asked");
     let done = api.result("k2", Some(Duration::from_secs(60))).unwrap();
     assert_eq!(done.status, "cancelled");
     let error = api.cancel("nobody").unwrap_err();
-    assert_eq!((error.status(), error.code()), (Some(404), "unknown_workflow"));
+    assert_eq!(
+        (error.status(), error.code()),
+        (Some(404), "unknown_workflow")
+    );
 }
 
 #[test]
@@ -284,13 +329,21 @@ fn metrics_pass_prometheus_own_parser_and_count_what_happened() {
             .parse()
             .unwrap()
     };
-    assert_eq!(value("wfhost_workflows_started_total{kind=\"top_level\"} "), 3.0);
-    assert_eq!(value("wfhost_workflows_ended_total{outcome=\"completed\"} "), 3.0);
+    assert_eq!(
+        value("wfhost_workflows_started_total{kind=\"top_level\"} "),
+        3.0
+    );
+    assert_eq!(
+        value("wfhost_workflows_ended_total{outcome=\"completed\"} "),
+        3.0
+    );
     assert_eq!(value("wfhost_store_up "), 1.0);
     assert!(value("wfhost_journal_commits_total ") >= 3.0);
     assert!(value("wfhost_steps_total ") >= 3.0);
     assert_eq!(
-        value("wfhost_http_requests_total{route=\"/v1/workflows\",method=\"POST\",status=\"201\"} "),
+        value(
+            "wfhost_http_requests_total{route=\"/v1/workflows\",method=\"POST\",status=\"201\"} "
+        ),
         3.0
     );
     assert!(text.contains("wfhost_journal_commit_duration_seconds_bucket"));
@@ -414,10 +467,20 @@ fn the_client_commands_work_through_a_server() {
     run(&["start", probe, "fail", "--input", "\"no\"", "--id", "cli-2"]);
     let (code, _, err) = run(&["result", "cli-2", "--wait", "--timeout", "60s"]);
     assert_eq!(code, Some(1), "{err}");
-    let (code, _, err) = run(&["start", probe, "fail", "--input", "\"yes\"", "--id", "cli-2"]);
+    let (code, _, err) = run(&[
+        "start", probe, "fail", "--input", "\"yes\"", "--id", "cli-2",
+    ]);
     assert_eq!(code, Some(3), "{err}");
     // A cancel.
-    run(&["start", probe, "wait_message", "--input", "600000", "--id", "cli-3"]);
+    run(&[
+        "start",
+        probe,
+        "wait_message",
+        "--input",
+        "600000",
+        "--id",
+        "cli-3",
+    ]);
     let (code, _, err) = run(&["cancel", "cli-3"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("asked cli-3 to cancel"), "{err}");
@@ -429,7 +492,11 @@ fn the_client_commands_work_through_a_server() {
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
-    assert!(text(&output.stderr).contains("not both"), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("not both"),
+        "{}",
+        text(&output.stderr)
+    );
 }
 
 #[test]
@@ -466,15 +533,22 @@ fn run_serves_its_metrics_while_it_runs() {
         .port();
     let addr = format!("127.0.0.1:{port}");
     let mut child = wfhost()
-        .args(["run", wfhost_test_programs::PROBE, "wait_message", "--input", "600000"])
+        .args([
+            "run",
+            wfhost_test_programs::PROBE,
+            "wait_message",
+            "--input",
+            "600000",
+        ])
         .args(["--metrics", &addr])
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(dir.join("run.log")).unwrap())
         .spawn()
         .unwrap();
     let mut text = String::new();
-    common::wait_until("the run serves its metrics", || {
-        match std::net::TcpStream::connect(&addr) {
+    common::wait_until(
+        "the run serves its metrics",
+        || match std::net::TcpStream::connect(&addr) {
             Ok(_) => {
                 let (status, body) = raw(
                     &addr,
@@ -484,8 +558,8 @@ fn run_serves_its_metrics_while_it_runs() {
                 status == 200 && text.contains("wfhost_processes 1\n")
             }
             Err(_) => false,
-        }
-    });
+        },
+    );
     promtool_check(&text);
     let _ = child.kill();
     let _ = child.wait();

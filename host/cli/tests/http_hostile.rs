@@ -198,7 +198,11 @@ fn slow_and_idle_clients_hold_up_nobody() {
         let mut slow = slow.try_clone().unwrap();
         let closed = Arc::clone(&closed);
         std::thread::spawn(move || {
-            for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".iter().cycle().take(120) {
+            for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                .iter()
+                .cycle()
+                .take(120)
+            {
                 if slow.write_all(&[*byte]).is_err() {
                     *closed.lock().unwrap() = Some("write failed");
                     return;
@@ -260,16 +264,30 @@ fn a_token_is_wanted_everywhere_but_healthz() {
         )
     };
     let (status, body) = get("");
-    assert_eq!((status, code(&body).as_str()), (401, "unauthorized"), "{body}");
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (401, "unauthorized"),
+        "{body}"
+    );
     assert!(body.contains("wants a token"), "{body}");
     let (status, body) = get("Authorization: Bearer wrong\r\n");
-    assert_eq!((status, code(&body).as_str()), (401, "unauthorized"), "{body}");
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (401, "unauthorized"),
+        "{body}"
+    );
     assert!(body.contains("not this server's"), "{body}");
     let (status, _) = get("Authorization: Basic czNjcmV0LXRva2Vu\r\n");
     assert_eq!(status, 401);
     let (status, body) = get("Authorization: Bearer s3cret-token\r\n");
     assert_eq!(status, 200, "{body}");
-    for path in ["/metrics", "/readyz", "/v1/openapi.json", "/v1/hosts", "/v1/modules"] {
+    for path in [
+        "/metrics",
+        "/readyz",
+        "/v1/openapi.json",
+        "/v1/hosts",
+        "/v1/modules",
+    ] {
         let (status, _) = raw(
             &server.addr(),
             format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
@@ -291,7 +309,11 @@ fn a_token_is_wanted_everywhere_but_healthz() {
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
-    assert!(text(&output.stderr).contains("WFHOST_TOKEN"), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("WFHOST_TOKEN"),
+        "{}",
+        text(&output.stderr)
+    );
     // The token is never in the log.
     assert!(!server.log().contains("s3cret"), "{}", server.log());
 }
@@ -330,7 +352,8 @@ fn every_acknowledged_start_survives_kill_9() {
     let url = server.url.clone();
     let threads: Vec<_> = (0..8)
         .map(|t| {
-            let (acknowledged, url, module) = (Arc::clone(&acknowledged), url.clone(), module.clone());
+            let (acknowledged, url, module) =
+                (Arc::clone(&acknowledged), url.clone(), module.clone());
             std::thread::spawn(move || {
                 let client = wfhost_client::Client::new(&url)
                     .unwrap()
@@ -340,7 +363,12 @@ fn every_acknowledged_start_survives_kill_9() {
                     let id = format!("k-{n}");
                     // Each sleeps a little: many are running when the server dies.
                     match client.start(&start_request(&id, &module, "sleepy", json!(n % 7 + 1))) {
-                        Ok(started) => acknowledged.lock().unwrap().push((id, started.new, n % 7 + 1)),
+                        Ok(started) => {
+                            acknowledged
+                                .lock()
+                                .unwrap()
+                                .push((id, started.new, n % 7 + 1))
+                        }
                         // The server is gone: whatever was not acknowledged may or may not
                         // exist.
                         Err(_) => return,
@@ -357,7 +385,11 @@ fn every_acknowledged_start_survives_kill_9() {
         thread.join().unwrap();
     }
     let acknowledged = acknowledged.lock().unwrap().clone();
-    assert!(acknowledged.len() >= 333 && acknowledged.len() < 1_000, "{}", acknowledged.len());
+    assert!(
+        acknowledged.len() >= 333 && acknowledged.len() < 1_000,
+        "{}",
+        acknowledged.len()
+    );
     assert!(acknowledged.iter().all(|(_, new, _)| *new));
 
     let server = HttpServer::start(&dir, store.to_str().unwrap(), &[]);

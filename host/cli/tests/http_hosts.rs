@@ -41,7 +41,10 @@ fn either_host_answers_for_every_workflow() {
     let status = on_b.status("pg-1").unwrap();
     assert_eq!(status.status, "running");
     let host = status.host.unwrap();
-    assert!(host.starts_with(&format!("{a_number} (")), "{host} (A is {a_number})");
+    assert!(
+        host.starts_with(&format!("{a_number} (")),
+        "{host} (A is {a_number})"
+    );
     assert!(!status.waiting_for_host);
 
     // Its messages sent through B reach it on A; B waits for its end and hears of it.
@@ -51,7 +54,8 @@ fn either_host_answers_for_every_workflow() {
         .unwrap();
     let done = on_b.result("pg-1", Some(Duration::from_secs(60))).unwrap();
     assert_eq!(done.status, "completed");
-    let mut collected: Vec<u64> = serde_json::from_value(json_of(done.result.as_ref().unwrap())).unwrap();
+    let mut collected: Vec<u64> =
+        serde_json::from_value(json_of(done.result.as_ref().unwrap())).unwrap();
     collected.sort_unstable();
     assert_eq!(collected, vec![1, 2]);
 
@@ -63,8 +67,13 @@ fn either_host_answers_for_every_workflow() {
     assert_eq!(again.workflow.status, "completed");
 
     // A cancel through B of a workflow A runs.
-    on_a.start(&start_request("pg-2", &module, "wait_message", json!(600_000)))
-        .unwrap();
+    on_a.start(&start_request(
+        "pg-2",
+        &module,
+        "wait_message",
+        json!(600_000),
+    ))
+    .unwrap();
     assert_eq!(on_b.cancel("pg-2").unwrap().cancel, "asked");
     let cancelled = on_b.result("pg-2", Some(Duration::from_secs(60))).unwrap();
     assert_eq!(cancelled.status, "cancelled");

@@ -51,7 +51,9 @@ impl Client {
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(Error::local(
                 "bad_request",
-                format!("'{url}' is not a server's address: give http://HOST:PORT or https://HOST:PORT"),
+                format!(
+                    "'{url}' is not a server's address: give http://HOST:PORT or https://HOST:PORT"
+                ),
             ));
         }
         Ok(Client {
@@ -145,9 +147,7 @@ impl Client {
     /// Sends the JSON `message` to workflow `id`.
     pub fn send(&self, id: &str, message: &RawValue) -> Result<SentJson> {
         let path = format!("/v1/workflows/{}/messages", segment(id));
-        let request = self
-            .post(&path)
-            .header("content-type", "application/json");
+        let request = self.post(&path).header("content-type", "application/json");
         answer(request.send(message.get()), self.timeout).map(|(_, sent)| sent)
     }
 
@@ -248,9 +248,7 @@ impl Client {
     fn post_json<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> Result<T> {
         let body = serde_json::to_vec(body)
             .map_err(|e| Error::local("bad_request", format!("cannot write the request: {e}")))?;
-        let request = self
-            .post(path)
-            .header("content-type", "application/json");
+        let request = self.post(path).header("content-type", "application/json");
         answer(request.send(&body[..]), self.timeout).map(|(_, body)| body)
     }
 }
@@ -328,15 +326,17 @@ fn answer<T: DeserializeOwned>(
     if status >= 400 {
         return Err(refusal(status, &body));
     }
-    serde_json::from_slice(&body).map(|body| (status, body)).map_err(|e| {
-        Error::local(
-            "bad_answer",
-            format!(
+    serde_json::from_slice(&body)
+        .map(|body| (status, body))
+        .map_err(|e| {
+            Error::local(
+                "bad_answer",
+                format!(
                 "the server's answer ({status}) is not what this client expects ({e}): is it a \
                  wfhost server of the same version?"
             ),
-        )
-    })
+            )
+        })
 }
 
 /// The error a refusal carries (`{"error": {"code", "message"}}`), or one made from its
@@ -362,10 +362,7 @@ fn transport(error: ureq::Error, timeout: Duration) -> Error {
             "timeout",
             format!("the server did not answer within {timeout:?}"),
         ),
-        ureq::Error::Io(e) => Error::local(
-            "unreachable",
-            format!("cannot reach the server: {e}"),
-        ),
+        ureq::Error::Io(e) => Error::local("unreachable", format!("cannot reach the server: {e}")),
         ureq::Error::HostNotFound => Error::local(
             "unreachable",
             "cannot reach the server: its host name does not resolve",

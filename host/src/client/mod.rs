@@ -297,7 +297,12 @@ impl Client {
     /// The messages workflow `id` sent the host after the cursor `after` (none: from the
     /// first), in order; with `wait`, waits up to that long for one when none is there yet
     /// and the workflow runs.
-    pub fn outbox(&self, id: &str, after: Option<&str>, wait: Option<Duration>) -> Result<OutboxPage> {
+    pub fn outbox(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        wait: Option<Duration>,
+    ) -> Result<OutboxPage> {
         match &*self.backend {
             Backend::Store(store) => poll_outbox(|| store.outbox(id, after), wait),
             Backend::Serving(serving) => serving.outbox(id, after, wait),

@@ -131,7 +131,11 @@ impl RemoteBackend {
 
     pub(crate) fn send(&self, id: &str, message: &Payload) -> Result<u64> {
         let message = json_of(message, "a message")?;
-        Ok(self.api()?.send(id, &message).map_err(|e| error(&e))?.message)
+        Ok(self
+            .api()?
+            .send(id, &message)
+            .map_err(|e| error(&e))?
+            .message)
     }
 
     pub(crate) fn cancel(&self, id: &str) -> Result<Cancelled> {
@@ -292,15 +296,10 @@ fn json_of(payload: &Payload, what: &str) -> Result<Box<serde_json::value::RawVa
             ),
         ));
     }
-    let text = std::str::from_utf8(&payload.bytes).map_err(|_| {
-        Error::new(ErrorKind::InvalidInput, format!("{what} is not UTF-8 JSON"))
-    })?;
-    serde_json::value::RawValue::from_string(text.trim().to_string()).map_err(|e| {
-        Error::new(
-            ErrorKind::InvalidInput,
-            format!("{what} is not JSON: {e}"),
-        )
-    })
+    let text = std::str::from_utf8(&payload.bytes)
+        .map_err(|_| Error::new(ErrorKind::InvalidInput, format!("{what} is not UTF-8 JSON")))?;
+    serde_json::value::RawValue::from_string(text.trim().to_string())
+        .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("{what} is not JSON: {e}")))
 }
 
 fn payload(raw: &serde_json::value::RawValue, encoding: Option<&str>) -> Result<Payload> {

@@ -157,13 +157,20 @@ impl ServingBackend {
             if left.is_zero() {
                 return Ok(status);
             }
-            let mut watch = self.durable.waiters.watch_blocking(Topic::End, status.number);
+            let mut watch = self
+                .durable
+                .waiters
+                .watch_blocking(Topic::End, status.number);
             // Registered, then read again: an end committed between the two reads fires it.
             let again = self.status(id)?;
             if again.is_finished() {
                 return Ok(again);
             }
-            let step = if self.shared() { left.min(REMOTE_POLL) } else { left };
+            let step = if self.shared() {
+                left.min(REMOTE_POLL)
+            } else {
+                left
+            };
             watch.fired_blocking(step);
         }
     }
@@ -302,13 +309,20 @@ impl ServingBackend {
             if !page.messages.is_empty() || page.finished || left.is_zero() {
                 return Ok(page);
             }
-            let mut watch = self.durable.waiters.watch_blocking(Topic::Outbox, page.number);
+            let mut watch = self
+                .durable
+                .waiters
+                .watch_blocking(Topic::Outbox, page.number);
             let mut end = self.durable.waiters.watch_blocking(Topic::End, page.number);
             let again = self.store.outbox(id, after)?;
             if !again.messages.is_empty() || again.finished {
                 return Ok(again);
             }
-            let step = if self.shared() { left.min(REMOTE_POLL) } else { left };
+            let step = if self.shared() {
+                left.min(REMOTE_POLL)
+            } else {
+                left
+            };
             if !watch.fired_blocking(step) {
                 end.fired_blocking(Duration::ZERO);
             }
@@ -339,7 +353,11 @@ impl ServingBackend {
                 return Ok(again);
             }
             // On a store hosts share another host may run it: look again now and then.
-            let step = if self.shared() { left.min(REMOTE_POLL) } else { left };
+            let step = if self.shared() {
+                left.min(REMOTE_POLL)
+            } else {
+                left
+            };
             tokio::select! {
                 _ = sent.fired(step) => {}
                 _ = ended.fired(step) => {}

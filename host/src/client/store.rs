@@ -96,7 +96,9 @@ impl StoreBackend {
         let status = self.status(&id)?;
         if started.is_none() {
             let stored = self.find(&id)?;
-            stored.start.may_follow(&info.sha256, start.entry, &encoded)?;
+            stored
+                .start
+                .may_follow(&info.sha256, start.entry, &encoded)?;
         }
         Ok(Started {
             id,
@@ -408,9 +410,9 @@ impl StoreBackend {
             ErrorKind::Config,
             format!(
                 "{} is one host's own store, a SQLite file{held}: run workflows with `wfhost run \
-                 --store`, or serve it with `wfhost serve --http` and start them with `--server`, \
-                 or a host of your own (Host::start, Host::send, Host::cancel); client commands \
-                 with --store need a store hosts share (PostgreSQL)",
+                 --store`, or a host of your own (Host::start, Host::send, Host::cancel), or \
+                 serve it with `wfhost serve --http` and give the client commands `--server`; \
+                 client commands need a store hosts share (PostgreSQL) or a server",
                 self.location
             ),
         )

@@ -480,7 +480,10 @@ mod tests {
         let second = HistoryStep {
             seq: 2,
             at: 2_500,
-            events: vec![Event::completion(Tag(1), Ok(Payload::json_bytes(b"7".to_vec())))],
+            events: vec![Event::completion(
+                Tag(1),
+                Ok(Payload::json_bytes(b"7".to_vec())),
+            )],
             reads: vec![],
             yields: vec![],
             status: Status::Done(Payload::json_bytes(b"7".to_vec())),
@@ -491,7 +494,10 @@ mod tests {
         let json = narrator.step_json(&second);
         assert_eq!(json["after_ms"], 1_500);
         assert_eq!(json["events"][0]["answers"], "join");
-        assert_eq!(json["events"][0]["words"], "#1 join: <9> (child-9) ended with 7");
+        assert_eq!(
+            json["events"][0]["words"],
+            "#1 join: <9> (child-9) ended with 7"
+        );
         assert_eq!(json["status"], json!({"done": 7}));
         // Told from the second step on, having learnt the first.
         let mut later = Narrator::new(|_| None);

@@ -79,10 +79,21 @@ impl Waiters {
     /// As [`watch`](Self::watch), for a thread that blocks.
     pub(crate) fn watch_blocking(self: &Arc<Self>, topic: Topic, num: u64) -> Watch {
         let (sender, receiver) = crossbeam_channel::bounded(1);
-        self.register(topic, num, Notify::Blocking(sender), Receiver::Blocking(receiver))
+        self.register(
+            topic,
+            num,
+            Notify::Blocking(sender),
+            Receiver::Blocking(receiver),
+        )
     }
 
-    fn register(self: &Arc<Self>, topic: Topic, num: u64, notify: Notify, receiver: Receiver) -> Watch {
+    fn register(
+        self: &Arc<Self>,
+        topic: Topic,
+        num: u64,
+        notify: Notify,
+        receiver: Receiver,
+    ) -> Watch {
         let key = self.next.fetch_add(1, Ordering::Relaxed);
         self.registry(topic)
             .lock()

@@ -56,7 +56,11 @@ impl Hooks {
             match op {
                 Op::Step(_) => steps += 1,
                 Op::Start(start) => {
-                    let kind = if start.parent.is_some() { "spawned" } else { "top_level" };
+                    let kind = if start.parent.is_some() {
+                        "spawned"
+                    } else {
+                        "top_level"
+                    };
                     core.started.get_or_create(&Kind { kind }).inc();
                 }
                 Op::End { ending, .. } => {

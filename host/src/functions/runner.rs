@@ -161,11 +161,10 @@ impl Functions {
         let Some(metrics) = &self.metrics else {
             return;
         };
-        let function = self
-            .functions
-            .read()
-            .get(name)
-            .map_or_else(|| Arc::from("(unregistered)"), |(shared, _)| Arc::clone(shared));
+        let function = self.functions.read().get(name).map_or_else(
+            || Arc::from("(unregistered)"),
+            |(shared, _)| Arc::clone(shared),
+        );
         metrics
             .core
             .calls

@@ -224,10 +224,14 @@ async fn authorize(State(state): State<Arc<AppState>>, request: Request, next: N
         return next.run(request).await;
     }
     let message = match presented {
-        None => "this server wants a token: send `Authorization: Bearer <token>` (the token in \
-                 the server's --token-file or WFHOST_TOKEN)",
-        Some(_) => "the token is not this server's: send the token in the server's --token-file \
-                    or WFHOST_TOKEN as `Authorization: Bearer <token>`",
+        None => {
+            "this server wants a token: send `Authorization: Bearer <token>` (the token in \
+                 the server's --token-file or WFHOST_TOKEN)"
+        }
+        Some(_) => {
+            "the token is not this server's: send the token in the server's --token-file \
+                    or WFHOST_TOKEN as `Authorization: Bearer <token>`"
+        }
     };
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response()
 }

@@ -17,7 +17,11 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
-    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(
+        status: StatusCode,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> ApiError {
         ApiError {
             status,
             code,
@@ -63,7 +67,11 @@ pub(crate) fn status_of(kind: ErrorKind) -> StatusCode {
 
 impl From<Error> for ApiError {
     fn from(error: Error) -> ApiError {
-        ApiError::new(status_of(error.kind()), error.kind().name(), error.message())
+        ApiError::new(
+            status_of(error.kind()),
+            error.kind().name(),
+            error.message(),
+        )
     }
 }
 
@@ -99,10 +107,7 @@ mod tests {
             assert!(error.status.is_client_error() || error.status.is_server_error());
             assert_eq!(ErrorKind::from_name(error.code), Some(kind));
         }
-        assert_eq!(
-            status_of(ErrorKind::UnknownWorkflow),
-            StatusCode::NOT_FOUND
-        );
+        assert_eq!(status_of(ErrorKind::UnknownWorkflow), StatusCode::NOT_FOUND);
         assert_eq!(status_of(ErrorKind::Conflict), StatusCode::CONFLICT);
     }
 }

@@ -48,7 +48,10 @@ fn body_error(rejection: BytesRejection) -> ApiError {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
         return too_large();
     }
-    ApiError::bad_request(format!("the body could not be read: {}", rejection.body_text()))
+    ApiError::bad_request(format!(
+        "the body could not be read: {}",
+        rejection.body_text()
+    ))
 }
 
 /// A body past the route's limit.
@@ -65,7 +68,10 @@ fn too_large() -> ApiError {
 /// body with no length is cut off at the limit as it is read).
 pub(crate) fn refuse_larger_than(
     limit: usize,
-) -> impl Fn(Request, axum::middleware::Next) -> std::pin::Pin<Box<dyn std::future::Future<Output = axum::response::Response> + Send>>
+) -> impl Fn(
+    Request,
+    axum::middleware::Next,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = axum::response::Response> + Send>>
        + Clone
        + Send
        + Sync

@@ -112,7 +112,10 @@ impl Tls {
     pub fn from_pem_files(cert: &Path, key: &Path) -> Result<Tls> {
         let read = |path: &Path| {
             std::fs::read(path).map_err(|e| {
-                Error::new(ErrorKind::Io, format!("cannot read {}: {e}", path.display()))
+                Error::new(
+                    ErrorKind::Io,
+                    format!("cannot read {}: {e}", path.display()),
+                )
             })
         };
         Tls::from_pem(&read(cert)?, &read(key)?)
@@ -141,7 +144,11 @@ impl Tls {
             .map_err(|e| config_error(format!("TLS: {e}")))?
             .with_no_client_auth()
             .with_single_cert(chain, key)
-            .map_err(|e| config_error(format!("the TLS certificate and key do not go together: {e}")))?;
+            .map_err(|e| {
+                config_error(format!(
+                    "the TLS certificate and key do not go together: {e}"
+                ))
+            })?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Tls {
             config: Arc::new(config),
@@ -191,9 +198,8 @@ impl Api {
     /// Serves the API on `listener` (bound already: `127.0.0.1:8080`, say) on a runtime of its
     /// own, until [`Serving::stop`].
     pub fn serve(&self, listener: std::net::TcpListener, options: ServeOptions) -> Result<Serving> {
-        let io_error = |what: &str, e: std::io::Error| {
-            Error::new(ErrorKind::Io, format!("{what}: {e}"))
-        };
+        let io_error =
+            |what: &str, e: std::io::Error| Error::new(ErrorKind::Io, format!("{what}: {e}"));
         let addr = listener
             .local_addr()
             .map_err(|e| io_error("the listener has no address", e))?;
@@ -235,7 +241,9 @@ async fn accept(
     metrics: Option<crate::Metrics>,
 ) {
     let slots = Arc::new(tokio::sync::Semaphore::new(options.max_connections));
-    let tls = options.tls.map(|tls| tokio_rustls::TlsAcceptor::from(tls.config));
+    let tls = options
+        .tls
+        .map(|tls| tokio_rustls::TlsAcceptor::from(tls.config));
     let mut tasks = tokio::task::JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -332,21 +340,22 @@ impl Connection {
     /// Answers the first request on a connection past the limit with `503`, and closes it.
     async fn refuse(self, stream: tokio::net::TcpStream, tls: Option<tokio_rustls::TlsAcceptor>) {
         let max = self.max;
-        let busy = hyper::service::service_fn(move |_request: hyper::Request<Incoming>| async move {
-            let mut response: Response<Body> = ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "too_many_connections",
-                format!(
+        let busy =
+            hyper::service::service_fn(move |_request: hyper::Request<Incoming>| async move {
+                let mut response: Response<Body> = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too_many_connections",
+                    format!(
                     "the server holds {max} connections, as many as it takes (--max-connections): \
                      ask again"
                 ),
-            )
-            .into_response();
-            response
-                .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            Ok::<_, std::convert::Infallible>(response)
-        });
+                )
+                .into_response();
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                Ok::<_, std::convert::Infallible>(response)
+            });
         let builder = self.builder();
         let served = async {
             match tls {

@@ -343,12 +343,22 @@ impl Core {
 #[derive(Debug)]
 struct HostCollector(Weak<Core>);
 
-fn gauge(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: u64) -> std::fmt::Result {
+fn gauge(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> std::fmt::Result {
     let metric = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
     metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
 }
 
-fn counter(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: u64) -> std::fmt::Result {
+fn counter(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> std::fmt::Result {
     let metric = ConstCounter::new(value);
     metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
 }
@@ -368,7 +378,12 @@ impl Collector for HostCollector {
             return Ok(());
         };
         let s = core.sample();
-        gauge(&mut e, "wfhost_processes", "Processes that have not finished", s.processes)?;
+        gauge(
+            &mut e,
+            "wfhost_processes",
+            "Processes that have not finished",
+            s.processes,
+        )?;
         gauge(
             &mut e,
             "wfhost_processes_hibernated",
@@ -394,7 +409,12 @@ impl Collector for HostCollector {
             s.warm_instances,
         )?;
         counter(&mut e, "wfhost_steps", "Process steps taken", s.steps)?;
-        counter(&mut e, "wfhost_processes_spawned", "Processes spawned", s.spawned)?;
+        counter(
+            &mut e,
+            "wfhost_processes_spawned",
+            "Processes spawned",
+            s.spawned,
+        )?;
         counter(
             &mut e,
             "wfhost_processes_finished",

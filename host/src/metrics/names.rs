@@ -12,13 +12,17 @@ use crate::durable::store::Ending;
 pub(crate) fn ending_outcome(ending: &Ending) -> &'static str {
     match ending {
         Ending::Done(_) => "completed",
-        Ending::Failed { kind, .. } => FailureKind::from_name(kind).map_or("other", FailureKind::name),
+        Ending::Failed { kind, .. } => {
+            FailureKind::from_name(kind).map_or("other", FailureKind::name)
+        }
     }
 }
 
 /// How a host function call ended, as a label: `ok`, or its error's kind (`timeout`,
 /// `not-allowed`, ...).
-pub(crate) fn call_outcome(result: &Result<wfcontract::Payload, wfcontract::CommandError>) -> &'static str {
+pub(crate) fn call_outcome(
+    result: &Result<wfcontract::Payload, wfcontract::CommandError>,
+) -> &'static str {
     match result {
         Ok(_) => "ok",
         Err(error) => error.kind.name(),

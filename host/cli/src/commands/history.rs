@@ -126,4 +126,3 @@ fn workflow_json(w: &WorkflowStatus) -> Value {
         "damaged": w.damaged,
     })
 }
-

@@ -71,6 +71,9 @@ impl HttpArgs {
             return Ok(None);
         };
         let token = super::target::token(self.token_file.as_deref())?;
+        if let Some(path) = &self.token_file {
+            warn_if_readable_by_others(path);
+        }
         check_exposure(addr, token.is_some())?;
         let mut api = Api::new(None)
             .metrics(metrics)
@@ -98,7 +101,11 @@ impl HttpArgs {
         }
         raise_file_limit(self.max_connections);
         let serving = api.serve(listener, options)?;
-        let scheme = if self.tls_cert.is_some() { "https" } else { "http" };
+        let scheme = if self.tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         eprintln!(
             "wfhost: the HTTP API listens on {scheme}://{}",
             serving.local_addr()
@@ -134,12 +141,28 @@ impl MetricsArgs {
             api = api.token(token);
         }
         let serving = api.serve(bind(addr)?, ServeOptions::new().threads(1))?;
-        eprintln!(
-            "wfhost: metrics at http://{}/metrics",
-            serving.local_addr()
-        );
+        eprintln!("wfhost: metrics at http://{}/metrics", serving.local_addr());
         Ok(Some(serving))
     }
+}
+
+/// Warns when others than the file's owner may read the token file.
+fn warn_if_readable_by_others(path: &std::path::Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        if let Ok(metadata) = std::fs::metadata(path) {
+            if metadata.permissions().mode() & 0o077 != 0 {
+                eprintln!(
+                    "wfhost: warning: the token file {} may be read by others than its owner \
+                     (chmod 600 it): whoever reads it can run code on this server",
+                    path.display()
+                );
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
 }
 
 /// The addresses `addr` names.

@@ -95,7 +95,11 @@ impl ListCommand {
             // Beside the table, not in it: the page's rows stay what a tool reads.
             eprintln!(
                 "more follow: wfhost list --{} {location} --limit {} --after {next}",
-                if self.target.is_server() { "server" } else { "store" },
+                if self.target.is_server() {
+                    "server"
+                } else {
+                    "store"
+                },
                 self.limit
             );
         }

@@ -38,7 +38,16 @@ impl HttpServer {
             command.args(["--http", "127.0.0.1:0"]);
         }
         command
-            .args(["--workers", "2", "--grace", "1s", "--lease", "1s", "--poll", "50ms"])
+            .args([
+                "--workers",
+                "2",
+                "--grace",
+                "1s",
+                "--lease",
+                "1s",
+                "--poll",
+                "50ms",
+            ])
             .args(args)
             .env_remove("WFHOST_TOKEN")
             .stdout(Stdio::null())
@@ -61,7 +70,9 @@ impl HttpServer {
         let log = server.log();
         let line = log.lines().find(|l| l.contains("listens on ")).unwrap();
         server.url = line.split("listens on ").nth(1).unwrap().trim().to_string();
-        wait_until("the server has its host", || server.log().contains("serving "));
+        wait_until("the server has its host", || {
+            server.log().contains("serving ")
+        });
         server
     }
 
@@ -113,15 +124,22 @@ pub fn raw(addr: &str, request: &[u8]) -> (u16, String) {
         .nth(1)
         .and_then(|code| code.parse().ok())
         .unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
     (status, body)
 }
 
 /// The `error.code` of an error body.
 pub fn code(body: &str) -> String {
-    let value: serde_json::Value = serde_json::from_str(body)
-        .unwrap_or_else(|e| panic!("not a JSON error ({e}): {body:?}"));
-    value["error"]["code"].as_str().unwrap_or_default().to_string()
+    let value: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("not a JSON error ({e}): {body:?}"));
+    value["error"]["code"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// The probe module's bytes.
@@ -135,7 +153,12 @@ pub fn put_probe(client: &wfhost_client::Client) -> String {
 }
 
 /// A start of `entry` of `module` with `input` as `id`.
-pub fn start_request(id: &str, module: &str, entry: &str, input: serde_json::Value) -> wfhost_client::wire::StartRequest {
+pub fn start_request(
+    id: &str,
+    module: &str,
+    entry: &str,
+    input: serde_json::Value,
+) -> wfhost_client::wire::StartRequest {
     wfhost_client::wire::StartRequest {
         id: Some(id.to_string()),
         module: module.to_string(),

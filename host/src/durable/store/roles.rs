@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    HostInfo, HostMessage, HostRow, NewMessage, NewSnapshot, NewWorkflow, Op, State, Step, StoreResult,
-    StoredMessage, Wake, Workflow,
+    HostInfo, HostMessage, HostRow, NewMessage, NewSnapshot, NewWorkflow, Op, State, Step,
+    StoreResult, StoredMessage, Wake, Workflow,
 };
 
 /// Which workflows a listing shows (every field narrows it; none: all of them).

@@ -20,7 +20,9 @@ pub(crate) fn routes(state: &AppState) -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(put, list))
         // A module is larger than a JSON body.
         .layer(DefaultBodyLimit::max(state.max_module))
-        .layer(axum::middleware::from_fn(refuse_larger_than(state.max_module)))
+        .layer(axum::middleware::from_fn(refuse_larger_than(
+            state.max_module,
+        )))
 }
 
 /// Stores a module (the `.wasm` bytes as the body) by its SHA-256.
@@ -36,7 +38,10 @@ async fn put(
     State(state): State<Arc<AppState>>,
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, Json<ModuleJson>), ApiError> {
-    let stored = call(&state, Default::default(), move |client| client.put_module(&body)).await?;
+    let stored = call(&state, Default::default(), move |client| {
+        client.put_module(&body)
+    })
+    .await?;
     let status = if stored.new {
         StatusCode::CREATED
     } else {

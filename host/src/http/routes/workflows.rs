@@ -10,8 +10,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use wfcontract::Payload;
 use wfhost_client::wire::{
-    CancelJson, ErrorBody, HistoryPage, ListParams, OutboxPage, PageParams, SentJson,
-    StartRequest, StartedJson, WaitParams, WorkflowJson, WorkflowPage,
+    CancelJson, ErrorBody, HistoryPage, ListParams, OutboxPage, PageParams, SentJson, StartRequest,
+    StartedJson, WaitParams, WorkflowJson, WorkflowPage,
 };
 
 use super::{call, timed_out, wait};
@@ -115,13 +115,19 @@ async fn list(
     if let Some(after) = params.after {
         query = query.after(after);
     }
-    if params.limit.is_some_and(|limit| limit == 0 || limit > MAX_PAGE) {
+    if params
+        .limit
+        .is_some_and(|limit| limit == 0 || limit > MAX_PAGE)
+    {
         return Err(ApiError::bad_request(format!(
             "limit={} is out of bounds: a page holds 1 to {MAX_PAGE} workflows",
             params.limit.unwrap_or_default()
         )));
     }
-    let page = call(&state, Default::default(), move |client| client.list(&query)).await?;
+    let page = call(&state, Default::default(), move |client| {
+        client.list(&query)
+    })
+    .await?;
     Ok(Json(WorkflowPage {
         workflows: page.items.iter().map(convert::workflow).collect(),
         next: page.next,
@@ -191,17 +197,19 @@ impl Drop for Waiting {
 }
 
 fn waiting(state: &Arc<AppState>) -> Result<Waiting, ApiError> {
-    let permit = Arc::clone(&state.waiting).try_acquire_owned().map_err(|_| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_waiting",
-            format!(
+    let permit = Arc::clone(&state.waiting)
+        .try_acquire_owned()
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_waiting",
+                format!(
                 "{} requests wait already, as many as this server lets wait (--max-waiting): ask \
                  again, or without wait=",
                 state.max_waiting
             ),
-        )
-    })?;
+            )
+        })?;
     if let Some(metrics) = &state.metrics {
         metrics.core.http_waiting.inc();
     }
@@ -228,11 +236,13 @@ async fn send(
 ) -> Result<(StatusCode, Json<SentJson>), ApiError> {
     let text = std::str::from_utf8(&body)
         .map_err(|_| ApiError::bad_request("the message is not UTF-8 JSON"))?;
-    let json: Box<RawValue> = serde_json::from_str(text).map_err(|e| {
-        ApiError::bad_request(format!("the message is not JSON: {e}"))
-    })?;
+    let json: Box<RawValue> = serde_json::from_str(text)
+        .map_err(|e| ApiError::bad_request(format!("the message is not JSON: {e}")))?;
     let message = Payload::json_bytes(json.get().as_bytes().to_vec());
-    let number = call(&state, Default::default(), move |client| client.send(&id, &message)).await?;
+    let number = call(&state, Default::default(), move |client| {
+        client.send(&id, &message)
+    })
+    .await?;
     Ok((StatusCode::ACCEPTED, Json(SentJson { message: number })))
 }
 

@@ -4,8 +4,8 @@ use tokio_postgres::{Error, Row};
 
 use super::Conn;
 use crate::durable::store::{
-    Cancel, Ending, Filter, HostInfo, HostMessage, HostRow, NewMessage, NewSnapshot, NewWorkflow, State,
-    Step, StoreError, StoreResult, StoredMessage, Workflow,
+    Cancel, Ending, Filter, HostInfo, HostMessage, HostRow, NewMessage, NewSnapshot, NewWorkflow,
+    State, Step, StoreError, StoreResult, StoredMessage, Workflow,
 };
 
 /// A number as the store keeps it (signed), or an error for one it cannot hold.

@@ -246,10 +246,14 @@ impl Read for SqliteStore {
             .map_err(sql(what))?;
         let rows = statement
             .query_map([], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?.max(0) as u64))
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, i64>(1)?.max(0) as u64,
+                ))
             })
             .map_err(sql(what))?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql(what))
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql(what))
     }
 
     fn finished_among(&mut self, nums: &[u64]) -> StoreResult<Vec<u64>> {
@@ -273,9 +277,11 @@ impl Read for SqliteStore {
 
     fn count_running(&mut self) -> StoreResult<u64> {
         self.conn
-            .query_row("SELECT count(*) FROM workflows WHERE state = 0", [], |row| {
-                row.get::<_, i64>(0)
-            })
+            .query_row(
+                "SELECT count(*) FROM workflows WHERE state = 0",
+                [],
+                |row| row.get::<_, i64>(0),
+            )
             .map(|n| n.max(0) as u64)
             .map_err(sql("counting unfinished workflows"))
     }

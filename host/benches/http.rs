@@ -1,0 +1,464 @@
+//! The HTTP API, next to the library it calls, side by side in one run:
+//! `cargo bench -p wfhost --bench http [-- workload ...]`.
+//!
+//! - `starts`: workflows started (and run: `echo`, one step each) on a SQLite store
+//!   (`synchronous=FULL`) by `WFHOST_BENCH_CLIENTS` (default 32) clients at once, each with a
+//!   kept-alive connection, over HTTP and through the library `Client` serving the same host,
+//!   alternating; starts per second and the p50 and p99 of a start's latency.
+//! - `waiters`: `WFHOST_BENCH_WAITERS` (default 10,000) clients waiting in `GET
+//!   .../result?wait=60s` at once on a `wfhost serve --http` of its own (a child process, so
+//!   that its memory and threads are its own): its threads and resident memory while they wait,
+//!   then every workflow sent the message that ends it, and the time until every waiter has
+//!   its answer.
+//! - `list`: `GET /v1/workflows?limit=100` on a store of `WFHOST_BENCH_LIST` (default
+//!   1,000,000) workflows: the first page, a page in the middle and the last (by cursor), and a
+//!   filtered page; milliseconds each, medians of 20.
+//! - `metrics`: `GET /metrics` with `WFHOST_BENCH_LIVE` (default 100,000) live processes:
+//!   milliseconds a scrape, median of 20.
+//!
+//! `WFHOST_BENCH_ROUNDS` (default 3) sets the rounds of `starts`. The wfhost binary of `waiters`
+//! is `target/release/wfhost` (`cargo build --release -p wfhost-cli` first) or
+//! `WFHOST_BENCH_BIN`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{env_count as count, median};
+use wfhost::__testing::{Ending, NewWorkflow, Op, Open as _};
+use wfhost::http::{Api, ServeOptions};
+use wfhost::store::Location;
+use wfhost::{Client, Grants, Host, Metrics, Payload, SyncMode};
+use wfhost_test_programs::PROBE;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let wanted = common::wanted(&args);
+    let rounds = count("WFHOST_BENCH_ROUNDS", 3);
+    let dir = std::env::temp_dir().join(format!("wfhost-bench-http-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("http: {cores} cores, medians");
+    if wanted("starts") {
+        starts(rounds, &dir);
+    }
+    if wanted("waiters") {
+        waiters(count("WFHOST_BENCH_WAITERS", 10_000), &dir);
+    }
+    if wanted("list") {
+        list(count("WFHOST_BENCH_LIST", 1_000_000), &dir);
+    }
+    if wanted("metrics") {
+        metrics(count("WFHOST_BENCH_LIVE", 100_000));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A host on a fresh SQLite store in `dir`, counting into `metrics`.
+fn host(dir: &Path, name: &str, metrics: &Metrics) -> Host {
+    let store = dir.join(format!("{name}.db"));
+    Host::builder()
+        .store(&store, SyncMode::Full)
+        .metrics(metrics)
+        .build()
+        .expect("a host")
+}
+
+/// Starts per second and the latencies of `total` starts by `clients` threads, each calling
+/// `start(client, n)`.
+fn drive(clients: usize, total: usize, start: impl Fn(usize, usize) + Sync) -> (f64, Vec<f64>) {
+    let next = AtomicU64::new(0);
+    let started = Instant::now();
+    let latencies: Vec<f64> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..clients)
+            .map(|client| {
+                let (next, start) = (&next, &start);
+                scope.spawn(move || {
+                    let mut latencies = Vec::new();
+                    loop {
+                        let n = next.fetch_add(1, Ordering::Relaxed) as usize;
+                        if n >= total {
+                            return latencies;
+                        }
+                        let at = Instant::now();
+                        start(client, n);
+                        latencies.push(at.elapsed().as_secs_f64());
+                    }
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().expect("a client thread"))
+            .collect()
+    });
+    (total as f64 / started.elapsed().as_secs_f64(), latencies)
+}
+
+fn percentile(mut values: Vec<f64>, p: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let at = ((values.len() as f64 - 1.0) * p).round() as usize;
+    values.get(at).copied().unwrap_or(f64::NAN)
+}
+
+fn starts(rounds: usize, dir: &Path) {
+    let clients = count("WFHOST_BENCH_CLIENTS", 32);
+    let total = count("WFHOST_BENCH_STARTS", 20_000);
+    let metrics = Metrics::new();
+    let host = host(dir, "starts", &metrics);
+    let library = Client::serving(&host, Grants::default()).expect("a serving client");
+    let module = library
+        .put_module(&std::fs::read(PROBE).expect("the probe module"))
+        .expect("stored")
+        .hash;
+    let api = Api::new(Some(library.clone()));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let serving = api.serve(listener, ServeOptions::new()).expect("serving");
+    let url = format!("http://{}", serving.local_addr());
+    let http: Vec<wfhost_client::Client> = (0..clients)
+        .map(|_| wfhost_client::Client::new(&url).expect("a client"))
+        .collect();
+    let round = AtomicU64::new(0);
+    let input = Payload::json_bytes(b"1".to_vec());
+    let mut over_http = Vec::new();
+    let mut direct = Vec::new();
+    let mut http_latency = Vec::new();
+    let mut direct_latency = Vec::new();
+    for _ in 0..rounds {
+        let r = round.fetch_add(1, Ordering::Relaxed);
+        let (rate, latencies) = drive(clients, total, |client, n| {
+            let start = wfhost_client::wire::StartRequest {
+                id: Some(format!("h{r}-{n}")),
+                module: module.clone(),
+                entry: "echo".into(),
+                input: serde_json::value::to_raw_value(&1).expect("json"),
+            };
+            let started = http[client].start(&start).expect("started over HTTP");
+            assert!(started.new);
+        });
+        over_http.push(rate);
+        http_latency.extend(latencies);
+        let (rate, latencies) = drive(clients, total, |_, n| {
+            let started = library
+                .start_stored(Some(&format!("d{r}-{n}")), &module, "echo", &input)
+                .expect("started");
+            assert!(started.new);
+        });
+        direct.push(rate);
+        direct_latency.extend(latencies);
+    }
+    let (h, d) = (median(over_http), median(direct));
+    println!(
+        "starts: {clients} clients, {total} a round: http {h:.0}/s (p50 {:.2} ms, p99 {:.2} ms), \
+         library {d:.0}/s (p50 {:.2} ms, p99 {:.2} ms); http/library {:.2}",
+        percentile(http_latency.clone(), 0.5) * 1e3,
+        percentile(http_latency, 0.99) * 1e3,
+        percentile(direct_latency.clone(), 0.5) * 1e3,
+        percentile(direct_latency, 0.99) * 1e3,
+        h / d,
+    );
+    serving.stop();
+    host.shutdown(Duration::from_secs(5));
+}
+
+/// A field of `/proc/<pid>/status` (`VmRSS`, `Threads`), as a number (kB for sizes).
+fn proc_status(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn waiters(waiters: usize, dir: &Path) {
+    let bin = std::env::var("WFHOST_BENCH_BIN").unwrap_or_else(|_| {
+        let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+        format!("{target}/release/wfhost")
+    });
+    if !Path::new(&bin).exists() {
+        println!("waiters: skipped ({bin} is not built: cargo build --release -p wfhost-cli)");
+        return;
+    }
+    let store = dir.join("waiters.db");
+    let log = dir.join("waiters.log");
+    let mut server = std::process::Command::new(&bin)
+        .args(["serve", "--store"])
+        .arg(&store)
+        .args(["--http", "127.0.0.1:0", "--max-connections", "30000"])
+        .stderr(std::fs::File::create(&log).expect("a log"))
+        .spawn()
+        .expect("wfhost serve");
+    let addr = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains("listens on http://")) {
+            break line
+                .rsplit("http://")
+                .next()
+                .expect("an address")
+                .trim()
+                .to_string();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let url = format!("http://{addr}");
+    let api = wfhost_client::Client::new(&url).expect("a client");
+    let module = api
+        .put_module(&std::fs::read(PROBE).expect("the probe module"))
+        .expect("stored")
+        .0
+        .hash;
+    // Each waits for one message.
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for t in 0..8 {
+            let (url, module) = (&url, &module);
+            scope.spawn(move || {
+                let api = wfhost_client::Client::new(url).expect("a client");
+                for n in (t..waiters).step_by(8) {
+                    api.start(&wfhost_client::wire::StartRequest {
+                        id: Some(format!("w-{n}")),
+                        module: module.clone(),
+                        entry: "collect".into(),
+                        input: serde_json::value::to_raw_value(&1).expect("json"),
+                    })
+                    .expect("started");
+                }
+            });
+        }
+    });
+    println!(
+        "waiters: {waiters} workflows started in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let rss_before = proc_status(server.id(), "VmRSS");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let answered = Arc::new(AtomicU64::new(0));
+    let waiting: Vec<_> = {
+        let _entered = runtime.enter();
+        (0..waiters)
+            .map(|n| {
+                let (addr, answered) = (addr.clone(), Arc::clone(&answered));
+                runtime.spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut stream = tokio::net::TcpStream::connect(&addr).await.expect("connected");
+                    let request = format!(
+                        "GET /v1/workflows/w-{n}/result?wait=60s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                    );
+                    stream.write_all(request.as_bytes()).await.expect("sent");
+                    let mut answer = Vec::new();
+                    stream.read_to_end(&mut answer).await.expect("an answer");
+                    let text = String::from_utf8_lossy(&answer);
+                    assert!(text.starts_with("HTTP/1.1 200"), "w-{n}: {text}");
+                    assert!(text.contains("\"result\":[7]"), "w-{n}: {text}");
+                    answered.fetch_add(1, Ordering::Relaxed);
+                })
+            })
+            .collect()
+    };
+    // Every waiter connected and waiting: the server holds that many connections.
+    let metrics = || api.metrics().unwrap_or_default();
+    let waiting_now = |text: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix("wfhost_http_waiting_results "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while waiting_now(&metrics()) < waiters as u64 {
+        assert!(
+            Instant::now() < deadline,
+            "the waiters did not all get to wait"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let threads = proc_status(server.id(), "Threads");
+    let rss = proc_status(server.id(), "VmRSS");
+    let message = serde_json::value::to_raw_value(&7).expect("json");
+    let sent = Instant::now();
+    std::thread::scope(|scope| {
+        for t in 0..8 {
+            let (url, message) = (&url, &message);
+            scope.spawn(move || {
+                let api = wfhost_client::Client::new(url).expect("a client");
+                for n in (t..waiters).step_by(8) {
+                    api.send(&format!("w-{n}"), message).expect("sent");
+                }
+            });
+        }
+    });
+    runtime.block_on(async {
+        for task in waiting {
+            task.await.expect("a waiter");
+        }
+    });
+    let all = sent.elapsed().as_secs_f64();
+    assert_eq!(answered.load(Ordering::Relaxed), waiters as u64);
+    println!(
+        "waiters: {waiters} waiting: server threads {threads}, resident {:.0} MiB (before the \
+         waiters {:.0} MiB); every one answered {all:.2} s after the first message was sent",
+        rss as f64 / 1024.0,
+        rss_before as f64 / 1024.0,
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+fn list(workflows: usize, dir: &Path) {
+    let path = dir.join("list.db");
+    let location = Location::from(path.as_path());
+    let started = Instant::now();
+    {
+        let mut store = location.open(SyncMode::Normal).expect("a store");
+        let hash = "00".repeat(32);
+        store
+            .commit(&[Op::Module {
+                hash: hash.clone(),
+                bytes: Arc::from(&b"not a module"[..]),
+            }])
+            .expect("written");
+        let input = postcard::to_allocvec(&Payload::json_bytes(b"1".to_vec())).expect("encoded");
+        let result = postcard::to_allocvec(&Payload::json_bytes(b"2".to_vec())).expect("encoded");
+        let batch = 20_000;
+        for from in (0..workflows).step_by(batch) {
+            let mut ops = Vec::with_capacity(batch * 2);
+            for n in from..(from + batch).min(workflows) {
+                let num = n as u64 + 1;
+                ops.push(Op::Start(NewWorkflow {
+                    num,
+                    id: format!("order-{n:08}"),
+                    parent: None,
+                    module: hash.clone(),
+                    module_name: "orders".into(),
+                    entry: if n % 10 == 0 { "refund" } else { "order" }.into(),
+                    input: input.clone(),
+                    started: 1_700_000_000_000 + num,
+                }));
+                ops.push(Op::End {
+                    num,
+                    ending: Ending::Done(result.clone()),
+                    at: 1_700_000_000_000 + num,
+                });
+            }
+            store.commit(&ops).expect("written");
+        }
+    }
+    println!(
+        "list: {workflows} workflows written in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let metrics = Metrics::new();
+    let host = Host::builder()
+        .store(&path, SyncMode::Full)
+        .metrics(&metrics)
+        .build()
+        .expect("a host");
+    let client = Client::serving(&host, Grants::default()).expect("a serving client");
+    let api = Api::new(Some(client));
+    let serving = api
+        .serve(
+            std::net::TcpListener::bind("127.0.0.1:0").expect("a port"),
+            ServeOptions::new(),
+        )
+        .expect("serving");
+    let addr = serving.local_addr().to_string();
+    let middle = format!("c{:x}", workflows / 2);
+    let last = format!("c{:x}", workflows.saturating_sub(100));
+    for (what, query) in [
+        ("first page", "limit=100".to_string()),
+        ("middle page", format!("limit=100&after={middle}")),
+        ("last page", format!("limit=100&after={last}")),
+        (
+            "first page of entry=refund",
+            "limit=100&entry=refund".to_string(),
+        ),
+        (
+            "middle page of entry=refund",
+            format!("limit=100&entry=refund&after={middle}"),
+        ),
+    ] {
+        let mut times = Vec::new();
+        for _ in 0..20 {
+            let at = Instant::now();
+            let body = get(&addr, &format!("/v1/workflows?{query}"));
+            times.push(at.elapsed().as_secs_f64());
+            let page: serde_json::Value = serde_json::from_str(&body).expect("a page");
+            assert_eq!(
+                page["workflows"].as_array().map(Vec::len),
+                Some(100),
+                "{what}: {body:.300}"
+            );
+        }
+        println!("list: {what}: {:.2} ms", median(times) * 1e3);
+    }
+    serving.stop();
+    host.shutdown(Duration::from_secs(5));
+}
+
+/// A GET on a fresh connection: the body.
+fn get(addr: &str, path: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(addr).expect("connected");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).expect("sent");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("an answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer:.300}");
+    answer.split("\r\n\r\n").nth(1).expect("a body").to_string()
+}
+
+fn metrics(live: usize) {
+    let metrics = Metrics::new();
+    let host = Host::builder()
+        .metrics(&metrics)
+        .max_processes(Some(live + 1_000))
+        .build()
+        .expect("a host");
+    host.load_module("probe", PROBE).expect("loaded");
+    let runs: Vec<_> = (0..live)
+        .map(|_| {
+            host.spawn(
+                "probe",
+                "wait_message",
+                Payload::to_json(&3_600_000u64).expect("json"),
+            )
+            .expect("spawned")
+            .without_messages()
+        })
+        .collect();
+    while host.residency().hibernated + host.residency().live_instances < live {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let api = Api::new(None).metrics(&metrics);
+    let serving = api
+        .serve(
+            std::net::TcpListener::bind("127.0.0.1:0").expect("a port"),
+            ServeOptions::new(),
+        )
+        .expect("serving");
+    let addr = serving.local_addr().to_string();
+    let mut times = Vec::new();
+    for _ in 0..20 {
+        let at = Instant::now();
+        let body = get(&addr, "/metrics");
+        times.push(at.elapsed().as_secs_f64());
+        assert!(
+            body.contains(&format!("wfhost_processes {live}\n")),
+            "{body:.2000}"
+        );
+    }
+    println!(
+        "metrics: a scrape with {live} live processes: {:.2} ms",
+        median(times) * 1e3
+    );
+    serving.stop();
+    drop(runs);
+    host.shutdown(Duration::from_secs(5));
+}
