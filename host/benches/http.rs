@@ -251,7 +251,7 @@ fn waiters(waiters: usize, dir: &Path) {
                     use tokio::io::{AsyncReadExt, AsyncWriteExt};
                     let mut stream = tokio::net::TcpStream::connect(&addr).await.expect("connected");
                     let request = format!(
-                        "GET /v1/workflows/w-{n}/result?wait=60s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                        "GET /v1/workflows/w-{n}/result?wait=60s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
                     );
                     stream.write_all(request.as_bytes()).await.expect("sent");
                     let mut answer = Vec::new();
@@ -406,7 +406,7 @@ fn list(workflows: usize, dir: &Path) {
 /// A GET on a fresh connection: the body.
 fn get(addr: &str, path: &str) -> String {
     let mut stream = std::net::TcpStream::connect(addr).expect("connected");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).expect("sent");
     let mut answer = String::new();
     stream.read_to_string(&mut answer).expect("an answer");

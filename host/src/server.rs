@@ -156,6 +156,13 @@ impl Server {
     /// Serves with `host` until it is stopped (`true`) or loses the store (`false`: a new host
     /// goes on); the API, if any, through it meanwhile.
     fn serve(&self, host: &Host) -> Result<bool> {
+        // The only host of a store recovers everything unfinished before the API reaches it:
+        // a message for a workflow is then delivered by the host that runs it, never kept for
+        // a recovery that already read the store.
+        let own = host.store_host().is_none();
+        if own {
+            self.claim_some(host);
+        }
         if let Some(api) = &self.api {
             let grants = self.grants.clone().unwrap_or_default();
             match Client::serving(host, grants) {
@@ -166,14 +173,15 @@ impl Server {
                 }
             }
         }
-        let served = self.serve_host(host);
+        let served = self.serve_host(host, !own);
         if let Some(api) = &self.api {
             api.set_client(None);
         }
         served
     }
 
-    fn serve_host(&self, host: &Host) -> Result<bool> {
+    /// Serves with `host`; `first`: it has not claimed yet.
+    fn serve_host(&self, host: &Host, mut first: bool) -> Result<bool> {
         let wake = self.wake.0.clone();
         // Clients' starts, messages and cancels wake the host at once; the poll is the fallback.
         if let Err(error) = host.on_new_work(move || {
@@ -186,7 +194,6 @@ impl Server {
             .store_host()
             .map_or_else(|| "the only host".to_string(), |id| format!("host {id}"));
         tracing::info!("serving the store as {who}");
-        let mut first = true;
         loop {
             if self.stop.load(Ordering::Acquire) {
                 tracing::info!("stopping; giving back what this host runs");

@@ -538,7 +538,7 @@ fn messages_to_the_host_after_a_restart_are_printed_and_kept() {
             return Vec::new();
         };
         reader
-            .host_messages(workflow.start.num, 0)
+            .host_messages(workflow.start.num, 0, usize::MAX)
             .unwrap()
             .iter()
             .map(|m| {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::http::{code, promtool_check, put_probe, raw, start_request, HttpServer};
 use common::{text, wfhost};
 use serde_json::{json, Value};
-use wfhost_client::wire::{ListParams, PageParams};
+use wfhost_client::wire::{HistoryParams, ListParams, OutboxParams};
 
 fn tempdir(name: &str) -> std::path::PathBuf {
     common::tempdir("http", name)
@@ -96,7 +96,7 @@ fn a_workflow_from_its_module_to_its_result() {
         .unwrap();
     let (status, body) = raw(
         &server.addr(),
-        b"GET /v1/workflows/nap/result HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /v1/workflows/nap/result HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
     );
     let body: Value = serde_json::from_str(&body).unwrap();
     if body["status"] == "running" {
@@ -123,13 +123,39 @@ fn a_workflow_from_its_module_to_its_result() {
     assert!(error.message.contains("on purpose"), "{}", error.message);
 
     // Its history has exactly the steps its status counts, each in words.
-    let history = api.history("nap", &PageParams::default()).unwrap();
+    let history = api.history("nap", &HistoryParams::default()).unwrap();
     assert_eq!(history.steps.len() as u64, rested.steps);
     assert_eq!(history.next, None);
     assert_eq!(history.steps[0].yields[0]["kind"], "sleep");
     assert_eq!(history.steps[0].yields[0]["words"], "#1 sleep 300ms");
     let last = history.steps.last().unwrap();
     assert_eq!(last.status, json!({"done": "rested"}));
+    // Page by page, a completion is told in the words of the command an earlier page yielded.
+    let first = api
+        .history(
+            "nap",
+            &HistoryParams {
+                after: None,
+                limit: Some(1),
+            },
+        )
+        .unwrap();
+    assert_eq!(first.steps.len(), 1);
+    let second = api
+        .history(
+            "nap",
+            &HistoryParams {
+                after: first.next.clone(),
+                limit: Some(1),
+            },
+        )
+        .unwrap();
+    assert_eq!(second.steps[0].step, 2);
+    assert_eq!(second.steps[0].events[0]["answers"], "sleep");
+    assert_eq!(
+        second.steps[0].events[0]["words"],
+        "#1 sleep: the time came"
+    );
 
     // The one host, alive.
     let hosts = api.hosts().unwrap();
@@ -229,7 +255,7 @@ fn messages_reach_the_workflow_and_its_own_come_back_through_the_outbox() {
     // A message that is not JSON.
     let (status, body) = raw(
         &server.addr(),
-        b"POST /v1/workflows/c1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+        b"POST /v1/workflows/c1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
     );
     assert_eq!(
         (status, code(&body).as_str()),
@@ -246,9 +272,9 @@ fn messages_reach_the_workflow_and_its_own_come_back_through_the_outbox() {
         let page = api
             .outbox(
                 "r1",
-                &PageParams {
+                &OutboxParams {
                     after: after.clone(),
-                    limit: None,
+                    limit: Some(2),
                     wait: Some("30s".into()),
                 },
             )
@@ -351,7 +377,7 @@ fn metrics_pass_prometheus_own_parser_and_count_what_happened() {
     // What Prometheus asks for: OpenMetrics.
     let (status, open) = raw(
         &server.addr(),
-        b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: application/openmetrics-text;version=1.0.0\r\nConnection: close\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/openmetrics-text;version=1.0.0\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(status, 200);
     assert!(open.trim_end().ends_with("# EOF"), "{open}");
@@ -396,7 +422,7 @@ fn the_openapi_document_describes_every_route_and_every_route_answers() {
         let (method, path) = route.split_once(' ').unwrap();
         let path = path.replace("{id}", "nobody");
         let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
         );
         let (status, body) = raw(&server.addr(), request.as_bytes());
         if status >= 400 {
@@ -552,7 +578,7 @@ fn run_serves_its_metrics_while_it_runs() {
             Ok(_) => {
                 let (status, body) = raw(
                     &addr,
-                    b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
                 );
                 text = body;
                 status == 200 && text.contains("wfhost_processes 1\n")

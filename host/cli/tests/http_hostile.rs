@@ -23,14 +23,14 @@ fn tempdir(name: &str) -> std::path::PathBuf {
 fn healthy(server: &HttpServer) {
     let (status, body) = raw(
         &server.addr(),
-        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
     );
     assert_eq!((status, body.as_str()), (200, r#"{"status":"ok"}"#));
 }
 
 fn post(server: &HttpServer, path: &str, body: &[u8]) -> (u16, String) {
     let mut request = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -117,7 +117,7 @@ fn bad_requests_get_their_error_and_the_server_goes_on() {
             "NUL in a path",
             raw(
                 &server.addr(),
-                b"GET /v1/workflows/a%00b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                b"GET /v1/workflows/a%00b HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
             ),
             400,
             "bad_request",
@@ -126,7 +126,7 @@ fn bad_requests_get_their_error_and_the_server_goes_on() {
             "a wait that is not one",
             raw(
                 &server.addr(),
-                b"GET /v1/workflows/x/result?wait=soon HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                b"GET /v1/workflows/x/result?wait=soon HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
             ),
             400,
             "bad_request",
@@ -135,7 +135,7 @@ fn bad_requests_get_their_error_and_the_server_goes_on() {
             "an unknown workflow",
             raw(
                 &server.addr(),
-                b"GET /v1/workflows/nobody HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                b"GET /v1/workflows/nobody HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
             ),
             404,
             "unknown_workflow",
@@ -169,7 +169,8 @@ fn a_huge_body_is_refused_without_being_read() {
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    let head = "POST /v1/workflows HTTP/1.1\r\nHost: x\r\nContent-Length: 1073741824\r\n\r\n";
+    let head =
+        "POST /v1/workflows HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1073741824\r\n\r\n";
     stream.write_all(head.as_bytes()).unwrap();
     let _ = stream.write_all(&[b' '; 64 * 1024]);
     let mut answer = vec![0u8; 4096];
@@ -198,7 +199,7 @@ fn slow_and_idle_clients_hold_up_nobody() {
         let mut slow = slow.try_clone().unwrap();
         let closed = Arc::clone(&closed);
         std::thread::spawn(move || {
-            for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+            for byte in b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
                 .iter()
                 .cycle()
                 .take(120)
@@ -259,7 +260,7 @@ fn a_token_is_wanted_everywhere_but_healthz() {
     let get = |headers: &str| {
         raw(
             &server.addr(),
-            format!("GET /v1/workflows HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n")
+            format!("GET /v1/workflows HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Connection: close\r\n\r\n")
                 .as_bytes(),
         )
     };
@@ -290,7 +291,8 @@ fn a_token_is_wanted_everywhere_but_healthz() {
     ] {
         let (status, _) = raw(
             &server.addr(),
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
         );
         assert_eq!(status, 401, "{path}");
     }
@@ -316,6 +318,41 @@ fn a_token_is_wanted_everywhere_but_healthz() {
     );
     // The token is never in the log.
     assert!(!server.log().contains("s3cret"), "{}", server.log());
+}
+
+#[test]
+fn what_a_web_page_could_send_is_refused() {
+    let dir = tempdir("origin");
+    let store = dir.join("wf.db");
+    let server = HttpServer::start(&dir, store.to_str().unwrap(), &[]);
+    let addr = server.addr();
+    let get = |headers: String| {
+        raw(
+            &addr,
+            format!("GET /v1/workflows HTTP/1.1\r\n{headers}Connection: close\r\n\r\n").as_bytes(),
+        )
+    };
+    // Another origin: a page's script.
+    let (status, body) = get(format!("Host: {addr}\r\nOrigin: http://evil.example\r\n"));
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (403, "cross_origin"),
+        "{body}"
+    );
+    // A name rebound to 127.0.0.1, on a server with no token.
+    let (status, body) = get("Host: evil.example:8080\r\n".into());
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (403, "not_loopback"),
+        "{body}"
+    );
+    // The server's own origin, and programs (no Origin), are let in.
+    let (status, body) = get(format!("Host: {addr}\r\nOrigin: http://{addr}\r\n"));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = get("Host: localhost\r\n".into());
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post(&server, "/v1/workflows", b"{}");
+    assert_eq!(status, 400, "{body}");
 }
 
 #[test]

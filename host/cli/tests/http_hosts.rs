@@ -66,14 +66,16 @@ fn either_host_answers_for_every_workflow() {
     assert!(!again.new);
     assert_eq!(again.workflow.status, "completed");
 
-    // A cancel through B of a workflow A runs.
-    on_a.start(&start_request(
-        "pg-2",
-        &module,
-        "wait_message",
-        json!(600_000),
-    ))
-    .unwrap();
+    // A cancel through B of a workflow A runs; before it, the same start of it through B.
+    let waiting = start_request("pg-2", &module, "wait_message", json!(600_000));
+    on_a.start(&waiting).unwrap();
+    let same = on_b.start(&waiting).unwrap();
+    assert!(!same.new);
+    assert_eq!(same.workflow.status, "running");
+    let other = on_b
+        .start(&start_request("pg-2", &module, "wait_message", json!(1)))
+        .unwrap_err();
+    assert_eq!(other.status(), Some(409));
     assert_eq!(on_b.cancel("pg-2").unwrap().cancel, "asked");
     let cancelled = on_b.result("pg-2", Some(Duration::from_secs(60))).unwrap();
     assert_eq!(cancelled.status, "cancelled");
@@ -87,7 +89,7 @@ fn either_host_answers_for_every_workflow() {
     let ids: Vec<&str> = listed.workflows.iter().map(|w| w.id.as_str()).collect();
     assert_eq!(ids, ["pg-1", "pg-2", "pg-3"]);
     let history = on_a
-        .history("pg-3", &wfhost_client::wire::PageParams::default())
+        .history("pg-3", &wfhost_client::wire::HistoryParams::default())
         .unwrap();
     assert_eq!(history.steps.len() as u64, done.steps);
     assert_ne!(a_number, b_number);

@@ -9,8 +9,9 @@ use serde_json::value::RawValue;
 
 use crate::error::{Error, Result};
 use crate::wire::{
-    CancelJson, ErrorBody, Health, HistoryPage, HostList, ListParams, ModuleJson, ModuleList,
-    OutboxPage, PageParams, SentJson, StartRequest, StartedJson, WorkflowJson, WorkflowPage,
+    CancelJson, ErrorBody, Health, HistoryPage, HistoryParams, HostList, ListParams, ModuleJson,
+    ModuleList, OutboxPage, OutboxParams, SentJson, StartRequest, StartedJson, WorkflowJson,
+    WorkflowPage,
 };
 
 /// How long a call may take unless it waits on purpose (a result or the outbox with `wait`).
@@ -163,14 +164,14 @@ impl Client {
     }
 
     /// A page of workflow `id`'s journal.
-    pub fn history(&self, id: &str, params: &PageParams) -> Result<HistoryPage> {
+    pub fn history(&self, id: &str, params: &HistoryParams) -> Result<HistoryPage> {
         let path = format!("/v1/workflows/{}/history{}", segment(id), query(params)?);
         self.get(&path, None)
     }
 
     /// The messages workflow `id` sent the host after the cursor; with `wait`, waits for one
     /// when none is there yet.
-    pub fn outbox(&self, id: &str, params: &PageParams) -> Result<OutboxPage> {
+    pub fn outbox(&self, id: &str, params: &OutboxParams) -> Result<OutboxPage> {
         let path = format!("/v1/workflows/{}/outbox{}", segment(id), query(params)?);
         let wait = params.wait.as_deref().and_then(parse_wait);
         self.get(&path, wait)
@@ -306,7 +307,7 @@ pub fn parse_wait(text: &str) -> Option<Duration> {
         "h" => number * 3600.0,
         _ => return None,
     };
-    (seconds.is_finite() && seconds >= 0.0 && seconds < 1e9)
+    (seconds.is_finite() && (0.0..1e9).contains(&seconds))
         .then(|| Duration::from_secs_f64(seconds))
 }
 

@@ -25,10 +25,13 @@ pub struct ErrorBody {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ErrorDetail {
-    /// A word programs can match: `bad_request`, `unauthorized`, `not_found`,
-    /// `unknown_workflow`, `unknown_module`, `unknown_entry`, `bad_module`, `invalid_input`,
-    /// `conflict`, `too_large`, `limit`, `damaged`, `unavailable`, `shutting_down`,
-    /// `internal`, ...
+    /// A word programs can match. The request's: `bad_request` (JSON, a parameter, an id),
+    /// `unauthorized` (no token, or another), `cross_origin`, `not_loopback`, `not_found` (no
+    /// such route), `method_not_allowed`, `too_large` (the body), `timeout` (the request took
+    /// too long), `too_many_waiting`, `too_many_connections`. The operation's, one per kind of
+    /// the library's errors (`wfhost::ErrorKind::name`): `unknown_workflow`, `unknown_module`,
+    /// `unknown_entry`, `bad_module`, `invalid_input`, `trap`, `conflict`, `limit`,
+    /// `damaged`, `unavailable`, `store`, `shutting_down`, `no_such_process`, ...
     pub code: String,
     /// What was wrong and what to do about it.
     pub message: String,
@@ -68,7 +71,7 @@ pub struct StartRequest {
     pub entry: String,
     /// The input, any JSON value (`null` when left out).
     #[serde(default = "null")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
     pub input: Box<RawValue>,
 }
 
@@ -116,7 +119,7 @@ pub struct WorkflowJson {
     /// Unfinished and no live host runs it: it waits for one.
     pub waiting_for_host: bool,
     /// Its input (`null` if it does not decode).
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
     pub input: Box<RawValue>,
     /// The input's encoding, when it is not JSON (`input` is then `{"encoding", "size",
     /// "bytes"}`).
@@ -124,7 +127,7 @@ pub struct WorkflowJson {
     pub input_encoding: Option<String>,
     /// Its result, once it completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
     pub result: Option<Box<RawValue>>,
     /// The result's encoding, when it is not JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -201,20 +204,35 @@ pub struct WorkflowPage {
     pub next: Option<String>,
 }
 
-/// Where a page of history or of the outbox starts, how much it holds, how long to wait.
+/// Where a page of a workflow's history starts, and how many steps it holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 #[serde(deny_unknown_fields)]
-pub struct PageParams {
+pub struct HistoryParams {
     /// The `next` of the page before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
-    /// At most this many (history: 1 to 10,000, default 100).
+    /// At most this many steps (1 to 10,000; default 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
-    /// The outbox: how long to wait for a message when none follows the cursor (`30s`,
-    /// `500ms`; capped by the server).
+}
+
+/// Where a page of a workflow's messages to the host starts, how many it holds, and how long
+/// to wait for one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct OutboxParams {
+    /// The `next` of the page before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// At most this many messages (1 to 10,000; default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// How long to wait for a message when none follows the cursor and the workflow runs
+    /// (`30s`, `500ms`; capped by the server). None: answer at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<String>,
 }
@@ -251,7 +269,7 @@ pub struct StepJson {
     pub yields: Vec<serde_json::Value>,
     /// Its status after the step: `continue`, `wait`, `idle`, `{"done": ...}`,
     /// `{"failed": ...}` or `{"cancelled": ...}`.
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
     pub status: serde_json::Value,
     /// The step exactly, for wfhost's own clients: its record as the journal keeps it
     /// (postcard), in hex.
@@ -277,7 +295,7 @@ pub struct OutboxMessage {
     /// When it was sent, in milliseconds since the Unix epoch.
     pub at: u64,
     /// What it holds.
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
     pub data: Box<RawValue>,
     /// Its encoding, when it is not JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]

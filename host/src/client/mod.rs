@@ -294,19 +294,20 @@ impl Client {
         }
     }
 
-    /// The messages workflow `id` sent the host after the cursor `after` (none: from the
-    /// first), in order; with `wait`, waits up to that long for one when none is there yet
-    /// and the workflow runs.
+    /// Up to `limit` messages (1 to 10,000) workflow `id` sent the host after the cursor
+    /// `after` (none: from the first), in order; with `wait`, waits up to that long for one
+    /// when none is there yet and the workflow runs.
     pub fn outbox(
         &self,
         id: &str,
         after: Option<&str>,
+        limit: usize,
         wait: Option<Duration>,
     ) -> Result<OutboxPage> {
         match &*self.backend {
-            Backend::Store(store) => poll_outbox(|| store.outbox(id, after), wait),
-            Backend::Serving(serving) => serving.outbox(id, after, wait),
-            Backend::Remote(remote) => remote.outbox(id, after, wait),
+            Backend::Store(store) => poll_outbox(|| store.outbox(id, after, limit), wait),
+            Backend::Serving(serving) => serving.outbox(id, after, limit, wait),
+            Backend::Remote(remote) => remote.outbox(id, after, limit, wait),
         }
     }
 
@@ -315,14 +316,15 @@ impl Client {
         &self,
         id: &str,
         after: Option<&str>,
+        limit: usize,
         wait: Option<Duration>,
     ) -> Result<OutboxPage> {
         if let Backend::Serving(serving) = &*self.backend {
-            return serving.outbox_async(self, id, after, wait).await;
+            return serving.outbox_async(self, id, after, limit, wait).await;
         }
         let client = self.clone();
         let (id, after) = (id.to_string(), after.map(str::to_string));
-        blocking(move || client.outbox(&id, after.as_deref(), wait)).await
+        blocking(move || client.outbox(&id, after.as_deref(), limit, wait)).await
     }
 
     /// The hosts of the store: on a store hosts share, those alive or owning unfinished
@@ -430,6 +432,8 @@ pub(crate) fn parse_cursor(cursor: &str) -> Result<u64> {
     cursor
         .strip_prefix('c')
         .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        // Positions are what a store can number: a larger one was never given.
+        .filter(|&position| position <= i64::MAX as u64)
         .ok_or_else(|| {
             Error::new(
                 ErrorKind::InvalidInput,

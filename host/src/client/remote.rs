@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use wfcontract::{Encoding, Payload};
-use wfhost_client::wire::{self, ListParams, PageParams, StartRequest, WorkflowJson};
+use wfhost_client::wire::{
+    self, HistoryParams, ListParams, OutboxParams, StartRequest, WorkflowJson,
+};
 
 use super::types::{
     Cancelled, Failure, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
@@ -90,8 +92,10 @@ impl RemoteBackend {
             ModuleRef::Hash(hash) => hash.to_string(),
         };
         let input = json_of(start.input, "the input")?;
+        // The id is made here, not by the server: a start retried after a lost answer is the
+        // same start.
         let request = StartRequest {
-            id: start.id.map(str::to_string),
+            id: Some(start.id.map_or_else(super::new_id, str::to_string)),
             module: hash,
             entry: start.entry.to_string(),
             input,
@@ -176,10 +180,9 @@ impl RemoteBackend {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Page<HistoryStep>> {
-        let params = PageParams {
+        let params = HistoryParams {
             after: after.map(str::to_string),
             limit: Some(limit),
-            wait: None,
         };
         let page = self.api()?.history(id, &params).map_err(|e| error(&e))?;
         let mut items = Vec::with_capacity(page.steps.len());
@@ -204,11 +207,12 @@ impl RemoteBackend {
         &self,
         id: &str,
         after: Option<&str>,
+        limit: usize,
         wait: Option<Duration>,
     ) -> Result<OutboxPage> {
-        let params = PageParams {
+        let params = OutboxParams {
             after: after.map(str::to_string),
-            limit: None,
+            limit: Some(limit),
             wait: wait.map(|w| format!("{}ms", w.as_millis())),
         };
         let page = self.api()?.outbox(id, &params).map_err(|e| error(&e))?;
@@ -269,7 +273,7 @@ fn error(error: &wfhost_client::Error) -> Error {
         _ => ErrorKind::Unavailable,
     });
     let message = match error.status() {
-        Some(status) if status == 401 => format!(
+        Some(401) => format!(
             "{} (the server wants its token: set WFHOST_TOKEN, or give --token-file)",
             error.message()
         ),

@@ -1,42 +1,52 @@
 //! A client of a host this program runs: what the HTTP API's handlers call. A start runs in the
 //! host; a message or a cancel of a workflow it runs reaches it at once (journaled first), and
-//! one of a workflow it does not run is written to the store for its host; a wait for an end is
-//! fired by the host's journal, with no thread per waiter; everything else is read from the
-//! store beside the host.
+//! one of a workflow it does not run is written to the store for its host; a wait for an end or
+//! a message to the host is fired by the host's journal, with no thread per waiter (on a store
+//! hosts share, also by one task that reads the store for what other hosts did); everything
+//! else is read from the store beside the host.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use wfcontract::{Payload, Pid};
 
-use super::store::{not_running, unknown_module, StoreBackend};
+use super::store::{unknown_module, StoreBackend, MAX_OUTBOX_PAGE};
 use super::types::{
     Cancelled, HostStatus, ListQuery, OutboxPage, Page, Started, StoredModule, WorkflowState,
     WorkflowStatus,
 };
 use super::{blocking, new_id, parse_cursor, Client, ModuleRef, Start};
-use crate::durable::waiters::Topic;
+use crate::durable::waiters::{Topic, Waiters};
 use crate::durable::Durable;
+use crate::engine::check_payload;
 use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;
 use crate::host::Host;
 use crate::wasm::ModuleInfo;
 
-/// How often a wait for a workflow another host runs looks at the store (a store hosts share:
-/// its end is not this host's to see): one read for every waiter at once.
+/// How often the store is read for what other hosts did to the workflows waited for (a store
+/// hosts share): one read for every waiter at once.
 const REMOTE_POLL: Duration = Duration::from_millis(250);
 
 /// The most a wait may last, whatever it asks: a client that wants longer asks again.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// Modules a serving client loads from the store's copies (`wfhost:<hash>`), at most: the least
+/// recently started goes when another comes (it stays compiled while its workflows run).
+const LOADED_FROM_STORE: usize = 64;
 
 pub(crate) struct ServingBackend {
     host: Host,
     durable: Arc<Durable>,
     grants: Grants,
     pub(crate) store: StoreBackend,
-    /// Whether a task reads the store for the ends of workflows other hosts run.
+    /// Whether the task that reads the store for other hosts' work runs.
     polling: Arc<AtomicBool>,
+    /// The modules this client loaded from the store, most recently started last.
+    loaded: Mutex<VecDeque<String>>,
 }
 
 impl ServingBackend {
@@ -47,13 +57,15 @@ impl ServingBackend {
                 "a client serving a host needs a host with a store (HostBuilder::store)",
             )
         })?;
-        let location = durable.location.clone();
+        let mut store = StoreBackend::new(durable.location.clone());
+        store.serving = true;
         Ok(ServingBackend {
             host: host.clone(),
             durable,
             grants,
-            store: StoreBackend::new(location),
+            store,
             polling: Arc::new(AtomicBool::new(false)),
+            loaded: Mutex::new(VecDeque::new()),
         })
     }
 
@@ -61,62 +73,117 @@ impl ServingBackend {
         self.durable.shared()
     }
 
+    /// Keeps a module in the store (what it says of itself checked first, as `wfhost inspect`
+    /// does); it is compiled when a workflow first starts it.
     pub(crate) fn put_module(&self, wasm: &[u8]) -> Result<StoredModule> {
         let info = ModuleInfo::inspect(wasm)?;
+        let limit = self.host.engine().wasm.limits.max_module_bytes;
+        if wasm.len() > limit {
+            return Err(Error::new(
+                ErrorKind::Limit,
+                format!(
+                    "the module is {} bytes, more than this host loads ({limit}, \
+                     --max-module-size)",
+                    wasm.len()
+                ),
+            ));
+        }
         let had = self.store.module(&info.sha256)?.is_some();
-        // Loaded (so compiled, and refused now if it does not compile) and kept in the store.
-        self.loaded(&info.sha256, wasm)?;
+        if !had {
+            self.durable.keep_module(&info.sha256, wasm)?;
+        }
         Ok(StoredModule::of(&info, !had))
     }
 
-    /// The name the module with `hash` is loaded under: one the host loaded it under itself
-    /// (with that name's grants), or `wfhost:<hash>`, loaded now from `bytes` with the grants
-    /// this client was given.
-    fn loaded(&self, hash: &str, bytes: &[u8]) -> Result<String> {
+    /// The name the module with `hash` runs under: the one the host loaded it under itself
+    /// (with that name's grants), or `wfhost:<hash>`, loaded from the store's copy with the
+    /// grants this client was given.
+    fn loaded(&self, hash: &str, bytes: Option<&[u8]>) -> Result<String> {
+        let name = format!("wfhost:{hash}");
         if let Some(loaded) = self.host.engine().modules.by_hash(hash) {
+            let mut recent = self.loaded.lock();
+            if let Some(at) = recent.iter().position(|n| *n == name) {
+                let used = recent.remove(at).expect("found above");
+                recent.push_back(used);
+            }
             return Ok(loaded.name.to_string());
         }
-        let name = format!("wfhost:{hash}");
+        let stored;
+        let bytes = match bytes {
+            Some(bytes) => bytes,
+            None => {
+                stored = self
+                    .store
+                    .module(hash)?
+                    .ok_or_else(|| unknown_module(hash))?;
+                &stored[..]
+            }
+        };
         self.host
             .load_module_bytes_with(&name, bytes, self.grants.clone())?;
+        let evicted = {
+            let mut recent = self.loaded.lock();
+            recent.push_back(name.clone());
+            (recent.len() > LOADED_FROM_STORE).then(|| recent.pop_front())
+        };
+        if let Some(Some(evicted)) = evicted {
+            // Its running workflows keep it compiled; the next start loads it again.
+            let _ = self.host.unload_module(&evicted);
+        }
         Ok(name)
     }
 
     pub(crate) fn start(&self, start: &Start<'_>) -> Result<Started> {
         let id = start.id.map_or_else(new_id, str::to_string);
-        let stored;
         let (hash, bytes) = match start.module {
-            ModuleRef::Bytes(bytes) => (ModuleInfo::inspect(bytes)?.sha256, bytes),
-            ModuleRef::Hash(hash) => {
-                if let Some(loaded) = self.host.engine().modules.by_hash(hash) {
-                    return self.start_loaded(&id, &loaded.name, start);
-                }
-                stored = self
-                    .store
-                    .module(hash)?
-                    .ok_or_else(|| unknown_module(hash))?;
-                (hash.to_string(), &stored[..])
-            }
+            ModuleRef::Bytes(bytes) => (ModuleInfo::inspect(bytes)?.sha256, Some(bytes)),
+            ModuleRef::Hash(hash) => (hash.to_string(), None),
         };
+        // An id the store has: the same start again, or a conflict, whichever host runs it.
+        if let Some(started) = self.started_before(&id, &hash, start)? {
+            return Ok(started);
+        }
         let name = self.loaded(&hash, bytes)?;
-        self.start_loaded(&id, &name, start)
-    }
-
-    fn start_loaded(&self, id: &str, name: &str, start: &Start<'_>) -> Result<Started> {
-        let (spawned, new) = self.durable.start_new(
+        let started = self.durable.start_new(
             self.host.engine(),
-            id,
-            name,
+            &id,
+            &name,
             start.entry,
             start.input.clone(),
-        )?;
-        // Its result is read from the store; what it sends the host is kept there.
-        drop(spawned);
-        Ok(Started {
+        );
+        match started {
+            // Its result is read from the store; what it sends the host is kept there.
+            Ok((_, new)) => Ok(Started {
+                id: id.clone(),
+                new,
+                workflow: self.status(&id)?,
+            }),
+            // Started meanwhile by another request, here or on another host.
+            Err(error) => match self.started_before(&id, &hash, start)? {
+                Some(started) => Ok(started),
+                None => Err(error),
+            },
+        }
+    }
+
+    /// The start of `id` the store has, if it has one: an [`ErrorKind::Conflict`] error if it
+    /// started with another module, entry point or input.
+    fn started_before(&self, id: &str, hash: &str, start: &Start<'_>) -> Result<Option<Started>> {
+        if crate::durable::bad_id(id).is_some() {
+            // Refused by the start, which says why.
+            return Ok(None);
+        }
+        let Some(existing) = self.store.read(|store| store.workflow(id))? else {
+            return Ok(None);
+        };
+        let input = postcard::to_allocvec(start.input)
+            .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the input: {e}")))?;
+        existing.start.may_follow(hash, start.entry, &input)?;
+        Ok(Some(Started {
             id: id.to_string(),
-            new,
+            new: false,
             workflow: self.status(id)?,
-        })
+        }))
     }
 
     pub(crate) fn status(&self, id: &str) -> Result<WorkflowStatus> {
@@ -160,12 +227,13 @@ impl ServingBackend {
             let mut watch = self
                 .durable
                 .waiters
-                .watch_blocking(Topic::End, status.number);
+                .watch_blocking(Topic::End, status.number, 0);
             // Registered, then read again: an end committed between the two reads fires it.
             let again = self.status(id)?;
             if again.is_finished() {
                 return Ok(again);
             }
+            // Another host may end it: this thread looks again now and then.
             let step = if self.shared() {
                 left.min(REMOTE_POLL)
             } else {
@@ -187,10 +255,8 @@ impl ServingBackend {
             return Ok(status);
         }
         status.refuse_damaged()?;
-        let mut watch = self.durable.waiters.watch(Topic::End, status.number);
-        if self.shared() {
-            self.poll_remote_ends(client);
-        }
+        let mut watch = self.durable.waiters.watch(Topic::End, status.number, 0);
+        self.poll_other_hosts(client);
         // Registered, then read again: an end committed between the two reads fires it.
         let status = read_status(client, id).await?;
         if status.is_finished() {
@@ -204,10 +270,10 @@ impl ServingBackend {
     }
 
     /// On a store hosts share: starts the task that reads, every [`REMOTE_POLL`], which of the
-    /// workflows waited for have ended (on any host), unless it runs; it stops once nobody
-    /// waits.
-    fn poll_remote_ends(&self, client: &Client) {
-        if self.polling.swap(true, Ordering::AcqRel) {
+    /// workflows waited for have ended or sent the host a message (on any host), unless it
+    /// runs; it stops once nobody waits.
+    fn poll_other_hosts(&self, client: &Client) {
+        if !self.shared() || self.polling.swap(true, Ordering::AcqRel) {
             return;
         }
         let (waiters, polling, client) = (
@@ -218,49 +284,48 @@ impl ServingBackend {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(REMOTE_POLL).await;
-                let watched = waiters.watched(Topic::End);
-                if watched.is_empty() {
+                if !waiters.any() {
                     polling.store(false, Ordering::Release);
-                    // A waiter that registered after the look and saw the flag still set is
-                    // served by taking the flag back.
-                    if waiters.watched(Topic::End).is_empty()
-                        || polling.swap(true, Ordering::AcqRel)
-                    {
+                    // A waiter that registered after the look, and saw the flag still set,
+                    // is served by taking the flag back.
+                    if !waiters.any() || polling.swap(true, Ordering::AcqRel) {
                         return;
                     }
                     continue;
                 }
                 let reader = client.clone();
-                let ended = blocking(move || match &*reader.backend {
-                    super::Backend::Serving(serving) => serving.store.finished_among(&watched),
-                    _ => Ok(Vec::new()),
-                })
-                .await;
-                match ended {
-                    Ok(ended) => waiters.fire(Topic::End, &ended),
-                    Err(error) => tracing::debug!("reading which workflows ended: {error}"),
+                let watched = Arc::clone(&waiters);
+                let read = blocking(move || look_at_other_hosts(&reader, &watched)).await;
+                if let Err(error) = read {
+                    tracing::debug!("reading what other hosts did: {error}");
                 }
             }
         });
     }
 
     pub(crate) fn send(&self, id: &str, message: &Payload) -> Result<u64> {
+        check_payload(&self.host.engine().wasm.limits, "the message", message)?;
         if let Some(pid) = self.durable.ids.pid_of(id) {
-            crate::engine::check_payload(&self.host.engine().wasm.limits, "the message", message)?;
-            return self
-                .durable
-                .send_from_host(&self.host.engine().handle, pid, message.clone());
+            let sent =
+                self.durable
+                    .send_from_host(&self.host.engine().handle, pid, message.clone());
+            return match sent {
+                // It ended between the look and the send.
+                Err(error) if error.kind() == ErrorKind::NoSuchProcess => {
+                    Err(self.store.not_running(id))
+                }
+                sent => sent,
+            };
         }
         if self.shared() {
             return self.store.send(id, message);
         }
         let workflow = self.store.find(id)?;
         if workflow.state != crate::durable::store::State::Running {
-            return Err(not_running(id, &self.store.location));
+            return Err(self.store.not_running(id));
         }
         // Unfinished and not running here (it waits for its module, or is damaged): kept for
         // the recovery that starts it.
-        crate::engine::check_payload(&self.host.engine().wasm.limits, "the message", message)?;
         self.durable.keep_message(workflow.start.num, message)
     }
 
@@ -280,15 +345,18 @@ impl ServingBackend {
                 Ok(()) => Ok(Cancelled::Asked),
                 // It ended meanwhile.
                 Err(error) if error.kind() == ErrorKind::NoSuchProcess => {
-                    let status = self.store.status(id)?;
-                    Ok(Cancelled::Ended(status.state))
+                    Ok(Cancelled::Ended(self.store.status(id)?.state))
                 }
                 Err(error) => Err(error),
             },
             None => {
                 // Kept for the recovery that starts it.
                 self.durable.keep_cancel(Pid(status.number))?;
-                Ok(Cancelled::Asked)
+                let now = self.store.status(id)?;
+                Ok(match now.state {
+                    WorkflowState::Running => Cancelled::Asked,
+                    ended => Cancelled::Ended(ended),
+                })
             }
         }
     }
@@ -297,24 +365,21 @@ impl ServingBackend {
         &self,
         id: &str,
         after: Option<&str>,
+        limit: usize,
         wait: Option<Duration>,
     ) -> Result<OutboxPage> {
-        if let Some(after) = after {
-            parse_cursor(after)?;
-        }
+        let position = after.map(parse_cursor).transpose()?.unwrap_or(0);
         let deadline = Instant::now() + wait.unwrap_or_default().min(MAX_WAIT);
         loop {
-            let page = self.store.outbox(id, after)?;
+            let page = self.store.outbox(id, after, limit)?;
             let left = deadline.saturating_duration_since(Instant::now());
             if !page.messages.is_empty() || page.finished || left.is_zero() {
                 return Ok(page);
             }
-            let mut watch = self
-                .durable
-                .waiters
-                .watch_blocking(Topic::Outbox, page.number);
-            let mut end = self.durable.waiters.watch_blocking(Topic::End, page.number);
-            let again = self.store.outbox(id, after)?;
+            let waiters = &self.durable.waiters;
+            let mut sent = waiters.watch_blocking(Topic::Outbox, page.number, position);
+            let mut ended = waiters.watch_blocking(Topic::End, page.number, 0);
+            let again = self.store.outbox(id, after, limit)?;
             if !again.messages.is_empty() || again.finished {
                 return Ok(again);
             }
@@ -323,8 +388,8 @@ impl ServingBackend {
             } else {
                 left
             };
-            if !watch.fired_blocking(step) {
-                end.fired_blocking(Duration::ZERO);
+            if !sent.fired_blocking(step) {
+                ended.fired_blocking(Duration::ZERO);
             }
         }
     }
@@ -334,33 +399,28 @@ impl ServingBackend {
         client: &Client,
         id: &str,
         after: Option<&str>,
+        limit: usize,
         wait: Option<Duration>,
     ) -> Result<OutboxPage> {
-        if let Some(after) = after {
-            parse_cursor(after)?;
-        }
+        let position = after.map(parse_cursor).transpose()?.unwrap_or(0);
         let deadline = Instant::now() + wait.unwrap_or_default().min(MAX_WAIT);
         loop {
-            let page = read_outbox(client, id, after).await?;
+            let page = read_outbox(client, id, after, limit).await?;
             let left = deadline.saturating_duration_since(Instant::now());
             if !page.messages.is_empty() || page.finished || left.is_zero() {
                 return Ok(page);
             }
-            let mut sent = self.durable.waiters.watch(Topic::Outbox, page.number);
-            let mut ended = self.durable.waiters.watch(Topic::End, page.number);
-            let again = read_outbox(client, id, after).await?;
+            let waiters = &self.durable.waiters;
+            let mut sent = waiters.watch(Topic::Outbox, page.number, position);
+            let mut ended = waiters.watch(Topic::End, page.number, 0);
+            self.poll_other_hosts(client);
+            let again = read_outbox(client, id, after, limit).await?;
             if !again.messages.is_empty() || again.finished {
                 return Ok(again);
             }
-            // On a store hosts share another host may run it: look again now and then.
-            let step = if self.shared() {
-                left.min(REMOTE_POLL)
-            } else {
-                left
-            };
             tokio::select! {
-                _ = sent.fired(step) => {}
-                _ = ended.fired(step) => {}
+                _ = sent.fired(left) => {}
+                _ = ended.fired(left) => {}
             }
         }
     }
@@ -395,16 +455,43 @@ impl ServingBackend {
     }
 }
 
+/// Fires the waiters of the workflows that other hosts ended, or that sent the host a message,
+/// as the store says: one read for each.
+fn look_at_other_hosts(client: &Client, waiters: &Waiters) -> Result<()> {
+    let super::Backend::Serving(serving) = &*client.backend else {
+        return Ok(());
+    };
+    let ends = waiters.watched(Topic::End);
+    if !ends.is_empty() {
+        let ended = serving.store.finished_among(&ends)?;
+        waiters.fire(Topic::End, &ended);
+    }
+    let senders = waiters.watched(Topic::Outbox);
+    if !senders.is_empty() {
+        let latest = serving
+            .store
+            .read(|store| store.latest_host_messages(&senders))?;
+        waiters.fire_sent(&latest);
+    }
+    Ok(())
+}
+
 async fn read_status(client: &Client, id: &str) -> Result<WorkflowStatus> {
     let (client, id) = (client.clone(), id.to_string());
     blocking(move || client.status(&id)).await
 }
 
-async fn read_outbox(client: &Client, id: &str, after: Option<&str>) -> Result<OutboxPage> {
+async fn read_outbox(
+    client: &Client,
+    id: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<OutboxPage> {
     let (client, id, after) = (client.clone(), id.to_string(), after.map(str::to_string));
+    let limit = limit.min(MAX_OUTBOX_PAGE);
     blocking(move || match &*client.backend {
-        super::Backend::Serving(serving) => serving.store.outbox(&id, after.as_deref()),
-        _ => client.outbox(&id, after.as_deref(), None),
+        super::Backend::Serving(serving) => serving.store.outbox(&id, after.as_deref(), limit),
+        _ => client.outbox(&id, after.as_deref(), limit, None),
     })
     .await
 }

@@ -20,14 +20,26 @@ use crate::durable::store::{
 use crate::error::{Error, ErrorKind, Result};
 use crate::wasm::ModuleInfo;
 
-/// Connections kept for the next call: enough for a server's concurrent reads.
-const KEPT_CONNECTIONS: usize = 8;
+/// Connections kept for the next call: as many as the calls a server runs at once
+/// (`http::Api::max_store_calls`).
+const KEPT_CONNECTIONS: usize = 16;
+
+/// The most bytes of inputs and results one page of workflows holds: a page stops before the
+/// workflow that would take it past this (it holds at least one).
+const PAGE_BYTES: u64 = 64 << 20;
+
+/// The most messages one page of the outbox holds.
+pub(crate) const MAX_OUTBOX_PAGE: usize = 10_000;
 
 /// A client of the store at a location.
 pub(crate) struct StoreBackend {
     pub(crate) location: Location,
     /// Connections not in use; a call takes one (or opens one) and puts it back.
     idle: Mutex<Vec<ClientStore>>,
+    /// The modules read back so far, by hash (a hash's bytes never change).
+    inspected: Mutex<std::collections::HashMap<String, StoredModule>>,
+    /// Reading for a host this program serves: errors name neither the store nor the CLI.
+    pub(crate) serving: bool,
 }
 
 impl StoreBackend {
@@ -35,6 +47,8 @@ impl StoreBackend {
         StoreBackend {
             location,
             idle: Mutex::new(Vec::new()),
+            inspected: Mutex::new(std::collections::HashMap::new()),
+            serving: false,
         }
     }
 
@@ -51,8 +65,14 @@ impl StoreBackend {
         let listed = self.read(|store| store.module_list())?;
         let mut modules = Vec::with_capacity(listed.len());
         for (hash, _) in listed {
+            if let Some(known) = self.inspected.lock().get(&hash) {
+                modules.push(known.clone());
+                continue;
+            }
             if let Some(bytes) = self.read(|store| store.module(&hash))? {
-                modules.push(StoredModule::inspected(&hash, &bytes));
+                let module = StoredModule::inspected(&hash, &bytes);
+                self.inspected.lock().insert(hash, module.clone());
+                modules.push(module);
             }
         }
         Ok(modules)
@@ -140,7 +160,7 @@ impl StoreBackend {
             .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the message: {e}")))?;
         match self.submit(false, |store| store.submit_message(id, &payload))? {
             Some(number) => Ok(number),
-            None => Err(not_running(id, &self.location)),
+            None => Err(self.not_running(id)),
         }
     }
 
@@ -174,9 +194,11 @@ impl StoreBackend {
             },
             entry: query.entry.clone(),
             prefix: query.prefix.clone(),
-            started_before: query.started_before,
-            started_after: query.started_after,
+            // Beyond what a store holds, as good as for ever.
+            started_before: query.started_before.map(|t| t.min(i64::MAX as u64)),
+            started_after: query.started_after.map(|t| t.min(i64::MAX as u64)),
             top_level: query.top_level,
+            max_bytes: Some(PAGE_BYTES),
         };
         // One more than asked: whether there is a next page.
         let mut rows = self.read(|store| store.page(&filter, after, query.limit + 1))?;
@@ -225,15 +247,18 @@ impl StoreBackend {
         Ok(Page { items, next })
     }
 
-    /// The messages workflow `id` sent the host after the cursor (no waiting).
-    pub(crate) fn outbox(&self, id: &str, after: Option<&str>) -> Result<OutboxPage> {
+    /// Up to `limit` messages workflow `id` sent the host after the cursor (no waiting).
+    pub(crate) fn outbox(&self, id: &str, after: Option<&str>, limit: usize) -> Result<OutboxPage> {
         let workflow = self.find(id)?;
         let after = match after {
             Some(cursor) => parse_cursor(cursor)?,
             None => 0,
         };
-        let finished = workflow.state != State::Running;
-        let rows = self.read(|store| store.host_messages(workflow.start.num, after))?;
+        let limit = limit.clamp(1, MAX_OUTBOX_PAGE);
+        let ended = workflow.state != State::Running;
+        let rows = self.read(|store| store.host_messages(workflow.start.num, after, limit))?;
+        // Nothing follows what an ended workflow's last page holds.
+        let finished = ended && rows.len() < limit;
         let last = rows.last().map_or(after, |m| m.tag);
         let mut messages = Vec::with_capacity(rows.len());
         for row in rows {
@@ -318,14 +343,29 @@ impl StoreBackend {
     /// Workflow `id`, or an [`ErrorKind::UnknownWorkflow`] error that says how to list them.
     pub(crate) fn find(&self, id: &str) -> Result<Workflow> {
         self.read(|store| store.workflow(id))?.ok_or_else(|| {
-            Error::new(
-                ErrorKind::UnknownWorkflow,
+            let message = if self.serving {
+                format!("no workflow '{id}' (a list of them: GET /v1/workflows, `wfhost list`)")
+            } else {
                 format!(
                     "no workflow '{id}' in {0} (`wfhost list --store {0}` shows them)",
                     self.location
-                ),
-            )
+                )
+            };
+            Error::new(ErrorKind::UnknownWorkflow, message)
         })
+    }
+
+    /// No running workflow of that id.
+    pub(crate) fn not_running(&self, id: &str) -> Error {
+        let message = if self.serving {
+            format!("no running workflow '{id}': it ended, or never was (GET /v1/workflows/{id})")
+        } else {
+            format!(
+                "no running workflow '{id}' in {} (`wfhost status {id}` says where it stands)",
+                self.location
+            )
+        };
+        Error::new(ErrorKind::UnknownWorkflow, message)
     }
 
     /// Who runs `workflow`, in words, and whether it waits for a host: on a SQLite file, the
@@ -463,16 +503,6 @@ pub(crate) fn unknown_module(hash: &str) -> Error {
         format!(
             "the store keeps no module with SHA-256 {hash}: store it first (POST /v1/modules, or \
              start with the module's bytes)"
-        ),
-    )
-}
-
-/// No running workflow of that id.
-pub(crate) fn not_running(id: &str, location: &Location) -> Error {
-    Error::new(
-        ErrorKind::UnknownWorkflow,
-        format!(
-            "no running workflow '{id}' in {location} (`wfhost status {id}` says where it stands)"
         ),
     )
 }

@@ -62,6 +62,19 @@ impl<'a> Narrator<'a> {
         self.previous = Some(step.at);
     }
 
+    /// Takes in that the command yielded with `tag` was `command`: for a narration that starts
+    /// after the step that yielded it.
+    pub fn learn_command(&mut self, tag: u64, command: Command) {
+        if command.kind().expects_completion() {
+            self.asked.insert(tag, command);
+        }
+    }
+
+    /// Whether the command a completion of `tag` answers is known.
+    pub fn knows(&self, tag: u64) -> bool {
+        self.asked.contains_key(&tag)
+    }
+
     /// `step` as one JSON object: `step`, `at`, `after_ms`, `events`, `reads`, `yields` (each
     /// with its `words`) and `status` (as `wfhost history --json` prints it).
     pub fn step_json(&mut self, step: &HistoryStep) -> Value {

@@ -689,7 +689,7 @@ impl Durable {
         match self
             .reader
             .lock()
-            .host_messages(pid.0, tag.0.saturating_sub(1))
+            .host_messages(pid.0, tag.0.saturating_sub(1), 1)
         {
             Ok(kept) => kept.first().is_some_and(|m| m.tag == tag.0),
             // Sent again rather than lost.

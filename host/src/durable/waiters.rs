@@ -41,7 +41,14 @@ impl Notify {
     }
 }
 
-type Registry = Mutex<HashMap<u64, Vec<(u64, Notify)>>>;
+/// A waiter: its key, how it hears, and (for the outbox) the tag it has read up to.
+struct Waiter {
+    key: u64,
+    notify: Notify,
+    after: u64,
+}
+
+type Registry = Mutex<HashMap<u64, Vec<Waiter>>>;
 
 /// The waiters of one host, by workflow number.
 #[derive(Default)]
@@ -69,19 +76,27 @@ impl Waiters {
         }
     }
 
-    /// Waits for `topic` of workflow `num`, from an async task. Register before reading the
-    /// store: what happens after the read fires the watch.
-    pub(crate) fn watch(self: &Arc<Self>, topic: Topic, num: u64) -> Watch {
+    /// Waits for `topic` of workflow `num` (for the outbox: a message after tag `after`), from
+    /// an async task. Register before reading the store: what happens after the read fires the
+    /// watch.
+    pub(crate) fn watch(self: &Arc<Self>, topic: Topic, num: u64, after: u64) -> Watch {
         let (sender, receiver) = tokio::sync::oneshot::channel();
-        self.register(topic, num, Notify::Async(sender), Receiver::Async(receiver))
+        self.register(
+            topic,
+            num,
+            after,
+            Notify::Async(sender),
+            Receiver::Async(receiver),
+        )
     }
 
     /// As [`watch`](Self::watch), for a thread that blocks.
-    pub(crate) fn watch_blocking(self: &Arc<Self>, topic: Topic, num: u64) -> Watch {
+    pub(crate) fn watch_blocking(self: &Arc<Self>, topic: Topic, num: u64, after: u64) -> Watch {
         let (sender, receiver) = crossbeam_channel::bounded(1);
         self.register(
             topic,
             num,
+            after,
             Notify::Blocking(sender),
             Receiver::Blocking(receiver),
         )
@@ -91,16 +106,21 @@ impl Waiters {
         self: &Arc<Self>,
         topic: Topic,
         num: u64,
+        after: u64,
         notify: Notify,
         receiver: Receiver,
     ) -> Watch {
         let key = self.next.fetch_add(1, Ordering::Relaxed);
-        self.registry(topic)
-            .lock()
-            .entry(num)
-            .or_default()
-            .push((key, notify));
-        self.count.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut registry = self.registry(topic).lock();
+            registry
+                .entry(num)
+                .or_default()
+                .push(Waiter { key, notify, after });
+            // Counted under the lock, and SeqCst: a commit that ends `num` after this
+            // registration reads the count after its commit, sees it, and looks.
+            self.count.fetch_add(1, Ordering::SeqCst);
+        }
         Watch {
             waiters: Arc::clone(self),
             topic,
@@ -112,7 +132,7 @@ impl Waiters {
 
     /// Fires every waiter of `topic` of the workflows numbered `nums`.
     pub(crate) fn fire(&self, topic: Topic, nums: &[u64]) {
-        if nums.is_empty() || self.count.load(Ordering::Relaxed) == 0 {
+        if nums.is_empty() || self.count.load(Ordering::SeqCst) == 0 {
             return;
         }
         let mut fired = Vec::new();
@@ -123,17 +143,51 @@ impl Waiters {
                     fired.extend(waiters);
                 }
             }
+            self.count.fetch_sub(fired.len(), Ordering::SeqCst);
         }
-        self.count.fetch_sub(fired.len(), Ordering::Relaxed);
-        for (_, notify) in fired {
-            notify.fire();
+        for waiter in fired {
+            waiter.notify.fire();
+        }
+    }
+
+    /// Fires the outbox waiters of the workflows in `latest` (a workflow's number and the tag of
+    /// its latest message to the host) that wait for a message after an earlier tag.
+    pub(crate) fn fire_sent(&self, latest: &[(u64, u64)]) {
+        if latest.is_empty() || self.count.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let mut fired = Vec::new();
+        {
+            let mut registry = self.outbox.lock();
+            for &(num, tag) in latest {
+                let Some(waiters) = registry.get_mut(&num) else {
+                    continue;
+                };
+                let mut kept = Vec::with_capacity(waiters.len());
+                for waiter in waiters.drain(..) {
+                    if waiter.after < tag {
+                        fired.push(waiter);
+                    } else {
+                        kept.push(waiter);
+                    }
+                }
+                if kept.is_empty() {
+                    registry.remove(&num);
+                } else {
+                    *waiters = kept;
+                }
+            }
+            self.count.fetch_sub(fired.len(), Ordering::SeqCst);
+        }
+        for waiter in fired {
+            waiter.notify.fire();
         }
     }
 
     /// After a commit of `ops`: fires the waiters of the workflows they ended and of those
     /// that sent the host a message.
     pub(crate) fn committed(&self, ops: &[Op]) {
-        if self.count.load(Ordering::Relaxed) == 0 {
+        if self.count.load(Ordering::SeqCst) == 0 {
             return;
         }
         let mut ended = Vec::new();
@@ -152,6 +206,11 @@ impl Waiters {
     /// The workflows someone waits for `topic` of.
     pub(crate) fn watched(&self, topic: Topic) -> Vec<u64> {
         self.registry(topic).lock().keys().copied().collect()
+    }
+
+    /// Whether anyone waits for anything.
+    pub(crate) fn any(&self) -> bool {
+        self.count.load(Ordering::SeqCst) > 0
     }
 }
 
@@ -215,9 +274,9 @@ impl Drop for Watch {
     fn drop(&mut self) {
         let mut registry = self.waiters.registry(self.topic).lock();
         if let Some(waiters) = registry.get_mut(&self.num) {
-            if let Some(at) = waiters.iter().position(|(key, _)| *key == self.key) {
+            if let Some(at) = waiters.iter().position(|waiter| waiter.key == self.key) {
                 waiters.swap_remove(at);
-                self.waiters.count.fetch_sub(1, Ordering::Relaxed);
+                self.waiters.count.fetch_sub(1, Ordering::SeqCst);
             }
             if waiters.is_empty() {
                 registry.remove(&self.num);
@@ -233,10 +292,10 @@ mod tests {
     #[test]
     fn a_commit_fires_the_waiters_of_what_it_ended_and_only_those() {
         let waiters = Arc::new(Waiters::default());
-        let mut first = waiters.watch_blocking(Topic::End, 7);
-        let mut second = waiters.watch_blocking(Topic::End, 7);
-        let mut other = waiters.watch_blocking(Topic::End, 8);
-        let mut outbox = waiters.watch_blocking(Topic::Outbox, 7);
+        let mut first = waiters.watch_blocking(Topic::End, 7, 0);
+        let mut second = waiters.watch_blocking(Topic::End, 7, 0);
+        let mut other = waiters.watch_blocking(Topic::End, 8, 0);
+        let mut outbox = waiters.watch_blocking(Topic::Outbox, 7, 3);
         assert_eq!(waiters.count.load(Ordering::Relaxed), 4);
         waiters.committed(&[Op::End {
             num: 7,
@@ -255,5 +314,18 @@ mod tests {
         assert_eq!(waiters.count.load(Ordering::Relaxed), 0);
         assert!(waiters.watched(Topic::End).is_empty());
         assert!(waiters.watched(Topic::Outbox).is_empty());
+    }
+
+    #[test]
+    fn an_outbox_waiter_hears_only_of_messages_past_its_cursor() {
+        let waiters = Arc::new(Waiters::default());
+        let mut behind = waiters.watch_blocking(Topic::Outbox, 7, 2);
+        let mut ahead = waiters.watch_blocking(Topic::Outbox, 7, 5);
+        waiters.fire_sent(&[(7, 4), (9, 100)]);
+        assert!(behind.fired_blocking(Duration::ZERO));
+        assert!(!ahead.fired_blocking(Duration::ZERO));
+        assert_eq!(waiters.watched(Topic::Outbox), vec![7]);
+        drop((behind, ahead));
+        assert!(!waiters.any());
     }
 }

@@ -30,8 +30,16 @@ pub const DEFAULT_MAX_MODULE: usize = 64 << 20;
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
 
 /// Requests that may wait at once (`result?wait=`, `outbox?wait=`) unless [`Api::max_waiting`]
-/// says otherwise; more are refused with `503` until some end. A waiter holds no thread.
-pub const DEFAULT_MAX_WAITING: usize = 50_000;
+/// says otherwise; more are refused with `503` until some end. A waiter holds no thread, but a
+/// connection: this is below the connections a server holds
+/// ([`DEFAULT_MAX_CONNECTIONS`](super::DEFAULT_MAX_CONNECTIONS)), so that waiters leave room
+/// for the rest.
+pub const DEFAULT_MAX_WAITING: usize = 16_000;
+
+/// Calls to the store (or the host) that run at once unless [`Api::max_store_calls`] says
+/// otherwise; the others wait for a turn (without a thread) within their request's time. Each
+/// running call holds a thread and a connection to the store.
+pub const DEFAULT_MAX_STORE_CALLS: usize = 16;
 
 /// How long a request that does not wait may take unless [`Api::request_timeout`] says
 /// otherwise; past it, `503`.
@@ -68,6 +76,7 @@ pub(crate) struct AppState {
     pub(crate) waiting: Arc<tokio::sync::Semaphore>,
     pub(crate) max_waiting: usize,
     pub(crate) request_timeout: Duration,
+    pub(crate) store_calls: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -88,10 +97,15 @@ impl AppState {
         let Some(token) = &self.token else {
             return true;
         };
-        let Some(given) = presented.and_then(|value| value.strip_prefix(b"Bearer ")) else {
+        let Some(value) = presented else {
             return false;
         };
-        let given: [u8; 32] = Sha256::digest(given.trim_ascii()).into();
+        // The scheme's name is case-insensitive (RFC 9110).
+        let bearer = value.len() > 7 && value[..7].eq_ignore_ascii_case(b"bearer ");
+        if !bearer {
+            return false;
+        }
+        let given: [u8; 32] = Sha256::digest(value[7..].trim_ascii()).into();
         given.ct_eq(token).into()
     }
 }
@@ -112,6 +126,7 @@ impl Api {
                 waiting: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_WAITING)),
                 max_waiting: DEFAULT_MAX_WAITING,
                 request_timeout: DEFAULT_REQUEST_TIMEOUT,
+                store_calls: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_STORE_CALLS)),
             }),
         }
     }
@@ -127,6 +142,7 @@ impl Api {
             waiting: Arc::clone(&shared.waiting),
             max_waiting: shared.max_waiting,
             request_timeout: shared.request_timeout,
+            store_calls: Arc::clone(&shared.store_calls),
         });
         change(&mut state);
         Api {
@@ -136,10 +152,18 @@ impl Api {
 
     /// Requires `token` as `Authorization: Bearer <token>` on every route but `/healthz`
     /// (`401` without it). Default: none required. The token is kept only as its SHA-256 and
-    /// compared in constant time.
-    pub fn token(self, token: &str) -> Api {
-        let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
-        self.with(|state| state.token = Some(digest))
+    /// compared in constant time. An empty token is an [`ErrorKind::Config`](crate::ErrorKind)
+    /// error: it would let in anyone who sends `Bearer ` and nothing.
+    pub fn token(self, token: &str) -> crate::Result<Api> {
+        let token = token.trim();
+        if token.is_empty() {
+            return Err(crate::Error::new(
+                crate::ErrorKind::Config,
+                "the API's token is empty: give one, or none at all",
+            ));
+        }
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        Ok(self.with(|state| state.token = Some(digest)))
     }
 
     /// Serves `metrics` at `GET /metrics`, and counts the API's requests into them.
@@ -173,6 +197,12 @@ impl Api {
         })
     }
 
+    /// Calls to the store that run at once ([`DEFAULT_MAX_STORE_CALLS`]; at least 1).
+    pub fn max_store_calls(self, calls: usize) -> Api {
+        let calls = calls.max(1);
+        self.with(|state| state.store_calls = Arc::new(tokio::sync::Semaphore::new(calls)))
+    }
+
     /// How long a request that does not wait may take ([`DEFAULT_REQUEST_TIMEOUT`]).
     pub fn request_timeout(self, timeout: Duration) -> Api {
         self.with(|state| state.request_timeout = timeout)
@@ -200,6 +230,10 @@ impl Api {
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(Extension(Arc::new(document)))
+            .layer(middleware::from_fn_with_state(
+                Arc::clone(&state),
+                same_origin,
+            ))
             .layer(middleware::from_fn_with_state(Arc::clone(&state), count))
             .with_state(state)
     }
@@ -233,7 +267,74 @@ async fn authorize(State(state): State<Arc<AppState>>, request: Request, next: N
                     or WFHOST_TOKEN as `Authorization: Bearer <token>`"
         }
     };
-    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response()
+    let mut response =
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response();
+    // A client without the token keeps no connection.
+    response.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
+}
+
+/// Refuses what a web page could send in the operator's name: a request from another origin
+/// (its `Origin` is not the server's own address), and, on a server without a token, a request
+/// for another host name than loopback's (a DNS name rebound to 127.0.0.1). A program that is
+/// not a browser sends no `Origin`.
+async fn same_origin(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_ascii_lowercase);
+    if let Some(origin) = request.headers().get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("").to_ascii_lowercase();
+        let origin_host = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"));
+        if origin_host.is_none() || origin_host != host.as_deref() {
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                "cross_origin",
+                format!(
+                    "a request from {origin} to this server is refused: only programs and this \
+                     server's own pages may call it"
+                ),
+            )
+            .into_response();
+        }
+    }
+    if state.token.is_none() {
+        if let Some(host) = &host {
+            if !is_loopback_name(host) {
+                return ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "not_loopback",
+                    format!(
+                        "this server has no token and answers requests for loopback only, not \
+                         for '{host}': ask for 127.0.0.1, ::1 or localhost, or give the server a \
+                         token"
+                    ),
+                )
+                .into_response();
+            }
+        }
+    }
+    next.run(request).await
+}
+
+/// Whether `host` (a `Host` header's value: a name or an address, and a port) names this
+/// machine's loopback.
+fn is_loopback_name(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        // [::1]:8080
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name == "localhost"
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Counts each request by route, method and status, with its duration.
@@ -276,6 +377,7 @@ fn openapi_of(
     document.info.version = env!("CARGO_PKG_VERSION").to_string();
     document.merge(guarded);
     document.merge(open);
+    super::openapi::add_common_answers(&mut document);
     document
 }
 

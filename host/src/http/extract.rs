@@ -126,8 +126,8 @@ impl<S: Send + Sync> FromRequestParts<S> for WorkflowId {
             })?;
         if id.is_empty() || id.len() > 4096 || id.chars().any(char::is_control) {
             return Err(ApiError::bad_request(
-                "a workflow id is 1 to 1024 characters with no control character (NUL \
-                 included); percent-encode it in the path",
+                "a workflow id in a path is 1 to 4,096 bytes with no control character (NUL \
+                 included), percent-encoded",
             ));
         }
         Ok(WorkflowId(id))

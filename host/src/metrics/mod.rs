@@ -260,7 +260,8 @@ impl Metrics {
             );
             r.register(
                 "wfhost_http_waiting_results",
-                "HTTP requests waiting for a workflow to end (result?wait=)",
+                "HTTP requests waiting (result?wait= for a workflow to end, outbox?wait= for its \
+                 message)",
                 core.http_waiting.clone(),
             );
             r.register_collector(Box::new(HostCollector(Arc::downgrade(&core))));

@@ -143,7 +143,7 @@ fn messages_to_the_host_are_kept_whoever_reads_them() {
     ] {
         let num = reader.workflow(id).unwrap().unwrap().start.num;
         let kept: Vec<String> = reader
-            .host_messages(num, 0)
+            .host_messages(num, 0, usize::MAX)
             .unwrap()
             .iter()
             .map(|m| {

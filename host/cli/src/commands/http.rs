@@ -83,7 +83,7 @@ impl HttpArgs {
             .max_waiting(self.max_waiting)
             .request_timeout(self.request_timeout);
         if let Some(token) = &token {
-            api = api.token(token);
+            api = api.token(token)?;
         }
         Ok(Some(api))
     }
@@ -138,7 +138,7 @@ impl MetricsArgs {
         check_exposure(addr, token.is_some())?;
         let mut api = Api::new(None).metrics(metrics);
         if let Some(token) = &token {
-            api = api.token(token);
+            api = api.token(token)?;
         }
         let serving = api.serve(bind(addr)?, ServeOptions::new().threads(1))?;
         eprintln!("wfhost: metrics at http://{}/metrics", serving.local_addr());

@@ -29,6 +29,9 @@ pub struct Filter {
     pub started_after: Option<u64>,
     /// Only top-level workflows (not the children they spawned).
     pub top_level: bool,
+    /// A page stops before the workflow that would take its inputs and results past this many
+    /// bytes (it holds at least one).
+    pub max_bytes: Option<u64>,
 }
 
 /// What every store reads back.
@@ -70,8 +73,17 @@ pub trait Read: Send {
     /// restart.
     fn refused_from(&mut self, senders: &[u64]) -> StoreResult<Vec<StoredMessage>>;
 
-    /// The messages workflow `num` sent the host with a tag after `after`, in order.
-    fn host_messages(&mut self, num: u64, after: u64) -> StoreResult<Vec<HostMessage>>;
+    /// Up to `limit` messages workflow `num` sent the host with a tag after `after`, in order.
+    fn host_messages(
+        &mut self,
+        num: u64,
+        after: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<HostMessage>>;
+
+    /// For each of the workflows numbered `nums` that sent the host a message, the tag of its
+    /// latest.
+    fn latest_host_messages(&mut self, nums: &[u64]) -> StoreResult<Vec<(u64, u64)>>;
 
     /// Every module the store keeps: its hash and its size in bytes, by hash.
     fn module_list(&mut self) -> StoreResult<Vec<(String, u64)>>;

@@ -41,7 +41,13 @@ pub(crate) async fn call<T: Send + 'static>(
 ) -> Result<T, ApiError> {
     let client = state.client()?;
     let limit = state.request_timeout + wait;
-    match tokio::time::timeout(limit, crate::client::blocking(move || work(client))).await {
+    let calls = Arc::clone(&state.store_calls);
+    let run = async move {
+        // A turn among the calls that may run at once: what waits for one holds no thread.
+        let _turn = calls.acquire_owned().await;
+        crate::client::blocking(move || work(client)).await
+    };
+    match tokio::time::timeout(limit, run).await {
         Ok(result) => result.map_err(ApiError::from),
         Err(_) => Err(timed_out(limit)),
     }
@@ -50,11 +56,11 @@ pub(crate) async fn call<T: Send + 'static>(
 /// A request that ran past its time.
 pub(crate) fn timed_out(limit: Duration) -> ApiError {
     ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
+        StatusCode::GATEWAY_TIMEOUT,
         "timeout",
         format!(
-            "the request took longer than {limit:?} (the store may be slow or unreachable): ask \
-             again"
+            "the request took longer than {limit:?} (the server is busy, or its store slow): ask \
+             again; what it asked for may have happened (a start with an id is safe to repeat)"
         ),
     )
 }

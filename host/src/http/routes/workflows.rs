@@ -10,8 +10,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use wfcontract::Payload;
 use wfhost_client::wire::{
-    CancelJson, ErrorBody, HistoryPage, ListParams, OutboxPage, PageParams, SentJson, StartRequest,
-    StartedJson, WaitParams, WorkflowJson, WorkflowPage,
+    CancelJson, ErrorBody, HistoryPage, HistoryParams, ListParams, OutboxPage, OutboxParams,
+    SentJson, StartRequest, StartedJson, WaitParams, WorkflowJson, WorkflowPage,
 };
 
 use super::{call, timed_out, wait};
@@ -222,7 +222,7 @@ fn waiting(state: &Arc<AppState>) -> Result<Waiting, ApiError> {
 /// Sends the workflow a message (any JSON).
 #[utoipa::path(post, path = "/v1/workflows/{id}/messages", tag = "workflows",
     params(("id" = String, Path, description = "The workflow's id, percent-encoded")),
-    request_body(content = Object, description = "The message: any JSON value"),
+    request_body(content = Value, description = "The message: any JSON value"),
     responses(
         (status = 202, description = "Written for the workflow's host to deliver", body = SentJson),
         (status = 400, description = "Not JSON", body = ErrorBody),
@@ -266,15 +266,17 @@ async fn cancel(
 
 /// A page of the workflow's journal, each step in words (as `wfhost history --json`).
 #[utoipa::path(get, path = "/v1/workflows/{id}/history", tag = "workflows",
-    params(("id" = String, Path, description = "The workflow's id, percent-encoded"), PageParams),
+    params(("id" = String, Path, description = "The workflow's id, percent-encoded"), HistoryParams),
     responses(
         (status = 200, description = "A page of steps, and the cursor of the next", body = HistoryPage),
+        (status = 400, description = "A parameter is wrong", body = ErrorBody),
         (status = 404, description = "No such workflow", body = ErrorBody),
+        (status = 500, description = "A step of the journal cannot be read back (damaged)", body = ErrorBody),
     ))]
 async fn history(
     State(state): State<Arc<AppState>>,
     WorkflowId(id): WorkflowId,
-    QueryParams(params): QueryParams<PageParams>,
+    QueryParams(params): QueryParams<HistoryParams>,
 ) -> Result<Json<HistoryPage>, ApiError> {
     let limit = params.limit.unwrap_or(DEFAULT_PAGE);
     if limit == 0 || limit > MAX_PAGE {
@@ -286,25 +288,7 @@ async fn history(
         let page = client.history(&id, params.after.as_deref(), limit)?;
         let resolver = client.clone();
         let mut narrator = Narrator::new(move |number| resolver.id_of(number).ok().flatten());
-        // A completion is told in the words of the command it answers: the steps before the
-        // page are heard first.
-        if params.after.is_some() {
-            let first = page.items.first().map_or(0, |step| step.seq);
-            let mut cursor = None;
-            'earlier: loop {
-                let earlier = client.history(&id, cursor.as_deref(), MAX_PAGE)?;
-                for step in &earlier.items {
-                    if step.seq >= first {
-                        break 'earlier;
-                    }
-                    narrator.learn(step);
-                }
-                match earlier.next {
-                    Some(next) => cursor = Some(next),
-                    None => break,
-                }
-            }
-        }
+        learn_what_completions_answer(&client, &id, &page.items, &mut narrator)?;
         let steps = page
             .items
             .iter()
@@ -319,32 +303,93 @@ async fn history(
     Ok(Json(page))
 }
 
+/// The most steps before a page that are read to find the commands its completions answer
+/// (a completion of one yielded further back is told without the command's kind).
+const LOOK_BACK: u64 = 100_000;
+
+/// Steps read at a time looking back.
+const LOOK_BACK_WINDOW: u64 = 1_000;
+
+/// Teaches `narrator` the commands that the completions in `steps` answer and that were
+/// yielded before them: read back from the steps before, a window at a time, until each is
+/// found (a completion mostly answers a command of the steps just before it).
+fn learn_what_completions_answer(
+    client: &crate::Client,
+    id: &str,
+    steps: &[crate::HistoryStep],
+    narrator: &mut Narrator<'_>,
+) -> crate::Result<()> {
+    let Some(first) = steps.first().map(|step| step.seq) else {
+        return Ok(());
+    };
+    let mut yielded = std::collections::HashSet::new();
+    let mut missing = std::collections::HashSet::new();
+    for step in steps {
+        for event in &step.events {
+            if event.kind == wfcontract::EventKind::YieldComplete && !yielded.contains(&event.tag.0)
+            {
+                missing.insert(event.tag.0);
+            }
+        }
+        yielded.extend(step.yields.iter().map(|y| y.tag.0));
+    }
+    let mut before = first;
+    while !missing.is_empty() && before > 1 && first - before < LOOK_BACK {
+        let from = before.saturating_sub(LOOK_BACK_WINDOW).max(1);
+        let window = client.history(
+            id,
+            Some(&crate::client::cursor(from - 1)),
+            (before - from) as usize,
+        )?;
+        for step in window.items.iter().rev() {
+            for y in &step.yields {
+                if missing.remove(&y.tag.0) {
+                    narrator.learn_command(y.tag.0, y.command.clone());
+                }
+            }
+        }
+        before = from;
+    }
+    Ok(())
+}
+
 /// The messages the workflow sent the host after the cursor; waits for one with `wait=`.
 #[utoipa::path(get, path = "/v1/workflows/{id}/outbox", tag = "workflows",
-    params(("id" = String, Path, description = "The workflow's id, percent-encoded"), PageParams),
+    params(("id" = String, Path, description = "The workflow's id, percent-encoded"), OutboxParams),
     responses(
         (status = 200, description = "The messages after the cursor, and the cursor of what follows", body = OutboxPage),
+        (status = 400, description = "A parameter is wrong", body = ErrorBody),
         (status = 404, description = "No such workflow", body = ErrorBody),
+        (status = 503, description = "Too many requests wait already", body = ErrorBody),
     ))]
 async fn outbox(
     State(state): State<Arc<AppState>>,
     WorkflowId(id): WorkflowId,
-    QueryParams(params): QueryParams<PageParams>,
+    QueryParams(params): QueryParams<OutboxParams>,
 ) -> Result<Json<OutboxPage>, ApiError> {
     let wait = wait(&state, params.wait.as_deref())?;
+    let limit = params.limit.unwrap_or(DEFAULT_PAGE);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::bad_request(format!(
+            "limit={limit} is out of bounds: a page holds 1 to {MAX_PAGE} messages"
+        )));
+    }
     let client = state.client()?;
     let page = if wait.is_zero() {
         call(&state, wait, move |client| {
-            client.outbox(&id, params.after.as_deref(), None)
+            client
+                .outbox(&id, params.after.as_deref(), limit, None)
+                .map(convert::outbox)
         })
         .await?
     } else {
         let _permit = waiting(&state)?;
-        let limit = state.request_timeout + wait;
-        let waited = client.outbox_async(&id, params.after.as_deref(), Some(wait));
-        tokio::time::timeout(limit, waited)
+        let limit_time = state.request_timeout + wait;
+        let waited = client.outbox_async(&id, params.after.as_deref(), limit, Some(wait));
+        let page = tokio::time::timeout(limit_time, waited)
             .await
-            .map_err(|_| timed_out(limit))??
+            .map_err(|_| timed_out(limit_time))??;
+        convert::outbox(page)
     };
-    Ok(Json(convert::outbox(page)))
+    Ok(Json(page))
 }

@@ -588,10 +588,26 @@ impl Read for PgStore {
         self.read("reading messages", read::messages)
     }
 
-    fn host_messages(&mut self, num: u64, after: u64) -> StoreResult<Vec<super::HostMessage>> {
+    fn host_messages(
+        &mut self,
+        num: u64,
+        after: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<super::HostMessage>> {
         let (num, after) = (read::int(num)?, read::int(after)?);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read("reading the messages to the host", |conn| {
-            read::host_messages(conn, num, after)
+            read::host_messages(conn, num, after, limit)
+        })
+    }
+
+    fn latest_host_messages(&mut self, nums: &[u64]) -> StoreResult<Vec<(u64, u64)>> {
+        let nums = nums
+            .iter()
+            .map(|&n| read::int(n))
+            .collect::<StoreResult<Vec<i64>>>()?;
+        self.read("reading the latest messages to the host", |conn| {
+            read::latest_host_messages(conn, &nums)
         })
     }
 

@@ -125,12 +125,18 @@ pub(super) fn page(
     let cancelled = filter.cancelled;
     let started_before = filter.started_before.map(|t| t.min(i64::MAX as u64) as i64);
     let started_after = filter.started_after.map(|t| t.min(i64::MAX as u64) as i64);
+    // The page, cut where its inputs and results reach the budget (none: no cut).
+    let budget = filter.max_bytes.map(|b| b.min(i64::MAX as u64) as i64);
     Ok(conn
         .query(
             concat!(
                 "SELECT ",
                 workflow_columns!(),
-                " FROM workflows w WHERE num > $1 \
+                " FROM workflows w WHERE num IN (SELECT num FROM (\
+                 SELECT num, octet_length(input) + coalesce(octet_length(result), 0) AS own, \
+                 sum(octet_length(input) + coalesce(octet_length(result), 0)) \
+                   OVER (ORDER BY num) AS upto \
+                 FROM workflows WHERE num > $1 \
                  AND ($2::smallint IS NULL OR state = $2) \
                  AND ($3::bool IS NULL OR (coalesce(error_kind, '') = $10) = $3) \
                  AND ($4::text IS NULL OR entry = $4) \
@@ -138,7 +144,9 @@ pub(super) fn page(
                  AND ($6::bigint IS NULL OR started < $6) \
                  AND ($7::bigint IS NULL OR started >= $7) \
                  AND (NOT $8 OR parent IS NULL) \
-                 ORDER BY num LIMIT $9"
+                 ORDER BY num LIMIT $9) page \
+                 WHERE $11::bigint IS NULL OR upto - own < $11) \
+                 ORDER BY num"
             ),
             &[
                 &after,
@@ -151,6 +159,7 @@ pub(super) fn page(
                 &filter.top_level,
                 &limit,
                 &wfhost_scheduler::FailureKind::Cancelled.name(),
+                &budget,
             ],
         )?
         .iter()
@@ -203,11 +212,13 @@ pub(super) fn host_messages(
     conn: &mut Conn,
     num: i64,
     after: i64,
+    limit: i64,
 ) -> Result<Vec<HostMessage>, Error> {
     Ok(conn
         .query(
-            "SELECT tag, at, payload FROM outbox WHERE num = $1 AND tag > $2 ORDER BY tag",
-            &[&num, &after],
+            "SELECT tag, at, payload FROM outbox WHERE num = $1 AND tag > $2 ORDER BY tag \
+             LIMIT $3",
+            &[&num, &after, &limit],
         )?
         .iter()
         .map(|row| HostMessage {
@@ -266,6 +277,20 @@ pub(super) fn module_list(conn: &mut Conn) -> Result<Vec<(String, u64)>, Error> 
         )?
         .iter()
         .map(|row| (row.get(0), uint(row.get(1))))
+        .collect())
+}
+
+pub(super) fn latest_host_messages(
+    conn: &mut Conn,
+    nums: &[i64],
+) -> Result<Vec<(u64, u64)>, Error> {
+    Ok(conn
+        .query(
+            "SELECT num, max(tag) FROM outbox WHERE num = ANY($1) GROUP BY num",
+            &[&nums],
+        )?
+        .iter()
+        .map(|row| (uint(row.get(0)), uint(row.get(1))))
         .collect())
 }
 

@@ -149,13 +149,27 @@ impl Read for SqliteStore {
             clauses.push("parent IS NULL".into());
         }
         values.push(i64::try_from(limit).unwrap_or(i64::MAX).into());
-        let mut statement = self
-            .conn
-            .prepare(&format!(
+        let query = match filter.max_bytes {
+            None => format!(
                 "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE {} ORDER BY num LIMIT ?",
                 clauses.join(" AND ")
-            ))
-            .map_err(sql(what))?;
+            ),
+            // The page, cut where its inputs and results reach the budget (the sizes are read
+            // from the rows' headers, not their bytes).
+            Some(budget) => {
+                values.push(i64::try_from(budget).unwrap_or(i64::MAX).into());
+                format!(
+                    "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE num IN (\
+                     SELECT num FROM (SELECT num, \
+                       length(input) + coalesce(length(result), 0) AS own, \
+                       sum(length(input) + coalesce(length(result), 0)) OVER (ORDER BY num) AS upto \
+                       FROM workflows WHERE {} ORDER BY num LIMIT ?) WHERE upto - own < ?) \
+                     ORDER BY num",
+                    clauses.join(" AND ")
+                )
+            }
+        };
+        let mut statement = self.conn.prepare(&query).map_err(sql(what))?;
         let rows = statement
             .query_map(rusqlite::params_from_iter(values), workflow_row)
             .map_err(sql(what))?;
@@ -215,17 +229,24 @@ impl Read for SqliteStore {
             .map_err(sql("reading a module"))
     }
 
-    fn host_messages(&mut self, num: u64, after: u64) -> StoreResult<Vec<HostMessage>> {
+    fn host_messages(
+        &mut self,
+        num: u64,
+        after: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<HostMessage>> {
         let what = "reading the messages to the host";
         let (num, after) = (int(num).map_err(sql(what))?, int(after).map_err(sql(what))?);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut statement = self
             .conn
             .prepare_cached(
-                "SELECT tag, at, payload FROM outbox WHERE num = ?1 AND tag > ?2 ORDER BY tag",
+                "SELECT tag, at, payload FROM outbox WHERE num = ?1 AND tag > ?2 ORDER BY tag \
+                 LIMIT ?3",
             )
             .map_err(sql(what))?;
         let rows = statement
-            .query_map(params![num, after], |row| {
+            .query_map(params![num, after, limit], |row| {
                 Ok(HostMessage {
                     num: num as u64,
                     tag: row.get::<_, i64>(0)?.max(0) as u64,
@@ -273,6 +294,24 @@ impl Read for SqliteStore {
             }
         }
         Ok(finished)
+    }
+
+    fn latest_host_messages(&mut self, nums: &[u64]) -> StoreResult<Vec<(u64, u64)>> {
+        let what = "reading the latest messages to the host";
+        let mut statement = self
+            .conn
+            .prepare_cached("SELECT max(tag) FROM outbox WHERE num = ?1")
+            .map_err(sql(what))?;
+        let mut latest = Vec::new();
+        for &num in nums {
+            let tag: Option<i64> = statement
+                .query_row(params![int(num).map_err(sql(what))?], |row| row.get(0))
+                .map_err(sql(what))?;
+            if let Some(tag) = tag {
+                latest.push((num, tag.max(0) as u64));
+            }
+        }
+        Ok(latest)
     }
 
     fn count_running(&mut self) -> StoreResult<u64> {
