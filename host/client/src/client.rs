@@ -307,8 +307,7 @@ pub fn parse_wait(text: &str) -> Option<Duration> {
         "h" => number * 3600.0,
         _ => return None,
     };
-    (seconds.is_finite() && (0.0..1e9).contains(&seconds))
-        .then(|| Duration::from_secs_f64(seconds))
+    (seconds.is_finite() && (0.0..1e9).contains(&seconds)).then(|| Duration::from_secs_f64(seconds))
 }
 
 /// The status and the decoded body of an answer, or the error it carries.

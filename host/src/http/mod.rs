@@ -3,7 +3,7 @@
 //!
 //! # Core concepts
 //!
-//! An [`Api`] holds the client its routes call (one serving a host, [`Client::serving`]), the
+//! An [`Api`] holds the client its routes call (one serving a host, [`Client::serving`](crate::Client::serving)), the
 //! token it wants, its limits and the [`Metrics`](crate::Metrics) it serves. Its
 //! [`router`](Api::router) is an axum `Router` an application can mount among its own routes;
 //! [`Api::serve`] runs it on a socket of its own, with TLS ([`Tls`]) and the limits on
@@ -22,7 +22,7 @@
 //! let host = Host::builder().store("wf.db", SyncMode::Full).metrics(&metrics).build()?;
 //! host.recover()?;
 //! let api = Api::new(Some(Client::serving(&host, Grants::default())?))
-//!     .token("s3cret")
+//!     .token("s3cret")?
 //!     .metrics(&metrics);
 //! let listener = std::net::TcpListener::bind("127.0.0.1:8080").unwrap();
 //! let serving = api.serve(listener, ServeOptions::new())?;
@@ -41,7 +41,7 @@ mod openapi;
 mod routes;
 
 pub use api::{
-    Api, DEFAULT_MAX_BODY, DEFAULT_MAX_MODULE, DEFAULT_MAX_WAIT, DEFAULT_MAX_WAITING,
-    DEFAULT_REQUEST_TIMEOUT,
+    Api, DEFAULT_MAX_BODY, DEFAULT_MAX_MODULE, DEFAULT_MAX_STORE_CALLS, DEFAULT_MAX_WAIT,
+    DEFAULT_MAX_WAITING, DEFAULT_REQUEST_TIMEOUT,
 };
 pub use listen::{ServeOptions, Serving, Tls, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
