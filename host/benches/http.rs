@@ -15,6 +15,9 @@
 //!   filtered page; milliseconds each, medians of 20.
 //! - `metrics`: `GET /metrics` with `WFHOST_BENCH_LIVE` (default 100,000) live processes:
 //!   milliseconds a scrape, median of 20.
+//! - `counted`: what counting costs the steps: the wasm ring (1,000 processes,
+//!   `WFHOST_BENCH_RING_HOPS`, default 200,000 hops, each a step) on a host with metrics and on
+//!   one without, alternating; hops per second each.
 //!
 //! `WFHOST_BENCH_ROUNDS` (default 3) sets the rounds of `starts`. The wfhost binary of `waiters`
 //! is `target/release/wfhost` (`cargo build --release -p wfhost-cli` first) or
@@ -33,7 +36,7 @@ use wfhost::__testing::{Ending, NewWorkflow, Op, Open as _};
 use wfhost::http::{Api, ServeOptions};
 use wfhost::store::Location;
 use wfhost::{Client, Grants, Host, Metrics, Payload, SyncMode};
-use wfhost_test_programs::PROBE;
+use wfhost_test_programs::{PROBE, RING};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -54,6 +57,9 @@ fn main() {
     }
     if wanted("metrics") {
         metrics(count("WFHOST_BENCH_LIVE", 100_000));
+    }
+    if wanted("counted") {
+        counted(rounds, count("WFHOST_BENCH_RING_HOPS", 200_000) as u64);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -115,7 +121,10 @@ fn starts(rounds: usize, dir: &Path) {
         .put_module(&std::fs::read(PROBE).expect("the probe module"))
         .expect("stored")
         .hash;
-    let api = Api::new(Some(library.clone()));
+    let api = Api::new(Some(library.clone())).max_store_calls(count(
+        "WFHOST_BENCH_STORE_CALLS",
+        wfhost::http::DEFAULT_MAX_STORE_CALLS,
+    ));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
     let serving = api.serve(listener, ServeOptions::new()).expect("serving");
     let url = format!("http://{}", serving.local_addr());
@@ -124,24 +133,38 @@ fn starts(rounds: usize, dir: &Path) {
         .collect();
     let round = AtomicU64::new(0);
     let input = Payload::json_bytes(b"1".to_vec());
+    // Compiled before the rounds, not during the first.
+    library
+        .start_stored(Some("warm"), &module, "echo", &input)
+        .expect("started");
     let mut over_http = Vec::new();
     let mut direct = Vec::new();
     let mut http_latency = Vec::new();
     let mut direct_latency = Vec::new();
+    // For profiling one side alone: WFHOST_BENCH_ONLY=http or library.
+    let only = std::env::var("WFHOST_BENCH_ONLY").unwrap_or_default();
     for _ in 0..rounds {
         let r = round.fetch_add(1, Ordering::Relaxed);
-        let (rate, latencies) = drive(clients, total, |client, n| {
-            let start = wfhost_client::wire::StartRequest {
-                id: Some(format!("h{r}-{n}")),
-                module: module.clone(),
-                entry: "echo".into(),
-                input: serde_json::value::to_raw_value(&1).expect("json"),
-            };
-            let started = http[client].start(&start).expect("started over HTTP");
-            assert!(started.new);
-        });
-        over_http.push(rate);
-        http_latency.extend(latencies);
+        if only == "library" {
+            over_http.push(f64::NAN);
+        } else {
+            let (rate, latencies) = drive(clients, total, |client, n| {
+                let start = wfhost_client::wire::StartRequest {
+                    id: Some(format!("h{r}-{n}")),
+                    module: module.clone(),
+                    entry: "echo".into(),
+                    input: serde_json::value::to_raw_value(&1).expect("json"),
+                };
+                let started = http[client].start(&start).expect("started over HTTP");
+                assert!(started.new);
+            });
+            over_http.push(rate);
+            http_latency.extend(latencies);
+        }
+        if only == "http" {
+            direct.push(f64::NAN);
+            continue;
+        }
         let (rate, latencies) = drive(clients, total, |_, n| {
             let started = library
                 .start_stored(Some(&format!("d{r}-{n}")), &module, "echo", &input)
@@ -186,13 +209,27 @@ fn waiters(waiters: usize, dir: &Path) {
     }
     let store = dir.join("waiters.db");
     let log = dir.join("waiters.log");
-    let mut server = std::process::Command::new(&bin)
-        .args(["serve", "--store"])
-        .arg(&store)
-        .args(["--http", "127.0.0.1:0", "--max-connections", "30000"])
-        .stderr(std::fs::File::create(&log).expect("a log"))
-        .spawn()
-        .expect("wfhost serve");
+    /// The server, killed however the bench ends.
+    struct Child(std::process::Child);
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let server = Child(
+        std::process::Command::new(&bin)
+            .args(["serve", "--store"])
+            .arg(&store)
+            .args(["--http", "127.0.0.1:0", "--max-connections", "30000"])
+            // The workflows hibernate as they wait: what is measured is the waiters' cost.
+            .args(["--hibernate", "always"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("a log"))
+            .spawn()
+            .expect("wfhost serve"),
+    );
+    let pid = server.0.id();
     let addr = loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         if let Some(line) = text.lines().find(|l| l.contains("listens on http://")) {
@@ -207,6 +244,10 @@ fn waiters(waiters: usize, dir: &Path) {
     };
     let url = format!("http://{addr}");
     let api = wfhost_client::Client::new(&url).expect("a client");
+    // Listening comes before the host: ready once it has one.
+    while api.ready().is_err() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let module = api
         .put_module(&std::fs::read(PROBE).expect("the probe module"))
         .expect("stored")
@@ -235,7 +276,7 @@ fn waiters(waiters: usize, dir: &Path) {
         "waiters: {waiters} workflows started in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let rss_before = proc_status(server.id(), "VmRSS");
+    let rss_before = proc_status(pid, "VmRSS");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -280,8 +321,18 @@ fn waiters(waiters: usize, dir: &Path) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let threads = proc_status(server.id(), "Threads");
-    let rss = proc_status(server.id(), "VmRSS");
+    let threads = proc_status(pid, "Threads");
+    let mut names = std::collections::BTreeMap::<String, usize>::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        *names.entry(name.trim().to_string()).or_default() += 1;
+    }
+    println!("waiters: the server's threads by name: {names:?}");
+    let rss = proc_status(pid, "VmRSS");
     let message = serde_json::value::to_raw_value(&7).expect("json");
     let sent = Instant::now();
     std::thread::scope(|scope| {
@@ -308,8 +359,7 @@ fn waiters(waiters: usize, dir: &Path) {
         rss as f64 / 1024.0,
         rss_before as f64 / 1024.0,
     );
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
 }
 
 fn list(workflows: usize, dir: &Path) {
@@ -461,4 +511,35 @@ fn metrics(live: usize) {
     serving.stop();
     drop(runs);
     host.shutdown(Duration::from_secs(5));
+}
+
+fn counted(rounds: usize, hops: u64) {
+    let ring = |metrics: Option<&Metrics>| {
+        let mut builder = Host::builder();
+        if let Some(metrics) = metrics {
+            builder = builder.metrics(metrics);
+        }
+        let host = builder.build().expect("a host");
+        host.load_module("ring", RING).expect("the ring module");
+        let report = host
+            .spawn(
+                "ring",
+                "ring",
+                Payload::to_postcard(&(1_000u32, hops)).expect("encodes"),
+            )
+            .expect("spawned")
+            .wait()
+            .expect("the ring finishes");
+        let (_, _, seconds, _): (u32, u64, f64, f64) = report.decode().expect("a report");
+        host.shutdown(Duration::from_secs(10));
+        seconds
+    };
+    let metrics = Metrics::new();
+    let (counted, plain) = common::alternate(rounds, || ring(Some(&metrics)), || ring(None));
+    println!(
+        "counted: ring with metrics {:.0} hops/s, without {:.0} hops/s; with/without {:.3}",
+        hops as f64 / counted,
+        hops as f64 / plain,
+        plain / counted
+    );
 }

@@ -34,6 +34,12 @@ const REMOTE_POLL: Duration = Duration::from_millis(250);
 /// The most a wait may last, whatever it asks: a client that wants longer asks again.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(300);
 
+/// Reads of the store that async waits (`result_async`, `outbox_async`) run at once, at most:
+/// each holds a thread of tokio's blocking pool while it runs; the others wait for a turn
+/// without one, so that ten thousand waiters starting together take a few threads, not one
+/// each.
+const ASYNC_READS: usize = 8;
+
 /// Modules a serving client loads from the store's copies (`wfhost:<hash>`), at most: the least
 /// recently started goes when another comes (it stays compiled while its workflows run).
 const LOADED_FROM_STORE: usize = 64;
@@ -47,6 +53,11 @@ pub(crate) struct ServingBackend {
     polling: Arc<AtomicBool>,
     /// The modules this client loaded from the store, most recently started last.
     loaded: Mutex<VecDeque<String>>,
+    /// Held while a module is loaded: the starts of a module not loaded yet that come at once
+    /// compile it once, not once each.
+    loading: Mutex<()>,
+    /// Turns for the async waits' reads of the store ([`ASYNC_READS`]).
+    reads: Arc<tokio::sync::Semaphore>,
 }
 
 impl ServingBackend {
@@ -66,6 +77,8 @@ impl ServingBackend {
             store,
             polling: Arc::new(AtomicBool::new(false)),
             loaded: Mutex::new(VecDeque::new()),
+            loading: Mutex::new(()),
+            reads: Arc::new(tokio::sync::Semaphore::new(ASYNC_READS)),
         })
     }
 
@@ -99,15 +112,15 @@ impl ServingBackend {
     /// (with that name's grants), or `wfhost:<hash>`, loaded from the store's copy with the
     /// grants this client was given.
     fn loaded(&self, hash: &str, bytes: Option<&[u8]>) -> Result<String> {
-        let name = format!("wfhost:{hash}");
-        if let Some(loaded) = self.host.engine().modules.by_hash(hash) {
-            let mut recent = self.loaded.lock();
-            if let Some(at) = recent.iter().position(|n| *n == name) {
-                let used = recent.remove(at).expect("found above");
-                recent.push_back(used);
-            }
-            return Ok(loaded.name.to_string());
+        if let Some(name) = self.recently_loaded(hash) {
+            return Ok(name);
         }
+        let _loading = self.loading.lock();
+        // Loaded meanwhile, by the start that held the lock before.
+        if let Some(name) = self.recently_loaded(hash) {
+            return Ok(name);
+        }
+        let name = format!("wfhost:{hash}");
         let stored;
         let bytes = match bytes {
             Some(bytes) => bytes,
@@ -133,17 +146,35 @@ impl ServingBackend {
         Ok(name)
     }
 
+    /// The name a module with `hash` is loaded under, if it is, marked as just used.
+    fn recently_loaded(&self, hash: &str) -> Option<String> {
+        let loaded = self.host.engine().modules.by_hash(hash)?;
+        let name = format!("wfhost:{hash}");
+        let mut recent = self.loaded.lock();
+        if let Some(at) = recent.iter().position(|n| *n == name) {
+            let used = recent.remove(at).expect("found above");
+            recent.push_back(used);
+        }
+        Some(loaded.name.to_string())
+    }
+
     pub(crate) fn start(&self, start: &Start<'_>) -> Result<Started> {
         let id = start.id.map_or_else(new_id, str::to_string);
         let (hash, bytes) = match start.module {
             ModuleRef::Bytes(bytes) => (ModuleInfo::inspect(bytes)?.sha256, Some(bytes)),
             ModuleRef::Hash(hash) => (hash.to_string(), None),
         };
-        // An id the store has: the same start again, or a conflict, whichever host runs it.
-        if let Some(started) = self.started_before(&id, &hash, start)? {
-            return Ok(started);
-        }
-        let name = self.loaded(&hash, bytes)?;
+        let name = match self.loaded(&hash, bytes) {
+            Ok(name) => name,
+            // A module the store no longer keeps, or that no longer loads: a start of an id
+            // that exists is still answered.
+            Err(error) => {
+                return match self.started_before(&id, &hash, start)? {
+                    Some(started) => Ok(started),
+                    None => Err(error),
+                }
+            }
+        };
         let started = self.durable.start_new(
             self.host.engine(),
             &id,
@@ -153,12 +184,32 @@ impl ServingBackend {
         );
         match started {
             // Its result is read from the store; what it sends the host is kept there.
-            Ok((_, new)) => Ok(Started {
+            Ok((_, Some(record))) => {
+                let mut workflow = WorkflowStatus::of(crate::durable::store::Workflow {
+                    start: record,
+                    state: crate::durable::store::State::Running,
+                    ending: None,
+                    finished: None,
+                    steps: 0,
+                    cancel: crate::durable::store::Cancel::No,
+                    damaged: None,
+                    unread: 0,
+                    owner: None,
+                });
+                self.mark_host(&mut workflow);
+                Ok(Started {
+                    id,
+                    new: true,
+                    workflow,
+                })
+            }
+            Ok((_, None)) => Ok(Started {
                 id: id.clone(),
-                new,
+                new: false,
                 workflow: self.status(&id)?,
             }),
-            // Started meanwhile by another request, here or on another host.
+            // It runs on another host, or waits for a host, or was started meanwhile by
+            // another request: the same start again, or a conflict, as the store says.
             Err(error) => match self.started_before(&id, &hash, start)? {
                 Some(started) => Ok(started),
                 None => Err(error),
@@ -192,9 +243,17 @@ impl ServingBackend {
         Ok(status)
     }
 
-    /// Names this host as the one that runs `status`'s workflow, when it does.
+    /// Names this host as the one that runs `status`'s workflow, when it does; on a store of
+    /// its own, an unfinished workflow it does not run waits (for its module, or a repair).
     fn mark_host(&self, status: &mut WorkflowStatus) {
-        if status.is_finished() || self.durable.ids.pid_of(&status.id).is_none() {
+        if status.is_finished() {
+            return;
+        }
+        if self.durable.ids.pid_of(&status.id).is_none() {
+            if !self.shared() {
+                status.host = None;
+                status.waiting_for_host = true;
+            }
             return;
         }
         status.host = Some(match self.durable.store_host() {
@@ -250,7 +309,7 @@ impl ServingBackend {
         wait: Option<Duration>,
     ) -> Result<WorkflowStatus> {
         let deadline = Instant::now() + wait.unwrap_or_default().min(MAX_WAIT);
-        let status = read_status(client, id).await?;
+        let status = self.read_status(client, id).await?;
         if status.is_finished() || deadline <= Instant::now() {
             return Ok(status);
         }
@@ -258,7 +317,7 @@ impl ServingBackend {
         let mut watch = self.durable.waiters.watch(Topic::End, status.number, 0);
         self.poll_other_hosts(client);
         // Registered, then read again: an end committed between the two reads fires it.
-        let status = read_status(client, id).await?;
+        let status = self.read_status(client, id).await?;
         if status.is_finished() {
             return Ok(status);
         }
@@ -266,7 +325,32 @@ impl ServingBackend {
             .fired(deadline.saturating_duration_since(Instant::now()))
             .await;
         drop(watch);
-        read_status(client, id).await
+        self.read_status(client, id).await
+    }
+
+    /// Where workflow `id` stands, read on a thread that may block, in its turn.
+    async fn read_status(&self, client: &Client, id: &str) -> Result<WorkflowStatus> {
+        let _turn = self.reads.acquire().await;
+        let (client, id) = (client.clone(), id.to_string());
+        blocking(move || client.status(&id)).await
+    }
+
+    /// A page of the outbox, read on a thread that may block, in its turn.
+    async fn read_outbox(
+        &self,
+        client: &Client,
+        id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<OutboxPage> {
+        let _turn = self.reads.acquire().await;
+        let (client, id, after) = (client.clone(), id.to_string(), after.map(str::to_string));
+        let limit = limit.min(MAX_OUTBOX_PAGE);
+        blocking(move || match &*client.backend {
+            super::Backend::Serving(serving) => serving.store.outbox(&id, after.as_deref(), limit),
+            _ => client.outbox(&id, after.as_deref(), limit, None),
+        })
+        .await
     }
 
     /// On a store hosts share: starts the task that reads, every [`REMOTE_POLL`], which of the
@@ -405,7 +489,7 @@ impl ServingBackend {
         let position = after.map(parse_cursor).transpose()?.unwrap_or(0);
         let deadline = Instant::now() + wait.unwrap_or_default().min(MAX_WAIT);
         loop {
-            let page = read_outbox(client, id, after, limit).await?;
+            let page = self.read_outbox(client, id, after, limit).await?;
             let left = deadline.saturating_duration_since(Instant::now());
             if !page.messages.is_empty() || page.finished || left.is_zero() {
                 return Ok(page);
@@ -414,7 +498,7 @@ impl ServingBackend {
             let mut sent = waiters.watch(Topic::Outbox, page.number, position);
             let mut ended = waiters.watch(Topic::End, page.number, 0);
             self.poll_other_hosts(client);
-            let again = read_outbox(client, id, after, limit).await?;
+            let again = self.read_outbox(client, id, after, limit).await?;
             if !again.messages.is_empty() || again.finished {
                 return Ok(again);
             }
@@ -474,24 +558,4 @@ fn look_at_other_hosts(client: &Client, waiters: &Waiters) -> Result<()> {
         waiters.fire_sent(&latest);
     }
     Ok(())
-}
-
-async fn read_status(client: &Client, id: &str) -> Result<WorkflowStatus> {
-    let (client, id) = (client.clone(), id.to_string());
-    blocking(move || client.status(&id)).await
-}
-
-async fn read_outbox(
-    client: &Client,
-    id: &str,
-    after: Option<&str>,
-    limit: usize,
-) -> Result<OutboxPage> {
-    let (client, id, after) = (client.clone(), id.to_string(), after.map(str::to_string));
-    let limit = limit.min(MAX_OUTBOX_PAGE);
-    blocking(move || match &*client.backend {
-        super::Backend::Serving(serving) => serving.store.outbox(&id, after.as_deref(), limit),
-        _ => client.outbox(&id, after.as_deref(), limit, None),
-    })
-    .await
 }

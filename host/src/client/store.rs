@@ -129,6 +129,10 @@ impl StoreBackend {
 
     pub(crate) fn status(&self, id: &str) -> Result<WorkflowStatus> {
         let workflow = self.find(id)?;
+        if self.serving && self.location.path().is_some() {
+            // The file's one host says whether it runs it (`ServingBackend::mark_host`).
+            return Ok(WorkflowStatus::of(workflow));
+        }
         let (host, waiting) = self.host_of(&workflow)?;
         let mut status = WorkflowStatus::of(workflow);
         status.host = host;

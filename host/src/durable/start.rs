@@ -72,8 +72,8 @@ impl Durable {
             .map(|(spawned, _)| spawned)
     }
 
-    /// As [`start`](Self::start): and whether this start wrote the workflow (`false`: it
-    /// existed, with the same module, entry point and input).
+    /// As [`start`](Self::start), and the start this wrote: `None` when the workflow existed,
+    /// with the same module, entry point and input.
     pub(crate) fn start_new(
         self: &Arc<Self>,
         engine: &Engine,
@@ -81,7 +81,7 @@ impl Durable {
         module: &str,
         entry: &str,
         input: Payload,
-    ) -> Result<(Spawned, bool)> {
+    ) -> Result<(Spawned, Option<NewWorkflow>)> {
         engine.running()?;
         self.writable()?;
         if let Some(why) = bad_id(id) {
@@ -96,14 +96,14 @@ impl Durable {
         let pid = engine.handle.reserve_pid();
         if let Some(running) = self.ids.claim(pid, &id) {
             self.same_start(&id, &hash, entry, &encoded)?;
-            return engine.follow(running).map(|spawned| (spawned, false));
+            return engine.follow(running).map(|spawned| (spawned, None));
         }
         let claimed = Claim(self, pid);
         let stored = self.reader.lock().workflow(&id).map_err(store_error)?;
         if let Some(workflow) = stored {
             return self
                 .existing(workflow, &hash, entry, &encoded)
-                .map(|spawned| (spawned, false));
+                .map(|spawned| (spawned, None));
         }
         // Its start runs now, before anything is written: nothing is written for an input the
         // entry point does not take.
@@ -120,12 +120,13 @@ impl Durable {
         };
         // On a shared store, what clients write for it is taken once it runs here.
         let _taking = self.lease.get().map(|_| self.taking.lock());
+        let record = start.clone();
         if !self.write_start(start)? {
             let stored = self.reader.lock().workflow(&id).map_err(store_error)?;
             return match stored {
                 Some(workflow) => self
                     .existing(workflow, &hash, entry, &encoded)
-                    .map(|spawned| (spawned, false)),
+                    .map(|spawned| (spawned, None)),
                 None => Err(Error::new(
                     ErrorKind::Unavailable,
                     format!("workflow '{id}' was being started elsewhere: ask again"),
@@ -144,7 +145,7 @@ impl Durable {
             }
         };
         std::mem::forget(claimed);
-        Ok((spawned, true))
+        Ok((spawned, Some(record)))
     }
 
     /// Writes a new workflow's start: whether it was written (on a store hosts share, another

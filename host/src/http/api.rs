@@ -216,12 +216,7 @@ impl Api {
     /// The routes, with the token check, the limits and the metrics around them.
     pub fn router(&self) -> Router {
         let state = Arc::clone(&self.state);
-        let (guarded, guarded_doc) = routes::guarded(&state)
-            .route_layer(middleware::from_fn_with_state(
-                Arc::clone(&state),
-                authorize,
-            ))
-            .split_for_parts();
+        let (guarded, guarded_doc) = routes::guarded(&state).split_for_parts();
         let (open, open_doc) = routes::open_routes().split_for_parts();
         let document = openapi_of(guarded_doc, open_doc);
         Router::new()
@@ -230,11 +225,9 @@ impl Api {
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(Extension(Arc::new(document)))
-            .layer(middleware::from_fn_with_state(
-                Arc::clone(&state),
-                same_origin,
-            ))
-            .layer(middleware::from_fn_with_state(Arc::clone(&state), count))
+            // One layer, one boxed future a request: a request that waits holds each layer's
+            // future for as long as it waits.
+            .layer(middleware::from_fn_with_state(Arc::clone(&state), gate))
             .with_state(state)
     }
 
@@ -248,28 +241,82 @@ impl Api {
     }
 }
 
-/// `401` without the token.
-async fn authorize(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .map(|value| value.as_bytes());
-    if state.admits(presented) {
-        return next.run(request).await;
+/// What every request goes through, in order: counted (by route, method and status, with
+/// its duration); refused if a web page could have sent it in the operator's name (another
+/// origin; on a server without a token, a host name that is not loopback's); refused without
+/// the token (every route but `/healthz`); refused when its announced body is past the route's
+/// limit, before the body is read.
+async fn gate(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let Some(metrics) = state.metrics.clone() else {
+        return admit(&state, request, next).await;
+    };
+    let route: Arc<str> = match request.extensions().get::<MatchedPath>() {
+        Some(path) => Arc::from(path.as_str()),
+        None => Arc::from("(unmatched)"),
+    };
+    // A closed set: a client may send any method.
+    let method: Arc<str> = Arc::from(match request.method().as_str() {
+        known @ ("GET" | "POST" | "PUT" | "DELETE" | "HEAD" | "OPTIONS" | "PATCH") => known,
+        _ => "other",
+    });
+    let started = Instant::now();
+    let response = admit(&state, request, next).await;
+    let core = &metrics.core;
+    core.http_requests
+        .get_or_create(&RequestLabels {
+            route: Arc::clone(&route),
+            method,
+            status: response.status().as_u16(),
+        })
+        .inc();
+    core.http_seconds
+        .get_or_create(&Route { route })
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+/// The request on to its route, or the refusal that [`gate`] describes.
+async fn admit(state: &AppState, request: Request, next: Next) -> Response {
+    if let Some(refusal) = web_page(state, &request) {
+        return refusal.into_response();
     }
-    let message = match presented {
-        None => {
-            "this server wants a token: send `Authorization: Bearer <token>` (the token in \
-                 the server's --token-file or WFHOST_TOKEN)"
+    let path = request.uri().path();
+    if path != "/healthz" {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(|value| value.as_bytes());
+        if !state.admits(presented) {
+            return unauthorized(presented.is_some());
         }
-        Some(_) => {
-            "the token is not this server's: send the token in the server's --token-file \
-                    or WFHOST_TOKEN as `Authorization: Bearer <token>`"
-        }
+    }
+    let limit = if path == "/v1/modules" {
+        state.max_module
+    } else {
+        state.max_body
+    };
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| text.parse::<u64>().ok());
+    if announced.is_some_and(|length| length > limit as u64) {
+        return super::extract::too_large().into_response();
+    }
+    next.run(request).await
+}
+
+/// `401`, and the connection closed: a client without the token keeps none.
+fn unauthorized(presented: bool) -> Response {
+    let message = if presented {
+        "the token is not this server's: send the token in the server's --token-file or \
+         WFHOST_TOKEN as `Authorization: Bearer <token>`"
+    } else {
+        "this server wants a token: send `Authorization: Bearer <token>` (the token in the \
+         server's --token-file or WFHOST_TOKEN)"
     };
     let mut response =
         ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response();
-    // A client without the token keeps no connection.
     response.headers_mut().insert(
         header::CONNECTION,
         axum::http::HeaderValue::from_static("close"),
@@ -277,11 +324,11 @@ async fn authorize(State(state): State<Arc<AppState>>, request: Request, next: N
     response
 }
 
-/// Refuses what a web page could send in the operator's name: a request from another origin
-/// (its `Origin` is not the server's own address), and, on a server without a token, a request
-/// for another host name than loopback's (a DNS name rebound to 127.0.0.1). A program that is
-/// not a browser sends no `Origin`.
-async fn same_origin(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+/// Why `request` may have come from a web page the operator visited, if it may: it comes from
+/// another origin (its `Origin` is not the server's own address), or, on a server without a
+/// token, asks for another host name than loopback's (a DNS name rebound to 127.0.0.1). A
+/// program that is not a browser sends no `Origin`.
+fn web_page(state: &AppState, request: &Request) -> Option<ApiError> {
     let host = request
         .headers()
         .get(header::HOST)
@@ -293,34 +340,27 @@ async fn same_origin(State(state): State<Arc<AppState>>, request: Request, next:
             .strip_prefix("http://")
             .or_else(|| origin.strip_prefix("https://"));
         if origin_host.is_none() || origin_host != host.as_deref() {
-            return ApiError::new(
+            return Some(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "cross_origin",
                 format!(
                     "a request from {origin} to this server is refused: only programs and this \
                      server's own pages may call it"
                 ),
-            )
-            .into_response();
+            ));
         }
     }
-    if state.token.is_none() {
-        if let Some(host) = &host {
-            if !is_loopback_name(host) {
-                return ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "not_loopback",
-                    format!(
-                        "this server has no token and answers requests for loopback only, not \
-                         for '{host}': ask for 127.0.0.1, ::1 or localhost, or give the server a \
-                         token"
-                    ),
-                )
-                .into_response();
-            }
-        }
+    match &host {
+        Some(host) if state.token.is_none() && !is_loopback_name(host) => Some(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "not_loopback",
+            format!(
+                "this server has no token and answers requests for loopback only, not for \
+                 '{host}': ask for 127.0.0.1, ::1 or localhost, or give the server a token"
+            ),
+        )),
+        _ => None,
     }
-    next.run(request).await
 }
 
 /// Whether `host` (a `Host` header's value: a name or an address, and a port) names this
@@ -335,36 +375,6 @@ fn is_loopback_name(host: &str) -> bool {
         || name
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// Counts each request by route, method and status, with its duration.
-async fn count(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    let Some(metrics) = state.metrics.clone() else {
-        return next.run(request).await;
-    };
-    let route: Arc<str> = match request.extensions().get::<MatchedPath>() {
-        Some(path) => Arc::from(path.as_str()),
-        None => Arc::from("(unmatched)"),
-    };
-    // A closed set: a client may send any method.
-    let method: Arc<str> = Arc::from(match request.method().as_str() {
-        known @ ("GET" | "POST" | "PUT" | "DELETE" | "HEAD" | "OPTIONS" | "PATCH") => known,
-        _ => "other",
-    });
-    let started = Instant::now();
-    let response = next.run(request).await;
-    let core = &metrics.core;
-    core.http_requests
-        .get_or_create(&RequestLabels {
-            route: Arc::clone(&route),
-            method,
-            status: response.status().as_u16(),
-        })
-        .inc();
-    core.http_seconds
-        .get_or_create(&Route { route })
-        .observe(started.elapsed().as_secs_f64());
-    response
 }
 
 /// The document: its frame, and the routes' paths and schemas.

@@ -55,40 +55,13 @@ fn body_error(rejection: BytesRejection) -> ApiError {
 }
 
 /// A body past the route's limit.
-fn too_large() -> ApiError {
+pub(crate) fn too_large() -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "too_large",
         "the body is larger than this server takes on this route (its --max-body, or \
          --max-module-size for modules)",
     )
-}
-
-/// Refuses a request whose `Content-Length` is past `limit` before reading any of its body (a
-/// body with no length is cut off at the limit as it is read).
-pub(crate) fn refuse_larger_than(
-    limit: usize,
-) -> impl Fn(
-    Request,
-    axum::middleware::Next,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = axum::response::Response> + Send>>
-       + Clone
-       + Send
-       + Sync
-       + 'static {
-    move |request: Request, next: axum::middleware::Next| {
-        Box::pin(async move {
-            let announced = request
-                .headers()
-                .get(axum::http::header::CONTENT_LENGTH)
-                .and_then(|value| value.to_str().ok())
-                .and_then(|text| text.parse::<u64>().ok());
-            if announced.is_some_and(|length| length > limit as u64) {
-                return axum::response::IntoResponse::into_response(too_large());
-            }
-            next.run(request).await
-        })
-    }
 }
 
 /// Query parameters read as `T`.

@@ -26,6 +26,10 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 20_000;
 /// idle between requests, unless [`ServeOptions::header_timeout`] says otherwise.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Threads of the server's blocking pool, at most: its calls to the store take turns, so this
+/// is never reached in practice; it bounds the threads whatever happens.
+const BLOCKING_THREADS: usize = 32;
+
 /// How long a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -203,6 +207,9 @@ impl Api {
             .map_err(|e| io_error("cannot serve on the listener", e))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(options.threads)
+            // Calls to the store take turns (`Api::max_store_calls`, the async waits' reads):
+            // a bound for the rest.
+            .max_blocking_threads(BLOCKING_THREADS)
             .thread_name("wfhost-http")
             .enable_all()
             .build()
@@ -271,20 +278,21 @@ async fn accept(
             stopped: stopped.clone(),
             metrics: metrics.clone(),
         };
-        let tls = tls.clone();
-        tasks.spawn(async move {
-            match tls {
-                Some(tls) => {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
-                        Ok(Ok(stream)) => connection.serve(stream).await,
-                        Ok(Err(error)) => tracing::debug!("a TLS handshake failed: {error}"),
-                        Err(_) => tracing::debug!("a TLS handshake took too long"),
-                    }
+        // A task each, of its own type: a plain connection's holds nothing of TLS.
+        match tls.clone() {
+            Some(tls) => tasks.spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+                    Ok(Ok(stream)) => connection.serve(stream).await,
+                    Ok(Err(error)) => tracing::debug!("a TLS handshake failed: {error}"),
+                    Err(_) => tracing::debug!("a TLS handshake took too long"),
                 }
-                None => connection.serve(stream).await,
-            }
-            drop(slot);
-        });
+                drop(slot);
+            }),
+            None => tasks.spawn(async move {
+                connection.serve(stream).await;
+                drop(slot);
+            }),
+        };
     }
     drop(listener);
     while tasks.join_next().await.is_some() {}

@@ -25,10 +25,7 @@ pub(crate) fn guarded(state: &AppState) -> OpenApiRouter<Arc<AppState>> {
         .merge(workflows::routes())
         .merge(hosts::routes())
         .merge(ops::routes())
-        .layer(axum::extract::DefaultBodyLimit::max(state.max_body))
-        .layer(axum::middleware::from_fn(
-            super::extract::refuse_larger_than(state.max_body),
-        ));
+        .layer(axum::extract::DefaultBodyLimit::max(state.max_body));
     json.merge(modules::routes(state))
 }
 

@@ -13,16 +13,13 @@ use super::call;
 use crate::http::api::AppState;
 use crate::http::convert;
 use crate::http::error::ApiError;
-use crate::http::extract::{refuse_larger_than, RawBody};
+use crate::http::extract::RawBody;
 
 pub(crate) fn routes(state: &AppState) -> OpenApiRouter<Arc<AppState>> {
     OpenApiRouter::new()
         .routes(routes!(put, list))
         // A module is larger than a JSON body.
         .layer(DefaultBodyLimit::max(state.max_module))
-        .layer(axum::middleware::from_fn(refuse_larger_than(
-            state.max_module,
-        )))
 }
 
 /// Stores a module (the `.wasm` bytes as the body) by its SHA-256.
