@@ -590,3 +590,69 @@ fn run_serves_its_metrics_while_it_runs() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn https_with_a_certificate_of_its_own() {
+    let dir = tempdir("tls");
+    let certified =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .unwrap();
+    let pem = certified.cert.pem();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, &pem).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    let store = dir.join("wf.db");
+    let server = HttpServer::start(
+        &dir,
+        store.to_str().unwrap(),
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        server.url.starts_with("https://127.0.0.1:"),
+        "{}",
+        server.url
+    );
+    let trusting = wfhost_client::Client::new(&server.url)
+        .unwrap()
+        .with_root_certificates(pem.as_bytes())
+        .unwrap();
+    common::wait_until("the server is ready", || trusting.ready().is_ok());
+    let module = put_probe(&trusting);
+    trusting
+        .start(&start_request("tls-1", &module, "echo", json!("sealed")))
+        .unwrap();
+    let done = trusting
+        .result("tls-1", Some(Duration::from_secs(60)))
+        .unwrap();
+    assert_eq!(json_of(done.result.as_ref().unwrap()), json!("sealed"));
+    // A client that does not trust the certificate gets no answer, and says why.
+    let error = server.client().ready().unwrap_err();
+    assert_eq!((error.status(), error.code()), (None, "unreachable"));
+    // Plain HTTP to it is not HTTP's: no answer.
+    let mut plain = std::net::TcpStream::connect(server.addr()).unwrap();
+    std::io::Write::write_all(
+        &mut plain,
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut plain, &mut answer);
+    assert!(!answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+    // The CLI trusts it with --ca-file.
+    let output = wfhost()
+        .args(["status", "tls-1", "--server", &server.url, "--ca-file"])
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stdout).contains("done"),
+        "{}",
+        text(&output.stdout)
+    );
+}
