@@ -221,7 +221,12 @@ fn slow_and_idle_clients_hold_up_nobody() {
     // The server ends the connection (it may say 408 first): the read ends, it does not time
     // out.
     let read = reader.read_to_end(&mut answer);
-    assert!(read.is_ok(), "the slow connection was not closed: {read:?}");
+    // Closed (a reset too: the server had unread bytes of ours), not timed out.
+    let closed = match &read {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    };
+    assert!(closed, "the slow connection was not closed: {read:?}");
     let answer = String::from_utf8_lossy(&answer);
     assert!(
         answer.is_empty() || answer.starts_with("HTTP/1.1 408"),

@@ -125,7 +125,9 @@ impl Client {
     }
 
     /// Starts a workflow: it, and whether this start made it (`false`: it existed with the
-    /// same module, entry point and input).
+    /// same module, entry point and input). With an id, a start is safe to send again (after a
+    /// timeout, say); without one, the server makes one, and each start is a workflow of its
+    /// own.
     pub fn start(&self, start: &StartRequest) -> Result<StartedJson> {
         self.post_json("/v1/workflows", start)
     }

@@ -42,7 +42,7 @@ pub const DEFAULT_MAX_WAITING: usize = 16_000;
 pub const DEFAULT_MAX_STORE_CALLS: usize = 16;
 
 /// How long a request that does not wait may take unless [`Api::request_timeout`] says
-/// otherwise; past it, `503`.
+/// otherwise; past it, `504`.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The HTTP API over a [`Client`]: every route parses its request, calls one of the client's

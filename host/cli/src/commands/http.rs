@@ -55,7 +55,7 @@ pub struct HttpArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     header_timeout: Duration,
 
-    /// How long a request that does not wait may take before it is answered 503.
+    /// How long a request that does not wait may take before it is answered 504.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     request_timeout: Duration,
 
