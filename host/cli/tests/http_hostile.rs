@@ -427,11 +427,7 @@ fn every_acknowledged_start_survives_kill_9() {
         thread.join().unwrap();
     }
     let acknowledged = acknowledged.lock().unwrap().clone();
-    assert!(
-        acknowledged.len() >= 333 && acknowledged.len() < 1_000,
-        "{}",
-        acknowledged.len()
-    );
+    assert!(acknowledged.len() >= 333, "{}", acknowledged.len());
     assert!(acknowledged.iter().all(|(_, new, _)| *new));
 
     let server = HttpServer::start(&dir, store.to_str().unwrap(), &[]);
