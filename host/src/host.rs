@@ -234,6 +234,7 @@ impl Host {
     /// quiet for exact figures.
     pub fn residency(&self) -> Residency {
         let mut residency = self.engine().wasm.instances.residency();
+        residency.compiles = self.engine().wasm.compiles();
         if let Some(pool) = self.engine().wasm.engine.pooling_allocator_metrics() {
             residency.pooled_idle_slots = pool.unused_warm_memories();
             residency.pooled_resident_bytes =
@@ -470,6 +471,7 @@ impl Source for Inner {
             steps: counters.steps,
             spawned: counters.spawns,
             finished: counters.completions,
+            compiles: self.engine.wasm.compiles(),
             durable: self.durable.as_ref().map(|durable| {
                 let store_up = durable.writer.failed().is_none();
                 DurableSample {

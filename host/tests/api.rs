@@ -280,6 +280,24 @@ fn the_module_cache_keeps_compiled_modules_between_hosts() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[test]
+fn loads_of_the_same_module_at_once_compile_it_once() {
+    let host = Host::builder().workers(1).build().unwrap();
+    let bytes = std::fs::read(HELLO).unwrap();
+    std::thread::scope(|scope| {
+        for n in 0..8 {
+            let (host, bytes) = (&host, &bytes);
+            scope.spawn(move || {
+                host.load_module_bytes(&format!("hello-{n}"), bytes)
+                    .unwrap();
+            });
+        }
+    });
+    assert_eq!(host.residency().compiles, 1);
+    assert_eq!(host.residency().modules, 1);
+    host.shutdown(Duration::from_secs(1));
+}
+
 /// The library is for embedding: the command line's dependencies stay in the CLI's crate.
 #[test]
 fn the_library_does_not_depend_on_the_command_lines_crates() {

@@ -110,6 +110,7 @@ pub(crate) struct Sample {
     pub(crate) steps: u64,
     pub(crate) spawned: u64,
     pub(crate) finished: u64,
+    pub(crate) compiles: u64,
     /// Durable: workflows this host runs, those it found damaged, entries waiting for the
     /// journal's writer, and whether the store takes its writes.
     pub(crate) durable: Option<DurableSample>,
@@ -304,6 +305,7 @@ impl Metrics {
         sources.base.steps += last.steps;
         sources.base.spawned += last.spawned;
         sources.base.finished += last.finished;
+        sources.base.compiles += last.compiles;
         sources.last = Sample::default();
         sources.current = Some(source);
     }
@@ -336,6 +338,7 @@ impl Core {
         sample.steps += sources.base.steps;
         sample.spawned += sources.base.spawned;
         sample.finished += sources.base.finished;
+        sample.compiles += sources.base.compiles;
         sample
     }
 }
@@ -421,6 +424,12 @@ impl Collector for HostCollector {
             "wfhost_processes_finished",
             "Processes that finished (done, failed, terminated or closed at shutdown)",
             s.finished,
+        )?;
+        counter(
+            &mut e,
+            "wfhost_module_compiles",
+            "Modules compiled (a module found compiled, in memory or in the module cache, is not)",
+            s.compiles,
         )?;
         histogram(
             &mut e,

@@ -39,6 +39,23 @@ pub(crate) struct ModuleCache {
     compiles: Arc<CompileSlots>,
     /// Where compiled code is kept between runs, if anywhere.
     disk: Option<DiskCache>,
+    /// A lock per module being compiled: loads of the same bytes that come together compile
+    /// them once, the others waiting for that compile rather than compiling again.
+    compiling: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// Modules compiled so far (not loaded from disk).
+    compiled_count: AtomicU64,
+}
+
+/// Removes a module's compile lock once its load is over (whatever its outcome).
+struct Compiling<'a> {
+    cache: &'a ModuleCache,
+    sha256: &'a str,
+}
+
+impl Drop for Compiling<'_> {
+    fn drop(&mut self) {
+        self.cache.compiling.lock().remove(self.sha256);
+    }
 }
 
 /// At most this many compiles run at once, counting overrunning ones still finishing in the
@@ -84,6 +101,8 @@ impl ModuleCache {
             too_slow: Mutex::new(HashSet::new()),
             compiles: Arc::default(),
             disk: dir.and_then(|dir| DiskCache::open(engine, dir)),
+            compiling: Mutex::new(HashMap::new()),
+            compiled_count: AtomicU64::new(0),
         }
     }
 
@@ -108,6 +127,22 @@ impl ModuleCache {
         }
         let info = ModuleInfo::inspect(bytes)?;
         info.check_limits(limits)?;
+        if let Some(compiled) = self.lookup(&info.sha256) {
+            return Ok(compiled);
+        }
+        let gate = Arc::clone(
+            self.compiling
+                .lock()
+                .entry(info.sha256.clone())
+                .or_default(),
+        );
+        let _turn = gate.lock();
+        let sha256 = info.sha256.clone();
+        let _compiling = Compiling {
+            cache: self,
+            sha256: &sha256,
+        };
+        // Compiled meanwhile, by the load that had the turn before.
         if let Some(compiled) = self.lookup(&info.sha256) {
             return Ok(compiled);
         }
@@ -139,6 +174,7 @@ impl ModuleCache {
                 let started = Instant::now();
                 let module =
                     self.compile(&runtime.engine, &info, source, limits.compile_time_limit)?;
+                self.compiled_count.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(module = %info.sha256, "compiled in {:?}", started.elapsed());
                 if let Some(disk) = &self.disk {
                     disk.store(&module, source);
@@ -161,6 +197,11 @@ impl ModuleCache {
         }
         cache.insert(compiled.info.sha256.clone(), Arc::downgrade(&compiled));
         Ok(compiled)
+    }
+
+    /// Modules compiled so far.
+    pub(crate) fn compiles(&self) -> u64 {
+        self.compiled_count.load(Ordering::Relaxed)
     }
 
     fn lookup(&self, sha256: &str) -> Option<Arc<Compiled>> {

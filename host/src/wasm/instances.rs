@@ -60,6 +60,9 @@ pub struct Residency {
     pub pooled_idle_slots: u32,
     /// Bytes of memory and tables those idle slots keep resident.
     pub pooled_resident_bytes: usize,
+    /// Modules compiled since the host started (loads of bytes compiled already, in memory or
+    /// in the module cache, compile nothing).
+    pub compiles: u64,
 }
 
 /// A ticket's states.
@@ -420,6 +423,7 @@ impl Instances {
             restores: self.restores.load(Ordering::Relaxed),
             pooled_idle_slots: 0,
             pooled_resident_bytes: 0,
+            compiles: 0,
         }
     }
 }

@@ -271,6 +271,11 @@ impl WasmRuntime {
         self.cache.get_or_compile(self, bytes)
     }
 
+    /// Modules compiled since the runtime started.
+    pub(crate) fn compiles(&self) -> u64 {
+        self.cache.compiles()
+    }
+
     /// Checks limits a process is spawned with against what this engine can do, and notes how
     /// long its calls may run.
     pub(crate) fn admit(&self, limits: &Limits) -> Result<()> {
