@@ -552,12 +552,7 @@ fn the_library_client_talks_to_a_server_as_to_a_store() {
 #[test]
 fn run_serves_its_metrics_while_it_runs() {
     let dir = tempdir("run-metrics");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let log = dir.join("run.log");
     let mut child = wfhost()
         .args([
             "run",
@@ -566,26 +561,34 @@ fn run_serves_its_metrics_while_it_runs() {
             "--input",
             "600000",
         ])
-        .args(["--metrics", &addr])
+        .args(["--metrics", "127.0.0.1:0"])
         .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(dir.join("run.log")).unwrap())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let mut text = String::new();
-    common::wait_until(
-        "the run serves its metrics",
-        || match std::net::TcpStream::connect(&addr) {
-            Ok(_) => {
-                let (status, body) = raw(
-                    &addr,
-                    b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-                );
-                text = body;
-                status == 200 && text.contains("wfhost_processes 1\n")
+    let mut addr = String::new();
+    common::wait_until("the run says where its metrics are", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        match text
+            .lines()
+            .find_map(|l| l.split("metrics at http://").nth(1))
+        {
+            Some(rest) => {
+                addr = rest.trim().trim_end_matches("/metrics").to_string();
+                true
             }
-            Err(_) => false,
-        },
-    );
+            None => false,
+        }
+    });
+    let mut text = String::new();
+    common::wait_until("the run's process is counted", || {
+        let (status, body) = raw(
+            &addr,
+            b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        );
+        text = body;
+        status == 200 && text.contains("wfhost_processes 1\n")
+    });
     promtool_check(&text);
     let _ = child.kill();
     let _ = child.wait();

@@ -235,18 +235,90 @@ fn slow_and_idle_clients_hold_up_nobody() {
     drop(reader);
     writer.join().unwrap();
 
-    // Five thousand connections that say nothing.
+    // Five thousand connections that say nothing, on a server with the default header
+    // timeout (10 s): all still open while the good requests are answered.
+    let patient = HttpServer::start(&dir, dir.join("wf2.db").to_str().unwrap(), &[]);
     let idle: Vec<TcpStream> = (0..5_000)
-        .map(|_| TcpStream::connect(server.addr()).unwrap())
+        .map(|_| TcpStream::connect(patient.addr()).unwrap())
         .collect();
-    healthy(&server);
-    let module = put_probe(&server.client());
-    let started = server
+    healthy(&patient);
+    let module = put_probe(&patient.client());
+    let started = patient
         .client()
         .start(&start_request("while-idle", &module, "echo", json!(1)))
         .unwrap();
     assert!(started.new);
+    let open = patient
+        .client()
+        .metrics()
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("wfhost_http_connections ")
+                .map(str::to_string)
+        })
+        .map(|v| v.trim().parse::<u64>().unwrap())
+        .unwrap();
+    assert!(open >= 5_000, "{open} open");
     drop(idle);
+    healthy(&patient);
+}
+
+#[test]
+fn past_its_limits_a_server_refuses_at_once_and_goes_on() {
+    let dir = tempdir("limits");
+    let store = dir.join("wf.db");
+    let server = HttpServer::start(
+        &dir,
+        store.to_str().unwrap(),
+        &["--max-connections", "4", "--max-waiting", "1"],
+    );
+    let module = put_probe(&server.client());
+    server
+        .client()
+        .start(&start_request(
+            "waits",
+            &module,
+            "wait_message",
+            json!(600_000),
+        ))
+        .unwrap();
+    let addr = server.addr();
+    let metrics = || {
+        raw(
+            &addr,
+            b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        )
+    };
+    // One request waits; a second is refused.
+    let mut waiting = TcpStream::connect(&addr).unwrap();
+    waiting
+        .write_all(b"GET /v1/workflows/waits/result?wait=60s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .unwrap();
+    common::wait_until("the first request waits", || {
+        let (status, body) = metrics();
+        status == 200 && body.contains("wfhost_http_waiting_results 1\n")
+    });
+    let (status, body) = raw(
+        &addr,
+        b"GET /v1/workflows/waits/result?wait=60s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (503, "too_many_waiting"),
+        "{body}"
+    );
+    // Four connections open (the waiting one, three idle): one more is refused at once.
+    let idle: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    common::wait_until("the four are counted", || {
+        let (status, body) = metrics();
+        // Refused while four are in: the fifth is this one.
+        status == 503 && code(&body) == "too_many_connections"
+    });
+    // Room again once they go.
+    drop(idle);
+    drop(waiting);
+    common::wait_until("the server takes connections again", || metrics().0 == 200);
     healthy(&server);
 }
 
@@ -283,6 +355,21 @@ fn a_token_is_wanted_everywhere_but_healthz() {
         "{body}"
     );
     assert!(body.contains("not this server's"), "{body}");
+    // A client without the token keeps no connection: asked to keep it, it is closed anyway.
+    let mut stream = TcpStream::connect(server.addr()).unwrap();
+    stream
+        .write_all(b"GET /v1/workflows HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
     let (status, _) = get("Authorization: Basic czNjcmV0LXRva2Vu\r\n");
     assert_eq!(status, 401);
     let (status, body) = get("Authorization: Bearer s3cret-token\r\n");
@@ -351,6 +438,22 @@ fn what_a_web_page_could_send_is_refused() {
         (403, "not_loopback"),
         "{body}"
     );
+    // No origin a browser would name, or an Origin without a Host.
+    let (status, body) = get(format!("Host: {addr}\r\nOrigin: null\r\n"));
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (403, "cross_origin"),
+        "{body}"
+    );
+    let (status, body) = get(format!("Origin: http://{addr}\r\n"));
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (403, "cross_origin"),
+        "{body}"
+    );
+    // IPv6's loopback is loopback.
+    let (status, body) = get("Host: [::1]:8080\r\n".into());
+    assert_eq!(status, 200, "{body}");
     // The server's own origin, and programs (no Origin), are let in.
     let (status, body) = get(format!("Host: {addr}\r\nOrigin: http://{addr}\r\n"));
     assert_eq!(status, 200, "{body}");
@@ -403,14 +506,15 @@ fn every_acknowledged_start_survives_kill_9() {
                 for i in 0..125 {
                     let n = t * 125 + i;
                     let id = format!("k-{n}");
-                    // Each sleeps a little: many are running when the server dies.
-                    match client.start(&start_request(&id, &module, "sleepy", json!(n % 7 + 1))) {
-                        Ok(started) => {
-                            acknowledged
-                                .lock()
-                                .unwrap()
-                                .push((id, started.new, n % 7 + 1))
-                        }
+                    // Every other one naps two seconds: those are running when the server
+                    // dies, and go on after the restart; the others end with their input.
+                    let (entry, input, result) = if n % 2 == 0 {
+                        ("nap", json!(2_000), json!("rested"))
+                    } else {
+                        ("sleepy", json!(n % 7 + 1), json!(n % 7 + 1))
+                    };
+                    match client.start(&start_request(&id, &module, entry, input)) {
+                        Ok(started) => acknowledged.lock().unwrap().push((id, started.new, result)),
                         // The server is gone: whatever was not acknowledged may or may not
                         // exist.
                         Err(_) => return,
@@ -432,11 +536,16 @@ fn every_acknowledged_start_survives_kill_9() {
 
     let server = HttpServer::start(&dir, store.to_str().unwrap(), &[]);
     let client = server.client();
-    for (id, _, n) in &acknowledged {
+    let running = acknowledged
+        .iter()
+        .filter(|(id, _, _)| client.status(id).unwrap().status == "running")
+        .count();
+    assert!(running > 0, "none was running when the server was killed");
+    for (id, _, expected) in &acknowledged {
         let done = client.result(id, Some(Duration::from_secs(120))).unwrap();
         assert_eq!(done.status, "completed", "{id}: {done:?}");
         let result: Value = serde_json::from_str(done.result.unwrap().get()).unwrap();
-        assert_eq!(result, json!(n), "{id}");
+        assert_eq!(&result, expected, "{id}");
     }
 }
 

@@ -235,7 +235,7 @@ impl Client {
 
     fn get<T: DeserializeOwned>(&self, path: &str, wait: Option<Duration>) -> Result<T> {
         let url = format!("{}{path}", self.base);
-        let timeout = self.timeout + wait.unwrap_or_default();
+        let timeout = self.timeout.saturating_add(wait.unwrap_or_default());
         let mut request = self
             .agent
             .get(&url)

@@ -31,8 +31,8 @@ use crate::wasm::ModuleInfo;
 /// hosts share): one read for every waiter at once.
 const REMOTE_POLL: Duration = Duration::from_millis(250);
 
-/// The most a wait may last, whatever it asks: a client that wants longer asks again.
-pub(crate) const MAX_WAIT: Duration = Duration::from_secs(300);
+/// The most a wait may last, whatever it asks (the HTTP API caps its waits far below).
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Reads of the store that async waits (`result_async`, `outbox_async`) run at once, at most:
 /// each holds a thread of tokio's blocking pool while it runs; the others wait for a turn
@@ -160,6 +160,17 @@ impl ServingBackend {
 
     pub(crate) fn start(&self, start: &Start<'_>) -> Result<Started> {
         let id = start.id.map_or_else(new_id, str::to_string);
+        let start = Start {
+            id: Some(&id),
+            ..*start
+        };
+        self.start_once(&start, false)
+    }
+
+    /// Starts `start` (its id given); `retried`: its module was loaded again after it was let
+    /// go.
+    fn start_once(&self, start: &Start<'_>, retried: bool) -> Result<Started> {
+        let id = start.id.unwrap_or_default().to_string();
         let (hash, bytes) = match start.module {
             ModuleRef::Bytes(bytes) => (ModuleInfo::inspect(bytes)?.sha256, Some(bytes)),
             ModuleRef::Hash(hash) => (hash.to_string(), None),
@@ -208,12 +219,22 @@ impl ServingBackend {
                 new: false,
                 workflow: self.status(&id)?,
             }),
-            // It runs on another host, or waits for a host, or was started meanwhile by
-            // another request: the same start again, or a conflict, as the store says.
-            Err(error) => match self.started_before(&id, &hash, start)? {
-                Some(started) => Ok(started),
-                None => Err(error),
-            },
+            // It runs on another host, or waits for a host, or is damaged, or was started
+            // meanwhile by another request: the same start again, or a conflict, as the store
+            // says. (Any other error, one after its start was written included, is the
+            // start's: it is not told as a start that existed.)
+            Err(error) if matches!(error.kind(), ErrorKind::Unavailable | ErrorKind::Store) => {
+                match self.started_before(&id, &hash, start)? {
+                    Some(started) => Ok(started),
+                    None => Err(error),
+                }
+            }
+            // Its module was unloaded between the look and the start (a module loaded from the
+            // store is let go when 64 others came after it): loaded again, once.
+            Err(error) if error.kind() == ErrorKind::UnknownModule && !retried => {
+                self.start_once(start, true)
+            }
+            Err(error) => Err(error),
         }
     }
 
@@ -243,16 +264,19 @@ impl ServingBackend {
         Ok(status)
     }
 
-    /// Names this host as the one that runs `status`'s workflow, when it does; on a store of
-    /// its own, an unfinished workflow it does not run waits (for its module, or a repair).
+    /// Names this host as the one that runs `status`'s workflow, when it does. On a store of
+    /// its own, an unfinished workflow it does not run has ended since it was read, or waits
+    /// (for its module, or a repair: then the host knows of it).
     fn mark_host(&self, status: &mut WorkflowStatus) {
         if status.is_finished() {
             return;
         }
         if self.durable.ids.pid_of(&status.id).is_none() {
             if !self.shared() {
-                status.host = None;
-                status.waiting_for_host = true;
+                let waits = status.damaged.is_some()
+                    || self.durable.waiting_warned.lock().contains(&status.number);
+                status.waiting_for_host = waits;
+                status.host = (!waits).then(|| format!("{} (this host)", self.durable.host_name));
             }
             return;
         }
@@ -328,11 +352,16 @@ impl ServingBackend {
         self.read_status(client, id).await
     }
 
-    /// Where workflow `id` stands, read on a thread that may block, in its turn.
+    /// Where workflow `id` stands, read on a thread that may block, in its turn (held until
+    /// the read is over, whoever stops waiting for it).
     async fn read_status(&self, client: &Client, id: &str) -> Result<WorkflowStatus> {
-        let _turn = self.reads.acquire().await;
+        let turn = Arc::clone(&self.reads).acquire_owned().await;
         let (client, id) = (client.clone(), id.to_string());
-        blocking(move || client.status(&id)).await
+        blocking(move || {
+            let _turn = turn;
+            client.status(&id)
+        })
+        .await
     }
 
     /// A page of the outbox, read on a thread that may block, in its turn.
@@ -343,12 +372,14 @@ impl ServingBackend {
         after: Option<&str>,
         limit: usize,
     ) -> Result<OutboxPage> {
-        let _turn = self.reads.acquire().await;
+        let turn = Arc::clone(&self.reads).acquire_owned().await;
         let (client, id, after) = (client.clone(), id.to_string(), after.map(str::to_string));
         let limit = limit.min(MAX_OUTBOX_PAGE);
-        blocking(move || match &*client.backend {
-            super::Backend::Serving(serving) => serving.store.outbox(&id, after.as_deref(), limit),
-            _ => client.outbox(&id, after.as_deref(), limit, None),
+        blocking(move || match (turn, &*client.backend) {
+            (_turn, super::Backend::Serving(serving)) => {
+                serving.store.outbox(&id, after.as_deref(), limit)
+            }
+            (_turn, _) => client.outbox(&id, after.as_deref(), limit, None),
         })
         .await
     }
@@ -357,7 +388,7 @@ impl ServingBackend {
     /// workflows waited for have ended or sent the host a message (on any host), unless it
     /// runs; it stops once nobody waits.
     fn poll_other_hosts(&self, client: &Client) {
-        if !self.shared() || self.polling.swap(true, Ordering::AcqRel) {
+        if !self.shared() || self.polling.swap(true, Ordering::SeqCst) {
             return;
         }
         let (waiters, polling, client) = (
@@ -369,10 +400,10 @@ impl ServingBackend {
             loop {
                 tokio::time::sleep(REMOTE_POLL).await;
                 if !waiters.any() {
-                    polling.store(false, Ordering::Release);
-                    // A waiter that registered after the look, and saw the flag still set,
-                    // is served by taking the flag back.
-                    if !waiters.any() || polling.swap(true, Ordering::AcqRel) {
+                    // SeqCst, as the waiters' count: a waiter that registered after the look
+                    // and saw the flag still set is served by taking the flag back here.
+                    polling.store(false, Ordering::SeqCst);
+                    if !waiters.any() || polling.swap(true, Ordering::SeqCst) {
                         return;
                     }
                     continue;
@@ -460,9 +491,10 @@ impl ServingBackend {
             if !page.messages.is_empty() || page.finished || left.is_zero() {
                 return Ok(page);
             }
-            let waiters = &self.durable.waiters;
-            let mut sent = waiters.watch_blocking(Topic::Outbox, page.number, position);
-            let mut ended = waiters.watch_blocking(Topic::End, page.number, 0);
+            let (mut sent, _ended) = self
+                .durable
+                .waiters
+                .watch_sent_or_end_blocking(page.number, position);
             let again = self.store.outbox(id, after, limit)?;
             if !again.messages.is_empty() || again.finished {
                 return Ok(again);
@@ -472,9 +504,7 @@ impl ServingBackend {
             } else {
                 left
             };
-            if !sent.fired_blocking(step) {
-                ended.fired_blocking(Duration::ZERO);
-            }
+            sent.fired_blocking(step);
         }
     }
 

@@ -31,6 +31,26 @@ const PAGE_BYTES: u64 = 64 << 20;
 /// The most messages one page of the outbox holds.
 pub(crate) const MAX_OUTBOX_PAGE: usize = 10_000;
 
+/// The most bytes of records one page of a history holds (it holds at least one step).
+const HISTORY_BYTES: u64 = 16 << 20;
+
+/// The most bytes of messages one page of the outbox holds (it holds at least one).
+const OUTBOX_BYTES: u64 = 32 << 20;
+
+/// How many of the leading `sizes` fit in `budget` bytes: at least one, if there is one.
+fn within(sizes: &[u64], budget: u64) -> usize {
+    let mut total = 0u64;
+    let mut fit = 0;
+    for &size in sizes {
+        total = total.saturating_add(size);
+        if fit > 0 && total > budget {
+            break;
+        }
+        fit += 1;
+    }
+    fit
+}
+
 /// A client of the store at a location.
 pub(crate) struct StoreBackend {
     pub(crate) location: Location,
@@ -206,10 +226,23 @@ impl StoreBackend {
         };
         // One more than asked: whether there is a next page.
         let mut rows = self.read(|store| store.page(&filter, after, query.limit + 1))?;
-        let next = (rows.len() > query.limit).then(|| {
+        let next = if rows.len() > query.limit {
             rows.truncate(query.limit);
-            cursor(rows.last().map_or(after, |w| w.start.num))
-        });
+            Some(cursor(rows.last().map_or(after, |w| w.start.num)))
+        } else {
+            // Fewer than asked: the end, or a page cut at its byte budget, after which more
+            // may follow.
+            let last = rows.last().map_or(after, |w| w.start.num);
+            let unbounded = Filter {
+                max_bytes: None,
+                ..filter.clone()
+            };
+            let more = !rows.is_empty()
+                && !self
+                    .read(|store| store.page(&unbounded, last, 1))?
+                    .is_empty();
+            more.then(|| cursor(last))
+        };
         Ok(Page {
             items: rows.into_iter().map(WorkflowStatus::of).collect(),
             next,
@@ -228,12 +261,13 @@ impl StoreBackend {
             None => 0,
         };
         let limit = limit.clamp(1, MAX_PAGE);
-        let mut steps =
-            self.read(|store| store.step_page(workflow.start.num, after, Some(limit + 1)))?;
-        let next = (steps.len() > limit).then(|| {
-            steps.truncate(limit);
-            cursor(steps.last().map_or(after, |s| s.seq))
-        });
+        let num = workflow.start.num;
+        // As many steps as fit the byte budget (at least one), and whether more follow.
+        let sizes = self.read(|store| store.step_sizes(num, after, limit + 1))?;
+        let fit = within(&sizes[..sizes.len().min(limit)], HISTORY_BYTES);
+        let more = sizes.len() > fit;
+        let steps = self.read(|store| store.step_page(num, after, Some(fit)))?;
+        let next = more.then(|| cursor(steps.last().map_or(after, |s| s.seq)));
         let mut items = Vec::with_capacity(steps.len());
         for step in steps {
             let record = StepRecord::decode(&step.record).map_err(|e| {
@@ -260,9 +294,17 @@ impl StoreBackend {
         };
         let limit = limit.clamp(1, MAX_OUTBOX_PAGE);
         let ended = workflow.state != State::Running;
-        let rows = self.read(|store| store.host_messages(workflow.start.num, after, limit))?;
+        let num = workflow.start.num;
+        // As many messages as fit the byte budget (at least one), and whether more follow.
+        let sizes = self.read(|store| store.host_message_sizes(num, after, limit + 1))?;
+        let fit = within(&sizes[..sizes.len().min(limit)], OUTBOX_BYTES);
+        let rows = if fit == 0 {
+            Vec::new()
+        } else {
+            self.read(|store| store.host_messages(num, after, fit))?
+        };
         // Nothing follows what an ended workflow's last page holds.
-        let finished = ended && rows.len() < limit;
+        let finished = ended && sizes.len() <= fit;
         let last = rows.last().map_or(after, |m| m.tag);
         let mut messages = Vec::with_capacity(rows.len());
         for row in rows {
@@ -509,4 +551,18 @@ pub(crate) fn unknown_module(hash: &str) -> Error {
              start with the module's bytes)"
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within;
+
+    #[test]
+    fn a_page_holds_what_fits_and_at_least_one() {
+        assert_eq!(within(&[], 10), 0);
+        assert_eq!(within(&[100], 10), 1);
+        assert_eq!(within(&[4, 4, 4], 10), 2);
+        assert_eq!(within(&[4, 6, 1], 10), 2);
+        assert_eq!(within(&[1, 1, 1], 10), 3);
+    }
 }

@@ -102,6 +102,31 @@ impl Waiters {
         )
     }
 
+    /// Waits, blocking, for workflow `num`'s next message to the host after tag `after` or its
+    /// end, whichever comes first: either watch fires both.
+    pub(crate) fn watch_sent_or_end_blocking(
+        self: &Arc<Self>,
+        num: u64,
+        after: u64,
+    ) -> (Watch, Watch) {
+        let (sender, receiver) = crossbeam_channel::bounded(2);
+        let sent = self.register(
+            Topic::Outbox,
+            num,
+            after,
+            Notify::Blocking(sender.clone()),
+            Receiver::Blocking(receiver.clone()),
+        );
+        let end = self.register(
+            Topic::End,
+            num,
+            0,
+            Notify::Blocking(sender),
+            Receiver::Blocking(receiver),
+        );
+        (sent, end)
+    }
+
     fn register(
         self: &Arc<Self>,
         topic: Topic,

@@ -329,11 +329,11 @@ fn unauthorized(presented: bool) -> Response {
 /// token, asks for another host name than loopback's (a DNS name rebound to 127.0.0.1). A
 /// program that is not a browser sends no `Origin`.
 fn web_page(state: &AppState, request: &Request) -> Option<ApiError> {
+    // A `Host` that is not text names no loopback.
     let host = request
         .headers()
         .get(header::HOST)
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_ascii_lowercase);
+        .map(|value| value.to_str().unwrap_or("(not text)").to_ascii_lowercase());
     if let Some(origin) = request.headers().get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("").to_ascii_lowercase();
         let origin_host = origin

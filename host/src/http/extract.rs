@@ -9,18 +9,18 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
+use super::api::AppState;
 use super::error::ApiError;
+use std::sync::Arc;
 
 /// A body read as JSON of type `T`.
 pub(crate) struct JsonBody<T>(pub(crate) T);
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for JsonBody<T> {
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(body_error)?;
+    async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        let RawBody(bytes) = RawBody::from_request(request, state).await?;
         serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
             ApiError::bad_request(format!(
                 "the body is not the JSON this route takes: {e} (see GET /v1/openapi.json)"
@@ -32,14 +32,21 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
 /// A body, whole, within the route's limit.
 pub(crate) struct RawBody(pub(crate) Bytes);
 
-impl<S: Send + Sync> FromRequest<S> for RawBody {
+impl FromRequest<Arc<AppState>> for RawBody {
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        Bytes::from_request(request, state)
-            .await
-            .map(RawBody)
-            .map_err(body_error)
+    /// Read within the request timeout: a client that sends its body a byte a minute holds
+    /// its connection no longer than one that sends it at once.
+    async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        let limit = state.request_timeout;
+        match tokio::time::timeout(limit, Bytes::from_request(request, state)).await {
+            Ok(read) => read.map(RawBody).map_err(body_error),
+            Err(_) => Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!("the body did not arrive within {limit:?}"),
+            )),
+        }
     }
 }
 

@@ -2,9 +2,12 @@
 //! own. What a client can hold is bounded here: connections open, the time to send a request's
 //! headers (an idle keep-alive connection is closed after it too), and a TLS handshake's time.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -19,7 +22,8 @@ use super::api::Api;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Connections open at once unless [`ServeOptions::max_connections`] says otherwise; past it, a
-/// new connection is answered `503` and closed. Each waiter of `result?wait=` holds one.
+/// new connection is answered `503` and closed (over TLS, closed without an answer, which would
+/// need a handshake). Each waiter of `result?wait=` holds one.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 20_000;
 
 /// How long a client may take to send a request's headers, and how long a connection may sit
@@ -29,6 +33,9 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Threads of the server's blocking pool, at most: its calls to the store take turns, so this
 /// is never reached in practice; it bounds the threads whatever happens.
 const BLOCKING_THREADS: usize = 32;
+
+/// How long writing to a client may stall: one that stops reading its answers is let go.
+const WRITE_STALL: Duration = Duration::from_secs(60);
 
 /// How long a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -278,6 +285,7 @@ async fn accept(
             stopped: stopped.clone(),
             metrics: metrics.clone(),
         };
+        let stream = Stalled::new(stream, WRITE_STALL);
         // A task each, of its own type: a plain connection's holds nothing of TLS.
         match tls.clone() {
             Some(tls) => tasks.spawn(async move {
@@ -296,6 +304,91 @@ async fn accept(
     }
     drop(listener);
     while tasks.join_next().await.is_some() {}
+}
+
+/// A connection whose writes may stall for `limit` at most, then fail: a client that stops
+/// reading (its window full) holds its connection no longer than that.
+struct Stalled<S> {
+    inner: S,
+    since: Option<Pin<Box<tokio::time::Sleep>>>,
+    limit: Duration,
+}
+
+impl<S> Stalled<S> {
+    fn new(inner: S, limit: Duration) -> Stalled<S> {
+        Stalled {
+            inner,
+            since: None,
+            limit,
+        }
+    }
+
+    /// `poll`'s outcome, or a timeout once writes have been pending for `limit`.
+    fn watch<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        if poll.is_ready() {
+            self.since = None;
+            return poll;
+        }
+        let limit = self.limit;
+        let since = self
+            .since
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match since.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client read nothing of its answer for too long",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Stalled<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Stalled<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.watch(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_flush(cx);
+        self.watch(cx, poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.watch(cx, poll)
+    }
 }
 
 /// The answer to a connection past the limit, written as it is accepted.

@@ -177,3 +177,41 @@ fn a_client_reads_what_a_host_wrote_beside_it() {
     host.shutdown(Duration::from_secs(1));
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
+
+#[test]
+fn a_page_cut_at_its_byte_budget_says_where_the_next_begins() {
+    let path = tempdir("client-budget").join("wf.db");
+    let location = Location::Sqlite(path.clone());
+    // Twenty workflows with 4 MiB inputs: 80 MiB, past a page's 64 MiB.
+    {
+        let mut store = location.open(SyncMode::Normal).unwrap();
+        let input = postcard::to_allocvec(&Payload::opaque(vec![7; 4 << 20])).unwrap();
+        for num in 1..=20 {
+            let Op::Start(mut workflow) = start(num) else {
+                unreachable!()
+            };
+            workflow.input = input.clone();
+            store.commit(&[Op::Start(workflow)]).unwrap();
+        }
+    }
+    let client = Client::open(&path);
+    let first = client.list(&ListQuery::new().limit(100)).unwrap();
+    assert!(first.items.len() < 20, "{}", first.items.len());
+    assert!(!first.items.is_empty());
+    let next = first
+        .next
+        .clone()
+        .expect("a cut page says where the next begins");
+    let second = client
+        .list(&ListQuery::new().limit(100).after(next))
+        .unwrap();
+    assert_eq!(first.items.len() + second.items.len(), 20);
+    assert_eq!(second.next, None);
+    let numbers: Vec<u64> = first
+        .items
+        .iter()
+        .chain(&second.items)
+        .map(|w| w.number)
+        .collect();
+    assert_eq!(numbers, (1..=20).collect::<Vec<u64>>());
+}

@@ -34,7 +34,8 @@ pub struct HttpArgs {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
 
-    /// The most connections open at once; past it, a new one is answered 503 and closed.
+    /// The most connections open at once; past it, a new one is answered 503 and closed (over
+    /// TLS, only closed).
     #[arg(long, value_name = "N", default_value_t = wfhost::http::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
 

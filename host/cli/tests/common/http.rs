@@ -37,17 +37,11 @@ impl HttpServer {
         if !args.contains(&"--http") {
             command.args(["--http", "127.0.0.1:0"]);
         }
+        command.args(["--workers", "2", "--grace", "1s", "--poll", "50ms"]);
+        if !args.contains(&"--lease") {
+            command.args(["--lease", "1s"]);
+        }
         command
-            .args([
-                "--workers",
-                "2",
-                "--grace",
-                "1s",
-                "--lease",
-                "1s",
-                "--poll",
-                "50ms",
-            ])
             .args(args)
             .env_remove("WFHOST_TOKEN")
             .stdout(Stdio::null())
@@ -76,13 +70,28 @@ impl HttpServer {
         // Its host recovers what the store holds before the API reaches it: until then, 503.
         // (Over TLS, the test waits with a client that trusts the server.)
         if server.url.starts_with("http://") {
+            let token = match args.iter().position(|a| *a == "--token-file") {
+                Some(at) => std::fs::read_to_string(args[at + 1])
+                    .unwrap()
+                    .trim()
+                    .to_string(),
+                None => env
+                    .iter()
+                    .find(|(key, _)| *key == "WFHOST_TOKEN")
+                    .map(|(_, value)| value.to_string())
+                    .unwrap_or_default(),
+            };
+            let authorization = if token.is_empty() {
+                String::new()
+            } else {
+                format!("Authorization: Bearer {token}\r\n")
+            };
+            let probe = format!(
+                "GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n{authorization}Connection: close\r\n\r\n"
+            );
             let addr = server.addr();
             wait_until("the server is ready", || {
-                raw(
-                    &addr,
-                    b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-                )
-                .0 != 503
+                raw(&addr, probe.as_bytes()).0 == 200
             });
         }
         server

@@ -110,7 +110,8 @@ impl Location {
 /// What a host (or a command that reads a store itself) is told of a server's URL.
 fn not_a_store(url: &str) -> StoreError {
     StoreError::new(format_args!(
-        "{} is a server's HTTP API, not a store: a host keeps its journal in a SQLite file or a          PostgreSQL database (give that), and clients reach the server with --server",
+        "{} is a server's HTTP API, not a store: a host keeps its journal in a SQLite file or a \
+         PostgreSQL database (give that), and clients reach the server with --server",
         redact(url)
     ))
 }

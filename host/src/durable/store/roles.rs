@@ -57,6 +57,14 @@ pub trait Read: Send {
     /// Up to `limit` steps (all of them with `None`) of workflow `num` after `after`, in order.
     fn step_page(&mut self, num: u64, after: u64, limit: Option<usize>) -> StoreResult<Vec<Step>>;
 
+    /// The sizes of the records of up to `limit` steps of workflow `num` after `after`, in
+    /// order: what a page of them would hold, read without the records.
+    fn step_sizes(&mut self, num: u64, after: u64, limit: usize) -> StoreResult<Vec<u64>>;
+
+    /// The sizes of up to `limit` messages workflow `num` sent the host after tag `after`, in
+    /// order, read without the messages.
+    fn host_message_sizes(&mut self, num: u64, after: u64, limit: usize) -> StoreResult<Vec<u64>>;
+
     /// The latest snapshot of workflow `num`, if it has one.
     fn snapshot(&mut self, num: u64) -> StoreResult<Option<NewSnapshot>>;
 

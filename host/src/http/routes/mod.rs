@@ -40,9 +40,14 @@ pub(crate) async fn call<T: Send + 'static>(
     let limit = state.request_timeout + wait;
     let calls = Arc::clone(&state.store_calls);
     let run = async move {
-        // A turn among the calls that may run at once: what waits for one holds no thread.
-        let _turn = calls.acquire_owned().await;
-        crate::client::blocking(move || work(client)).await
+        // A turn among the calls that may run at once: what waits for one holds no thread, and
+        // the turn is held until the call is over, also when the request stops waiting for it.
+        let turn = calls.acquire_owned().await;
+        crate::client::blocking(move || {
+            let _turn = turn;
+            work(client)
+        })
+        .await
     };
     match tokio::time::timeout(limit, run).await {
         Ok(result) => result.map_err(ApiError::from),

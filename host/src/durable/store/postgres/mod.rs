@@ -618,6 +618,22 @@ impl Read for PgStore {
         })
     }
 
+    fn step_sizes(&mut self, num: u64, after: u64, limit: usize) -> StoreResult<Vec<u64>> {
+        let (num, after) = (read::int(num)?, read::int(after)?);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read("reading a journal", |conn| {
+            read::step_sizes(conn, num, after, limit)
+        })
+    }
+
+    fn host_message_sizes(&mut self, num: u64, after: u64, limit: usize) -> StoreResult<Vec<u64>> {
+        let (num, after) = (read::int(num)?, read::int(after)?);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read("reading the messages to the host", |conn| {
+            read::host_message_sizes(conn, num, after, limit)
+        })
+    }
+
     fn module_list(&mut self) -> StoreResult<Vec<(String, u64)>> {
         self.read("listing modules", read::module_list)
     }

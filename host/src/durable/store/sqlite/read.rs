@@ -204,6 +204,47 @@ impl Read for SqliteStore {
             .map_err(sql("reading a journal"))
     }
 
+    fn step_sizes(&mut self, num: u64, after: u64, limit: usize) -> StoreResult<Vec<u64>> {
+        let what = "reading a journal";
+        let (num, after) = (int(num).map_err(sql(what))?, int(after).map_err(sql(what))?);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut statement = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, length(record) FROM steps WHERE num = ?1 AND seq > ?2 \
+                 UNION ALL SELECT seq, length(record) FROM log WHERE num = ?1 AND seq > ?2 \
+                 ORDER BY seq LIMIT ?3",
+            )
+            .map_err(sql(what))?;
+        let rows = statement
+            .query_map(params![num, after, limit], |row| {
+                Ok(row.get::<_, i64>(1)?.max(0) as u64)
+            })
+            .map_err(sql(what))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql(what))
+    }
+
+    fn host_message_sizes(&mut self, num: u64, after: u64, limit: usize) -> StoreResult<Vec<u64>> {
+        let what = "reading the messages to the host";
+        let (num, after) = (int(num).map_err(sql(what))?, int(after).map_err(sql(what))?);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut statement = self
+            .conn
+            .prepare_cached(
+                "SELECT length(payload) FROM outbox WHERE num = ?1 AND tag > ?2 ORDER BY tag \
+                 LIMIT ?3",
+            )
+            .map_err(sql(what))?;
+        let rows = statement
+            .query_map(params![num, after, limit], |row| {
+                Ok(row.get::<_, i64>(0)?.max(0) as u64)
+            })
+            .map_err(sql(what))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql(what))
+    }
+
     fn snapshot(&mut self, num: u64) -> StoreResult<Option<NewSnapshot>> {
         let num = int(num).map_err(sql("reading a snapshot"))?;
         self.conn
