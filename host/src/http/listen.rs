@@ -212,6 +212,7 @@ impl Api {
         listener
             .set_nonblocking(true)
             .map_err(|e| io_error("cannot serve on the listener", e))?;
+        deepen_backlog(&listener);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(options.threads)
             // Calls to the store take turns (`Api::max_store_calls`, the async waits' reads):
@@ -304,6 +305,31 @@ async fn accept(
     }
     drop(listener);
     while tasks.join_next().await.is_some() {}
+}
+
+/// Connections the kernel may queue for the listener before it takes them (capped by the
+/// system's `net.core.somaxconn`): a burst of clients connecting at once is queued rather than
+/// dropped (a dropped connection's client waits a second before it tries again). The standard
+/// library listens with 128.
+const BACKLOG: i32 = 4096;
+
+/// Listens on `listener` again with [`BACKLOG`] (listening again on a listening socket changes
+/// its backlog).
+fn deepen_backlog(listener: &std::net::TcpListener) {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: `listen` on a socket this listener owns, which is bound and listening.
+        let listened = unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) };
+        if listened != 0 {
+            tracing::debug!(
+                "could not deepen the listener's backlog: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = listener;
 }
 
 /// A connection whose writes may stall for `limit` at most, then fail: a client that stops
