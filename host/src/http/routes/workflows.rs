@@ -88,7 +88,7 @@ async fn list(
     State(state): State<Arc<AppState>>,
     QueryParams(params): QueryParams<ListParams>,
 ) -> Result<Json<WorkflowPage>, ApiError> {
-    let mut query = ListQuery::new().limit(params.limit.unwrap_or(DEFAULT_PAGE));
+    let mut query = ListQuery::new().limit(page_limit(params.limit, "workflows")?);
     if let Some(status) = &params.status {
         let state = WorkflowState::parse(status).ok_or_else(|| {
             ApiError::bad_request(format!(
@@ -114,15 +114,6 @@ async fn list(
     }
     if let Some(after) = params.after {
         query = query.after(after);
-    }
-    if params
-        .limit
-        .is_some_and(|limit| limit == 0 || limit > MAX_PAGE)
-    {
-        return Err(ApiError::bad_request(format!(
-            "limit={} is out of bounds: a page holds 1 to {MAX_PAGE} workflows",
-            params.limit.unwrap_or_default()
-        )));
     }
     let page = call(&state, Default::default(), move |client| {
         client.list(&query)
@@ -169,10 +160,7 @@ async fn result(
     let status = if wait.is_zero() {
         call(&state, wait, move |client| client.result(&id, None)).await?
     } else {
-        let _permit = waiting(&state)?;
-        let limit = state.request_timeout + wait;
-        let waited = tokio::time::timeout(limit, client.result_async(&id, Some(wait)));
-        waited.await.map_err(|_| timed_out(limit))??
+        waited(&state, wait, client.result_async(&id, Some(wait))).await?
     };
     let code = if status.is_finished() {
         StatusCode::OK
@@ -194,6 +182,30 @@ impl Drop for Waiting {
             metrics.core.http_waiting.dec();
         }
     }
+}
+
+/// A page's size as asked (default [`DEFAULT_PAGE`]), or a `400` for one out of bounds.
+fn page_limit(limit: Option<usize>, what: &str) -> Result<usize, ApiError> {
+    let limit = limit.unwrap_or(DEFAULT_PAGE);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::bad_request(format!(
+            "limit={limit} is out of bounds: a page holds 1 to {MAX_PAGE} {what}"
+        )));
+    }
+    Ok(limit)
+}
+
+/// What `waiting` (a wait of up to `wait`) gives, in a place among the requests that wait,
+/// within the request's time.
+async fn waited<T>(
+    state: &Arc<AppState>,
+    wait: std::time::Duration,
+    waiting: impl std::future::Future<Output = crate::Result<T>>,
+) -> Result<T, ApiError> {
+    let _place = self::waiting(state)?;
+    let limit = state.request_timeout + wait;
+    let answer = tokio::time::timeout(limit, waiting).await;
+    Ok(answer.map_err(|_| timed_out(limit))??)
 }
 
 fn waiting(state: &Arc<AppState>) -> Result<Waiting, ApiError> {
@@ -278,12 +290,7 @@ async fn history(
     WorkflowId(id): WorkflowId,
     QueryParams(params): QueryParams<HistoryParams>,
 ) -> Result<Json<HistoryPage>, ApiError> {
-    let limit = params.limit.unwrap_or(DEFAULT_PAGE);
-    if limit == 0 || limit > MAX_PAGE {
-        return Err(ApiError::bad_request(format!(
-            "limit={limit} is out of bounds: a page holds 1 to {MAX_PAGE} steps"
-        )));
-    }
+    let limit = page_limit(params.limit, "steps")?;
     let page = call(&state, Default::default(), move |client| {
         let page = client.history(&id, params.after.as_deref(), limit)?;
         let resolver = client.clone();
@@ -368,12 +375,7 @@ async fn outbox(
     QueryParams(params): QueryParams<OutboxParams>,
 ) -> Result<Json<OutboxPage>, ApiError> {
     let wait = wait(&state, params.wait.as_deref())?;
-    let limit = params.limit.unwrap_or(DEFAULT_PAGE);
-    if limit == 0 || limit > MAX_PAGE {
-        return Err(ApiError::bad_request(format!(
-            "limit={limit} is out of bounds: a page holds 1 to {MAX_PAGE} messages"
-        )));
-    }
+    let limit = page_limit(params.limit, "messages")?;
     let client = state.client()?;
     let page = if wait.is_zero() {
         call(&state, wait, move |client| {
@@ -383,13 +385,8 @@ async fn outbox(
         })
         .await?
     } else {
-        let _permit = waiting(&state)?;
-        let limit_time = state.request_timeout + wait;
-        let waited = client.outbox_async(&id, params.after.as_deref(), limit, Some(wait));
-        let page = tokio::time::timeout(limit_time, waited)
-            .await
-            .map_err(|_| timed_out(limit_time))??;
-        convert::outbox(page)
+        let waiting = client.outbox_async(&id, params.after.as_deref(), limit, Some(wait));
+        convert::outbox(waited(&state, wait, waiting).await?)
     };
     Ok(Json(page))
 }
