@@ -8,14 +8,17 @@ use std::time::{Duration, SystemTime};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use wfcontract::builtin::HTTP_FUNCTION;
 use wfcontract::{
-    CallRequest, Command, Encoding, Field, Level, LogRecord, Payload, Pid, SendRequest,
-    SpawnRequest,
+    Command, Encoding, Field, HttpRequest, HttpResponse, Level, LogRecord, Payload, Pid,
+    SendRequest, SpawnRequest,
 };
 
+use crate::call::{CallFuture, Policy};
 use crate::error::{Error, Undecodable};
 use crate::join::JoinFuture;
 use crate::runtime::{CommandFuture, Message, RecvFuture, Shared};
+use crate::Retry;
 
 /// The workflow's handle on its host, passed to every entry point. Cheap to clone.
 #[derive(Clone)]
@@ -186,6 +189,35 @@ impl Ctx {
         }
     }
 
+    /// The next message that decodes as `T`, or `None` if none arrives within `timeout`:
+    /// messages that do not decode are logged and dropped, as by [`recv_valid`](Self::recv_valid),
+    /// and the timeout runs on across them.
+    pub async fn recv_valid_timeout<T: DeserializeOwned>(
+        &self,
+        timeout: Duration,
+    ) -> Result<Option<T>, Error> {
+        let mut timer = std::pin::pin!(self.sleep(timeout));
+        let mut message = Box::pin(self.recv_message());
+        std::future::poll_fn(|cx| loop {
+            if let std::task::Poll::Ready(received) = message.as_mut().poll(cx) {
+                match received.and_then(decode_message) {
+                    Err(Error::Undecodable(bad)) => {
+                        self.warn(format!("dropped a message: {}", Error::Undecodable(bad)));
+                        message = Box::pin(self.recv_message());
+                        continue;
+                    }
+                    other => return std::task::Poll::Ready(other.map(Some)),
+                }
+            }
+            return match timer.as_mut().poll(cx) {
+                std::task::Poll::Ready(Ok(())) => std::task::Poll::Ready(Ok(None)),
+                std::task::Poll::Ready(Err(error)) => std::task::Poll::Ready(Err(error)),
+                std::task::Poll::Pending => std::task::Poll::Pending,
+            };
+        })
+        .await
+    }
+
     /// The next message decoded as `T`, or `None` if none arrives within `timeout`. A message
     /// that does not decode is [`Error::Undecodable`], as with [`recv`](Self::recv).
     pub async fn recv_timeout<T: DeserializeOwned>(
@@ -256,21 +288,75 @@ impl Ctx {
         CommandFuture::new(&self.state, Command::Cancel(pid), unit)
     }
 
-    /// Calls host function `name`, which the embedding application registered.
+    /// Calls host function `name`: one the embedding application registered, an activity worker
+    /// serves (`wfhost serve --worker-function`), or a built-in. A failure is retried if the host
+    /// sets a retry policy for the function (`--retry`, `HostFunction::retry`); otherwise the
+    /// first error is the outcome. [`call_with`](Self::call_with) names a policy of the call's
+    /// own.
     pub fn call<I: Serialize + ?Sized, O: DeserializeOwned>(
         &self,
         name: &str,
         input: &I,
-    ) -> CommandFuture<O> {
-        let input = match self.encode(input) {
-            Ok(input) => input,
-            Err(error) => return CommandFuture::refused(&self.state, error),
-        };
-        let command = Command::Call(CallRequest {
-            name: name.to_string(),
-            input,
-        });
-        CommandFuture::new(&self.state, command, decode::<O>)
+    ) -> CallFuture<O> {
+        CallFuture::new(self, name, self.encode(input), Policy::Host)
+    }
+
+    /// Calls host function `name`, trying again as `retry` says: each attempt and each wait
+    /// between two is journaled, so a host that stops mid-backoff resumes the same schedule, and
+    /// the history shows every attempt with its error. [`Retry::never`] makes one attempt.
+    ///
+    /// ```no_run
+    /// # async fn charge(ctx: wfguest::Ctx) -> Result<String, wfguest::Error> {
+    /// use std::time::Duration;
+    /// use wfguest::Retry;
+    ///
+    /// let policy = Retry::default()
+    ///     .initial_interval(Duration::from_millis(200))
+    ///     .backoff(2.0)
+    ///     .max_attempts(5);
+    /// ctx.call_with("payments.charge", &("order-7", 1250), policy).await
+    /// # }
+    /// ```
+    pub fn call_with<I: Serialize + ?Sized, O: DeserializeOwned>(
+        &self,
+        name: &str,
+        input: &I,
+        retry: Retry,
+    ) -> CallFuture<O> {
+        CallFuture::new(self, name, self.encode(input), Policy::Given(retry))
+    }
+
+    /// Makes an HTTP request through the host (the built-in `wfhost.http`), which the host must
+    /// grant: `wfhost run|serve --allow-http PATTERN`. The response, whatever its status, is
+    /// journaled like every completion, so a replay never sends the request again; the request
+    /// carries the call's idempotency key as its `Idempotency-Key` header. Failures to get any
+    /// response (the address refused, no connection, the time up, a body over the host's limit)
+    /// are errors, retried as the host's policy for `wfhost.http` says.
+    ///
+    /// ```no_run
+    /// # async fn quote(ctx: wfguest::Ctx) -> Result<String, wfguest::Error> {
+    /// use wfguest::HttpRequest;
+    ///
+    /// let response = ctx.http(HttpRequest::get("https://api.example.com/quote")).await?;
+    /// if !response.is_success() {
+    ///     return Err(wfguest::Error::msg(format!("the quote service said {}", response.status)));
+    /// }
+    /// Ok(String::from_utf8_lossy(&response.body).into_owned())
+    /// # }
+    /// ```
+    pub fn http(&self, request: HttpRequest) -> CallFuture<HttpResponse> {
+        self.http_call(request, Policy::Host)
+    }
+
+    /// [`http`](Self::http), tried again as `retry` says when no response came.
+    pub fn http_with(&self, request: HttpRequest, retry: Retry) -> CallFuture<HttpResponse> {
+        self.http_call(request, Policy::Given(retry))
+    }
+
+    fn http_call(&self, request: HttpRequest, policy: Policy) -> CallFuture<HttpResponse> {
+        // Always postcard: bodies are bytes, which JSON would spell as lists of numbers.
+        let input = Payload::encode(Encoding::Postcard, &request).map_err(Error::from);
+        CallFuture::new(self, HTTP_FUNCTION, input, policy)
     }
 
     /// The host's wall-clock time. Workflows should use this rather than WASI's clock: the host

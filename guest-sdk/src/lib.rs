@@ -104,6 +104,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod call;
 mod ctx;
 mod entry;
 mod error;
@@ -112,6 +113,7 @@ mod join;
 mod manifest;
 mod runtime;
 
+pub use call::CallFuture;
 pub use ctx::Ctx;
 pub use entry::{machine, Machine, StartInfo};
 #[doc(hidden)]
@@ -120,9 +122,13 @@ pub use error::{Error, Result, Undecodable};
 pub use join::JoinFuture;
 pub use runtime::{CommandFuture, Message, RecvFuture};
 pub use wfcontract::{
-    Command, CommandError, Encoding, ErrorKind, Event, EventKind, Level, Payload, Pid, Status,
-    StepOutput, Tag,
+    Command, CommandError, Encoding, ErrorKind, Event, EventKind, Header, HttpRequest,
+    HttpResponse, Level, Payload, Pid, Status, StepOutput, Tag,
 };
+
+/// How a failed call is tried again: see [`Ctx::call_with`]. `Retry::default()` is 1 s, doubling,
+/// at most 100 s apart, 10 attempts; [`Retry::never`] is one attempt.
+pub type Retry = wfcontract::RetryPolicy;
 
 /// What `entry_points!` expands to. Not a stable API.
 #[doc(hidden)]

@@ -15,6 +15,8 @@ use crate::durable::store::{HostStore, Location, SyncMode};
 use crate::durable::{store_error, Durable, DurableJoin, DurableLog, DurableSend, Ids};
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
+use crate::functions::http::HttpClient;
+use crate::functions::HttpSettings;
 use crate::functions::{
     CallInfo, FunctionSettings, Functions, HostFunction, DEFAULT_FUNCTION_CALLS_PER_PROCESS,
     DEFAULT_FUNCTION_QUEUE, DEFAULT_FUNCTION_THREADS, DEFAULT_FUNCTION_TIMEOUT,
@@ -24,7 +26,10 @@ use crate::metrics::Metrics;
 use crate::modules::Modules;
 use crate::observe::{Adapter, Observer};
 use crate::spawner::GuestSpawner;
+use crate::tasks::Tasks;
 use crate::wasm::{EngineSettings, Hibernation, Instances, Limits, WasmRuntime};
+use wfcontract::builtin::{HTTP_FUNCTION, RESERVED_PREFIX};
+use wfcontract::RetryPolicy;
 
 /// How long a cancelled process may clean up before it is terminated, unless
 /// [`HostBuilder::cancel_grace`] says otherwise.
@@ -79,6 +84,13 @@ pub struct HostBuilder {
     snapshots: Snapshots,
     lease: Duration,
     metrics: Option<Metrics>,
+    /// The built-in HTTP client's settings, once anything is allowed.
+    http: Option<HttpSettings>,
+    retry_policies: HashMap<String, RetryPolicy>,
+    tasks: Option<Tasks>,
+    worker_functions: Vec<String>,
+    /// Names registered that the host keeps for itself.
+    reserved_functions: Vec<String>,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -114,6 +126,9 @@ impl std::fmt::Debug for HostBuilder {
             .field("store_limit", &self.store_limit)
             .field("snapshots", &self.snapshots)
             .field("metrics", &self.metrics.is_some())
+            .field("http", &self.http)
+            .field("retry_policies", &self.retry_policies)
+            .field("worker_functions", &self.worker_functions)
             .finish_non_exhaustive()
     }
 }
@@ -150,6 +165,11 @@ impl Default for HostBuilder {
             snapshots: Snapshots::default(),
             lease: DEFAULT_LEASE,
             metrics: None,
+            http: None,
+            retry_policies: HashMap::new(),
+            tasks: None,
+            worker_functions: Vec::new(),
+            reserved_functions: Vec::new(),
         }
     }
 }
@@ -258,9 +278,65 @@ impl HostBuilder {
     /// the host alive through its own handler: dropping every other clone then does not stop it.
     /// Call [`Host::shutdown`], which drops the functions and so ends the cycle.
     pub fn register(mut self, name: &str, function: HostFunction) -> HostBuilder {
+        if name.starts_with(RESERVED_PREFIX) {
+            self.reserved_functions.push(name.to_string());
+            return self;
+        }
         if self.functions.insert(name.to_string(), function).is_some() {
             self.duplicate_functions.push(name.to_string());
         }
+        self
+    }
+
+    /// Lets workflows reach the URLs `pattern` names through the built-in HTTP client
+    /// (`ctx.http` in the guest SDK, the host function `wfhost.http`), which modules then need
+    /// granted ([`Grants::allow_http`](crate::Grants::allow_http)). Repeatable; nothing is
+    /// allowed by default.
+    ///
+    /// A pattern is `SCHEME://HOST[:PORT][/PATH]`: `https://api.example.com/v1/*`,
+    /// `https://*.example.com/*` (any name under it), `http://*:*/*` (anything public),
+    /// `http://127.0.0.1:8080/*`. A path ending in `*` is a prefix. An address that is not public
+    /// (loopback, private, link-local, ...) is reached only through a pattern that names it as an
+    /// address (or `localhost`), unless [`HttpSettings::allow_private`] says otherwise: neither a
+    /// DNS answer nor a redirect takes a request there. A bad pattern is an error at
+    /// [`build`](Self::build).
+    pub fn allow_http(mut self, pattern: &str) -> HostBuilder {
+        self.http
+            .get_or_insert_with(HttpSettings::default)
+            .allow
+            .push(pattern.to_string());
+        self
+    }
+
+    /// The built-in HTTP client's settings: its limits, and the allowlist (which
+    /// [`allow_http`](Self::allow_http) adds to).
+    pub fn http(mut self, settings: HttpSettings) -> HostBuilder {
+        self.http = Some(settings);
+        self
+    }
+
+    /// How a workflow's `ctx.call` of function `name` (registered, a worker function, or
+    /// `wfhost.http`) retries a failure when the call names no policy of its own. Overrides
+    /// [`HostFunction::retry`].
+    pub fn retry_policy(mut self, name: &str, policy: RetryPolicy) -> HostBuilder {
+        self.retry_policies.insert(name.to_string(), policy);
+        self
+    }
+
+    /// The board that activity workers take tasks from: share it with the HTTP API that they
+    /// poll ([`Api::tasks`](crate::http::Api::tasks)), and with the hosts that replace this one.
+    pub fn tasks(mut self, tasks: Tasks) -> HostBuilder {
+        self.tasks = Some(tasks);
+        self
+    }
+
+    /// Makes `name` a function that activity workers serve: a call puts a task on the board
+    /// given to [`tasks`](Self::tasks), and the worker's completion is the call's. Calls wait for
+    /// a worker as long as it takes, unless the function's timeout
+    /// ([`function_timeout`](Self::function_timeout) does not apply) is set with a policy of
+    /// retries. Modules need it granted like any host function.
+    pub fn worker_function(mut self, name: &str) -> HostBuilder {
+        self.worker_functions.push(name.to_string());
         self
     }
 
@@ -487,6 +563,19 @@ impl HostBuilder {
                 self.lease
             )));
         }
+        if let Some(name) = self.reserved_functions.first() {
+            return Err(config(format!(
+                "host function '{name}': names beginning with '{RESERVED_PREFIX}' are the host's \
+                 own; choose another"
+            )));
+        }
+        if !self.worker_functions.is_empty() && self.tasks.is_none() {
+            return Err(config(
+                "worker functions need a task board for workers to take their tasks from: give \
+                 one with HostBuilder::tasks"
+                    .into(),
+            ));
+        }
         if let Some(name) = self.duplicate_functions.first() {
             return Err(config(format!(
                 "host function '{name}' is registered twice"
@@ -609,6 +698,41 @@ impl HostBuilder {
         Ok(Some(Arc::new(durable)))
     }
 
+    /// The registered functions, the worker functions and the HTTP client, each with its retry
+    /// policy.
+    fn all_functions(&mut self) -> Result<HashMap<String, HostFunction>> {
+        let mut functions = std::mem::take(&mut self.functions);
+        if let Some(settings) = self.http.take() {
+            let client = HttpClient::new(settings).map_err(config)?;
+            functions.insert(HTTP_FUNCTION.to_string(), client.function());
+        }
+        if let Some(tasks) = &self.tasks {
+            for name in &self.worker_functions {
+                if name.starts_with(RESERVED_PREFIX) || functions.contains_key(name) {
+                    return Err(config(format!(
+                        "worker function '{name}' has the name of a host function"
+                    )));
+                }
+                let tasks = tasks.clone();
+                let function = HostFunction::future(move |info: CallInfo, input: Payload| {
+                    let tasks = tasks.clone();
+                    async move { tasks.call(info.name, input, info.idempotency_key).await }
+                })
+                .timeout(None);
+                functions.insert(name.clone(), function);
+            }
+        }
+        for (name, policy) in &self.retry_policies {
+            let Some(function) = functions.get_mut(name) else {
+                return Err(config(format!(
+                    "a retry policy for '{name}', which is no function of this host's"
+                )));
+            };
+            function.retry = Some(policy.clone());
+        }
+        Ok(functions)
+    }
+
     /// The scheduler: its workers, its limits, the spawner of guests' children and the
     /// handlers of commands (host functions; durable send, join and log).
     #[allow(clippy::too_many_arguments)]
@@ -622,7 +746,7 @@ impl HostBuilder {
         durable: &Option<Arc<Durable>>,
     ) -> Result<Scheduler> {
         let functions = Functions::start(
-            std::mem::take(&mut self.functions),
+            self.all_functions()?,
             FunctionSettings {
                 threads: self.function_threads,
                 queue: self.function_queue,

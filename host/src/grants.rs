@@ -33,6 +33,8 @@ pub struct Grants {
     /// which only withdraws a process's own request and is always allowed).
     builtins: BTreeSet<CommandKind>,
     host_functions: HostFunctions,
+    /// Host functions withdrawn by name, whatever `host_functions` says.
+    denied_functions: BTreeSet<String>,
     /// May cancel and join processes other than its own children.
     any_process: bool,
 }
@@ -54,6 +56,7 @@ impl Default for Grants {
                 .filter(|&kind| is_builtin(kind))
                 .collect(),
             host_functions: HostFunctions::Named(BTreeSet::new()),
+            denied_functions: BTreeSet::new(),
             any_process: false,
         }
     }
@@ -70,6 +73,7 @@ impl Grants {
         Grants {
             builtins: BTreeSet::new(),
             host_functions: HostFunctions::Named(BTreeSet::new()),
+            denied_functions: BTreeSet::new(),
             any_process: false,
         }
     }
@@ -80,6 +84,19 @@ impl Grants {
         if let HostFunctions::Named(names) = &mut self.host_functions {
             names.insert(name.into());
         }
+        self
+    }
+
+    /// Also allows the built-in HTTP client, `wfhost.http` (what it may reach is the host's
+    /// allowlist: [`HostBuilder::allow_http`](crate::HostBuilder::allow_http)).
+    pub fn allow_http(self) -> Grants {
+        self.allow_function(wfcontract::builtin::HTTP_FUNCTION)
+    }
+
+    /// Withdraws host function `name`, whatever else these grants allow (`wfhost.http` for
+    /// the HTTP client).
+    pub fn deny_function(mut self, name: impl Into<String>) -> Grants {
+        self.denied_functions.insert(name.into());
         self
     }
 
@@ -141,6 +158,11 @@ impl Grants {
                 .copied()
                 .collect(),
             host_functions,
+            denied_functions: self
+                .denied_functions
+                .union(&other.denied_functions)
+                .cloned()
+                .collect(),
             any_process: self.any_process && other.any_process,
         }
     }
@@ -151,6 +173,9 @@ impl Grants {
         let kind = command.kind();
         let allowed = match command {
             Command::Forget(_) => true,
+            // Asking the host's retry policy reveals nothing and does nothing.
+            Command::Call(call) if call.name == wfcontract::builtin::RETRY_POLICY_FUNCTION => true,
+            Command::Call(call) if self.denied_functions.contains(&call.name) => false,
             Command::Call(call) => match &self.host_functions {
                 HostFunctions::All => true,
                 HostFunctions::Named(names) => names.contains(&call.name),
@@ -161,6 +186,11 @@ impl Grants {
             return Ok(());
         }
         let message = match command {
+            Command::Call(call) if self.denied_functions.contains(&call.name) => format!(
+                "this module may not call host function '{}': the host withdrew it from this \
+                 module",
+                call.name
+            ),
             Command::Call(call) => format!(
                 "this module may not call host function '{}': the host did not grant it ({})",
                 call.name,

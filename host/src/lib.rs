@@ -53,6 +53,7 @@ mod observe;
 mod run;
 mod server;
 mod spawner;
+pub mod tasks;
 mod wasm;
 
 pub use builder::{
@@ -69,8 +70,8 @@ pub use durable::store::SyncMode;
 pub use durable::{bad_id, Damage, DurableCounters, WorkflowResult};
 pub use error::{Error, ErrorKind, Result};
 pub use functions::{
-    CallInfo, HostFunction, DEFAULT_FUNCTION_CALLS_PER_PROCESS, DEFAULT_FUNCTION_QUEUE,
-    DEFAULT_FUNCTION_THREADS, DEFAULT_FUNCTION_TIMEOUT,
+    CallInfo, HostFunction, HttpSettings, DEFAULT_FUNCTION_CALLS_PER_PROCESS,
+    DEFAULT_FUNCTION_QUEUE, DEFAULT_FUNCTION_THREADS, DEFAULT_FUNCTION_TIMEOUT,
 };
 pub use grants::Grants;
 pub use host::Host;
@@ -82,7 +83,8 @@ pub use wasm::reads::Read as WasiRead;
 pub use wasm::{Hibernation, Limits, ModuleInfo, Residency, DEFAULT_MAX_CPU_TIME};
 pub use wfcontract as contract;
 pub use wfcontract::{
-    CommandError, CommandKind, Encoding, ErrorKind as CommandErrorKind, Payload, Pid,
+    CommandError, CommandKind, Encoding, ErrorKind as CommandErrorKind, HttpRequest, HttpResponse,
+    Payload, Pid, RetryPolicy,
 };
 pub use wfhost_scheduler::{Counters, ShutdownReport, DEFAULT_MAX_SLEEPS};
 

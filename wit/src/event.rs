@@ -109,6 +109,9 @@ pub enum ErrorKind {
     /// The command did not finish within its time limit (a host function's timeout); whatever it
     /// was doing may or may not have happened.
     Timeout,
+    /// The function ran and refused for good (an activity worker's error marked not retryable):
+    /// trying again will not help.
+    Rejected,
 }
 
 impl ErrorKind {
@@ -127,6 +130,7 @@ impl ErrorKind {
             ErrorKind::NotAllowed => "not-allowed",
             ErrorKind::LimitReached => "limit-reached",
             ErrorKind::Timeout => "timeout",
+            ErrorKind::Rejected => "rejected",
         }
     }
 }

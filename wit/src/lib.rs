@@ -44,6 +44,7 @@
 extern crate alloc;
 
 pub mod abi;
+pub mod builtin;
 mod command;
 mod event;
 mod ids;
@@ -51,6 +52,7 @@ pub mod manifest;
 mod payload;
 mod step;
 
+pub use builtin::{Header, HttpRequest, HttpResponse, RetryPolicy};
 pub use command::{
     CallRequest, Command, CommandKind, Field, Level, LogRecord, SendRequest, SpawnRequest,
 };

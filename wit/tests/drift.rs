@@ -42,6 +42,15 @@ fn rust_registry() -> Registry {
     tracer.trace_simple_type::<StepOutput>().unwrap();
     tracer.trace_simple_type::<InitRequest>().unwrap();
     tracer
+        .trace_simple_type::<wfcontract::HttpRequest>()
+        .unwrap();
+    tracer
+        .trace_simple_type::<wfcontract::HttpResponse>()
+        .unwrap();
+    tracer
+        .trace_simple_type::<wfcontract::RetryPolicy>()
+        .unwrap();
+    tracer
         .trace_simple_type::<Vec<wfcontract::Event>>()
         .unwrap();
     tracer.registry().unwrap()
@@ -60,6 +69,7 @@ fn rust_type(format: &Format, registry: &Registry) -> String {
         Format::U16 => "u16".into(),
         Format::U32 => "u32".into(),
         Format::U64 => "u64".into(),
+        Format::F64 => "f64".into(),
         Format::Str => "string".into(),
         Format::Bytes => "list<u8>".into(),
         Format::Seq(inner) => format!("list<{}>", rust_type(inner, registry)),
@@ -75,6 +85,7 @@ fn wit_type(ty: &Type, resolve: &Resolve) -> String {
         Type::U16 => "u16".into(),
         Type::U32 => "u32".into(),
         Type::U64 => "u64".into(),
+        Type::F64 => "f64".into(),
         Type::String => "string".into(),
         Type::Id(id) => {
             let def = &resolve.types[*id];

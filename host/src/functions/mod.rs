@@ -9,6 +9,7 @@
 //! blocking one's thread is left to finish on its own (its result dropped).
 
 mod call;
+pub(crate) mod http;
 mod runner;
 
 use std::future::Future;
@@ -18,8 +19,9 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use wfcontract::{CommandError, ErrorKind, Payload, Pid};
+use wfcontract::{CommandError, ErrorKind, Payload, Pid, RetryPolicy};
 
+pub use http::HttpSettings;
 pub(crate) use runner::{FunctionSettings, Functions};
 
 /// How long a call to a host function may take unless [`HostFunction::timeout`] or
@@ -93,6 +95,8 @@ pub struct HostFunction {
     pub(crate) body: Body,
     /// `None`: the host's default; `Some(None)`: no timeout.
     pub(crate) timeout: Option<Option<Duration>>,
+    /// How a workflow's `ctx.call` retries a failed call, unless it names a policy.
+    pub(crate) retry: Option<RetryPolicy>,
 }
 
 impl std::fmt::Debug for HostFunction {
@@ -106,6 +110,7 @@ impl std::fmt::Debug for HostFunction {
                 },
             )
             .field("timeout", &self.timeout)
+            .field("retry", &self.retry)
             .finish()
     }
 }
@@ -120,6 +125,7 @@ impl HostFunction {
         HostFunction {
             body: Body::Blocking(Arc::new(function)),
             timeout: None,
+            retry: None,
         }
     }
 
@@ -133,6 +139,7 @@ impl HostFunction {
         HostFunction {
             body: Body::Async(Arc::new(move |info, input| Box::pin(function(info, input)))),
             timeout: None,
+            retry: None,
         }
     }
 
@@ -169,6 +176,47 @@ impl HostFunction {
                 encode_output(&input, function(value).await)
             }
         })
+    }
+
+    /// A blocking function on typed values, told who calls (the idempotency key is in the
+    /// [`CallInfo`]).
+    pub fn typed_with_info<I, O, E, F>(function: F) -> HostFunction
+    where
+        I: DeserializeOwned,
+        O: Serialize,
+        E: std::fmt::Display,
+        F: Fn(CallInfo, I) -> Result<O, E> + Send + Sync + 'static,
+    {
+        HostFunction::blocking(move |info, input: Payload| {
+            let value = decode_input(&input)?;
+            encode_output(&input, function(info, value))
+        })
+    }
+
+    /// An async function on typed values, told who calls.
+    pub fn typed_async_with_info<I, O, E, F, Fut>(function: F) -> HostFunction
+    where
+        I: DeserializeOwned,
+        O: Serialize,
+        E: std::fmt::Display,
+        F: Fn(CallInfo, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, E>> + Send + 'static,
+    {
+        let function = Arc::new(function);
+        HostFunction::future(move |info, input: Payload| {
+            let function = Arc::clone(&function);
+            async move {
+                let value = decode_input(&input)?;
+                encode_output(&input, function(info, value).await)
+            }
+        })
+    }
+
+    /// How a workflow's `ctx.call` of this function retries a failure, unless the call names a
+    /// policy of its own (`ctx.call_with`). Default: no retries.
+    pub fn retry(mut self, policy: RetryPolicy) -> HostFunction {
+        self.retry = Some(policy);
+        self
     }
 
     /// How long one call may take: past it, the workflow gets a `timeout` error. `None`: no

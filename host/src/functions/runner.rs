@@ -29,7 +29,8 @@ use tokio::runtime::{Handle, Runtime};
 use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
-use wfcontract::{Command, CommandError, ErrorKind, Payload, Pid, Tag};
+use wfcontract::builtin::RETRY_POLICY_FUNCTION;
+use wfcontract::{Command, CommandError, ErrorKind, Payload, Pid, RetryPolicy, Tag};
 use wfhost_scheduler::{Completer, Context, Handler, Request};
 
 use super::call::{
@@ -91,6 +92,9 @@ pub(crate) struct Functions {
     next_task: AtomicU64,
     keys: Option<Arc<crate::durable::Ids>>,
     metrics: Option<crate::metrics::Metrics>,
+    /// Each function's retry policy, for `wfhost.retry-policy`; kept after shutdown empties
+    /// `functions` (they are plain values).
+    policies: HashMap<String, RetryPolicy>,
 }
 
 /// A call let in: its function, the runtime it runs on, and when it times out.
@@ -127,7 +131,12 @@ impl Functions {
             // Built above with `enable_time`: nothing to find out.
             let _ = timers.set(true);
         }
+        let policies = functions
+            .iter()
+            .filter_map(|(name, function)| Some((name.clone(), function.retry.clone()?)))
+            .collect();
         Ok(Functions {
+            policies,
             functions: RwLock::new(
                 functions
                     .into_iter()
@@ -152,6 +161,19 @@ impl Functions {
             next_task: AtomicU64::new(0),
             keys: settings.keys,
             metrics: settings.metrics,
+        })
+    }
+
+    /// The answer to `wfhost.retry-policy`: the named function's policy, if it has one.
+    fn policy(&self, input: &Payload) -> Result<Payload, CommandError> {
+        let name: String = input.decode().map_err(|e| {
+            CommandError::new(
+                ErrorKind::InvalidInput,
+                format!("{RETRY_POLICY_FUNCTION} takes a function's name: {e}"),
+            )
+        })?;
+        Payload::encode(input.encoding, &self.policies.get(&name)).map_err(|e| {
+            CommandError::new(ErrorKind::Failed, format!("the policy did not encode: {e}"))
         })
     }
 
@@ -357,6 +379,9 @@ impl Handler for Functions {
         let Command::Call(call) = request.command else {
             return;
         };
+        if call.name == RETRY_POLICY_FUNCTION {
+            return cx.complete(request.tag, self.policy(&call.input));
+        }
         let admitted = match self.admit(request.pid, &call.name) {
             Ok(admitted) => admitted,
             Err(error) => {

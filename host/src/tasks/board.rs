@@ -1,0 +1,564 @@
+//! The board's state: tasks by number, a queue of waiting tasks per function, the pollers
+//! waiting per function, and the deadlines of taken tasks, which a reaper thread watches.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::oneshot;
+use wfcontract::{CommandError, ErrorKind, Payload};
+
+use super::{wall, Task, TaskError, TaskSettings};
+
+/// The longest the reaper sleeps, so that it notices the board has gone.
+const REAPER_NAP: Duration = Duration::from_secs(1);
+
+type Done = oneshot::Sender<Result<Payload, CommandError>>;
+
+pub(crate) struct Board {
+    settings: TaskSettings,
+    state: Mutex<State>,
+    /// Wakes the reaper when an earlier deadline appears.
+    reaper: Condvar,
+}
+
+impl std::fmt::Debug for Board {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (queued, taken) = self.counts();
+        f.debug_struct("Board")
+            .field("queued", &queued)
+            .field("taken", &taken)
+            .finish()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    next: u64,
+    next_waiter: u64,
+    tasks: HashMap<u64, Entry>,
+    /// Numbers of queued tasks per function, oldest first. A number whose task is gone or taken
+    /// is skipped when met (withdrawals do not search the queue).
+    queues: HashMap<Arc<str>, VecDeque<u64>>,
+    /// Pollers waiting per function, oldest first; one waiting on several functions is in each
+    /// list, and the first task to reach it takes it from all.
+    waiters: HashMap<Arc<str>, VecDeque<Arc<Waiter>>>,
+    /// Taken tasks by deadline.
+    deadlines: BTreeSet<(Instant, u64)>,
+}
+
+struct Entry {
+    function: Arc<str>,
+    input: Payload,
+    key: Option<String>,
+    /// Deliveries so far.
+    attempt: u32,
+    /// The current delivery's token and deadline, while a worker holds it.
+    taken: Option<(u64, Instant)>,
+    done: Option<Done>,
+}
+
+struct Waiter {
+    id: u64,
+    slot: Mutex<Option<oneshot::Sender<Task>>>,
+}
+
+fn token() -> u64 {
+    let mut bytes = [0; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        // Names need not be secret (a worker is trusted by its token), only fresh.
+        return Instant::now().elapsed().as_nanos() as u64 ^ 0x9e37_79b9_7f4a_7c15;
+    }
+    u64::from_le_bytes(bytes)
+}
+
+fn name(number: u64, token: u64) -> String {
+    format!("{number}.{token:016x}")
+}
+
+fn parse(task: &str) -> Option<(u64, u64)> {
+    let (number, token) = task.split_once('.')?;
+    if token.len() != 16 {
+        return None;
+    }
+    Some((number.parse().ok()?, u64::from_str_radix(token, 16).ok()?))
+}
+
+impl State {
+    /// Hands task `number` to the oldest poller of its function still waiting, or queues it
+    /// (at the front if it had been taken before: it is older than those queued).
+    fn offer(&mut self, number: u64, timeout: Duration) -> bool {
+        let Some(function) = self.tasks.get(&number).map(|e| Arc::clone(&e.function)) else {
+            return false;
+        };
+        let mut earlier_deadline = false;
+        let mut delivered = false;
+        while let Some(waiter) = self
+            .waiters
+            .get_mut(&function)
+            .and_then(VecDeque::pop_front)
+        {
+            let Some(sender) = waiter.slot.lock().take() else {
+                continue;
+            };
+            let (task, deadline) = self.deliver(number, timeout);
+            match sender.send(task) {
+                Ok(()) => {
+                    earlier_deadline = self.deadlines.first().is_some_and(|&(d, _)| d == deadline);
+                    delivered = true;
+                    break;
+                }
+                // The poller stopped waiting just now: undo, and try the next.
+                Err(_) => self.untake(number),
+            }
+        }
+        if !delivered {
+            let again = self.tasks.get(&number).is_some_and(|e| e.attempt > 0);
+            let queue = self.queues.entry(function).or_default();
+            if again {
+                queue.push_front(number);
+            } else {
+                queue.push_back(number);
+            }
+        }
+        earlier_deadline
+    }
+
+    /// Marks task `number` taken, until `timeout` from now.
+    fn deliver(&mut self, number: u64, timeout: Duration) -> (Task, Instant) {
+        let deadline = Instant::now() + timeout;
+        let token = token();
+        let entry = self.tasks.get_mut(&number).expect("delivered tasks exist");
+        entry.attempt += 1;
+        entry.taken = Some((token, deadline));
+        self.deadlines.insert((deadline, number));
+        let task = Task {
+            task: name(number, token),
+            function: entry.function.to_string(),
+            input: entry.input.clone(),
+            idempotency_key: entry.key.clone(),
+            attempt: entry.attempt,
+            deadline: wall(deadline),
+        };
+        (task, deadline)
+    }
+
+    /// Undoes [`deliver`](Self::deliver) for a delivery that reached nobody.
+    fn untake(&mut self, number: u64) {
+        if let Some(entry) = self.tasks.get_mut(&number) {
+            if let Some((_, deadline)) = entry.taken.take() {
+                self.deadlines.remove(&(deadline, number));
+            }
+            entry.attempt -= 1;
+        }
+    }
+
+    /// The oldest queued task of `function`, taken.
+    fn take_queued(&mut self, function: &str, timeout: Duration) -> Option<(Task, Instant)> {
+        loop {
+            let number = self.queues.get_mut(function)?.pop_front()?;
+            if self.tasks.get(&number).is_some_and(|e| e.taken.is_none()) {
+                return Some(self.deliver(number, timeout));
+            }
+        }
+    }
+
+    /// The delivery `task` names, if it is still the current one and in time.
+    fn current(&mut self, task: &str, now: Instant) -> Result<u64, TaskError> {
+        let (number, token) = parse(task).ok_or_else(|| TaskError::Unknown(task.into()))?;
+        if number >= self.next {
+            return Err(TaskError::Unknown(task.into()));
+        }
+        let moved = |why: String| TaskError::MovedOn {
+            task: task.into(),
+            why,
+        };
+        let Some(entry) = self.tasks.get(&number) else {
+            return Err(moved(
+                "it is finished, or the workflow stopped waiting for it".into(),
+            ));
+        };
+        match entry.taken {
+            Some((current, deadline)) if current == token => {
+                if deadline <= now {
+                    Err(moved("its deadline passed before this came".into()))
+                } else {
+                    Ok(number)
+                }
+            }
+            _ => Err(moved(format!(
+                "its deadline passed and it was offered again (it is at attempt {} now)",
+                entry.attempt
+            ))),
+        }
+    }
+}
+
+impl Board {
+    pub(crate) fn start(settings: TaskSettings) -> Arc<Board> {
+        let board = Arc::new(Board {
+            settings,
+            state: Mutex::new(State::default()),
+            reaper: Condvar::new(),
+        });
+        let weak = Arc::downgrade(&board);
+        let spawned = std::thread::Builder::new()
+            .name("wfhost-tasks".into())
+            .spawn(move || reap(weak));
+        if let Err(error) = spawned {
+            // Without the reaper, tasks whose workers vanish wait for a completion or heartbeat
+            // (which finds them late and offers them again); say so.
+            tracing::error!("the task board's reaper thread did not start: {error}");
+        }
+        board
+    }
+
+    fn timeout(&self) -> Duration {
+        self.settings.timeout
+    }
+
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        let state = self.state.lock();
+        let taken = state.deadlines.len();
+        (state.tasks.len() - taken, taken)
+    }
+
+    pub(crate) async fn poll(&self, functions: &[String], wait: Duration) -> Option<Task> {
+        let (sender, mut receiver) = oneshot::channel();
+        let waiter = {
+            let mut state = self.state.lock();
+            for function in functions {
+                if let Some((task, deadline)) = state.take_queued(function, self.timeout()) {
+                    self.wake_reaper(&state, deadline);
+                    return Some(task);
+                }
+            }
+            if wait.is_zero() {
+                return None;
+            }
+            state.next_waiter += 1;
+            let waiter = Arc::new(Waiter {
+                id: state.next_waiter,
+                slot: Mutex::new(Some(sender)),
+            });
+            for function in functions {
+                state
+                    .waiters
+                    .entry(Arc::from(function.as_str()))
+                    .or_default()
+                    .push_back(Arc::clone(&waiter));
+            }
+            waiter
+        };
+        let _leave = Leave {
+            board: self,
+            waiter: &waiter,
+            functions,
+        };
+        match tokio::time::timeout(wait, &mut receiver).await {
+            Ok(Ok(task)) => Some(task),
+            // A task handed over as the wait ran out is still this poller's.
+            _ => receiver.try_recv().ok(),
+        }
+    }
+
+    fn wake_reaper(&self, state: &State, deadline: Instant) {
+        if state.deadlines.first().is_some_and(|&(d, _)| d == deadline) {
+            self.reaper.notify_one();
+        }
+    }
+
+    pub(crate) fn complete(
+        &self,
+        task: &str,
+        result: Result<Payload, CommandError>,
+    ) -> Result<(), TaskError> {
+        let done = {
+            let mut state = self.state.lock();
+            let number = match state.current(task, Instant::now()) {
+                Ok(number) => number,
+                Err(error) => {
+                    self.expire_late(&mut state, task);
+                    return Err(error);
+                }
+            };
+            let mut entry = state.tasks.remove(&number).expect("current tasks exist");
+            if let Some((_, deadline)) = entry.taken {
+                state.deadlines.remove(&(deadline, number));
+            }
+            entry.done.take()
+        };
+        if let Some(done) = done {
+            // The call may have been given up on this instant; then nobody hears, as intended.
+            let _ = done.send(result);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn heartbeat(&self, task: &str) -> Result<SystemTime, TaskError> {
+        let mut state = self.state.lock();
+        let now = Instant::now();
+        let number = match state.current(task, now) {
+            Ok(number) => number,
+            Err(error) => {
+                self.expire_late(&mut state, task);
+                return Err(error);
+            }
+        };
+        let deadline = now + self.timeout();
+        let entry = state.tasks.get_mut(&number).expect("current tasks exist");
+        let (token, old) = entry.taken.expect("current tasks are taken");
+        entry.taken = Some((token, deadline));
+        state.deadlines.remove(&(old, number));
+        state.deadlines.insert((deadline, number));
+        Ok(wall(deadline))
+    }
+
+    /// A completion or heartbeat that came after its delivery's deadline, before the reaper saw
+    /// it: the task goes to another worker now.
+    fn expire_late(&self, state: &mut State, task: &str) {
+        let Some((number, token)) = parse(task) else {
+            return;
+        };
+        let late = state
+            .tasks
+            .get(&number)
+            .and_then(|e| e.taken)
+            .filter(|&(current, deadline)| current == token && deadline <= Instant::now());
+        if let Some((_, deadline)) = late {
+            self.expire(state, number, deadline);
+        }
+    }
+
+    /// Offers a taken task whose deadline passed to another worker.
+    fn expire(&self, state: &mut State, number: u64, deadline: Instant) {
+        state.deadlines.remove(&(deadline, number));
+        if let Some(entry) = state.tasks.get_mut(&number) {
+            entry.taken = None;
+            tracing::info!(
+                function = %entry.function,
+                attempt = entry.attempt,
+                "a task's worker neither completed it nor heartbeat by its deadline: offering it again"
+            );
+        }
+        if state.offer(number, self.timeout()) {
+            self.reaper.notify_one();
+        }
+    }
+
+    pub(crate) async fn call(
+        &self,
+        function: Arc<str>,
+        input: Payload,
+        key: Option<String>,
+    ) -> Result<Payload, CommandError> {
+        let (done, result) = oneshot::channel();
+        let number = {
+            let mut state = self.state.lock();
+            if state.tasks.len() >= self.settings.max_tasks {
+                return Err(CommandError::new(
+                    ErrorKind::LimitReached,
+                    format!(
+                        "{} tasks are waiting for activity workers, the most this host holds; \
+                         retry later",
+                        self.settings.max_tasks
+                    ),
+                ));
+            }
+            let number = state.next;
+            state.next += 1;
+            state.tasks.insert(
+                number,
+                Entry {
+                    function: Arc::clone(&function),
+                    input,
+                    key,
+                    attempt: 0,
+                    taken: None,
+                    done: Some(done),
+                },
+            );
+            if state.offer(number, self.timeout()) {
+                self.reaper.notify_one();
+            }
+            number
+        };
+        let _withdraw = Withdraw {
+            board: self,
+            number,
+        };
+        match result.await {
+            Ok(result) => result,
+            Err(_) => Err(CommandError::new(
+                ErrorKind::Unavailable,
+                format!("the task for '{function}' was dropped from the board"),
+            )),
+        }
+    }
+}
+
+/// Takes a poller off the waiting lists when its poll ends, however it ends.
+struct Leave<'a> {
+    board: &'a Board,
+    waiter: &'a Arc<Waiter>,
+    functions: &'a [String],
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.waiter.slot.lock().take();
+        let mut state = self.board.state.lock();
+        for function in self.functions {
+            if let Some(list) = state.waiters.get_mut(function.as_str()) {
+                list.retain(|w| w.id != self.waiter.id);
+                if list.is_empty() {
+                    state.waiters.remove(function.as_str());
+                }
+            }
+        }
+    }
+}
+
+/// Takes a call's task off the board when the call ends, however it ends (completed: already
+/// gone; timed out, cancelled, the host stopping: withdrawn).
+struct Withdraw<'a> {
+    board: &'a Board,
+    number: u64,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        let mut state = self.board.state.lock();
+        if let Some(entry) = state.tasks.remove(&self.number) {
+            if let Some((_, deadline)) = entry.taken {
+                state.deadlines.remove(&(deadline, self.number));
+            }
+        }
+    }
+}
+
+/// The reaper: offers again each taken task whose deadline passes, until the board goes.
+fn reap(board: Weak<Board>) {
+    loop {
+        let Some(board) = board.upgrade() else {
+            return;
+        };
+        let mut state = board.state.lock();
+        let now = Instant::now();
+        while let Some(&(deadline, number)) = state.deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            board.expire(&mut state, number, deadline);
+        }
+        let nap = now + REAPER_NAP;
+        let until = state
+            .deadlines
+            .first()
+            .map_or(nap, |&(deadline, _)| deadline.min(nap));
+        board.reaper.wait_until(&mut state, until);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(text: &str) -> Payload {
+        Payload::json_bytes(text.as_bytes().to_vec())
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_task_goes_to_a_poller_and_its_completion_to_the_call() {
+        let rt = runtime();
+        let board = Board::start(TaskSettings::default());
+        rt.block_on(async {
+            let call = board.call("charge".into(), json("7"), Some("w#3".into()));
+            let mut call = std::pin::pin!(call);
+            assert!(futures::poll!(call.as_mut()).is_pending());
+            assert_eq!(board.counts(), (1, 0));
+            let functions = ["other".to_string(), "charge".to_string()];
+            let task = board.poll(&functions, Duration::ZERO).await.unwrap();
+            assert_eq!((task.function.as_str(), task.attempt), ("charge", 1));
+            assert_eq!(task.idempotency_key.as_deref(), Some("w#3"));
+            assert_eq!(task.input, json("7"));
+            assert_eq!(board.counts(), (0, 1));
+            board.complete(&task.task, Ok(json("\"ok\""))).unwrap();
+            assert_eq!(call.await, Ok(json("\"ok\"")));
+            // Never applied twice.
+            let again = board.complete(&task.task, Ok(json("1"))).unwrap_err();
+            assert!(matches!(again, TaskError::MovedOn { .. }), "{again}");
+            assert_eq!(
+                board.complete("99.0000000000000000", Ok(json("1"))),
+                Err(TaskError::Unknown("99.0000000000000000".into()))
+            );
+            assert_eq!(board.counts(), (0, 0));
+        });
+    }
+
+    #[test]
+    fn a_waiting_poller_gets_the_next_task_and_a_lapsed_one_goes_to_another() {
+        let rt = runtime();
+        let board = Board::start(TaskSettings {
+            timeout: Duration::from_millis(1),
+            ..TaskSettings::default()
+        });
+        rt.block_on(async {
+            let functions = ["charge".to_string()];
+            let poll = board.poll(&functions, Duration::from_secs(30));
+            let mut poll = std::pin::pin!(poll);
+            assert!(futures::poll!(poll.as_mut()).is_pending());
+            let call = board.call("charge".into(), json("1"), None);
+            let mut call = std::pin::pin!(call);
+            assert!(futures::poll!(call.as_mut()).is_pending());
+            let first = poll.await.unwrap();
+            assert_eq!(first.attempt, 1);
+            // The first worker vanishes; its deadline (1 ms) passes, and the task is offered
+            // again: to a poller that waits for it.
+            let second = board
+                .poll(&functions, Duration::from_secs(30))
+                .await
+                .unwrap();
+            assert_eq!(second.attempt, 2);
+            assert_ne!(first.task, second.task);
+            let late = board.complete(&first.task, Ok(json("1"))).unwrap_err();
+            assert!(late.to_string().contains("offered again"), "{late}");
+            board.heartbeat(&second.task).ok();
+            // The second may be late too (1 ms); either it lands or it is refused, never both.
+            match board.complete(&second.task, Ok(json("2"))) {
+                Ok(()) => assert_eq!(call.await, Ok(json("2"))),
+                Err(TaskError::MovedOn { .. }) => {
+                    let third = board
+                        .poll(&functions, Duration::from_secs(30))
+                        .await
+                        .unwrap();
+                    assert_eq!(third.attempt, 3);
+                }
+                Err(other) => panic!("{other}"),
+            }
+        });
+    }
+
+    #[test]
+    fn a_call_given_up_on_leaves_the_board() {
+        let rt = runtime();
+        let board = Board::start(TaskSettings::default());
+        rt.block_on(async {
+            let call = board.call("charge".into(), json("1"), None);
+            let mut call = Box::pin(call);
+            assert!(futures::poll!(call.as_mut()).is_pending());
+            drop(call);
+            assert_eq!(board.counts(), (0, 0));
+            let functions = ["charge".to_string()];
+            assert!(board.poll(&functions, Duration::ZERO).await.is_none());
+        });
+    }
+}

@@ -1,0 +1,153 @@
+//! Activity tasks: calls to functions that programs outside the host serve (activity workers, in
+//! any language, over the HTTP API's `/v1/tasks` routes).
+//!
+//! A call to a worker function becomes a task on a [`Tasks`] board: queued until a worker polls
+//! for its function, then taken by that worker until a deadline that each heartbeat moves on. A
+//! task whose worker neither completes nor heartbeats by its deadline is queued again (its attempt
+//! counted up) for another worker; its earlier delivery's name is then refused, so a late
+//! completion is never applied. A completion ends the call in the workflow, which journals it like
+//! every completion.
+//!
+//! The board lives in memory and holds no thread or connection per task. It loses nothing when
+//! the host stops: a durable workflow's pending call is in its journal and is called again after
+//! recovery, with the same idempotency key, which puts the task back on the board.
+
+mod board;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use wfcontract::{CommandError, Payload};
+
+pub(crate) use board::Board;
+
+/// How long a worker holds a task before it is offered to another, unless it heartbeats, unless
+/// [`Tasks::new`]'s settings say otherwise.
+pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Tasks waiting for a worker at once, at most, unless the settings say otherwise; calls past it
+/// fail with `limit-reached`.
+pub const DEFAULT_MAX_TASKS: usize = 1_000_000;
+
+/// How a [`Tasks`] board behaves.
+#[derive(Clone, Debug)]
+pub struct TaskSettings {
+    /// How long a worker holds a task without a heartbeat.
+    pub timeout: Duration,
+    /// Tasks on the board (queued or taken) at once, at most.
+    pub max_tasks: usize,
+}
+
+impl Default for TaskSettings {
+    fn default() -> Self {
+        TaskSettings {
+            timeout: DEFAULT_TASK_TIMEOUT,
+            max_tasks: DEFAULT_MAX_TASKS,
+        }
+    }
+}
+
+/// A task as a worker gets it.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Task {
+    /// This delivery's name: completions and heartbeats give it back. Another delivery of the
+    /// same call (after this one's deadline) has another name.
+    pub task: String,
+    /// The function it calls.
+    pub function: String,
+    /// The call's input.
+    pub input: Payload,
+    /// The call's idempotency key (the same in every attempt and after a restart); `None` for a
+    /// process that is not durable.
+    pub idempotency_key: Option<String>,
+    /// Which delivery of the call this is, from 1.
+    pub attempt: u32,
+    /// When the task goes to another worker unless completed or heartbeaten.
+    pub deadline: SystemTime,
+}
+
+/// Why a completion or heartbeat was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    /// The name is not one the board gave out.
+    #[error("there is no task '{0}': its name is not one this server gave (was it given by another server, or before a restart?)")]
+    Unknown(String),
+    /// The task was given to another worker, finished, or given up on: this delivery is over.
+    #[error("task '{task}' has moved on: {why}; this completion was not applied")]
+    MovedOn {
+        /// The delivery's name.
+        task: String,
+        /// What became of it.
+        why: String,
+    },
+}
+
+/// The board of activity tasks: share one between the hosts that call worker functions
+/// ([`HostBuilder::worker_function`](crate::HostBuilder::worker_function)) and the HTTP API that
+/// workers poll ([`Api::tasks`](crate::http::Api::tasks)). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Tasks {
+    pub(crate) board: Arc<Board>,
+}
+
+impl Default for Tasks {
+    fn default() -> Self {
+        Tasks::new(TaskSettings::default())
+    }
+}
+
+impl Tasks {
+    /// An empty board.
+    pub fn new(settings: TaskSettings) -> Tasks {
+        Tasks {
+            board: Board::start(settings),
+        }
+    }
+
+    /// The next task for one of `functions`, waiting up to `wait` for one; `None` if none came.
+    pub async fn poll(&self, functions: &[String], wait: Duration) -> Option<Task> {
+        self.board.poll(functions, wait).await
+    }
+
+    /// Completes task `task` with `result` (a worker's error: `failed` if worth retrying,
+    /// `rejected` if not).
+    pub fn complete(
+        &self,
+        task: &str,
+        result: Result<Payload, CommandError>,
+    ) -> Result<(), TaskError> {
+        self.board.complete(task, result)
+    }
+
+    /// Moves task `task`'s deadline on by the board's timeout; returns the new deadline.
+    pub fn heartbeat(&self, task: &str) -> Result<SystemTime, TaskError> {
+        self.board.heartbeat(task)
+    }
+
+    /// Tasks waiting for a worker, and tasks workers hold.
+    pub fn counts(&self) -> (usize, usize) {
+        self.board.counts()
+    }
+
+    /// Calls `function` with `input` through a worker: queues the task and waits for its
+    /// completion. Dropping the future withdraws the task.
+    pub(crate) async fn call(
+        &self,
+        function: Arc<str>,
+        input: Payload,
+        key: Option<String>,
+    ) -> Result<Payload, CommandError> {
+        self.board.call(function, input, key).await
+    }
+}
+
+/// `instant` as wall-clock time.
+fn wall(instant: Instant) -> SystemTime {
+    let now = Instant::now();
+    if instant >= now {
+        SystemTime::now() + (instant - now)
+    } else {
+        SystemTime::now() - (now - instant)
+    }
+}
