@@ -115,6 +115,28 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, in order.
+    pub const ALL: [ErrorKind; 13] = [
+        ErrorKind::UnknownCommand,
+        ErrorKind::NoSuchProcess,
+        ErrorKind::Cancelled,
+        ErrorKind::ChildFailed,
+        ErrorKind::ChildCancelled,
+        ErrorKind::Failed,
+        ErrorKind::InvalidInput,
+        ErrorKind::Unavailable,
+        ErrorKind::MailboxFull,
+        ErrorKind::NotAllowed,
+        ErrorKind::LimitReached,
+        ErrorKind::Timeout,
+        ErrorKind::Rejected,
+    ];
+
+    /// The kind named `name` (kebab-case, as [`name`](Self::name) gives it).
+    pub fn from_name(name: &str) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+
     /// The kebab-case name, as in the WIT.
     pub fn name(self) -> &'static str {
         match self {

@@ -9,9 +9,9 @@ use serde_json::value::RawValue;
 
 use crate::error::{Error, Result};
 use crate::wire::{
-    CancelJson, ErrorBody, Health, HistoryPage, HistoryParams, HostList, ListParams, ModuleJson,
-    ModuleList, OutboxPage, OutboxParams, SentJson, StartRequest, StartedJson, WorkflowJson,
-    WorkflowPage,
+    CancelJson, CompleteRequest, ErrorBody, Health, HeartbeatJson, HistoryPage, HistoryParams,
+    HostList, ListParams, ModuleJson, ModuleList, OutboxPage, OutboxParams, PollRequest, SentJson,
+    StartRequest, StartedJson, TaskJson, WorkflowJson, WorkflowPage,
 };
 
 /// How long a call may take unless it waits on purpose (a result or the outbox with `wait`).
@@ -214,6 +214,34 @@ impl Client {
         Ok(body)
     }
 
+    /// The next task for one of `functions`, waiting up to `wait` for one (`None`: none came).
+    pub fn poll_task(&self, functions: &[String], wait: Duration) -> Result<Option<TaskJson>> {
+        let body = PollRequest {
+            functions: functions.to_vec(),
+            wait: Some(format!("{}ms", wait.as_millis())),
+        };
+        let timeout = self.timeout.saturating_add(wait);
+        let (status, body) = self.post_raw("/v1/tasks/poll", &body, timeout)?;
+        if status == 204 {
+            return Ok(None);
+        }
+        decode(status, &body).map(Some)
+    }
+
+    /// Completes task `task` with its result or error. A task that moved on (given to another
+    /// worker after its deadline) is refused with status 409 (code `task_moved_on`).
+    pub fn complete_task(&self, task: &str, completion: &CompleteRequest) -> Result<()> {
+        let path = format!("/v1/tasks/{}/complete", segment(task));
+        self.post_raw(&path, completion, self.timeout).map(|_| ())
+    }
+
+    /// Moves task `task`'s deadline on.
+    pub fn heartbeat_task(&self, task: &str) -> Result<HeartbeatJson> {
+        let path = format!("/v1/tasks/{}/heartbeat", segment(task));
+        let (status, body) = self.post_raw(&path, &serde_json::json!({}), self.timeout)?;
+        decode(status, &body)
+    }
+
     /// The OpenAPI document of the API.
     pub fn openapi(&self) -> Result<serde_json::Value> {
         self.get("/v1/openapi.json", None)
@@ -246,6 +274,40 @@ impl Client {
             request = request.header("authorization", &format!("Bearer {token}"));
         }
         answer(request.call(), timeout).map(|(_, body)| body)
+    }
+
+    /// Posts `body` as JSON; the status and the body of an answer that is not a refusal.
+    fn post_raw<B: Serialize>(
+        &self,
+        path: &str,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<(u16, Vec<u8>)> {
+        let body = serde_json::to_vec(body)
+            .map_err(|e| Error::local("bad_request", format!("cannot write the request: {e}")))?;
+        let url = format!("{}{path}", self.base);
+        let mut request = self
+            .agent
+            .post(&url)
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
+            .header("content-type", "application/json");
+        if let Some(token) = &self.token {
+            request = request.header("authorization", &format!("Bearer {token}"));
+        }
+        let mut response = request.send(&body[..]).map_err(|e| transport(e, timeout))?;
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_RESPONSE)
+            .read_to_vec()
+            .map_err(|e| transport(e, timeout))?;
+        if status >= 400 {
+            return Err(refusal(status, &body));
+        }
+        Ok((status, body))
     }
 
     fn post_json<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> Result<T> {
@@ -339,6 +401,19 @@ fn answer<T: DeserializeOwned>(
             ),
             )
         })
+}
+
+/// An answer's body decoded.
+fn decode<T: DeserializeOwned>(status: u16, body: &[u8]) -> Result<T> {
+    serde_json::from_slice(body).map_err(|e| {
+        Error::local(
+            "bad_answer",
+            format!(
+                "the server's answer ({status}) is not what this client expects ({e}): is it a \
+                 wfhost server of the same version?"
+            ),
+        )
+    })
 }
 
 /// The error a refusal carries (`{"error": {"code", "message"}}`), or one made from its

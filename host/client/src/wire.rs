@@ -368,6 +368,85 @@ pub struct Health {
     pub status: String,
 }
 
+/// A worker's ask for a task (`POST /v1/tasks/poll`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PollRequest {
+    /// The functions this worker serves.
+    pub functions: Vec<String>,
+    /// How long to wait for a task (`30s`; capped by the server). None: answer at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<String>,
+}
+
+/// A task for a worker: one call of a function it serves.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct TaskJson {
+    /// This delivery's name, for `complete` and `heartbeat`.
+    pub task: String,
+    /// The function called.
+    pub function: String,
+    /// The call's input: the JSON the workflow sent.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub input: Box<RawValue>,
+    /// The input's encoding, when it is not JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_encoding: Option<String>,
+    /// The same for every attempt of this call, also after a restart of the host: do the
+    /// effect once per key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// Which delivery of the call this is, from 1.
+    pub attempt: u32,
+    /// When the task goes to another worker unless completed or heartbeaten (RFC 3339, UTC).
+    pub deadline: String,
+    /// The same, in milliseconds since the Unix epoch.
+    pub deadline_ms: u64,
+}
+
+/// A worker's answer to a task (`POST /v1/tasks/{task}/complete`): a result or an error.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CompleteRequest {
+    /// The function's result, any JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub result: Option<Box<RawValue>>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<TaskErrorJson>,
+}
+
+/// A worker's error.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TaskErrorJson {
+    /// What went wrong, for the workflow's history.
+    pub message: String,
+    /// Whether trying again may help (default true): the workflow's retry policy retries only
+    /// errors that may.
+    #[serde(default = "yes")]
+    pub retryable: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A task's new deadline (`POST /v1/tasks/{task}/heartbeat`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct HeartbeatJson {
+    /// When the task goes to another worker unless completed or heartbeaten again.
+    pub deadline: String,
+    /// The same, in milliseconds since the Unix epoch.
+    pub deadline_ms: u64,
+}
+
 /// A payload as the API shows it: the JSON itself when it is JSON, else `{"encoding", "size",
 /// "bytes"}` with the encoding's name beside it.
 pub fn payload_json(payload: &Payload) -> (Box<RawValue>, Option<String>) {

@@ -17,6 +17,7 @@ use super::error::ApiError;
 use super::routes;
 use crate::client::Client;
 use crate::metrics::{Metrics, Request as RequestLabels, Route};
+use crate::tasks::Tasks;
 
 /// The largest JSON body a route takes unless [`Api::max_body`] says otherwise: 8 MiB, above
 /// the default payload limit (4 MiB) and what wraps it.
@@ -77,6 +78,26 @@ pub(crate) struct AppState {
     pub(crate) max_waiting: usize,
     pub(crate) request_timeout: Duration,
     pub(crate) store_calls: Arc<tokio::sync::Semaphore>,
+    pub(crate) tasks: Option<Tasks>,
+    /// Workers' own tokens (their SHA-256), each with the functions it serves.
+    worker_tokens: Vec<([u8; 32], WorkerScope)>,
+}
+
+/// The functions a worker's own token serves: set on a request that came with one.
+#[derive(Clone, Debug)]
+pub(crate) struct WorkerScope(Arc<std::collections::BTreeSet<String>>);
+
+impl WorkerScope {
+    pub(crate) fn serves(&self, function: &str) -> bool {
+        self.0.contains(function)
+    }
+}
+
+/// The SHA-256 of the token in an `Authorization: Bearer` value.
+fn bearer_digest(value: &[u8]) -> Option<[u8; 32]> {
+    // The scheme's name is case-insensitive (RFC 9110).
+    let bearer = value.len() > 7 && value[..7].eq_ignore_ascii_case(b"bearer ");
+    bearer.then(|| Sha256::digest(value[7..].trim_ascii()).into())
 }
 
 impl AppState {
@@ -97,16 +118,23 @@ impl AppState {
         let Some(token) = &self.token else {
             return true;
         };
-        let Some(value) = presented else {
+        let Some(given) = presented.and_then(bearer_digest) else {
             return false;
         };
-        // The scheme's name is case-insensitive (RFC 9110).
-        let bearer = value.len() > 7 && value[..7].eq_ignore_ascii_case(b"bearer ");
-        if !bearer {
-            return false;
-        }
-        let given: [u8; 32] = Sha256::digest(value[7..].trim_ascii()).into();
         given.ct_eq(token).into()
+    }
+
+    /// The functions of the worker token `presented` carries, if it carries one.
+    fn worker(&self, presented: Option<&[u8]>) -> Option<WorkerScope> {
+        let given = presented.and_then(bearer_digest)?;
+        let mut found = None;
+        // Every token compared, in constant time each.
+        for (digest, scope) in &self.worker_tokens {
+            if bool::from(given.ct_eq(digest)) {
+                found = Some(scope.clone());
+            }
+        }
+        found
     }
 }
 
@@ -127,6 +155,8 @@ impl Api {
                 max_waiting: DEFAULT_MAX_WAITING,
                 request_timeout: DEFAULT_REQUEST_TIMEOUT,
                 store_calls: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_STORE_CALLS)),
+                tasks: None,
+                worker_tokens: Vec::new(),
             }),
         }
     }
@@ -143,6 +173,8 @@ impl Api {
             max_waiting: shared.max_waiting,
             request_timeout: shared.request_timeout,
             store_calls: Arc::clone(&shared.store_calls),
+            tasks: shared.tasks.clone(),
+            worker_tokens: shared.worker_tokens.clone(),
         });
         change(&mut state);
         Api {
@@ -164,6 +196,29 @@ impl Api {
         }
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         Ok(self.with(|state| state.token = Some(digest)))
+    }
+
+    /// Serves the `/v1/tasks` routes that activity workers poll, from `tasks` (the board the
+    /// hosts' worker functions put their tasks on: [`HostBuilder::tasks`](crate::HostBuilder::tasks)).
+    /// Default: none (`404`).
+    pub fn tasks(self, tasks: Tasks) -> Api {
+        self.with(|state| state.tasks = Some(tasks))
+    }
+
+    /// Also admits `token` on the `/v1/tasks` routes, for the workers of `functions` only: a
+    /// worker given it can take, complete and heartbeat those functions' tasks, and nothing
+    /// else. An empty token is an [`ErrorKind::Config`](crate::ErrorKind) error.
+    pub fn worker_token(self, token: &str, functions: &[String]) -> crate::Result<Api> {
+        let token = token.trim();
+        if token.is_empty() {
+            return Err(crate::Error::new(
+                crate::ErrorKind::Config,
+                "a worker token is empty: give one",
+            ));
+        }
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let scope = WorkerScope(Arc::new(functions.iter().cloned().collect()));
+        Ok(self.with(|state| state.worker_tokens.push((digest, scope))))
     }
 
     /// Serves `metrics` at `GET /metrics`, and counts the API's requests into them.
@@ -276,7 +331,7 @@ async fn gate(State(state): State<Arc<AppState>>, request: Request, next: Next) 
 }
 
 /// The request on to its route, or the refusal that [`gate`] describes.
-async fn admit(state: &AppState, request: Request, next: Next) -> Response {
+async fn admit(state: &AppState, mut request: Request, next: Next) -> Response {
     if let Some(refusal) = web_page(state, &request) {
         return refusal.into_response();
     }
@@ -287,9 +342,18 @@ async fn admit(state: &AppState, request: Request, next: Next) -> Response {
             .get(header::AUTHORIZATION)
             .map(|value| value.as_bytes());
         if !state.admits(presented) {
-            return unauthorized(presented.is_some());
+            // A worker's own token opens the task routes, for its functions.
+            let worker = path
+                .starts_with("/v1/tasks/")
+                .then(|| state.worker(presented))
+                .flatten();
+            let Some(scope) = worker else {
+                return unauthorized(presented.is_some());
+            };
+            request.extensions_mut().insert(scope);
         }
     }
+    let path = request.uri().path();
     let limit = if path == "/v1/modules" {
         state.max_module
     } else {

@@ -218,6 +218,12 @@ impl Board {
         self.settings.timeout
     }
 
+    pub(crate) fn function_of(&self, task: &str) -> Option<String> {
+        let (number, _) = parse(task)?;
+        let state = self.state.lock();
+        state.tasks.get(&number).map(|e| e.function.to_string())
+    }
+
     pub(crate) fn counts(&self) -> (usize, usize) {
         let state = self.state.lock();
         let taken = state.deadlines.len();

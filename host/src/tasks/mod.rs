@@ -125,6 +125,11 @@ impl Tasks {
         self.board.heartbeat(task)
     }
 
+    /// The function of the task a delivery's name names, if it is on the board.
+    pub fn function_of(&self, task: &str) -> Option<String> {
+        self.board.function_of(task)
+    }
+
     /// Tasks waiting for a worker, and tasks workers hold.
     pub fn counts(&self) -> (usize, usize) {
         self.board.counts()

@@ -111,10 +111,14 @@ pub struct LimitArgs {
     #[arg(long, value_name = "WHEN", default_value = "when-full", value_parser = parse_hibernation)]
     hibernate: Hibernation,
 
-    /// Withdraw a built-in command from the workflows (sleep, sleep-until, log, send, spawn, join,
-    /// cancel, now, random); using it then fails with a not-allowed error. Repeatable.
-    #[arg(long, value_name = "COMMAND", value_parser = parse_command)]
-    deny: Vec<CommandKind>,
+    /// Withdraw a built-in command (sleep, sleep-until, log, send, spawn, join, cancel, now,
+    /// random) or a function (wfhost.http, a worker function) from the workflows; using it then
+    /// fails with a not-allowed error. Repeatable.
+    #[arg(long, value_name = "COMMAND|FUNCTION", value_parser = parse_denied)]
+    deny: Vec<Denied>,
+
+    #[command(flatten)]
+    act: super::act::ActArgs,
 }
 
 impl LimitArgs {
@@ -149,6 +153,7 @@ impl LimitArgs {
             .mailbox_bytes(Some(self.mailbox_bytes))
             .max_sleeps(self.max_sleeps)
             .hibernation(self.hibernate);
+        builder = self.act.apply(builder);
         if let Some(slots) = self.pooling {
             if slots == 0 {
                 bail!("--pooling must be at least 1");
@@ -171,9 +176,13 @@ impl LimitArgs {
     }
 
     pub fn grants(&self) -> Grants {
-        self.deny
-            .iter()
-            .fold(Grants::default(), |grants, &kind| grants.deny(kind))
+        self.deny.iter().fold(
+            self.act.grant(Grants::default()),
+            |grants, denied| match denied {
+                Denied::Command(kind) => grants.deny(*kind),
+                Denied::Function(name) => grants.deny_function(name.clone()),
+            },
+        )
     }
 }
 
@@ -252,17 +261,33 @@ fn parse_max_cpu(text: &str) -> Result<MaxCpu, String> {
 }
 
 /// A built-in command by name.
-fn parse_command(text: &str) -> Result<CommandKind, String> {
-    CommandKind::ALL
+/// What `--deny` withdraws.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Denied {
+    /// A built-in command.
+    Command(CommandKind),
+    /// A function, by name.
+    Function(String),
+}
+
+/// A built-in command's name, or else a function's (a name with a dot, such as
+/// `payments.charge` or `wfhost.http`).
+fn parse_denied(text: &str) -> Result<Denied, String> {
+    let command = CommandKind::ALL
         .into_iter()
         .filter(|kind| !matches!(kind, CommandKind::Call | CommandKind::Forget))
-        .find(|kind| kind.name() == text)
-        .ok_or_else(|| {
-            format!(
-                "'{text}' is not a built-in command (sleep, sleep-until, log, send, spawn, join, \
-                 cancel, now, random)"
-            )
-        })
+        .find(|kind| kind.name() == text);
+    match command {
+        Some(kind) => Ok(Denied::Command(kind)),
+        None if text.contains('.') && !text.contains(char::is_whitespace) => {
+            Ok(Denied::Function(text.to_string()))
+        }
+        None => Err(format!(
+            "'{text}' is neither a built-in command (sleep, sleep-until, log, send, spawn, join, \
+             cancel, now, random) nor a function's name (which has a dot: payments.charge, \
+             wfhost.http)"
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -304,8 +329,15 @@ mod tests {
             parse_max_cpu("5m").unwrap().0,
             Some(Duration::from_secs(300))
         );
-        assert_eq!(parse_command("spawn"), Ok(CommandKind::Spawn));
-        assert!(parse_command("call").is_err());
+        assert_eq!(
+            parse_denied("spawn"),
+            Ok(Denied::Command(CommandKind::Spawn))
+        );
+        assert!(parse_denied("call").is_err());
+        assert_eq!(
+            parse_denied("payments.charge"),
+            Ok(Denied::Function("payments.charge".into()))
+        );
     }
 }
 

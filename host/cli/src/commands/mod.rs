@@ -1,5 +1,6 @@
 //! One file per subcommand.
 
+mod act;
 mod backup;
 mod build;
 mod cancel;
@@ -19,6 +20,7 @@ mod serve;
 mod start;
 mod status;
 mod target;
+mod worker;
 
 /// The subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -37,6 +39,7 @@ pub enum Command {
     Result(result::ResultCommand),
     Send(send::SendCommand),
     Cancel(cancel::CancelCommand),
+    Worker(worker::WorkerCommand),
 }
 
 impl Command {
@@ -56,6 +59,7 @@ impl Command {
             Command::Result(command) => command.execute(),
             Command::Send(command) => command.execute(),
             Command::Cancel(command) => command.execute(),
+            Command::Worker(command) => command.execute(),
         }
     }
 }

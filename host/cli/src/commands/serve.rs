@@ -56,18 +56,29 @@ pub struct ServeCommand {
 
     #[command(flatten)]
     http: super::http::HttpArgs,
+
+    #[command(flatten)]
+    workers_fns: super::act::WorkerFunctionArgs,
 }
 
 impl ServeCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         anyhow::ensure!(self.claim > 0, "--claim must be at least 1");
         let metrics = Metrics::new();
-        let api = self.http.api(&metrics, self.limits.max_module_size())?;
+        let tasks = self.workers_fns.tasks();
+        let mut api = self.http.api(&metrics, self.limits.max_module_size())?;
+        if let (Some(tasks), Some(with)) = (&tasks, api.take()) {
+            api = Some(self.workers_fns.api(with, tasks)?);
+        }
+        anyhow::ensure!(
+            !self.workers_fns.any() || api.is_some(),
+            "--worker-function needs --http: activity workers take their tasks from the HTTP API"
+        );
         let mut server = Server::new()
             .poll(self.poll)
             .claim(self.claim)
             .grace(self.grace)
-            .grants(self.limits.grants());
+            .grants(self.workers_fns.grant(self.limits.grants()));
         if let Some(api) = &api {
             server = server.api(api.clone());
         }
@@ -86,7 +97,7 @@ impl ServeCommand {
         let mut hosts = 0u32;
         let served = server.run(|| {
             let host = self
-                .build(&metrics)
+                .build(&metrics, tasks.as_ref())
                 .map_err(|e| wfhost::Error::new(wfhost::ErrorKind::Config, format!("{e:#}")))?;
             if hosts > 0 {
                 eprintln!("wfhost serve: the store was lost; starting again as a new host");
@@ -105,13 +116,18 @@ impl ServeCommand {
         Ok(())
     }
 
-    fn build(&self, metrics: &Metrics) -> anyhow::Result<Host> {
+    fn build(
+        &self,
+        metrics: &Metrics,
+        tasks: Option<&wfhost::tasks::Tasks>,
+    ) -> anyhow::Result<Host> {
         let builder = super::host::builder(
             self.workers,
             Some(&self.limits),
             &self.cache,
             Some((&self.store, &self.durability)),
         )?;
+        let builder = self.workers_fns.apply(builder, tasks);
         super::host::build(builder.metrics(metrics))
     }
 }

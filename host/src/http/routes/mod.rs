@@ -5,6 +5,7 @@
 mod hosts;
 mod modules;
 mod ops;
+mod tasks;
 mod workflows;
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ pub(crate) fn guarded(state: &AppState) -> OpenApiRouter<Arc<AppState>> {
         .merge(workflows::routes())
         .merge(hosts::routes())
         .merge(ops::routes())
+        .merge(tasks::routes())
         .layer(axum::extract::DefaultBodyLimit::max(state.max_body));
     json.merge(modules::routes(state))
 }

@@ -171,7 +171,7 @@ async fn result(
 }
 
 /// A place among the requests that wait, counted in the metrics while held.
-struct Waiting {
+pub(super) struct Waiting {
     _permit: tokio::sync::OwnedSemaphorePermit,
     state: Arc<AppState>,
 }
@@ -208,7 +208,7 @@ async fn waited<T>(
     Ok(answer.map_err(|_| timed_out(limit))??)
 }
 
-fn waiting(state: &Arc<AppState>) -> Result<Waiting, ApiError> {
+pub(super) fn waiting(state: &Arc<AppState>) -> Result<Waiting, ApiError> {
     let permit = Arc::clone(&state.waiting)
         .try_acquire_owned()
         .map_err(|_| {

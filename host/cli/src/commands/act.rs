@@ -1,0 +1,225 @@
+//! What lets workflows act on the world: the URLs the built-in HTTP client may reach
+//! (`--allow-http`), the retry policies of functions (`--retry`), and, for `wfhost serve`, the
+//! functions that activity workers serve (`--worker-function`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use wfhost::contract::builtin::HTTP_FUNCTION;
+use wfhost::tasks::{TaskSettings, Tasks};
+use wfhost::{CommandErrorKind, Grants, HostBuilder, HttpSettings, RetryPolicy};
+
+use super::limits::{parse_duration, parse_size};
+
+/// Outbound HTTP and retries.
+#[derive(Debug, Default, clap::Args)]
+#[command(next_help_heading = "Workflows that act")]
+pub struct ActArgs {
+    /// Let workflows request URLs matching PATTERN with the built-in HTTP client (ctx.http):
+    /// SCHEME://HOST[:PORT][/PATH], such as 'https://api.example.com/v1/*' or
+    /// 'https://*.example.com/*'. Repeatable; nothing by default. Addresses that are not public
+    /// (loopback, private, link-local) are reached only through a pattern naming the address
+    /// ('http://127.0.0.1:8080/*'). Grants wfhost.http to the workflows (--deny wfhost.http
+    /// withdraws it).
+    #[arg(long, value_name = "PATTERN")]
+    allow_http: Vec<String>,
+
+    /// Let allowed URLs reach private addresses too (hosts on your own network, by name).
+    #[arg(long)]
+    allow_private_http: bool,
+
+    /// The largest HTTP response body a workflow receives; a larger one fails the call.
+    #[arg(long, value_name = "SIZE", default_value = "2MiB", value_parser = parse_size)]
+    http_max_response: usize,
+
+    /// An HTTP request's time limit when the workflow gives none.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    http_timeout: Duration,
+
+    /// How calls of FUNCTION (wfhost.http, or a worker function) are retried when the workflow
+    /// names no policy: FUNCTION=attempts:5,initial:200ms,backoff:2,max:30s,elapsed:10m
+    /// (each part optional; attempts:0 for no limit). Repeatable.
+    #[arg(long, value_name = "FUNCTION=POLICY", value_parser = parse_retry)]
+    retry: Vec<(String, RetryPolicy)>,
+}
+
+impl ActArgs {
+    /// The builder with the HTTP client and the retry policies.
+    pub fn apply(&self, mut builder: HostBuilder) -> HostBuilder {
+        if !self.allow_http.is_empty() {
+            builder = builder.http(HttpSettings {
+                allow: self.allow_http.clone(),
+                allow_private: self.allow_private_http,
+                max_response_bytes: self.http_max_response,
+                timeout: self.http_timeout,
+                ..HttpSettings::default()
+            });
+        }
+        for (name, policy) in &self.retry {
+            builder = builder.retry_policy(name, policy.clone());
+        }
+        builder
+    }
+
+    /// `grants` with the HTTP client granted, when it allows anything.
+    pub fn grant(&self, grants: Grants) -> Grants {
+        if self.allow_http.is_empty() {
+            grants
+        } else {
+            grants.allow_function(HTTP_FUNCTION)
+        }
+    }
+}
+
+/// Activity workers: functions that programs outside the host serve over the HTTP API.
+#[derive(Debug, Default, clap::Args)]
+#[command(next_help_heading = "Activity workers")]
+pub struct WorkerFunctionArgs {
+    /// A function activity workers serve (they poll POST /v1/tasks/poll for its tasks; see
+    /// `wfhost worker`). Granted to the workflows this host runs (--deny NAME withdraws it).
+    /// Repeatable.
+    #[arg(long, value_name = "NAME")]
+    worker_function: Vec<String>,
+
+    /// How long a worker holds a task without completing or heartbeating it before the task
+    /// goes to another worker.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    task_timeout: Duration,
+
+    /// A token of a worker's own, good for the task routes of the functions named only:
+    /// FUNCTION[,FUNCTION...]=PATH (the file holds the token). Repeatable.
+    #[arg(long, value_name = "FUNCTIONS=PATH", value_parser = parse_worker_token)]
+    worker_token_file: Vec<(Vec<String>, PathBuf)>,
+}
+
+impl WorkerFunctionArgs {
+    /// The board the worker functions' tasks go on, if there are any.
+    pub fn tasks(&self) -> Option<Tasks> {
+        (!self.worker_function.is_empty()).then(|| {
+            Tasks::new(TaskSettings {
+                timeout: self.task_timeout,
+                ..TaskSettings::default()
+            })
+        })
+    }
+
+    /// The builder with the worker functions on `tasks`.
+    pub fn apply(&self, mut builder: HostBuilder, tasks: Option<&Tasks>) -> HostBuilder {
+        if let Some(tasks) = tasks {
+            builder = builder.tasks(tasks.clone());
+            for name in &self.worker_function {
+                builder = builder.worker_function(name);
+            }
+        }
+        builder
+    }
+
+    /// `grants` with the worker functions granted.
+    pub fn grant(&self, grants: Grants) -> Grants {
+        self.worker_function
+            .iter()
+            .fold(grants, |grants, name| grants.allow_function(name.clone()))
+    }
+
+    /// The API with the task routes and the workers' tokens.
+    pub fn api(
+        &self,
+        mut api: wfhost::http::Api,
+        tasks: &Tasks,
+    ) -> anyhow::Result<wfhost::http::Api> {
+        api = api.tasks(tasks.clone());
+        for (functions, path) in &self.worker_token_file {
+            let token = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the worker token file {}", path.display()))?;
+            api = api
+                .worker_token(&token, functions)
+                .with_context(|| format!("the worker token file {} is empty", path.display()))?;
+        }
+        Ok(api)
+    }
+
+    /// Whether there are worker functions.
+    pub fn any(&self) -> bool {
+        !self.worker_function.is_empty()
+    }
+}
+
+fn parse_worker_token(text: &str) -> Result<(Vec<String>, PathBuf), String> {
+    let (functions, path) = text
+        .split_once('=')
+        .filter(|(f, p)| !f.is_empty() && !p.is_empty())
+        .ok_or_else(|| {
+            format!("'{text}' is not FUNCTIONS=PATH (e.g. payments.charge,email.send=worker.token)")
+        })?;
+    Ok((
+        functions.split(',').map(|f| f.trim().to_string()).collect(),
+        PathBuf::from(path),
+    ))
+}
+
+/// `NAME=attempts:5,initial:200ms,backoff:2,max:30s,elapsed:10m,never:timeout`.
+pub(super) fn parse_retry(text: &str) -> Result<(String, RetryPolicy), String> {
+    let (name, spec) = text.split_once('=').ok_or_else(|| {
+        format!("'{text}' is not FUNCTION=POLICY (e.g. payments.charge=attempts:5,initial:1s)")
+    })?;
+    if name.is_empty() {
+        return Err(format!("'{text}' names no function before '='"));
+    }
+    let mut policy = RetryPolicy::default();
+    if spec == "never" {
+        return Ok((name.to_string(), RetryPolicy::never()));
+    }
+    for part in spec.split(',').filter(|p| !p.is_empty()) {
+        let (key, value) = part.split_once(':').ok_or_else(|| {
+            format!("'{part}' in --retry is not KEY:VALUE (attempts, initial, backoff, max, elapsed, never)")
+        })?;
+        let bad = |what: &str| format!("'{part}' in --retry: {value} is not {what}");
+        match key {
+            "attempts" => policy.max_attempts = value.parse().map_err(|_| bad("a count"))?,
+            "initial" => policy.initial_interval = parse_duration(value)?,
+            "max" => policy.max_interval = parse_duration(value)?,
+            "elapsed" => policy.max_elapsed = Some(parse_duration(value)?),
+            "backoff" => {
+                let backoff: f64 = value.parse().map_err(|_| bad("a number"))?;
+                if !(1.0..=100.0).contains(&backoff) {
+                    return Err(bad("a coefficient from 1 to 100"));
+                }
+                policy.backoff = backoff;
+            }
+            "never" => {
+                let kind = CommandErrorKind::from_name(value)
+                    .ok_or_else(|| bad("an error kind (failed, timeout, unavailable, ...)"))?;
+                policy.non_retryable.push(kind);
+            }
+            _ => {
+                return Err(format!(
+                    "'{key}' in --retry is none of attempts, initial, backoff, max, elapsed, never"
+                ))
+            }
+        }
+    }
+    Ok((name.to_string(), policy))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_policies_parse() {
+        let (name, policy) =
+            parse_retry("payments.charge=attempts:5,initial:200ms,backoff:3,max:30s,never:timeout")
+                .unwrap();
+        assert_eq!(name, "payments.charge");
+        assert_eq!(policy.max_attempts, 5);
+        assert_eq!(policy.initial_interval, Duration::from_millis(200));
+        assert_eq!(policy.backoff, 3.0);
+        assert_eq!(policy.max_interval, Duration::from_secs(30));
+        assert_eq!(policy.non_retryable, [CommandErrorKind::Timeout]);
+        assert_eq!(parse_retry("x=never").unwrap().1, RetryPolicy::never());
+        assert!(parse_retry("x=backoff:0.5").is_err());
+        assert!(parse_retry("x=tries:3").is_err());
+        assert!(parse_retry("=attempts:3").is_err());
+    }
+}
