@@ -121,14 +121,15 @@ impl Functions {
                     .worker_threads(2)
                     .max_blocking_threads(settings.threads.max(1) + MAX_ABANDONED)
                     .thread_name("wfhost-function")
-                    .enable_time()
+                    // Timers for timeouts; IO for the built-in HTTP client.
+                    .enable_all()
                     .build()?;
                 (Some(runtime.handle().clone()), Some(runtime))
             }
         };
         let timers = OnceLock::new();
         if own.is_some() {
-            // Built above with `enable_time`: nothing to find out.
+            // Built above with timers: nothing to find out.
             let _ = timers.set(true);
         }
         let policies = functions

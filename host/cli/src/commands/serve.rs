@@ -67,8 +67,10 @@ impl ServeCommand {
         let metrics = Metrics::new();
         let tasks = self.workers_fns.tasks();
         let mut api = self.http.api(&metrics, self.limits.max_module_size())?;
-        if let (Some(tasks), Some(with)) = (&tasks, api.take()) {
-            api = Some(self.workers_fns.api(with, tasks)?);
+        if let Some(tasks) = &tasks {
+            if let Some(with) = api.take() {
+                api = Some(self.workers_fns.api(with, tasks)?);
+            }
         }
         anyhow::ensure!(
             !self.workers_fns.any() || api.is_some(),

@@ -770,6 +770,74 @@ pub async fn join_pid(ctx: Ctx, pid: u64) -> Result<Value, Error> {
     })
 }
 
+/// Requests `url` through the host's HTTP client, with `header` set to `value` when given;
+/// reports `{"status", "body", "key"}` (the server's echo of the idempotency key in the body is
+/// the server's business) or the error.
+pub async fn http_get(ctx: Ctx, url: String) -> Result<Value, Error> {
+    Ok(match ctx.http(wfguest::HttpRequest::get(url)).await {
+        Ok(response) => json!({
+            "status": response.status,
+            "body": String::from_utf8_lossy(&response.body),
+        }),
+        Err(error) => outcome_error(&error),
+    })
+}
+
+/// Requests each URL in turn, then sleeps `millis` (a window for a crash), then requests the
+/// first again: the bodies, in order.
+pub async fn http_twice(ctx: Ctx, (urls, millis): (Vec<String>, u64)) -> Result<Value, Error> {
+    let mut bodies = Vec::new();
+    for url in &urls {
+        let response = ctx.http(wfguest::HttpRequest::get(url.clone())).await?;
+        bodies.push(String::from_utf8_lossy(&response.body).into_owned());
+    }
+    ctx.sleep(Duration::from_millis(millis)).await?;
+    if let Some(url) = urls.first() {
+        let response = ctx.http(wfguest::HttpRequest::get(url.clone())).await?;
+        bodies.push(String::from_utf8_lossy(&response.body).into_owned());
+    }
+    Ok(json!(bodies))
+}
+
+/// Calls `name` with `input` under a policy of `attempts` attempts, `initial` ms apart at first,
+/// doubling; reports the outcome as `call` does.
+pub async fn call_retrying(
+    ctx: Ctx,
+    (name, input, attempts, initial): (String, Value, u32, u64),
+) -> Result<Value, Error> {
+    let policy = wfguest::Retry::default()
+        .initial_interval(Duration::from_millis(initial))
+        .backoff(2.0)
+        .max_attempts(attempts);
+    Ok(
+        match ctx.call_with::<_, Value>(&name, &input, policy).await {
+            Ok(result) => json!({ "ok": result }),
+            Err(error) => outcome_error(&error),
+        },
+    )
+}
+
+/// A saga of activities: `reserve`, then `charge` (compensated by `release` if it fails for
+/// good), then `ship`; each result in order.
+pub async fn activity_saga(ctx: Ctx, order: Value) -> Result<Value, Error> {
+    let reserved: Value = ctx.call("inventory.reserve", &order).await?;
+    let charged = match ctx.call::<_, Value>("payments.charge", &order).await {
+        Ok(charged) => charged,
+        Err(error) => {
+            let released: Value = ctx.call("inventory.release", &reserved).await?;
+            return Ok(json!({ "failed": error.to_string(), "released": released }));
+        }
+    };
+    let shipped: Value = ctx.call("shipping.ship", &order).await?;
+    Ok(json!([reserved, charged, shipped]))
+}
+
+/// The next message that decodes as a number, within `millis`: `null` if none came.
+pub async fn valid_within(ctx: Ctx, millis: u64) -> Result<Option<u64>, Error> {
+    ctx.recv_valid_timeout::<u64>(Duration::from_millis(millis))
+        .await
+}
+
 wfguest::entry_points!(
     echo,
     fail,
@@ -834,5 +902,10 @@ wfguest::entry_points!(
     "send-report" = report,
     "v2.echo" = echo,
     join_pid,
-    logged
+    logged,
+    http_get,
+    http_twice,
+    call_retrying,
+    activity_saga,
+    valid_within
 );

@@ -1,0 +1,254 @@
+//! Workflows that call HTTP through a real `wfhost serve --allow-http`, against a local server
+//! of the test's own that counts the requests it gets: what the allowlist lets through and what
+//! it refuses (another host, a redirect to a refused host, loopback by a pattern that does not
+//! name it), a response over the limit, the idempotency key the server sees, and no second
+//! request on replay after the host is killed mid-workflow.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::http::{put_probe, start_request, HttpServer};
+use serde_json::{json, Value};
+
+/// What the test server saw: each request's path and idempotency key.
+#[derive(Default)]
+struct Seen {
+    requests: Vec<(String, Option<String>)>,
+}
+
+/// A server on 127.0.0.1: `/ok` answers `hello N` (N: how many `/ok` so far), `/redirect`
+/// sends to `localhost` on the same port, `/big` answers 3 MiB.
+fn test_server() -> (String, Arc<Mutex<Seen>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let recorded = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let recorded = Arc::clone(&recorded);
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                    let mut key = None;
+                    loop {
+                        let mut header = String::new();
+                        reader.read_line(&mut header).unwrap();
+                        let header = header.trim();
+                        if header.is_empty() {
+                            break;
+                        }
+                        if let Some((name, value)) = header.split_once(':') {
+                            if name.eq_ignore_ascii_case("idempotency-key") {
+                                key = Some(value.trim().to_string());
+                            }
+                        }
+                    }
+                    let (status, extra, body) = {
+                        let mut seen = recorded.lock().unwrap();
+                        seen.requests.push((path.clone(), key));
+                        let oks = seen.requests.iter().filter(|(p, _)| p == "/ok").count();
+                        match path.as_str() {
+                            "/ok" => ("200 OK", String::new(), format!("hello {oks}").into_bytes()),
+                            "/redirect" => (
+                                "302 Found",
+                                format!("Location: http://localhost:{port}/ok\r\n"),
+                                Vec::new(),
+                            ),
+                            "/big" => ("200 OK", String::new(), vec![b'x'; 3 << 20]),
+                            _ => ("404 Not Found", String::new(), Vec::new()),
+                        }
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    if stream.write_all(head.as_bytes()).is_err()
+                        || stream.write_all(&body).is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (format!("http://127.0.0.1:{port}"), seen)
+}
+
+fn run(api: &wfhost_client::Client, module: &str, id: &str, entry: &str, input: Value) -> Value {
+    api.start(&start_request(id, module, entry, input)).unwrap();
+    let done = api.result(id, Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(done.status, "completed", "{id}: {done:?}");
+    serde_json::from_str(done.result.unwrap().get()).unwrap()
+}
+
+#[test]
+fn the_allowlist_decides_what_a_workflow_reaches() {
+    let dir = common::tempdir("act-http", "allowlist");
+    let (base, seen) = test_server();
+    let store = dir.join("wf.db");
+    let explicit = format!("{base}/*");
+    let server = HttpServer::start(
+        &dir,
+        store.to_str().unwrap(),
+        &["--allow-http", &explicit, "--allow-http", "http://*:*/*"],
+    );
+    let api = server.client();
+    let module = put_probe(&api);
+
+    let ok = run(&api, &module, "ok", "http_get", json!(format!("{base}/ok")));
+    assert_eq!(ok, json!({"status": 200, "body": "hello 1"}));
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.requests.len(), 1);
+        // The call's key: the workflow's id and the call's tag.
+        let key = seen.requests[0].1.clone().expect("an idempotency key");
+        assert!(key.starts_with("ok#"), "{key}");
+    }
+
+    // A redirect is checked as the first request was: localhost is loopback, and the pattern
+    // that matches it (*) does not name it.
+    let redirected = run(
+        &api,
+        &module,
+        "redirect",
+        "http_get",
+        json!(format!("{base}/redirect")),
+    );
+    assert_eq!(redirected["error"], "not-allowed", "{redirected}");
+    assert!(
+        redirected["message"]
+            .as_str()
+            .unwrap()
+            .contains("localhost"),
+        "{redirected}"
+    );
+    // Loopback through a pattern that does not name it: refused before any connection (the
+    // test server listens on 127.0.0.1 only, so a connection would be refused, not this).
+    let port = base.rsplit(':').next().unwrap();
+    let loopback = run(
+        &api,
+        &module,
+        "loopback",
+        "http_get",
+        json!(format!("http://127.0.0.2:{port}/ok")),
+    );
+    assert_eq!(loopback["error"], "not-allowed", "{loopback}");
+    assert!(
+        loopback["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a public address"),
+        "{loopback}"
+    );
+    // A name that resolves to loopback only, through the wildcard.
+    let named = run(
+        &api,
+        &module,
+        "named",
+        "http_get",
+        json!(format!("http://localhost:{port}/ok")),
+    );
+    assert_eq!(named["error"], "not-allowed", "{named}");
+    // Another scheme's URL is in no pattern.
+    let other = run(
+        &api,
+        &module,
+        "other",
+        "http_get",
+        json!("https://example.com/"),
+    );
+    assert_eq!(other["error"], "not-allowed", "{other}");
+    assert!(
+        other["message"]
+            .as_str()
+            .unwrap()
+            .contains("is not in the host's HTTP allowlist"),
+        "{other}"
+    );
+    let big = run(
+        &api,
+        &module,
+        "big",
+        "http_get",
+        json!(format!("{base}/big")),
+    );
+    assert_eq!(big["error"], "limit-reached", "{big}");
+
+    let seen = seen.lock().unwrap();
+    let paths: Vec<&str> = seen.requests.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(paths, ["/ok", "/redirect", "/big"]);
+}
+
+#[test]
+fn a_module_without_the_grant_cannot_call_http() {
+    let dir = common::tempdir("act-http", "denied");
+    let (base, seen) = test_server();
+    let store = dir.join("wf.db");
+    let explicit = format!("{base}/*");
+    let server = HttpServer::start(
+        &dir,
+        store.to_str().unwrap(),
+        &["--allow-http", &explicit, "--deny", "wfhost.http"],
+    );
+    let api = server.client();
+    let module = put_probe(&api);
+    let denied = run(
+        &api,
+        &module,
+        "denied",
+        "http_get",
+        json!(format!("{base}/ok")),
+    );
+    assert_eq!(denied["error"], "not-allowed", "{denied}");
+    assert!(seen.lock().unwrap().requests.is_empty());
+}
+
+#[test]
+fn a_replay_after_a_kill_sends_no_request_again() {
+    let dir = common::tempdir("act-http", "replay");
+    let (base, seen) = test_server();
+    let store = dir.join("wf.db");
+    let explicit = format!("{base}/*");
+    let args = ["--allow-http", explicit.as_str()];
+    let mut server = HttpServer::start(&dir, store.to_str().unwrap(), &args);
+    let api = server.client();
+    let module = put_probe(&api);
+    let ok = format!("{base}/ok");
+    api.start(&start_request(
+        "twice",
+        &module,
+        "http_twice",
+        json!([[ok], 1500]),
+    ))
+    .unwrap();
+    // Killed once the step that got the answer is journaled (it yields the sleep).
+    common::wait_until("the first answer is journaled", || {
+        api.status("twice").unwrap().steps >= 2
+    });
+    server.kill();
+    assert_eq!(seen.lock().unwrap().requests.len(), 1);
+
+    let server = HttpServer::start(&dir, store.to_str().unwrap(), &args);
+    let api = server.client();
+    let done = api.result("twice", Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(done.status, "completed", "{done:?}");
+    let bodies: Value = serde_json::from_str(done.result.unwrap().get()).unwrap();
+    // The first answer came from the journal: one request before the sleep, one after.
+    assert_eq!(bodies, json!(["hello 1", "hello 2"]));
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.requests.len(), 2);
+    assert_ne!(
+        seen.requests[0].1, seen.requests[1].1,
+        "each call has its own key"
+    );
+}
