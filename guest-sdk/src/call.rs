@@ -200,7 +200,8 @@ async fn host_policy(ctx: &Ctx, name: &str) -> Result<Option<RetryPolicy>, Error
     if let Some(known) = ctx.state.borrow().policies.get(name) {
         return Ok(known.clone());
     }
-    let input = Payload::encode(wfcontract::Encoding::Postcard, name)?;
+    // In the workflow's encoding, so that its history reads.
+    let input = Payload::encode(ctx.encoding(), name)?;
     let answer = attempt(ctx, RETRY_POLICY_FUNCTION, input).await?;
     let policy: Option<RetryPolicy> = answer.decode()?;
     ctx.state

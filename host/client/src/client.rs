@@ -235,6 +235,31 @@ impl Client {
         self.post_raw(&path, completion, self.timeout).map(|_| ())
     }
 
+    /// Completes task `task` and takes the next task for one of `functions`, waiting up to
+    /// `wait` for one, in one request.
+    pub fn complete_and_poll(
+        &self,
+        task: &str,
+        completion: CompleteRequest,
+        functions: &[String],
+        wait: Duration,
+    ) -> Result<Option<TaskJson>> {
+        let path = format!("/v1/tasks/{}/complete", segment(task));
+        let completion = CompleteRequest {
+            next: Some(PollRequest {
+                functions: functions.to_vec(),
+                wait: Some(format!("{}ms", wait.as_millis())),
+            }),
+            ..completion
+        };
+        let timeout = self.timeout.saturating_add(wait);
+        let (status, body) = self.post_raw(&path, &completion, timeout)?;
+        if status == 204 {
+            return Ok(None);
+        }
+        decode(status, &body).map(Some)
+    }
+
     /// Moves task `task`'s deadline on.
     pub fn heartbeat_task(&self, task: &str) -> Result<HeartbeatJson> {
         let path = format!("/v1/tasks/{}/heartbeat", segment(task));

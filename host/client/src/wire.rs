@@ -418,6 +418,10 @@ pub struct CompleteRequest {
     /// Why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<TaskErrorJson>,
+    /// Also take the next task, as a poll would: the answer is then `200` with it, or `204`
+    /// when none came within the wait. One request a task instead of two.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<PollRequest>,
 }
 
 /// A worker's error.

@@ -165,6 +165,7 @@ fn run(shared: &Shared, task: &TaskJson) -> Option<CompleteRequest> {
         Some(CompleteRequest {
             result: None,
             error: Some(TaskErrorJson { message, retryable }),
+            next: None,
         })
     };
     let mut child = match Command::new(&shared.command[0])
@@ -276,6 +277,7 @@ fn run(shared: &Shared, task: &TaskJson) -> Option<CompleteRequest> {
         Ok(result) => Some(CompleteRequest {
             result: Some(result),
             error: None,
+            next: None,
         }),
         Err(error) => fail(
             format!(

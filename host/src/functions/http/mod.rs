@@ -182,9 +182,12 @@ impl HttpClient {
             ));
         }
         let mut headers = headers(&request.headers)?;
-        if let Some(key) = key {
+        // The call's key, unless the workflow gives one of its own (one key for every attempt
+        // of a retried request, say).
+        let name = HeaderName::from_static("idempotency-key");
+        if let Some(key) = key.filter(|_| !headers.contains_key(&name)) {
             if let Ok(value) = HeaderValue::from_str(&key) {
-                headers.insert(HeaderName::from_static("idempotency-key"), value);
+                headers.insert(name, value);
             }
         }
         let limit = request

@@ -47,22 +47,32 @@ async fn poll(
     JsonBody(request): JsonBody<PollRequest>,
 ) -> Result<Response, ApiError> {
     let tasks = board(&state)?;
+    next_task(&state, &tasks, scope.as_ref(), request).await
+}
+
+/// The next task `request` asks for, or `204`.
+async fn next_task(
+    state: &Arc<AppState>,
+    tasks: &Tasks,
+    scope: Option<&Extension<WorkerScope>>,
+    request: PollRequest,
+) -> Result<Response, ApiError> {
     if request.functions.is_empty() || request.functions.len() > MAX_FUNCTIONS {
         return Err(ApiError::bad_request(format!(
             "a poll names 1 to {MAX_FUNCTIONS} functions, the ones this worker serves: \
              {{\"functions\": [\"payments.charge\"]}}"
         )));
     }
-    if let Some(Extension(scope)) = &scope {
+    if let Some(Extension(scope)) = scope {
         if let Some(other) = request.functions.iter().find(|f| !scope.serves(f)) {
             return Err(forbidden(other));
         }
     }
-    let wait = super::wait(&state, request.wait.as_deref())?;
+    let wait = super::wait(state, request.wait.as_deref())?;
     let task = if wait.is_zero() {
         tasks.poll(&request.functions, wait).await
     } else {
-        let _place = waiting(&state)?;
+        let _place = waiting(state)?;
         tasks.poll(&request.functions, wait).await
     };
     Ok(match task {
@@ -71,13 +81,15 @@ async fn poll(
     })
 }
 
-/// Completes a task with the function's result or error. Refused (`409`) when the task has
-/// moved on: given to another worker after its deadline, or finished.
+/// Completes a task with the function's result or error, and, if `next` asks, takes the next
+/// task. Refused (`409`) when the task has moved on: given to another worker after its
+/// deadline, or finished.
 #[utoipa::path(post, path = "/v1/tasks/{task}/complete", tag = "tasks",
     params(("task" = String, Path, description = "The task's name, as the poll gave it")),
     request_body = CompleteRequest,
     responses(
-        (status = 204, description = "Applied: the workflow has the outcome"),
+        (status = 200, description = "Applied, and the next task (with `next`)", body = TaskJson),
+        (status = 204, description = "Applied: the workflow has the outcome (and no next task came)"),
         (status = 400, description = "Neither or both of result and error", body = ErrorBody),
         (status = 404, description = "No such task", body = ErrorBody),
         (status = 409, description = "The task moved on: this completion was not applied", body = ErrorBody),
@@ -87,9 +99,9 @@ async fn complete(
     scope: Option<Extension<WorkerScope>>,
     Path(task): Path<String>,
     JsonBody(request): JsonBody<CompleteRequest>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Response, ApiError> {
     let tasks = board(&state)?;
-    check_scope(&tasks, scope, &task)?;
+    check_scope(&tasks, scope.as_ref(), &task)?;
     let outcome = match (request.result, request.error) {
         (Some(result), None) => Ok(Payload::json_bytes(result.get().as_bytes().to_vec())),
         (None, Some(error)) => Err(CommandError::new(
@@ -108,7 +120,10 @@ async fn complete(
         }
     };
     tasks.complete(&task, outcome).map_err(task_error)?;
-    Ok(StatusCode::NO_CONTENT)
+    match request.next {
+        Some(next) => next_task(&state, &tasks, scope.as_ref(), next).await,
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
 }
 
 /// Moves a task's deadline on, for a worker still at it.
@@ -125,7 +140,7 @@ async fn heartbeat(
     Path(task): Path<String>,
 ) -> Result<Json<HeartbeatJson>, ApiError> {
     let tasks = board(&state)?;
-    check_scope(&tasks, scope, &task)?;
+    check_scope(&tasks, scope.as_ref(), &task)?;
     let deadline = tasks.heartbeat(&task).map_err(task_error)?;
     let ms = millis(deadline);
     Ok(Json(HeartbeatJson {
@@ -147,7 +162,7 @@ fn board(state: &AppState) -> Result<Tasks, ApiError> {
 /// With a worker's own token, the task must be of a function it serves.
 fn check_scope(
     tasks: &Tasks,
-    scope: Option<Extension<WorkerScope>>,
+    scope: Option<&Extension<WorkerScope>>,
     task: &str,
 ) -> Result<(), ApiError> {
     let Some(Extension(scope)) = scope else {

@@ -832,6 +832,29 @@ pub async fn activity_saga(ctx: Ctx, order: Value) -> Result<Value, Error> {
     Ok(json!([reserved, charged, shipped]))
 }
 
+/// Calls `name` `n` times, one after another; the number of calls that succeeded.
+pub async fn call_loop(ctx: Ctx, (name, n): (String, u32)) -> Result<u32, Error> {
+    let mut succeeded = 0;
+    for i in 0..n {
+        if ctx.call::<_, Value>(&name, &i).await.is_ok() {
+            succeeded += 1;
+        }
+    }
+    Ok(succeeded)
+}
+
+/// Requests `url` `n` times, one after another; the number of 200s.
+pub async fn http_loop(ctx: Ctx, (url, n): (String, u32)) -> Result<u32, Error> {
+    let mut ok = 0;
+    for _ in 0..n {
+        let response = ctx.http(wfguest::HttpRequest::get(url.clone())).await?;
+        if response.status == 200 {
+            ok += 1;
+        }
+    }
+    Ok(ok)
+}
+
 /// The next message that decodes as a number, within `millis`: `null` if none came.
 pub async fn valid_within(ctx: Ctx, millis: u64) -> Result<Option<u64>, Error> {
     ctx.recv_valid_timeout::<u64>(Duration::from_millis(millis))
@@ -907,5 +930,7 @@ wfguest::entry_points!(
     http_twice,
     call_retrying,
     activity_saga,
-    valid_within
+    valid_within,
+    call_loop,
+    http_loop
 );

@@ -1,0 +1,330 @@
+//! Activity workers against a real `wfhost serve --worker-function`: a Python worker (the
+//! example) and a `wfhost worker` shell command serve a saga; a worker that vanishes mid-task
+//! loses it to another, and its late completion is refused; a host killed with tasks
+//! outstanding offers them again after recovery, with the same keys; a worker token reaches its
+//! own functions only.
+
+mod common;
+
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use common::http::{put_probe, start_request, HttpServer};
+use common::wfhost;
+use serde_json::{json, Value};
+use wfhost_client::wire::{CompleteRequest, TaskErrorJson};
+
+const SAGA: [&str; 8] = [
+    "--worker-function",
+    "inventory.reserve",
+    "--worker-function",
+    "inventory.release",
+    "--worker-function",
+    "payments.charge",
+    "--worker-function",
+    "shipping.ship",
+];
+
+/// Killed when dropped.
+struct Worker(Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn result(raw: &serde_json::value::RawValue) -> Value {
+    serde_json::from_str(raw.get()).unwrap()
+}
+
+fn ok(value: Value) -> CompleteRequest {
+    CompleteRequest {
+        result: Some(serde_json::value::to_raw_value(&value).unwrap()),
+        error: None,
+        next: None,
+    }
+}
+
+fn error(message: &str, retryable: bool) -> CompleteRequest {
+    CompleteRequest {
+        result: None,
+        error: Some(TaskErrorJson {
+            message: message.into(),
+            retryable,
+        }),
+    }
+}
+
+fn functions(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+#[test]
+fn a_python_worker_and_a_shell_command_serve_a_saga() {
+    let dir = common::tempdir("act-workers", "saga");
+    let store = dir.join("wf.db");
+    let server = HttpServer::start(&dir, store.to_str().unwrap(), &SAGA);
+    let api = server.client();
+    let module = put_probe(&api);
+
+    let root = wfhost_test_programs::workspace_root();
+    let _python = Worker(
+        std::process::Command::new("python3")
+            .arg(root.join("examples/workers/worker.py"))
+            .env("WFHOST_SERVER", &server.url)
+            .env_remove("WFHOST_TOKEN")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("python3 runs"),
+    );
+    let _shell = Worker(
+        wfhost()
+            .args([
+                "worker",
+                "--server",
+                &server.url,
+                "--function",
+                "payments.charge",
+            ])
+            .args(["--concurrency", "2", "--poll-wait", "1s", "--"])
+            .args([
+                "sh",
+                root.join("examples/workers/charge.sh").to_str().unwrap(),
+            ])
+            .env_remove("WFHOST_TOKEN")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let order = json!({"sku": "kettle", "amount": 12, "address": "1 Main St"});
+    api.start(&start_request("o1", &module, "activity_saga", order))
+        .unwrap();
+    let done = api.result("o1", Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(done.status, "completed", "{done:?}");
+    let value = result(done.result.as_ref().unwrap());
+    let reserve_key = value[0]["key"].as_str().unwrap().to_string();
+    let charge_key = value[1]["key"].as_str().unwrap().to_string();
+    assert!(reserve_key.starts_with("o1#") && charge_key.starts_with("o1#"));
+    assert_ne!(reserve_key, charge_key);
+    assert_eq!(
+        value,
+        json!([
+            {"reserved": "kettle", "key": reserve_key},
+            {"charged": {"sku": "kettle", "amount": 12, "address": "1 Main St"}, "key": charge_key, "attempt": 1},
+            {"shipped_to": "1 Main St"}
+        ])
+    );
+
+    // An order without an address: the Python worker rejects it for good, and the saga's
+    // `?` fails the workflow with its message.
+    let order = json!({"sku": "kettle", "amount": 12});
+    api.start(&start_request("o2", &module, "activity_saga", order))
+        .unwrap();
+    let done = api.result("o2", Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(done.status, "failed", "{done:?}");
+    let failure = done.error.unwrap();
+    assert!(
+        failure
+            .message
+            .contains("the order has no address (rejected)"),
+        "{failure:?}"
+    );
+}
+
+#[test]
+fn a_vanished_worker_loses_its_task_and_its_late_completion_is_refused() {
+    let dir = common::tempdir("act-workers", "vanished");
+    let store = dir.join("wf.db");
+    let server = HttpServer::start(
+        &dir,
+        store.to_str().unwrap(),
+        &[
+            "--worker-function",
+            "payments.charge",
+            "--task-timeout",
+            "300ms",
+        ],
+    );
+    let api = server.client();
+    let module = put_probe(&api);
+    api.start(&start_request(
+        "c1",
+        &module,
+        "call",
+        json!(["payments.charge", {"amount": 5}]),
+    ))
+    .unwrap();
+    let charge = functions(&["payments.charge"]);
+    let first = api
+        .poll_task(&charge, Duration::from_secs(30))
+        .unwrap()
+        .expect("a task");
+    assert_eq!(first.attempt, 1);
+    assert_eq!(result(&first.input), json!({"amount": 5}));
+    // The first worker says nothing by its deadline: the task goes to the next poll.
+    let second = api
+        .poll_task(&charge, Duration::from_secs(30))
+        .unwrap()
+        .expect("the task again");
+    assert_eq!(second.attempt, 2);
+    assert_eq!(second.idempotency_key, first.idempotency_key);
+    assert_ne!(second.task, first.task);
+    let late = api
+        .complete_task(&first.task, &ok(json!("first")))
+        .unwrap_err();
+    assert_eq!(late.status(), Some(409), "{late}");
+    let beat = api.heartbeat_task(&first.task).unwrap_err();
+    assert_eq!(beat.status(), Some(409), "{beat}");
+    api.heartbeat_task(&second.task).unwrap();
+    // Completed with a poll for the next in the same request: there is none.
+    let next = api
+        .complete_and_poll(&second.task, ok(json!("second")), &charge, Duration::ZERO)
+        .unwrap();
+    assert!(next.is_none());
+    let again = api
+        .complete_task(&second.task, &ok(json!("third")))
+        .unwrap_err();
+    assert_eq!(again.status(), Some(409), "{again}");
+    let done = api.result("c1", Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(
+        result(done.result.as_ref().unwrap()),
+        json!({"ok": "second"})
+    );
+    // Nothing else waits.
+    assert!(api.poll_task(&charge, Duration::ZERO).unwrap().is_none());
+    // Bad completions say what is wrong.
+    let unknown = api
+        .complete_task("12345.0000000000000000", &ok(json!(1)))
+        .unwrap_err();
+    assert_eq!(unknown.status(), Some(404), "{unknown}");
+    let neither = api
+        .complete_task(
+            &second.task,
+            &CompleteRequest {
+                result: None,
+                error: None,
+                next: None,
+            },
+        )
+        .unwrap_err();
+    assert_eq!(neither.status(), Some(400), "{neither}");
+}
+
+#[test]
+fn tasks_outstanding_when_the_host_is_killed_are_offered_again_with_their_keys() {
+    let dir = common::tempdir("act-workers", "killed");
+    let store = dir.join("wf.db");
+    let args = ["--worker-function", "payments.charge"];
+    let mut server = HttpServer::start(&dir, store.to_str().unwrap(), &args);
+    let api = server.client();
+    let module = put_probe(&api);
+    for n in 0..3 {
+        api.start(&start_request(
+            &format!("k{n}"),
+            &module,
+            "call",
+            json!(["payments.charge", n]),
+        ))
+        .unwrap();
+    }
+    let charge = functions(&["payments.charge"]);
+    let mut keys = std::collections::BTreeMap::new();
+    while keys.len() < 3 {
+        let task = api
+            .poll_task(&charge, Duration::from_secs(30))
+            .unwrap()
+            .unwrap();
+        keys.insert(
+            result(&task.input).as_u64().unwrap(),
+            task.idempotency_key.unwrap(),
+        );
+    }
+    server.kill();
+
+    let server = HttpServer::start(&dir, store.to_str().unwrap(), &args);
+    let api = server.client();
+    let mut again = std::collections::BTreeMap::new();
+    while again.len() < 3 {
+        let task = api
+            .poll_task(&charge, Duration::from_secs(30))
+            .unwrap()
+            .unwrap();
+        let n = result(&task.input).as_u64().unwrap();
+        again.insert(n, task.idempotency_key.clone().unwrap());
+        api.complete_task(&task.task, &ok(json!(n * 10))).unwrap();
+    }
+    assert_eq!(again, keys, "the same calls, with the same keys");
+    for n in 0..3u64 {
+        let done = api
+            .result(&format!("k{n}"), Some(Duration::from_secs(60)))
+            .unwrap();
+        assert_eq!(result(done.result.as_ref().unwrap()), json!({"ok": n * 10}));
+    }
+}
+
+#[test]
+fn a_worker_token_reaches_its_own_functions_only() {
+    let dir = common::tempdir("act-workers", "tokens");
+    let store = dir.join("wf.db");
+    std::fs::write(dir.join("server.token"), "server-secret\n").unwrap();
+    std::fs::write(dir.join("worker.token"), "charge-only\n").unwrap();
+    let tokens = format!("payments.charge={}", dir.join("worker.token").display());
+    let server = HttpServer::start(
+        &dir,
+        store.to_str().unwrap(),
+        &[
+            "--token-file",
+            dir.join("server.token").to_str().unwrap(),
+            "--worker-function",
+            "payments.charge",
+            "--worker-function",
+            "shipping.ship",
+            "--worker-token-file",
+            &tokens,
+        ],
+    );
+    let admin = server.client().with_token("server-secret");
+    let module = put_probe(&admin);
+    let worker = server.client().with_token("charge-only");
+    for (id, function) in [("t1", "payments.charge"), ("t2", "shipping.ship")] {
+        admin
+            .start(&start_request(id, &module, "call", json!([function, 1])))
+            .unwrap();
+    }
+    let refused = worker
+        .poll_task(&functions(&["shipping.ship"]), Duration::ZERO)
+        .unwrap_err();
+    assert_eq!(refused.status(), Some(403), "{refused}");
+    // Not a key to the rest of the API.
+    assert_eq!(worker.hosts().unwrap_err().status(), Some(401));
+    let task = worker
+        .poll_task(&functions(&["payments.charge"]), Duration::from_secs(30))
+        .unwrap()
+        .unwrap();
+    assert_eq!(task.function, "payments.charge");
+    let ship = admin
+        .poll_task(&functions(&["shipping.ship"]), Duration::from_secs(30))
+        .unwrap()
+        .unwrap();
+    let other = worker.complete_task(&ship.task, &ok(json!(0))).unwrap_err();
+    assert_eq!(other.status(), Some(403), "{other}");
+    worker
+        .complete_task(&task.task, &error("card declined", false))
+        .unwrap();
+    admin
+        .complete_task(&ship.task, &ok(json!("shipped")))
+        .unwrap();
+    let declined = admin.result("t1", Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(
+        result(declined.result.as_ref().unwrap()),
+        json!({"error": "rejected", "message": "card declined (rejected)"})
+    );
+    let shipped = admin.result("t2", Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(
+        result(shipped.result.as_ref().unwrap()),
+        json!({"ok": "shipped"})
+    );
+}
