@@ -31,6 +31,7 @@ fn error(message: &str, retryable: bool) -> CompleteRequest {
             message: message.into(),
             retryable,
         }),
+        next: None,
     }
 }
 

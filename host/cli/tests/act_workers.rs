@@ -54,6 +54,7 @@ fn error(message: &str, retryable: bool) -> CompleteRequest {
             message: message.into(),
             retryable,
         }),
+        next: None,
     }
 }
 

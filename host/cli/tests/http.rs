@@ -412,6 +412,9 @@ fn the_openapi_document_describes_every_route_and_every_route_answers() {
             "GET /v1/workflows/{id}/outbox",
             "GET /v1/workflows/{id}/result",
             "POST /v1/modules",
+            "POST /v1/tasks/poll",
+            "POST /v1/tasks/{task}/complete",
+            "POST /v1/tasks/{task}/heartbeat",
             "POST /v1/workflows",
             "POST /v1/workflows/{id}/cancel",
             "POST /v1/workflows/{id}/messages",
@@ -420,7 +423,7 @@ fn the_openapi_document_describes_every_route_and_every_route_answers() {
     // Every route the document names is served: none answers the server's "no route".
     for route in &routes {
         let (method, path) = route.split_once(' ').unwrap();
-        let path = path.replace("{id}", "nobody");
+        let path = path.replace("{id}", "nobody").replace("{task}", "1.0");
         let request = format!(
             "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
         );
@@ -448,6 +451,10 @@ fn the_openapi_document_describes_every_route_and_every_route_answers() {
         "ErrorBody",
         "SentJson",
         "CancelJson",
+        "PollRequest",
+        "TaskJson",
+        "CompleteRequest",
+        "HeartbeatJson",
     ] {
         assert!(schemas.contains_key(schema), "no schema {schema}");
     }
