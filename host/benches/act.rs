@@ -269,7 +269,7 @@ fn waiting(count: usize) {
                 .without_messages()
         })
         .collect();
-    while tasks.counts().0 < count {
+    while tasks.counts().map_or(0, |(queued, _)| queued) < count {
         std::thread::sleep(Duration::from_millis(50));
     }
     let elapsed = started.elapsed();

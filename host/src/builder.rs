@@ -540,6 +540,19 @@ impl HostBuilder {
         if let Some(durable) = &durable {
             start_durable(durable, &scheduler)?;
         }
+        if let Some(tasks) = &self.tasks {
+            match durable.as_ref().and_then(|d| d.store_host()) {
+                Some(host) => tasks.joined(host),
+                None if tasks.is_shared() => {
+                    return Err(config(
+                        "a task board in a PostgreSQL store (Tasks::postgres) needs a host on \
+                         that store (HostBuilder::store with the same URL)"
+                            .into(),
+                    ))
+                }
+                None => {}
+            }
+        }
         let engine = Engine {
             handle: scheduler.handle().clone(),
             wasm,

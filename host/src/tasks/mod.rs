@@ -13,6 +13,7 @@
 //! recovery, with the same idempotency key, which puts the task back on the board.
 
 mod board;
+mod shared;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 use wfcontract::{CommandError, Payload};
 
 pub(crate) use board::Board;
+use shared::SharedBoard;
 
 /// How long a worker holds a task before it is offered to another, unless it heartbeats, unless
 /// [`Tasks::new`]'s settings say otherwise.
@@ -81,14 +83,26 @@ pub enum TaskError {
         /// What became of it.
         why: String,
     },
+    /// The store that holds the tasks could not be reached: ask again.
+    #[error("the tasks' store could not be reached: {0}; ask again")]
+    Unavailable(String),
 }
 
 /// The board of activity tasks: share one between the hosts that call worker functions
 /// ([`HostBuilder::worker_function`](crate::HostBuilder::worker_function)) and the HTTP API that
 /// workers poll ([`Api::tasks`](crate::http::Api::tasks)). Cheap to clone.
+///
+/// [`Tasks::new`] keeps the tasks in memory, for one host; [`Tasks::postgres`] keeps them in the
+/// PostgreSQL store hosts share, so that a worker may poll any of them.
 #[derive(Clone, Debug)]
 pub struct Tasks {
-    pub(crate) board: Arc<Board>,
+    kind: Kind,
+}
+
+#[derive(Clone, Debug)]
+enum Kind {
+    Local(Arc<Board>),
+    Shared(Arc<SharedBoard>),
 }
 
 impl Default for Tasks {
@@ -98,41 +112,84 @@ impl Default for Tasks {
 }
 
 impl Tasks {
-    /// An empty board.
+    /// An empty board in memory.
     pub fn new(settings: TaskSettings) -> Tasks {
         Tasks {
-            board: Board::start(settings),
+            kind: Kind::Local(Board::start(settings)),
         }
     }
 
+    /// A board in the PostgreSQL store at `url` (the hosts' `--store`): every host's tasks are
+    /// offered to workers polling any host, and each is taken once. The host built with it
+    /// ([`HostBuilder::tasks`](crate::HostBuilder::tasks)) must be on the same store.
+    pub fn postgres(url: &str, settings: TaskSettings) -> crate::Result<Tasks> {
+        let board = SharedBoard::start(url, settings)
+            .map_err(|why| crate::Error::new(crate::ErrorKind::Config, why))?;
+        Ok(Tasks {
+            kind: Kind::Shared(board),
+        })
+    }
+
     /// The next task for one of `functions`, waiting up to `wait` for one; `None` if none came.
-    pub async fn poll(&self, functions: &[String], wait: Duration) -> Option<Task> {
-        self.board.poll(functions, wait).await
+    pub async fn poll(
+        &self,
+        functions: &[String],
+        wait: Duration,
+    ) -> Result<Option<Task>, TaskError> {
+        match &self.kind {
+            Kind::Local(board) => Ok(board.poll(functions, wait).await),
+            Kind::Shared(board) => board.poll(functions, wait).await,
+        }
     }
 
     /// Completes task `task` with `result` (a worker's error: `failed` if worth retrying,
     /// `rejected` if not).
-    pub fn complete(
+    pub async fn complete(
         &self,
         task: &str,
         result: Result<Payload, CommandError>,
     ) -> Result<(), TaskError> {
-        self.board.complete(task, result)
+        match &self.kind {
+            Kind::Local(board) => board.complete(task, result),
+            Kind::Shared(board) => board.complete(task, result).await,
+        }
     }
 
     /// Moves task `task`'s deadline on by the board's timeout; returns the new deadline.
-    pub fn heartbeat(&self, task: &str) -> Result<SystemTime, TaskError> {
-        self.board.heartbeat(task)
+    pub async fn heartbeat(&self, task: &str) -> Result<SystemTime, TaskError> {
+        match &self.kind {
+            Kind::Local(board) => board.heartbeat(task),
+            Kind::Shared(board) => board.heartbeat(task).await,
+        }
     }
 
     /// The function of the task a delivery's name names, if it is on the board.
-    pub fn function_of(&self, task: &str) -> Option<String> {
-        self.board.function_of(task)
+    pub async fn function_of(&self, task: &str) -> Option<String> {
+        match &self.kind {
+            Kind::Local(board) => board.function_of(task),
+            Kind::Shared(board) => board.function_of(task).await,
+        }
     }
 
-    /// Tasks waiting for a worker, and tasks workers hold.
-    pub fn counts(&self) -> (usize, usize) {
-        self.board.counts()
+    /// Tasks waiting for a worker, and tasks workers hold, on a board in memory (`None` for one
+    /// in a store).
+    pub fn counts(&self) -> Option<(usize, usize)> {
+        match &self.kind {
+            Kind::Local(board) => Some(board.counts()),
+            Kind::Shared(_) => None,
+        }
+    }
+
+    /// Tells a board in a store which host its calls come from.
+    pub(crate) fn joined(&self, host: u64) {
+        if let Kind::Shared(board) = &self.kind {
+            board.joined(host);
+        }
+    }
+
+    /// Whether the tasks are in a store.
+    pub(crate) fn is_shared(&self) -> bool {
+        matches!(self.kind, Kind::Shared(_))
     }
 
     /// Calls `function` with `input` through a worker: queues the task and waits for its
@@ -143,7 +200,10 @@ impl Tasks {
         input: Payload,
         key: Option<String>,
     ) -> Result<Payload, CommandError> {
-        self.board.call(function, input, key).await
+        match &self.kind {
+            Kind::Local(board) => board.call(function, input, key).await,
+            Kind::Shared(board) => board.call(function, input, key).await,
+        }
     }
 }
 

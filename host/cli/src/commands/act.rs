@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use wfhost::contract::builtin::HTTP_FUNCTION;
+use wfhost::store::Location;
 use wfhost::tasks::{TaskSettings, Tasks};
 use wfhost::{CommandErrorKind, Grants, HostBuilder, HttpSettings, RetryPolicy};
 
@@ -94,14 +95,20 @@ pub struct WorkerFunctionArgs {
 }
 
 impl WorkerFunctionArgs {
-    /// The board the worker functions' tasks go on, if there are any.
-    pub fn tasks(&self) -> Option<Tasks> {
-        (!self.worker_function.is_empty()).then(|| {
-            Tasks::new(TaskSettings {
-                timeout: self.task_timeout,
-                ..TaskSettings::default()
-            })
-        })
+    /// The board the worker functions' tasks go on, if there are any: in memory for a SQLite
+    /// store, in the store for PostgreSQL (a worker may poll any host).
+    pub fn tasks(&self, store: &Location) -> anyhow::Result<Option<Tasks>> {
+        if self.worker_function.is_empty() {
+            return Ok(None);
+        }
+        let settings = TaskSettings {
+            timeout: self.task_timeout,
+            ..TaskSettings::default()
+        };
+        Ok(Some(match store {
+            Location::Postgres(url) => Tasks::postgres(url, settings)?,
+            _ => Tasks::new(settings),
+        }))
     }
 
     /// The builder with the worker functions on `tasks`.

@@ -65,7 +65,7 @@ impl ServeCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         anyhow::ensure!(self.claim > 0, "--claim must be at least 1");
         let metrics = Metrics::new();
-        let tasks = self.workers_fns.tasks();
+        let tasks = self.workers_fns.tasks(&self.store)?;
         let mut api = self.http.api(&metrics, self.limits.max_module_size())?;
         if let Some(tasks) = &tasks {
             if let Some(with) = api.take() {

@@ -74,7 +74,8 @@ async fn next_task(
     } else {
         let _place = waiting(state)?;
         tasks.poll(&request.functions, wait).await
-    };
+    }
+    .map_err(task_error)?;
     Ok(match task {
         Some(task) => Json(task_json(task)).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
@@ -101,7 +102,7 @@ async fn complete(
     JsonBody(request): JsonBody<CompleteRequest>,
 ) -> Result<Response, ApiError> {
     let tasks = board(&state)?;
-    check_scope(&tasks, scope.as_ref(), &task)?;
+    check_scope(&tasks, scope.as_ref(), &task).await?;
     let outcome = match (request.result, request.error) {
         (Some(result), None) => Ok(Payload::json_bytes(result.get().as_bytes().to_vec())),
         (None, Some(error)) => Err(CommandError::new(
@@ -119,7 +120,7 @@ async fn complete(
             ))
         }
     };
-    tasks.complete(&task, outcome).map_err(task_error)?;
+    tasks.complete(&task, outcome).await.map_err(task_error)?;
     match request.next {
         Some(next) => next_task(&state, &tasks, scope.as_ref(), next).await,
         None => Ok(StatusCode::NO_CONTENT.into_response()),
@@ -140,8 +141,8 @@ async fn heartbeat(
     Path(task): Path<String>,
 ) -> Result<Json<HeartbeatJson>, ApiError> {
     let tasks = board(&state)?;
-    check_scope(&tasks, scope.as_ref(), &task)?;
-    let deadline = tasks.heartbeat(&task).map_err(task_error)?;
+    check_scope(&tasks, scope.as_ref(), &task).await?;
+    let deadline = tasks.heartbeat(&task).await.map_err(task_error)?;
     let ms = millis(deadline);
     Ok(Json(HeartbeatJson {
         deadline: rfc3339(ms),
@@ -160,7 +161,7 @@ fn board(state: &AppState) -> Result<Tasks, ApiError> {
 }
 
 /// With a worker's own token, the task must be of a function it serves.
-fn check_scope(
+async fn check_scope(
     tasks: &Tasks,
     scope: Option<&Extension<WorkerScope>>,
     task: &str,
@@ -168,7 +169,7 @@ fn check_scope(
     let Some(Extension(scope)) = scope else {
         return Ok(());
     };
-    match tasks.function_of(task) {
+    match tasks.function_of(task).await {
         Some(function) if !scope.serves(&function) => Err(forbidden(&function)),
         _ => Ok(()),
     }
@@ -186,13 +187,10 @@ fn forbidden(function: &str) -> ApiError {
 }
 
 fn task_error(error: TaskError) -> ApiError {
-    let status = match error {
-        TaskError::Unknown(_) => StatusCode::NOT_FOUND,
-        TaskError::MovedOn { .. } => StatusCode::CONFLICT,
-    };
-    let code = match error {
-        TaskError::Unknown(_) => "no_such_task",
-        TaskError::MovedOn { .. } => "task_moved_on",
+    let (status, code) = match error {
+        TaskError::Unknown(_) => (StatusCode::NOT_FOUND, "no_such_task"),
+        TaskError::MovedOn { .. } => (StatusCode::CONFLICT, "task_moved_on"),
+        TaskError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
     };
     ApiError::new(status, code, error.to_string())
 }

@@ -129,6 +129,25 @@ pub(super) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (num, tag)
     );
     ",
+    // 4: activity tasks (`Tasks::postgres`), so that a worker may poll any host: each row is one
+    // call of a worker function by a workflow of `host`; `token` and `deadline` name the
+    // delivery a worker holds; `outcome` (postcard) is its completion until `host` takes it.
+    "
+    CREATE TABLE tasks (
+        id BIGSERIAL PRIMARY KEY,
+        host BIGINT NOT NULL,
+        function TEXT NOT NULL,
+        input BYTEA NOT NULL,
+        encoding SMALLINT NOT NULL,
+        key TEXT,
+        attempt INT NOT NULL DEFAULT 0,
+        token BIGINT,
+        deadline TIMESTAMPTZ,
+        outcome BYTEA
+    );
+    CREATE INDEX tasks_open ON tasks (function, id) WHERE outcome IS NULL;
+    CREATE INDEX tasks_host ON tasks (host);
+    ",
 ];
 
 /// The error a commit fails with when its host lost its lease (`wfhost.mark`).

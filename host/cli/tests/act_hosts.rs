@@ -1,0 +1,165 @@
+//! Activity workers and two `wfhost serve` hosts on one PostgreSQL store: a worker polling
+//! either host takes the tasks of both, each once; and the tasks of a host that is killed are
+//! offered again, with the same keys, once the other host takes its workflows over.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::http::{put_probe, start_request, HttpServer};
+use serde_json::{json, Value};
+use wfhost_client::wire::CompleteRequest;
+use wfhost_test_programs::postgres::Postgres;
+
+fn result(raw: &serde_json::value::RawValue) -> Value {
+    serde_json::from_str(raw.get()).unwrap()
+}
+
+fn ok(value: Value) -> CompleteRequest {
+    CompleteRequest {
+        result: Some(serde_json::value::to_raw_value(&value).unwrap()),
+        error: None,
+        next: None,
+    }
+}
+
+const ARGS: [&str; 6] = [
+    "--worker-function",
+    "payments.charge",
+    "--lease",
+    "3s",
+    "--task-timeout",
+    "2s",
+];
+
+#[test]
+fn a_worker_polling_one_host_serves_both_and_each_task_is_taken_once() {
+    let dir = common::tempdir("act-hosts", "both");
+    let store = Postgres::shared().database("act_two_hosts");
+    let a = HttpServer::start(&dir, &store, &ARGS);
+    let b = HttpServer::start(&dir, &store, &ARGS);
+    let (on_a, on_b) = (a.client(), b.client());
+    let module = put_probe(&on_a);
+    // Started through each host: each runs its own.
+    for n in 0..6u64 {
+        let api = if n % 2 == 0 { &on_a } else { &on_b };
+        api.start(&start_request(
+            &format!("w{n}"),
+            &module,
+            "call",
+            json!(["payments.charge", n]),
+        ))
+        .unwrap();
+    }
+    let hosts: std::collections::BTreeSet<String> = (0..6)
+        .map(|n| {
+            on_a.status(&format!("w{n}"))
+                .unwrap()
+                .host
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(hosts.len(), 2, "both hosts run workflows: {hosts:?}");
+
+    // Two workers, one on each host, race for the six tasks: each is taken once.
+    let charge = vec!["payments.charge".to_string()];
+    let taken: Vec<(u64, String, String)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = [&on_a, &on_b]
+            .into_iter()
+            .map(|api| {
+                let charge = &charge;
+                scope.spawn(move || {
+                    let mut taken = Vec::new();
+                    while let Some(task) =
+                        api.poll_task(charge, Duration::from_millis(1500)).unwrap()
+                    {
+                        let n = result(&task.input).as_u64().unwrap();
+                        taken.push((n, task.task, task.idempotency_key.unwrap()));
+                    }
+                    taken
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    let by_input: BTreeMap<u64, (String, String)> = taken
+        .iter()
+        .map(|(n, task, key)| (*n, (task.clone(), key.clone())))
+        .collect();
+    assert_eq!(taken.len(), 6, "each task taken once: {taken:?}");
+    assert_eq!(by_input.len(), 6);
+    for (n, (task, key)) in &by_input {
+        assert!(key.starts_with(&format!("w{n}#")), "{key}");
+        // Completed through the host that did not hand it out, half the time.
+        let api = if n % 2 == 0 { &on_b } else { &on_a };
+        api.complete_task(task, &ok(json!(n * 100))).unwrap();
+        let again = api.complete_task(task, &ok(json!(0))).unwrap_err();
+        assert_eq!(again.status(), Some(409), "{again}");
+    }
+    for n in 0..6u64 {
+        let done = on_b
+            .result(&format!("w{n}"), Some(Duration::from_secs(60)))
+            .unwrap();
+        assert_eq!(done.status, "completed", "{done:?}");
+        assert_eq!(
+            result(done.result.as_ref().unwrap()),
+            json!({"ok": n * 100})
+        );
+    }
+}
+
+#[test]
+fn the_tasks_of_a_killed_host_come_back_with_their_keys() {
+    let dir = common::tempdir("act-hosts", "killed");
+    let store = Postgres::shared().database("act_killed_host");
+    let mut a = HttpServer::start(&dir, &store, &ARGS);
+    let on_a = a.client();
+    let module = put_probe(&on_a);
+    on_a.start(&start_request(
+        "k1",
+        &module,
+        "call",
+        json!(["payments.charge", 1]),
+    ))
+    .unwrap();
+    let charge = vec!["payments.charge".to_string()];
+    let first = on_a
+        .poll_task(&charge, Duration::from_secs(30))
+        .unwrap()
+        .expect("a task");
+    a.kill();
+
+    let b = HttpServer::start(&dir, &store, &ARGS);
+    let on_b = b.client();
+    // B takes the workflow over once A's lease runs out, and calls again: the same key. (Until
+    // the lease runs out A may look alive, and its task may be offered once more; a worker that
+    // does it does it under the same key, and its answer goes nowhere.)
+    let mut deliveries = 0;
+    loop {
+        let task = on_b.poll_task(&charge, Duration::from_secs(5)).unwrap();
+        if let Some(task) = task {
+            deliveries += 1;
+            assert_eq!(task.idempotency_key, first.idempotency_key);
+            on_b.complete_task(&task.task, &ok(json!("paid"))).unwrap();
+        }
+        let status = on_b.status("k1").unwrap();
+        if status.status == "completed" {
+            assert_eq!(
+                result(status.result.as_ref().unwrap()),
+                json!({"ok": "paid"})
+            );
+            break;
+        }
+        assert!(deliveries < 5, "{status:?}");
+    }
+    // The dead host's delivery is over.
+    let late = on_b
+        .complete_task(&first.task, &ok(json!("late")))
+        .unwrap_err();
+    assert_eq!(late.status(), Some(409), "{late}");
+    assert!(on_b.poll_task(&charge, Duration::ZERO).unwrap().is_none());
+}

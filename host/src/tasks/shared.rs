@@ -1,0 +1,483 @@
+//! The board on a PostgreSQL store that many hosts share: tasks are rows of `wfhost.tasks`, so a
+//! worker may poll any host and each task is taken once, by the row's update (`FOR UPDATE SKIP
+//! LOCKED`), as messages are. A row names the host whose workflow waits; a completion sets the
+//! row's outcome and notifies (`wfhost_task_done`), and that host takes the outcome (deleting
+//! the row) to its waiting call. New tasks notify too (`wfhost_task_new`), waking the pollers of
+//! every host. A sweep each second catches what a lost notification missed, and deletes the
+//! tasks of hosts that are dead (their workflows call again, with the same keys, on the host that
+//! takes them over).
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt as _;
+use parking_lot::Mutex;
+use tokio::sync::{oneshot, Notify};
+use tokio_postgres::{AsyncMessage, Client, NoTls};
+use wfcontract::{CommandError, Encoding, ErrorKind, Payload};
+
+use super::{Task, TaskError, TaskSettings};
+
+type Done = oneshot::Sender<Result<Payload, CommandError>>;
+
+/// How often pollers look again without a notification (for deadlines that passed), and the
+/// sweep runs.
+const RECHECK: Duration = Duration::from_millis(250);
+const SWEEP: Duration = Duration::from_secs(1);
+
+pub(crate) struct SharedBoard {
+    settings: TaskSettings,
+    config: tokio_postgres::Config,
+    /// Drives the connections and the listener.
+    runtime: tokio::runtime::Runtime,
+    client: tokio::sync::Mutex<Option<Arc<Client>>>,
+    /// The host this board's calls belong to (0: not joined yet).
+    host: AtomicI64,
+    /// Calls waiting, by task id.
+    waiting: Mutex<HashMap<i64, Done>>,
+    new_tasks: Notify,
+}
+
+impl std::fmt::Debug for SharedBoard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedBoard")
+            .field("host", &self.host.load(Ordering::Relaxed))
+            .field("waiting", &self.waiting.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn unavailable(what: &str, error: impl std::fmt::Display) -> CommandError {
+    CommandError::new(
+        ErrorKind::Unavailable,
+        format!("the task board's store could not be reached ({what}): {error}"),
+    )
+}
+
+fn millis(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+fn token() -> i64 {
+    let mut bytes = [0; 8];
+    let _ = getrandom::fill(&mut bytes);
+    i64::from_le_bytes(bytes) & i64::MAX
+}
+
+fn parse(task: &str) -> Option<(i64, i64)> {
+    let (id, token) = task.split_once('.')?;
+    if token.len() != 16 {
+        return None;
+    }
+    Some((id.parse().ok()?, i64::from_str_radix(token, 16).ok()?))
+}
+
+fn encoding_code(encoding: Encoding) -> i16 {
+    match encoding {
+        Encoding::Postcard => 0,
+        Encoding::Json => 1,
+        Encoding::Bytes => 2,
+    }
+}
+
+fn encoding_of(code: i16) -> Encoding {
+    match code {
+        1 => Encoding::Json,
+        2 => Encoding::Bytes,
+        _ => Encoding::Postcard,
+    }
+}
+
+impl SharedBoard {
+    /// A board on the PostgreSQL store at `url` (whose schema the host's store creates).
+    pub(crate) fn start(url: &str, settings: TaskSettings) -> Result<Arc<SharedBoard>, String> {
+        let mut config = tokio_postgres::Config::from_str(url)
+            .map_err(|e| format!("the store's URL is not a PostgreSQL URL: {e}"))?;
+        config.application_name("wfhost-tasks");
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("wfhost-tasks")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("the task board's runtime did not start: {e}"))?;
+        let board = Arc::new(SharedBoard {
+            settings,
+            config,
+            runtime,
+            client: tokio::sync::Mutex::new(None),
+            host: AtomicI64::new(0),
+            waiting: Mutex::new(HashMap::new()),
+            new_tasks: Notify::new(),
+        });
+        board.runtime.spawn(listen(Arc::downgrade(&board)));
+        board.runtime.spawn(sweep(Arc::downgrade(&board)));
+        Ok(board)
+    }
+
+    pub(crate) fn joined(&self, host: u64) {
+        self.host
+            .store(i64::try_from(host).unwrap_or(0), Ordering::Release);
+    }
+
+    /// The connection, made again if it broke.
+    async fn client(&self) -> Result<Arc<Client>, tokio_postgres::Error> {
+        let mut client = self.client.lock().await;
+        if let Some(open) = client.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(Arc::clone(open));
+        }
+        let (made, connection) = self.config.connect(NoTls).await?;
+        self.runtime.spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!("a task board connection ended: {error}");
+            }
+        });
+        made.batch_execute("SET search_path TO wfhost").await?;
+        let made = Arc::new(made);
+        *client = Some(Arc::clone(&made));
+        Ok(made)
+    }
+
+    pub(crate) async fn call(
+        self: &Arc<Self>,
+        function: Arc<str>,
+        input: Payload,
+        key: Option<String>,
+    ) -> Result<Payload, CommandError> {
+        let host = self.host.load(Ordering::Acquire);
+        if host == 0 {
+            return Err(CommandError::new(
+                ErrorKind::Unavailable,
+                "the task board has no host yet: retry",
+            ));
+        }
+        let client = self.client().await.map_err(|e| unavailable("a call", e))?;
+        let (done, outcome) = oneshot::channel();
+        let row = client
+            .query_one(
+                "WITH t AS (INSERT INTO tasks (host, function, input, encoding, key) \
+                 VALUES ($1, $2, $3, $4, $5) RETURNING id) \
+                 SELECT id, pg_notify('wfhost_task_new', $2) FROM t",
+                &[
+                    &host,
+                    &&*function,
+                    &input.bytes,
+                    &encoding_code(input.encoding),
+                    &key,
+                ],
+            )
+            .await
+            .map_err(|e| unavailable("a call", e))?;
+        let id: i64 = row.get(0);
+        self.waiting.lock().insert(id, done);
+        let _withdraw = Withdraw {
+            board: Arc::clone(self),
+            id,
+        };
+        // Completed before it was waited for: the sweep would find it; this finds it now.
+        self.deliver(id).await;
+        match outcome.await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(CommandError::new(
+                ErrorKind::Unavailable,
+                format!("the task for '{function}' was dropped from the board"),
+            )),
+        }
+    }
+
+    /// Hands task `id`'s outcome, if it has one, to the call waiting for it here.
+    async fn deliver(&self, id: i64) {
+        if !self.waiting.lock().contains_key(&id) {
+            return;
+        }
+        let Ok(client) = self.client().await else {
+            return;
+        };
+        let row = client
+            .query_opt(
+                "DELETE FROM tasks WHERE id = $1 AND outcome IS NOT NULL RETURNING outcome",
+                &[&id],
+            )
+            .await;
+        let Ok(Some(row)) = row else {
+            return;
+        };
+        let bytes: Vec<u8> = row.get(0);
+        let outcome =
+            postcard::from_bytes::<Result<Payload, CommandError>>(&bytes).unwrap_or_else(|e| {
+                Err(CommandError::new(
+                    ErrorKind::Failed,
+                    format!("the task's outcome in the store does not read back: {e}"),
+                ))
+            });
+        if let Some(done) = self.waiting.lock().remove(&id) {
+            let _ = done.send(outcome);
+        }
+    }
+
+    pub(crate) async fn poll(
+        &self,
+        functions: &[String],
+        wait: Duration,
+    ) -> Result<Option<Task>, TaskError> {
+        let until = tokio::time::Instant::now() + wait;
+        let functions: Vec<String> = functions.to_vec();
+        let timeout_ms = i64::try_from(self.settings.timeout.as_millis()).unwrap_or(i64::MAX);
+        loop {
+            let notified = self.new_tasks.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            let client = self
+                .client()
+                .await
+                .map_err(|e| TaskError::Unavailable(e.to_string()))?;
+            let token = token();
+            let row = client
+                .query_opt(
+                    "UPDATE tasks SET token = $2, attempt = attempt + 1, \
+                     deadline = now() + $3 * interval '1 millisecond' \
+                     WHERE id = (SELECT t.id FROM tasks t JOIN hosts h ON h.id = t.host \
+                       WHERE t.function = ANY($1) AND t.outcome IS NULL \
+                       AND (t.deadline IS NULL OR t.deadline <= now()) \
+                       AND NOT h.dead AND h.lease_until > now() \
+                       ORDER BY t.id LIMIT 1 FOR UPDATE OF t SKIP LOCKED) \
+                     RETURNING id, function, input, encoding, key, attempt, \
+                       (extract(epoch FROM deadline) * 1000)::bigint",
+                    &[&functions, &token, &(timeout_ms as f64)],
+                )
+                .await
+                .map_err(|e| TaskError::Unavailable(e.to_string()))?;
+            if let Some(row) = row {
+                let id: i64 = row.get(0);
+                let attempt: i32 = row.get(5);
+                return Ok(Some(Task {
+                    task: format!("{id}.{token:016x}"),
+                    function: row.get(1),
+                    input: Payload {
+                        encoding: encoding_of(row.get(3)),
+                        bytes: row.get(2),
+                    },
+                    idempotency_key: row.get(4),
+                    attempt: u32::try_from(attempt).unwrap_or(0),
+                    deadline: millis(row.get(6)),
+                }));
+            }
+            let now = tokio::time::Instant::now();
+            if now >= until {
+                return Ok(None);
+            }
+            let nap = (until - now).min(RECHECK);
+            let _ = tokio::time::timeout(nap, notified).await;
+        }
+    }
+
+    pub(crate) async fn complete(
+        &self,
+        task: &str,
+        outcome: Result<Payload, CommandError>,
+    ) -> Result<(), TaskError> {
+        let (id, token) = parse(task).ok_or_else(|| TaskError::Unknown(task.into()))?;
+        let bytes = postcard::to_allocvec(&outcome)
+            .map_err(|e| TaskError::Unavailable(format!("the outcome did not encode: {e}")))?;
+        let client = self
+            .client()
+            .await
+            .map_err(|e| TaskError::Unavailable(e.to_string()))?;
+        let done = client
+            .query_opt(
+                "WITH t AS (UPDATE tasks SET outcome = $3, token = NULL \
+                 WHERE id = $1 AND token = $2 AND outcome IS NULL AND deadline > now() \
+                 RETURNING id) \
+                 SELECT pg_notify('wfhost_task_done', id::text) FROM t",
+                &[&id, &token, &bytes],
+            )
+            .await
+            .map_err(|e| TaskError::Unavailable(e.to_string()))?;
+        if done.is_some() {
+            return Ok(());
+        }
+        Err(self.why_not(&client, task, id, token).await)
+    }
+
+    pub(crate) async fn heartbeat(&self, task: &str) -> Result<SystemTime, TaskError> {
+        let (id, token) = parse(task).ok_or_else(|| TaskError::Unknown(task.into()))?;
+        let timeout_ms = i64::try_from(self.settings.timeout.as_millis()).unwrap_or(i64::MAX);
+        let client = self
+            .client()
+            .await
+            .map_err(|e| TaskError::Unavailable(e.to_string()))?;
+        let row = client
+            .query_opt(
+                "UPDATE tasks SET deadline = now() + $3 * interval '1 millisecond' \
+                 WHERE id = $1 AND token = $2 AND outcome IS NULL AND deadline > now() \
+                 RETURNING (extract(epoch FROM deadline) * 1000)::bigint",
+                &[&id, &token, &(timeout_ms as f64)],
+            )
+            .await
+            .map_err(|e| TaskError::Unavailable(e.to_string()))?;
+        match row {
+            Some(row) => Ok(millis(row.get(0))),
+            None => Err(self.why_not(&client, task, id, token).await),
+        }
+    }
+
+    /// Why delivery `token` of task `id` cannot be completed or heartbeaten.
+    async fn why_not(&self, client: &Client, task: &str, id: i64, token: i64) -> TaskError {
+        let moved = |why: String| TaskError::MovedOn {
+            task: task.into(),
+            why,
+        };
+        let row = client
+            .query_opt(
+                "SELECT outcome IS NOT NULL, token, attempt, deadline <= now() FROM tasks \
+                 WHERE id = $1",
+                &[&id],
+            )
+            .await;
+        match row {
+            Err(error) => TaskError::Unavailable(error.to_string()),
+            Ok(None) => moved("it is finished, or the workflow stopped waiting for it".into()),
+            Ok(Some(row)) => {
+                let (finished, current, attempt, late): (bool, Option<i64>, i32, Option<bool>) =
+                    (row.get(0), row.get(1), row.get(2), row.get(3));
+                if finished {
+                    moved("it is finished".into())
+                } else if current == Some(token) && late == Some(true) {
+                    moved("its deadline passed before this came".into())
+                } else {
+                    moved(format!(
+                        "its deadline passed and it was offered again (it is at attempt \
+                         {attempt} now)"
+                    ))
+                }
+            }
+        }
+    }
+
+    pub(crate) async fn function_of(&self, task: &str) -> Option<String> {
+        let (id, _) = parse(task)?;
+        let client = self.client().await.ok()?;
+        let row = client
+            .query_opt("SELECT function FROM tasks WHERE id = $1", &[&id])
+            .await
+            .ok()??;
+        Some(row.get(0))
+    }
+}
+
+/// Takes a call's task off the store when the call ends, however it ends.
+struct Withdraw {
+    board: Arc<SharedBoard>,
+    id: i64,
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        if self.board.waiting.lock().remove(&self.id).is_none() {
+            // Delivered: the row went with the outcome.
+            return;
+        }
+        let board = Arc::clone(&self.board);
+        let id = self.id;
+        self.board.runtime.spawn(async move {
+            if let Ok(client) = board.client().await {
+                let _ = client
+                    .execute("DELETE FROM tasks WHERE id = $1", &[&id])
+                    .await;
+            }
+        });
+    }
+}
+
+/// Listens for new tasks (waking the pollers) and completions (delivering them), connecting
+/// again when the connection breaks.
+async fn listen(board: Weak<SharedBoard>) {
+    loop {
+        let Some(strong) = board.upgrade() else {
+            return;
+        };
+        let config = strong.config.clone();
+        drop(strong);
+        let connected = config.connect(NoTls).await;
+        let (client, mut connection) = match connected {
+            Ok(connected) => connected,
+            Err(error) => {
+                tracing::warn!("the task board cannot listen to its store: {error}");
+                tokio::time::sleep(SWEEP).await;
+                continue;
+            }
+        };
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        let listening = async {
+            client
+                .batch_execute("LISTEN wfhost_task_new; LISTEN wfhost_task_done")
+                .await
+        };
+        // The connection must be polled for the LISTEN to be answered.
+        let mut listening = std::pin::pin!(listening);
+        let mut ready = false;
+        loop {
+            tokio::select! {
+                result = &mut listening, if !ready => {
+                    if result.is_err() {
+                        break;
+                    }
+                    ready = true;
+                }
+                message = messages.next() => {
+                    let Some(Ok(message)) = message else { break };
+                    let AsyncMessage::Notification(note) = message else { continue };
+                    let Some(board) = board.upgrade() else { return };
+                    match note.channel() {
+                        "wfhost_task_new" => board.new_tasks.notify_waiters(),
+                        _ => {
+                            if let Ok(id) = note.payload().parse::<i64>() {
+                                board.deliver(id).await;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Each second: delivers outcomes a lost notification missed, wakes the pollers (for tasks
+/// whose deadlines passed), and deletes the tasks of dead hosts.
+async fn sweep(board: Weak<SharedBoard>) {
+    loop {
+        tokio::time::sleep(SWEEP).await;
+        let Some(board) = board.upgrade() else {
+            return;
+        };
+        board.new_tasks.notify_waiters();
+        let host = board.host.load(Ordering::Acquire);
+        let Ok(client) = board.client().await else {
+            continue;
+        };
+        if host != 0 && !board.waiting.lock().is_empty() {
+            let done = client
+                .query(
+                    "SELECT id FROM tasks WHERE host = $1 AND outcome IS NOT NULL",
+                    &[&host],
+                )
+                .await;
+            for row in done.into_iter().flatten() {
+                board.deliver(row.get(0)).await;
+            }
+        }
+        let _ = client
+            .execute(
+                "DELETE FROM tasks WHERE host IN \
+                 (SELECT id FROM hosts WHERE dead OR lease_until < now())",
+                &[],
+            )
+            .await;
+    }
+}
