@@ -153,9 +153,11 @@ async fn retry(
 ) -> Result<Payload, Error> {
     let policy = match policy {
         Policy::Given(policy) => policy,
-        Policy::Host => match host_policy(&ctx, &name).await? {
-            Some(policy) => policy,
-            None => return Err(error.into()),
+        // Asking failed (the host cannot answer now): the call's own error is the outcome.
+        Policy::Host => match host_policy(&ctx, &name).await {
+            Ok(Some(policy)) => policy,
+            Err(Error::Cancelled) => return Err(Error::Cancelled),
+            Ok(None) | Err(_) => return Err(error.into()),
         },
     };
     // Measured with the host's clock, which the journal keeps: a replay counts the same.

@@ -57,8 +57,10 @@ pub(crate) struct State {
     pub(crate) joins: Joins,
     /// The most yields the host takes from one step.
     pub(crate) max_yields: usize,
-    /// The host's retry policies asked for so far, by function (`None`: the host has none).
-    pub(crate) policies: std::collections::HashMap<String, Option<wfcontract::RetryPolicy>>,
+    /// The host's retry policies asked for so far, by function (`None`: the host has none). A
+    /// `BTreeMap`: a `HashMap` would read WASI's randomness for its keys, a read a replay must
+    /// make the same.
+    pub(crate) policies: BTreeMap<String, Option<wfcontract::RetryPolicy>>,
 }
 
 pub(crate) type Shared = Rc<RefCell<State>>;
@@ -76,7 +78,7 @@ impl State {
             unobserved_cancel: false,
             joins: Joins::default(),
             max_yields: (max_yields as usize).max(1),
-            policies: std::collections::HashMap::new(),
+            policies: BTreeMap::new(),
         }))
     }
 

@@ -72,6 +72,32 @@ fn messages_of_the_wrong_type_can_be_handled_or_skipped() {
     );
 }
 
+/// `recv_valid_timeout` skips a message of the wrong type and goes on waiting for a good one
+/// within the same timeout; with none, it gives `None` when the time is up.
+#[test]
+fn recv_valid_timeout_skips_bad_messages_and_times_out() {
+    let host = host();
+    let waiting = host
+        .spawn(
+            "probe",
+            "valid_within",
+            Payload::to_json(&60_000u64).unwrap(),
+        )
+        .unwrap();
+    for message in [json!("not a number"), json!({"n": 1}), json!(7)] {
+        host.send(waiting.pid(), Payload::to_json(&message).unwrap())
+            .unwrap();
+    }
+    let result: Value = waiting
+        .wait_timeout(PATIENCE)
+        .unwrap()
+        .unwrap()
+        .decode()
+        .unwrap();
+    assert_eq!(result, json!(7));
+    assert_eq!(run(&host, "valid_within", json!(20)).unwrap(), Value::Null);
+}
+
 /// By default (`?`), a message of the wrong type fails the workflow, naming the sender.
 #[test]
 fn a_message_of_the_wrong_type_passed_on_fails_the_workflow_naming_its_sender() {

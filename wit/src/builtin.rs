@@ -137,7 +137,8 @@ impl HttpResponse {
 
 /// How a failed call is tried again: the wait before attempt `n + 1` is
 /// `initial_interval × backoff^(n − 1)`, at most `max_interval`; attempts stop at `max_attempts`
-/// (zero: no limit) or once `max_elapsed` has passed since the first, and at once on an error of
+/// (zero: no limit) or once `max_elapsed` has passed since the first failed, and at once on an
+/// error of
 /// a kind that is never retried (`rejected`, `invalid-input`, `not-allowed`, `unknown-command`,
 /// `cancelled`) or one listed in `non_retryable`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -150,7 +151,8 @@ pub struct RetryPolicy {
     pub max_interval: Duration,
     /// The most attempts, the first included; zero for no limit.
     pub max_attempts: u32,
-    /// No attempt starts once this much time has passed since the first began.
+    /// No attempt starts once this much time has passed since the first failed (by the host's
+    /// clock, which the journal keeps).
     pub max_elapsed: Option<Duration>,
     /// Error kinds not retried, besides those never retried.
     pub non_retryable: Vec<ErrorKind>,
@@ -204,7 +206,7 @@ impl RetryPolicy {
         self
     }
 
-    /// Stops retrying once `elapsed` has passed since the first attempt began.
+    /// Stops retrying once `elapsed` has passed since the first attempt failed.
     pub fn max_elapsed(mut self, elapsed: Duration) -> RetryPolicy {
         self.max_elapsed = Some(elapsed);
         self
@@ -251,7 +253,7 @@ impl RetryPolicy {
     }
 
     /// Whether attempt `attempt` (1 for the first) may be followed by another, `elapsed` after
-    /// the first began, once the wait before it is counted.
+    /// the first failed, once the wait before it is counted.
     pub fn allows_another(&self, attempt: u32, elapsed: Duration) -> bool {
         if self.max_attempts != 0 && attempt >= self.max_attempts {
             return false;

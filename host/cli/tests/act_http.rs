@@ -159,6 +159,15 @@ fn the_allowlist_decides_what_a_workflow_reaches() {
         json!(format!("http://localhost:{port}/ok")),
     );
     assert_eq!(named["error"], "not-allowed", "{named}");
+    // Credentials in the URL are not sent anywhere.
+    let userinfo = run(
+        &api,
+        &module,
+        "userinfo",
+        "http_get",
+        json!(format!("http://user:secret@127.0.0.1:{port}/ok")),
+    );
+    assert_eq!(userinfo["error"], "not-allowed", "{userinfo}");
     // Another scheme's URL is in no pattern.
     let other = run(
         &api,

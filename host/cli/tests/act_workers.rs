@@ -180,6 +180,11 @@ fn a_vanished_worker_loses_its_task_and_its_late_completion_is_refused() {
     let beat = api.heartbeat_task(&first.task).unwrap_err();
     assert_eq!(beat.status(), Some(409), "{beat}");
     api.heartbeat_task(&second.task).unwrap();
+    // A completion whose poll for the next is bad is refused whole: nothing applied.
+    let bad = api
+        .complete_and_poll(&second.task, ok(json!("bad")), &[], Duration::ZERO)
+        .unwrap_err();
+    assert_eq!(bad.status(), Some(400), "{bad}");
     // Completed with a poll for the next in the same request: there is none.
     let next = api
         .complete_and_poll(&second.task, ok(json!("second")), &charge, Duration::ZERO)
@@ -264,6 +269,32 @@ fn tasks_outstanding_when_the_host_is_killed_are_offered_again_with_their_keys()
             .unwrap();
         assert_eq!(result(done.result.as_ref().unwrap()), json!({"ok": n * 10}));
     }
+}
+
+#[test]
+fn worker_tokens_need_a_server_token() {
+    let dir = common::tempdir("act-workers", "tokenless");
+    std::fs::write(dir.join("worker.token"), "w\n").unwrap();
+    let tokens = format!("a.b={}", dir.join("worker.token").display());
+    let store = dir.join("wf.db");
+    let output = wfhost()
+        .args([
+            "serve",
+            "--store",
+            store.to_str().unwrap(),
+            "--http",
+            "127.0.0.1:0",
+        ])
+        .args(["--worker-function", "a.b", "--worker-token-file", &tokens])
+        .env_remove("WFHOST_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = common::text(&output.stderr);
+    assert!(
+        stderr.contains("worker tokens restrict nothing"),
+        "{stderr}"
+    );
 }
 
 #[test]

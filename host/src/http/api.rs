@@ -207,8 +207,17 @@ impl Api {
 
     /// Also admits `token` on the `/v1/tasks` routes, for the workers of `functions` only: a
     /// worker given it can take, complete and heartbeat those functions' tasks, and nothing
-    /// else. An empty token is an [`ErrorKind::Config`](crate::ErrorKind) error.
+    /// else. An [`ErrorKind::Config`](crate::ErrorKind) error when the token is empty, or when
+    /// the API has no token of its own ([`token`](Self::token) first): without one every
+    /// request is let in, and a worker token would restrict nothing.
     pub fn worker_token(self, token: &str, functions: &[String]) -> crate::Result<Api> {
+        if self.state.token.is_none() {
+            return Err(crate::Error::new(
+                crate::ErrorKind::Config,
+                "worker tokens restrict nothing on an API without a token of its own: give the \
+                 server a token (--token-file) too",
+            ));
+        }
         let token = token.trim();
         if token.is_empty() {
             return Err(crate::Error::new(

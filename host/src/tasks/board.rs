@@ -46,6 +46,8 @@ struct State {
     waiters: HashMap<Arc<str>, VecDeque<Arc<Waiter>>>,
     /// Taken tasks by deadline.
     deadlines: BTreeSet<(Instant, u64)>,
+    /// Numbers in `queues` whose tasks were withdrawn: compacted away once they are many.
+    stale: usize,
 }
 
 struct Entry {
@@ -123,6 +125,22 @@ impl State {
             }
         }
         earlier_deadline
+    }
+
+    /// Counts a queued task withdrawn; once the numbers left behind in the queues are many (and
+    /// most of what the queues hold), the queues are compacted: each withdrawal costs O(1) over
+    /// time, and a queue whose function no worker polls does not grow without bound.
+    fn withdrew_queued(&mut self) {
+        self.stale += 1;
+        let queued: usize = self.queues.values().map(VecDeque::len).sum();
+        if self.stale >= 1024 && self.stale * 2 >= queued {
+            let tasks = &self.tasks;
+            for queue in self.queues.values_mut() {
+                queue.retain(|n| tasks.get(n).is_some_and(|e| e.taken.is_none()));
+            }
+            self.queues.retain(|_, queue| !queue.is_empty());
+            self.stale = 0;
+        }
     }
 
     /// Marks task `number` taken, until `timeout` from now.
@@ -264,8 +282,16 @@ impl Board {
         };
         match tokio::time::timeout(wait, &mut receiver).await {
             Ok(Ok(task)) => Some(task),
-            // A task handed over as the wait ran out is still this poller's.
-            _ => receiver.try_recv().ok(),
+            _ => {
+                // The wait ran out. Unless an offer took this poller's slot first, nothing will
+                // be sent; if one did, it sent under the state's lock, so once the lock is had
+                // the task is in the channel: still this poller's.
+                if waiter.slot.lock().take().is_some() {
+                    return None;
+                }
+                drop(self.state.lock());
+                receiver.try_recv().ok()
+            }
         }
     }
 
@@ -437,8 +463,11 @@ impl Drop for Withdraw<'_> {
     fn drop(&mut self) {
         let mut state = self.board.state.lock();
         if let Some(entry) = state.tasks.remove(&self.number) {
-            if let Some((_, deadline)) = entry.taken {
-                state.deadlines.remove(&(deadline, self.number));
+            match entry.taken {
+                Some((_, deadline)) => {
+                    state.deadlines.remove(&(deadline, self.number));
+                }
+                None => state.withdrew_queued(),
             }
         }
     }
@@ -551,6 +580,23 @@ mod tests {
                 Err(other) => panic!("{other}"),
             }
         });
+    }
+
+    #[test]
+    fn withdrawn_tasks_do_not_pile_up_in_a_queue_nobody_polls() {
+        let rt = runtime();
+        let board = Board::start(TaskSettings::default());
+        rt.block_on(async {
+            for n in 0..5_000u64 {
+                let call = board.call("idle".into(), json(&n.to_string()), None);
+                let mut call = Box::pin(call);
+                assert!(futures::poll!(call.as_mut()).is_pending());
+            }
+        });
+        let state = board.state.lock();
+        assert!(state.tasks.is_empty());
+        let queued: usize = state.queues.values().map(VecDeque::len).sum();
+        assert!(queued < 1024, "{queued} numbers left in the queues");
     }
 
     #[test]

@@ -164,9 +164,9 @@ impl Tasks {
     }
 
     /// The function of the task a delivery's name names, if it is on the board.
-    pub async fn function_of(&self, task: &str) -> Option<String> {
+    pub async fn function_of(&self, task: &str) -> Result<Option<String>, TaskError> {
         match &self.kind {
-            Kind::Local(board) => board.function_of(task),
+            Kind::Local(board) => Ok(board.function_of(task)),
             Kind::Shared(board) => board.function_of(task).await,
         }
     }

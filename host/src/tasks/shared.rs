@@ -23,22 +23,33 @@ use super::{Task, TaskError, TaskSettings};
 
 type Done = oneshot::Sender<Result<Payload, CommandError>>;
 
-/// How often pollers look again without a notification (for deadlines that passed), and the
-/// sweep runs.
-const RECHECK: Duration = Duration::from_millis(250);
+/// How often a waiting poller looks again without a notification (for tasks whose deadlines
+/// passed), and how often the sweep runs.
+const RECHECK: Duration = Duration::from_secs(1);
 const SWEEP: Duration = Duration::from_secs(1);
 
 pub(crate) struct SharedBoard {
     settings: TaskSettings,
     config: tokio_postgres::Config,
-    /// Drives the connections and the listener.
-    runtime: tokio::runtime::Runtime,
+    /// Drives the connections and the listener; shut down in the background when the board
+    /// goes (the last reference may be dropped on one of its own threads).
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
     /// The host this board's calls belong to (0: not joined yet).
     host: AtomicI64,
     /// Calls waiting, by task id.
     waiting: Mutex<HashMap<i64, Done>>,
-    new_tasks: Notify,
+    /// Pollers waiting, woken by function.
+    new_tasks: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+impl Drop for SharedBoard {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl std::fmt::Debug for SharedBoard {
@@ -106,17 +117,19 @@ impl SharedBoard {
             .enable_all()
             .build()
             .map_err(|e| format!("the task board's runtime did not start: {e}"))?;
+        let handle = runtime.handle().clone();
         let board = Arc::new(SharedBoard {
             settings,
             config,
-            runtime,
+            runtime: Some(runtime),
+            handle,
             client: tokio::sync::Mutex::new(None),
             host: AtomicI64::new(0),
             waiting: Mutex::new(HashMap::new()),
-            new_tasks: Notify::new(),
+            new_tasks: Mutex::new(HashMap::new()),
         });
-        board.runtime.spawn(listen(Arc::downgrade(&board)));
-        board.runtime.spawn(sweep(Arc::downgrade(&board)));
+        board.handle.spawn(listen(Arc::downgrade(&board)));
+        board.handle.spawn(sweep(Arc::downgrade(&board)));
         Ok(board)
     }
 
@@ -126,18 +139,29 @@ impl SharedBoard {
     }
 
     /// The connection, made again if it broke.
-    async fn client(&self) -> Result<Arc<Client>, tokio_postgres::Error> {
+    async fn client(&self) -> Result<Arc<Client>, String> {
         let mut client = self.client.lock().await;
         if let Some(open) = client.as_ref().filter(|c| !c.is_closed()) {
             return Ok(Arc::clone(open));
         }
-        let (made, connection) = self.config.connect(NoTls).await?;
-        self.runtime.spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!("a task board connection ended: {error}");
-            }
-        });
-        made.batch_execute("SET search_path TO wfhost").await?;
+        // Connected on the board's own runtime, whose IO driver then serves the socket for as
+        // long as the board lives, whichever runtime asked first.
+        let config = self.config.clone();
+        let made = self
+            .handle
+            .spawn(async move {
+                let (made, connection) = config.connect(NoTls).await?;
+                tokio::spawn(async move {
+                    if let Err(error) = connection.await {
+                        tracing::debug!("a task board connection ended: {error}");
+                    }
+                });
+                made.batch_execute("SET search_path TO wfhost").await?;
+                Ok::<_, tokio_postgres::Error>(made)
+            })
+            .await
+            .map_err(|_| "the task board is shutting down".to_string())?
+            .map_err(|e| e.to_string())?;
         let made = Arc::new(made);
         *client = Some(Arc::clone(&made));
         Ok(made)
@@ -156,14 +180,36 @@ impl SharedBoard {
                 "the task board has no host yet: retry",
             ));
         }
-        let client = self.client().await.map_err(|e| unavailable("a call", e))?;
         let (done, outcome) = oneshot::channel();
-        let row = client
+        // The id is made here, and the call waits under it before the row exists: a call
+        // dropped while its insert is on the way still withdraws the row.
+        let id = token().max(1);
+        {
+            let mut waiting = self.waiting.lock();
+            if waiting.len() >= self.settings.max_tasks {
+                return Err(CommandError::new(
+                    ErrorKind::LimitReached,
+                    format!(
+                        "{} tasks of this host wait for activity workers, the most it holds; \
+                         retry later",
+                        self.settings.max_tasks
+                    ),
+                ));
+            }
+            waiting.insert(id, done);
+        }
+        let _withdraw = Withdraw {
+            board: Arc::clone(self),
+            id,
+        };
+        let client = self.client().await.map_err(|e| unavailable("a call", e))?;
+        client
             .query_one(
-                "WITH t AS (INSERT INTO tasks (host, function, input, encoding, key) \
-                 VALUES ($1, $2, $3, $4, $5) RETURNING id) \
-                 SELECT id, pg_notify('wfhost_task_new', $2) FROM t",
+                "WITH t AS (INSERT INTO tasks (id, host, function, input, encoding, key) \
+                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING id) \
+                 SELECT id, pg_notify('wfhost_task_new', $3) FROM t",
                 &[
+                    &id,
                     &host,
                     &&*function,
                     &input.bytes,
@@ -173,14 +219,6 @@ impl SharedBoard {
             )
             .await
             .map_err(|e| unavailable("a call", e))?;
-        let id: i64 = row.get(0);
-        self.waiting.lock().insert(id, done);
-        let _withdraw = Withdraw {
-            board: Arc::clone(self),
-            id,
-        };
-        // Completed before it was waited for: the sweep would find it; this finds it now.
-        self.deliver(id).await;
         match outcome.await {
             Ok(outcome) => outcome,
             Err(_) => Err(CommandError::new(
@@ -200,7 +238,7 @@ impl SharedBoard {
         };
         let row = client
             .query_opt(
-                "DELETE FROM tasks WHERE id = $1 AND outcome IS NOT NULL RETURNING outcome",
+                "SELECT outcome FROM tasks WHERE id = $1 AND outcome IS NOT NULL",
                 &[&id],
             )
             .await;
@@ -218,6 +256,21 @@ impl SharedBoard {
         if let Some(done) = self.waiting.lock().remove(&id) {
             let _ = done.send(outcome);
         }
+        // Read, handed over, then deleted: an answer lost on the way leaves the row for the
+        // next look (a delete lost leaves it for the sweep), never a call without its outcome.
+        let _ = client
+            .execute("DELETE FROM tasks WHERE id = $1", &[&id])
+            .await;
+    }
+
+    /// What pollers of `function` wait on.
+    fn notifier(&self, function: &str) -> Arc<Notify> {
+        Arc::clone(
+            self.new_tasks
+                .lock()
+                .entry(function.to_string())
+                .or_insert_with(|| Arc::new(Notify::new())),
+        )
     }
 
     pub(crate) async fn poll(
@@ -228,10 +281,12 @@ impl SharedBoard {
         let until = tokio::time::Instant::now() + wait;
         let functions: Vec<String> = functions.to_vec();
         let timeout_ms = i64::try_from(self.settings.timeout.as_millis()).unwrap_or(i64::MAX);
+        let notifiers: Vec<Arc<Notify>> = functions.iter().map(|f| self.notifier(f)).collect();
         loop {
-            let notified = self.new_tasks.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
+            let mut notified: Vec<_> = notifiers.iter().map(|n| Box::pin(n.notified())).collect();
+            for one in &mut notified {
+                one.as_mut().enable();
+            }
             let client = self
                 .client()
                 .await
@@ -245,7 +300,7 @@ impl SharedBoard {
                        WHERE t.function = ANY($1) AND t.outcome IS NULL \
                        AND (t.deadline IS NULL OR t.deadline <= now()) \
                        AND NOT h.dead AND h.lease_until > now() \
-                       ORDER BY t.id LIMIT 1 FOR UPDATE OF t SKIP LOCKED) \
+                       ORDER BY t.seq LIMIT 1 FOR UPDATE OF t SKIP LOCKED) \
                      RETURNING id, function, input, encoding, key, attempt, \
                        (extract(epoch FROM deadline) * 1000)::bigint",
                     &[&functions, &token, &(timeout_ms as f64)],
@@ -272,7 +327,7 @@ impl SharedBoard {
                 return Ok(None);
             }
             let nap = (until - now).min(RECHECK);
-            let _ = tokio::time::timeout(nap, notified).await;
+            let _ = tokio::time::timeout(nap, futures::future::select_all(notified)).await;
         }
     }
 
@@ -359,14 +414,16 @@ impl SharedBoard {
         }
     }
 
-    pub(crate) async fn function_of(&self, task: &str) -> Option<String> {
-        let (id, _) = parse(task)?;
-        let client = self.client().await.ok()?;
+    pub(crate) async fn function_of(&self, task: &str) -> Result<Option<String>, TaskError> {
+        let Some((id, _)) = parse(task) else {
+            return Ok(None);
+        };
+        let client = self.client().await.map_err(TaskError::Unavailable)?;
         let row = client
             .query_opt("SELECT function FROM tasks WHERE id = $1", &[&id])
             .await
-            .ok()??;
-        Some(row.get(0))
+            .map_err(|e| TaskError::Unavailable(e.to_string()))?;
+        Ok(row.map(|row| row.get(0)))
     }
 }
 
@@ -379,17 +436,30 @@ struct Withdraw {
 impl Drop for Withdraw {
     fn drop(&mut self) {
         if self.board.waiting.lock().remove(&self.id).is_none() {
-            // Delivered: the row went with the outcome.
+            // Delivered: the row goes with the outcome.
             return;
         }
-        let board = Arc::clone(&self.board);
+        // Weak: the board may be going, and its runtime with it.
+        let board = Arc::downgrade(&self.board);
         let id = self.id;
-        self.board.runtime.spawn(async move {
-            if let Ok(client) = board.client().await {
-                let _ = client
-                    .execute("DELETE FROM tasks WHERE id = $1", &[&id])
-                    .await;
+        self.board.handle.spawn(async move {
+            for attempt in 0..3u32 {
+                let Some(strong) = board.upgrade() else {
+                    return;
+                };
+                if let Ok(client) = strong.client().await {
+                    if client
+                        .execute("DELETE FROM tasks WHERE id = $1", &[&id])
+                        .await
+                        .is_ok()
+                    {
+                        return;
+                    }
+                }
+                drop(strong);
+                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
             }
+            // Left for the sweep of rows no call of this host waits for.
         });
     }
 }
@@ -434,7 +504,12 @@ async fn listen(board: Weak<SharedBoard>) {
                     let AsyncMessage::Notification(note) = message else { continue };
                     let Some(board) = board.upgrade() else { return };
                     match note.channel() {
-                        "wfhost_task_new" => board.new_tasks.notify_waiters(),
+                        "wfhost_task_new" => {
+                            let notifier = board.new_tasks.lock().get(note.payload()).cloned();
+                            if let Some(notifier) = notifier {
+                                notifier.notify_waiters();
+                            }
+                        }
                         _ => {
                             if let Ok(id) = note.payload().parse::<i64>() {
                                 board.deliver(id).await;
@@ -448,15 +523,16 @@ async fn listen(board: Weak<SharedBoard>) {
     }
 }
 
-/// Each second: delivers outcomes a lost notification missed, wakes the pollers (for tasks
-/// whose deadlines passed), and deletes the tasks of dead hosts.
+/// Each second: delivers outcomes a lost notification missed, and deletes the tasks of dead
+/// hosts.
 async fn sweep(board: Weak<SharedBoard>) {
+    let mut round = 0u64;
     loop {
         tokio::time::sleep(SWEEP).await;
+        round += 1;
         let Some(board) = board.upgrade() else {
             return;
         };
-        board.new_tasks.notify_waiters();
         let host = board.host.load(Ordering::Acquire);
         let Ok(client) = board.client().await else {
             continue;
@@ -479,5 +555,16 @@ async fn sweep(board: Weak<SharedBoard>) {
                 &[],
             )
             .await;
+        // Now and then: this host's rows that no call waits for (a withdrawal whose delete
+        // failed, an outcome handed over whose delete was lost).
+        if host != 0 && round.is_multiple_of(30) {
+            let waiting: Vec<i64> = board.waiting.lock().keys().copied().collect();
+            let _ = client
+                .execute(
+                    "DELETE FROM tasks WHERE host = $1 AND NOT (id = ANY($2))",
+                    &[&host, &waiting],
+                )
+                .await;
+        }
     }
 }

@@ -95,7 +95,11 @@ fn journaled_answers(store: &Path) -> BTreeSet<String> {
                 }
             }
             for y in &record.output.yields {
-                is_call.insert(y.tag, matches!(y.command, Yielded::Call(_)));
+                // Calls of the application's functions (not the host's own: a failed call asks
+                // the host's retry policy, `wfhost.retry-policy`, which has no effects).
+                let is_function = matches!(&y.command, Yielded::Call(call)
+                    if !call.name.starts_with(wfhost::contract::builtin::RESERVED_PREFIX));
+                is_call.insert(y.tag, is_function);
             }
         }
     }

@@ -14,7 +14,7 @@ use wfhost::{CommandErrorKind, Grants, HostBuilder, HttpSettings, RetryPolicy};
 use super::limits::{parse_duration, parse_size};
 
 /// Outbound HTTP and retries.
-#[derive(Debug, Default, clap::Args)]
+#[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Workflows that act")]
 pub struct ActArgs {
     /// Let workflows request URLs matching PATTERN with the built-in HTTP client (ctx.http):
@@ -43,11 +43,20 @@ pub struct ActArgs {
     /// (each part optional; attempts:0 for no limit). Repeatable.
     #[arg(long, value_name = "FUNCTION=POLICY", value_parser = parse_retry)]
     retry: Vec<(String, RetryPolicy)>,
+
+    /// The most calls of functions (HTTP requests, worker tasks) in flight on the host at once;
+    /// past it a call fails with limit-reached (which a retry policy retries). One workflow may
+    /// have a tenth of it.
+    #[arg(long, value_name = "N", default_value_t = wfhost::DEFAULT_FUNCTION_QUEUE)]
+    max_calls: usize,
 }
 
 impl ActArgs {
     /// The builder with the HTTP client and the retry policies.
     pub fn apply(&self, mut builder: HostBuilder) -> HostBuilder {
+        builder = builder
+            .function_queue(self.max_calls.max(1))
+            .function_calls_per_process((self.max_calls / 10).max(1));
         if !self.allow_http.is_empty() {
             builder = builder.http(HttpSettings {
                 allow: self.allow_http.clone(),
@@ -141,7 +150,7 @@ impl WorkerFunctionArgs {
                 .with_context(|| format!("cannot read the worker token file {}", path.display()))?;
             api = api
                 .worker_token(&token, functions)
-                .with_context(|| format!("the worker token file {} is empty", path.display()))?;
+                .with_context(|| format!("--worker-token-file {}", path.display()))?;
         }
         Ok(api)
     }

@@ -20,6 +20,8 @@ mod serve;
 mod start;
 mod status;
 mod target;
+// Runs commands in process groups of their own.
+#[cfg(unix)]
 mod worker;
 
 /// The subcommands.
@@ -39,6 +41,7 @@ pub enum Command {
     Result(result::ResultCommand),
     Send(send::SendCommand),
     Cancel(cancel::CancelCommand),
+    #[cfg(unix)]
     Worker(worker::WorkerCommand),
 }
 
@@ -59,6 +62,7 @@ impl Command {
             Command::Result(command) => command.execute(),
             Command::Send(command) => command.execute(),
             Command::Cancel(command) => command.execute(),
+            #[cfg(unix)]
             Command::Worker(command) => command.execute(),
         }
     }

@@ -2,6 +2,7 @@
 //! Python script serves a function of the workflows.
 
 use std::io::{Read as _, Write as _};
+use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -180,6 +181,7 @@ fn run(shared: &Shared, task: &TaskJson) -> Option<CompleteRequest> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()
     {
         Ok(child) => child,
@@ -200,17 +202,23 @@ fn run(shared: &Shared, task: &TaskJson) -> Option<CompleteRequest> {
     });
     let stdout = child.stdout.take().map(|out| reader(out, MAX_OUTPUT));
     let stderr = child.stderr.take().map(|err| reader(err, MAX_OUTPUT));
-    let pid = child.id();
+    // The command leads a process group of its own: killing the group reaches what it started
+    // too, and needs no pid that the waiter below may already have reaped.
+    let group = child.id();
     let (done, finished) = crossbeam_channel::bounded(1);
     let waiter = std::thread::spawn(move || {
         let status = child.wait();
         let _ = done.send(status);
     });
     let started = Instant::now();
-    // Heartbeats at a third of the time the server gives, so two may be lost.
-    let window = Duration::from_millis(task.deadline_ms.saturating_sub(now_ms()).max(300)) / 3;
+    // Heartbeats at a third of the time the server gives, so two may be lost; the time left is
+    // read from the server's deadline and this machine's clock, so it is kept within bounds
+    // that a clock off by some seconds cannot make useless.
+    let window = (Duration::from_millis(task.deadline_ms.saturating_sub(now_ms())) / 3)
+        .clamp(Duration::from_millis(100), Duration::from_secs(20));
     let status = loop {
-        match finished.recv_timeout(window) {
+        let left = shared.timeout.saturating_sub(started.elapsed());
+        match finished.recv_timeout(window.min(left).max(Duration::from_millis(1))) {
             Ok(status) => break status,
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                 break Err(std::io::Error::other("the command's waiter went away"))
@@ -218,7 +226,7 @@ fn run(shared: &Shared, task: &TaskJson) -> Option<CompleteRequest> {
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
         }
         if started.elapsed() >= shared.timeout {
-            kill(pid);
+            kill(group);
             let _ = finished.recv();
             return fail(
                 format!(
@@ -234,12 +242,14 @@ fn run(shared: &Shared, task: &TaskJson) -> Option<CompleteRequest> {
                     "wfhost worker: task {} moved on; stopping its command",
                     task.task
                 );
-                kill(pid);
+                kill(group);
                 let _ = finished.recv();
                 return None;
             }
         }
     };
+    // Whatever the command left running would hold its pipes open: the group goes with it.
+    kill(group);
     let _ = writer.join();
     let _ = waiter.join();
     let out = stdout.and_then(|r| r.join().ok()).unwrap_or_default();
@@ -339,15 +349,13 @@ fn tail(stderr: &[u8]) -> String {
     text[start..].to_string()
 }
 
-/// Kills process `pid` (the command: it has not been waited for, so the number is still its).
-fn kill(pid: u32) {
-    #[cfg(unix)]
-    // SAFETY: kill(2) with a pid and a signal number; no memory is involved.
+/// Kills process group `group` (the command's, and what it started).
+fn kill(group: u32) {
+    // SAFETY: kill(2) with a negated process group id and a signal number; no memory is
+    // involved. A group that is gone (ESRCH) is fine.
     unsafe {
-        libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        libc::kill(-(group as libc::pid_t), libc::SIGKILL);
     }
-    #[cfg(not(unix))]
-    let _ = pid;
 }
 
 fn now_ms() -> u64 {

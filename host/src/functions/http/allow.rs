@@ -209,6 +209,7 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
         || (a == 100 && (64..128).contains(&b))
         || (a == 192 && b == 0 && c == 0)
         || (a == 198 && (b == 18 || b == 19))
+        || (a == 192 && b == 88 && c == 99)
         || a >= 240)
 }
 
@@ -221,6 +222,20 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
     if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
         let [.., high, low] = segments;
         return is_public_v4(Ipv4Addr::from((u32::from(high) << 16) | u32::from(low)));
+    }
+    // 6to4 (2002::/16) carries one in bits 16 to 48.
+    if segments[0] == 0x2002 {
+        return is_public_v4(Ipv4Addr::from(
+            (u32::from(segments[1]) << 16) | u32::from(segments[2]),
+        ));
+    }
+    // Teredo (2001::/32), local-use NAT64 (64:ff9b:1::/48) and discard-only (100::/64) reach
+    // addresses a pattern cannot see: refused.
+    if (segments[0] == 0x2001 && segments[1] == 0)
+        || segments[..3] == [0x64, 0xff9b, 1]
+        || segments[..4] == [0x100, 0, 0, 0]
+    {
+        return false;
     }
     !(ip.is_unspecified()
         || ip.is_loopback()
@@ -297,10 +312,19 @@ mod tests {
             "fd00::1",
             "::ffff:127.0.0.1",
             "64:ff9b::a9fe:a9fe",
+            "2002:7f00:1::",
+            "2001:0:4136:e378::1",
+            "192.88.99.1",
         ] {
             assert!(!is_public(private.parse().unwrap()), "{private}");
         }
-        for public in ["8.8.8.8", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
+        for public in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+            "2002:808:808::",
+        ] {
             assert!(is_public(public.parse().unwrap()), "{public}");
         }
     }

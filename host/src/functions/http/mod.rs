@@ -39,6 +39,9 @@ pub struct HttpSettings {
     pub max_timeout: Duration,
     /// Redirects followed, at most; each is checked as the first request was.
     pub max_redirects: u32,
+    /// The response bytes all calls may hold at once (each up to `max_response_bytes`); a call
+    /// whose response would go past it fails with `limit-reached`.
+    pub max_response_memory: usize,
 }
 
 impl Default for HttpSettings {
@@ -51,6 +54,7 @@ impl Default for HttpSettings {
             timeout: Duration::from_secs(30),
             max_timeout: Duration::from_secs(300),
             max_redirects: 5,
+            max_response_memory: 256 << 20,
         }
     }
 }
@@ -60,7 +64,12 @@ pub(crate) struct HttpClient {
     settings: HttpSettings,
     patterns: Vec<Pattern>,
     client: reqwest::Client,
+    /// The response bytes all calls hold at once, in KiB.
+    memory: Arc<tokio::sync::Semaphore>,
 }
+
+/// Name lookups at once (each holds a thread of the blocking pool while it runs).
+const MAX_LOOKUPS: usize = 16;
 
 impl HttpClient {
     /// The client for `settings`, or what is wrong with them.
@@ -71,12 +80,16 @@ impl HttpClient {
             .map(|text| Pattern::parse(text))
             .collect::<Result<Vec<_>, _>>()?;
         let localhost = patterns.iter().any(|p| p.names_address());
+        let memory = Arc::new(tokio::sync::Semaphore::new(
+            (settings.max_response_memory >> 10).min(tokio::sync::Semaphore::MAX_PERMITS),
+        ));
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .dns_resolver(Arc::new(Resolver {
                 allow_private: settings.allow_private,
                 localhost,
+                lookups: Arc::new(tokio::sync::Semaphore::new(MAX_LOOKUPS)),
             }))
             .connect_timeout(Duration::from_secs(10))
             .pool_idle_timeout(Duration::from_secs(30))
@@ -87,6 +100,7 @@ impl HttpClient {
             settings,
             patterns,
             client,
+            memory,
         })
     }
 
@@ -121,6 +135,12 @@ impl HttpClient {
         if !matches!(url.scheme(), "http" | "https") {
             return Err(refused(format!(
                 "{url}: only http and https URLs may be requested"
+            )));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(refused(format!(
+                "{}: a URL with user information is not requested (send credentials in a header)",
+                url.host_str().unwrap_or("the URL")
             )));
         }
         let matched: Vec<&Pattern> = self.patterns.iter().filter(|p| p.matches(url)).collect();
@@ -169,8 +189,22 @@ impl HttpClient {
         let invalid = |why: String| CommandError::new(ErrorKind::InvalidInput, why);
         let mut url = Url::parse(&request.url)
             .map_err(|e| invalid(format!("'{}' is not an absolute URL: {e}", request.url)))?;
-        let mut method = Method::from_bytes(request.method.to_ascii_uppercase().as_bytes())
-            .map_err(|_| invalid(format!("'{}' is not an HTTP method", request.method)))?;
+        let mut method = match request.method.to_ascii_uppercase().as_str() {
+            "GET" => Method::GET,
+            "HEAD" => Method::HEAD,
+            "POST" => Method::POST,
+            "PUT" => Method::PUT,
+            "PATCH" => Method::PATCH,
+            "DELETE" => Method::DELETE,
+            "OPTIONS" => Method::OPTIONS,
+            _ => {
+                return Err(invalid(format!(
+                    "'{}' is not a method workflows may use: GET, HEAD, POST, PUT, PATCH, \
+                     DELETE or OPTIONS",
+                    request.method
+                )))
+            }
+        };
         if request.body.len() > self.settings.max_request_bytes {
             return Err(CommandError::new(
                 ErrorKind::LimitReached,
@@ -213,7 +247,8 @@ impl HttpClient {
                     .get(reqwest::header::LOCATION)
                     .and_then(|l| l.to_str().ok())
                     .map(str::to_string);
-                let Some(location) = location.filter(|_| status.is_redirection()) else {
+                let redirect = matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308);
+                let Some(location) = location.filter(|_| redirect) else {
                     return self.read(response).await;
                 };
                 redirects += 1;
@@ -278,9 +313,25 @@ impl HttpClient {
             .collect();
         let url = response.url().clone();
         let mut body = Vec::new();
+        // The bytes held count against the host's budget until this call's answer is made.
+        let mut held = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(|e| failed(&url, e))? {
             if body.len() + chunk.len() > limit {
                 return Err(over(&url));
+            }
+            let kib = u32::try_from(chunk.len().div_ceil(1024)).unwrap_or(u32::MAX);
+            match Arc::clone(&self.memory).try_acquire_many_owned(kib) {
+                Ok(permit) => held.push(permit),
+                Err(_) => {
+                    return Err(CommandError::new(
+                        ErrorKind::LimitReached,
+                        format!(
+                            "{url}: the host holds {} MiB of HTTP responses already, its limit; \
+                             retry later",
+                            self.settings.max_response_memory >> 20
+                        ),
+                    ))
+                }
             }
             body.extend_from_slice(&chunk);
         }
@@ -343,14 +394,19 @@ struct Resolver {
     allow_private: bool,
     /// Some pattern names `localhost` (or an address): `localhost` may resolve to loopback.
     localhost: bool,
+    /// Turns for lookups: the system's resolver blocks a thread of the runtime's blocking
+    /// pool, which blocking host functions share.
+    lookups: Arc<tokio::sync::Semaphore>,
 }
 
 impl Resolve for Resolver {
     fn resolve(&self, name: Name) -> Resolving {
         let allow_private = self.allow_private;
         let localhost = self.localhost && name.as_str().eq_ignore_ascii_case("localhost");
+        let lookups = Arc::clone(&self.lookups);
         Box::pin(async move {
             let host = name.as_str().to_string();
+            let _turn = lookups.acquire_owned().await?;
             let found: Vec<SocketAddr> =
                 tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let kept: Vec<SocketAddr> = found

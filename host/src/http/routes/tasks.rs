@@ -13,7 +13,7 @@ use utoipa_axum::routes;
 use wfcontract::{CommandError, ErrorKind, Payload};
 use wfhost_client::wire::{self, CompleteRequest, ErrorBody, HeartbeatJson, PollRequest, TaskJson};
 
-use super::workflows::waiting;
+use super::workflows::{waiting, Waiting};
 use crate::http::api::{AppState, WorkerScope};
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
@@ -22,6 +22,9 @@ use crate::utc_time;
 
 /// The most functions one poll may name.
 const MAX_FUNCTIONS: usize = 64;
+
+/// The longest function name a poll may give.
+const MAX_NAME: usize = 256;
 
 pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
     OpenApiRouter::new()
@@ -47,39 +50,65 @@ async fn poll(
     JsonBody(request): JsonBody<PollRequest>,
 ) -> Result<Response, ApiError> {
     let tasks = board(&state)?;
-    next_task(&state, &tasks, scope.as_ref(), request).await
+    let poll = Poll::check(&state, scope.as_ref(), request)?;
+    poll.run(&tasks).await
 }
 
-/// The next task `request` asks for, or `204`.
-async fn next_task(
-    state: &Arc<AppState>,
-    tasks: &Tasks,
-    scope: Option<&Extension<WorkerScope>>,
-    request: PollRequest,
-) -> Result<Response, ApiError> {
-    if request.functions.is_empty() || request.functions.len() > MAX_FUNCTIONS {
-        return Err(ApiError::bad_request(format!(
-            "a poll names 1 to {MAX_FUNCTIONS} functions, the ones this worker serves: \
-             {{\"functions\": [\"payments.charge\"]}}"
-        )));
-    }
-    if let Some(Extension(scope)) = scope {
-        if let Some(other) = request.functions.iter().find(|f| !scope.serves(f)) {
-            return Err(forbidden(other));
+/// A poll checked, with its place among the requests that wait (when it waits).
+struct Poll {
+    functions: Vec<String>,
+    wait: std::time::Duration,
+    _place: Option<Waiting>,
+}
+
+impl Poll {
+    /// `request` checked: its functions (and the worker token's scope), its wait, a place.
+    fn check(
+        state: &Arc<AppState>,
+        scope: Option<&Extension<WorkerScope>>,
+        request: PollRequest,
+    ) -> Result<Poll, ApiError> {
+        if request.functions.is_empty() || request.functions.len() > MAX_FUNCTIONS {
+            return Err(ApiError::bad_request(format!(
+                "a poll names 1 to {MAX_FUNCTIONS} functions, the ones this worker serves: \
+                 {{\"functions\": [\"payments.charge\"]}}"
+            )));
         }
+        if let Some(long) = request.functions.iter().find(|f| f.len() > MAX_NAME) {
+            return Err(ApiError::bad_request(format!(
+                "a function's name is at most {MAX_NAME} bytes; one is {}",
+                long.len()
+            )));
+        }
+        if let Some(Extension(scope)) = scope {
+            if let Some(other) = request.functions.iter().find(|f| !scope.serves(f)) {
+                return Err(forbidden(other));
+            }
+        }
+        let wait = super::wait(state, request.wait.as_deref())?;
+        let place = if wait.is_zero() {
+            None
+        } else {
+            Some(waiting(state)?)
+        };
+        Ok(Poll {
+            functions: request.functions,
+            wait,
+            _place: place,
+        })
     }
-    let wait = super::wait(state, request.wait.as_deref())?;
-    let task = if wait.is_zero() {
-        tasks.poll(&request.functions, wait).await
-    } else {
-        let _place = waiting(state)?;
-        tasks.poll(&request.functions, wait).await
+
+    /// The next task, or `204`.
+    async fn run(self, tasks: &Tasks) -> Result<Response, ApiError> {
+        let task = tasks
+            .poll(&self.functions, self.wait)
+            .await
+            .map_err(task_error)?;
+        Ok(match task {
+            Some(task) => Json(task_json(task)).into_response(),
+            None => StatusCode::NO_CONTENT.into_response(),
+        })
     }
-    .map_err(task_error)?;
-    Ok(match task {
-        Some(task) => Json(task_json(task)).into_response(),
-        None => StatusCode::NO_CONTENT.into_response(),
-    })
 }
 
 /// Completes a task with the function's result or error, and, if `next` asks, takes the next
@@ -120,9 +149,19 @@ async fn complete(
             ))
         }
     };
+    // The next poll is checked (and has its place) before the completion is applied: an
+    // error answer always means nothing was applied.
+    let next = match request.next {
+        Some(next) => Some(Poll::check(&state, scope.as_ref(), next)?),
+        None => None,
+    };
     tasks.complete(&task, outcome).await.map_err(task_error)?;
-    match request.next {
-        Some(next) => next_task(&state, &tasks, scope.as_ref(), next).await,
+    match next {
+        // Applied either way: a poll that fails now answers as one that found nothing.
+        Some(next) => Ok(next
+            .run(&tasks)
+            .await
+            .unwrap_or_else(|_| StatusCode::NO_CONTENT.into_response())),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }
 }
@@ -169,7 +208,7 @@ async fn check_scope(
     let Some(Extension(scope)) = scope else {
         return Ok(());
     };
-    match tasks.function_of(task).await {
+    match tasks.function_of(task).await.map_err(task_error)? {
         Some(function) if !scope.serves(&function) => Err(forbidden(&function)),
         _ => Ok(()),
     }

@@ -130,11 +130,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     ",
     // 4: activity tasks (`Tasks::postgres`), so that a worker may poll any host: each row is one
-    // call of a worker function by a workflow of `host`; `token` and `deadline` name the
+    // call of a worker function by a workflow of `host` (its id made by the caller, `seq` the
+    // order tasks are offered in); `token` and `deadline` name the
     // delivery a worker holds; `outcome` (postcard) is its completion until `host` takes it.
     "
     CREATE TABLE tasks (
-        id BIGSERIAL PRIMARY KEY,
+        id BIGINT PRIMARY KEY,
+        seq BIGSERIAL,
         host BIGINT NOT NULL,
         function TEXT NOT NULL,
         input BYTEA NOT NULL,
@@ -145,7 +147,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
         deadline TIMESTAMPTZ,
         outcome BYTEA
     );
-    CREATE INDEX tasks_open ON tasks (function, id) WHERE outcome IS NULL;
+    CREATE INDEX tasks_open ON tasks (function, seq) WHERE outcome IS NULL;
     CREATE INDEX tasks_host ON tasks (host);
     ",
 ];
