@@ -331,10 +331,11 @@ impl HostBuilder {
     }
 
     /// Makes `name` a function that activity workers serve: a call puts a task on the board
-    /// given to [`tasks`](Self::tasks), and the worker's completion is the call's. Calls wait for
-    /// a worker as long as it takes, unless the function's timeout
-    /// ([`function_timeout`](Self::function_timeout) does not apply) is set with a policy of
-    /// retries. Modules need it granted like any host function.
+    /// given to [`tasks`](Self::tasks), and the worker's completion is the call's. A call waits
+    /// for a worker as long as it takes ([`function_timeout`](Self::function_timeout) does not
+    /// apply); each delivery to a worker is bounded by the board's task timeout, after which the
+    /// task goes to another worker. Modules need it granted like any host function, and a
+    /// [`retry_policy`](Self::retry_policy) for it retries the errors workers report.
     pub fn worker_function(mut self, name: &str) -> HostBuilder {
         self.worker_functions.push(name.to_string());
         self
