@@ -191,6 +191,12 @@ impl Grants {
                  module",
                 call.name
             ),
+            Command::Call(call) if call.name == wfcontract::builtin::HTTP_FUNCTION => format!(
+                "this module may not make HTTP requests: the host did not grant '{}' (an \
+                 operator allows URLs with --allow-http PATTERN; an embedder with \
+                 HostBuilder::allow_http and Grants::allow_http)",
+                call.name
+            ),
             Command::Call(call) => format!(
                 "this module may not call host function '{}': the host did not grant it ({})",
                 call.name,

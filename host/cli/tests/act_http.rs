@@ -39,7 +39,9 @@ fn test_server() -> (String, Arc<Mutex<Seen>>) {
                         return;
                     }
                     let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                    let method = line.split_whitespace().next().unwrap_or("").to_string();
                     let mut key = None;
+                    let mut length = 0usize;
                     loop {
                         let mut header = String::new();
                         reader.read_line(&mut header).unwrap();
@@ -51,7 +53,14 @@ fn test_server() -> (String, Arc<Mutex<Seen>>) {
                             if name.eq_ignore_ascii_case("idempotency-key") {
                                 key = Some(value.trim().to_string());
                             }
+                            if name.eq_ignore_ascii_case("content-length") {
+                                length = value.trim().parse().unwrap_or(0);
+                            }
                         }
+                    }
+                    let mut body = vec![0; length];
+                    if std::io::Read::read_exact(&mut reader, &mut body).is_err() {
+                        return;
                     }
                     let (status, extra, body) = {
                         let mut seen = recorded.lock().unwrap();
@@ -65,6 +74,11 @@ fn test_server() -> (String, Arc<Mutex<Seen>>) {
                                 Vec::new(),
                             ),
                             "/big" => ("200 OK", String::new(), vec![b'x'; 3 << 20]),
+                            "/echo" => (
+                                "201 Created",
+                                String::new(),
+                                format!("{method} {}", String::from_utf8_lossy(&body)).into_bytes(),
+                            ),
                             _ => ("404 Not Found", String::new(), Vec::new()),
                         }
                     };
@@ -193,9 +207,53 @@ fn the_allowlist_decides_what_a_workflow_reaches() {
     );
     assert_eq!(big["error"], "limit-reached", "{big}");
 
+    // A request with a method, headers and a body; what the host sets itself is not the
+    // workflow's to set, nor are methods beyond the usual.
+    let request = |method: &str, header: (&str, &str)| {
+        json!({
+            "method": method,
+            "url": format!("{base}/echo"),
+            "headers": [{"name": header.0, "value": header.1}],
+            "body": b"hi".to_vec(),
+            "timeout": null,
+        })
+    };
+    let posted = run(
+        &api,
+        &module,
+        "post",
+        "http_request",
+        request("POST", ("x-a", "1")),
+    );
+    assert_eq!(posted, json!({"status": 201, "body": "POST hi"}));
+    let host = run(
+        &api,
+        &module,
+        "host",
+        "http_request",
+        request("PUT", ("Host", "evil")),
+    );
+    assert_eq!(host["error"], "invalid-input", "{host}");
+    let connect = run(
+        &api,
+        &module,
+        "connect",
+        "http_request",
+        request("CONNECT", ("x", "1")),
+    );
+    assert_eq!(connect["error"], "invalid-input", "{connect}");
+    let split = run(
+        &api,
+        &module,
+        "split",
+        "http_request",
+        request("GET", ("x", "a\r\nb: c")),
+    );
+    assert_eq!(split["error"], "invalid-input", "{split}");
+
     let seen = seen.lock().unwrap();
     let paths: Vec<&str> = seen.requests.iter().map(|(p, _)| p.as_str()).collect();
-    assert_eq!(paths, ["/ok", "/redirect", "/big"]);
+    assert_eq!(paths, ["/ok", "/redirect", "/big", "/echo"]);
 }
 
 #[test]

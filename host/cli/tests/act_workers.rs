@@ -271,6 +271,87 @@ fn tasks_outstanding_when_the_host_is_killed_are_offered_again_with_their_keys()
     }
 }
 
+/// `wfhost worker`'s command: what it prints is the result; a non-zero exit an error worth
+/// retrying, with the end of stderr; exit 100 one that is not; output that is not JSON, one that
+/// is not either; a run past `--timeout` is killed (with what it started) and fails.
+#[test]
+fn wfhost_worker_turns_a_commands_outcome_into_the_calls() {
+    let dir = common::tempdir("act-workers", "command");
+    let store = dir.join("wf.db");
+    let server = HttpServer::start(
+        &dir,
+        store.to_str().unwrap(),
+        &["--worker-function", "shell.run"],
+    );
+    let api = server.client();
+    let module = put_probe(&api);
+    let script = r#"input=$(cat)
+case "$input" in
+  '"slow"') sleep 30 & sleep 30 ;;
+  '"bad"') echo 'not json' ;;
+  '"no"') echo 'the card was declined' >&2; exit 100 ;;
+  '"flaky"') echo 'try later' >&2; exit 3 ;;
+  *) echo "{\"echo\": $input}" ;;
+esac"#;
+    let _worker = Worker(
+        wfhost()
+            .args(["worker", "--server", &server.url, "--function", "shell.run"])
+            .args(["--concurrency", "4", "--timeout", "1s", "--poll-wait", "1s"])
+            .args(["--", "sh", "-c", script])
+            .env_remove("WFHOST_TOKEN")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let cases = [
+        ("fine", json!({"ok": {"echo": "fine"}})),
+        (
+            "no",
+            json!({"error": "rejected", "message": "sh exited with status 100: the card was declined (rejected)"}),
+        ),
+        (
+            "flaky",
+            json!({"error": "failed", "message": "sh exited with status 3: try later (failed)"}),
+        ),
+        ("bad", Value::Null),
+        ("slow", Value::Null),
+    ];
+    for (input, _) in &cases {
+        api.start(&start_request(
+            input,
+            &module,
+            "call",
+            json!(["shell.run", input]),
+        ))
+        .unwrap();
+    }
+    for (input, expected) in cases {
+        let done = api.result(input, Some(Duration::from_secs(60))).unwrap();
+        let outcome = result(done.result.as_ref().unwrap());
+        match input {
+            "bad" => {
+                assert_eq!(outcome["error"], "rejected", "{outcome}");
+                assert!(outcome["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("printed what is not JSON"));
+            }
+            "slow" => {
+                assert_eq!(outcome["error"], "failed", "{outcome}");
+                assert!(
+                    outcome["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("did not finish within 1s"),
+                    "{outcome}"
+                );
+            }
+            _ => assert_eq!(outcome, expected, "{input}"),
+        }
+    }
+}
+
 #[test]
 fn worker_tokens_need_a_server_token() {
     let dir = common::tempdir("act-workers", "tokenless");

@@ -783,6 +783,17 @@ pub async fn http_get(ctx: Ctx, url: String) -> Result<Value, Error> {
     })
 }
 
+/// Makes `request` through the host's HTTP client; reports `{"status", "body"}` or the error.
+pub async fn http_request(ctx: Ctx, request: wfguest::HttpRequest) -> Result<Value, Error> {
+    Ok(match ctx.http(request).await {
+        Ok(response) => json!({
+            "status": response.status,
+            "body": String::from_utf8_lossy(&response.body),
+        }),
+        Err(error) => outcome_error(&error),
+    })
+}
+
 /// Requests each URL in turn, then sleeps `millis` (a window for a crash), then requests the
 /// first again: the bodies, in order.
 pub async fn http_twice(ctx: Ctx, (urls, millis): (Vec<String>, u64)) -> Result<Value, Error> {
@@ -927,6 +938,7 @@ wfguest::entry_points!(
     join_pid,
     logged,
     http_get,
+    http_request,
     http_twice,
     call_retrying,
     activity_saga,
