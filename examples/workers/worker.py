@@ -14,6 +14,7 @@ every delivery of one call, also after the host restarts, so do the effect once 
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -62,8 +63,14 @@ def call(method, path, body=None, timeout=60):
 def main():
     done = 0
     while MAX_TASKS == 0 or done < MAX_TASKS:
-        status, task = call("POST", "/v1/tasks/poll",
-                            {"functions": list(FUNCTIONS), "wait": "20s"}, timeout=80)
+        try:
+            status, task = call("POST", "/v1/tasks/poll",
+                                {"functions": list(FUNCTIONS), "wait": "20s"}, timeout=80)
+        except (urllib.error.URLError, OSError) as error:
+            # The server restarting, or not up yet: ask again in a moment.
+            print("cannot take a task: %s" % error, file=sys.stderr)
+            time.sleep(1)
+            continue
         if status == 204:
             continue
         function = FUNCTIONS[task["function"]]
@@ -78,6 +85,9 @@ def main():
         except urllib.error.HTTPError as error:
             # 409: the task moved on (its deadline passed and another worker has it).
             print("task %s: %s" % (task["task"], error.read().decode()), file=sys.stderr)
+        except (urllib.error.URLError, OSError) as error:
+            # Unanswered: the task goes to a worker again after its deadline, with the same key.
+            print("task %s not completed: %s" % (task["task"], error), file=sys.stderr)
         done += 1
 
 
