@@ -281,9 +281,19 @@ impl SharedBoard {
         let until = tokio::time::Instant::now() + wait;
         let functions: Vec<String> = functions.to_vec();
         let timeout_ms = i64::try_from(self.settings.timeout.as_millis()).unwrap_or(i64::MAX);
-        let notifiers: Vec<Arc<Notify>> = functions.iter().map(|f| self.notifier(f)).collect();
+        let listening = Listening {
+            board: self,
+            notifiers: functions
+                .iter()
+                .map(|f| (f.clone(), self.notifier(f)))
+                .collect(),
+        };
         loop {
-            let mut notified: Vec<_> = notifiers.iter().map(|n| Box::pin(n.notified())).collect();
+            let mut notified: Vec<_> = listening
+                .notifiers
+                .iter()
+                .map(|(_, n)| Box::pin(n.notified()))
+                .collect();
             for one in &mut notified {
                 one.as_mut().enable();
             }
@@ -424,6 +434,25 @@ impl SharedBoard {
             .await
             .map_err(|e| TaskError::Unavailable(e.to_string()))?;
         Ok(row.map(|row| row.get(0)))
+    }
+}
+
+/// A poll's hold on the notifiers of its functions: those nobody else holds are let go when the
+/// poll ends, so that polls for names that come and go leave nothing behind.
+struct Listening<'a> {
+    board: &'a SharedBoard,
+    notifiers: Vec<(String, Arc<Notify>)>,
+}
+
+impl Drop for Listening<'_> {
+    fn drop(&mut self) {
+        let mut map = self.board.new_tasks.lock();
+        for (function, notifier) in self.notifiers.drain(..) {
+            // The map's and this one: nobody else waits on it.
+            if Arc::strong_count(&notifier) == 2 {
+                map.remove(&function);
+            }
+        }
     }
 }
 
