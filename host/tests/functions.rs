@@ -364,3 +364,66 @@ fn one_process_cannot_fill_the_queue_of_calls() {
     assert!(starts.is_empty(), "a refused call ran");
     host.shutdown(Duration::from_secs(1));
 }
+
+/// Typed functions told who calls: a durable workflow's calls carry their idempotency key (the
+/// workflow's id and the call's tag), a plain process's none; and a function's own retry policy
+/// retries a plain `ctx.call` of it, each attempt a call.
+#[test]
+fn typed_functions_see_the_key_and_their_retry_policy_applies() {
+    let dir = std::env::temp_dir().join(format!("wfhost-functions-keys-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let attempts = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = Arc::clone(&attempts);
+    let host = start(
+        Host::builder()
+            .workers(2)
+            .store(dir.join("wf.db"), wfhost::SyncMode::Full)
+            .register(
+                "keyed",
+                HostFunction::typed_with_info(|info: wfhost::CallInfo, n: u32| {
+                    Ok::<_, String>(format!("{}:{n}", info.idempotency_key.unwrap_or_default()))
+                }),
+            )
+            .register(
+                "keyed.async",
+                HostFunction::typed_async_with_info(|info: wfhost::CallInfo, n: u32| async move {
+                    Ok::<_, String>(format!("{}:{n}", info.name))
+                }),
+            )
+            .register(
+                "flaky",
+                HostFunction::typed(move |n: u32| {
+                    if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 2 {
+                        Err("not yet".to_string())
+                    } else {
+                        Ok(n)
+                    }
+                })
+                .retry(
+                    wfhost::RetryPolicy::default()
+                        .initial_interval(Duration::from_millis(5))
+                        .max_attempts(3),
+                ),
+            ),
+    );
+    let durable = |id: &str, function: &str| -> Value {
+        host.start(id, "probe", "call", json(json!([function, 7])))
+            .unwrap()
+            .wait_timeout(PATIENCE)
+            .expect("finished")
+            .unwrap()
+            .decode()
+            .unwrap()
+    };
+    let keyed = durable("k1", "keyed");
+    let text = keyed["ok"].as_str().unwrap();
+    assert!(text.starts_with("k1#") && text.ends_with(":7"), "{keyed}");
+    assert_eq!(durable("k2", "keyed.async"), json!({"ok": "keyed.async:7"}));
+    // Not durable: no key.
+    assert_eq!(outcomes(&host, "keyed", 1), [json!({"ok": ":0"})]);
+    assert_eq!(durable("k3", "flaky"), json!({"ok": 7}));
+    assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 3);
+    host.shutdown(Duration::from_secs(1));
+    let _ = std::fs::remove_dir_all(&dir);
+}
