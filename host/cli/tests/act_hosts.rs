@@ -8,21 +8,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::http::{put_probe, start_request, HttpServer};
-use serde_json::{json, Value};
-use wfhost_client::wire::CompleteRequest;
+use common::tasks::{ok, result};
+use serde_json::json;
 use wfhost_test_programs::postgres::Postgres;
-
-fn result(raw: &serde_json::value::RawValue) -> Value {
-    serde_json::from_str(raw.get()).unwrap()
-}
-
-fn ok(value: Value) -> CompleteRequest {
-    CompleteRequest {
-        result: Some(serde_json::value::to_raw_value(&value).unwrap()),
-        error: None,
-        next: None,
-    }
-}
 
 const ARGS: [&str; 6] = [
     "--worker-function",

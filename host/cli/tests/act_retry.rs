@@ -9,31 +9,9 @@ mod common;
 use std::time::Duration;
 
 use common::http::{put_probe, start_request, HttpServer};
-use serde_json::{json, Value};
-use wfhost_client::wire::{CompleteRequest, HistoryParams, TaskErrorJson, TaskJson};
-
-fn result(raw: &serde_json::value::RawValue) -> Value {
-    serde_json::from_str(raw.get()).unwrap()
-}
-
-fn ok(value: Value) -> CompleteRequest {
-    CompleteRequest {
-        result: Some(serde_json::value::to_raw_value(&value).unwrap()),
-        error: None,
-        next: None,
-    }
-}
-
-fn error(message: &str, retryable: bool) -> CompleteRequest {
-    CompleteRequest {
-        result: None,
-        error: Some(TaskErrorJson {
-            message: message.into(),
-            retryable,
-        }),
-        next: None,
-    }
-}
+use common::tasks::{error, ok, result};
+use serde_json::json;
+use wfhost_client::wire::{HistoryParams, TaskJson};
 
 fn take(api: &wfhost_client::Client) -> TaskJson {
     api.poll_task(&["payments.charge".to_string()], Duration::from_secs(30))

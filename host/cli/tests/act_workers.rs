@@ -10,9 +10,10 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use common::http::{put_probe, start_request, HttpServer};
+use common::tasks::{error, ok, result};
 use common::wfhost;
 use serde_json::{json, Value};
-use wfhost_client::wire::{CompleteRequest, TaskErrorJson};
+use wfhost_client::wire::CompleteRequest;
 
 const SAGA: [&str; 8] = [
     "--worker-function",
@@ -32,29 +33,6 @@ impl Drop for Worker {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-fn result(raw: &serde_json::value::RawValue) -> Value {
-    serde_json::from_str(raw.get()).unwrap()
-}
-
-fn ok(value: Value) -> CompleteRequest {
-    CompleteRequest {
-        result: Some(serde_json::value::to_raw_value(&value).unwrap()),
-        error: None,
-        next: None,
-    }
-}
-
-fn error(message: &str, retryable: bool) -> CompleteRequest {
-    CompleteRequest {
-        result: None,
-        error: Some(TaskErrorJson {
-            message: message.into(),
-            retryable,
-        }),
-        next: None,
     }
 }
 

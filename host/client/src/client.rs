@@ -273,12 +273,21 @@ impl Client {
     }
 
     fn post(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+        self.post_within(path, self.timeout)
+    }
+
+    /// A POST of `path` that may take `timeout`.
+    fn post_within(
+        &self,
+        path: &str,
+        timeout: Duration,
+    ) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
         let url = format!("{}{path}", self.base);
         let request = self
             .agent
             .post(&url)
             .config()
-            .timeout_global(Some(self.timeout))
+            .timeout_global(Some(timeout))
             .build();
         match &self.token {
             Some(token) => request.header("authorization", &format!("Bearer {token}")),
@@ -310,36 +319,15 @@ impl Client {
     ) -> Result<(u16, Vec<u8>)> {
         let body = serde_json::to_vec(body)
             .map_err(|e| Error::local("bad_request", format!("cannot write the request: {e}")))?;
-        let url = format!("{}{path}", self.base);
-        let mut request = self
-            .agent
-            .post(&url)
-            .config()
-            .timeout_global(Some(timeout))
-            .build()
+        let request = self
+            .post_within(path, timeout)
             .header("content-type", "application/json");
-        if let Some(token) = &self.token {
-            request = request.header("authorization", &format!("Bearer {token}"));
-        }
-        let mut response = request.send(&body[..]).map_err(|e| transport(e, timeout))?;
-        let status = response.status().as_u16();
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(MAX_RESPONSE)
-            .read_to_vec()
-            .map_err(|e| transport(e, timeout))?;
-        if status >= 400 {
-            return Err(refusal(status, &body));
-        }
-        Ok((status, body))
+        received(request.send(&body[..]), timeout)
     }
 
     fn post_json<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> Result<T> {
-        let body = serde_json::to_vec(body)
-            .map_err(|e| Error::local("bad_request", format!("cannot write the request: {e}")))?;
-        let request = self.post(path).header("content-type", "application/json");
-        answer(request.send(&body[..]), self.timeout).map(|(_, body)| body)
+        let (status, body) = self.post_raw(path, body, self.timeout)?;
+        decode(status, &body)
     }
 }
 
@@ -404,6 +392,15 @@ fn answer<T: DeserializeOwned>(
     response: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     timeout: Duration,
 ) -> Result<(u16, T)> {
+    let (status, body) = received(response, timeout)?;
+    decode(status, &body).map(|body| (status, body))
+}
+
+/// The status and the body of an answer that is not a refusal, or the error a refusal carries.
+fn received(
+    response: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    timeout: Duration,
+) -> Result<(u16, Vec<u8>)> {
     let mut response = response.map_err(|e| transport(e, timeout))?;
     let status = response.status().as_u16();
     let body = response
@@ -415,17 +412,7 @@ fn answer<T: DeserializeOwned>(
     if status >= 400 {
         return Err(refusal(status, &body));
     }
-    serde_json::from_slice(&body)
-        .map(|body| (status, body))
-        .map_err(|e| {
-            Error::local(
-                "bad_answer",
-                format!(
-                "the server's answer ({status}) is not what this client expects ({e}): is it a \
-                 wfhost server of the same version?"
-            ),
-            )
-        })
+    Ok((status, body))
 }
 
 /// An answer's body decoded.

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod tasks;
 
 use std::path::PathBuf;
 use std::process::Command;

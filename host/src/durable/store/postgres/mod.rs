@@ -619,19 +619,21 @@ impl Read for PgStore {
     }
 
     fn step_sizes(&mut self, num: u64, after: u64, limit: usize) -> StoreResult<Vec<u64>> {
-        let (num, after) = (read::int(num)?, read::int(after)?);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.read("reading a journal", |conn| {
-            read::step_sizes(conn, num, after, limit)
-        })
+        self.sizes(
+            "reading a journal",
+            "SELECT octet_length(record)::BIGINT FROM steps WHERE num = $1 AND seq > $2 \
+             ORDER BY seq LIMIT $3",
+            (num, after, limit),
+        )
     }
 
     fn host_message_sizes(&mut self, num: u64, after: u64, limit: usize) -> StoreResult<Vec<u64>> {
-        let (num, after) = (read::int(num)?, read::int(after)?);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.read("reading the messages to the host", |conn| {
-            read::host_message_sizes(conn, num, after, limit)
-        })
+        self.sizes(
+            "reading the messages to the host",
+            "SELECT octet_length(payload)::BIGINT FROM outbox WHERE num = $1 AND tag > $2 \
+             ORDER BY tag LIMIT $3",
+            (num, after, limit),
+        )
     }
 
     fn module_list(&mut self) -> StoreResult<Vec<(String, u64)>> {
@@ -646,5 +648,19 @@ impl Read for PgStore {
         self.read("reading which workflows finished", |conn| {
             read::finished_among(conn, &nums)
         })
+    }
+}
+
+impl PgStore {
+    /// What [`read::sizes`] gives for `query` with a workflow, a position and a count.
+    fn sizes(
+        &mut self,
+        what: &str,
+        query: &'static str,
+        (num, after, limit): (u64, u64, usize),
+    ) -> StoreResult<Vec<u64>> {
+        let (num, after) = (read::int(num)?, read::int(after)?);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(what, |conn| read::sizes(conn, query, num, after, limit))
     }
 }

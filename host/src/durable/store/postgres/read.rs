@@ -269,35 +269,17 @@ pub(super) fn hosts(conn: &mut Conn) -> Result<Vec<HostRow>, Error> {
         .collect())
 }
 
-pub(super) fn step_sizes(
+/// The byte sizes `query` gives (`$1` a workflow, `$2` the position after which, `$3` how many),
+/// for a page that stops at its budget: the steps' records, or the messages to the host.
+pub(super) fn sizes(
     conn: &mut Conn,
+    query: &'static str,
     num: i64,
     after: i64,
     limit: i64,
 ) -> Result<Vec<u64>, Error> {
     Ok(conn
-        .query(
-            "SELECT octet_length(record)::BIGINT FROM steps WHERE num = $1 AND seq > $2 \
-             ORDER BY seq LIMIT $3",
-            &[&num, &after, &limit],
-        )?
-        .iter()
-        .map(|row| uint(row.get(0)))
-        .collect())
-}
-
-pub(super) fn host_message_sizes(
-    conn: &mut Conn,
-    num: i64,
-    after: i64,
-    limit: i64,
-) -> Result<Vec<u64>, Error> {
-    Ok(conn
-        .query(
-            "SELECT octet_length(payload)::BIGINT FROM outbox WHERE num = $1 AND tag > $2 \
-             ORDER BY tag LIMIT $3",
-            &[&num, &after, &limit],
-        )?
+        .query(query, &[&num, &after, &limit])?
         .iter()
         .map(|row| uint(row.get(0)))
         .collect())

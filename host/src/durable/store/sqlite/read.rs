@@ -205,44 +205,22 @@ impl Read for SqliteStore {
     }
 
     fn step_sizes(&mut self, num: u64, after: u64, limit: usize) -> StoreResult<Vec<u64>> {
-        let what = "reading a journal";
-        let (num, after) = (int(num).map_err(sql(what))?, int(after).map_err(sql(what))?);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut statement = self
-            .conn
-            .prepare_cached(
-                "SELECT seq, length(record) FROM steps WHERE num = ?1 AND seq > ?2 \
-                 UNION ALL SELECT seq, length(record) FROM log WHERE num = ?1 AND seq > ?2 \
-                 ORDER BY seq LIMIT ?3",
-            )
-            .map_err(sql(what))?;
-        let rows = statement
-            .query_map(params![num, after, limit], |row| {
-                Ok(row.get::<_, i64>(1)?.max(0) as u64)
-            })
-            .map_err(sql(what))?;
-        rows.collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(sql(what))
+        self.sizes(
+            "reading a journal",
+            "SELECT length(record), seq FROM steps WHERE num = ?1 AND seq > ?2 \
+             UNION ALL SELECT length(record), seq FROM log WHERE num = ?1 AND seq > ?2 \
+             ORDER BY seq LIMIT ?3",
+            (num, after, limit),
+        )
     }
 
     fn host_message_sizes(&mut self, num: u64, after: u64, limit: usize) -> StoreResult<Vec<u64>> {
-        let what = "reading the messages to the host";
-        let (num, after) = (int(num).map_err(sql(what))?, int(after).map_err(sql(what))?);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut statement = self
-            .conn
-            .prepare_cached(
-                "SELECT length(payload) FROM outbox WHERE num = ?1 AND tag > ?2 ORDER BY tag \
-                 LIMIT ?3",
-            )
-            .map_err(sql(what))?;
-        let rows = statement
-            .query_map(params![num, after, limit], |row| {
-                Ok(row.get::<_, i64>(0)?.max(0) as u64)
-            })
-            .map_err(sql(what))?;
-        rows.collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(sql(what))
+        self.sizes(
+            "reading the messages to the host",
+            "SELECT length(payload) FROM outbox WHERE num = ?1 AND tag > ?2 ORDER BY tag \
+             LIMIT ?3",
+            (num, after, limit),
+        )
     }
 
     fn snapshot(&mut self, num: u64) -> StoreResult<Option<NewSnapshot>> {
@@ -400,5 +378,27 @@ impl Read for SqliteStore {
             .map_err(sql("reading messages"))?;
         rows.collect::<rusqlite::Result<Vec<_>>>()
             .map_err(sql("reading messages"))
+    }
+}
+
+impl SqliteStore {
+    /// The byte sizes in the first column `query` gives (`?1` a workflow, `?2` the position
+    /// after which, `?3` how many), for a page that stops at its budget.
+    fn sizes(
+        &mut self,
+        what: &str,
+        query: &str,
+        (num, after, limit): (u64, u64, usize),
+    ) -> StoreResult<Vec<u64>> {
+        let (num, after) = (int(num).map_err(sql(what))?, int(after).map_err(sql(what))?);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut statement = self.conn.prepare_cached(query).map_err(sql(what))?;
+        let rows = statement
+            .query_map(params![num, after, limit], |row| {
+                Ok(row.get::<_, i64>(0)?.max(0) as u64)
+            })
+            .map_err(sql(what))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql(what))
     }
 }
