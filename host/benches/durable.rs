@@ -10,6 +10,9 @@
 //! - `latency`: one workflow asking for the time 2,000 times in a row, nothing else running: p50
 //!   and p99 of the gap between answers (one step with its commit, end to end).
 //! - `bytes`: journal bytes per step and the store's size, after the sagas.
+//! - `children`: one workflow spawning 1,000 child workflows one after another, joining each
+//!   before the next (`WFHOST_BENCH_CHILDREN`), durable with `synchronous=FULL`: the time, and
+//!   the commits (each one sync) per child.
 //! - `recover`: `WFHOST_BENCH_RECOVER` (default 100,000) workflows each sleeping an hour, their host
 //!   stopped; then a new host on the store: the time until `recover` returns with every one
 //!   running again (replayed, its timer re-armed).
@@ -46,6 +49,8 @@ use wfhost_test_programs::{PROBE, RING};
 
 const RING_MEMBERS: u32 = 1_000;
 const SAGAS: u32 = 10_000;
+/// Threads starting the sagas, each a client starting its share one after another.
+const STARTERS: u32 = 32;
 const TICKS: u32 = 2_000;
 
 fn main() {
@@ -73,6 +78,9 @@ fn main() {
     }
     if wanted("latency") {
         latency(rounds, &dir);
+    }
+    if wanted("children") {
+        children(rounds, count("WFHOST_BENCH_CHILDREN", 1_000) as u32, &dir);
     }
     if wanted("recover") {
         recover(count("WFHOST_BENCH_RECOVER", 100_000), &dir);
@@ -168,21 +176,38 @@ fn saga_round(store: Option<Location>) -> (u64, f64) {
     host.load_module_with("probe", PROBE, Grants::default().allow_all_functions())
         .expect("probe module");
     let before = host.counters().steps;
+    // Started by `STARTERS` threads at once, as concurrent clients start them: a durable start
+    // returns once its workflow is on disk, so one thread starting 10,000 in a row measures
+    // 10,000 syncs one after another, not the engine; starts that arrive together share one.
     let seconds = common::time(|| {
-        let runs: Vec<_> = (0..SAGAS)
-            .map(|n| {
-                let input = Payload::to_json(&json!(n)).expect("encodes");
-                if store.is_some() {
-                    host.start(&format!("order-{n}"), "probe", "order_saga", input)
-                } else {
-                    host.spawn("probe", "order_saga", input)
-                }
-                .expect("starts")
-            })
-            .collect();
-        for run in runs {
-            run.wait().expect("the saga ends");
-        }
+        std::thread::scope(|scope| {
+            let starters: Vec<_> = (0..STARTERS)
+                .map(|starter| {
+                    let host = &host;
+                    let durable = store.is_some();
+                    scope.spawn(move || {
+                        let runs: Vec<_> = (starter..SAGAS)
+                            .step_by(STARTERS as usize)
+                            .map(|n| {
+                                let input = Payload::to_json(&json!(n)).expect("encodes");
+                                if durable {
+                                    host.start(&format!("order-{n}"), "probe", "order_saga", input)
+                                } else {
+                                    host.spawn("probe", "order_saga", input)
+                                }
+                                .expect("starts")
+                            })
+                            .collect();
+                        for run in runs {
+                            run.wait().expect("the saga ends");
+                        }
+                    })
+                })
+                .collect();
+            for starter in starters {
+                starter.join().expect("a starter thread");
+            }
+        });
     });
     let steps = host.counters().steps - before;
     host.shutdown(Duration::from_secs(10));
@@ -331,6 +356,52 @@ fn recover(n: usize, dir: &Path) {
          starting them took {started:.1} s)",
         n as f64 / seconds
     );
+}
+
+fn children(rounds: usize, n: u32, dir: &Path) {
+    let mut seconds = Vec::new();
+    let mut commits = Vec::new();
+    for round in 0..rounds {
+        let metrics = wfhost::Metrics::new();
+        let host = Host::builder()
+            .store(fresh(dir, "children.db"), SyncMode::Full)
+            .metrics(&metrics)
+            .build()
+            .expect("host");
+        host.load_module("probe", PROBE).expect("probe module");
+        let before = commits_of(&metrics);
+        let input = Payload::to_json(&n).expect("encodes");
+        let took = common::time(|| {
+            let sum: u64 = host
+                .start(&format!("chain-{round}"), "probe", "chain", input)
+                .expect("starts")
+                .wait()
+                .expect("it ends")
+                .decode()
+                .expect("a sum");
+            assert_eq!(sum, u64::from(n) * u64::from(n.saturating_sub(1)) / 2);
+        });
+        commits.push((commits_of(&metrics) - before) / f64::from(n));
+        seconds.push(took);
+        host.shutdown(Duration::from_secs(10));
+    }
+    println!(
+        "children: {n} child workflows in sequence in {:.2} s ({:.0} us a child)  commits per \
+         child: {:.2} (each one sync)",
+        median(seconds.clone()),
+        median(seconds) * 1e6 / f64::from(n),
+        median(commits)
+    );
+}
+
+/// The journal's commits so far, from the metrics' text.
+fn commits_of(metrics: &wfhost::Metrics) -> f64 {
+    metrics
+        .encode_text()
+        .lines()
+        .find_map(|line| line.strip_prefix("wfhost_journal_commits_total "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 /// Events per step in `history`.

@@ -1,5 +1,6 @@
 //! Durable workflows embedded in a Rust application: host calls across crashes, timers across a
-//! restart, replay against a changed module, and a store that cannot be written.
+//! restart, 10,000 waiting workflows brought back after a kill, replay against a changed module,
+//! and a store that cannot be written.
 
 mod durable {
     mod client;
@@ -8,6 +9,7 @@ mod durable {
     mod faults;
     mod guarantees;
     mod postgres;
+    mod recovery;
     mod restart;
     mod server;
     mod snapshots;

@@ -6,6 +6,7 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use dashmap::DashMap;
 use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
 
@@ -31,13 +32,17 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     /// Every process that has not ended, plus ended ones whose result is retained for a parent.
     pub(crate) table: DashMap<Pid, Arc<Slot>, PidHash>,
-    pub(crate) next_pid: AtomicU64,
+    /// The counters every spawn and exit writes, from every worker, each on a cache line of its
+    /// own: next to the fields each turn reads (`shutdown`, the configuration) they made every
+    /// one of those reads a miss on the line another worker had just written.
+    pub(crate) next_pid: CachePadded<AtomicU64>,
     /// Processes that have not ended.
-    pub(crate) live: AtomicUsize,
+    pub(crate) live: CachePadded<AtomicUsize>,
     /// Live processes that survive a stop (`Spawn::survives_stop`): a stop does not wait for them.
-    pub(crate) surviving: AtomicUsize,
+    pub(crate) surviving: CachePadded<AtomicUsize>,
     pub(crate) queues: Queues,
-    pub(crate) idle: Idle,
+    /// Written by searching and parking workers, read at every wake-up.
+    pub(crate) idle: CachePadded<Idle>,
     pub(crate) handlers: Handlers,
     pub(crate) counters: CounterSet,
     /// Set once a stop is requested: no new processes, every live one is cancelled.
@@ -63,11 +68,11 @@ impl Shared {
             counters: CounterSet::new(config.workers),
             config,
             table: DashMap::with_hasher_and_shard_amount(PidHash::default(), TABLE_SHARDS),
-            next_pid: AtomicU64::new(1),
-            live: AtomicUsize::new(0),
-            surviving: AtomicUsize::new(0),
+            next_pid: CachePadded::new(AtomicU64::new(1)),
+            live: CachePadded::new(AtomicUsize::new(0)),
+            surviving: CachePadded::new(AtomicUsize::new(0)),
             queues,
-            idle: Idle::new(),
+            idle: CachePadded::new(Idle::new()),
             handlers,
             stopping: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),

@@ -211,7 +211,9 @@ impl Worker {
         }
         let global_first = std::mem::take(&mut self.look_outside)
             || self.tick.is_multiple_of(GLOBAL_POLL_INTERVAL);
-        let shared = Arc::clone(&self.handle.shared);
+        // Borrowed, never cloned: every worker cloning the one `Arc<Shared>` at each turn made its
+        // reference count the most contended cache line in the scheduler (a quarter of pingpong).
+        let shared = &*self.handle.shared;
         let (task, from_global) = CURRENT.with(|current| {
             let mut current = current.borrow_mut();
             let local = &mut current.as_mut().expect("worker context").local;

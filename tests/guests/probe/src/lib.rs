@@ -541,6 +541,17 @@ pub async fn report_once(ctx: Ctx, _: ()) -> Result<(), Error> {
     ctx.send(wfguest::Pid::HOST, "from a child").await
 }
 
+/// Spawns `n` children one after another, each joined before the next is spawned (each child
+/// echoes its number); returns the sum of what they returned.
+pub async fn chain(ctx: Ctx, n: u32) -> Result<u64, Error> {
+    let mut sum = 0;
+    for i in 0..n {
+        let child = ctx.spawn("echo", &u64::from(i)).await?;
+        sum += ctx.join::<u64>(child).await?;
+    }
+    Ok(sum)
+}
+
 /// Spawns `n` children in one go (all the spawns are yielded before any is awaited), then counts
 /// the pids it got.
 pub async fn spawn_many(ctx: Ctx, n: u32) -> Result<u32, Error> {
@@ -944,5 +955,6 @@ wfguest::entry_points!(
     activity_saga,
     valid_within,
     call_loop,
-    http_loop
+    http_loop,
+    chain
 );

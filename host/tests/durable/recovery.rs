@@ -1,0 +1,121 @@
+//! Recovery at scale: an application with 10,000 durable workflows waiting (half on a timer, half
+//! for a message) is killed as `kill -9` kills it, and the host started on its store brings every
+//! one back: each timer fires once, each message reaches its workflow, and every workflow ends with
+//! the result an uninterrupted run gives. The benchmark of the same at a million is `cargo bench -p
+//! wfhost --bench durable -- recover`.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::json;
+use wfhost::__testing::Open as _;
+use wfhost::store::Location;
+use wfhost::{Host, WorkflowResult};
+
+use super::common::{host_on, json, tempdir, PATIENCE};
+
+const WORKFLOWS: usize = 10_000;
+/// How long each napping workflow sleeps from its first step: long enough that none wakes before
+/// the application is killed (it is killed once all have taken their first step, well within
+/// this), short enough that the test waits for the timers only briefly after the restart.
+const NAP_MILLIS: u64 = 4_000;
+/// Set in the copy of this test binary that plays the application: the store to use.
+const STORE: &str = "WFHOST_TEST_RECOVERY_STORE";
+const THIS_TEST: &str = "durable::recovery::ten_thousand_waiting_workflows_all_answer_after_a_kill";
+
+fn id(n: usize) -> String {
+    if n.is_multiple_of(2) {
+        format!("nap-{n}")
+    } else {
+        format!("waiter-{n}")
+    }
+}
+
+/// The application: starts the workflows from 16 threads (as many clients would), waits until
+/// each has taken its first step, and dies without a word, as `kill -9` would end it.
+fn application(store: &Path) -> ! {
+    let host = host_on(Host::builder(), store);
+    std::thread::scope(|scope| {
+        for thread in 0..16 {
+            let host = &host;
+            scope.spawn(move || {
+                for n in (thread..WORKFLOWS).step_by(16) {
+                    let (entry, input) = if n.is_multiple_of(2) {
+                        ("nap", json!(NAP_MILLIS))
+                    } else {
+                        ("wait_message", json!(3_600_000))
+                    };
+                    host.start(&id(n), "probe", entry, json(input)).unwrap();
+                }
+            });
+        }
+    });
+    while host.counters().steps < WORKFLOWS as u64 {
+        std::thread::yield_now();
+    }
+    std::process::abort();
+}
+
+#[test]
+fn ten_thousand_waiting_workflows_all_answer_after_a_kill() {
+    if let Some(store) = std::env::var_os(STORE) {
+        application(Path::new(&store));
+    }
+    let dir = tempdir("recovery");
+    let store = dir.join("wf.db");
+    let killed = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", THIS_TEST, "--nocapture", "--test-threads", "1"])
+        .env(STORE, &store)
+        .output()
+        .unwrap();
+    assert!(
+        !killed.status.success(),
+        "the application was to die: {}",
+        String::from_utf8_lossy(&killed.stderr)
+    );
+
+    // Every start was acknowledged, so every workflow is in the store, and none has ended: the
+    // waiters wait for messages nobody sent, the naps for timers not yet due.
+    let mut read = Location::from(&store).open_existing().unwrap();
+    assert_eq!(read.workflows(false).unwrap().len(), WORKFLOWS);
+    assert_eq!(read.workflows(true).unwrap().len(), WORKFLOWS);
+    drop(read);
+
+    let host = host_on(Host::builder(), &store);
+    let runs: HashMap<String, wfhost::Run> = host.recover().unwrap().into_iter().collect();
+    assert_eq!(runs.len(), WORKFLOWS);
+    for n in (1..WORKFLOWS).step_by(2) {
+        let pid = runs[&id(n)].pid();
+        host.send(pid, json(json!(format!("m-{n}")))).unwrap();
+    }
+    let mut rested = 0;
+    let mut answered = 0;
+    for n in 0..WORKFLOWS {
+        let result = runs[&id(n)]
+            .wait_timeout(PATIENCE)
+            .unwrap_or_else(|| panic!("{} did not end", id(n)))
+            .unwrap_or_else(|error| panic!("{} failed: {error}", id(n)));
+        if n.is_multiple_of(2) {
+            assert_eq!(result.decode::<String>().unwrap(), "rested");
+            rested += 1;
+        } else {
+            let message: Option<String> = result.decode().unwrap();
+            assert_eq!(message, Some(format!("m-{n}")));
+            answered += 1;
+        }
+    }
+    assert_eq!((rested, answered), (WORKFLOWS / 2, WORKFLOWS / 2));
+    assert_eq!(host.live(), 0);
+    assert_eq!(
+        host.result(&id(0)).unwrap(),
+        WorkflowResult::Done(json(json!("rested")))
+    );
+    host.shutdown(std::time::Duration::from_secs(10));
+    drop(host);
+    // And so the store says: none is left unfinished.
+    let mut read = Location::from(&store).open_existing().unwrap();
+    assert_eq!(read.workflows(true).unwrap().len(), 0);
+    assert_eq!(read.workflows(false).unwrap().len(), WORKFLOWS);
+    let _ = std::fs::remove_dir_all(dir);
+}
