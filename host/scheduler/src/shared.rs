@@ -33,8 +33,8 @@ pub(crate) struct Shared {
     /// Every process that has not ended, plus ended ones whose result is retained for a parent.
     pub(crate) table: DashMap<Pid, Arc<Slot>, PidHash>,
     /// The counters every spawn and exit writes, from every worker, each on a cache line of its
-    /// own: next to the fields each turn reads (`shutdown`, the configuration) they made every
-    /// one of those reads a miss on the line another worker had just written.
+    /// own, away from the fields each turn only reads (`shutdown`, the configuration), so that
+    /// those reads do not share a line other workers keep writing.
     pub(crate) next_pid: CachePadded<AtomicU64>,
     /// Processes that have not ended.
     pub(crate) live: CachePadded<AtomicUsize>,
