@@ -13,9 +13,12 @@
 //! - `children`: one workflow spawning 1,000 child workflows one after another, joining each
 //!   before the next (`WFHOST_BENCH_CHILDREN`), durable with `synchronous=FULL`: the time, and
 //!   the commits (each one sync) per child.
-//! - `recover`: `WFHOST_BENCH_RECOVER` (default 100,000) workflows each sleeping an hour, their host
-//!   stopped; then a new host on the store: the time until `recover` returns with every one
-//!   running again (replayed, its timer re-armed).
+//! - `recover`: `--workflows N` (or `WFHOST_BENCH_RECOVER`; default 1,000,000) workflows, half
+//!   sleeping an hour and half waiting an hour for a message, in a store as a crash leaves it
+//!   (copied from two real ones, which is much faster than starting them); then a new host on
+//!   the store: the time until `recover` returns, until every workflow has taken its first
+//!   step (timers armed), and until a sample of the waiting ones (one in a hundred) has
+//!   answered a message; the process's resident and peak memory.
 //! - `history`: one workflow with `WFHOST_BENCH_HISTORY` (default 1,000,000) journaled events
 //!   (steps of 1,000 random numbers each), its host stopped; then a new host on a copy of the
 //!   store: the time from `recover` until the workflow has answered a message, from its snapshot
@@ -41,7 +44,7 @@ use std::time::Duration;
 
 use common::{alternate, env_count as count, median};
 use serde_json::json;
-use wfhost::__testing::Open as _;
+use wfhost::__testing::{Ending, NewStep, Op, Open as _};
 use wfhost::store::Location;
 use wfhost::{Grants, Host, HostBuilder, Payload, Snapshots, SyncMode};
 use wfhost_test_programs::postgres::Postgres;
@@ -83,7 +86,8 @@ fn main() {
         children(rounds, count("WFHOST_BENCH_CHILDREN", 1_000) as u32, &dir);
     }
     if wanted("recover") {
-        recover(count("WFHOST_BENCH_RECOVER", 100_000), &dir);
+        let n = common::flag_value(&args, "--workflows");
+        recover(n.unwrap_or(count("WFHOST_BENCH_RECOVER", 1_000_000)), &dir);
     }
     if wanted("history") {
         history(count("WFHOST_BENCH_HISTORY", 1_000_000), rounds, &dir);
@@ -315,47 +319,136 @@ fn recover(n: usize, dir: &Path) {
         host.load_module("probe", PROBE).expect("probe module");
         host
     };
+    let copied = common::time(|| waiting_store(&path, n, build()));
+    let peak_before = common::peak_bytes();
+    common::reset_peak();
+    // The sample: every hundredth workflow waiting for a message (at least one), kept to send to.
+    let every = (n / 2 / 1_000).max(1);
+    let sampled = |i: usize| i % 2 == 1 && (i / 2).is_multiple_of(every);
+    let started = std::time::Instant::now();
     let host = build();
-    // Starts wait for their commit: many threads at once share commits.
-    let threads = 64;
-    let started = common::time(|| {
-        std::thread::scope(|scope| {
-            for t in 0..threads {
-                let host = &host;
-                scope.spawn(move || {
-                    for i in (t..n).step_by(threads) {
-                        let input = Payload::to_json(&3_600_000u64).expect("encodes");
-                        host.start(&format!("sleeper-{i}"), "probe", "nap", input)
-                            .expect("starts");
-                    }
-                });
-            }
-        });
-    });
-    // Each has journaled its first step (the sleep) once the steps counter says so.
+    let runs = host.recover().expect("recovers");
+    let returned = started.elapsed().as_secs_f64();
+    assert_eq!(runs.len(), n);
+    let mut sample = Vec::new();
+    for (id, run) in runs {
+        let i: usize = id
+            .trim_start_matches("w-")
+            .parse()
+            .expect("a copied workflow");
+        if sampled(i) {
+            sample.push(run);
+        }
+    }
+    // Every workflow has taken its first step after the restart: its timer armed, its mailbox
+    // open. Looked at every millisecond (spinning would take a core from the workers).
     while host.counters().steps < n as u64 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let armed = started.elapsed().as_secs_f64();
+    // Sent by 16 clients at once (a send returns once the message is on disk: they share
+    // commits).
+    std::thread::scope(|scope| {
+        for part in sample.chunks(sample.len().div_ceil(16)) {
+            let host = &host;
+            scope.spawn(move || {
+                for run in part {
+                    host.send(run.pid(), Payload::to_json(&"hello").expect("encodes"))
+                        .expect("sends");
+                }
+            });
+        }
+    });
+    for run in &sample {
+        let result = run
+            .wait_timeout(Duration::from_secs(120))
+            .expect("answers")
+            .expect("succeeds");
+        let message: Option<String> = result.decode().expect("decodes");
+        assert_eq!(message.as_deref(), Some("hello"));
+    }
+    let answered = started.elapsed().as_secs_f64();
+    let resident = common::resident_bytes();
+    let peak = common::peak_bytes();
+    let counters = host.durable_counters().expect("durable");
+    host.shutdown(Duration::from_secs(60));
+    let gib = |bytes: f64| bytes / f64::from(1u32 << 30);
+    println!(
+        "recover: {n} workflows (half sleeping an hour, half waiting an hour for a message), \
+         store as a crash left it: recover returned in {returned:.2} s, every one stepped \
+         (timers armed) at {armed:.2} s, {} sampled messages answered at {answered:.2} s \
+         ({} steps replayed); resident {:.2} GiB, peak {:.2} GiB (the store was \
+         written in {copied:.1} s, peak {:.2} GiB)",
+        sample.len(),
+        counters.steps_replayed,
+        gib(resident),
+        gib(peak),
+        gib(peak_before),
+    );
+}
+
+/// Fills the store at `path` with `n` waiting workflows as a crash would leave them: `host`
+/// journals two (one sleeping an hour, one waiting an hour for a message) and stops; their rows
+/// and first steps are then copied, `w-0` to `w-{n-1}` (even ones sleep, odd ones wait), much
+/// faster than `n` starts.
+fn waiting_store(path: &Path, n: usize, host: Host) {
+    let hour = Payload::to_json(&3_600_000u64).expect("encodes");
+    host.start("template-nap", "probe", "nap", hour.clone())
+        .expect("starts");
+    host.start("template-wait", "probe", "wait_message", hour)
+        .expect("starts");
+    while host.counters().steps < 2 {
         std::thread::yield_now();
     }
     host.shutdown(Duration::from_secs(10));
     drop(host);
-    let host = build();
-    let mut recovered = 0;
-    // Running again: each recovered process has taken its first step (its replay, which re-arms
-    // its timer).
-    let seconds = common::time(|| {
-        recovered = host.recover().expect("recovers").len();
-        while host.counters().steps < n as u64 {
-            std::thread::yield_now();
+    let location = Location::Sqlite(path.to_path_buf());
+    let mut store = location.open(SyncMode::Normal).expect("store");
+    let mut templates = Vec::new();
+    for id in ["template-nap", "template-wait"] {
+        let workflow = store.workflow(id).expect("reads").expect("journaled");
+        let steps = store.steps(workflow.start.num, 0).expect("reads");
+        assert_eq!(steps.len(), 1, "{id} took one step");
+        templates.push((workflow, steps.into_iter().next().expect("one")));
+    }
+    let first = templates
+        .iter()
+        .map(|(w, _)| w.start.num)
+        .max()
+        .expect("two")
+        + 1;
+    // The templates end, so that exactly the copies are unfinished.
+    let ended: Vec<Op> = templates
+        .iter()
+        .map(|(w, _)| Op::End {
+            num: w.start.num,
+            ending: Ending::Done(Vec::new()),
+            at: 0,
+        })
+        .collect();
+    store.commit(&ended).expect("writes");
+    let mut ops = Vec::with_capacity(20_000);
+    for i in 0..n {
+        let (template, step) = &templates[i % 2];
+        let num = first + i as u64;
+        let mut start = template.start.clone();
+        start.num = num;
+        start.id = format!("w-{i}");
+        ops.push(Op::Start(start));
+        ops.push(Op::Step(NewStep {
+            num,
+            seq: 1,
+            at: step.at,
+            record: step.record.clone(),
+            consumed: Vec::new(),
+            took_cancel: false,
+        }));
+        if ops.len() >= 20_000 || i + 1 == n {
+            store.commit(&ops).expect("writes");
+            ops.clear();
         }
-    });
-    assert_eq!(recovered, n);
-    let live = host.live();
-    host.shutdown(Duration::from_secs(30));
-    println!(
-        "recover: {n} sleeping workflows running again in {seconds:.2} s ({:.0}/s; {live} live; \
-         starting them took {started:.1} s)",
-        n as f64 / seconds
-    );
+    }
+    store.tidy(true).expect("tidies");
 }
 
 fn children(rounds: usize, n: u32, dir: &Path) {

@@ -104,7 +104,9 @@ impl Engine {
 
     /// Starts `process` (entry point `entry`, with `input`) as a workflow under its recorded
     /// `pid`: it survives the host's stop (a restart resumes it), and is linked to `parent` or,
-    /// top-level, sends the host what it sends.
+    /// top-level, sends the host what it sends. `held`: it takes no turn until
+    /// [`SchedulerHandle::waker`](wfhost_scheduler::SchedulerHandle::waker)'s waker wakes it
+    /// (see [`Spawn::held`]).
     pub(crate) fn spawn_workflow(
         &self,
         process: impl Process,
@@ -112,6 +114,7 @@ impl Engine {
         parent: Option<Pid>,
         entry: &str,
         input: Payload,
+        held: bool,
     ) -> Result<Spawned> {
         let (result, receiver) = crossbeam_channel::bounded(1);
         let (outbox, messages) = wfhost_scheduler::outbox(self.outbox.0, self.outbox.1);
@@ -123,6 +126,9 @@ impl Engine {
             Some(parent) => spawn.parent(parent),
             None => spawn.outbox(outbox),
         };
+        if held {
+            spawn = spawn.held();
+        }
         self.spawn(spawn)?;
         Ok(Spawned {
             pid,

@@ -217,7 +217,17 @@ impl<T> Run<T> {
     /// another process's sends to the host fail with `no-such-process` from then on.
     pub fn without_messages(mut self) -> Run<T> {
         let (_, closed) = wfhost_scheduler::outbox(0, 0);
-        self.messages = closed;
+        let taken = std::mem::replace(&mut self.messages, closed);
+        // Sent before now and not read: logged as a durable workflow's later ones are (it may
+        // have run a while, a recovered one in particular, before its caller decided).
+        for (from, data) in taken.close() {
+            tracing::info!(
+                target: "wfhost::guest",
+                pid = from.0,
+                "message to the host: {}",
+                shown(&data)
+            );
+        }
         self.senders_gone = AtomicBool::new(true);
         self
     }
@@ -302,4 +312,20 @@ fn lost(pid: Pid) -> wfhost_scheduler::ProcessError {
         wfhost_scheduler::FailureKind::Terminated,
         format!("process {pid} was dropped without a result (the host shut down)"),
     )
+}
+
+/// A message to the host as a log line shows it: JSON in full up to a few KiB, else its
+/// encoding and size (the store of a durable workflow keeps all of it).
+pub(crate) fn shown(message: &Payload) -> String {
+    const SHOWN: usize = 4096;
+    match message.encoding {
+        wfcontract::Encoding::Json if message.bytes.len() <= SHOWN => {
+            String::from_utf8_lossy(&message.bytes).into_owned()
+        }
+        encoding => format!(
+            "({}, {} bytes: `wfhost history` shows it)",
+            encoding.name(),
+            message.bytes.len()
+        ),
+    }
 }

@@ -20,12 +20,21 @@ pub fn wanted(args: &[String]) -> impl Fn(&str) -> bool + '_ {
     let mut after_flag = false;
     for arg in args {
         if arg.starts_with('-') {
-            after_flag = arg == "--cores";
+            after_flag = FLAGS_WITH_VALUES.contains(&arg.as_str());
         } else if !std::mem::take(&mut after_flag) {
             selected.push(arg);
         }
     }
     move |name| selected.is_empty() || selected.contains(&name)
+}
+
+/// The flags that take a value (`--cores 2,4`, `--workflows 1000000`).
+const FLAGS_WITH_VALUES: [&str; 2] = ["--cores", "--workflows"];
+
+/// The value given to `flag` on the command line, as a count.
+pub fn flag_value(args: &[String], flag: &str) -> Option<usize> {
+    let at = args.iter().position(|a| a == flag)?;
+    args.get(at + 1)?.replace(['_', ','], "").parse().ok()
 }
 
 /// A count from the environment variable `variable`, or `default`.
@@ -88,10 +97,19 @@ pub fn send(to: Pid, message: Payload) -> Command {
 /// each shared page counted once, however many times it is mapped. Copy-on-write memory images map
 /// the same pages into every instance, which plain resident memory counts once per instance.
 pub fn proportional_bytes() -> f64 {
-    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
-    rollup
-        .lines()
-        .find_map(|line| line.strip_prefix("Pss:"))
+    kib_field("/proc/self/smaps_rollup", "Pss:")
+}
+
+/// The process's peak resident memory (`VmHWM`), since it started or since [`reset_peak`].
+pub fn peak_bytes() -> f64 {
+    kib_field("/proc/self/status", "VmHWM:")
+}
+
+/// The value of the line of `file` that starts with `field`, in kB, as bytes.
+fn kib_field(file: &str, field: &str) -> f64 {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    text.lines()
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| {
             rest.trim()
                 .trim_end_matches("kB")
@@ -100,6 +118,11 @@ pub fn proportional_bytes() -> f64 {
                 .ok()
         })
         .map_or(f64::NAN, |kib| kib * 1024.0)
+}
+
+/// Starts [`peak_bytes`] again from the resident memory now.
+pub fn reset_peak() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 pub fn resident_bytes() -> f64 {

@@ -11,7 +11,7 @@ use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
 use crate::counters::Counters;
 use crate::inbox::Refused;
 use crate::outbox::Outbox;
-use crate::process::{FailureKind, Process, ProcessError, ProcessResult};
+use crate::process::{FailureKind, Process, ProcessError, ProcessResult, Waker};
 use crate::shared::{child_ended, Shared};
 use crate::slot::{Notice, Slot};
 
@@ -110,6 +110,7 @@ pub struct Spawn {
     pub(crate) timeout: Option<Duration>,
     pub(crate) pid: Option<Pid>,
     pub(crate) survives_stop: bool,
+    pub(crate) held: bool,
 }
 
 impl std::fmt::Debug for Spawn {
@@ -140,7 +141,18 @@ impl Spawn {
             timeout: None,
             pid: None,
             survives_stop: false,
+            held: false,
         }
+    }
+
+    /// Spawns the process waiting: it takes no turn (its `init` included) until a [`Waker`]
+    /// from [`SchedulerHandle::waker`] wakes it, or it is terminated; what is sent to it waits
+    /// in its inbox meanwhile. For starting many processes that must not run before all of
+    /// them exist (a durable host's recovery), without a turn each to find that out. Default:
+    /// runnable at once.
+    pub fn held(mut self) -> Spawn {
+        self.held = true;
+        self
     }
 
     /// Starts the process under `pid`, one [`SchedulerHandle::reserve_pid`] gave, or one a
@@ -451,6 +463,13 @@ impl SchedulerHandle {
         WeakSchedulerHandle {
             shared: Arc::downgrade(&self.shared),
         }
+    }
+
+    /// A waker for process `pid` (what starts a [`Spawn::held`] one); `None` when there is no
+    /// such process.
+    pub fn waker(&self, pid: Pid) -> Option<Waker> {
+        let slot = self.shared.slot(pid)?;
+        Some(Waker::for_slot(&self.shared, &slot))
     }
 
     /// Whether a process with this pid is known to the scheduler: running, waiting, or ended

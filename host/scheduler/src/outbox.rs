@@ -28,6 +28,7 @@ pub struct Outbox {
 #[derive(Debug)]
 pub struct OutboxReceiver {
     receiver: Receiver<Queued>,
+    held: Arc<Held>,
 }
 
 /// A message in an outbox. It counts against the outbox's limits until it is taken apart
@@ -64,6 +65,10 @@ struct Held {
     bytes: AtomicUsize,
     max_messages: usize,
     max_bytes: usize,
+    /// Set by [`OutboxReceiver::close`]. A send queues under this lock, and `close` drains
+    /// under it: every message is either queued before the close (and returned by it) or
+    /// refused as `Closed` after it, none left unread in between.
+    closed: parking_lot::Mutex<bool>,
 }
 
 /// An outbox holding at most `messages` messages and `bytes` payload bytes at once; a send beyond
@@ -76,13 +81,14 @@ pub fn outbox(messages: usize, bytes: usize) -> (Outbox, OutboxReceiver) {
         bytes: AtomicUsize::new(0),
         max_messages: messages,
         max_bytes: bytes,
+        closed: parking_lot::Mutex::new(false),
     });
     (
         Outbox {
             sender,
             held: Arc::clone(&held),
         },
-        OutboxReceiver { receiver },
+        OutboxReceiver { receiver, held },
     )
 }
 
@@ -114,11 +120,24 @@ impl Outbox {
             size,
             held: Arc::clone(held),
         };
+        let closed = held.closed.lock();
+        if *closed {
+            return Err(OutboxRefused::Closed);
+        }
         self.sender.send(queued).map_err(|_| OutboxRefused::Closed)
     }
 }
 
 impl OutboxReceiver {
+    /// Stops taking messages: from now on a send is refused as if nobody read the outbox (a
+    /// durable workflow's is then logged, and kept in its store). Returns what was queued and
+    /// not yet read, which nothing else will.
+    pub fn close(self) -> Vec<(Pid, Payload)> {
+        let mut closed = self.held.closed.lock();
+        *closed = true;
+        self.receiver.try_iter().map(Queued::into_parts).collect()
+    }
+
     /// The next message, if one is queued.
     pub fn try_recv(&self) -> Option<(Pid, Payload)> {
         self.receiver.try_recv().ok().map(Queued::into_parts)
@@ -156,6 +175,49 @@ mod tests {
         // The refused message and the one still queued at the drop are both counted out.
         assert_eq!(outbox.held.messages.load(Ordering::Relaxed), 0);
         assert_eq!(outbox.held.bytes.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn closing_returns_every_message_queued_and_refuses_the_rest() {
+        let (outbox, receiver) = outbox(100, 1_000);
+        assert_eq!(outbox.send(Pid(1), Payload::opaque(vec![1])), Ok(()));
+        assert_eq!(outbox.send(Pid(2), Payload::opaque(vec![2])), Ok(()));
+        assert_eq!(receiver.try_recv().map(|m| m.0), Some(Pid(1)));
+        let unread: Vec<Pid> = receiver.close().into_iter().map(|m| m.0).collect();
+        assert_eq!(unread, [Pid(2)]);
+        assert_eq!(
+            outbox.send(Pid(3), Payload::empty()),
+            Err(OutboxRefused::Closed)
+        );
+        assert_eq!(outbox.held.messages.load(Ordering::Relaxed), 0);
+    }
+
+    /// A close racing sends from other threads: each message accepted is among those the
+    /// close returns, each one after it is refused; none is left unread in between.
+    #[test]
+    fn a_close_racing_sends_loses_none_that_was_accepted() {
+        for round in 0..200 {
+            let (outbox, receiver) = outbox(10_000, 1_000_000);
+            let accepted = std::sync::atomic::AtomicUsize::new(0);
+            let unread = std::thread::scope(|scope| {
+                for sender in 0..2 {
+                    let (outbox, accepted) = (outbox.clone(), &accepted);
+                    scope.spawn(move || {
+                        for _ in 0..200 {
+                            if outbox.send(Pid(sender), Payload::empty()).is_ok() {
+                                accepted.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    });
+                }
+                // Somewhere among the sends.
+                for _ in 0..round {
+                    std::hint::spin_loop();
+                }
+                receiver.close().len()
+            });
+            assert_eq!(unread, accepted.load(Ordering::Relaxed), "round {round}");
+        }
     }
 
     #[test]

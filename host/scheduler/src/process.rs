@@ -217,10 +217,7 @@ impl std::fmt::Debug for WakerSource<'_> {
 impl WakerSource<'_> {
     /// A waker for this process.
     pub fn waker(&self) -> Waker {
-        Waker {
-            shared: std::sync::Arc::downgrade(self.shared),
-            slot: std::sync::Arc::downgrade(self.slot),
-        }
+        Waker::for_slot(self.shared, self.slot)
     }
 }
 
@@ -239,6 +236,16 @@ impl std::fmt::Debug for Waker {
 }
 
 impl Waker {
+    pub(crate) fn for_slot(
+        shared: &std::sync::Arc<crate::shared::Shared>,
+        slot: &std::sync::Arc<crate::slot::Slot>,
+    ) -> Waker {
+        Waker {
+            shared: std::sync::Arc::downgrade(shared),
+            slot: std::sync::Arc::downgrade(slot),
+        }
+    }
+
     /// A waker that wakes nothing, for driving a process by hand (in tests, or in a host that is
     /// not a scheduler).
     pub fn noop() -> Waker {

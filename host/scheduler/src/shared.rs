@@ -381,7 +381,12 @@ impl Shared {
         };
         let timeout = spawn.timeout;
         let survives_stop = spawn.survives_stop;
+        let held = spawn.held;
         let slot = self.new_slot(spawn, pid, parent);
+        if held {
+            // Before it is in the table: nobody sees it `Ready` and unqueued.
+            slot.state.hold();
+        }
         // From here on every way out but success takes back what the spawn did so far.
         let mut undo = UndoSpawn::new(self, &slot);
         if let Some(parent) = parent {
@@ -409,7 +414,9 @@ impl Shared {
         if !survives_stop && self.stopping.load(Ordering::Acquire) {
             let _ = self.cancel(&slot);
         }
-        self.schedule(slot, true);
+        if !held {
+            self.schedule(slot, true);
+        }
         Ok(pid)
     }
 
@@ -449,6 +456,7 @@ impl Shared {
             parent: _,
             timeout: _,
             pid: _,
+            held: _,
         } = spawn;
         // A process started from inside inherits its parent's way to the host.
         let outbox = outbox.or_else(|| parent.and_then(|p| p.outbox.clone()));

@@ -82,6 +82,12 @@ impl State {
         State(AtomicU8::new(READY))
     }
 
+    /// A process spawned held (`Spawn::held`): `Waiting` from the start, before anyone can
+    /// see it, so that only a wake-up (or a termination) makes it `Ready` and queues it.
+    pub(crate) fn hold(&self) {
+        self.0.store(WAITING, Ordering::Relaxed);
+    }
+
     pub(crate) fn load(&self) -> u8 {
         self.0.load(Ordering::Acquire) & MASK
     }

@@ -285,3 +285,96 @@ fn yields_marked_to_go_now_are_dispatched_before_the_release_and_the_rest_after(
     assert_eq!(handle.counters().steps, 2 + 2 + 2);
     scheduler.shutdown(Duration::ZERO);
 }
+
+/// Counts its `init`s in `inits`; asks for every message, and ends with how many its second
+/// step got.
+struct Counting {
+    inits: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    steps: u32,
+}
+
+impl Process for Counting {
+    fn init(&mut self, _: &InitContext, _: &str, _: Payload) -> Result<(), ProcessError> {
+        self.inits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+        let messages = events.filter(|e| e.kind == EventKind::Message).count();
+        self.steps += 1;
+        out.receive = u32::MAX;
+        out.status = match self.steps {
+            1 => Status::Idle,
+            _ => Status::Done(Payload::json_bytes(messages.to_string().into_bytes())),
+        };
+        Ok(())
+    }
+}
+
+/// A process spawned held takes no turn (not even its `init`) until its waker wakes it; what is
+/// sent to it meanwhile waits in its inbox and reaches its steps. A held one that is terminated
+/// ends at once, with the termination.
+#[test]
+fn a_held_process_takes_no_turn_until_it_is_woken() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    // One worker, which takes what is spawned from outside in order.
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let inits = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = unbounded();
+    let held = Counting {
+        inits: Arc::clone(&inits),
+        steps: 0,
+    };
+    let pid = scheduler
+        .spawn_with(
+            Spawn::new(held, "held", Payload::empty())
+                .held()
+                .notify(tx.clone()),
+        )
+        .unwrap();
+    for _ in 0..3 {
+        scheduler.send(pid, Payload::empty()).unwrap();
+    }
+    // A process spawned after it runs to its end: had the held one been queued, the worker
+    // would have taken it first.
+    let after = Counting {
+        inits: Arc::new(AtomicUsize::new(0)),
+        steps: 1,
+    };
+    let later = scheduler
+        .spawn_with(Spawn::new(after, "after", Payload::empty()).notify(tx))
+        .unwrap();
+    let (ended, _) = rx.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(ended, later);
+    assert_eq!(inits.load(Ordering::SeqCst), 0);
+    assert_eq!(scheduler.live(), 1);
+
+    scheduler.waker(pid).expect("it exists").wake();
+    let (ended, result) = rx.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(ended, pid);
+    assert_eq!(result.unwrap().bytes, b"3");
+    assert_eq!(inits.load(Ordering::SeqCst), 1);
+    assert!(scheduler.waker(pid).is_none());
+
+    let stuck = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = unbounded();
+    let terminated = scheduler
+        .spawn_with(
+            Spawn::new(
+                Counting {
+                    inits: Arc::clone(&stuck),
+                    steps: 0,
+                },
+                "held",
+                Payload::empty(),
+            )
+            .held()
+            .notify(tx),
+        )
+        .unwrap();
+    scheduler.terminate(terminated, "enough").unwrap();
+    let (_, result) = rx.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(result.unwrap_err().message(), "enough");
+    assert_eq!(scheduler.live(), 0);
+}

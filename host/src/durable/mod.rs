@@ -36,6 +36,8 @@ pub use snapshot::DurableCounters;
 pub use start::{bad_id, WorkflowResult};
 
 use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -78,7 +80,9 @@ pub(crate) fn now_millis() -> u64 {
 pub(crate) struct Ids(RwLock<IdMaps>);
 
 /// Workflow ids by pid, and pids by workflow id.
-type IdMaps = (HashMap<Pid, Arc<str>>, HashMap<Arc<str>, Pid>);
+/// (Pids are the host's own numbers, hashed fast; ids are a client's, hashed with a hasher
+/// no client can make collide.)
+type IdMaps = (FxHashMap<Pid, Arc<str>>, HashMap<Arc<str>, Pid>);
 
 impl Ids {
     pub(crate) fn insert(&self, pid: Pid, id: Arc<str>) {
@@ -88,6 +92,13 @@ impl Ids {
     }
 
     /// Claims `id` for `pid` unless a process has it: the pid that has it, if one does.
+    /// Makes room for `more` ids at once (a recovery's), rather than growing step by step.
+    pub(crate) fn reserve(&self, more: usize) {
+        let mut ids = self.0.write();
+        ids.0.reserve(more);
+        ids.1.reserve(more);
+    }
+
     pub(crate) fn claim(&self, pid: Pid, id: &Arc<str>) -> Option<Pid> {
         let mut ids = self.0.write();
         if let Some(running) = ids.1.get(id) {
@@ -383,6 +394,19 @@ impl Durable {
         let wakers = self.gate.lock().take().unwrap_or_default();
         for waker in wakers {
             waker.wake();
+        }
+    }
+
+    /// Wakes `waker` when the gate opens (at once if it is open): a recovered workflow spawned
+    /// held.
+    pub(crate) fn hold_at_gate(&self, waker: Waker) {
+        let mut gate = self.gate.lock();
+        match gate.as_mut() {
+            Some(wakers) => wakers.push(waker),
+            None => {
+                drop(gate);
+                waker.wake();
+            }
         }
     }
 
@@ -729,17 +753,7 @@ impl Durable {
         if offered == HostOffer::NoReader {
             let id = self.ids.get(pid);
             // Logged in full up to a few KiB; the store keeps all of it.
-            const SHOWN: usize = 4096;
-            let shown = match message.encoding {
-                wfcontract::Encoding::Json if message.bytes.len() <= SHOWN => {
-                    String::from_utf8_lossy(&message.bytes).into_owned()
-                }
-                encoding => format!(
-                    "({}, {} bytes: `wfhost history` shows it)",
-                    encoding.name(),
-                    message.bytes.len()
-                ),
-            };
+            let shown = crate::run::shown(&message);
             tracing::info!(
                 target: "wfhost::guest",
                 pid = pid.0,

@@ -3,6 +3,8 @@
 //! again.
 
 use std::collections::HashSet;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 
 use wfcontract::{Payload, Pid};
@@ -19,8 +21,10 @@ use crate::grants::Grants;
 /// the numbers of all, and the cancels owed once the gate opens.
 struct Started {
     runs: Vec<(String, Spawned)>,
-    recovered: HashSet<u64>,
+    recovered: FxHashSet<u64>,
     cancels: Vec<Pid>,
+    /// The module hashes of those started, each shared by all its workflows.
+    modules: FxHashMap<String, Arc<str>>,
 }
 
 /// Opens the gate when a recovery ends, however it ends.
@@ -66,7 +70,7 @@ impl Durable {
         limit: usize,
     ) -> Result<Vec<(String, Spawned)>> {
         let mut claimed = Vec::new();
-        let mut handled = HashSet::new();
+        let mut handled = FxHashSet::default();
         let result = self.claim_and_start(engine, grants, limit, &mut claimed, &mut handled);
         if result.is_err() {
             // What was claimed and not started goes back, for this host or another to claim.
@@ -98,7 +102,7 @@ impl Durable {
         grants: Option<Grants>,
         limit: usize,
         claimed: &mut Vec<u64>,
-        handled: &mut HashSet<u64>,
+        handled: &mut FxHashSet<u64>,
     ) -> Result<Vec<(String, Spawned)>> {
         engine.running()?;
         self.writable()?;
@@ -128,6 +132,7 @@ impl Durable {
             runs,
             recovered,
             cancels,
+            ..
         } = self.start_recovered(engine, ready, handled)?;
         self.redeliver(engine, messages, &recovered);
         drop(gate);
@@ -197,16 +202,18 @@ impl Durable {
         engine: &Engine,
         grants: Option<&Grants>,
         unfinished: Vec<Workflow>,
-        handled: &mut HashSet<u64>,
+        handled: &mut FxHashSet<u64>,
     ) -> Result<Vec<Ready>> {
         let mut ready = Vec::with_capacity(unfinished.len());
         let mut damaged = Vec::new();
         let mut unloaded = Vec::new();
-        for workflow in unfinished {
-            if self.ids.contains(Pid(workflow.start.num)) {
-                continue;
-            }
-            match self.resolve(&engine.wasm, grants, workflow)? {
+        // Those running here already (a claim of a tree this host runs part of) stay as they are.
+        let unfinished: Vec<Workflow> = unfinished
+            .into_iter()
+            .filter(|w| !self.ids.contains(Pid(w.start.num)))
+            .collect();
+        for resolved in self.resolve_all_of(&engine.wasm, grants, unfinished)? {
+            match resolved {
                 Resolved::Ready(resolved) => ready.push(*resolved),
                 Resolved::Damaged(workflow, why) => damaged.push((workflow, why)),
                 Resolved::Unloaded(workflow) => {
@@ -269,13 +276,17 @@ impl Durable {
         self: &Arc<Self>,
         engine: &Engine,
         ready: Vec<Ready>,
-        handled: &mut HashSet<u64>,
+        handled: &mut FxHashSet<u64>,
     ) -> Result<Started> {
         let mut started = Started {
-            runs: Vec::new(),
-            recovered: HashSet::new(),
+            runs: Vec::with_capacity(ready.len()),
+            recovered: FxHashSet::default(),
             cancels: Vec::new(),
+            modules: FxHashMap::default(),
         };
+        started.recovered.reserve(ready.len());
+        handled.reserve(ready.len());
+        self.ids.reserve(ready.len());
         let mut repaired = Vec::new();
         for ready in ready {
             let workflow = self.spawn_recovered(engine, ready, &mut started)?;
@@ -309,6 +320,7 @@ impl Durable {
         let Ready {
             workflow,
             loaded,
+            standing,
             saved,
             records,
             input,
@@ -316,13 +328,22 @@ impl Durable {
         let start = &workflow.start;
         let pid = Pid(start.num);
         let id: Arc<str> = Arc::from(start.id.as_str());
+        let module = Arc::clone(
+            started
+                .modules
+                .entry(start.module.clone())
+                .or_insert_with(|| Arc::from(start.module.as_str())),
+        );
         let process = DurableProcess::new(
             engine.process(&loaded),
             Arc::clone(self),
             Arc::clone(&id),
-            Arc::from(start.module.as_str()),
-        )
-        .recovered(saved, records);
+            module,
+        );
+        let process = match standing {
+            Some(standing) => process.dormant(standing),
+            None => process.recovered(saved, records),
+        };
         self.ids.insert(pid, Arc::clone(&id));
         // Linked to its parent if the parent runs again too; a parent that ended had
         // cancelled it.
@@ -331,13 +352,17 @@ impl Durable {
             .map(Pid)
             .filter(|p| started.recovered.contains(&p.0));
         let orphaned = start.parent.is_some() && parent.is_none();
-        let spawned = match engine.spawn_workflow(process, pid, parent, &start.entry, input) {
+        // Held until the gate opens: it takes no turn before every one of them is there.
+        let spawned = match engine.spawn_workflow(process, pid, parent, &start.entry, input, true) {
             Ok(spawned) => spawned,
             Err(error) => {
                 self.ids.remove(pid);
                 return Err(error);
             }
         };
+        if let Some(waker) = engine.handle.waker(pid) {
+            self.hold_at_gate(waker);
+        }
         started.recovered.insert(start.num);
         // On a shared store, asked cancels are taken after the recovery (`take_waiting`).
         let asked = workflow.cancel == Cancel::Asked && !self.shared();
@@ -353,7 +378,7 @@ impl Durable {
 
     /// Delivers again the messages that waited in the store for the workflows just recovered;
     /// refused ones tell their senders why (they were told before the restart, or are now).
-    fn redeliver(&self, engine: &Engine, messages: Vec<StoredMessage>, recovered: &HashSet<u64>) {
+    fn redeliver(&self, engine: &Engine, messages: Vec<StoredMessage>, recovered: &FxHashSet<u64>) {
         for message in messages {
             if message.refused.is_some() || !recovered.contains(&message.message.receiver) {
                 continue;
@@ -390,22 +415,24 @@ impl Durable {
 /// have children numbered below their parent, in the range of the host that spawned them).
 fn parents_first(mut workflows: Vec<Workflow>) -> Vec<Workflow> {
     workflows.sort_by_key(|w| w.start.num);
+    if workflows.iter().all(|w| w.start.parent.is_none()) {
+        return workflows;
+    }
     let nums: HashSet<u64> = workflows.iter().map(|w| w.start.num).collect();
     let mut placed = HashSet::new();
     let mut ordered = Vec::with_capacity(workflows.len());
     while !workflows.is_empty() {
         let before = workflows.len();
-        workflows.retain(|w| {
+        ordered.extend(workflows.extract_if(.., |w| {
             let ready = w
                 .start
                 .parent
                 .is_none_or(|p| !nums.contains(&p) || placed.contains(&p));
             if ready {
                 placed.insert(w.start.num);
-                ordered.push(w.clone());
             }
-            !ready
-        });
+            ready
+        }));
         if workflows.len() == before {
             // Parent links cannot loop; were they to, the rest go as they are.
             ordered.append(&mut workflows);

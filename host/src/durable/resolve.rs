@@ -5,13 +5,17 @@
 //! them later. Nothing in such a tree runs, is failed, or is cancelled.
 
 use std::collections::{HashMap, HashSet};
+
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use wfcontract::Payload;
 
+use super::process::Standing;
 use super::record::StepRecord;
-use super::snapshot::{Counts, SavedWorkflow};
-use super::store::Workflow;
+use super::snapshot::SavedWorkflow;
+use super::snapshot::Whose;
+use super::store::{Step, Workflow};
 use super::{store_error, Durable};
 use crate::error::Result;
 use crate::grants::Grants;
@@ -29,10 +33,12 @@ pub struct Damage {
     pub why: String,
 }
 
-/// A workflow with everything it needs to start again.
+/// A workflow with everything it needs to start again: where it stands (it starts dormant),
+/// or, when it has taken no step (or its last ended it), its snapshot and journal.
 pub(crate) struct Ready {
     pub(crate) workflow: Workflow,
     pub(crate) loaded: Loaded,
+    pub(crate) standing: Option<Standing>,
     pub(crate) saved: Option<SavedWorkflow>,
     pub(crate) records: Vec<StepRecord>,
     pub(crate) input: Payload,
@@ -56,54 +62,83 @@ pub(crate) enum Resolved {
 }
 
 impl Durable {
-    /// Reads back what `workflow` needs to start again (see [`Resolved`]); `Err` when the store
-    /// could not be read at all. `grants` are for a module this host has not loaded (`None`:
-    /// its workflows wait for a host that loads it).
-    pub(crate) fn resolve(
+    /// Reads back what each of `workflows` needs to start again (see [`Resolved`]), in their
+    /// order; `Err` when the store could not be read at all. `grants` are for a module this
+    /// host has not loaded (`None`: its workflows wait for a host that loads it). The journals
+    /// are read in one pass over the store (`Read::tails`), each checked and reduced to where
+    /// its workflow stands as it comes.
+    pub(crate) fn resolve_all_of(
         &self,
         wasm: &Arc<WasmRuntime>,
         grants: Option<&Grants>,
-        workflow: Workflow,
-    ) -> Result<Resolved> {
-        let start = &workflow.start;
-        let Some(grants) = self.grants_for(grants, &start.module) else {
-            return Ok(Resolved::Unloaded(workflow));
-        };
-        let loaded = match self.stored_module(wasm, &grants, &start.module)? {
-            Ok(loaded) => loaded,
-            Err(why) => return Ok(Resolved::Damaged(workflow, why)),
-        };
-        let saved = self.saved(&workflow, &loaded.compiled, wasm.limits.max_memory_bytes);
-        let after = saved.as_ref().map_or(0, |saved| saved.seq);
-        let steps = self
-            .reader
-            .lock()
-            .steps(start.num, after)
-            .map_err(store_error)?;
-        let mut records = Vec::with_capacity(steps.len());
-        for step in &steps {
-            match StepRecord::decode(&step.record) {
-                Ok(record) => records.push(record),
-                Err(e) => {
-                    let why = format!("step {} of its journal does not decode ({e})", step.seq);
-                    return Ok(Resolved::Damaged(workflow, why));
+        workflows: Vec<Workflow>,
+    ) -> Result<Vec<Resolved>> {
+        // Each module once.
+        let mut modules: HashMap<String, Option<std::result::Result<Loaded, String>>> =
+            HashMap::new();
+        for workflow in &workflows {
+            let hash = &workflow.start.module;
+            if !modules.contains_key(hash) {
+                let module = match self.grants_for(grants, hash) {
+                    Some(grants) => Some(self.stored_module(wasm, &grants, hash)?),
+                    None => None,
+                };
+                modules.insert(hash.clone(), module);
+            }
+        }
+        let mut resolved: Vec<Option<Resolved>> = Vec::with_capacity(workflows.len());
+        let mut waiting: Vec<Option<(Workflow, Loaded)>> = Vec::with_capacity(workflows.len());
+        let mut at = FxHashMap::default();
+        for (index, workflow) in workflows.into_iter().enumerate() {
+            match &modules[&workflow.start.module] {
+                None => {
+                    resolved.push(Some(Resolved::Unloaded(workflow)));
+                    waiting.push(None);
+                }
+                Some(Err(why)) => {
+                    resolved.push(Some(Resolved::Damaged(workflow, why.clone())));
+                    waiting.push(None);
+                }
+                Some(Ok(loaded)) => {
+                    at.insert(workflow.start.num, index);
+                    resolved.push(None);
+                    waiting.push(Some((workflow, loaded.clone())));
                 }
             }
         }
-        let input: Payload = match postcard::from_bytes(&start.input) {
-            Ok(input) => input,
-            Err(e) => {
-                let why = format!("its input does not decode ({e})");
-                return Ok(Resolved::Damaged(workflow, why));
-            }
-        };
-        Ok(Resolved::Ready(Box::new(Ready {
-            workflow,
-            loaded,
-            saved,
-            records,
-            input,
-        })))
+        let mut nums: Vec<u64> = at.keys().copied().collect();
+        nums.sort_unstable();
+        let max_memory = wasm.limits.max_memory_bytes;
+        // Those whose snapshot is not used: their whole journal is read after the pass.
+        let mut whole = Vec::new();
+        self.reader
+            .lock()
+            .tails(&nums, &mut |num, snapshot, steps| {
+                let index = at[&num];
+                let Some((workflow, loaded)) = waiting[index].take() else {
+                    return Ok(());
+                };
+                let after = snapshot.as_ref().map_or(0, |s| s.seq);
+                let saved = snapshot.and_then(|snapshot| {
+                    self.saved_from(Whose::of(&workflow), snapshot, &loaded.compiled, max_memory)
+                });
+                if saved.is_none() && after > 0 {
+                    whole.push((index, workflow, loaded));
+                    return Ok(());
+                }
+                resolved[index] = Some(resolve_one(workflow, loaded, saved, &steps));
+                Ok(())
+            })
+            .map_err(store_error)?;
+        for (index, workflow, loaded) in whole {
+            let steps = self
+                .reader
+                .lock()
+                .steps(workflow.start.num, 0)
+                .map_err(store_error)?;
+            resolved[index] = Some(resolve_one(workflow, loaded, None, &steps));
+        }
+        Ok(resolved.into_iter().flatten().collect())
     }
 
     /// The grants a workflow of module `hash` runs with when the embedder has not loaded those
@@ -204,60 +239,46 @@ impl Durable {
     }
 }
 
-impl Durable {
-    /// The snapshot recovery starts `workflow` from: its latest, when it came from the module
-    /// the workflow runs and decodes. One that does not is counted and set aside (the whole
-    /// journal is replayed).
-    pub(crate) fn saved(
-        &self,
-        workflow: &Workflow,
-        compiled: &crate::wasm::Compiled,
-        max_memory: usize,
-    ) -> Option<SavedWorkflow> {
-        let start = &workflow.start;
-        let snapshot = match self.reader.lock().snapshot(start.num) {
-            Ok(snapshot) => snapshot?,
-            Err(error) => {
-                tracing::warn!(workflow = %start.id, "its snapshot could not be read: {error}");
-                Counts::add(&self.counts.snapshots_ignored, 1);
-                return None;
+/// What `workflow` needs to start again, from its module, its snapshot (`saved`, if one is
+/// used) and its journal after it (`steps`): where it stands, once every step and its input
+/// decode.
+fn resolve_one(
+    workflow: Workflow,
+    loaded: Loaded,
+    saved: Option<SavedWorkflow>,
+    steps: &[Step],
+) -> Resolved {
+    let mut records = Vec::with_capacity(steps.len());
+    for step in steps {
+        match StepRecord::decode(&step.record) {
+            Ok(record) => records.push(record),
+            Err(e) => {
+                let why = format!("step {} of its journal does not decode ({e})", step.seq);
+                return Resolved::Damaged(workflow, why);
             }
-        };
-        let saved = if snapshot.module != start.module {
-            Err(format!(
-                "it came from module {}, and the workflow runs {}",
-                snapshot.module, start.module
-            ))
-        } else if snapshot.seq == 0 || snapshot.seq > workflow.steps {
-            Err(format!(
-                "it follows step {} of a journal of {}",
-                snapshot.seq, workflow.steps
-            ))
-        } else {
-            SavedWorkflow::decode(&snapshot.state).and_then(|saved| {
-                if saved.seq != snapshot.seq {
-                    return Err(format!(
-                        "it says step {} in a row for step {}",
-                        saved.seq, snapshot.seq
-                    ));
-                }
-                // Checked in place now, so that starting from it cannot fail later.
-                match saved.process.misfit(compiled, max_memory) {
-                    Some(why) => Err(why),
-                    None => Ok(saved),
-                }
-            })
-        };
-        saved
-            .inspect_err(|why| {
-                tracing::warn!(
-                    workflow = %start.id,
-                    "its snapshot is not used ({why}); replaying its whole journal"
-                );
-                Counts::add(&self.counts.snapshots_ignored, 1);
-            })
-            .ok()
+        }
     }
+    let input: Payload = match postcard::from_bytes(&workflow.start.input) {
+        Ok(input) => input,
+        Err(e) => {
+            let why = format!("its input does not decode ({e})");
+            return Resolved::Damaged(workflow, why);
+        }
+    };
+    // Checked: where it stands is all it keeps until its first event.
+    let standing = Standing::of(saved.as_ref(), &records);
+    let (saved, records) = match standing {
+        Some(_) => (None, Vec::new()),
+        None => (saved, records),
+    };
+    Resolved::Ready(Box::new(Ready {
+        workflow,
+        loaded,
+        standing,
+        saved,
+        records,
+        input,
+    }))
 }
 
 /// Of `ready` and `damaged`, which workflows a recovery must leave: the damaged ones and every

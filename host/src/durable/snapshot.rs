@@ -15,6 +15,8 @@ use sha2::{Digest, Sha256};
 use wfcontract::{Status, Tag};
 
 use super::process::Pending;
+use super::store::{NewSnapshot, Workflow};
+use super::Durable;
 use crate::wasm::SavedProcess;
 
 /// The encoding this build writes; others are ignored (the journal is replayed).
@@ -137,7 +139,13 @@ impl Snapshots {
     /// Whether a workflow with `since` events since its last snapshot saves one now.
     pub(crate) fn due(&self, since: u64, hibernated: bool) -> bool {
         (self.every > 0 && since >= self.every)
-            || (self.at_hibernation && hibernated && since >= (self.every / 10).max(1))
+            || (self.at_hibernation && hibernated && since >= self.at_next_hibernation())
+    }
+
+    /// The events since its last snapshot after which a workflow saves one when a step leaves
+    /// it hibernated (with `at_hibernation`).
+    pub(crate) fn at_next_hibernation(&self) -> u64 {
+        (self.every / 10).max(1)
     }
 
     /// Only when a step leaves a workflow hibernated, after any event.
@@ -190,4 +198,93 @@ impl Counts {
             events_replayed: get(&self.events_replayed),
         }
     }
+}
+
+/// The workflow whose snapshot is read: its number, id, module (hash) and journaled steps.
+pub(crate) struct Whose<'a> {
+    pub(crate) num: u64,
+    pub(crate) id: &'a str,
+    pub(crate) module: &'a str,
+    pub(crate) steps: u64,
+}
+
+impl<'a> Whose<'a> {
+    pub(crate) fn of(workflow: &'a Workflow) -> Whose<'a> {
+        Whose {
+            num: workflow.start.num,
+            id: &workflow.start.id,
+            module: &workflow.start.module,
+            steps: workflow.steps,
+        }
+    }
+}
+
+impl Durable {
+    /// The snapshot a dormant workflow's restore starts from: what recovery chose (see
+    /// [`saved_from`](Self::saved_from)), read again; not counted or logged again.
+    pub(crate) fn saved(
+        &self,
+        whose: Whose<'_>,
+        compiled: &crate::wasm::Compiled,
+        max_memory: usize,
+    ) -> Option<SavedWorkflow> {
+        let snapshot = self.reader.lock().snapshot(whose.num).ok()??;
+        check(&whose, snapshot, compiled, max_memory).ok()
+    }
+
+    /// The snapshot recovery starts a workflow from: its latest (`snapshot`), when it came from
+    /// the module the workflow runs and decodes. One that does not is counted, logged and set
+    /// aside (the whole journal is replayed).
+    pub(crate) fn saved_from(
+        &self,
+        whose: Whose<'_>,
+        snapshot: NewSnapshot,
+        compiled: &crate::wasm::Compiled,
+        max_memory: usize,
+    ) -> Option<SavedWorkflow> {
+        check(&whose, snapshot, compiled, max_memory)
+            .inspect_err(|why| {
+                tracing::warn!(
+                    workflow = %whose.id,
+                    "its snapshot is not used ({why}); replaying its whole journal"
+                );
+                Counts::add(&self.counts.snapshots_ignored, 1);
+            })
+            .ok()
+    }
+}
+
+/// `snapshot`, decoded, if it fits the workflow `whose` and its module; else why not.
+fn check(
+    whose: &Whose<'_>,
+    snapshot: NewSnapshot,
+    compiled: &crate::wasm::Compiled,
+    max_memory: usize,
+) -> Result<SavedWorkflow, String> {
+    let saved = if snapshot.module != whose.module {
+        Err(format!(
+            "it came from module {}, and the workflow runs {}",
+            snapshot.module, whose.module
+        ))
+    } else if snapshot.seq == 0 || snapshot.seq > whose.steps {
+        Err(format!(
+            "it follows step {} of a journal of {}",
+            snapshot.seq, whose.steps
+        ))
+    } else {
+        SavedWorkflow::decode(&snapshot.state).and_then(|saved| {
+            if saved.seq != snapshot.seq {
+                return Err(format!(
+                    "it says step {} in a row for step {}",
+                    saved.seq, snapshot.seq
+                ));
+            }
+            // Checked in place now, so that starting from it cannot fail later.
+            match saved.process.misfit(compiled, max_memory) {
+                Some(why) => Err(why),
+                None => Ok(saved),
+            }
+        })
+    };
+    saved
 }

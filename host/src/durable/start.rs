@@ -133,7 +133,7 @@ impl Durable {
                 )),
             };
         }
-        let spawned = match engine.spawn_workflow(process, pid, None, entry, input) {
+        let spawned = match engine.spawn_workflow(process, pid, None, entry, input, false) {
             Ok(spawned) => spawned,
             Err(error) => {
                 // Started in the store and not here: another host (or this one, later) claims

@@ -2,7 +2,9 @@
 //! for a message) is killed as `kill -9` kills it, and the host started on its store brings every
 //! one back: each timer fires once, each message reaches its workflow, and every workflow ends with
 //! the result an uninterrupted run gives. The benchmark of the same at a million is `cargo bench -p
-//! wfhost --bench durable -- recover`.
+//! wfhost --bench durable -- recover`. And what makes that fast: recovered workflows wait dormant
+//! (no instance, nothing replayed) until their first event, and one restored without a snapshot
+//! saves one when it next hibernates.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -137,5 +139,111 @@ fn ten_thousand_waiting_workflows_all_answer_after_a_kill() {
     let mut read = Location::from(&store).open_existing().unwrap();
     assert_eq!(read.workflows(true).unwrap().len(), 0);
     assert_eq!(read.workflows(false).unwrap().len(), WORKFLOWS);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Recovered workflows are dormant until something happens to them: none is replayed and none
+/// holds an instance once all have taken their first step (their timers armed, their mailboxes
+/// open); a message restores exactly its receiver, which replays its one journaled step and
+/// answers; the rest are untouched, and a cancel restores and ends another.
+#[test]
+fn recovered_workflows_wait_dormant_until_their_first_event() {
+    const WAITERS: usize = 200;
+    let dir = tempdir("recovery-dormant");
+    let store = dir.join("wf.db");
+    {
+        let host = host_on(Host::builder(), &store);
+        for n in 0..WAITERS {
+            let (entry, input) = if n.is_multiple_of(2) {
+                ("nap", json!(3_600_000))
+            } else {
+                ("wait_message", json!(3_600_000))
+            };
+            host.start(&id(n), "probe", entry, json(input)).unwrap();
+        }
+        while host.counters().steps < WAITERS as u64 {
+            std::thread::yield_now();
+        }
+        host.shutdown(std::time::Duration::from_secs(10));
+    }
+    let host = host_on(Host::builder(), &store);
+    let runs: HashMap<String, wfhost::Run> = host.recover().unwrap().into_iter().collect();
+    assert_eq!(runs.len(), WAITERS);
+    while host.counters().steps < WAITERS as u64 {
+        std::thread::yield_now();
+    }
+    let counters = host.durable_counters().unwrap();
+    assert_eq!(counters.steps_replayed, 0);
+    assert_eq!(counters.snapshots_restored, 0);
+    assert_eq!(host.residency().live_instances, 0);
+    assert_eq!(host.live(), WAITERS);
+
+    let waiter = &runs[&id(7)];
+    host.send(waiter.pid(), json(json!("m-7"))).unwrap();
+    let result = waiter.wait_timeout(PATIENCE).expect("it answers").unwrap();
+    assert_eq!(
+        result.decode::<Option<String>>().unwrap(),
+        Some("m-7".into())
+    );
+    assert_eq!(host.durable_counters().unwrap().steps_replayed, 1);
+
+    let napper = &runs[&id(4)];
+    host.cancel(napper.pid()).unwrap();
+    let cancelled = napper.wait_timeout(PATIENCE).expect("it ends");
+    assert!(cancelled.is_err(), "{cancelled:?}");
+    assert_eq!(host.durable_counters().unwrap().steps_replayed, 2);
+    assert_eq!(host.live(), WAITERS - 2);
+    host.shutdown(std::time::Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A workflow restored without a snapshot (its whole journal replayed) saves one when it next
+/// hibernates, so the recovery after that replays nothing.
+#[test]
+fn a_workflow_restored_without_a_snapshot_saves_one_when_it_next_hibernates() {
+    let dir = tempdir("recovery-snapshot-soon");
+    let store = dir.join("wf.db");
+    // Snapshots every 1,000 events, and at hibernation, which this host does only when full:
+    // its first two steps save none.
+    {
+        let host = host_on(Host::builder(), &store);
+        let run = host.start("c", "probe", "collect", json(json!(3))).unwrap();
+        host.send(run.pid(), json(json!(1))).unwrap();
+        while host.counters().steps < 2 {
+            std::thread::yield_now();
+        }
+        assert_eq!(host.durable_counters().unwrap().snapshots_written, 0);
+        host.shutdown(std::time::Duration::from_secs(10));
+    }
+    let always = || Host::builder().hibernation(wfhost::Hibernation::Always);
+    {
+        let host = host_on(always(), &store);
+        let runs = host.recover().unwrap();
+        assert_eq!(runs.len(), 1);
+        host.send(runs[0].1.pid(), json(json!(2))).unwrap();
+        // Restored: its journal replayed, the message stepped; it waits for one more and
+        // hibernates, which saves its snapshot.
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while host.durable_counters().unwrap().snapshots_written < 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no snapshot was saved"
+            );
+            std::thread::yield_now();
+        }
+        let counters = host.durable_counters().unwrap();
+        assert_eq!(counters.snapshots_restored, 0);
+        assert!(counters.steps_replayed >= 2, "{counters:?}");
+        host.shutdown(std::time::Duration::from_secs(10));
+    }
+    let host = host_on(always(), &store);
+    let runs = host.recover().unwrap();
+    host.send(runs[0].1.pid(), json(json!(3))).unwrap();
+    let result = runs[0].1.wait_timeout(PATIENCE).expect("it ends").unwrap();
+    assert_eq!(result.decode::<Vec<u32>>().unwrap(), [1, 2, 3]);
+    let counters = host.durable_counters().unwrap();
+    assert_eq!(counters.snapshots_restored, 1);
+    assert_eq!(counters.steps_replayed, 0);
+    host.shutdown(std::time::Duration::from_secs(10));
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -2,16 +2,17 @@
 //! and which, after a restart, starts from its snapshot, replays the journal after it and re-arms
 //! what it was waiting for (`replay.rs`).
 
+mod dormant;
 mod journal;
 mod replay;
+
+pub(crate) use dormant::Standing;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use wfcontract::{
-    Command, CommandError, Event, EventKind, Payload, Pid, Status, StepOutput, Tag, Yield,
-};
+use wfcontract::{Command, CommandError, Event, Payload, Pid, Status, StepOutput, Tag, Yield};
 use wfhost_scheduler::{
     Events, FailureKind, Hold, InitContext, Process, ProcessError, ProcessResult, Readiness,
     WakerSource,
@@ -45,12 +46,21 @@ pub(crate) struct DurableProcess {
     /// Steps journaled (or replayed) so far.
     seq: u64,
     /// After a restart, its snapshot, until `init` starts it from there.
-    saved: Option<SavedWorkflow>,
+    saved: Option<Box<SavedWorkflow>>,
     /// The journal to replay before its first live step (recovery), oldest first: after its
     /// snapshot, or all of it.
     replay: VecDeque<StepRecord>,
     /// Recovered, and its first step after the restart not yet taken.
     recovering: bool,
+    /// Recovered dormant (`dormant.rs`): no instance, its snapshot and journal in the store,
+    /// until its first event restores it.
+    dormant: bool,
+    /// Restored from dormant this turn: its journal after its snapshot is replayed before the
+    /// step.
+    restoring: bool,
+    /// Restored without a snapshot: it saves one at its next chance (its next hibernation), so
+    /// that the next recovery need not replay it all again.
+    snapshot_soon: bool,
     /// The status and receive of its last step, when it comes from a snapshot.
     last: Option<(Status, u32)>,
     /// The last value its monotonic clock gave it.
@@ -58,12 +68,15 @@ pub(crate) struct DurableProcess {
     /// Events since its last snapshot (a step with none counts as one).
     since_snapshot: u64,
     /// Recovered: its `init`, run once the recovery's gate opens.
-    deferred: Option<(InitContext, String, Payload)>,
+    deferred: Option<Box<(InitContext, String, Payload)>>,
     /// Events its first step after recovery took without an instance to give them to: they go
     /// to its next step.
     stash: Vec<Event>,
     /// Yields not yet answered, by tag.
     pending: BTreeMap<Tag, Pending>,
+    /// Dormant: the yields it waits for, until its first step re-arms them (`pending` is
+    /// rebuilt when it is restored).
+    standing: Vec<(Tag, Pending)>,
     /// The events of the step being journaled.
     events: Vec<Event>,
     /// Yields re-armed at recovery, at the front of this step's output (not the guest's).
@@ -101,12 +114,16 @@ impl DurableProcess {
             saved: None,
             replay: VecDeque::new(),
             recovering: false,
+            dormant: false,
+            restoring: false,
+            snapshot_soon: false,
             last: None,
             monotonic: None,
             since_snapshot: 0,
             deferred: None,
             stash: Vec::new(),
             pending: BTreeMap::new(),
+            standing: Vec::new(),
             events: Vec::new(),
             again: Vec::new(),
             rearmed: 0,
@@ -140,7 +157,7 @@ impl DurableProcess {
         saved: Option<SavedWorkflow>,
         replay: Vec<StepRecord>,
     ) -> DurableProcess {
-        self.saved = saved;
+        self.saved = saved.map(Box::new);
         self.replay = replay.into();
         self.recovering = true;
         self
@@ -173,37 +190,25 @@ impl DurableProcess {
 
     /// Updates what is pending with one step: answered yields go, new ones come.
     fn track(&mut self, events: &[Event], record: &StepRecord) {
-        for event in events {
-            if event.kind == EventKind::YieldComplete {
-                self.pending.remove(&event.tag);
-            }
-        }
-        let find =
-            |list: &[(Tag, u64)], tag: Tag| list.iter().find(|(t, _)| *t == tag).map(|p| p.1);
-        for y in &record.output.yields {
-            match &y.command {
-                Command::Forget(tag) => {
-                    self.pending.remove(tag);
-                }
-                command if command.kind().expects_completion() => {
-                    let spawned = record
-                        .spawned
-                        .iter()
-                        .find(|(t, _)| *t == y.tag)
-                        .map(|p| p.1);
-                    self.pending.insert(
-                        y.tag,
-                        Pending {
-                            command: command.clone(),
-                            due: find(&record.dues, y.tag),
-                            sent: find(&record.sent, y.tag),
-                            spawned,
-                        },
-                    );
-                }
-                _ => {}
-            }
-        }
+        dormant::track(&mut self.pending, events, record);
+    }
+
+    /// Answers a step from the journal alone: where the workflow stands (`last`: the status
+    /// and receive of its last journaled step) and the `rearmed` yields. Its `events` wait for
+    /// its next step, which it asks for at once (`Continue`) if there are any.
+    fn answer_from_journal(
+        &mut self,
+        events: Events<'_>,
+        out: &mut StepOutput,
+        last: (Status, u32),
+        rearmed: Vec<Yield>,
+    ) {
+        let new = events.len() > 0;
+        self.stash.extend(events.as_slice().iter().cloned());
+        out.status = if new { Status::Continue } else { last.0 };
+        out.receive = last.1;
+        out.yields = rearmed;
+        self.synthetic = true;
     }
 
     /// Its state after step `seq` (answered `out`), when the host's snapshot policy says one is
@@ -243,12 +248,13 @@ impl Process for DurableProcess {
     ) -> Result<(), ProcessError> {
         self.pid = ctx.pid();
         self.reserved = None;
-        self.durable.ids.insert(self.pid, Arc::clone(&self.id));
         if self.recovering {
-            // Started past the recovery's gate: a process waiting there holds no instance.
-            self.deferred = Some((ctx.clone(), method.to_string(), input));
+            // Recovery noted its id when it spawned it. Its `init` runs past the recovery's
+            // gate (a process waiting there holds no instance).
+            self.deferred = Some(Box::new((ctx.clone(), method.to_string(), input)));
             return Ok(());
         }
+        self.durable.ids.insert(self.pid, Arc::clone(&self.id));
         if std::mem::take(&mut self.started) {
             return Ok(());
         }
@@ -260,9 +266,17 @@ impl Process for DurableProcess {
         if self.recovering && self.durable.held_at_gate(|| waker.waker()) {
             return Ok(Readiness::NotReady);
         }
-        if let Some((ctx, method, input)) = self.deferred.take() {
+        if self.dormant {
+            if self.recovering {
+                // Its first step is answered from where the journal left it.
+                return Ok(Readiness::Ready);
+            }
+            self.restore()?;
+        }
+        if let Some(deferred) = self.deferred.take() {
+            let (ctx, method, input) = *deferred;
             match self.saved.take() {
-                Some(saved) => self.init_saved(&ctx, &method, input, saved)?,
+                Some(saved) => self.init_saved(&ctx, &method, input, *saved)?,
                 None => {
                     self.inner.set_reads(self.first_reads());
                     // Its `init` ran before the restart if a step was journaled after it:
@@ -286,7 +300,21 @@ impl Process for DurableProcess {
 
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
         let mut rearmed = Vec::new();
-        if std::mem::take(&mut self.recovering) {
+        if self.recovering && self.dormant {
+            self.recovering = false;
+            let standing = std::mem::take(&mut self.standing);
+            self.rearm_these(standing, &mut rearmed);
+            let (status, receive) = self.last.clone().unwrap_or((Status::Continue, 0));
+            // Its events wait for its next step, which restores it.
+            self.answer_from_journal(events, out, (status, receive), rearmed);
+            return Ok(());
+        } else if std::mem::take(&mut self.restoring) {
+            self.replay_all()?;
+            if std::mem::take(&mut self.snapshot_soon) {
+                let soon = self.durable.snapshots.at_next_hibernation();
+                self.since_snapshot = self.since_snapshot.max(soon);
+            }
+        } else if std::mem::take(&mut self.recovering) {
             let last = match self.replay_all()? {
                 Some(output) => Some((output.status, output.receive)),
                 None => self.last.take(),
@@ -302,11 +330,7 @@ impl Process for DurableProcess {
                     // Nothing new, or no instance for it now: the process stands where its
                     // snapshot and journal left it; its events wait for its next step, which
                     // queues for an instance.
-                    self.stash.extend(events.as_slice().iter().cloned());
-                    out.status = if new { Status::Continue } else { status };
-                    out.receive = receive;
-                    out.yields = rearmed;
-                    self.synthetic = true;
+                    self.answer_from_journal(events, out, (status, receive), rearmed);
                     return Ok(());
                 }
             }

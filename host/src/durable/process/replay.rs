@@ -210,11 +210,16 @@ impl DurableProcess {
     /// already sent, a child already started, a join of a workflow that ended) complete at once;
     /// the rest are dispatched again (timers at their due time, host calls with the same key).
     pub(super) fn rearm(&mut self, out: &mut Vec<Yield>) {
+        let pending: Vec<(Tag, Pending)> =
+            self.pending.iter().map(|(t, p)| (*t, p.clone())).collect();
+        self.rearm_these(pending, out);
+    }
+
+    /// As [`rearm`](Self::rearm), for the yields `pending`.
+    pub(super) fn rearm_these(&mut self, pending: Vec<(Tag, Pending)>, out: &mut Vec<Yield>) {
         let Some(scheduler) = self.durable.scheduler() else {
             return;
         };
-        let pending: Vec<(Tag, Pending)> =
-            self.pending.iter().map(|(t, p)| (*t, p.clone())).collect();
         for (tag, pending) in pending {
             let complete = |result: Result<Payload, CommandError>| {
                 let _ = scheduler.complete_yield(self.pid, tag, result);

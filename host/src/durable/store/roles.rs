@@ -34,6 +34,10 @@ pub struct Filter {
     pub max_bytes: Option<u64>,
 }
 
+/// What [`Read::tails`] hands over for each workflow: its number, its latest snapshot and its
+/// steps after it.
+pub type Visit<'a> = &'a mut dyn FnMut(u64, Option<NewSnapshot>, Vec<Step>) -> StoreResult<()>;
+
 /// What every store reads back.
 pub trait Read: Send {
     /// The workflow started under `id`.
@@ -64,6 +68,18 @@ pub trait Read: Send {
     /// The sizes of up to `limit` messages workflow `num` sent the host after tag `after`, in
     /// order, read without the messages.
     fn host_message_sizes(&mut self, num: u64, after: u64, limit: usize) -> StoreResult<Vec<u64>>;
+
+    /// For a recovery: hands `visit`, for each of `nums` (ascending, each once), the workflow's
+    /// latest snapshot and its steps after it (all of them when it has none), in order. A store
+    /// may read them in one pass; this one reads them workflow by workflow.
+    fn tails(&mut self, nums: &[u64], visit: Visit<'_>) -> StoreResult<()> {
+        for &num in nums {
+            let snapshot = self.snapshot(num)?;
+            let steps = self.steps(num, snapshot.as_ref().map_or(0, |s| s.seq))?;
+            visit(num, snapshot, steps)?;
+        }
+        Ok(())
+    }
 
     /// The latest snapshot of workflow `num`, if it has one.
     fn snapshot(&mut self, num: u64) -> StoreResult<Option<NewSnapshot>>;

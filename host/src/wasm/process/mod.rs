@@ -71,13 +71,15 @@ pub(crate) struct WasmProcess {
     spec: ProcessSpec,
     pid: Pid,
     entry: String,
-    live: Option<Live>,
+    /// Boxed, as its state when hibernated and its streams: a process without an instance (a
+    /// dormant durable workflow, a hibernated one) is small.
+    live: Option<Box<Live>>,
     /// While hibernated: its state, and no instance.
-    snapshot: Option<Snapshot>,
+    snapshot: Option<Box<Snapshot>>,
     /// While hibernated and waiting for an instance to wake into: its place in the queue.
     ticket: Option<Arc<Ticket>>,
     /// Its stdout and stderr, from `init` on.
-    logs: Option<Logs>,
+    logs: Option<Box<Logs>>,
     /// Its workflow id, for a durable workflow: its log lines carry it.
     workflow: Option<Arc<str>>,
     /// What the guest writes is not logged (see [`WasmProcess::mute`]).
@@ -250,7 +252,7 @@ impl WasmProcess {
         let logs = self.logs.get_or_insert_with(|| {
             let logs = Logs::new(self.pid, self.workflow.clone());
             logs.mute(muted);
-            logs
+            Box::new(logs)
         });
         let mut store = Live::store(&self.spec.compiled, logs.wasi(), &self.spec.limits);
         // Instantiation runs the module's start function: it gets the same budgets as a step.
@@ -425,12 +427,12 @@ impl WasmProcess {
         );
         self.runtime
             .warm
-            .offer(compiled.id, live, &self.runtime.instances);
+            .offer(compiled.id, *live, &self.runtime.instances);
         self.set_scratch(Vec::new());
         let bytes = snapshot.size();
         tracing::debug!(pid = %self.pid, saved = bytes, "process hibernated");
         self.runtime.instances.hibernated(bytes);
-        self.snapshot = Some(snapshot);
+        self.snapshot = Some(Box::new(snapshot));
         self.spent(started);
     }
 
@@ -490,7 +492,7 @@ impl WasmProcess {
             tracing::debug!(pid = %self.pid, saved = snapshot.size(), "process restored into {into}");
             self.runtime.instances.woken(snapshot.size(), true);
         }
-        self.live = Some(live);
+        self.live = Some(Box::new(live));
     }
 
     /// The failure of a hibernated process that waited for an instance while none was given back.
@@ -572,7 +574,7 @@ impl Process for WasmProcess {
         let started = Instant::now();
         let live = self.instantiate(true, slot);
         self.spent(started);
-        self.live = Some(live?);
+        self.live = Some(Box::new(live?));
         let request = InitRequest {
             pid: ctx.pid(),
             parent: ctx.parent(),
@@ -718,7 +720,7 @@ impl Process for WasmProcess {
         if let (Some(live), Ok(_)) = (self.live.take(), &self.spec.compiled.hibernation) {
             self.runtime
                 .warm
-                .offer(self.spec.compiled.id, live, &self.runtime.instances);
+                .offer(self.spec.compiled.id, *live, &self.runtime.instances);
         }
         self.release();
         if let Some(logs) = &self.logs {

@@ -97,11 +97,17 @@ impl WasmProcess {
         self.entry = method.to_string();
         self.runtime.note_process(self.pid, Some(&self.spec));
         self.logs
-            .get_or_insert_with(|| Logs::new(self.pid, self.workflow.clone()));
+            .get_or_insert_with(|| Box::new(Logs::new(self.pid, self.workflow.clone())));
         self.cpu = Duration::from_nanos(saved.cpu_nanos);
         self.runtime.instances.restored(snapshot.size());
-        self.snapshot = Some(snapshot);
+        self.snapshot = Some(Box::new(snapshot));
         Ok(())
+    }
+
+    /// What a saved image must fit to start this process: its module, and the host's memory
+    /// limit (what recovery checked a durable workflow's snapshot against).
+    pub(crate) fn fit(&self) -> (&crate::wasm::Compiled, usize) {
+        (&self.spec.compiled, self.runtime.limits.max_memory_bytes)
     }
 
     /// Gives its instance back if it waits (`status`) and the host's policy says so, as a step

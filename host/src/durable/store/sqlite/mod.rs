@@ -7,6 +7,7 @@ mod backup;
 mod lock;
 mod read;
 mod schema;
+mod tails;
 mod write;
 
 pub use lock::Holder;

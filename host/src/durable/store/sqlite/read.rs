@@ -5,6 +5,7 @@ use rusqlite::{params, OptionalExtension};
 
 use super::write::int;
 use super::{sql, SqliteStore};
+use crate::durable::store::roles::Visit;
 use crate::durable::store::{
     Cancel, Ending, Filter, HostMessage, Journal, NewMessage, NewSnapshot, NewWorkflow, Op, Read,
     State, Step, StoreResult, StoredMessage, Workflow,
@@ -221,6 +222,10 @@ impl Read for SqliteStore {
              LIMIT ?3",
             (num, after, limit),
         )
+    }
+
+    fn tails(&mut self, nums: &[u64], visit: Visit<'_>) -> StoreResult<()> {
+        self.tails_in_one_pass(nums, visit)
     }
 
     fn snapshot(&mut self, num: u64) -> StoreResult<Option<NewSnapshot>> {
