@@ -154,6 +154,11 @@ impl Inbox {
     }
 
     /// The pending termination, if any.
+    /// Whether a termination waits for the next turn.
+    pub(crate) fn terminating(&self) -> bool {
+        self.terminate.is_some()
+    }
+
     pub(crate) fn take_terminate(&mut self) -> Option<(FailureKind, String)> {
         self.terminate.take()
     }

@@ -219,6 +219,12 @@ impl WakerSource<'_> {
     pub fn waker(&self) -> Waker {
         Waker::for_slot(self.shared, self.slot)
     }
+
+    /// Whether the process is being terminated: this turn ends it without a step, so getting
+    /// ready for one (reading state back, taking an instance) would be wasted.
+    pub fn terminating(&self) -> bool {
+        self.slot.inbox.lock().terminating()
+    }
 }
 
 /// Makes a process that answered [`Readiness::NotReady`] runnable again. Holds no strong

@@ -61,8 +61,9 @@ impl Durable {
         };
         let mut left = Vec::new();
         for m in messages {
-            if self.is_damaged(m.receiver) {
-                // Left in the store for whoever resumes the workflow.
+            if self.is_damaged(m.receiver) || self.starting.lock().contains(m.receiver) {
+                // Left in the store: for whoever resumes the workflow, or, for one whose start
+                // is in flight here, for the next look (at most a poll interval later).
                 left.push(m.id);
                 continue;
             }
@@ -102,7 +103,9 @@ impl Durable {
             }
         };
         for num in cancels {
-            let _ = scheduler.cancel(Pid(num));
+            if !self.starting.lock().keep_cancel(num) {
+                let _ = scheduler.cancel(Pid(num));
+            }
         }
         self.complete_remote_joins();
     }

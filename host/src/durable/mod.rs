@@ -48,6 +48,7 @@ use wfhost_scheduler::{FailureKind, Note, SchedulerHandle, Waker, WeakSchedulerH
 use crate::metrics::Metrics;
 use crate::modules::Modules;
 use snapshot::{Counts, Snapshots};
+use start::Starting;
 use store::{Cluster, Ending, HostStore, Journal};
 use waiters::Waiters;
 use writer::Writer;
@@ -91,7 +92,6 @@ impl Ids {
         ids.0.insert(pid, id);
     }
 
-    /// Claims `id` for `pid` unless a process has it: the pid that has it, if one does.
     /// Makes room for `more` ids at once (a recovery's), rather than growing step by step.
     pub(crate) fn reserve(&self, more: usize) {
         let mut ids = self.0.write();
@@ -99,6 +99,7 @@ impl Ids {
         ids.1.reserve(more);
     }
 
+    /// Claims `id` for `pid` unless a process has it: the pid that has it, if one does.
     pub(crate) fn claim(&self, pid: Pid, id: &Arc<str>) -> Option<Pid> {
         let mut ids = self.0.write();
         if let Some(running) = ids.1.get(id) {
@@ -180,6 +181,9 @@ pub(crate) struct Durable {
     /// Held by whoever claims workflows or takes messages and cancels from a shared store, so
     /// that what one takes the other does not take again.
     pub(crate) taking: Mutex<()>,
+    /// On a shared store, the top-level workflows whose start is being written and spawned
+    /// here (see `start.rs`): what clients write for them waits for them to run.
+    pub(crate) starting: Mutex<Starting>,
     /// Those waiting for workflows to end or to send the host a message.
     pub(crate) waiters: Arc<Waiters>,
     /// What the host counts, when it is scraped.
@@ -310,6 +314,7 @@ impl Durable {
             damaged: Mutex::new(Vec::new()),
             waiting_warned: Mutex::new(std::collections::HashSet::new()),
             taking: Mutex::new(()),
+            starting: Mutex::default(),
             waiters,
             metrics,
             location: store::Location::Sqlite(std::path::PathBuf::new()),

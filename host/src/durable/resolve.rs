@@ -138,7 +138,24 @@ impl Durable {
                 .map_err(store_error)?;
             resolved[index] = Some(resolve_one(workflow, loaded, None, &steps));
         }
-        Ok(resolved.into_iter().flatten().collect())
+        // Every workflow accounted for: one the store's pass skipped is an error, not a
+        // workflow left claimed and not running.
+        let mut all = Vec::with_capacity(resolved.len());
+        for (index, resolved) in resolved.into_iter().enumerate() {
+            match resolved {
+                Some(resolved) => all.push(resolved),
+                None => {
+                    let num = at.iter().find(|(_, i)| **i == index).map_or(0, |(n, _)| *n);
+                    return Err(crate::Error::new(
+                        crate::ErrorKind::Store,
+                        format!(
+                            "the store's read of the journals to recover skipped workflow {num}"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(all)
     }
 
     /// The grants a workflow of module `hash` runs with when the embedder has not loaded those

@@ -162,12 +162,13 @@ impl Snapshots {
 pub struct DurableCounters {
     /// Snapshots written.
     pub snapshots_written: u64,
-    /// Workflows recovered from a snapshot.
+    /// Recovered workflows restored from a snapshot. A recovered workflow is restored at its
+    /// first event, not at the recovery: these count up as they wake.
     pub snapshots_restored: u64,
     /// Snapshots found at recovery and not used (another module, another encoding, damaged):
-    /// those workflows replayed their whole journal.
+    /// those workflows replay their whole journal.
     pub snapshots_ignored: u64,
-    /// Journaled steps replayed at recovery.
+    /// Journaled steps replayed by recovered workflows (each when it was restored).
     pub steps_replayed: u64,
     /// Events in those steps.
     pub events_replayed: u64,

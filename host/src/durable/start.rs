@@ -118,8 +118,10 @@ impl Durable {
             input: encoded.clone(),
             started: now_millis(),
         };
-        // On a shared store, what clients write for it is taken once it runs here.
-        let _taking = self.lease.get().map(|_| self.taking.lock());
+        // On a shared store, what clients write for it is taken once it runs here: until then
+        // the inbox leaves its messages in the store and keeps its cancels (without holding
+        // up other starts, whose commits this one's shares).
+        let in_flight = self.lease.get().map(|_| InFlight::new(self, pid));
         let record = start.clone();
         if !self.write_start(start)? {
             let stored = self.reader.lock().workflow(&id).map_err(store_error)?;
@@ -145,6 +147,9 @@ impl Durable {
             }
         };
         std::mem::forget(claimed);
+        if let Some(in_flight) = in_flight {
+            in_flight.running(engine);
+        }
         Ok((spawned, Some(record)))
     }
 
@@ -154,12 +159,14 @@ impl Durable {
         match self.lease.get() {
             // Hosts share the store: the start is written once whoever asks, and the host that
             // wrote it owns the workflow.
-            Some(lease) => Ok(lease
-                .store
-                .lock()
-                .start_once(&start)
-                .map_err(store_error)?
-                .is_some()),
+            // Written by the journal's writer, in a commit shared with others; the row it finds
+            // under the id afterwards says whose start won.
+            Some(_) => {
+                let (id, num) = (start.id.clone(), start.num);
+                self.write(vec![Op::StartOnce(start)])?;
+                let stored = self.reader.lock().workflow(&id).map_err(store_error)?;
+                Ok(stored.is_some_and(|w| w.start.num == num))
+            }
             None => {
                 self.write(vec![Op::Start(start)])?;
                 Ok(true)
@@ -315,6 +322,68 @@ impl Durable {
 
 /// Takes a claimed id back unless forgotten (the start went through).
 struct Claim<'a>(&'a Durable, Pid);
+
+/// The top-level workflows whose start is in flight on a shared store, and the cancels the
+/// inbox took for them meanwhile.
+#[derive(Debug, Default)]
+pub(crate) struct Starting {
+    nums: rustc_hash::FxHashSet<u64>,
+    cancels: Vec<u64>,
+}
+
+impl Starting {
+    /// Whether workflow `num`'s start is in flight: its messages stay in the store.
+    pub(crate) fn contains(&self, num: u64) -> bool {
+        self.nums.contains(&num)
+    }
+
+    /// Keeps a cancel of `num` taken while its start is in flight, for when it runs. False
+    /// when it is not starting (the cancel goes to it at once).
+    pub(crate) fn keep_cancel(&mut self, num: u64) -> bool {
+        let starting = self.nums.contains(&num);
+        if starting {
+            self.cancels.push(num);
+        }
+        starting
+    }
+}
+
+/// A start in flight on a shared store: the inbox leaves what clients write for the workflow
+/// until [`running`](Self::running) (or, should the start fail, its drop) says otherwise.
+struct InFlight<'a>(&'a Durable, Pid);
+
+impl<'a> InFlight<'a> {
+    fn new(durable: &'a Durable, pid: Pid) -> InFlight<'a> {
+        durable.starting.lock().nums.insert(pid.0);
+        InFlight(durable, pid)
+    }
+
+    /// The workflow runs here: a cancel taken for it meanwhile is delivered, and its messages
+    /// are taken at the inbox's next look.
+    fn running(self, engine: &Engine) {
+        let cancelled = self.end();
+        if cancelled {
+            let _ = engine.handle.cancel(self.1);
+        }
+    }
+
+    /// No longer starting: whether a cancel was taken for it meanwhile.
+    fn end(&self) -> bool {
+        let mut starting = self.0.starting.lock();
+        starting.nums.remove(&self.1 .0);
+        let before = starting.cancels.len();
+        starting.cancels.retain(|n| *n != self.1 .0);
+        starting.cancels.len() != before
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        // A start that failed after its cancel was taken: the cancel stays asked in the store
+        // for whoever runs the workflow (or it was never started).
+        self.end();
+    }
+}
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {

@@ -55,7 +55,7 @@ impl Hooks {
         for op in ops {
             match op {
                 Op::Step(_) => steps += 1,
-                Op::Start(start) => {
+                Op::Start(start) | Op::StartOnce(start) => {
                     let kind = if start.parent.is_some() {
                         "spawned"
                     } else {

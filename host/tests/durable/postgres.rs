@@ -154,3 +154,77 @@ fn top_level_ids_cannot_take_a_childs() {
     assert!(wfhost::bad_id("a\nb").is_some());
     assert_eq!(wfhost::bad_id("order-1"), None);
 }
+
+/// Two hosts on one database start the same 40 ids at once, from 8 threads each (their starts
+/// sharing their writers' commits): every start succeeds or says the other host runs it, each id
+/// is one workflow, run once, by one of them, with the result its input gives.
+#[test]
+fn hosts_starting_the_same_ids_at_once_start_each_once() {
+    const IDS: u64 = 40;
+    let url = Postgres::shared().database("start_race");
+    let host = || {
+        let host = Host::builder()
+            .workers(2)
+            .store(url.as_str(), wfhost::SyncMode::Full)
+            .build()
+            .unwrap();
+        host.load_module("probe", wfhost_test_programs::PROBE)
+            .unwrap();
+        host
+    };
+    let hosts = [host(), host()];
+    let client = &wfhost::Client::open(url.as_str());
+    let results: Vec<(String, Value)> = std::thread::scope(|scope| {
+        let mut threads = Vec::new();
+        for host in &hosts {
+            for thread in 0..8u64 {
+                threads.push(scope.spawn(move || {
+                    let mut results = Vec::new();
+                    for n in (0..IDS).map(|i| (i + thread * 5) % IDS) {
+                        let id = format!("race-{n}");
+                        let result = loop {
+                            match host.start(&id, "probe", "echo", json(json!(n))) {
+                                Ok(run) => {
+                                    break run
+                                        .wait_timeout(PATIENCE)
+                                        .unwrap_or_else(|| panic!("{id} did not end"))
+                                        .unwrap_or_else(|e| panic!("{id} failed: {e}"))
+                                }
+                                // The other host's start won, and it runs there (its result
+                                // is read from the store), or another thread's start of it
+                                // here is under way (it says to ask again).
+                                Err(e) if e.kind() == wfhost::ErrorKind::Unavailable => {
+                                    if let Ok(status) = client.result(&id, Some(PATIENCE)) {
+                                        break status
+                                            .result
+                                            .unwrap_or_else(|| panic!("{id} has no result"));
+                                    }
+                                }
+                                Err(e) => panic!("{id}: {e}"),
+                            }
+                        };
+                        results.push((id, result.decode::<Value>().unwrap()));
+                    }
+                    results
+                }));
+            }
+        }
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect()
+    });
+    assert_eq!(results.len(), (IDS * 16) as usize);
+    for (id, value) in &results {
+        let n: u64 = id.trim_start_matches("race-").parse().unwrap();
+        assert_eq!(value, &json!(n), "{id}");
+    }
+    let mut store = Location::parse(&url).open_existing().unwrap();
+    let all = store.workflows(false).unwrap();
+    assert_eq!(all.len(), IDS as usize);
+    assert!(all.iter().all(|w| w.state == State::Done), "{all:?}");
+    for host in hosts {
+        assert!(host.store_failure().is_none());
+        host.shutdown(Duration::from_secs(10));
+    }
+}

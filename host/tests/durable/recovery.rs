@@ -247,3 +247,50 @@ fn a_workflow_restored_without_a_snapshot_saves_one_when_it_next_hibernates() {
     host.shutdown(std::time::Duration::from_secs(10));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Restored workflows queue for an instance as hibernated ones do: eight woken at once on a host
+/// with one instance all answer, none fails for want of one.
+#[test]
+fn restored_workflows_wait_for_an_instance_rather_than_fail() {
+    const WAITERS: usize = 8;
+    let dir = tempdir("recovery-one-instance");
+    let store = dir.join("wf.db");
+    {
+        let host = host_on(Host::builder(), &store);
+        for n in 0..WAITERS {
+            host.start(
+                &id(2 * n + 1),
+                "probe",
+                "wait_message",
+                json(json!(3_600_000)),
+            )
+            .unwrap();
+        }
+        while host.counters().steps < WAITERS as u64 {
+            std::thread::yield_now();
+        }
+        host.shutdown(std::time::Duration::from_secs(10));
+    }
+    let host = host_on(Host::builder().pooling(1), &store);
+    let runs = host.recover().unwrap();
+    assert_eq!(runs.len(), WAITERS);
+    for (id, run) in &runs {
+        host.send(run.pid(), json(json!(id))).unwrap();
+    }
+    for (id, run) in &runs {
+        let result = run
+            .wait_timeout(PATIENCE)
+            .unwrap_or_else(|| panic!("{id} did not answer"))
+            .unwrap_or_else(|error| panic!("{id} failed: {error}"));
+        assert_eq!(
+            result.decode::<Option<String>>().unwrap().as_deref(),
+            Some(id.as_str())
+        );
+    }
+    assert_eq!(
+        host.durable_counters().unwrap().steps_replayed,
+        WAITERS as u64
+    );
+    host.shutdown(std::time::Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -267,22 +267,32 @@ impl Process for DurableProcess {
             return Ok(Readiness::NotReady);
         }
         if self.dormant {
-            if self.recovering {
-                // Its first step is answered from where the journal left it.
+            // Its first step is answered from where the journal left it; a termination ends
+            // it as it is, with nothing read back.
+            if self.recovering || waker.terminating() {
                 return Ok(Readiness::Ready);
             }
             self.restore()?;
         }
-        if let Some(deferred) = self.deferred.take() {
-            let (ctx, method, input) = *deferred;
-            match self.saved.take() {
-                Some(saved) => self.init_saved(&ctx, &method, input, *saved)?,
-                None => {
-                    self.inner.set_reads(self.first_reads());
-                    // Its `init` ran before the restart if a step was journaled after it:
-                    // what it logs was logged then (the replay, in its first step, unmutes).
-                    self.inner.mute(!self.replay.is_empty());
-                    self.inner.init(&ctx, &method, input)?;
+        if self.deferred.is_some() {
+            if self.saved.is_none()
+                && matches!(self.inner.reserve_instance(waker)?, Readiness::NotReady)
+            {
+                // Its `init` needs an instance: it waits for one, as a hibernated process does.
+                return Ok(Readiness::NotReady);
+            }
+            if let Some(deferred) = self.deferred.take() {
+                let (ctx, method, input) = *deferred;
+                match self.saved.take() {
+                    Some(saved) => self.init_saved(&ctx, &method, input, *saved)?,
+                    None => {
+                        self.inner.set_reads(self.first_reads());
+                        // Its `init` ran before the restart if a step was journaled after it:
+                        // what it logs was logged then (the replay, in its first step,
+                        // unmutes).
+                        self.inner.mute(!self.replay.is_empty());
+                        self.inner.init(&ctx, &method, input)?;
+                    }
                 }
             }
         }

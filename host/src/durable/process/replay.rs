@@ -51,6 +51,8 @@ impl DurableProcess {
             );
             Counts::add(&self.durable.counts.snapshots_ignored, 1);
             self.replay = self.whole_journal()?;
+            // So that the next recovery need not do this again.
+            self.snapshot_soon = true;
             self.inner.set_reads(self.first_reads());
             self.inner.mute(!self.replay.is_empty());
             return self.inner.init(ctx, method, input);

@@ -215,6 +215,11 @@ pub enum Op {
     },
     /// A workflow starts.
     Start(NewWorkflow),
+    /// A top-level workflow starts on a store hosts share, unless one of its id exists (another
+    /// host's or a client's start of the same id came first): then nothing is written, and the
+    /// caller reads after the commit whose start it was. Starts through the journal's writer
+    /// share its commits, where each `Cluster::start_once` is a transaction of its own.
+    StartOnce(NewWorkflow),
     /// A workflow stepped.
     Step(NewStep),
     /// A message is sent to a durable workflow.

@@ -188,10 +188,6 @@ pub trait Cluster: Send {
     /// Takes the cancels asked of workflows this host owns that it has not delivered: their
     /// numbers. Each is taken once.
     fn take_cancels(&mut self) -> StoreResult<Vec<u64>>;
-
-    /// Starts `workflow` unless one with its id exists: its number if this started it. The
-    /// workflow is this host's.
-    fn start_once(&mut self, workflow: &NewWorkflow) -> StoreResult<Option<u64>>;
 }
 
 /// What a client writes for the hosts of a store to run. Only a store hosts share takes it: the

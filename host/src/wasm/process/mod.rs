@@ -76,8 +76,11 @@ pub(crate) struct WasmProcess {
     live: Option<Box<Live>>,
     /// While hibernated: its state, and no instance.
     snapshot: Option<Box<Snapshot>>,
-    /// While hibernated and waiting for an instance to wake into: its place in the queue.
+    /// While hibernated (or, started late, before its `init`) and waiting for an instance: its
+    /// place in the queue.
     ticket: Option<Arc<Ticket>>,
+    /// An instance taken for its `init` ([`reserve_instance`](Self::reserve_instance)).
+    reserved: Option<InstanceSlot>,
     /// Its stdout and stderr, from `init` on.
     logs: Option<Box<Logs>>,
     /// Its workflow id, for a durable workflow: its log lines carry it.
@@ -106,6 +109,7 @@ impl WasmProcess {
             live: None,
             snapshot: None,
             ticket: None,
+            reserved: None,
             logs: None,
             workflow: None,
             muted: false,
@@ -565,12 +569,15 @@ impl Process for WasmProcess {
                 info.unknown_entry(method).to_string(),
             ));
         }
-        let slot = self.runtime.take_instance().map_err(|refusal| {
-            self.fail(
-                FailureKind::Limit,
-                format_args!("could not be given an instance: {refusal}"),
-            )
-        })?;
+        let slot = match self.reserved.take() {
+            Some(slot) => slot,
+            None => self.runtime.take_instance().map_err(|refusal| {
+                self.fail(
+                    FailureKind::Limit,
+                    format_args!("could not be given an instance: {refusal}"),
+                )
+            })?,
+        };
         let started = Instant::now();
         let live = self.instantiate(true, slot);
         self.spent(started);

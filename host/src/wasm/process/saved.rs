@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use wfcontract::Status;
-use wfhost_scheduler::{InitContext, ProcessError};
+use wfhost_scheduler::{InitContext, ProcessError, Readiness, WakerSource};
 
 use super::WasmProcess;
 use crate::wasm::hibernate::{Image, Snapshot};
+use crate::wasm::instances::TicketState;
 use crate::wasm::wasi::Logs;
 
 /// A process as a durable store keeps it.
@@ -108,6 +109,42 @@ impl WasmProcess {
     /// limit (what recovery checked a durable workflow's snapshot against).
     pub(crate) fn fit(&self) -> (&crate::wasm::Compiled, usize) {
         (&self.spec.compiled, self.runtime.limits.max_memory_bytes)
+    }
+
+    /// An instance for its `init`, taken now, or its place in the queue for one (`NotReady`:
+    /// `waker` runs it when one is counted for it), as a hibernated process waits for one to
+    /// wake into: for a process started late (a durable workflow restored at its first event),
+    /// which must wait for an instance rather than fail for want of one.
+    pub(crate) fn reserve_instance(
+        &mut self,
+        waker: &WakerSource<'_>,
+    ) -> Result<Readiness, ProcessError> {
+        if self.reserved.is_some() {
+            return Ok(Readiness::Ready);
+        }
+        if let Some(ticket) = self.ticket.take() {
+            match ticket.state() {
+                TicketState::Granted => {
+                    self.reserved = Some(self.runtime.instances.redeem(&ticket));
+                    return Ok(Readiness::Ready);
+                }
+                TicketState::Waiting => {
+                    self.ticket = Some(ticket);
+                    return Ok(Readiness::NotReady);
+                }
+                TicketState::Expired => return Err(self.no_instance()),
+            }
+        }
+        match self.runtime.take_instance_or_queue(|| waker.waker()) {
+            Ok(slot) => {
+                self.reserved = Some(slot);
+                Ok(Readiness::Ready)
+            }
+            Err(ticket) => {
+                self.ticket = Some(ticket);
+                Ok(Readiness::NotReady)
+            }
+        }
     }
 
     /// Gives its instance back if it waits (`status`) and the host's policy says so, as a step

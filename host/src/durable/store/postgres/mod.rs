@@ -471,10 +471,6 @@ impl Cluster for PgStore {
             Ok(row.get::<_, i64>(0).max(0) as u64)
         })
     }
-
-    fn start_once(&mut self, workflow: &NewWorkflow) -> StoreResult<Option<u64>> {
-        PgStore::start_once(self, None, workflow)
-    }
 }
 
 impl Submit for PgStore {

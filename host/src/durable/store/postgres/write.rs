@@ -48,17 +48,9 @@ enum Part<'a> {
 struct Segment<'a> {
     module_hash: Vec<Text<'a>>,
     module_bytes: Vec<&'a [u8]>,
-    start_num: Vec<i64>,
-    start_id: Vec<Text<'a>>,
-    start_parent: Vec<Option<i64>>,
-    start_module: Vec<Text<'a>>,
-    start_module_name: Vec<Text<'a>>,
-    start_entry: Vec<Text<'a>>,
-    start_input: Vec<&'a [u8]>,
-    start_started: Vec<i64>,
-    /// The nearest ancestor not started in this batch (itself, for a top-level workflow): its
-    /// tree is the workflow's.
-    start_root_of: Vec<i64>,
+    starts: Starts<'a>,
+    /// Top-level starts that give way to a workflow of the same id (`Op::StartOnce`).
+    starts_once: Starts<'a>,
     step_num: Vec<i64>,
     step_seq: Vec<i64>,
     step_at: Vec<i64>,
@@ -84,10 +76,83 @@ struct Segment<'a> {
     outbox_payload: Vec<&'a [u8]>,
 }
 
+/// Workflows' starts, as the columns of their table.
+#[derive(Default)]
+struct Starts<'a> {
+    num: Vec<i64>,
+    id: Vec<Text<'a>>,
+    parent: Vec<Option<i64>>,
+    module: Vec<Text<'a>>,
+    module_name: Vec<Text<'a>>,
+    entry: Vec<Text<'a>>,
+    input: Vec<&'a [u8]>,
+    started: Vec<i64>,
+    /// The nearest ancestor not started in this batch (itself, for a top-level workflow): its
+    /// tree is the workflow's.
+    root_of: Vec<i64>,
+}
+
+impl<'a> Starts<'a> {
+    /// A workflow's start; `root_of` gives the root of each workflow started in the batch, so a
+    /// child's tree is its parent's.
+    fn add(
+        &mut self,
+        w: &'a NewWorkflow,
+        root_of: &mut std::collections::HashMap<i64, i64>,
+    ) -> Result<(), String> {
+        let num = int(w.num, "workflow")?;
+        let parent = w.parent.map(|p| int(p, "workflow")).transpose()?;
+        let root = match parent {
+            None => num,
+            Some(parent) => root_of.get(&parent).copied().unwrap_or(parent),
+        };
+        root_of.insert(num, root);
+        self.root_of.push(root);
+        self.num.push(num);
+        self.id.push(text(&w.id));
+        self.parent.push(parent);
+        self.module.push(text(&w.module));
+        self.module_name.push(text(&w.module_name));
+        self.entry.push(text(&w.entry));
+        self.input.push(&w.input);
+        self.started.push(int(w.started, "time")?);
+        Ok(())
+    }
+
+    fn write<'p>(
+        &'p self,
+        client: &'p Client,
+        statement: &'p Statement,
+        owner: &'p Option<i64>,
+        pipeline: &mut Pipeline<'p>,
+    ) {
+        if self.num.is_empty() {
+            return;
+        }
+        pipeline.push(
+            client,
+            statement,
+            vec![
+                &self.num,
+                &self.id,
+                &self.parent,
+                &self.module,
+                &self.module_name,
+                &self.entry,
+                &self.input,
+                &self.started,
+                &self.root_of,
+                owner,
+            ],
+        );
+    }
+}
+
 impl Segment<'_> {
     fn is_empty(&self) -> bool {
         self.module_hash.is_empty()
-            && self.start_num.is_empty()
+            && self.starts.num.is_empty()
+            && self.starts_once.num.is_empty()
             && self.step_num.is_empty()
             && self.message_id.is_empty()
             && self.snapshot_num.is_empty()
@@ -126,7 +191,8 @@ impl<'a> Plan<'a> {
                     segment.module_hash.push(text(hash));
                     segment.module_bytes.push(bytes);
                 }
-                Op::Start(w) => segment.add_start(w, &mut root_of)?,
+                Op::Start(w) => segment.starts.add(w, &mut root_of)?,
+                Op::StartOnce(w) => segment.starts_once.add(w, &mut root_of)?,
                 Op::Step(step) => segment.add_step(step, &elided)?,
                 Op::Message(message) => {
                     if !elided.contains(&message.id) {
@@ -248,6 +314,26 @@ impl<'p> Pipeline<'p> {
     }
 }
 
+/// Writes a segment's starts. A workflow's tree is its nearest ancestor's outside the batch
+/// (whose row exists), or its own.
+macro_rules! starts {
+    () => {
+        "INSERT INTO workflows (num, id, parent, module, module_name, entry, input, \
+     started, root, owner) \
+     SELECT t.num, t.id, t.parent, t.module, t.module_name, t.entry, t.input, \
+     t.started, CASE WHEN t.root_of = t.num THEN t.num ELSE \
+     coalesce((SELECT w.root FROM workflows w WHERE w.num = t.root_of), t.root_of) \
+     END, $10 \
+     FROM unnest($1::int8[], $2::text[], $3::int8[], $4::text[], $5::text[], \
+     $6::text[], $7::bytea[], $8::int8[], $9::int8[]) \
+     AS t(num, id, parent, module, module_name, entry, input, started, root_of)"
+    };
+}
+
+const STARTS: &str = starts!();
+/// The starts that give way to a workflow of the same id.
+const STARTS_ONCE: &str = concat!(starts!(), " ON CONFLICT (id) DO NOTHING");
+
 struct Statements {
     begin: Statement,
     rollback: Statement,
@@ -255,6 +341,7 @@ struct Statements {
     commit: Statement,
     modules: Statement,
     starts: Statement,
+    starts_once: Statement,
     messages: Statement,
     steps: Statement,
     took_cancel: Statement,
@@ -280,19 +367,8 @@ impl Statements {
                 "INSERT INTO modules (hash, bytes) \
                  SELECT * FROM unnest($1::text[], $2::bytea[]) ON CONFLICT (hash) DO NOTHING",
             )?,
-            // A workflow's tree is its nearest ancestor's outside the batch (whose row exists),
-            // or its own.
-            starts: conn.prepare(
-                "INSERT INTO workflows (num, id, parent, module, module_name, entry, input, \
-                 started, root, owner) \
-                 SELECT t.num, t.id, t.parent, t.module, t.module_name, t.entry, t.input, \
-                 t.started, CASE WHEN t.root_of = t.num THEN t.num ELSE \
-                 coalesce((SELECT w.root FROM workflows w WHERE w.num = t.root_of), t.root_of) \
-                 END, $10 \
-                 FROM unnest($1::int8[], $2::text[], $3::int8[], $4::text[], $5::text[], \
-                 $6::text[], $7::bytea[], $8::int8[], $9::int8[]) \
-                 AS t(num, id, parent, module, module_name, entry, input, started, root_of)",
-            )?,
+            starts: conn.prepare(STARTS)?,
+            starts_once: conn.prepare(STARTS_ONCE)?,
             // The writing host has the message in memory (delivered, or to be, if it runs the
             // receiver); the receiver's owner takes it otherwise.
             messages: conn.prepare(
@@ -354,24 +430,10 @@ impl<'a> Segment<'a> {
                 vec![&self.module_hash, &self.module_bytes],
             );
         }
-        if !self.start_num.is_empty() {
-            pipeline.push(
-                client,
-                &statements.starts,
-                vec![
-                    &self.start_num,
-                    &self.start_id,
-                    &self.start_parent,
-                    &self.start_module,
-                    &self.start_module_name,
-                    &self.start_entry,
-                    &self.start_input,
-                    &self.start_started,
-                    &self.start_root_of,
-                    owner,
-                ],
-            );
-        }
+        self.starts
+            .write(client, &statements.starts, owner, pipeline);
+        self.starts_once
+            .write(client, &statements.starts_once, owner, pipeline);
         if !self.message_id.is_empty() {
             pipeline.push(
                 client,
@@ -492,39 +554,15 @@ fn segments(ops: &[Op]) -> Vec<usize> {
         .parts
         .iter()
         .map(|p| match p {
-            Part::Segment(s) => s.step_num.len() + s.message_id.len() + s.start_num.len(),
+            Part::Segment(s) => {
+                s.step_num.len() + s.message_id.len() + s.starts.num.len() + s.starts_once.num.len()
+            }
             _ => 0,
         })
         .collect()
 }
 
 impl<'a> Segment<'a> {
-    /// A workflow's start; `root_of` gives the root of each workflow started in the batch, so a
-    /// child's tree is its parent's.
-    fn add_start(
-        &mut self,
-        w: &'a NewWorkflow,
-        root_of: &mut std::collections::HashMap<i64, i64>,
-    ) -> Result<(), String> {
-        let num = int(w.num, "workflow")?;
-        let parent = w.parent.map(|p| int(p, "workflow")).transpose()?;
-        let root = match parent {
-            None => num,
-            Some(parent) => root_of.get(&parent).copied().unwrap_or(parent),
-        };
-        root_of.insert(num, root);
-        self.start_root_of.push(root);
-        self.start_num.push(num);
-        self.start_id.push(text(&w.id));
-        self.start_parent.push(parent);
-        self.start_module.push(text(&w.module));
-        self.start_module_name.push(text(&w.module_name));
-        self.start_entry.push(text(&w.entry));
-        self.start_input.push(&w.input);
-        self.start_started.push(int(w.started, "time")?);
-        Ok(())
-    }
-
     /// A step, the messages it took (but `elided` ones, never written) and a cancel it took.
     fn add_step(&mut self, step: &'a NewStep, elided: &HashSet<u64>) -> Result<(), String> {
         let num = int(step.num, "workflow")?;
@@ -646,6 +684,35 @@ mod tests {
         };
         assert!(first.consumed.is_empty());
         assert_eq!(plan.last_message, Some(5));
+    }
+
+    #[test]
+    fn starts_that_give_way_are_written_apart_from_the_others() {
+        let start = |num: u64, parent: Option<u64>| NewWorkflow {
+            num,
+            id: format!("w{num}"),
+            parent,
+            module: String::new(),
+            module_name: String::new(),
+            entry: String::new(),
+            input: Vec::new(),
+            started: 0,
+        };
+        let ops = vec![
+            Op::StartOnce(start(1, None)),
+            Op::Start(start(2, Some(1))),
+            Op::StartOnce(start(3, None)),
+            step(1, 1, vec![]),
+        ];
+        assert_eq!(segments(&ops), vec![4]);
+        let plan = Plan::new(&ops, true).unwrap();
+        let Part::Segment(segment) = &plan.parts[0] else {
+            panic!("one segment")
+        };
+        assert_eq!(segment.starts_once.num, [1, 3]);
+        assert_eq!(segment.starts.num, [2]);
+        // The child started in the batch is of its parent's tree.
+        assert_eq!(segment.starts.root_of, [1]);
     }
 
     #[test]

@@ -53,7 +53,10 @@ impl SqliteStore {
     /// [`Read::tails`](crate::durable::store::Read::tails) in one pass.
     pub(super) fn tails_in_one_pass(&mut self, nums: &[u64], visit: Visit<'_>) -> StoreResult<()> {
         let what = "reading the journals to recover";
-        let mut snapshots = self.conn.prepare(SNAPSHOTS).map_err(sql(what))?;
+        // One read transaction: the three scans see one state of the store, whatever the
+        // writer commits meanwhile (moving the log into `steps`, say).
+        let read = self.conn.unchecked_transaction().map_err(sql(what))?;
+        let mut snapshots = read.prepare(SNAPSHOTS).map_err(sql(what))?;
         let mut snapshots = snapshots
             .query_map([], |row| {
                 Ok(NewSnapshot {
@@ -76,13 +79,13 @@ impl SqliteStore {
                 },
             ))
         };
-        let mut moved = self.conn.prepare(&tail_query("steps")).map_err(sql(what))?;
+        let mut moved = read.prepare(&tail_query("steps")).map_err(sql(what))?;
         let mut moved = moved
             .query_map([], step)
             .map_err(sql(what))?
             .map(|row| row.map_err(sql(what)))
             .peekable();
-        let mut logged = self.conn.prepare(&tail_query("log")).map_err(sql(what))?;
+        let mut logged = read.prepare(&tail_query("log")).map_err(sql(what))?;
         let mut logged = logged
             .query_map([], step)
             .map_err(sql(what))?

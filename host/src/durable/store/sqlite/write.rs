@@ -22,7 +22,8 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
             tx.prepare_cached("INSERT OR IGNORE INTO modules (hash, bytes) VALUES (?1, ?2)")?
                 .execute(params![hash, &bytes[..]])?;
         }
-        Op::Start(w) => write_start(tx, w)?,
+        // One host writes a SQLite store: its starts of one id do not race.
+        Op::Start(w) | Op::StartOnce(w) => write_start(tx, w)?,
         Op::Step(step) => write_step(tx, step, elided)?,
         Op::Message(message) => {
             if !elided.contains(&message.id) {
