@@ -165,7 +165,12 @@ impl Durable {
                 let (id, num) = (start.id.clone(), start.num);
                 self.write(vec![Op::StartOnce(start)])?;
                 let stored = self.reader.lock().workflow(&id).map_err(store_error)?;
-                Ok(stored.is_some_and(|w| w.start.num == num))
+                let won = stored.is_some_and(|w| w.start.num == num);
+                if let (true, Some(metrics)) = (won, &self.metrics) {
+                    let kind = crate::metrics::Kind { kind: "top_level" };
+                    metrics.core.started.get_or_create(&kind).inc();
+                }
+                Ok(won)
             }
             None => {
                 self.write(vec![Op::Start(start)])?;
@@ -361,9 +366,11 @@ impl<'a> InFlight<'a> {
     /// The workflow runs here: a cancel taken for it meanwhile is delivered, and its messages
     /// are taken at the inbox's next look.
     fn running(self, engine: &Engine) {
-        let cancelled = self.end();
+        let (cancelled, pid) = (self.end(), self.1);
+        // Ended here, not again by the drop.
+        std::mem::forget(self);
         if cancelled {
-            let _ = engine.handle.cancel(self.1);
+            let _ = engine.handle.cancel(pid);
         }
     }
 

@@ -55,7 +55,9 @@ impl Hooks {
         for op in ops {
             match op {
                 Op::Step(_) => steps += 1,
-                Op::Start(start) | Op::StartOnce(start) => {
+                // A start that may give way is counted by the start that won
+                // (`Durable::write_start`).
+                Op::Start(start) => {
                     let kind = if start.parent.is_some() {
                         "spawned"
                     } else {
