@@ -58,5 +58,5 @@ pub use command::{
 };
 pub use event::{CommandError, ErrorKind, Event, EventKind};
 pub use ids::{Pid, Tag};
-pub use payload::{Encoding, Payload, PayloadError};
+pub use payload::{Encoding, Payload, PayloadBytes, PayloadError, INLINE_BYTES};
 pub use step::{InitRequest, Status, StepOutput, Yield};

@@ -26,6 +26,15 @@ impl Encoding {
     }
 }
 
+/// How many bytes a [`Payload`] holds without a heap allocation: most messages, results and
+/// inputs between processes (a number, a pid, a small struct in postcard) fit, and then
+/// sending one allocates nothing.
+pub const INLINE_BYTES: usize = 16;
+
+/// The bytes of a [`Payload`]: up to [`INLINE_BYTES`] in place, more on the heap. Dereferences to
+/// `[u8]`; `into_vec` gives a `Vec<u8>`.
+pub type PayloadBytes = smallvec::SmallVec<[u8; INLINE_BYTES]>;
+
 /// A value crossing the host/guest boundary: bytes plus the encoding they are in.
 ///
 /// The receiver decodes with [`Payload::decode`], whichever encoding the sender chose, so a CLI can
@@ -35,8 +44,64 @@ pub struct Payload {
     /// How `bytes` is encoded.
     pub encoding: Encoding,
     /// The encoded value.
-    #[serde(with = "serde_bytes")]
-    pub bytes: Vec<u8>,
+    #[serde(with = "inline_bytes")]
+    pub bytes: PayloadBytes,
+}
+
+/// [`PayloadBytes`] on the wire as serde bytes, exactly as a `Vec<u8>` under `serde_bytes` (the
+/// encoding the contract has always had), without a heap allocation for a small payload.
+mod inline_bytes {
+    use alloc::string::String;
+    use alloc::vec::Vec;
+    use core::fmt;
+
+    use serde::de::{self, SeqAccess, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    use super::PayloadBytes;
+
+    pub(super) fn serialize<S: Serializer>(bytes: &PayloadBytes, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(bytes)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PayloadBytes, D::Error> {
+        d.deserialize_byte_buf(BytesVisitor)
+    }
+
+    struct BytesVisitor;
+
+    impl<'de> Visitor<'de> for BytesVisitor {
+        type Value = PayloadBytes;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a byte array")
+        }
+
+        fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<PayloadBytes, E> {
+            Ok(PayloadBytes::from_slice(v))
+        }
+
+        fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<PayloadBytes, E> {
+            Ok(PayloadBytes::from_vec(v))
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<PayloadBytes, E> {
+            Ok(PayloadBytes::from_slice(v.as_bytes()))
+        }
+
+        fn visit_string<E: de::Error>(self, v: String) -> Result<PayloadBytes, E> {
+            Ok(PayloadBytes::from_vec(v.into_bytes()))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<PayloadBytes, A::Error> {
+            // The hint is the sender's word: trusted only up to a small bound.
+            let mut bytes = PayloadBytes::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+            while let Some(byte) = seq.next_element()? {
+                bytes.push(byte);
+            }
+            Ok(bytes)
+        }
+    }
 }
 
 /// Why a value could not be encoded into or decoded from a [`Payload`].
@@ -58,7 +123,7 @@ impl Payload {
     pub const fn empty() -> Payload {
         Payload {
             encoding: Encoding::Postcard,
-            bytes: Vec::new(),
+            bytes: PayloadBytes::new_const(),
         }
     }
 
@@ -66,7 +131,7 @@ impl Payload {
     pub fn json_bytes(bytes: Vec<u8>) -> Payload {
         Payload {
             encoding: Encoding::Json,
-            bytes,
+            bytes: PayloadBytes::from_vec(bytes),
         }
     }
 
@@ -74,7 +139,7 @@ impl Payload {
     pub fn postcard_bytes(bytes: Vec<u8>) -> Payload {
         Payload {
             encoding: Encoding::Postcard,
-            bytes,
+            bytes: PayloadBytes::from_vec(bytes),
         }
     }
 
@@ -82,7 +147,7 @@ impl Payload {
     pub fn opaque(bytes: Vec<u8>) -> Payload {
         Payload {
             encoding: Encoding::Bytes,
-            bytes,
+            bytes: PayloadBytes::from_vec(bytes),
         }
     }
 
@@ -95,8 +160,11 @@ impl Payload {
 
     /// Encodes `value` as postcard.
     pub fn to_postcard<T: Serialize + ?Sized>(value: &T) -> Result<Payload, PayloadError> {
-        postcard::to_allocvec(value)
-            .map(Payload::postcard_bytes)
+        postcard::to_extend(value, PayloadBytes::new())
+            .map(|bytes| Payload {
+                encoding: Encoding::Postcard,
+                bytes,
+            })
             .map_err(|e| PayloadError::Postcard(e.to_string()))
     }
 

@@ -546,7 +546,7 @@ fn the_library_client_talks_to_a_server_as_to_a_store() {
         .result("lib-1", Some(Duration::from_secs(60)))
         .unwrap();
     assert_eq!(done.state, wfhost::WorkflowState::Completed);
-    assert_eq!(done.result.unwrap().bytes, br#"{"n":1}"#);
+    assert_eq!(&done.result.unwrap().bytes[..], br#"{"n":1}"#);
     assert_eq!(done.input.unwrap(), input);
     let history = client.history("lib-1", None, 100).unwrap();
     assert_eq!(history.items.len(), 1);

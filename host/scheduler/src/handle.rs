@@ -9,7 +9,6 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
 
 use crate::counters::Counters;
-use crate::inbox::Refused;
 use crate::outbox::Outbox;
 use crate::process::{FailureKind, Process, ProcessError, ProcessResult, Waker};
 use crate::shared::{child_ended, Shared};
@@ -308,10 +307,7 @@ impl SchedulerHandle {
         event.tag = wfcontract::Tag(number);
         self.shared
             .deliver_to(to, event)
-            .map_err(|refused| match refused {
-                Refused::Closed => Error::NoSuchProcess(to),
-                Refused::Full => Error::MailboxFull(to),
-            })
+            .map_err(|refused| crate::handlers::refused_send(to, refused))
     }
 
     /// Delivers a cancel to `pid`, ahead of any queued messages. The process decides what to do;

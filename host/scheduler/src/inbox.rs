@@ -139,6 +139,11 @@ impl Inbox {
         self.accept > 0 && !self.mailbox.is_empty()
     }
 
+    /// Whether the process has finished: pushes fail.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed
+    }
+
     /// How many completions wait to be taken.
     pub(crate) fn completions(&self) -> usize {
         self.completions.len()
@@ -163,18 +168,36 @@ impl Inbox {
         self.terminate.take()
     }
 
-    /// Moves up to `budget` events into `out`: signals, then completions, then the messages the
-    /// process asked for; and no more payload bytes than `max_bytes`, except that the first event
-    /// always goes. Returns how many.
+    /// Moves up to `budget` events into `out`: signals, then completions (first those in
+    /// `inline`, completed during the process's last step and not queued here, then the queued
+    /// ones), then the messages the process asked for; and no more payload bytes than
+    /// `max_bytes`, except that the first event always goes. Returns how many.
     pub(crate) fn drain_into(
         &mut self,
         out: &mut Vec<Event>,
+        inline: &mut Vec<Event>,
         budget: usize,
         max_bytes: usize,
     ) -> usize {
         let mut taken = 0;
         let mut bytes = 0usize;
         for lane in 0..3 {
+            if lane == 1 && !inline.is_empty() {
+                let mut first = 0;
+                while taken < budget && first < inline.len() {
+                    let size = event_bytes(&inline[first]);
+                    if taken > 0 && bytes.saturating_add(size) > max_bytes {
+                        break;
+                    }
+                    bytes = bytes.saturating_add(size);
+                    taken += 1;
+                    first += 1;
+                }
+                out.extend(inline.drain(..first));
+                if !inline.is_empty() {
+                    return taken;
+                }
+            }
             while taken < budget {
                 let queue = match lane {
                     0 => &mut self.signals,
@@ -246,11 +269,62 @@ mod tests {
             assert_eq!(inbox.push(Event::cancel()), Ok(Some(Wake::Message)));
         }
         let mut out = Vec::new();
-        assert_eq!(inbox.drain_into(&mut out, usize::MAX, usize::MAX), 1);
+        assert_eq!(
+            inbox.drain_into(&mut out, &mut Vec::new(), usize::MAX, usize::MAX),
+            1
+        );
         assert_eq!(out[0].kind, EventKind::Cancel);
         // Taken, the next cancel waits again.
         inbox.push(Event::cancel()).unwrap();
-        assert_eq!(inbox.drain_into(&mut out, usize::MAX, usize::MAX), 1);
+        assert_eq!(
+            inbox.drain_into(&mut out, &mut Vec::new(), usize::MAX, usize::MAX),
+            1
+        );
+    }
+
+    /// Completions given inline during the last step come after a cancel and before queued
+    /// completions and messages, within the same budget and byte limit; what does not fit stays
+    /// for the next drain.
+    #[test]
+    fn inline_completions_are_taken_in_the_completion_lane() {
+        let completion = |tag: u64, bytes: usize| {
+            Event::completion(Tag(tag), Ok(Payload::postcard_bytes(vec![0; bytes])))
+        };
+        let mut inbox = Inbox::default();
+        inbox.accept(u32::MAX);
+        inbox.push(message(9)).unwrap();
+        inbox.push(completion(5, 0)).unwrap();
+        inbox.push(Event::cancel()).unwrap();
+        let mut inline = vec![completion(1, 0), completion(2, 0), completion(3, 0)];
+        let mut out = Vec::new();
+        assert_eq!(inbox.drain_into(&mut out, &mut inline, 3, usize::MAX), 3);
+        let seen: Vec<(EventKind, u64)> = out.iter().map(|e| (e.kind, e.tag.0)).collect();
+        assert_eq!(
+            seen,
+            [
+                (EventKind::Cancel, 0),
+                (EventKind::YieldComplete, 1),
+                (EventKind::YieldComplete, 2)
+            ]
+        );
+        assert_eq!(inline.len(), 1);
+        out.clear();
+        assert_eq!(inbox.drain_into(&mut out, &mut inline, 32, usize::MAX), 3);
+        let seen: Vec<(EventKind, u64)> = out.iter().map(|e| (e.kind, e.tag.0)).collect();
+        assert_eq!(
+            seen,
+            [
+                (EventKind::YieldComplete, 3),
+                (EventKind::YieldComplete, 5),
+                (EventKind::Message, 0)
+            ]
+        );
+        // The byte limit holds for inline ones too; the first event always goes.
+        let mut inline = vec![completion(1, 60), completion(2, 60)];
+        inbox.push(completion(7, 0)).unwrap();
+        out.clear();
+        assert_eq!(inbox.drain_into(&mut out, &mut inline, 32, 100), 1);
+        assert_eq!((inline.len(), inbox.completions()), (1, 1));
     }
 
     #[test]
@@ -262,7 +336,10 @@ mod tests {
         }
         inbox.push(Event::cancel()).unwrap();
         let mut out = Vec::new();
-        assert_eq!(inbox.drain_into(&mut out, 32, usize::MAX), 32);
+        assert_eq!(
+            inbox.drain_into(&mut out, &mut Vec::new(), 32, usize::MAX),
+            32
+        );
         assert_eq!(out[0].kind, EventKind::Cancel);
         assert_eq!(out[1].from, Pid(0));
         assert_eq!(out[31].from, Pid(30));
@@ -279,10 +356,16 @@ mod tests {
         );
         assert_eq!(inbox.push(message(2)), Ok(Some(Wake::Message)));
         let mut out = Vec::new();
-        assert_eq!(inbox.drain_into(&mut out, 2, usize::MAX), 2);
+        assert_eq!(
+            inbox.drain_into(&mut out, &mut Vec::new(), 2, usize::MAX),
+            2
+        );
         assert_eq!((out[0].tag, out[1].from), (Tag(7), Pid(1)));
         assert!(!inbox.is_empty());
-        assert_eq!(inbox.drain_into(&mut out, 2, usize::MAX), 1);
+        assert_eq!(
+            inbox.drain_into(&mut out, &mut Vec::new(), 2, usize::MAX),
+            1
+        );
         assert!(inbox.is_empty());
     }
 
@@ -339,7 +422,10 @@ mod tests {
         inbox.push(big(4)).unwrap();
         assert_eq!(inbox.push(big(1)), Err(Refused::Full));
         let mut out = Vec::new();
-        assert_eq!(inbox.drain_into(&mut out, 1, usize::MAX), 1);
+        assert_eq!(
+            inbox.drain_into(&mut out, &mut Vec::new(), 1, usize::MAX),
+            1
+        );
         // Took the one it asked for: the next message waits, and wakes nothing.
         assert_eq!(inbox.push(big(6)), Ok(None));
         assert_eq!(inbox.push(big(1)), Err(Refused::Full));
@@ -360,10 +446,10 @@ mod tests {
             inbox.push(sized(n)).unwrap();
         }
         let mut out = Vec::new();
-        assert_eq!(inbox.drain_into(&mut out, 32, 100), 2);
-        assert_eq!(inbox.drain_into(&mut out, 32, 100), 1);
+        assert_eq!(inbox.drain_into(&mut out, &mut Vec::new(), 32, 100), 2);
+        assert_eq!(inbox.drain_into(&mut out, &mut Vec::new(), 32, 100), 1);
         // Larger than the budget on its own: it still goes, alone.
-        assert_eq!(inbox.drain_into(&mut out, 32, 100), 1);
+        assert_eq!(inbox.drain_into(&mut out, &mut Vec::new(), 32, 100), 1);
         assert_eq!(out.len(), 4);
         assert!(inbox.is_empty());
     }
@@ -383,8 +469,8 @@ mod tests {
         inbox.push(failed(60)).unwrap();
         inbox.push(failed(60)).unwrap();
         let mut out = Vec::new();
-        assert_eq!(inbox.drain_into(&mut out, 32, 100), 1);
-        assert_eq!(inbox.drain_into(&mut out, 32, 100), 1);
+        assert_eq!(inbox.drain_into(&mut out, &mut Vec::new(), 32, 100), 1);
+        assert_eq!(inbox.drain_into(&mut out, &mut Vec::new(), 32, 100), 1);
     }
 
     /// Messages stay here until the process asks for them, and then only as many as it asked for:
@@ -402,10 +488,16 @@ mod tests {
         assert!(inbox.is_empty());
         assert!(!inbox.wakes_idle());
         let mut out = Vec::new();
-        assert_eq!(inbox.drain_into(&mut out, 32, usize::MAX), 0);
+        assert_eq!(
+            inbox.drain_into(&mut out, &mut Vec::new(), 32, usize::MAX),
+            0
+        );
         assert!(inbox.accept(2));
         assert!(inbox.wakes_idle());
-        assert_eq!(inbox.drain_into(&mut out, 32, usize::MAX), 2);
+        assert_eq!(
+            inbox.drain_into(&mut out, &mut Vec::new(), 32, usize::MAX),
+            2
+        );
         assert_eq!(
             out.iter().map(|e| e.from).collect::<Vec<_>>(),
             [Pid(0), Pid(1)]
@@ -415,7 +507,10 @@ mod tests {
         assert!(inbox.accept(1));
         assert_eq!(inbox.push(message(5)), Ok(Some(Wake::Message)));
         assert_eq!(inbox.push(message(6)), Err(Refused::Full));
-        assert_eq!(inbox.drain_into(&mut out, 32, usize::MAX), 1);
+        assert_eq!(
+            inbox.drain_into(&mut out, &mut Vec::new(), 32, usize::MAX),
+            1
+        );
         assert_eq!(out[2].from, Pid(2));
     }
 }

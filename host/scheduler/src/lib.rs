@@ -66,6 +66,7 @@ mod shared;
 mod slot;
 mod state;
 mod sync;
+mod targets;
 mod timer;
 mod worker;
 

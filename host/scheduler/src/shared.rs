@@ -151,6 +151,29 @@ impl Shared {
         Ok(())
     }
 
+    /// As [`deliver`](Self::deliver), but an inbox that is closed (its process ended) gives the
+    /// event back, for a sender that may find the pid under another slot (`targets.rs`).
+    pub(crate) fn deliver_or_return(
+        &self,
+        slot: &Arc<Slot>,
+        event: Event,
+    ) -> Result<Result<(), Refused>, Event> {
+        let wake = {
+            let mut inbox = slot.inbox.lock();
+            if inbox.is_closed() {
+                return Err(event);
+            }
+            match inbox.push(event) {
+                Ok(wake) => wake,
+                Err(refused) => return Ok(Err(refused)),
+            }
+        };
+        if let Some(wake) = wake {
+            self.notify(slot, wake);
+        }
+        Ok(Ok(()))
+    }
+
     /// Tells the process something that may wake it happened; queues it if it did.
     pub(crate) fn notify(&self, slot: &Arc<Slot>, wake: Wake) {
         if slot.state.notify(wake) == Notify::Schedule {

@@ -24,6 +24,7 @@ use crate::shared::{panic_message, Shared};
 use crate::slot::{Body, Held, Slot};
 use crate::state::{Park, State, BLOCKED, IDLE, WAITING};
 use crate::sync::Mutex;
+use crate::targets::Targets;
 
 /// Every this many turns a worker takes from the global queue before its own, so that new
 /// submissions are seen even when the local queue never empties (Go and tokio use 61 too: a prime,
@@ -137,6 +138,8 @@ pub(crate) struct Worker {
     clock: Reading,
     /// The events of the current step; reused.
     events: Vec<Event>,
+    /// The processes this worker's processes sent to lately (`targets.rs`).
+    targets: RefCell<Targets>,
     /// The output of the current step; reused.
     out: StepOutput,
 }
@@ -160,6 +163,7 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize, deque: Deque<Task>) {
         charge: Duration::ZERO,
         clock: clock::now(),
         events: Vec::new(),
+        targets: RefCell::default(),
         out: StepOutput::new(),
     };
     worker.run();
@@ -336,7 +340,9 @@ impl Worker {
         let mut target = BLOCKED;
         loop {
             let (status, left) = 'step: {
-                let mut body = slot.body.lock();
+                // SAFETY: this worker made the process `Running` above and holds it so until
+                // the turn hands it on; the borrow ends before `after_step` borrows again.
+                let mut body = unsafe { slot.body.borrow() };
                 if body.held.is_some() {
                     match self.resume_held(&slot, &mut body) {
                         None => {
@@ -385,11 +391,17 @@ impl Worker {
                     let most = self.shared().config.max_waiting_completions;
                     match inbox.take_terminate() {
                         Some(ended) => Err(ended),
-                        None if inbox.completions() > most => Err(too_many_completions(most)),
+                        None if inbox.completions() + body.completed.get_mut().len() > most => {
+                            Err(too_many_completions(most))
+                        }
                         None => {
                             let max_bytes = self.shared().config.step_bytes;
-                            let count = inbox.drain_into(&mut self.events, budget, max_bytes);
-                            Ok((count, Leftover::of(&inbox)))
+                            let inline = body.completed.get_mut();
+                            let count =
+                                inbox.drain_into(&mut self.events, inline, budget, max_bytes);
+                            let mut left = Leftover::of(&inbox);
+                            left.any |= !inline.is_empty();
+                            Ok((count, left))
                         }
                     }
                 };
@@ -463,7 +475,9 @@ impl Worker {
                 if *budget == 0 || out_of_time {
                     // Remembered with the process, so the next turn steps it though no
                     // event will arrive.
-                    slot.body.lock().step_due = true;
+                    // SAFETY: still `Running` on this worker (it is requeued just below), and
+                    // the turn's borrow ended with the step.
+                    unsafe { slot.body.borrow() }.step_due = true;
                     self.requeue(Arc::clone(slot), started, out_of_time);
                     return AfterStep::Return;
                 }
@@ -621,7 +635,7 @@ impl Worker {
                 // Those the process lets go before its release: what they complete inline is in
                 // the inbox when the release resumes it.
                 let mut early: Vec<Yield> = yields.drain(..first).collect();
-                self.dispatch(slot, &**process, &mut early, 0, &mut notes)?;
+                self.dispatch(slot, &**process, &body.completed, &mut early, 0, &mut notes)?;
             }
             // The rest is acted on when released, at a later turn (`resume_held`).
             body.held = Some(Held {
@@ -635,9 +649,23 @@ impl Worker {
         }
         let mut yields = std::mem::take(&mut self.out.yields);
         let dispatched = if notes.is_empty() {
-            self.dispatch(slot, &**process, &mut yields, 0, &mut NoNotes)
+            self.dispatch(
+                slot,
+                &**process,
+                &body.completed,
+                &mut yields,
+                0,
+                &mut NoNotes,
+            )
         } else {
-            self.dispatch(slot, &**process, &mut yields, 0, &mut notes)
+            self.dispatch(
+                slot,
+                &**process,
+                &body.completed,
+                &mut yields,
+                0,
+                &mut notes,
+            )
         };
         yields.clear();
         self.out.yields = yields;
@@ -669,8 +697,22 @@ impl Worker {
         } = body.held.take().expect("checked by the caller");
         let process = body.process.as_mut().expect("present until finished");
         let dispatched = match notes.as_deref_mut() {
-            Some(notes) => self.dispatch(slot, &**process, &mut yields, offset, notes),
-            None => self.dispatch(slot, &**process, &mut yields, offset, &mut NoNotes),
+            Some(notes) => self.dispatch(
+                slot,
+                &**process,
+                &body.completed,
+                &mut yields,
+                offset,
+                notes,
+            ),
+            None => self.dispatch(
+                slot,
+                &**process,
+                &body.completed,
+                &mut yields,
+                offset,
+                &mut NoNotes,
+            ),
         };
         Some(dispatched.map(|completed_inline| Stepped {
             status,
@@ -686,6 +728,7 @@ impl Worker {
         &self,
         slot: &Arc<Slot>,
         process: &dyn Process,
+        completed: &RefCell<Vec<Event>>,
         yields: &mut Vec<Yield>,
         offset: usize,
         notes: &mut impl NoteSource,
@@ -693,7 +736,8 @@ impl Worker {
         let cx = Context {
             handle: &self.handle,
             slot,
-            completed_inline: std::sync::atomic::AtomicBool::new(false),
+            inline: completed,
+            targets: &self.targets,
         };
         for (index, Yield { tag, command }) in yields.drain(..).enumerate() {
             let note = notes.take(offset + index);
@@ -727,11 +771,13 @@ impl Worker {
                 ));
             }
         }
-        Ok(cx.completed_inline.into_inner())
+        Ok(!completed.borrow().is_empty())
     }
 
     fn finish_with(&self, slot: &Arc<Slot>, result: Result<wfcontract::Payload, ProcessError>) {
-        let mut body = slot.body.lock();
+        // SAFETY: called by the worker that holds the process `Running`, outside the turn's
+        // borrow of the body.
+        let mut body = unsafe { slot.body.borrow() };
         self.shared().finish(slot, &mut body, result);
     }
 
@@ -795,7 +841,9 @@ fn settle(
     body.accepting = receive;
     let mut inbox = slot.inbox.lock();
     inbox.accept(receive);
-    (Some(status), Leftover::of(&inbox))
+    let mut left = Leftover::of(&inbox);
+    left.any |= completed_inline;
+    (Some(status), left)
 }
 
 /// The end of a turn: parks the process as `target` (`BLOCKED` or `IDLE`) unless events that wake

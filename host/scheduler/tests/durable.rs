@@ -353,7 +353,7 @@ fn a_held_process_takes_no_turn_until_it_is_woken() {
     scheduler.waker(pid).expect("it exists").wake();
     let (ended, result) = rx.recv_timeout(PATIENCE).unwrap();
     assert_eq!(ended, pid);
-    assert_eq!(result.unwrap().bytes, b"3");
+    assert_eq!(&result.unwrap().bytes[..], b"3");
     assert_eq!(inits.load(Ordering::SeqCst), 1);
     assert!(scheduler.waker(pid).is_none());
 

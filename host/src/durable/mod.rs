@@ -691,9 +691,7 @@ impl wfhost_scheduler::Handler for DurableSend {
             return wfhost_scheduler::send_handler(request, cx);
         };
         let number = *number;
-        let mut result =
-            cx.scheduler()
-                .send_numbered(cx.pid(), send.to, number, send.message.clone());
+        let mut result = cx.send_numbered(send.to, number, send.message.clone());
         if let Err(wfhost_scheduler::Error::NoSuchProcess(_)) = &result {
             // On a shared store, a workflow another host runs takes it from the store.
             if self.0.runs_elsewhere(send.to) {

@@ -212,7 +212,7 @@ impl SharedBoard {
                     &id,
                     &host,
                     &&*function,
-                    &input.bytes,
+                    &&input.bytes[..],
                     &encoding_code(input.encoding),
                     &key,
                 ],
@@ -325,7 +325,7 @@ impl SharedBoard {
                     function: row.get(1),
                     input: Payload {
                         encoding: encoding_of(row.get(3)),
-                        bytes: row.get(2),
+                        bytes: wfcontract::PayloadBytes::from_slice(row.get::<_, &[u8]>(2)),
                     },
                     idempotency_key: row.get(4),
                     attempt: u32::try_from(attempt).unwrap_or(0),

@@ -277,7 +277,7 @@ fn on_ctrl_c(host: Host, root: Pid, grace: Duration) -> anyhow::Result<()> {
 /// The result as JSON text.
 pub(super) fn render(result: &Payload) -> anyhow::Result<String> {
     match result.encoding {
-        Encoding::Json => String::from_utf8(result.bytes.clone())
+        Encoding::Json => String::from_utf8(result.bytes.to_vec())
             .context("the workflow returned JSON that is not UTF-8"),
         encoding => {
             let hex: String = result.bytes.iter().map(|b| format!("{b:02x}")).collect();

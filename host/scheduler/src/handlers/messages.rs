@@ -12,8 +12,7 @@ pub fn send(request: Request, cx: &Context<'_>) {
         let result = if send.to == Pid::HOST {
             send_to_host(cx, send.message)
         } else {
-            cx.scheduler()
-                .send_from(cx.pid(), send.to, send.message)
+            cx.send_numbered(send.to, 0, send.message)
                 .map_err(Error::into_command_error)
         };
         cx.complete(request.tag, result.map(|()| Payload::empty()));

@@ -65,9 +65,11 @@ where
 pub struct Context<'a> {
     pub(crate) handle: &'a SchedulerHandle,
     pub(crate) slot: &'a Arc<Slot>,
-    /// Set when a yield was completed inline: the worker must not park the process on what it
-    /// saw in the inbox before the step.
-    pub(crate) completed_inline: std::sync::atomic::AtomicBool,
+    /// The completions given inline ([`Context::complete`]): the process body's own lane, which
+    /// its next step takes without a trip through the inbox's lock (see `Body::completed`).
+    pub(crate) inline: &'a std::cell::RefCell<Vec<Event>>,
+    /// The worker's cache of the processes its processes send to (`targets.rs`).
+    pub(crate) targets: &'a std::cell::RefCell<crate::targets::Targets>,
 }
 
 impl Context<'_> {
@@ -88,11 +90,38 @@ impl Context<'_> {
 
     /// Completes yield `tag` of the requesting process now.
     pub fn complete(&self, tag: Tag, result: Result<Payload, CommandError>) {
-        // The process is `Running` on this very worker, which checks its inbox after dispatching
-        // the yields: no wake-up is needed, only the event.
-        let _ = self.slot.inbox.lock().push(Event::completion(tag, result));
-        self.completed_inline
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        // The process is `Running` on this very worker, which takes these after dispatching the
+        // yields: no wake-up is needed, only the event.
+        self.inline
+            .borrow_mut()
+            .push(Event::completion(tag, result));
+    }
+
+    /// Sends `message` from the requesting process to `to`, as
+    /// [`SchedulerHandle::send_numbered`] does (`number` is the message's tag: zero, or a durable
+    /// host's number for it), finding `to` through the worker's cache of recent receivers first.
+    pub fn send_numbered(&self, to: Pid, number: u64, message: Payload) -> Result<(), Error> {
+        let mut event = Event::message(self.slot.pid, message);
+        event.tag = Tag(number);
+        let shared = &self.handle.shared;
+        let mut targets = self.targets.borrow_mut();
+        let event = match targets.get(to) {
+            Some(slot) => match shared.deliver_or_return(slot, event) {
+                Ok(delivered) => return delivered.map_err(|refused| refused_send(to, refused)),
+                // Its process ended: the pid may have another slot now.
+                Err(event) => {
+                    targets.forget(to);
+                    event
+                }
+            },
+            None => event,
+        };
+        let slot = shared.slot(to).ok_or(Error::NoSuchProcess(to))?;
+        shared
+            .deliver(&slot, event)
+            .map_err(|refused| refused_send(to, refused))?;
+        targets.insert(slot);
+        Ok(())
     }
 
     /// Spawns a child of the requesting process: as [`SchedulerHandle::spawn_with`] with
@@ -138,6 +167,14 @@ impl Completer {
         self.handle
             .shared
             .complete_slot(&self.slot, self.tag, result);
+    }
+}
+
+/// The error a send refused with `refused` returns.
+pub(crate) fn refused_send(to: Pid, refused: crate::inbox::Refused) -> Error {
+    match refused {
+        crate::inbox::Refused::Closed => Error::NoSuchProcess(to),
+        crate::inbox::Refused::Full => Error::MailboxFull(to),
     }
 }
 
