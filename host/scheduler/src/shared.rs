@@ -19,7 +19,7 @@ use crate::observe::Observer;
 use crate::park::Idle;
 use crate::process::{FailureKind, ProcessError, ProcessResult};
 use crate::queue::{Queues, Task};
-use crate::slot::{Body, Notice, PidHash, Slot, Start};
+use crate::slot::{Body, Notice, Slot, Start, TableHash};
 use crate::state::{Notify, Wake};
 use crate::timer::{Action, Timer};
 use crate::worker;
@@ -31,7 +31,7 @@ const TABLE_SHARDS: usize = 256;
 pub(crate) struct Shared {
     pub(crate) config: Config,
     /// Every process that has not ended, plus ended ones whose result is retained for a parent.
-    pub(crate) table: DashMap<Pid, Arc<Slot>, PidHash>,
+    pub(crate) table: DashMap<Pid, Arc<Slot>, TableHash>,
     /// The counters every spawn and exit writes, from every worker, each on a cache line of its
     /// own, away from the fields each turn only reads (`shutdown`, the configuration), so that
     /// those reads do not share a line other workers keep writing.
@@ -67,7 +67,7 @@ impl Shared {
         Shared {
             counters: CounterSet::new(config.workers),
             config,
-            table: DashMap::with_hasher_and_shard_amount(PidHash::default(), TABLE_SHARDS),
+            table: DashMap::with_hasher_and_shard_amount(TableHash::default(), TABLE_SHARDS),
             next_pid: CachePadded::new(AtomicU64::new(1)),
             live: CachePadded::new(AtomicUsize::new(0)),
             surviving: CachePadded::new(AtomicUsize::new(0)),
@@ -260,6 +260,9 @@ impl Shared {
     pub(crate) fn finish(&self, slot: &Arc<Slot>, body: &mut Body, result: ProcessResult) {
         body.start = None;
         body.held = None;
+        // What its handlers completed and no step took ends with it (the slot itself may stay
+        // in memory a while: retained for a join, or in a worker's cache of send targets).
+        *body.completed.get_mut() = Vec::new();
         if let Some(mut process) = body.process.take() {
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| process.end(&result))) {
                 tracing::warn!(pid = %slot.pid, "end panicked: {}", panic_message(&*panic));
@@ -591,6 +594,9 @@ impl<'a> UndoSpawn<'a> {
         if self.claimed {
             shared.table.remove(&pid);
         }
+        // A sender may have found it in the table meanwhile (and cached it, `targets.rs`):
+        // closed, its inbox refuses what comes next, and a cached entry is seen to be stale.
+        self.slot.inbox.lock().close();
         // Taken back from its parent too, or it would count against the parent's children.
         if let Some(parent) = self.parent {
             parent.exit.lock().children.remove(&pid);

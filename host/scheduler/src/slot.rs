@@ -243,14 +243,9 @@ impl Slot {
     }
 }
 
-/// Hashes pids for the pid table. Pids are handed out in order, and the processes a worker
-/// spawns, messages and ends together have neighbouring pids, so the hash keeps neighbours
-/// together: runs of 16 consecutive pids share a shard of the table and sit in consecutive
-/// buckets, and the next run goes to the next shard (spreading spawns from many threads over the
-/// shards' locks). Only the 7 bits that hashbrown compares within a group come from a mixing
-/// multiplication. Scattering every pid with one multiplication (as before) made each spawn,
-/// lookup and exit of a million short processes a cache miss: 16% of the native skynet bench,
-/// against 3% now.
+/// Hashes pids for maps other than the pid table (a parent's children): one multiplication by
+/// 2^64/φ (Fibonacci hashing) spreads consecutive pids over every bit, the low bits that pick a
+/// bucket and the high ones hashbrown tags with.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct PidHasher(u64);
 
@@ -267,21 +262,53 @@ impl std::hash::Hasher for PidHasher {
     }
 
     fn write_u64(&mut self, n: u64) {
-        let n = self.0 ^ n;
-        // The top 7 bits are hashbrown's tag: mixed, to tell keys in a group apart.
-        let tag = n.wrapping_mul(0x9E37_79B9_7F4A_7C15) & (0x7F << 57);
-        // The next 8 pick dashmap's shard: runs of 16 consecutive pids share one, the next run
-        // the next one.
-        let shard = ((n >> 4) & 0xFF) << 49;
-        // The low bits pick the bucket: consecutive within a run, the shard's runs one after
-        // another, so neighbouring pids share cache lines.
-        let bucket = (((n >> 12) << 4) | (n & 0xF)) & ((1 << 49) - 1);
-        self.0 = tag | shard | bucket;
+        self.0 = (self.0 ^ n).wrapping_mul(FIBONACCI);
     }
 }
 
 /// Builds [`PidHasher`]s.
 pub(crate) type PidHash = std::hash::BuildHasherDefault<PidHasher>;
+
+/// 2^64 divided by the golden ratio.
+const FIBONACCI: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// Hashes pids for the pid table (a `DashMap`: its shard is hash bits 49..57, and within the
+/// shard hashbrown places a key by the low bits and tags it with the top 7). Pids are handed out
+/// in order, and the processes a worker spawns, messages and ends together have neighbouring
+/// pids, so this hash keeps neighbours near: consecutive pids go to consecutive shards (spawns
+/// from several workers at once take different shards' locks), and within a shard they sit in
+/// consecutive buckets (a burst of spawns, or of exits, touches a few cache lines per shard).
+/// The bits above 40 (a shared store's host ranges, `host << 40`) move a range to a place of its
+/// own in the buckets, so that ranges with the same low bits do not pile up on the same ones.
+/// Only the tag is mixed. Scattering every pid with one multiplication made each spawn, lookup
+/// and exit of a million short processes a cache miss: 16% of the native skynet bench, 3% now.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TableHasher(u64);
+
+impl std::hash::Hasher for TableHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only reached for keys other than `Pid`: scattered, as `PidHasher` does.
+        for &byte in bytes {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(FIBONACCI);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        let n = self.0 ^ n;
+        let tag = n.wrapping_mul(FIBONACCI) & (0x7F << 57);
+        let shard = (n & 0xFF) << 49;
+        let range = (n >> 40).wrapping_mul(FIBONACCI) >> 20;
+        let bucket = (n >> 8).wrapping_add(range) & ((1 << 49) - 1);
+        self.0 = tag | shard | bucket;
+    }
+}
+
+/// Builds [`TableHasher`]s.
+pub(crate) type TableHash = std::hash::BuildHasherDefault<TableHasher>;
 
 #[cfg(all(test, not(loom)))]
 mod tests {
@@ -309,6 +336,33 @@ mod tests {
         let _first = unsafe { cell.borrow() };
         // SAFETY: deliberately not: the check must fire before any access aliases.
         let _second = unsafe { cell.borrow() };
+    }
+
+    fn table_hash(pid: u64) -> u64 {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let mut hasher = TableHash::default().build_hasher();
+        Pid(pid).hash(&mut hasher);
+        hasher.finish()
+    }
+
+    /// Consecutive pids take consecutive shards, and a shard's pids consecutive buckets; the
+    /// same offsets in two hosts' ranges land apart.
+    #[test]
+    fn the_table_hash_keeps_neighbours_near_and_ranges_apart() {
+        let shard = |h: u64| (h << 7) >> 56;
+        let bucket = |h: u64| h & ((1 << 49) - 1);
+        for pid in [1u64, 1000, 1 << 40, (7 << 40) + 12345] {
+            assert_eq!(
+                shard(table_hash(pid + 1)),
+                (shard(table_hash(pid)) + 1) % 256
+            );
+            assert_eq!(bucket(table_hash(pid + 256)), bucket(table_hash(pid)) + 1);
+        }
+        let low = |h: u64| bucket(h) & 0xFFFFF;
+        let apart = (0..10_000u64)
+            .filter(|k| low(table_hash(k * 256)) != low(table_hash((1 << 40) + k * 256)))
+            .count();
+        assert_eq!(apart, 10_000);
     }
 
     #[test]
