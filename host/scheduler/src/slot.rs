@@ -339,10 +339,8 @@ mod tests {
     }
 
     fn table_hash(pid: u64) -> u64 {
-        use std::hash::{BuildHasher, Hash, Hasher};
-        let mut hasher = TableHash::default().build_hasher();
-        Pid(pid).hash(&mut hasher);
-        hasher.finish()
+        use std::hash::BuildHasher;
+        TableHash::default().hash_one(Pid(pid))
     }
 
     /// Consecutive pids take consecutive shards, and a shard's pids consecutive buckets; the
