@@ -133,6 +133,12 @@ impl Queues {
 
     /// A process whose last turn used up its time slice, if any.
     pub(crate) fn pop_overrun(&self) -> Option<Task> {
+        // Looked at first: a steal from an empty injector costs a full fence, and this queue is
+        // looked at every turn and nearly always empty. Missing a task pushed just now is fine:
+        // its pusher woke a worker, and the next look finds it.
+        if self.overrun.is_empty() {
+            return None;
+        }
         loop {
             match self.overrun.steal() {
                 Steal::Success(task) => return Some(task),
@@ -154,6 +160,10 @@ impl Queues {
 
     /// One new process, if any.
     fn pop_fresh(&self) -> Option<Task> {
+        // As in `pop_overrun`.
+        if self.fresh.is_empty() {
+            return None;
+        }
         loop {
             match self.fresh.steal() {
                 Steal::Success(task) => return Some(task),
@@ -166,6 +176,10 @@ impl Queues {
     /// Takes one task from the global queue and moves a fair share of the rest into `local`: the
     /// queue's length divided among the workers, at most [`GLOBAL_BATCH`] (Go's `globrunqget`).
     fn pop_global(&self, local: &Worker<Task>) -> Option<Task> {
+        // As in `pop_overrun`.
+        if self.global.is_empty() {
+            return None;
+        }
         let share = (self.global.len() / self.stealers.len()).min(GLOBAL_BATCH);
         let wanted = local.len() + share;
         let task = loop {
