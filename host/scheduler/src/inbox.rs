@@ -43,12 +43,14 @@ fn event_bytes(event: &Event) -> usize {
 
 #[derive(Debug)]
 pub(crate) struct Inbox {
-    signals: VecDeque<Event>,
+    /// A cancel waits (the signal lane: one is as good as many, and every cancel is the same
+    /// event, `Event::cancel()`).
+    cancelled: bool,
     completions: VecDeque<Event>,
     mailbox: VecDeque<Event>,
-    /// Set by `terminate`: the next turn ends the process, with this kind and reason, without
-    /// stepping it.
-    terminate: Option<(FailureKind, String)>,
+    /// Set by `terminate` (boxed: rare, and every inbox carries the field): the next turn ends
+    /// the process, with this kind and reason, without stepping it.
+    terminate: Option<Box<(FailureKind, String)>>,
     /// Set once, when the process finishes; pushes fail from then on.
     closed: bool,
     /// The size of the payloads in the mailbox.
@@ -86,7 +88,7 @@ impl Inbox {
     /// ([`Inbox::accept`]).
     pub(crate) fn with_limit(limit: MailboxLimit) -> Inbox {
         Inbox {
-            signals: VecDeque::new(),
+            cancelled: false,
             completions: VecDeque::new(),
             mailbox: VecDeque::new(),
             terminate: None,
@@ -106,9 +108,7 @@ impl Inbox {
         Ok(match event.kind {
             EventKind::Cancel => {
                 // A cancel is a cancel: one waiting is enough, however many are sent.
-                if self.signals.is_empty() {
-                    self.signals.push_back(event);
-                }
+                self.cancelled = true;
                 Some(Wake::Message)
             }
             EventKind::Message => {
@@ -154,7 +154,8 @@ impl Inbox {
         if self.closed {
             return Err(Refused::Closed);
         }
-        self.terminate.get_or_insert((kind, reason));
+        self.terminate
+            .get_or_insert_with(|| Box::new((kind, reason)));
         Ok(())
     }
 
@@ -165,7 +166,7 @@ impl Inbox {
     }
 
     pub(crate) fn take_terminate(&mut self) -> Option<(FailureKind, String)> {
-        self.terminate.take()
+        self.terminate.take().map(|ended| *ended)
     }
 
     /// Moves up to `budget` events into `out`: signals, then completions (first those in
@@ -181,7 +182,13 @@ impl Inbox {
     ) -> usize {
         let mut taken = 0;
         let mut bytes = 0usize;
-        for lane in 0..3 {
+        // The signal lane; a cancel carries no bytes.
+        if self.cancelled && taken < budget {
+            self.cancelled = false;
+            out.push(Event::cancel());
+            taken += 1;
+        }
+        for lane in 1..3 {
             if lane == 1 && !inline.is_empty() {
                 let mut first = 0;
                 while taken < budget && first < inline.len() {
@@ -200,7 +207,6 @@ impl Inbox {
             }
             while taken < budget {
                 let queue = match lane {
-                    0 => &mut self.signals,
                     1 => &mut self.completions,
                     _ if self.accept == 0 => break,
                     _ => &mut self.mailbox,
@@ -234,16 +240,14 @@ impl Inbox {
     /// True when something is queued that wakes an `Idle` process: a cancel, a termination, or a
     /// message it asked for.
     pub(crate) fn wakes_idle(&self) -> bool {
-        !self.signals.is_empty()
-            || (self.accept > 0 && !self.mailbox.is_empty())
-            || self.terminate.is_some()
+        self.cancelled || (self.accept > 0 && !self.mailbox.is_empty()) || self.terminate.is_some()
     }
 
     /// Refuses further events and frees the queued ones.
     pub(crate) fn close(&mut self) {
         self.closed = true;
         self.terminate = None;
-        self.signals = VecDeque::new();
+        self.cancelled = false;
         self.completions = VecDeque::new();
         self.mailbox = VecDeque::new();
         self.mailbox_bytes = 0;

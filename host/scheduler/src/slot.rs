@@ -65,8 +65,9 @@ pub(crate) struct Body {
     /// What the last step asked to receive ([`StepOutput::receive`](wfcontract::StepOutput)), as
     /// given to the inbox.
     pub(crate) accepting: u32,
-    /// A step whose yields and status wait for its release (see `Process::journal`).
-    pub(crate) held: Option<Held>,
+    /// A step whose yields and status wait for its release (see `Process::journal`). Boxed:
+    /// only a durable process's steps are held, and the body of every process stays small.
+    pub(crate) held: Option<Box<Held>>,
     /// Completions its handlers gave at once ([`Context::complete`](crate::Context::complete)),
     /// not yet taken by a step: the next drain takes them ahead of the inbox's completions. They
     /// never go through the inbox's lock: only whoever holds the process `Running` touches them,
@@ -361,6 +362,16 @@ mod tests {
             .filter(|k| low(table_hash(k * 256)) != low(table_hash((1 << 40) + k * 256)))
             .count();
         assert_eq!(apart, 10_000);
+    }
+
+    /// What every process costs the scheduler before it holds anything: the slot (plus the
+    /// `Arc`'s two counts). Rare parts are boxed (a held step, a pending termination) and a
+    /// cancel is a flag, so that a million waiting processes stay small.
+    #[test]
+    fn a_slot_is_small() {
+        let size = std::mem::size_of::<Slot>();
+        eprintln!("slot: {size} bytes");
+        assert!(size <= 448, "a slot takes {size} bytes");
     }
 
     #[test]

@@ -638,13 +638,13 @@ impl Worker {
                 self.dispatch(slot, &**process, &body.completed, &mut early, 0, &mut notes)?;
             }
             // The rest is acted on when released, at a later turn (`resume_held`).
-            body.held = Some(Held {
+            body.held = Some(Box::new(Held {
                 status,
                 receive,
                 yields,
                 notes: (!notes.is_empty()).then(|| Box::new(notes)),
                 offset: first,
-            });
+            }));
             return Ok(None);
         }
         let mut yields = std::mem::take(&mut self.out.yields);
@@ -694,7 +694,7 @@ impl Worker {
             mut yields,
             mut notes,
             offset,
-        } = body.held.take().expect("checked by the caller");
+        } = *body.held.take().expect("checked by the caller");
         let process = body.process.as_mut().expect("present until finished");
         let dispatched = match notes.as_deref_mut() {
             Some(notes) => self.dispatch(
