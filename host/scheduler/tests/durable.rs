@@ -378,3 +378,132 @@ fn a_held_process_takes_no_turn_until_it_is_woken() {
     assert_eq!(result.unwrap_err().message(), "enough");
     assert_eq!(scheduler.live(), 0);
 }
+
+/// Records what it is sent, tagged with its generation, and ends at "stop".
+struct Collector {
+    generation: u32,
+    seen: Sender<(u32, String)>,
+}
+
+impl Process for Collector {
+    fn init(&mut self, _: &InitContext, _: &str, _: Payload) -> Result<(), ProcessError> {
+        Ok(())
+    }
+
+    fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+        out.receive = u32::MAX;
+        out.status = Status::Idle;
+        for event in events {
+            if event.kind == EventKind::Message {
+                let text: String = event.data.decode().unwrap();
+                self.seen.send((self.generation, text.clone())).unwrap();
+                if text == "stop" {
+                    out.status = Status::Done(Payload::empty());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sends each `(pid, text)` it is sent on to that pid, from a step (so through its worker's
+/// cache of send targets), and reports what the send came back with.
+struct Relay {
+    results: Sender<Result<(), String>>,
+}
+
+impl Process for Relay {
+    fn init(&mut self, _: &InitContext, _: &str, _: Payload) -> Result<(), ProcessError> {
+        Ok(())
+    }
+
+    fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+        out.receive = u32::MAX;
+        out.status = Status::Idle;
+        for event in events {
+            match event.kind {
+                EventKind::Message => {
+                    let (to, text): (u64, String) = event.data.decode().unwrap();
+                    out.yields.push(wfcontract::Yield {
+                        tag: wfcontract::Tag(1),
+                        command: Command::Send(SendRequest {
+                            to: Pid(to),
+                            message: Payload::to_postcard(&text).unwrap(),
+                        }),
+                    });
+                    // Waits for the send's completion, which does not wake an idle process.
+                    out.status = Status::Wait;
+                }
+                EventKind::YieldComplete => {
+                    let result = match &event.error {
+                        None => Ok(()),
+                        Some(error) => Err(error.message.clone()),
+                    };
+                    self.results.send(result).unwrap();
+                }
+                EventKind::Cancel => out.status = Status::Done(Payload::empty()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A durable host starts a workflow again under the pid it had. A process that sent to the pid
+/// before (its worker keeps the receiver it found) reaches the process that has the pid now,
+/// not the one that ended.
+#[test]
+fn a_send_reaches_the_process_that_has_the_pid_now() {
+    let scheduler = Scheduler::builder().workers(1).build().unwrap();
+    let handle = scheduler.handle();
+    let (seen_tx, seen) = unbounded();
+    let (results_tx, results) = unbounded();
+    let pid = Pid(50);
+    let collector = |generation| {
+        Spawn::new(
+            Collector {
+                generation,
+                seen: seen_tx.clone(),
+            },
+            "main",
+            Payload::empty(),
+        )
+        .pid(pid)
+    };
+    let first = handle.spawn_handle_with(collector(1)).unwrap();
+    let relay = handle
+        .spawn(
+            Relay {
+                results: results_tx,
+            },
+            "relay",
+            Payload::empty(),
+        )
+        .unwrap();
+    let relay_to = |text: &str| {
+        handle
+            .send(
+                relay,
+                Payload::to_postcard(&(pid.0, text.to_string())).unwrap(),
+            )
+            .unwrap();
+        results.recv_timeout(PATIENCE).unwrap()
+    };
+    assert_eq!(relay_to("a"), Ok(()));
+    assert_eq!(relay_to("stop"), Ok(()));
+    first.wait().unwrap();
+    // Between the two: nobody has the pid.
+    let refused = relay_to("lost");
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("no process")),
+        "{refused:?}"
+    );
+    let second = handle.spawn_handle_with(collector(2)).unwrap();
+    assert_eq!(relay_to("b"), Ok(()));
+    assert_eq!(relay_to("stop"), Ok(()));
+    second.wait().unwrap();
+    let got: Vec<(u32, String)> = seen.try_iter().collect();
+    let want = [(1, "a"), (1, "stop"), (2, "b"), (2, "stop")];
+    let want: Vec<(u32, String)> = want.iter().map(|(g, t)| (*g, t.to_string())).collect();
+    assert_eq!(got, want);
+    scheduler.shutdown(Duration::ZERO);
+}
