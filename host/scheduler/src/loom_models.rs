@@ -35,6 +35,16 @@ impl Process {
         process
     }
 
+    /// A process in a run queue (`Ready`), about to be taken by a worker.
+    fn queued() -> Process {
+        let mut inbox = Inbox::default();
+        let _ = inbox.accept(u32::MAX);
+        Process {
+            state: State::new(),
+            inbox: Mutex::new(inbox),
+        }
+    }
+
     /// A producer: push an event, then notify. Returns true if it must queue the process.
     fn deliver(&self) -> bool {
         let wake = self.inbox.lock().push(message()).unwrap();
@@ -65,6 +75,33 @@ fn loom_an_event_racing_the_end_of_a_step_is_never_stranded() {
         // Exactly one side takes responsibility for the event: the worker steps again, or the
         // producer queues the process. Neither means a lost wake-up; both, a double run.
         assert_ne!(stepped_again, scheduled);
+    });
+}
+
+/// `start_running` is a plain store (no producer writes a `Ready` state): an event pushed while
+/// a worker takes a queued process is drained by the turn, or seen at its end, or (pushed after
+/// the turn parked the process) queues it; it is never stranded, and a process the worker keeps
+/// is never queued as well.
+#[test]
+fn loom_an_event_racing_the_start_of_a_turn_is_never_stranded() {
+    loom::model(|| {
+        let process = Arc::new(Process::queued());
+        let producer = {
+            let process = Arc::clone(&process);
+            thread::spawn(move || process.deliver())
+        };
+        // The turn as the worker runs it: start, drain (what is left is looked at under the
+        // same lock), step, and park on what the drain left unless flagged since.
+        assert!(process.state.start_running());
+        let (drained, left) = {
+            let mut inbox = process.inbox.lock();
+            let drained = inbox.drain_into(&mut Vec::new(), &mut Vec::new(), 32, usize::MAX);
+            (drained, Leftover::of(&inbox))
+        };
+        let stepped_again = !park_unless_woken(&process.state, &process.inbox, BLOCKED, left);
+        let scheduled = producer.join().unwrap();
+        assert!(drained == 1 || stepped_again || scheduled);
+        assert!(!(stepped_again && scheduled));
     });
 }
 

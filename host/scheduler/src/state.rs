@@ -95,11 +95,20 @@ impl State {
     /// `Ready → Running`, by the worker that popped the process. False if it was not `Ready`
     /// (which the queue invariant rules out; the caller then leaves it alone).
     pub(crate) fn start_running(&self) -> bool {
-        // Acquire: the previous runner's writes to the process body (released by `park`/`requeue`)
-        // are visible to this one.
-        self.0
-            .compare_exchange(READY, RUNNING, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
+        // A plain store, not a compare-exchange: only the worker that took the process from a
+        // queue gets here, and a queued process is `Ready`, a state no producer writes (`notify`
+        // leaves it as it is). The store is ordered before any producer's look at the state by
+        // the inbox mutex: the worker locks the inbox after this store (to drain it, or to look
+        // for a termination) and unlocks it (a release), so a producer that pushes after that
+        // finds `Running` at its `notify`, and one that pushed before has its event drained.
+        // The previous runner's writes to the process body reach this one through the queue
+        // the process was taken from (its push releases, its pop acquires), after the park or
+        // requeue that released them.
+        if self.0.load(Ordering::Relaxed) != READY {
+            return false;
+        }
+        self.0.store(RUNNING, Ordering::Relaxed);
+        true
     }
 
     /// Called by a producer after pushing an event into the inbox (or after freeing the resource

@@ -40,9 +40,9 @@ fn loom_models_hold() {
         output.status.success(),
         "loom models failed:\n{stdout}\n{stderr}"
     );
-    // Five models, all run: a filter typo must not pass silently.
+    // Six models, all run: a filter typo must not pass silently.
     assert!(
-        stdout.contains("test result: ok. 5 passed"),
-        "expected 5 loom models to pass:\n{stdout}"
+        stdout.contains("test result: ok. 6 passed"),
+        "expected 6 loom models to pass:\n{stdout}"
     );
 }
