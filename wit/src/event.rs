@@ -29,7 +29,7 @@ pub struct Event {
     pub data: Payload,
     /// Set when the command failed; `data` is then empty. Boxed (the same on the wire): errors
     /// are rare, and every event is copied several times between a producer and the step that
-    /// takes it, so it stays small (56 bytes, not 88).
+    /// takes it, so it stays small (64 bytes, not 88).
     pub error: Option<alloc::boxed::Box<CommandError>>,
 }
 
