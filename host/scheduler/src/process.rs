@@ -185,6 +185,12 @@ impl Release {
         if let Some(slot) = self.slot.upgrade() {
             slot.released
                 .store(true, std::sync::atomic::Ordering::Release);
+            // A Dekker pair with `resume_held`: the flag is stored and then the state read (by
+            // the wake), the worker stores the state and then reads the flag. Without a fence
+            // on each side both reads may see the old values (the flag still in this core's
+            // store buffer): the worker misses the release while the wake finds the process
+            // `Ready` and does nothing, and the process then parks `Waiting` for good.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         }
         self.waker.wake();
     }

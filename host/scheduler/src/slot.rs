@@ -77,10 +77,12 @@ pub(crate) struct Body {
 }
 
 /// The process body, owned by whoever holds the process `Running` (see `state.rs`): the worker
-/// whose `Ready → Running` compare-exchange succeeded, until its park, requeue or finish hands the
-/// process on; or, once every worker has stopped, the shutdown that closes what is left. Those
-/// hand-offs are the state byte's acquire and release, so the body needs no lock of its own (a
-/// mutex here cost two atomic read-modify-writes on every turn, never contended).
+/// that took it from a run queue and made it `Running`, until its park, requeue or finish hands
+/// the process on; or, once every worker has stopped, the shutdown that closes what is left. The
+/// hand-offs are a release and an acquire each: the park or requeue (a release on the state
+/// byte, read by whoever makes the process `Ready` again), then the run queue's push and pop. So
+/// the body needs no lock of its own (a mutex here cost two atomic read-modify-writes on every
+/// turn, never contended).
 ///
 /// Debug builds check the rule: a second borrow while one is live panics instead of aliasing.
 pub(crate) struct BodyCell {
@@ -90,8 +92,8 @@ pub(crate) struct BodyCell {
 }
 
 // SAFETY: the body is only reached through `BodyCell::borrow`, whose contract gives one thread at a
-// time exclusive access, with a happens-before edge (the state byte's release and acquire) from
-// each holder to the next; `Body` is `Send`, so handing it from thread to thread that way is sound.
+// time exclusive access, with a happens-before edge (the hand-offs above) from each holder to the
+// next; `Body` is `Send`, so handing it from thread to thread that way is sound.
 unsafe impl Sync for BodyCell {}
 
 impl BodyCell {
@@ -301,7 +303,10 @@ impl std::hash::Hasher for TableHasher {
     fn write_u64(&mut self, n: u64) {
         let n = self.0 ^ n;
         let tag = n.wrapping_mul(FIBONACCI) & (0x7F << 57);
-        let shard = (n & 0xFF) << 49;
+        // Higher bits folded in, so that live pids 256 apart (one long-lived process kept out of
+        // every 256 spawns) do not all share a shard's lock; consecutive pids still take
+        // consecutive shards.
+        let shard = ((n ^ (n >> 8) ^ (n >> 16)) & 0xFF) << 49;
         let range = (n >> 40).wrapping_mul(FIBONACCI) >> 20;
         let bucket = (n >> 8).wrapping_add(range) & ((1 << 49) - 1);
         self.0 = tag | shard | bucket;
@@ -344,18 +349,23 @@ mod tests {
         TableHash::default().hash_one(Pid(pid))
     }
 
-    /// Consecutive pids take consecutive shards, and a shard's pids consecutive buckets; the
-    /// same offsets in two hosts' ranges land apart.
+    /// An aligned run of 256 consecutive pids takes 256 shards, and a shard's pids consecutive
+    /// buckets; pids 256 apart do not share a shard; the same offsets in two hosts' ranges land
+    /// apart.
     #[test]
     fn the_table_hash_keeps_neighbours_near_and_ranges_apart() {
         let shard = |h: u64| (h << 7) >> 56;
         let bucket = |h: u64| h & ((1 << 49) - 1);
-        for pid in [1u64, 1000, 1 << 40, (7 << 40) + 12345] {
-            assert_eq!(
-                shard(table_hash(pid + 1)),
-                (shard(table_hash(pid)) + 1) % 256
-            );
-            assert_eq!(bucket(table_hash(pid + 256)), bucket(table_hash(pid)) + 1);
+        for base in [0u64, 1024, 1 << 40, (7 << 40) + (48 << 8)] {
+            let shards: std::collections::HashSet<u64> = (base..base + 256)
+                .map(|pid| shard(table_hash(pid)))
+                .collect();
+            assert_eq!(shards.len(), 256);
+            let strided: std::collections::HashSet<u64> = (0..256)
+                .map(|k| shard(table_hash(base + k * 256)))
+                .collect();
+            assert_eq!(strided.len(), 256);
+            assert_eq!(bucket(table_hash(base + 256)), bucket(table_hash(base)) + 1);
         }
         let low = |h: u64| bucket(h) & 0xFFFFF;
         let apart = (0..10_000u64)

@@ -685,6 +685,10 @@ impl Worker {
         slot: &Arc<Slot>,
         body: &mut Body,
     ) -> Option<Result<Stepped, ProcessError>> {
+        // The other half of the pair in `Release::release`: the state this turn stored
+        // (`Running`) comes before the flag is read, so a release whose wake found the process
+        // `Ready` has its flag seen here, and one whose wake came later flags the turn.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if !slot.released.swap(false, Ordering::Acquire) {
             return None;
         }
