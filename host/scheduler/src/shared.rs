@@ -207,7 +207,8 @@ impl Shared {
             if !slot.cancel_armed.swap(true, Ordering::AcqRel) {
                 let reason =
                     format!("terminated: it did not finish within {grace:?} of being cancelled");
-                let action = Action::Terminate(FailureKind::Terminated, reason);
+                let action =
+                    Action::Terminate(FailureKind::Terminated, reason, Arc::downgrade(slot));
                 let scheduled = self.timer.schedule(grace, slot.pid, action, usize::MAX);
                 if scheduled.is_ok() {
                     slot.has_timers.store(true, Ordering::Relaxed);
@@ -539,9 +540,9 @@ impl Shared {
     }
 
     /// Arms the timer that ends a process spawned with a timeout once it has run that long.
-    fn arm_timeout(&self, slot: &Slot, timeout: Duration) -> Result<(), Error> {
+    fn arm_timeout(&self, slot: &Arc<Slot>, timeout: Duration) -> Result<(), Error> {
         let reason = format!("timed out: it ran longer than its timeout of {timeout:?}");
-        let action = Action::Terminate(FailureKind::Timeout, reason);
+        let action = Action::Terminate(FailureKind::Timeout, reason, Arc::downgrade(slot));
         if let Err(error) = self.timer.schedule(timeout, slot.pid, action, usize::MAX) {
             return Err(Error::Unavailable(error.message));
         }
@@ -757,6 +758,37 @@ mod tests {
         let refused = shared.spawn(spawn, Some(&other));
         assert!(matches!(refused, Err(Error::Unavailable(_))), "{refused:?}");
         unchanged(Some(pid));
+        scheduler.shutdown(std::time::Duration::ZERO);
+    }
+
+    /// A termination timer armed for a process that has ended (a cancel's grace timer armed
+    /// just after the end) leaves alone the process started again under its pid, as a durable
+    /// host does; armed for that one, it ends it.
+    #[test]
+    fn a_termination_timer_ends_only_the_process_it_was_armed_for() {
+        use crate::process::FailureKind;
+        use crate::timer::{fire_now, Action};
+
+        let scheduler = Scheduler::builder().workers(1).build().unwrap();
+        let shared = Arc::clone(&scheduler.handle().shared);
+        let pid = scheduler.reserve_pid();
+        let first = scheduler
+            .spawn_handle_with(Spawn::new(Idle, "first", Payload::empty()).pid(pid))
+            .unwrap();
+        let armed_for_first = Arc::downgrade(&shared.slot(pid).unwrap());
+        scheduler.terminate(pid, "ended").unwrap();
+        assert!(first.wait().is_err());
+        let second = scheduler
+            .spawn_handle_with(Spawn::new(Idle, "second", Payload::empty()).pid(pid))
+            .unwrap();
+        let stale = Action::Terminate(FailureKind::Terminated, "stale".into(), armed_for_first);
+        fire_now(&shared, pid, stale);
+        assert!(scheduler.exists(pid));
+        let armed_for_second = Arc::downgrade(&shared.slot(pid).unwrap());
+        let timer = Action::Terminate(FailureKind::Terminated, "due".into(), armed_for_second);
+        fire_now(&shared, pid, timer);
+        let ended = second.wait().unwrap_err();
+        assert!(ended.to_string().contains("due"), "{ended}");
         scheduler.shutdown(std::time::Duration::ZERO);
     }
 

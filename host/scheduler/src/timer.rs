@@ -24,8 +24,14 @@ const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 pub(crate) enum Action {
     /// Complete the process's yield `Tag` (a `sleep`).
     Complete(Tag),
-    /// End the process, if it still runs, with this kind and reason.
-    Terminate(crate::process::FailureKind, String),
+    /// End the process, if it still runs, with this kind and reason. The slot is the process it
+    /// was armed for: by the time it fires, the pid may name another (a durable host starts a
+    /// workflow again under the pid it had), which it must leave alone.
+    Terminate(
+        crate::process::FailureKind,
+        String,
+        std::sync::Weak<crate::slot::Slot>,
+    ),
 }
 
 #[derive(Debug)]
@@ -318,6 +324,12 @@ fn run(inner: &(Mutex<Timers>, Condvar), next_due: &NextDue) {
     }
 }
 
+/// Fires a timer at once, as its deadline would: for tests of what firing does.
+#[cfg(test)]
+pub(crate) fn fire_now(shared: &Shared, pid: Pid, action: Action) {
+    fire(shared, Entry { pid, action });
+}
+
 fn fire(shared: &Shared, entry: Entry) {
     // The process may have ended meanwhile; then there is nothing to do.
     let Some(slot) = shared.slot(entry.pid) else {
@@ -327,8 +339,12 @@ fn fire(shared: &Shared, entry: Entry) {
         Action::Complete(tag) => {
             let _ = shared.deliver(&slot, Event::completion(tag, Ok(Payload::empty())));
         }
-        Action::Terminate(kind, reason) => {
-            let _ = shared.request_termination(&slot, kind, reason);
+        Action::Terminate(kind, reason, armed_for) => {
+            // A cancel's grace timer is armed from another thread, and may be armed just after
+            // its process ended (too late for `forget_all`): it must not end the pid's next one.
+            if std::ptr::eq(std::sync::Arc::as_ptr(&slot), armed_for.as_ptr()) {
+                let _ = shared.request_termination(&slot, kind, reason);
+            }
         }
     }
 }
@@ -345,7 +361,13 @@ mod tests {
         let timer = Timer::default();
         let (pid, other) = (Pid(7), Pid(8));
         let day = Duration::from_secs(24 * 3600);
-        let terminate = || Action::Terminate(FailureKind::Timeout, "timed out".into());
+        let terminate = || {
+            Action::Terminate(
+                FailureKind::Timeout,
+                "timed out".into(),
+                std::sync::Weak::new(),
+            )
+        };
         timer.schedule(day, pid, terminate(), usize::MAX).unwrap();
         timer.schedule(day, pid, terminate(), usize::MAX).unwrap();
         timer
