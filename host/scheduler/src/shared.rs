@@ -509,6 +509,12 @@ impl Shared {
             child.exit.lock().retained = false;
             return Ok(());
         }
+        // A pid asked for that one of its children has: refused here, before the entry is
+        // touched (the spawn would fail at the table anyway, and taking it back must not unlink
+        // the child that has the pid).
+        if exit.children.contains_key(&child.pid) {
+            return Err(Error::PidInUse(child.pid));
+        }
         if let Some(limit) = self.config.max_children {
             if exit.children.len() >= limit {
                 return Err(Error::TooManyChildren {
@@ -600,7 +606,14 @@ impl<'a> UndoSpawn<'a> {
         self.slot.inbox.lock().close();
         // Taken back from its parent too, or it would count against the parent's children.
         if let Some(parent) = self.parent {
-            parent.exit.lock().children.remove(&pid);
+            let mut exit = parent.exit.lock();
+            if exit
+                .children
+                .get(&pid)
+                .is_some_and(|child| Arc::ptr_eq(child, self.slot))
+            {
+                exit.children.remove(&pid);
+            }
         }
         if self.surviving {
             shared.surviving.fetch_sub(1, Ordering::AcqRel);
@@ -745,6 +758,16 @@ mod tests {
         let refused = shared.spawn(spawn.parent(other.pid), None);
         assert_eq!(refused, Err(Error::PidInUse(child)));
         unchanged(None);
+        // Under the parent that has the child with that pid: the child stays linked to it.
+        let first = Arc::clone(full.exit.lock().children.get(&child).unwrap());
+        let spawn = Spawn::new(Idle, "child", Payload::empty()).pid(child);
+        let refused = shared.spawn(spawn.parent(full.pid), None);
+        assert_eq!(refused, Err(Error::PidInUse(child)));
+        unchanged(None);
+        assert!(Arc::ptr_eq(
+            full.exit.lock().children.get(&child).unwrap(),
+            &first
+        ));
         // The process that has the pid keeps it, and stays its parent's child.
         assert!(shared.slot(child).is_some());
         assert!(full.exit.lock().children.contains_key(&child));
