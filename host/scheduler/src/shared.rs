@@ -144,11 +144,9 @@ impl Shared {
 
     /// Pushes `event` into the process's inbox and wakes it if it was waiting for it.
     pub(crate) fn deliver(&self, slot: &Arc<Slot>, event: Event) -> Result<(), Refused> {
-        let wake = slot.inbox.lock().push(event)?;
-        if let Some(wake) = wake {
-            self.notify(slot, wake);
-        }
-        Ok(())
+        // A closed inbox's event is dropped here: nobody else can take it.
+        self.deliver_or_return(slot, event)
+            .unwrap_or(Err(Refused::Closed))
     }
 
     /// As [`deliver`](Self::deliver), but an inbox that is closed (its process ended) gives the
