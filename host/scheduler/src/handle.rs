@@ -12,7 +12,7 @@ use crate::counters::Counters;
 use crate::outbox::Outbox;
 use crate::process::{FailureKind, Process, ProcessError, ProcessResult, Waker};
 use crate::shared::{child_ended, Shared};
-use crate::slot::{Notice, Slot};
+use crate::slot::{Notice, Slot, SlotOf};
 
 /// Why a scheduler operation was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -99,7 +99,9 @@ impl std::fmt::Debug for SchedulerHandle {
 
 /// A process to start, with its options. See [`SchedulerHandle::spawn_with`].
 pub struct Spawn {
-    pub(crate) process: Box<dyn Process>,
+    /// The process, already in the slot it will run in (one allocation for both), which this
+    /// spawn holds the only reference to until it is spawned.
+    pub(crate) slot: Arc<Slot>,
     pub(crate) method: String,
     pub(crate) input: Payload,
     pub(crate) parent: Option<Pid>,
@@ -124,14 +126,18 @@ impl std::fmt::Debug for Spawn {
 impl Spawn {
     /// Entry point `method` of `process`, with `input`.
     pub fn new(process: impl Process, method: impl Into<String>, input: Payload) -> Spawn {
-        Spawn::boxed(Box::new(process), method, input)
+        Spawn::of(SlotOf::unspawned(process), method.into(), input)
     }
 
     /// As [`Spawn::new`], for an already boxed process.
     pub fn boxed(process: Box<dyn Process>, method: impl Into<String>, input: Payload) -> Spawn {
+        Spawn::of(SlotOf::unspawned(process), method.into(), input)
+    }
+
+    fn of(slot: Arc<Slot>, method: String, input: Payload) -> Spawn {
         Spawn {
-            process,
-            method: method.into(),
+            slot,
+            method,
             input,
             parent: None,
             notices: Vec::new(),

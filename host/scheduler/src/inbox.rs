@@ -176,7 +176,7 @@ impl Inbox {
     pub(crate) fn drain_into(
         &mut self,
         out: &mut Vec<Event>,
-        inline: &mut Vec<Event>,
+        inline: &mut crate::slot::Inline,
         budget: usize,
         max_bytes: usize,
     ) -> usize {
@@ -274,14 +274,14 @@ mod tests {
         }
         let mut out = Vec::new();
         assert_eq!(
-            inbox.drain_into(&mut out, &mut Vec::new(), usize::MAX, usize::MAX),
+            inbox.drain_into(&mut out, &mut Default::default(), usize::MAX, usize::MAX),
             1
         );
         assert_eq!(out[0].kind, EventKind::Cancel);
         // Taken, the next cancel waits again.
         inbox.push(Event::cancel()).unwrap();
         assert_eq!(
-            inbox.drain_into(&mut out, &mut Vec::new(), usize::MAX, usize::MAX),
+            inbox.drain_into(&mut out, &mut Default::default(), usize::MAX, usize::MAX),
             1
         );
     }
@@ -299,7 +299,8 @@ mod tests {
         inbox.push(message(9)).unwrap();
         inbox.push(completion(5, 0)).unwrap();
         inbox.push(Event::cancel()).unwrap();
-        let mut inline = vec![completion(1, 0), completion(2, 0), completion(3, 0)];
+        let mut inline: crate::slot::Inline =
+            smallvec::smallvec![completion(1, 0), completion(2, 0), completion(3, 0)];
         let mut out = Vec::new();
         assert_eq!(inbox.drain_into(&mut out, &mut inline, 3, usize::MAX), 3);
         let seen: Vec<(EventKind, u64)> = out.iter().map(|e| (e.kind, e.tag.0)).collect();
@@ -324,7 +325,8 @@ mod tests {
             ]
         );
         // The byte limit holds for inline ones too; the first event always goes.
-        let mut inline = vec![completion(1, 60), completion(2, 60)];
+        let mut inline: crate::slot::Inline =
+            smallvec::smallvec![completion(1, 60), completion(2, 60)];
         inbox.push(completion(7, 0)).unwrap();
         out.clear();
         assert_eq!(inbox.drain_into(&mut out, &mut inline, 32, 100), 1);
@@ -341,7 +343,7 @@ mod tests {
         inbox.push(Event::cancel()).unwrap();
         let mut out = Vec::new();
         assert_eq!(
-            inbox.drain_into(&mut out, &mut Vec::new(), 32, usize::MAX),
+            inbox.drain_into(&mut out, &mut Default::default(), 32, usize::MAX),
             32
         );
         assert_eq!(out[0].kind, EventKind::Cancel);
@@ -361,13 +363,13 @@ mod tests {
         assert_eq!(inbox.push(message(2)), Ok(Some(Wake::Message)));
         let mut out = Vec::new();
         assert_eq!(
-            inbox.drain_into(&mut out, &mut Vec::new(), 2, usize::MAX),
+            inbox.drain_into(&mut out, &mut Default::default(), 2, usize::MAX),
             2
         );
         assert_eq!((out[0].tag, out[1].from), (Tag(7), Pid(1)));
         assert!(!inbox.is_empty());
         assert_eq!(
-            inbox.drain_into(&mut out, &mut Vec::new(), 2, usize::MAX),
+            inbox.drain_into(&mut out, &mut Default::default(), 2, usize::MAX),
             1
         );
         assert!(inbox.is_empty());
@@ -427,7 +429,7 @@ mod tests {
         assert_eq!(inbox.push(big(1)), Err(Refused::Full));
         let mut out = Vec::new();
         assert_eq!(
-            inbox.drain_into(&mut out, &mut Vec::new(), 1, usize::MAX),
+            inbox.drain_into(&mut out, &mut Default::default(), 1, usize::MAX),
             1
         );
         // Took the one it asked for: the next message waits, and wakes nothing.
@@ -450,10 +452,19 @@ mod tests {
             inbox.push(sized(n)).unwrap();
         }
         let mut out = Vec::new();
-        assert_eq!(inbox.drain_into(&mut out, &mut Vec::new(), 32, 100), 2);
-        assert_eq!(inbox.drain_into(&mut out, &mut Vec::new(), 32, 100), 1);
+        assert_eq!(
+            inbox.drain_into(&mut out, &mut Default::default(), 32, 100),
+            2
+        );
+        assert_eq!(
+            inbox.drain_into(&mut out, &mut Default::default(), 32, 100),
+            1
+        );
         // Larger than the budget on its own: it still goes, alone.
-        assert_eq!(inbox.drain_into(&mut out, &mut Vec::new(), 32, 100), 1);
+        assert_eq!(
+            inbox.drain_into(&mut out, &mut Default::default(), 32, 100),
+            1
+        );
         assert_eq!(out.len(), 4);
         assert!(inbox.is_empty());
     }
@@ -473,8 +484,14 @@ mod tests {
         inbox.push(failed(60)).unwrap();
         inbox.push(failed(60)).unwrap();
         let mut out = Vec::new();
-        assert_eq!(inbox.drain_into(&mut out, &mut Vec::new(), 32, 100), 1);
-        assert_eq!(inbox.drain_into(&mut out, &mut Vec::new(), 32, 100), 1);
+        assert_eq!(
+            inbox.drain_into(&mut out, &mut Default::default(), 32, 100),
+            1
+        );
+        assert_eq!(
+            inbox.drain_into(&mut out, &mut Default::default(), 32, 100),
+            1
+        );
     }
 
     /// Messages stay here until the process asks for them, and then only as many as it asked for:
@@ -493,13 +510,13 @@ mod tests {
         assert!(!inbox.wakes_idle());
         let mut out = Vec::new();
         assert_eq!(
-            inbox.drain_into(&mut out, &mut Vec::new(), 32, usize::MAX),
+            inbox.drain_into(&mut out, &mut Default::default(), 32, usize::MAX),
             0
         );
         assert!(inbox.accept(2));
         assert!(inbox.wakes_idle());
         assert_eq!(
-            inbox.drain_into(&mut out, &mut Vec::new(), 32, usize::MAX),
+            inbox.drain_into(&mut out, &mut Default::default(), 32, usize::MAX),
             2
         );
         assert_eq!(
@@ -512,7 +529,7 @@ mod tests {
         assert_eq!(inbox.push(message(5)), Ok(Some(Wake::Message)));
         assert_eq!(inbox.push(message(6)), Err(Refused::Full));
         assert_eq!(
-            inbox.drain_into(&mut out, &mut Vec::new(), 32, usize::MAX),
+            inbox.drain_into(&mut out, &mut Default::default(), 32, usize::MAX),
             1
         );
         assert_eq!(out[2].from, Pid(2));

@@ -95,7 +95,8 @@ fn loom_an_event_racing_the_start_of_a_turn_is_never_stranded() {
         assert!(process.state.start_running());
         let (drained, left) = {
             let mut inbox = process.inbox.lock();
-            let drained = inbox.drain_into(&mut Vec::new(), &mut Vec::new(), 32, usize::MAX);
+            let drained =
+                inbox.drain_into(&mut Vec::new(), &mut Default::default(), 32, usize::MAX);
             (drained, Leftover::of(&inbox))
         };
         let stepped_again = !park_unless_woken(&process.state, &process.inbox, BLOCKED, left);

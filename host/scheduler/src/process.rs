@@ -60,6 +60,46 @@ pub trait Process: Send + 'static {
     fn close(&mut self) {}
 }
 
+/// A boxed process is one: every call goes to the process in the box (so [`Spawn::boxed`]
+/// behaves as [`Spawn::new`] with the process unboxed).
+///
+/// [`Spawn::boxed`]: crate::Spawn::boxed
+/// [`Spawn::new`]: crate::Spawn::new
+impl Process for Box<dyn Process> {
+    fn init(
+        &mut self,
+        ctx: &InitContext,
+        method: &str,
+        input: Payload,
+    ) -> Result<(), ProcessError> {
+        (**self).init(ctx, method, input)
+    }
+
+    fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {
+        (**self).step(events, out)
+    }
+
+    fn prepare(&mut self, waker: &WakerSource<'_>) -> Result<Readiness, ProcessError> {
+        (**self).prepare(waker)
+    }
+
+    fn check(&self, command: &Command) -> Result<(), CommandError> {
+        (**self).check(command)
+    }
+
+    fn journal(&mut self, out: &StepOutput, hold: &Hold<'_>) {
+        (**self).journal(out, hold)
+    }
+
+    fn end(&mut self, result: &ProcessResult) {
+        (**self).end(result)
+    }
+
+    fn close(&mut self) {
+        (**self).close()
+    }
+}
+
 /// Lets [`Process::journal`] hold a step's effects until its journal has it: see there.
 pub struct Hold<'a> {
     pub(crate) shared: &'a std::sync::Arc<crate::shared::Shared>,
@@ -263,7 +303,7 @@ impl Waker {
     pub fn noop() -> Waker {
         Waker {
             shared: std::sync::Weak::new(),
-            slot: std::sync::Weak::new(),
+            slot: crate::slot::Slot::dangling(),
         }
     }
 

@@ -5,14 +5,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_deque::Worker as Deque;
-
 use crate::builder::{BuildError, Builder, Config, Hooks};
 use crate::handle::SchedulerHandle;
 use crate::handlers::Handlers;
 use crate::observe::Observer;
 use crate::process::{FailureKind, ProcessError};
-use crate::queue::Queues;
+use crate::queue::{Local, Queues};
 use crate::shared::Shared;
 use crate::slot::Slot;
 use crate::worker;
@@ -71,26 +69,26 @@ impl Scheduler {
         observer: Option<Arc<dyn Observer>>,
         hooks: Hooks,
     ) -> Result<Scheduler, BuildError> {
-        let deques: Vec<Deque<Task>> = (0..config.workers).map(|_| Deque::new_fifo()).collect();
-        let queues = Queues::new(deques.iter().map(Deque::stealer).collect());
+        let locals: Vec<Local> = (0..config.workers).map(|_| Local::new()).collect();
+        let queues = Queues::new(locals.iter().map(Local::stealers).collect());
         let shared = Arc::new(Shared::new(config, queues, handlers, observer));
         shared.timer.attach(Arc::downgrade(&shared));
         let mut scheduler = Scheduler {
             handle: SchedulerHandle {
                 shared: Arc::clone(&shared),
             },
-            threads: Vec::with_capacity(deques.len()),
+            threads: Vec::with_capacity(locals.len()),
             hooks,
             done: false,
         };
-        for (index, deque) in deques.into_iter().enumerate() {
+        for (index, local) in locals.into_iter().enumerate() {
             let shared = Arc::clone(&shared);
             let mut thread =
                 std::thread::Builder::new().name(format!("{}-{index}", shared.config.thread_name));
             if let Some(bytes) = shared.config.stack_size {
                 thread = thread.stack_size(bytes);
             }
-            let thread = thread.spawn(move || worker::run(shared, index, deque));
+            let thread = thread.spawn(move || worker::run(shared, index, local));
             match thread {
                 Ok(thread) => scheduler.threads.push(thread),
                 // Dropping `scheduler` stops the workers already started.
@@ -245,8 +243,6 @@ fn stop(
         detached: false,
     }
 }
-
-use crate::queue::Task;
 
 impl Drop for Scheduler {
     fn drop(&mut self) {

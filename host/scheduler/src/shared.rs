@@ -108,7 +108,8 @@ impl Shared {
     }
 
     /// Queues a process that just became `Ready`. On one of this scheduler's workers a woken
-    /// process goes to the worker's `next` slot and a spawned one to its deque; from any other
+    /// process goes to the worker's `next` slot and a spawned one to its deque of spawns (run
+    /// newest first, see `queue.rs`); from any other
     /// thread, a woken one to the global queue and a spawned one to the queue of new processes,
     /// which workers serve after the woken ones. A woken process that parked with its time slice
     /// used up goes to the overrun queue, wherever it is woken from.
@@ -124,7 +125,7 @@ impl Shared {
         }
         let task = match worker::with_local_task(self, task, |local, task| {
             if spawned {
-                local.push_back(task);
+                local.push_spawned(task);
                 true
             } else {
                 local.push_next(task)
@@ -261,14 +262,15 @@ impl Shared {
         body.held = None;
         // What its handlers completed and no step took ends with it (the slot itself may stay
         // in memory a while: retained for a join, or in a worker's cache of send targets).
-        *body.completed.get_mut() = Vec::new();
-        if let Some(mut process) = body.process.take() {
+        *body.completed.get_mut() = Default::default();
+        if let Some(process) = body.process.get_mut() {
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| process.end(&result))) {
                 tracing::warn!(pid = %slot.pid, "end panicked: {}", panic_message(&*panic));
             }
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| process.close())) {
                 tracing::warn!(pid = %slot.pid, "close panicked: {}", panic_message(&*panic));
             }
+            body.process.drop_in_place();
         }
         slot.inbox.lock().close();
         slot.state.complete();
@@ -471,7 +473,7 @@ impl Shared {
     /// The slot of a process being spawned as `pid`, not yet linked or in the table.
     fn new_slot(&self, spawn: Spawn, pid: Pid, parent: Option<&Arc<Slot>>) -> Arc<Slot> {
         let Spawn {
-            process,
+            mut slot,
             method,
             input,
             notices,
@@ -485,17 +487,19 @@ impl Shared {
         } = spawn;
         // A process started from inside inherits its parent's way to the host.
         let outbox = outbox.or_else(|| parent.and_then(|p| p.outbox.clone()));
-        Slot::new(
-            pid,
-            parent.map(|p| p.pid),
-            process,
-            Start { method, input },
-            notices,
-            self.config.mailbox(),
-            confined,
-            survives_stop,
-            outbox,
-        )
+        Arc::get_mut(&mut slot)
+            .expect("a spawn holds the only reference to its slot")
+            .fill(
+                pid,
+                parent.map(|p| p.pid),
+                Start { method, input },
+                notices,
+                self.config.mailbox(),
+                confined,
+                survives_stop,
+                outbox,
+            );
+        slot
     }
 
     /// Makes `child` a child of `parent`, within `max_children`. The link exists only while the

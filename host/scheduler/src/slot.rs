@@ -13,15 +13,17 @@ use crate::state::State;
 use crate::sync::Mutex;
 
 /// One process, shared by the pid table, the run queues and whoever holds a completer for it.
-pub(crate) struct Slot {
+pub(crate) type Slot = SlotOf<dyn Process>;
+
+/// A slot with its process `P` stored in the same allocation: one allocation a process, the
+/// record and the process together (its body's last field). Built as `SlotOf<T>` for the
+/// concrete process and used everywhere as [`Slot`], `SlotOf<dyn Process>`, through an `Arc`.
+pub(crate) struct SlotOf<P: ?Sized> {
     pub(crate) pid: Pid,
     /// The process that spawned it with a parent link. The parent may join it after it finished.
     pub(crate) parent: Option<Pid>,
     pub(crate) state: State,
     pub(crate) inbox: Mutex<Inbox>,
-    /// Touched only by the worker that holds the process `Running`, or by shutdown once the
-    /// workers have stopped: the state byte is its lock (see [`BodyCell`]).
-    pub(crate) body: BodyCell,
     pub(crate) exit: parking_lot::Mutex<Exit>,
     /// Set by the first cancel, which arms the grace-period timer; later cancels do not.
     pub(crate) cancel_armed: std::sync::atomic::AtomicBool,
@@ -42,9 +44,13 @@ pub(crate) struct Slot {
     /// Where its messages to `Pid::HOST` go: its own outbox, or the one it inherited from its
     /// parent. `None`: nobody outside listens.
     pub(crate) outbox: Option<Outbox>,
+    /// Touched only by the worker that holds the process `Running`, or by shutdown once the
+    /// workers have stopped: the state byte is its lock (see [`BodyCell`]). Last: it ends in the
+    /// process, the one field whose size only the spawner knows.
+    pub(crate) body: BodyCell<P>,
 }
 
-impl std::fmt::Debug for Slot {
+impl<P: ?Sized> std::fmt::Debug for SlotOf<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Slot")
             .field("pid", &self.pid)
@@ -54,9 +60,10 @@ impl std::fmt::Debug for Slot {
 }
 
 /// The process itself, and how to start it.
-pub(crate) struct Body {
-    /// Taken out (and closed) exactly once, when the process ends.
-    pub(crate) process: Option<Box<dyn Process>>,
+pub(crate) type Body = BodyOf<dyn Process>;
+
+/// [`Body`] with its process's type still known (while the slot is built).
+pub(crate) struct BodyOf<P: ?Sized> {
     /// Present until the first turn calls `init`.
     pub(crate) start: Option<Start>,
     /// The process asked to run again (`Continue`) when its turn's budget was spent: its next
@@ -73,7 +80,56 @@ pub(crate) struct Body {
     /// never go through the inbox's lock: only whoever holds the process `Running` touches them,
     /// as all of the body. A process that parks with some waits for what wakes it, as with the
     /// completions in its inbox (they wake `Blocked`, so it does not park `Blocked` on them).
-    pub(crate) completed: std::cell::RefCell<Vec<wfcontract::Event>>,
+    pub(crate) completed: std::cell::RefCell<Inline>,
+    /// Ended (closed and dropped) exactly once, when the process ends. Last: it is unsized.
+    pub(crate) process: Resident<P>,
+}
+
+/// Completions given inline: room for one in place, the most a process that yields one command
+/// at a time ever has (a send, then the reply it waits for), so that it never allocates for them.
+pub(crate) type Inline = smallvec::SmallVec<[wfcontract::Event; 1]>;
+
+/// A process stored in place, until it is dropped in place when it ends (the memory stays with
+/// the slot, which may outlive the process: kept for a join, or in a worker's cache).
+pub(crate) struct Resident<P: ?Sized> {
+    present: bool,
+    value: std::mem::ManuallyDrop<P>,
+}
+
+impl<P> Resident<P> {
+    pub(crate) fn new(process: P) -> Resident<P> {
+        Resident {
+            present: true,
+            value: std::mem::ManuallyDrop::new(process),
+        }
+    }
+}
+
+impl<P: ?Sized> Resident<P> {
+    /// The process, until it is dropped.
+    pub(crate) fn get_mut(&mut self) -> Option<&mut P> {
+        self.present.then_some(&mut *self.value)
+    }
+
+    pub(crate) fn is_some(&self) -> bool {
+        self.present
+    }
+
+    /// Drops the process where it is; from then on there is none. Marked gone first, so that a
+    /// `Drop` that panics is not run a second time when the slot goes.
+    pub(crate) fn drop_in_place(&mut self) {
+        if std::mem::take(&mut self.present) {
+            // SAFETY: `present` was set, so the value has not been dropped, and it is now clear,
+            // so nothing reads or drops the value again.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.value) }
+        }
+    }
+}
+
+impl<P: ?Sized> Drop for Resident<P> {
+    fn drop(&mut self) {
+        self.drop_in_place();
+    }
 }
 
 /// The process body, owned by whoever holds the process `Running` (see `state.rs`): the worker
@@ -85,24 +141,31 @@ pub(crate) struct Body {
 /// turn, never contended).
 ///
 /// Debug builds check the rule: a second borrow while one is live panics instead of aliasing.
-pub(crate) struct BodyCell {
-    body: std::cell::UnsafeCell<Body>,
+pub(crate) struct BodyCell<P: ?Sized = dyn Process> {
     #[cfg(debug_assertions)]
     borrowed: std::sync::atomic::AtomicBool,
+    body: std::cell::UnsafeCell<BodyOf<P>>,
 }
 
 // SAFETY: the body is only reached through `BodyCell::borrow`, whose contract gives one thread at a
 // time exclusive access, with a happens-before edge (the hand-offs above) from each holder to the
 // next; `Body` is `Send`, so handing it from thread to thread that way is sound.
-unsafe impl Sync for BodyCell {}
+unsafe impl<P: ?Sized + Send> Sync for BodyCell<P> {}
 
-impl BodyCell {
-    pub(crate) fn new(body: Body) -> BodyCell {
+impl<P> BodyCell<P> {
+    pub(crate) fn new(body: BodyOf<P>) -> BodyCell<P> {
         BodyCell {
             body: std::cell::UnsafeCell::new(body),
             #[cfg(debug_assertions)]
             borrowed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+}
+
+impl<P: ?Sized> BodyCell<P> {
+    /// The body, through the one reference there is (a slot not yet shared).
+    pub(crate) fn get_mut(&mut self) -> &mut BodyOf<P> {
+        self.body.get_mut()
     }
 
     /// Exclusive access to the body.
@@ -111,7 +174,7 @@ impl BodyCell {
     /// The caller holds the process `Running` (it won `State::start_running` and has not yet
     /// parked, requeued or completed it), or every worker of the scheduler has stopped; and it
     /// holds no other borrow of this body.
-    pub(crate) unsafe fn borrow(&self) -> BodyGuard<'_> {
+    pub(crate) unsafe fn borrow(&self) -> BodyGuard<'_, P> {
         #[cfg(debug_assertions)]
         assert!(
             !self
@@ -124,27 +187,27 @@ impl BodyCell {
 }
 
 /// A borrow of a [`BodyCell`], ended when dropped.
-pub(crate) struct BodyGuard<'a> {
-    cell: &'a BodyCell,
+pub(crate) struct BodyGuard<'a, P: ?Sized = dyn Process> {
+    cell: &'a BodyCell<P>,
 }
 
-impl std::ops::Deref for BodyGuard<'_> {
-    type Target = Body;
+impl<P: ?Sized> std::ops::Deref for BodyGuard<'_, P> {
+    type Target = BodyOf<P>;
 
-    fn deref(&self) -> &Body {
+    fn deref(&self) -> &BodyOf<P> {
         // SAFETY: `BodyCell::borrow`'s contract makes this guard the body's only user.
         unsafe { &*self.cell.body.get() }
     }
 }
 
-impl std::ops::DerefMut for BodyGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Body {
+impl<P: ?Sized> std::ops::DerefMut for BodyGuard<'_, P> {
+    fn deref_mut(&mut self) -> &mut BodyOf<P> {
         // SAFETY: as for `deref`; `&mut self` keeps this the only reference through the guard.
         unsafe { &mut *self.cell.body.get() }
     }
 }
 
-impl Drop for BodyGuard<'_> {
+impl<P: ?Sized> Drop for BodyGuard<'_, P> {
     fn drop(&mut self) {
         #[cfg(debug_assertions)]
         self.cell
@@ -203,46 +266,92 @@ impl Notice {
     }
 }
 
+impl<P: Process> SlotOf<P> {
+    /// The slot of `process`, not yet spawned: what only the spawn knows (its pid, parent,
+    /// entry point, limits) is filled in by [`Slot::fill`], while the spawn still holds the only
+    /// reference.
+    pub(crate) fn unspawned(process: P) -> Arc<Slot> {
+        let slot: Arc<SlotOf<P>> = Arc::new(SlotOf {
+            pid: Pid::HOST,
+            parent: None,
+            state: State::new(),
+            inbox: Mutex::new(Inbox::with_limit(MailboxLimit::NONE)),
+            exit: parking_lot::Mutex::new(Exit::default()),
+            cancel_armed: std::sync::atomic::AtomicBool::new(false),
+            charge: std::sync::atomic::AtomicU64::new(0),
+            behind: std::sync::atomic::AtomicBool::new(false),
+            has_timers: std::sync::atomic::AtomicBool::new(false),
+            confined: false,
+            survives_stop: false,
+            released: std::sync::atomic::AtomicBool::new(false),
+            outbox: None,
+            body: BodyCell::new(BodyOf {
+                start: None,
+                step_due: false,
+                accepting: 0,
+                held: None,
+                completed: Default::default(),
+                process: Resident::new(process),
+            }),
+        });
+        slot
+    }
+}
+
+/// A process type that is never run: what [`Slot::dangling`] points to (and, in tests, the
+/// process of slots that are only queued).
+pub(crate) struct Never;
+
+impl Process for Never {
+    fn init(
+        &mut self,
+        _: &crate::process::InitContext,
+        _: &str,
+        _: Payload,
+    ) -> Result<(), crate::process::ProcessError> {
+        Ok(())
+    }
+
+    fn step(
+        &mut self,
+        _: crate::process::Events<'_>,
+        _: &mut wfcontract::StepOutput,
+    ) -> Result<(), crate::process::ProcessError> {
+        Ok(())
+    }
+}
+
 impl Slot {
+    /// A reference to no slot, that never upgrades (`Weak::new` needs a sized type).
+    pub(crate) fn dangling() -> std::sync::Weak<Slot> {
+        std::sync::Weak::<SlotOf<Never>>::new()
+    }
+
+    /// Makes an unspawned slot the process `pid`, to be started with `start`.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
+    pub(crate) fn fill(
+        &mut self,
         pid: Pid,
         parent: Option<Pid>,
-        process: Box<dyn Process>,
         start: Start,
         watchers: Vec<Notice>,
         mailbox_limit: MailboxLimit,
         confined: bool,
         survives_stop: bool,
         outbox: Option<Outbox>,
-    ) -> Arc<Slot> {
-        Arc::new(Slot {
-            pid,
-            parent,
-            state: State::new(),
-            inbox: Mutex::new(Inbox::with_limit(mailbox_limit)),
-            body: BodyCell::new(Body {
-                process: Some(process),
-                start: Some(start),
-                step_due: false,
-                accepting: 0,
-                held: None,
-                completed: Default::default(),
-            }),
-            exit: parking_lot::Mutex::new(Exit {
-                retained: parent.is_some(),
-                watchers,
-                ..Exit::default()
-            }),
-            cancel_armed: std::sync::atomic::AtomicBool::new(false),
-            charge: std::sync::atomic::AtomicU64::new(0),
-            behind: std::sync::atomic::AtomicBool::new(false),
-            has_timers: std::sync::atomic::AtomicBool::new(false),
-            confined,
-            survives_stop,
-            released: std::sync::atomic::AtomicBool::new(false),
-            outbox,
-        })
+    ) {
+        self.pid = pid;
+        self.parent = parent;
+        self.inbox = Mutex::new(Inbox::with_limit(mailbox_limit));
+        *self.exit.get_mut() = Exit {
+            retained: parent.is_some(),
+            watchers,
+            ..Exit::default()
+        };
+        self.confined = confined;
+        self.survives_stop = survives_stop;
+        self.outbox = outbox;
+        self.body.get_mut().start = Some(start);
     }
 }
 
@@ -320,14 +429,14 @@ pub(crate) type TableHash = std::hash::BuildHasherDefault<TableHasher>;
 mod tests {
     use super::*;
 
-    fn cell() -> BodyCell {
-        BodyCell::new(Body {
-            process: None,
+    fn cell() -> BodyCell<()> {
+        BodyCell::new(BodyOf {
             start: None,
             step_due: false,
             accepting: 0,
             held: None,
             completed: Default::default(),
+            process: Resident::new(()),
         })
     }
 
@@ -375,13 +484,39 @@ mod tests {
     }
 
     /// What every process costs the scheduler before it holds anything: the slot (plus the
-    /// `Arc`'s two counts). Rare parts are boxed (a held step, a pending termination) and a
-    /// cancel is a flag, so that a million waiting processes stay small.
+    /// `Arc`'s two counts), in the same allocation as the process. Rare parts are boxed (a held
+    /// step, a pending termination) and a cancel is a flag, so that a million waiting processes
+    /// stay small; the one inline completion in place is what a process that yields one command
+    /// at a time would otherwise allocate (four events' worth) on its first yield.
     #[test]
     fn a_slot_is_small() {
-        let size = std::mem::size_of::<Slot>();
+        let size = std::mem::size_of::<SlotOf<()>>();
         eprintln!("slot: {size} bytes");
-        assert!(size <= 448, "a slot takes {size} bytes");
+        assert!(size <= 464, "a slot takes {size} bytes");
+    }
+
+    /// The process lives in the slot's allocation and is dropped exactly once: when the process
+    /// ends (in place, the slot staying), or with the slot if it never ran.
+    #[test]
+    fn a_resident_process_is_dropped_once() {
+        struct Counted(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let drops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = || drops.load(std::sync::atomic::Ordering::Relaxed);
+        let mut resident = Resident::new(Counted(std::sync::Arc::clone(&drops)));
+        assert!(resident.get_mut().is_some());
+        resident.drop_in_place();
+        assert_eq!(count(), 1);
+        assert!(resident.get_mut().is_none());
+        resident.drop_in_place();
+        drop(resident);
+        assert_eq!(count(), 1);
+        drop(Resident::new(Counted(std::sync::Arc::clone(&drops))));
+        assert_eq!(count(), 2);
     }
 
     #[test]

@@ -365,7 +365,7 @@ mod tests {
             Action::Terminate(
                 FailureKind::Timeout,
                 "timed out".into(),
-                std::sync::Weak::new(),
+                crate::slot::Slot::dangling(),
             )
         };
         timer.schedule(day, pid, terminate(), usize::MAX).unwrap();

@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_deque::Worker as Deque;
 use wfcontract::{Event, Status, StepOutput, Yield};
 
 use crate::clock::{self, Reading};
@@ -145,12 +144,12 @@ pub(crate) struct Worker {
 }
 
 /// The thread body of worker `index`.
-pub(crate) fn run(shared: Arc<Shared>, index: usize, deque: Deque<Task>) {
+pub(crate) fn run(shared: Arc<Shared>, index: usize, local: Local) {
     CURRENT.with(|current| {
         *current.borrow_mut() = Some(Current {
             scheduler: id(&shared),
             index,
-            local: Local::new(deque),
+            local,
         })
     });
     let mut worker = Worker {
@@ -252,7 +251,7 @@ impl Worker {
                 let found = CURRENT.with(|current| {
                     let current = current.borrow();
                     let local = &current.as_ref().expect("worker context").local;
-                    shared.queues.search(self.index, &local.deque)
+                    shared.queues.search(self.index, local)
                 });
                 let task = match found {
                     Found::Global(task) => {
@@ -524,7 +523,7 @@ impl Worker {
 
     /// Asks the process whether it can step now (see [`Process::prepare`]).
     fn prepare(&self, slot: &Arc<Slot>, body: &mut Body) -> Result<Readiness, ProcessError> {
-        let process = body.process.as_mut().expect("present until finished");
+        let process = body.process.get_mut().expect("present until finished");
         let source = WakerSource {
             shared: &self.handle.shared,
             slot,
@@ -558,7 +557,7 @@ impl Worker {
 
     fn init(&mut self, slot: &Slot, body: &mut Body) -> Result<(), ProcessError> {
         let start = body.start.take().expect("checked by the caller");
-        let process = body.process.as_mut().expect("present until finished");
+        let process = body.process.get_mut().expect("present until finished");
         let ctx = InitContext::new(slot.pid, slot.parent);
         let method = start.method;
         match catch_unwind(AssertUnwindSafe(|| {
@@ -578,7 +577,7 @@ impl Worker {
     /// Steps the process with the drained events and dispatches its yields. Returns its status
     /// and how many messages it takes next.
     fn step(&mut self, slot: &Arc<Slot>, body: &mut Body) -> Result<Option<Stepped>, ProcessError> {
-        let process = body.process.as_mut().expect("present until finished");
+        let process = body.process.get_mut().expect("present until finished");
         self.out.reset();
         if self.handle.shared.observer.is_some() {
             let events = &self.events;
@@ -635,7 +634,7 @@ impl Worker {
                 // Those the process lets go before its release: what they complete inline is in
                 // the inbox when the release resumes it.
                 let mut early: Vec<Yield> = yields.drain(..first).collect();
-                self.dispatch(slot, &**process, &body.completed, &mut early, 0, &mut notes)?;
+                self.dispatch(slot, &*process, &body.completed, &mut early, 0, &mut notes)?;
             }
             // The rest is acted on when released, at a later turn (`resume_held`).
             body.held = Some(Box::new(Held {
@@ -651,21 +650,14 @@ impl Worker {
         let dispatched = if notes.is_empty() {
             self.dispatch(
                 slot,
-                &**process,
+                &*process,
                 &body.completed,
                 &mut yields,
                 0,
                 &mut NoNotes,
             )
         } else {
-            self.dispatch(
-                slot,
-                &**process,
-                &body.completed,
-                &mut yields,
-                0,
-                &mut notes,
-            )
+            self.dispatch(slot, &*process, &body.completed, &mut yields, 0, &mut notes)
         };
         yields.clear();
         self.out.yields = yields;
@@ -699,19 +691,14 @@ impl Worker {
             mut notes,
             offset,
         } = *body.held.take().expect("checked by the caller");
-        let process = body.process.as_mut().expect("present until finished");
+        let process = body.process.get_mut().expect("present until finished");
         let dispatched = match notes.as_deref_mut() {
-            Some(notes) => self.dispatch(
-                slot,
-                &**process,
-                &body.completed,
-                &mut yields,
-                offset,
-                notes,
-            ),
+            Some(notes) => {
+                self.dispatch(slot, &*process, &body.completed, &mut yields, offset, notes)
+            }
             None => self.dispatch(
                 slot,
-                &**process,
+                &*process,
                 &body.completed,
                 &mut yields,
                 offset,
@@ -732,7 +719,7 @@ impl Worker {
         &self,
         slot: &Arc<Slot>,
         process: &dyn Process,
-        completed: &RefCell<Vec<Event>>,
+        completed: &RefCell<crate::slot::Inline>,
         yields: &mut Vec<Yield>,
         offset: usize,
         notes: &mut impl NoteSource,

@@ -67,7 +67,7 @@ pub struct Context<'a> {
     pub(crate) slot: &'a Arc<Slot>,
     /// The completions given inline ([`Context::complete`]): the process body's own lane, which
     /// its next step takes without a trip through the inbox's lock (see `Body::completed`).
-    pub(crate) inline: &'a std::cell::RefCell<Vec<Event>>,
+    pub(crate) inline: &'a std::cell::RefCell<crate::slot::Inline>,
     /// The worker's cache of the processes its processes send to (`targets.rs`).
     pub(crate) targets: &'a std::cell::RefCell<crate::targets::Targets>,
 }
