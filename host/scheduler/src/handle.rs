@@ -97,6 +97,9 @@ impl std::fmt::Debug for SchedulerHandle {
     }
 }
 
+/// The largest process [`Spawn::new`] keeps in the slot's own allocation.
+const INLINE_PROCESS_BYTES: usize = 128;
+
 /// A process to start, with its options. See [`SchedulerHandle::spawn_with`].
 pub struct Spawn {
     /// The process, already in the slot it will run in (one allocation for both), which this
@@ -125,8 +128,17 @@ impl std::fmt::Debug for Spawn {
 
 impl Spawn {
     /// Entry point `method` of `process`, with `input`.
-    pub fn new(process: impl Process, method: impl Into<String>, input: Payload) -> Spawn {
-        Spawn::of(SlotOf::unspawned(process), method.into(), input)
+    pub fn new<P: Process>(process: P, method: impl Into<String>, input: Payload) -> Spawn {
+        // A small process lives in its slot's allocation (one allocation a process); a large one
+        // (a wasm or durable process, a few hundred bytes) in a box of its own, freed when the
+        // process ends, so that a slot kept after its process (for a join, in a cache of send
+        // targets) stays small.
+        let slot = if std::mem::size_of::<P>() <= INLINE_PROCESS_BYTES {
+            SlotOf::unspawned(process)
+        } else {
+            SlotOf::unspawned(Box::new(process) as Box<dyn Process>)
+        };
+        Spawn::of(slot, method.into(), input)
     }
 
     /// As [`Spawn::new`], for an already boxed process.

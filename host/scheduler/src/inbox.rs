@@ -200,7 +200,12 @@ impl Inbox {
                     taken += 1;
                     first += 1;
                 }
-                out.extend(inline.drain(..first));
+                // One at a time after one reservation: `extend` from a SmallVec's drain takes
+                // the slow path (4% of a pingpong message).
+                out.reserve(first);
+                for event in inline.drain(..first) {
+                    out.push(event);
+                }
                 if !inline.is_empty() {
                     return taken;
                 }

@@ -10,8 +10,10 @@
 //! run a tree of tasks. A tree of a million processes then has a few dozen alive at once on each
 //! worker instead of all of them (the native skynet bench peaked at 830 MB breadth first, and at
 //! 4 MB this way), its processes run while the spawn that made them is still in cache, and thieves
-//! take the oldest, the largest subtrees. The worker takes from the two deques in turn, so neither
-//! a tree of spawns nor a queue of wakes holds the other back.
+//! take the oldest, the largest subtrees. The worker prefers its spawns, up to as many in a row as
+//! a turn's budget of events, then takes one process from the other deque: a process that spawns
+//! a child at every step runs again only after the children of its last turn (at most a budget's
+//! worth), so its spawns cannot pile up unstarted, and a wake waits behind at most that many.
 //!
 //! The global [`Injector`] takes wakes from outside the workers (by the timer or other threads); a
 //! second one, `fresh`, takes new processes spawned from outside. Workers serve wakes first: a
@@ -45,18 +47,22 @@ pub(crate) struct Local {
     pub(crate) spawned: Worker<Task>,
     next: Option<Task>,
     next_streak: u32,
-    /// Flipped at each pop from the deques: which of the two is looked at first.
-    spawned_first: bool,
+    /// Spawns taken in a row since the last look at `deque`.
+    spawned_streak: usize,
+    /// At most this many in a row (the scheduler's budget).
+    spawned_limit: usize,
 }
 
 impl Local {
-    pub(crate) fn new() -> Local {
+    /// A worker's queues; it takes up to `spawned_limit` spawns in a row (see the module's notes).
+    pub(crate) fn new(spawned_limit: usize) -> Local {
         Local {
             deque: Worker::new_fifo(),
             spawned: Worker::new_lifo(),
             next: None,
             next_streak: 0,
-            spawned_first: false,
+            spawned_streak: 0,
+            spawned_limit: spawned_limit.max(1),
         }
     }
 
@@ -87,8 +93,8 @@ impl Local {
         self.deque.push(task);
     }
 
-    /// The next task: the `next` slot (within its streak limit), else the head of one deque or
-    /// the other, in turn.
+    /// The next task: the `next` slot (within its streak limit), else the newest spawn (within
+    /// its streak limit), else the head of the deque, else a spawn.
     pub(crate) fn pop(&mut self) -> Option<Task> {
         if let Some(task) = self.next.take() {
             if self.next_streak < MAX_NEXT_STREAK {
@@ -98,12 +104,19 @@ impl Local {
             self.deque.push(task);
         }
         self.next_streak = 0;
-        self.spawned_first = !self.spawned_first;
-        if self.spawned_first {
-            self.spawned.pop().or_else(|| self.deque.pop())
-        } else {
-            self.deque.pop().or_else(|| self.spawned.pop())
+        if self.spawned_streak < self.spawned_limit {
+            if let Some(task) = self.spawned.pop() {
+                self.spawned_streak += 1;
+                return Some(task);
+            }
         }
+        self.spawned_streak = 0;
+        if let Some(task) = self.deque.pop() {
+            return Some(task);
+        }
+        let task = self.spawned.pop()?;
+        self.spawned_streak = 1;
+        Some(task)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -307,28 +320,39 @@ mod tests {
         slot
     }
 
-    /// Spawns come newest first, wakes oldest first, and the two take turns, so that neither a
-    /// tree of spawns nor a queue of wakes waits for the other to empty.
+    /// Spawns come newest first, up to the limit in a row, then one wake (oldest first), so that
+    /// neither a tree of spawns nor a queue of wakes waits for the other to empty.
     #[test]
-    fn the_two_deques_take_turns_spawns_newest_first() {
-        let mut local = Local::new();
+    fn spawns_go_first_newest_first_and_wakes_get_every_limit_plus_first_turn() {
+        let mut local = Local::new(2);
         for pid in 1..=3 {
             local.push_back(task(pid));
         }
-        for pid in 11..=14 {
+        for pid in 11..=15 {
             local.push_spawned(task(pid));
         }
-        let order: Vec<u64> = std::iter::from_fn(|| local.pop()).map(|t| t.pid.0).collect();
-        assert_eq!(order, [14, 1, 13, 2, 12, 3, 11]);
+        let order: Vec<u64> = std::iter::from_fn(|| local.pop())
+            .map(|t| t.pid.0)
+            .collect();
+        assert_eq!(order, [15, 14, 1, 13, 12, 2, 11, 3]);
         assert!(local.is_empty());
+        // With the deque empty, spawns go on; the streak starts again after the look at it.
+        for pid in 21..=24 {
+            local.push_spawned(task(pid));
+        }
+        local.push_back(task(4));
+        let order: Vec<u64> = std::iter::from_fn(|| local.pop())
+            .map(|t| t.pid.0)
+            .collect();
+        assert_eq!(order, [24, 23, 4, 22, 21]);
     }
 
     /// A thief takes the victim's wakes first, then its oldest spawns, into the same kind of
     /// deque of its own.
     #[test]
     fn a_thief_takes_wakes_first_then_the_oldest_spawns() {
-        let mut victim = Local::new();
-        let thief = Local::new();
+        let mut victim = Local::new(32);
+        let thief = Local::new(32);
         let queues = Queues::new(vec![victim.stealers(), thief.stealers()]);
         victim.push_spawned(task(11));
         victim.push_spawned(task(12));

@@ -69,7 +69,9 @@ impl Scheduler {
         observer: Option<Arc<dyn Observer>>,
         hooks: Hooks,
     ) -> Result<Scheduler, BuildError> {
-        let locals: Vec<Local> = (0..config.workers).map(|_| Local::new()).collect();
+        let locals: Vec<Local> = (0..config.workers)
+            .map(|_| Local::new(config.budget))
+            .collect();
         let queues = Queues::new(locals.iter().map(Local::stealers).collect());
         let shared = Arc::new(Shared::new(config, queues, handlers, observer));
         shared.timer.attach(Arc::downgrade(&shared));

@@ -108,7 +108,12 @@ impl<P> Resident<P> {
 impl<P: ?Sized> Resident<P> {
     /// The process, until it is dropped.
     pub(crate) fn get_mut(&mut self) -> Option<&mut P> {
-        self.present.then_some(&mut *self.value)
+        // Not `then_some`: that would make the reference to a dropped value before the test.
+        if self.present {
+            Some(&mut *self.value)
+        } else {
+            None
+        }
     }
 
     pub(crate) fn is_some(&self) -> bool {
@@ -150,7 +155,7 @@ pub(crate) struct BodyCell<P: ?Sized = dyn Process> {
 // SAFETY: the body is only reached through `BodyCell::borrow`, whose contract gives one thread at a
 // time exclusive access, with a happens-before edge (the hand-offs above) from each holder to the
 // next; `Body` is `Send`, so handing it from thread to thread that way is sound.
-unsafe impl<P: ?Sized + Send> Sync for BodyCell<P> {}
+unsafe impl<P: ?Sized> Sync for BodyCell<P> where BodyOf<P>: Send {}
 
 impl<P> BodyCell<P> {
     pub(crate) fn new(body: BodyOf<P>) -> BodyCell<P> {

@@ -135,6 +135,9 @@ pub(crate) struct Worker {
     /// a turn ends, if the turn goes on): the end of one turn is the start of the next when the
     /// worker goes straight on, so a turn of one step costs one reading.
     clock: Reading,
+    /// `clock` was read at the end of the turn's last step (by the check of its time slice, with
+    /// nothing done since): the turn's end needs no second reading.
+    clock_fresh: bool,
     /// The events of the current step; reused.
     events: Vec<Event>,
     /// The processes this worker's processes sent to lately (`targets.rs`).
@@ -161,6 +164,7 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize, local: Local) {
         overran: false,
         charge: Duration::ZERO,
         clock: clock::now(),
+        clock_fresh: false,
         events: Vec::new(),
         targets: RefCell::default(),
         out: StepOutput::new(),
@@ -194,7 +198,9 @@ impl Worker {
             };
             let started = self.clock;
             let overran = self.turn(task, started);
-            self.clock = clock::now();
+            if !std::mem::take(&mut self.clock_fresh) {
+                self.clock = clock::now();
+            }
             let took = self.clock.since(started);
             self.owed = if overran {
                 self.owed + self.charge + took
@@ -316,6 +322,7 @@ impl Worker {
     /// slice; read where the turn would otherwise go on, and before it parks.
     fn out_of_time(&mut self, started: Reading) -> bool {
         self.clock = clock::now();
+        self.clock_fresh = true;
         self.charge + self.clock.since(started) >= TURN_SLICE
     }
 
@@ -338,6 +345,8 @@ impl Worker {
         let mut step_without_events = false;
         let mut target = BLOCKED;
         loop {
+            // Whatever this step does comes after the last reading.
+            self.clock_fresh = false;
             let (status, left) = 'step: {
                 // SAFETY: this worker made the process `Running` above and holds it so until
                 // the turn hands it on; the borrow ends before `after_step` borrows again.
