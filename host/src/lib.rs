@@ -63,7 +63,8 @@ pub use builder::{
 pub use capacity::{Capacity, CapacityLimit, MemoryImages};
 pub use client::{
     utc_time, Cancelled, Client, Failure, HistoryStep, HostStatus, ListQuery, Narrator,
-    OutboxMessage, OutboxPage, Page, Started, StoredModule, WorkflowState, WorkflowStatus,
+    OutboxMessage, OutboxPage, Page, Started, StoredModule, WorkflowCounts, WorkflowState,
+    WorkflowStatus,
 };
 pub use durable::snapshot::Snapshots;
 pub use durable::store::SyncMode;
@@ -117,8 +118,8 @@ pub mod __testing {
     pub use crate::durable::record::StepRecord;
     pub use crate::durable::store::shape::{Shape, INDEXES, TABLES};
     pub use crate::durable::store::{
-        Cancel, Ending, Journal, Location, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, Read,
-        SqliteStore, State, SyncMode, Workflow,
+        Cancel, Ending, Filter, Journal, Location, NewMessage, NewSnapshot, NewStep, NewWorkflow,
+        Op, Read, SqliteStore, State, StateCounts, SyncMode, Workflow,
     };
     pub use crate::durable::store::{Journal as Store, PgStore, StoreError};
 

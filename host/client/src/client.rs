@@ -9,9 +9,10 @@ use serde_json::value::RawValue;
 
 use crate::error::{Error, Result};
 use crate::wire::{
-    CancelJson, CompleteRequest, ErrorBody, Health, HeartbeatJson, HistoryPage, HistoryParams,
-    HostList, ListParams, ModuleJson, ModuleList, OutboxPage, OutboxParams, PollRequest, SentJson,
-    StartRequest, StartedJson, TaskJson, WorkflowJson, WorkflowPage,
+    CancelJson, CompleteRequest, CountParams, CountsJson, ErrorBody, Health, HeartbeatJson,
+    HistoryPage, HistoryParams, HostList, ListParams, ModuleJson, ModuleList, OutboxPage,
+    OutboxParams, PollRequest, SentJson, StartRequest, StartedJson, TaskJson, WorkflowJson,
+    WorkflowPage,
 };
 
 /// How long a call may take unless it waits on purpose (a result or the outbox with `wait`).
@@ -163,6 +164,11 @@ impl Client {
     /// A page of the store's workflows.
     pub fn list(&self, params: &ListParams) -> Result<WorkflowPage> {
         self.get(&format!("/v1/workflows{}", query(params)?), None)
+    }
+
+    /// How many of the store's workflows stand each way.
+    pub fn counts(&self, params: &CountParams) -> Result<CountsJson> {
+        self.get(&format!("/v1/workflow-counts{}", query(params)?), None)
     }
 
     /// A page of workflow `id`'s journal.

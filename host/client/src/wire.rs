@@ -186,12 +186,56 @@ pub struct ListParams {
     /// Only top-level workflows (not the children they spawned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_level: Option<bool>,
+    /// Only the children of the workflow with this number (its `number`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<u64>,
     /// At most this many (1 to 10,000; default 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
     /// The `next` of the page before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
+}
+
+/// Which workflows counts take in (`GET /v1/workflow-counts`): a listing's filters but the
+/// status.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct CountParams {
+    /// Only those of this entry point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
+    /// Only those whose id starts so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Only those started before this time (milliseconds since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_before: Option<u64>,
+    /// Only those started at or after this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_after: Option<u64>,
+    /// Only top-level workflows (not the children they spawned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_level: Option<bool>,
+    /// Only the children of the workflow with this number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<u64>,
+}
+
+/// How many workflows stand each way (`GET /v1/workflow-counts`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct CountsJson {
+    /// Not finished.
+    pub running: u64,
+    /// Finished with a result.
+    pub completed: u64,
+    /// Finished with a failure other than a cancel.
+    pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
 }
 
 /// A page of workflows (`GET /v1/workflows`).

@@ -23,7 +23,7 @@ use wfcontract::Payload;
 
 pub use types::{
     Cancelled, Failure, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
-    Started, StoredModule, WorkflowState, WorkflowStatus, DEFAULT_PAGE, MAX_PAGE,
+    Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus, DEFAULT_PAGE, MAX_PAGE,
 };
 pub use words::{utc_time, Narrator};
 
@@ -275,6 +275,16 @@ impl Client {
             Backend::Store(store) => store.list(query),
             Backend::Serving(serving) => serving.list(query),
             Backend::Remote(remote) => remote.list(query),
+        }
+    }
+
+    /// How many of the store's workflows that `query` lets through stand each way (its state,
+    /// page size and cursor aside): what a listing's counts by status show.
+    pub fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
+        match &*self.backend {
+            Backend::Store(store) => store.counts(query),
+            Backend::Serving(serving) => serving.counts(query),
+            Backend::Remote(remote) => remote.counts(query),
         }
     }
 

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use wfcontract::{Encoding, Payload};
 use wfhost_client::wire::{
-    self, HistoryParams, ListParams, OutboxParams, StartRequest, WorkflowJson,
+    self, CountParams, HistoryParams, ListParams, OutboxParams, StartRequest, WorkflowJson,
 };
 
 use super::types::{
     Cancelled, Failure, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
-    Started, StoredModule, WorkflowState, WorkflowStatus,
+    Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus,
 };
 use super::{ModuleRef, Start};
 use crate::durable::record::StepRecord;
@@ -163,6 +163,24 @@ impl RemoteBackend {
         })
     }
 
+    pub(crate) fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
+        let params = CountParams {
+            entry: query.entry.clone(),
+            prefix: query.prefix.clone(),
+            started_before: query.started_before,
+            started_after: query.started_after,
+            top_level: query.top_level.then_some(true),
+            parent: query.parent,
+        };
+        let counts = self.api()?.counts(&params).map_err(|e| error(&e))?;
+        Ok(WorkflowCounts {
+            running: counts.running,
+            completed: counts.completed,
+            failed: counts.failed,
+            cancelled: counts.cancelled,
+        })
+    }
+
     pub(crate) fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
         query.check()?;
         let params = ListParams {
@@ -172,6 +190,7 @@ impl RemoteBackend {
             started_before: query.started_before,
             started_after: query.started_after,
             top_level: query.top_level.then_some(true),
+            parent: query.parent,
             limit: Some(query.limit),
             after: query.after.clone(),
         };

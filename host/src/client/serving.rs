@@ -15,8 +15,8 @@ use wfcontract::{Payload, Pid};
 
 use super::store::{unknown_module, StoreBackend, MAX_OUTBOX_PAGE};
 use super::types::{
-    Cancelled, HostStatus, ListQuery, OutboxPage, Page, Started, StoredModule, WorkflowState,
-    WorkflowStatus,
+    Cancelled, HostStatus, ListQuery, OutboxPage, Page, Started, StoredModule, WorkflowCounts,
+    WorkflowState, WorkflowStatus,
 };
 use super::{blocking, new_id, parse_cursor, Client, ModuleRef, Start};
 use crate::durable::waiters::{Topic, Waiters};
@@ -285,6 +285,10 @@ impl ServingBackend {
             None => format!("{} (this host)", self.durable.host_name),
         });
         status.waiting_for_host = false;
+    }
+
+    pub(crate) fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
+        self.store.counts(query)
     }
 
     pub(crate) fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {

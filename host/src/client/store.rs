@@ -8,7 +8,7 @@ use wfcontract::Payload;
 
 use super::types::{
     Cancelled, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page, Started,
-    StoredModule, WorkflowState, WorkflowStatus, MAX_PAGE,
+    StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus, MAX_PAGE,
 };
 use super::{cursor, new_id, parse_cursor, ModuleRef, Start};
 use crate::durable::now_millis;
@@ -199,6 +199,27 @@ impl StoreBackend {
         })
     }
 
+    pub(crate) fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
+        let filter = Filter {
+            state: None,
+            cancelled: None,
+            entry: query.entry.clone(),
+            prefix: query.prefix.clone(),
+            started_before: query.started_before.map(|t| t.min(i64::MAX as u64)),
+            started_after: query.started_after.map(|t| t.min(i64::MAX as u64)),
+            top_level: query.top_level,
+            parent: query.parent,
+            max_bytes: None,
+        };
+        let counts = self.read(|store| store.counts(&filter))?;
+        Ok(WorkflowCounts {
+            running: counts.running,
+            completed: counts.completed,
+            failed: counts.failed,
+            cancelled: counts.cancelled,
+        })
+    }
+
     pub(crate) fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
         query.check()?;
         let after = match &query.after {
@@ -222,6 +243,7 @@ impl StoreBackend {
             started_before: query.started_before.map(|t| t.min(i64::MAX as u64)),
             started_after: query.started_after.map(|t| t.min(i64::MAX as u64)),
             top_level: query.top_level,
+            parent: query.parent,
             max_bytes: Some(PAGE_BYTES),
         };
         // One more than asked: whether there is a next page.

@@ -183,8 +183,30 @@ pub struct ListQuery {
     pub(crate) started_before: Option<u64>,
     pub(crate) started_after: Option<u64>,
     pub(crate) top_level: bool,
+    pub(crate) parent: Option<u64>,
     pub(crate) limit: usize,
     pub(crate) after: Option<String>,
+}
+
+/// How many workflows stand each way ([`Client::counts`](super::Client::counts)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkflowCounts {
+    /// Not finished.
+    pub running: u64,
+    /// Finished with a result.
+    pub completed: u64,
+    /// Finished with a failure other than a cancel.
+    pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+}
+
+impl WorkflowCounts {
+    /// All of them.
+    pub fn total(&self) -> u64 {
+        self.running + self.completed + self.failed + self.cancelled
+    }
 }
 
 /// The page size of a [`ListQuery`] unless it says otherwise.
@@ -202,6 +224,7 @@ impl Default for ListQuery {
             started_before: None,
             started_after: None,
             top_level: false,
+            parent: None,
             limit: DEFAULT_PAGE,
             after: None,
         }
@@ -252,6 +275,14 @@ impl ListQuery {
     /// Only workflows started at or after `millis`.
     pub fn started_after(mut self, millis: u64) -> ListQuery {
         self.started_after = Some(millis);
+        self
+    }
+
+    /// Only the children of the workflow numbered `number` (its [`WorkflowStatus::number`]).
+    ///
+    /// [`WorkflowStatus::number`]: super::WorkflowStatus
+    pub fn parent(mut self, number: u64) -> ListQuery {
+        self.parent = Some(number);
         self
     }
 

@@ -286,6 +286,7 @@ impl Api {
         Router::new()
             .merge(open)
             .merge(guarded)
+            .merge(super::ui::routes())
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(Extension(Arc::new(document)))
@@ -345,7 +346,7 @@ async fn admit(state: &AppState, mut request: Request, next: Next) -> Response {
         return refusal.into_response();
     }
     let path = request.uri().path();
-    if path != "/healthz" {
+    if path != "/healthz" && !super::ui::is_ui_path(path) {
         let presented = request
             .headers()
             .get(header::AUTHORIZATION)

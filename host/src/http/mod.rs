@@ -39,6 +39,7 @@ mod extract;
 mod listen;
 mod openapi;
 mod routes;
+mod ui;
 
 pub use api::{
     Api, DEFAULT_MAX_BODY, DEFAULT_MAX_MODULE, DEFAULT_MAX_STORE_CALLS, DEFAULT_MAX_WAIT,

@@ -1,10 +1,11 @@
 //! The stores on their own, SQLite and PostgreSQL alike: steps read back in order (from SQLite's
 //! log and its table both) and across a reopen; messages sent and taken in one commit never
-//! written; ends, cancels, refusals and snapshots in the order a batch gives them.
+//! written; ends, cancels, refusals and snapshots in the order a batch gives them; counts by
+//! status and the children of a workflow, as the web UI reads them.
 
 use wfhost::__testing::{
-    Cancel, Ending, Location, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, Open as _, State,
-    Store, SyncMode,
+    Cancel, Ending, Filter, Location, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, Open as _,
+    State, StateCounts, Store, SyncMode,
 };
 use wfhost_test_programs::postgres::Postgres;
 
@@ -154,6 +155,119 @@ fn messages_sent_and_taken(location: &Location) {
         .commit(&[message(10, 1), step(1, 1, vec![10])])
         .unwrap();
     assert_eq!(store.high_water().unwrap(), (2, 10));
+}
+
+#[test]
+fn counts_by_status_and_the_children_of_a_workflow_read_alike_in_both_stores() {
+    for location in locations("counts") {
+        counts_and_children(&location);
+    }
+}
+
+fn counts_and_children(location: &Location) {
+    let mut store = open(location);
+    let child = |num: u64, parent: u64| {
+        Op::Start(NewWorkflow {
+            num,
+            id: format!("w{parent}/{num}"),
+            parent: Some(parent),
+            module: "m".into(),
+            module_name: "m".into(),
+            entry: "child".into(),
+            input: Vec::new(),
+            started: num,
+        })
+    };
+    let failed = |num: u64, kind: &str| Op::End {
+        num,
+        ending: Ending::Failed {
+            kind: kind.into(),
+            message: "no".into(),
+        },
+        at: 99,
+    };
+    store
+        .commit(&[
+            Op::Module {
+                hash: "m".into(),
+                bytes: vec![0, 97, 115, 109].into(),
+            },
+            start(1),
+            child(2, 1),
+            child(3, 1),
+            start(4),
+            child(5, 1),
+            child(6, 4),
+            start(7),
+        ])
+        .unwrap();
+    store
+        .commit(&[
+            end(2, b"r"),
+            failed(3, "cancelled"),
+            failed(6, "trap"),
+            end(7, b"r"),
+        ])
+        .unwrap();
+    let everything = Filter {
+        state: None,
+        cancelled: None,
+        entry: None,
+        prefix: None,
+        started_before: None,
+        started_after: None,
+        top_level: false,
+        parent: None,
+        max_bytes: None,
+    };
+    let counts = |filter: &Filter, store: &mut Box<dyn Store>| store.counts(filter).unwrap();
+    let all = counts(&everything, &mut store);
+    let want = |running, completed, failed, cancelled| StateCounts {
+        running,
+        completed,
+        failed,
+        cancelled,
+    };
+    assert_eq!(all, want(3, 2, 1, 1), "{location:?}");
+    let top = Filter {
+        top_level: true,
+        ..everything.clone()
+    };
+    assert_eq!(counts(&top, &mut store), want(2, 1, 0, 0), "{location:?}");
+    let of_one = Filter {
+        parent: Some(1),
+        ..everything.clone()
+    };
+    assert_eq!(
+        counts(&of_one, &mut store),
+        want(1, 1, 0, 1),
+        "{location:?}"
+    );
+    let children: Vec<u64> = store
+        .page(&of_one, 0, 10)
+        .unwrap()
+        .iter()
+        .map(|w| w.start.num)
+        .collect();
+    assert_eq!(children, [2, 3, 5], "{location:?}");
+    // Pages of the children follow the cursor.
+    let after_first: Vec<u64> = store
+        .page(&of_one, 2, 1)
+        .unwrap()
+        .iter()
+        .map(|w| w.start.num)
+        .collect();
+    assert_eq!(after_first, [3], "{location:?}");
+    let by_entry = Filter {
+        entry: Some("child".into()),
+        parent: Some(4),
+        ..everything
+    };
+    assert_eq!(
+        counts(&by_entry, &mut store),
+        want(0, 0, 1, 0),
+        "{location:?}"
+    );
 }
 
 fn end(num: u64, result: &[u8]) -> Op {

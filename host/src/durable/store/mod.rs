@@ -14,7 +14,7 @@ mod sync;
 pub use location::Location;
 pub(crate) use location::{ClientStore, HostStore};
 pub use postgres::PgStore;
-pub use roles::{Cluster, Filter, Journal, Read, Submit};
+pub use roles::{Cluster, Filter, Journal, Read, StateCounts, Submit};
 pub use sqlite::{Holder, SqliteStore};
 pub use sync::SyncMode;
 

@@ -29,6 +29,8 @@ pub struct Filter {
     pub started_after: Option<u64>,
     /// Only top-level workflows (not the children they spawned).
     pub top_level: bool,
+    /// Only the children of the workflow numbered so.
+    pub parent: Option<u64>,
     /// A page stops before the workflow that would take its inputs and results past this many
     /// bytes (it holds at least one).
     pub max_bytes: Option<u64>,
@@ -117,6 +119,35 @@ pub trait Read: Send {
 
     /// How many workflows have not finished.
     fn count_running(&mut self) -> StoreResult<u64>;
+
+    /// How many workflows `filter` lets through stand each way (its state, its cancel, its page
+    /// size and cursor are not looked at).
+    fn counts(&mut self, filter: &Filter) -> StoreResult<StateCounts>;
+}
+
+/// How many workflows stand each way ([`Read::counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateCounts {
+    /// Not finished.
+    pub running: u64,
+    /// Finished with a result.
+    pub completed: u64,
+    /// Finished with a failure other than a cancel.
+    pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+}
+
+impl StateCounts {
+    /// Adds `n` workflows in state `state` (a store's code), cancelled or not.
+    pub(crate) fn add(&mut self, state: super::State, cancelled: bool, n: u64) {
+        match state {
+            super::State::Running => self.running += n,
+            super::State::Done => self.completed += n,
+            super::State::Failed if cancelled => self.cancelled += n,
+            super::State::Failed => self.failed += n,
+        }
+    }
 }
 
 /// What a host writes: its journal. Writes come in batches from one writer; reads may come from

@@ -45,6 +45,8 @@ pub const INDEXES: &[(&str, &str, &[&str])] = &[
     ("workflows_running", "workflows", &["num"]),
     // The messages waiting for a workflow, and a workflow's unread count.
     ("messages_receiver", "messages", &["receiver"]),
+    // A workflow's children, in order: the web UI's page of a workflow lists them.
+    ("workflows_children", "workflows", &["parent", "num"]),
 ];
 
 /// A store's schema as it reads back: tables with their columns, indexes with their table and

@@ -10,8 +10,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use wfcontract::Payload;
 use wfhost_client::wire::{
-    CancelJson, ErrorBody, HistoryPage, HistoryParams, ListParams, OutboxPage, OutboxParams,
-    SentJson, StartRequest, StartedJson, WaitParams, WorkflowJson, WorkflowPage,
+    CancelJson, CountParams, CountsJson, ErrorBody, HistoryPage, HistoryParams, ListParams,
+    OutboxPage, OutboxParams, SentJson, StartRequest, StartedJson, WaitParams, WorkflowJson,
+    WorkflowPage,
 };
 
 use super::{call, timed_out, wait};
@@ -24,6 +25,7 @@ use crate::http::extract::{JsonBody, QueryParams, RawBody, WorkflowId};
 pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
     OpenApiRouter::new()
         .routes(routes!(start, list))
+        .routes(routes!(counts))
         .routes(routes!(status))
         .routes(routes!(result))
         .routes(routes!(send))
@@ -112,6 +114,9 @@ async fn list(
     if params.top_level == Some(true) {
         query = query.top_level();
     }
+    if let Some(parent) = params.parent {
+        query = query.parent(parent);
+    }
     if let Some(after) = params.after {
         query = query.after(after);
     }
@@ -122,6 +127,50 @@ async fn list(
     Ok(Json(WorkflowPage {
         workflows: page.items.iter().map(convert::workflow).collect(),
         next: page.next,
+    }))
+}
+
+/// How many of the store's workflows stand each way, of those the filters let through (a
+/// listing's filters, but the status). On a large store this reads every workflow the filters
+/// leave (an index on what a workflow is runs the counts of all of them).
+#[utoipa::path(get, path = "/v1/workflow-counts", tag = "workflows",
+    params(CountParams),
+    responses(
+        (status = 200, description = "The counts", body = CountsJson),
+        (status = 400, description = "A parameter is wrong", body = ErrorBody),
+    ))]
+async fn counts(
+    State(state): State<Arc<AppState>>,
+    QueryParams(params): QueryParams<CountParams>,
+) -> Result<Json<CountsJson>, ApiError> {
+    let mut query = ListQuery::new();
+    if let Some(entry) = params.entry {
+        query = query.entry(entry);
+    }
+    if let Some(prefix) = params.prefix {
+        query = query.prefix(prefix);
+    }
+    if let Some(before) = params.started_before {
+        query = query.started_before(before);
+    }
+    if let Some(after) = params.started_after {
+        query = query.started_after(after);
+    }
+    if params.top_level == Some(true) {
+        query = query.top_level();
+    }
+    if let Some(parent) = params.parent {
+        query = query.parent(parent);
+    }
+    let counts = call(&state, Default::default(), move |client| {
+        client.counts(&query)
+    })
+    .await?;
+    Ok(Json(CountsJson {
+        running: counts.running,
+        completed: counts.completed,
+        failed: counts.failed,
+        cancelled: counts.cancelled,
     }))
 }
 

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use super::location::redact;
 use super::{
-    Cluster, Filter, HostInfo, Journal, NewWorkflow, Op, Read, StoreError, StoreResult, Submit,
-    SyncMode,
+    Cluster, Filter, HostInfo, Journal, NewWorkflow, Op, Read, StateCounts, StoreError,
+    StoreResult, Submit, SyncMode,
 };
 use conn::{describe, retryable, Conn, Error};
 use schema::VERSION;
@@ -605,6 +605,10 @@ impl Read for PgStore {
         self.read("reading the latest messages to the host", |conn| {
             read::latest_host_messages(conn, &nums)
         })
+    }
+
+    fn counts(&mut self, filter: &Filter) -> StoreResult<StateCounts> {
+        self.read("counting workflows", |conn| read::counts(conn, filter))
     }
 
     fn count_running(&mut self) -> StoreResult<u64> {

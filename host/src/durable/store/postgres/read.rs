@@ -5,7 +5,7 @@ use tokio_postgres::{Error, Row};
 use super::Conn;
 use crate::durable::store::{
     Cancel, Ending, Filter, HostInfo, HostMessage, HostRow, NewMessage, NewSnapshot, NewWorkflow,
-    State, Step, StoreError, StoreResult, StoredMessage, Workflow,
+    State, StateCounts, Step, StoreError, StoreResult, StoredMessage, Workflow,
 };
 
 /// A number as the store keeps it (signed), or an error for one it cannot hold.
@@ -127,6 +127,7 @@ pub(super) fn page(
     let started_after = filter.started_after.map(|t| t.min(i64::MAX as u64) as i64);
     // The page, cut where its inputs and results reach the budget (none: no cut).
     let budget = filter.max_bytes.map(|b| b.min(i64::MAX as u64) as i64);
+    let parent = filter.parent.map(|p| p.min(i64::MAX as u64) as i64);
     Ok(conn
         .query(
             concat!(
@@ -144,6 +145,7 @@ pub(super) fn page(
                  AND ($6::bigint IS NULL OR started < $6) \
                  AND ($7::bigint IS NULL OR started >= $7) \
                  AND (NOT $8 OR parent IS NULL) \
+                 AND ($12::bigint IS NULL OR parent = $12) \
                  ORDER BY num LIMIT $9) page \
                  WHERE $11::bigint IS NULL OR upto - own < $11) \
                  ORDER BY num"
@@ -160,11 +162,48 @@ pub(super) fn page(
                 &limit,
                 &wfhost_scheduler::FailureKind::Cancelled.name(),
                 &budget,
+                &parent,
             ],
         )?
         .iter()
         .map(workflow_row)
         .collect())
+}
+
+/// How many workflows `filter` lets through stand each way (see `Read::counts`).
+pub(super) fn counts(conn: &mut Conn, filter: &Filter) -> Result<StateCounts, Error> {
+    let started_before = filter.started_before.map(|t| t.min(i64::MAX as u64) as i64);
+    let started_after = filter.started_after.map(|t| t.min(i64::MAX as u64) as i64);
+    let parent = filter.parent.map(|p| p.min(i64::MAX as u64) as i64);
+    let rows = conn.query(
+        "SELECT state, coalesce(error_kind, '') = $1, count(*) FROM workflows \
+         WHERE ($2::text IS NULL OR entry = $2) \
+         AND ($3::text IS NULL OR starts_with(id, $3)) \
+         AND ($4::bigint IS NULL OR started < $4) \
+         AND ($5::bigint IS NULL OR started >= $5) \
+         AND (NOT $6 OR parent IS NULL) \
+         AND ($7::bigint IS NULL OR parent = $7) \
+         GROUP BY 1, 2",
+        &[
+            &wfhost_scheduler::FailureKind::Cancelled.name(),
+            &filter.entry,
+            &filter.prefix,
+            &started_before,
+            &started_after,
+            &filter.top_level,
+            &parent,
+        ],
+    )?;
+    let mut counts = StateCounts::default();
+    for row in rows {
+        let n: i64 = row.get(2);
+        counts.add(
+            State::from_code(i64::from(row.get::<_, i16>(0))),
+            row.get(1),
+            n.max(0) as u64,
+        );
+    }
+    Ok(counts)
 }
 
 pub(super) fn steps(

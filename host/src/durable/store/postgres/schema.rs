@@ -150,6 +150,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX tasks_open ON tasks (function, seq) WHERE outcome IS NULL;
     CREATE INDEX tasks_host ON tasks (host);
     ",
+    // 5: the children of a workflow, for listing them (`Filter::parent`) without reading the
+    // whole table.
+    "
+    CREATE INDEX workflows_children ON workflows (parent, num) WHERE parent IS NOT NULL;
+    ",
 ];
 
 /// The error a commit fails with when its host lost its lease (`wfhost.mark`).

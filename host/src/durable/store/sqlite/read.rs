@@ -8,7 +8,7 @@ use super::{sql, SqliteStore};
 use crate::durable::store::roles::Visit;
 use crate::durable::store::{
     Cancel, Ending, Filter, HostMessage, Journal, NewMessage, NewSnapshot, NewWorkflow, Op, Read,
-    State, Step, StoreResult, StoredMessage, Workflow,
+    State, StateCounts, Step, StoreResult, StoredMessage, Workflow,
 };
 
 const WORKFLOW_COLUMNS: &str = "num, id, parent, module, module_name, entry, input, started, \
@@ -77,6 +77,40 @@ impl Journal for SqliteStore {
     }
 }
 
+/// The clauses (and their values) of `filter` beyond where a workflow stands: its entry point,
+/// id, start time and parent.
+fn narrow(
+    filter: &Filter,
+    clauses: &mut Vec<String>,
+    values: &mut Vec<rusqlite::types::Value>,
+) -> rusqlite::Result<()> {
+    if let Some(entry) = &filter.entry {
+        clauses.push("entry = ?".into());
+        values.push(entry.clone().into());
+    }
+    if let Some(prefix) = &filter.prefix {
+        clauses.push("substr(id, 1, length(?)) = ?".into());
+        values.push(prefix.clone().into());
+        values.push(prefix.clone().into());
+    }
+    if let Some(before) = filter.started_before {
+        clauses.push("started < ?".into());
+        values.push(int(before)?.into());
+    }
+    if let Some(after) = filter.started_after {
+        clauses.push("started >= ?".into());
+        values.push(int(after)?.into());
+    }
+    if filter.top_level {
+        clauses.push("parent IS NULL".into());
+    }
+    if let Some(parent) = filter.parent {
+        clauses.push("parent = ?".into());
+        values.push(int(parent)?.into());
+    }
+    Ok(())
+}
+
 impl Read for SqliteStore {
     fn workflow(&mut self, id: &str) -> StoreResult<Option<Workflow>> {
         self.conn
@@ -129,26 +163,7 @@ impl Read for SqliteStore {
             let cancelled = wfhost_scheduler::FailureKind::Cancelled.name();
             clauses.push(format!("error_kind {test} '{cancelled}'"));
         }
-        if let Some(entry) = &filter.entry {
-            clauses.push("entry = ?".into());
-            values.push(entry.clone().into());
-        }
-        if let Some(prefix) = &filter.prefix {
-            clauses.push("substr(id, 1, length(?)) = ?".into());
-            values.push(prefix.clone().into());
-            values.push(prefix.clone().into());
-        }
-        if let Some(before) = filter.started_before {
-            clauses.push("started < ?".into());
-            values.push(int(before).map_err(sql(what))?.into());
-        }
-        if let Some(after) = filter.started_after {
-            clauses.push("started >= ?".into());
-            values.push(int(after).map_err(sql(what))?.into());
-        }
-        if filter.top_level {
-            clauses.push("parent IS NULL".into());
-        }
+        narrow(filter, &mut clauses, &mut values).map_err(sql(what))?;
         values.push(i64::try_from(limit).unwrap_or(i64::MAX).into());
         let query = match filter.max_bytes {
             None => format!(
@@ -336,6 +351,35 @@ impl Read for SqliteStore {
             }
         }
         Ok(latest)
+    }
+
+    fn counts(&mut self, filter: &Filter) -> StoreResult<StateCounts> {
+        let what = "counting workflows";
+        let mut clauses = vec!["1".to_string()];
+        let mut values: Vec<rusqlite::types::Value> = Vec::new();
+        narrow(filter, &mut clauses, &mut values).map_err(sql(what))?;
+        let cancelled = wfhost_scheduler::FailureKind::Cancelled.name();
+        let query = format!(
+            "SELECT state, coalesce(error_kind = '{cancelled}', 0), count(*) FROM workflows \
+             WHERE {} GROUP BY 1, 2",
+            clauses.join(" AND ")
+        );
+        let mut statement = self.conn.prepare(&query).map_err(sql(what))?;
+        let rows = statement
+            .query_map(rusqlite::params_from_iter(values), |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, bool>(1)?,
+                    row.get::<_, i64>(2)?,
+                ))
+            })
+            .map_err(sql(what))?;
+        let mut counts = StateCounts::default();
+        for row in rows {
+            let (state, cancelled, n) = row.map_err(sql(what))?;
+            counts.add(State::from_code(state), cancelled, n.max(0) as u64);
+        }
+        Ok(counts)
     }
 
     fn count_running(&mut self) -> StoreResult<u64> {

@@ -95,6 +95,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     DROP INDEX workflows_running;
     CREATE INDEX workflows_running ON workflows(num) WHERE state = 0;
     ",
+    // 7: the children of a workflow, for listing them (`Filter::parent`) without reading the
+    // whole table.
+    "
+    CREATE INDEX workflows_children ON workflows(parent, num) WHERE parent IS NOT NULL;
+    ",
 ];
 
 /// The version this build writes.

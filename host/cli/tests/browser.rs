@@ -1,0 +1,381 @@
+//! The web UI in a real browser: Chromium (Debian's `chromium` and `chromium-driver`, which
+//! `.ci/run` installs) driven over WebDriver against a real `wfhost serve --http` with a token.
+//! A wrong token is refused and the right one kept; the list follows a workflow live to
+//! `completed`, filters and pages; a workflow's page shows as many steps as its journal has, says
+//! what the workflow waits for, sends it a message and cancels it. Each page's screenshot is
+//! saved under the target directory (`ui-screenshots/`).
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::http::{put_probe, raw, start_request, HttpServer};
+use common::PATIENCE;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+use wfhost_client::wire::HistoryParams;
+
+const TOKEN: &str = "ui-test-token";
+
+/// A chromedriver of the test's own, on a free loopback port; stopped when dropped.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Driver {
+    fn start() -> Driver {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run chromedriver ({e}): the browser tests need Debian's packages \
+                     `chromium` and `chromium-driver` (`apt-get install chromium chromium-driver`; \
+                     .ci/run installs them)"
+                )
+            });
+        let addr = format!("127.0.0.1:{port}");
+        let status = b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+        common::wait_until("chromedriver answers", || {
+            std::net::TcpStream::connect(&addr).is_ok() && raw(&addr, status).0 == 200
+        });
+        Driver {
+            child,
+            url: format!("http://{addr}"),
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn browser(driver: &Driver) -> Client {
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1280,800"],
+        }),
+    );
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(&driver.url)
+        .await
+        .expect("a Chromium session")
+}
+
+/// Waits until `check` says so; what it last saw goes into the failure.
+async fn until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, String>>,
+{
+    let started = Instant::now();
+    let mut last = String::new();
+    while started.elapsed() < PATIENCE {
+        match check().await {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(seen) => last = seen,
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}: not within {PATIENCE:?} (last: {last})");
+}
+
+async fn text_of(client: &Client, css: &str) -> Result<String, String> {
+    let element = client
+        .find(Locator::Css(css))
+        .await
+        .map_err(|e| format!("no {css}: {e}"))?;
+    element.text().await.map_err(|e| e.to_string())
+}
+
+async fn count(client: &Client, css: &str) -> usize {
+    client
+        .find_all(Locator::Css(css))
+        .await
+        .map_or(0, |all| all.len())
+}
+
+fn screenshots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn screenshot(client: &Client, name: &str) {
+    let png = client.screenshot().await.unwrap();
+    std::fs::write(screenshots().join(format!("{name}.png")), png).unwrap();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_ui_in_a_real_browser() {
+    let dir = common::tempdir("browser", "ui");
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let store = dir.join("wf.db");
+    let server = HttpServer::start(
+        &dir,
+        store.to_str().unwrap(),
+        &["--token-file", token_file.to_str().unwrap()],
+    );
+    let api = server.client().with_token(TOKEN);
+    let module = put_probe(&api);
+    for n in 0..55 {
+        api.start(&start_request(
+            &format!("echo-{n:02}"),
+            &module,
+            "echo",
+            json!(n),
+        ))
+        .unwrap();
+    }
+    for id in ["waiter-api", "waiter-page", "waiter-cancel"] {
+        api.start(&start_request(id, &module, "wait_message", json!(600_000)))
+            .unwrap();
+    }
+    for n in 0..55 {
+        api.result(&format!("echo-{n:02}"), Some(PATIENCE)).unwrap();
+    }
+    let driver = Driver::start();
+    let client = browser(&driver).await;
+    let base = format!("http://{}", server.addr());
+
+    // A wrong token is refused, and says so; the right one opens the list.
+    client.goto(&format!("{base}/")).await.unwrap();
+    let token = client
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css("#token-input"))
+        .await
+        .unwrap();
+    until("the token dialog shows", || async {
+        Ok(client
+            .find(Locator::Css("#token-dialog[open]"))
+            .await
+            .is_ok())
+    })
+    .await;
+    token.send_keys("not-the-token").await.unwrap();
+    client
+        .find(Locator::Css("#token-ok"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until("a wrong token is refused", || async {
+        let why = text_of(&client, "#token-why").await?;
+        Ok(why.contains("refused that token"))
+    })
+    .await;
+    screenshot(&client, "token-refused").await;
+    let token = client.find(Locator::Css("#token-input")).await.unwrap();
+    token.send_keys(TOKEN).await.unwrap();
+    client
+        .find(Locator::Css("#token-ok"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until("the counts show", || async {
+        let all = text_of(&client, "[data-count=all] b").await?;
+        Ok(all == "58")
+    })
+    .await;
+    assert_eq!(
+        text_of(&client, "[data-count=running] b").await.unwrap(),
+        "3"
+    );
+    assert_eq!(
+        text_of(&client, "[data-count=completed] b").await.unwrap(),
+        "55"
+    );
+
+    // Pages of 50, oldest first.
+    assert_eq!(count(&client, "table.workflows tbody tr").await, 50);
+    screenshot(&client, "workflows").await;
+    client
+        .find(Locator::Css("#next-page"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until("the second page", || async {
+        Ok(count(&client, "table.workflows tbody tr").await == 8)
+    })
+    .await;
+    assert!(client
+        .find(Locator::Css("tr[data-id=waiter-api]"))
+        .await
+        .is_ok());
+
+    // Filters: the running ones.
+    client.goto(&format!("{base}/#/")).await.unwrap();
+    let status = client
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css("#filters select[name=status]"))
+        .await
+        .unwrap();
+    status.select_by_value("running").await.unwrap();
+    client
+        .find(Locator::Css("#filters button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until("only the running workflows", || async {
+        Ok(count(&client, "table.workflows tbody tr").await == 3)
+    })
+    .await;
+    client
+        .goto(&format!("{base}/#/?prefix=waiter-"))
+        .await
+        .unwrap();
+    until("the waiters, running", || async {
+        let row = text_of(&client, "tr[data-id=waiter-api] [data-status]").await?;
+        Ok(row == "running")
+    })
+    .await;
+
+    // The list follows a workflow to its end without a reload.
+    api.send(
+        "waiter-api",
+        &serde_json::value::to_raw_value(&json!("from the API")).unwrap(),
+    )
+    .unwrap();
+    until("the list shows it completed", || async {
+        let row = text_of(&client, "tr[data-id=waiter-api] [data-status]").await?;
+        Ok(row == "completed")
+    })
+    .await;
+
+    // A workflow's page: its timeline has as many steps as its journal.
+    let steps = api
+        .history("echo-07", &HistoryParams::default())
+        .unwrap()
+        .steps
+        .len();
+    client.goto(&format!("{base}/#/w/echo-07")).await.unwrap();
+    until("the timeline", || async {
+        Ok(count(&client, "#timeline > li[data-step]").await == steps)
+    })
+    .await;
+    assert_eq!(
+        text_of(&client, "#status [data-status]").await.unwrap(),
+        "completed"
+    );
+    assert!(text_of(&client, "#result").await.unwrap().contains('7'));
+
+    // Sending a message from the page reaches the workflow: its result says so. Not JSON is
+    // refused before it is sent.
+    client
+        .goto(&format!("{base}/#/w/waiter-page"))
+        .await
+        .unwrap();
+    until("it waits for a message", || async {
+        let waits = text_of(&client, "#waits").await?;
+        Ok(waits.contains("a message") || waits.contains("timer"))
+    })
+    .await;
+    let message = client.find(Locator::Css("#message")).await.unwrap();
+    message.clear().await.unwrap();
+    message.send_keys("{not json").await.unwrap();
+    until("not JSON is refused", || async {
+        let state = text_of(&client, "#send-state").await?;
+        let disabled = client
+            .find(Locator::Css("#send-button"))
+            .await
+            .map_err(|e| e.to_string())?
+            .attr("disabled")
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(state.starts_with("Not JSON") && disabled.is_some())
+    })
+    .await;
+    message.clear().await.unwrap();
+    message.send_keys("\"from the page\"").await.unwrap();
+    client
+        .find(Locator::Css("#send-button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until("its result shows the message", || async {
+        let result = text_of(&client, "#result").await?;
+        Ok(result.contains("from the page"))
+    })
+    .await;
+    screenshot(&client, "workflow").await;
+    assert_eq!(
+        api.status("waiter-page").unwrap().status,
+        "completed",
+        "the page's message reached the workflow"
+    );
+
+    // Cancel from the page, after a confirmation.
+    client
+        .goto(&format!("{base}/#/w/waiter-cancel"))
+        .await
+        .unwrap();
+    let cancel = client
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css("#cancel-button:not([disabled])"))
+        .await
+        .unwrap();
+    cancel.click().await.unwrap();
+    client.accept_alert().await.unwrap();
+    until("it shows cancelled", || async {
+        let status = text_of(&client, "#status [data-status]").await?;
+        Ok(status == "cancelled")
+    })
+    .await;
+    assert_eq!(api.status("waiter-cancel").unwrap().status, "cancelled");
+
+    // The hosts page, with the journal's figures from the metrics: this host committed.
+    client.goto(&format!("{base}/#/hosts")).await.unwrap();
+    until("the host and its commits", || async {
+        let commits = text_of(&client, "[data-figure=commits]").await?;
+        let rows = count(&client, "tr[data-host]").await;
+        Ok(rows == 1 && commits.parse::<f64>().is_ok_and(|n| n >= 1.0))
+    })
+    .await;
+    screenshot(&client, "hosts").await;
+
+    // A phone's width: the list still reads (the wide columns give way).
+    client.set_window_size(390, 844).await.unwrap();
+    client
+        .goto(&format!("{base}/#/?prefix=waiter-"))
+        .await
+        .unwrap();
+    until("the list at a phone's width", || async {
+        Ok(count(&client, "table.workflows tbody tr").await == 3)
+    })
+    .await;
+    screenshot(&client, "workflows-phone").await;
+    client.close().await.unwrap();
+}

@@ -1,0 +1,492 @@
+// wfhost's web UI: a single page over the HTTP API (everything it does, the API does; it holds
+// no state of its own but the token, kept for this tab in sessionStorage). No framework, no build
+// step, nothing fetched from elsewhere: it works on a machine with no internet.
+'use strict';
+
+const PAGE = 50;            // workflows a page
+const HISTORY_PAGE = 10000; // steps a request (the API's most)
+const POLL_MS = 2000;       // how often a visible page looks for changes
+const FOLD_BYTES = 2048;    // payloads longer than this start folded
+
+const ui = {
+  token: sessionStorage.getItem('wfhost.token') || '',
+  poll: null,     // the current page's refresh, called every POLL_MS while the tab is visible
+  timer: null,
+  waitingForToken: null,
+  view: 0,        // bumped at each navigation: late answers for an old page are dropped
+  busy: null,     // the view whose refresh is under way
+};
+
+// ---------------------------------------------------------------------------------------------
+// The API
+
+class ApiError extends Error {
+  constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+}
+
+async function api(path, options = {}) {
+  const headers = Object.assign({ Accept: 'application/json' }, options.headers || {});
+  if (ui.token) headers.Authorization = 'Bearer ' + ui.token;
+  let response;
+  try {
+    response = await fetch(path, Object.assign({}, options, { headers }));
+  } catch (e) {
+    setLive(false);
+    throw new ApiError(0, 'unreachable', 'The server does not answer (' + e.message + '). The page tries again.');
+  }
+  setLive(true);
+  const text = await response.text();
+  let body = null;
+  if (text && (!options.text || !response.ok)) { try { body = JSON.parse(text); } catch (_) { body = null; } }
+  if (response.status === 401) {
+    await askForToken(ui.token ? 'The server refused that token: give the right one.' : null);
+    return api(path, options);
+  }
+  if (!response.ok) {
+    const detail = body && body.error ? body.error : { code: String(response.status), message: text };
+    throw new ApiError(response.status, detail.code, detail.message);
+  }
+  return options.text ? text : body;
+}
+
+function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== undefined && v !== null && v !== '') q.set(k, String(v));
+  }
+  const s = q.toString();
+  return s ? '?' + s : '';
+}
+
+const wf = (id) => '/v1/workflows/' + encodeURIComponent(id);
+
+function askForToken(why) {
+  if (ui.waitingForToken) return ui.waitingForToken;
+  const dialog = document.getElementById('token-dialog');
+  document.getElementById('token-why').textContent = why ||
+    'Give the token the server was started with (WFHOST_TOKEN). It is kept for this browser tab only.';
+  document.getElementById('token-why').className = why ? 'error' : '';
+  const input = document.getElementById('token-input');
+  input.value = '';
+  ui.waitingForToken = new Promise((resolve) => {
+    document.getElementById('token-form').onsubmit = () => {
+      ui.token = input.value.trim();
+      sessionStorage.setItem('wfhost.token', ui.token);
+      ui.waitingForToken = null;
+      resolve();
+    };
+  });
+  if (!dialog.open) dialog.showModal();
+  input.focus();
+  return ui.waitingForToken;
+}
+
+function setLive(on) {
+  const live = document.getElementById('live');
+  live.className = 'live ' + (on ? 'on' : 'off');
+  live.textContent = on ? 'live' : 'offline';
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers
+
+function esc(value) {
+  return String(value).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[c]));
+}
+
+function h(html) {
+  const t = document.createElement('template');
+  t.innerHTML = html.trim();
+  return t.content;
+}
+
+// A time in the viewer's zone, the UTC value on hover.
+function time(ms) {
+  if (ms === null || ms === undefined) return '<span class="muted">-</span>';
+  const d = new Date(ms);
+  return '<time datetime="' + d.toISOString() + '" title="' + d.toISOString().replace('T', ' ').replace('Z', ' UTC') + '">' +
+    esc(d.toLocaleString()) + '</time>';
+}
+
+function duration(ms) {
+  if (ms === null || ms === undefined) return '-';
+  if (ms < 1000) return ms + ' ms';
+  const s = ms / 1000;
+  if (s < 60) return s.toFixed(s < 10 ? 2 : 1) + ' s';
+  const m = Math.floor(s / 60);
+  if (m < 60) return m + ' min ' + Math.round(s % 60) + ' s';
+  const hrs = Math.floor(m / 60);
+  if (hrs < 48) return hrs + ' h ' + (m % 60) + ' min';
+  return Math.floor(hrs / 24) + ' d ' + (hrs % 24) + ' h';
+}
+
+function bytes(n) {
+  if (n < 1024) return n + ' B';
+  if (n < 1024 * 1024) return (n / 1024).toFixed(1) + ' KiB';
+  return (n / 1024 / 1024).toFixed(1) + ' MiB';
+}
+
+function statusBadge(status) {
+  return '<span class="status ' + esc(status) + '" data-status="' + esc(status) + '">' + esc(status) + '</span>';
+}
+
+// A payload, folded with its size when long.
+function payload(value, encoding) {
+  const text = value === undefined ? 'null' : JSON.stringify(value, null, 2);
+  const size = new TextEncoder().encode(text).length;
+  const label = (encoding ? encoding + ', ' : '') + bytes(size);
+  if (size <= FOLD_BYTES) return '<pre class="payload">' + esc(text) + '</pre><span class="muted">' + esc(label) + '</span>';
+  return '<details class="payload"><summary>' + esc(label) + ' (folded)</summary><pre>' + esc(text) + '</pre></details>';
+}
+
+function show(content) {
+  const main = document.getElementById('main');
+  main.replaceChildren(content);
+}
+
+function errorBox(error) {
+  return '<div class="error" role="alert">' + esc(error.message) + '</div>';
+}
+
+function markNav(which) {
+  for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('current', a.dataset.nav === which);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workflows: counts, filters, a page
+
+const STATES = ['running', 'completed', 'failed', 'cancelled'];
+
+function listState() {
+  const params = new URLSearchParams(location.hash.split('?')[1] || '');
+  return {
+    status: params.get('status') || '',
+    entry: params.get('entry') || '',
+    prefix: params.get('prefix') || '',
+    after: params.get('after') || '',
+  };
+}
+
+function listHash(s) {
+  return '#/' + query({ status: s.status, entry: s.entry, prefix: s.prefix, after: s.after });
+}
+
+async function workflowsPage(view) {
+  markNav('workflows');
+  const s = listState();
+  show(h(`
+    <h1>Workflows</h1>
+    <div class="counts" id="counts"></div>
+    <form class="filters" id="filters">
+      <label>Status <select name="status"><option value="">any</option>${STATES.map((x) =>
+        `<option value="${x}" ${x === s.status ? 'selected' : ''}>${x}</option>`).join('')}</select></label>
+      <label>Entry <input name="entry" value="${esc(s.entry)}" placeholder="any"></label>
+      <label>Id starts with <input name="prefix" value="${esc(s.prefix)}" placeholder="any"></label>
+      <button type="submit">Filter</button>
+      <a href="#/">Clear</a>
+    </form>
+    <div id="rows"></div>`));
+  document.getElementById('filters').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const f = new FormData(e.target);
+    location.hash = listHash({ status: f.get('status'), entry: f.get('entry').trim(), prefix: f.get('prefix').trim(), after: '' });
+  });
+  ui.poll = async () => {
+    const [counts, page] = await Promise.all([
+      api('/v1/workflow-counts' + query({ entry: s.entry, prefix: s.prefix })),
+      api('/v1/workflows' + query({ status: s.status, entry: s.entry, prefix: s.prefix, after: s.after, limit: PAGE })),
+    ]);
+    if (view !== ui.view) return;
+    renderCounts(counts, s);
+    renderRows(page, s, counts);
+  };
+  await refresh();
+}
+
+function renderCounts(counts, s) {
+  const total = STATES.reduce((n, x) => n + counts[x], 0);
+  const box = (label, n, status) => `<a class="count ${s.status === status ? 'current' : ''}" data-count="${status || 'all'}"
+      href="${listHash(Object.assign({}, s, { status, after: '' }))}"><b>${n.toLocaleString()}</b>${label}</a>`;
+  document.getElementById('counts').replaceChildren(h(box('all', total, '') + STATES.map((x) => box(x, counts[x], x)).join('')));
+}
+
+function renderRows(page, s, counts) {
+  const rows = document.getElementById('rows');
+  const total = STATES.reduce((n, x) => n + counts[x], 0);
+  if (total === 0 && !s.entry && !s.prefix) {
+    rows.replaceChildren(h(`<div class="empty"><h2>No workflows yet</h2>
+      <p>Start one with the CLI against this server's store, or through the API:</p>
+      <pre>wfhost run --durable orders.db examples/hello.wasm main '"world"'
+
+curl -X POST ${esc(location.origin)}/v1/modules --data-binary @hello.wasm -H 'Authorization: Bearer $WFHOST_TOKEN'
+curl -X POST ${esc(location.origin)}/v1/workflows -H 'Content-Type: application/json' \\
+     -d '{"module": "&lt;hash&gt;", "entry": "main", "input": "world"}'</pre>
+      <p class="muted">It shows here as soon as it starts.</p></div>`));
+    return;
+  }
+  if (page.workflows.length === 0) {
+    rows.replaceChildren(h('<p class="notice">No workflow matches.</p>'));
+    return;
+  }
+  const now = Date.now();
+  const body = page.workflows.map((w) => `<tr data-id="${esc(w.id)}">
+      <td><a href="#/w/${encodeURIComponent(w.id)}">${esc(w.id)}</a></td>
+      <td>${esc(w.entry)}</td>
+      <td>${statusBadge(w.status)}${w.cancel_asked && w.status === 'running' ? ' <span class="muted">cancel asked</span>' : ''}</td>
+      <td class="wide">${time(w.started)}</td>
+      <td class="num">${duration((w.finished || now) - w.started)}</td>
+      <td class="num" data-steps>${w.steps}</td>
+      <td class="wide">${w.host ? esc(w.host) : (w.waiting_for_host ? '<span class="muted">waiting for a host</span>' : '<span class="muted">-</span>')}</td>
+    </tr>`).join('');
+  const pager = `<div class="pager">
+      ${s.after ? `<a href="${listHash(Object.assign({}, s, { after: '' }))}">First page</a>` : ''}
+      ${page.next ? `<a id="next-page" href="${listHash(Object.assign({}, s, { after: page.next }))}">Next page</a>` : '<span class="muted">End of the list</span>'}
+    </div>`;
+  rows.replaceChildren(h(`<table class="workflows"><thead><tr><th>Id</th><th>Entry</th><th>Status</th>
+      <th class="wide">Started</th><th>Duration</th><th>Steps</th><th class="wide">Host</th></tr></thead>
+      <tbody>${body}</tbody></table>${pager}`));
+}
+
+// ---------------------------------------------------------------------------------------------
+// One workflow: facts, where it waits, its timeline, its children, send and cancel
+
+async function workflowPage(view, id) {
+  markNav('workflows');
+  show(h(`<h1 id="title">${esc(id)}</h1><div id="facts"></div>
+    <div class="split">
+      <section class="panel"><h2>Send a message</h2>
+        <form id="send"><textarea id="message" aria-label="Message (JSON)" spellcheck="false">{}</textarea>
+        <div class="actions"><button id="send-button" type="submit">Send</button><span id="send-state" class="muted"></span></div></form></section>
+      <section class="panel"><h2>Cancel</h2>
+        <p class="muted">The workflow is told to cancel; it may clean up before it ends.</p>
+        <div class="actions"><button id="cancel-button" class="danger" type="button">Cancel this workflow</button><span id="cancel-state" class="muted"></span></div></section>
+    </div>
+    <h2>Children</h2><div id="children"><span class="muted">-</span></div>
+    <h2>History <span id="step-count" class="muted"></span></h2><div id="waits"></div><ol class="timeline" id="timeline"></ol>`));
+  const message = document.getElementById('message');
+  const sendButton = document.getElementById('send-button');
+  message.addEventListener('input', () => {
+    try { JSON.parse(message.value); message.classList.remove('invalid'); sendButton.disabled = false; document.getElementById('send-state').textContent = ''; }
+    catch (e) { message.classList.add('invalid'); sendButton.disabled = true; document.getElementById('send-state').textContent = 'Not JSON: ' + e.message; }
+  });
+  document.getElementById('send').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const state = document.getElementById('send-state');
+    try {
+      const sent = await api(wf(id) + '/messages', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: message.value });
+      state.textContent = 'Sent (message ' + sent.message + ').';
+    } catch (error) { state.textContent = error.message; }
+  });
+  document.getElementById('cancel-button').addEventListener('click', async () => {
+    if (!confirm('Cancel workflow ' + id + '?')) return;
+    const state = document.getElementById('cancel-state');
+    try {
+      const cancel = await api(wf(id) + '/cancel', { method: 'POST' });
+      state.textContent = { asked: 'Cancel asked.', asked_before: 'A cancel was asked before.', ended: 'It had already ended (' + cancel.status + ').' }[cancel.cancel] || cancel.cancel;
+      await refresh();
+    } catch (error) { state.textContent = error.message; }
+  });
+  const history = { steps: [] };
+  ui.poll = async () => {
+    const w = await api(wf(id));
+    if (view !== ui.view) return;
+    renderFacts(w);
+    // The steps journaled since the last look, after the last one shown. (A history cursor is
+    // `c` and the step's number in hex: this page ships with the server that makes them.)
+    while (history.steps.length < w.steps) {
+      const last = history.steps[history.steps.length - 1];
+      const after = last ? 'c' + last.step.toString(16) : undefined;
+      const page = await api(wf(id) + '/history' + query({ after, limit: HISTORY_PAGE }));
+      if (view !== ui.view) return;
+      if (page.steps.length === 0) break;
+      history.steps.push(...page.steps);
+      appendSteps(page.steps, history.steps.length - page.steps.length);
+    }
+    document.getElementById('step-count').textContent = '(' + history.steps.length + ' steps)';
+    renderWaits(w, history.steps);
+    const children = await api('/v1/workflows' + query({ parent: w.number, limit: 1000 }));
+    if (view !== ui.view) return;
+    renderChildren(children);
+  };
+  try { await refresh(); } catch (error) {
+    if (error.code === 'unknown_workflow') { show(h('<h1>' + esc(id) + '</h1>' + errorBox(error) + '<p><a href="#/">All workflows</a></p>')); ui.poll = null; return; }
+    throw error;
+  }
+}
+
+function renderFacts(w) {
+  const ended = w.finished ? time(w.finished) + ' (' + duration(w.finished - w.started) + ')' : '<span class="muted">not yet</span>';
+  let outcome = '';
+  if (w.error) outcome = `<dt>Error</dt><dd><span class="error-kind"><b>${esc(w.error.kind)}</b></span>: ${esc(w.error.message)}</dd>`;
+  else if (w.result !== undefined) outcome = `<dt>Result</dt><dd id="result">${payload(w.result, w.result_encoding)}</dd>`;
+  document.getElementById('facts').replaceChildren(h(`<dl class="facts">
+    <dt>Status</dt><dd id="status">${statusBadge(w.status)}${w.cancel_asked && w.status === 'running' ? ' <span class="muted">cancel asked</span>' : ''}</dd>
+    <dt>Entry</dt><dd>${esc(w.entry)}</dd>
+    <dt>Module</dt><dd>${esc(w.module_name)} <span class="mono muted" title="SHA-256">${esc(w.module.slice(0, 16))}…</span></dd>
+    <dt>Number</dt><dd>${w.number}${w.parent ? ' (child of ' + w.parent + ')' : ''}</dd>
+    <dt>Started</dt><dd>${time(w.started)}</dd>
+    <dt>Ended</dt><dd>${ended}</dd>
+    <dt>Host</dt><dd>${w.host ? esc(w.host) : (w.waiting_for_host ? 'waiting for a host' : '-')}</dd>
+    <dt>Unread messages</dt><dd>${w.unread_messages}</dd>
+    ${w.damaged ? `<dt>Damaged</dt><dd class="error">${esc(w.damaged)}</dd>` : ''}
+    <dt>Input</dt><dd>${payload(w.input, w.input_encoding)}</dd>
+    ${outcome}</dl>`));
+  for (const b of [document.getElementById('cancel-button'), document.getElementById('send-button')]) {
+    if (b && w.status !== 'running') b.disabled = true;
+  }
+}
+
+function words(item) {
+  if (typeof item === 'string') return item;
+  return item.words || [item.tag !== undefined ? '#' + item.tag : '', item.kind || ''].filter(Boolean).join(' ');
+}
+
+// What an open yield waits for, in words, from its fields (`wfhost history --json`'s).
+function waitWords(y, at) {
+  switch (y.kind) {
+    case 'sleep': return 'a timer, firing ' + time(at + y.duration_ms) + ' <span class="muted">(' + esc(words(y)) + ')</span>';
+    case 'sleep-until': return 'a timer, firing ' + time(y.until_ms);
+    case 'join': return 'child &lt;' + esc(y.target) + '&gt; to end';
+    case 'call': return 'the host function <b>' + esc(y.name) + '</b> to answer';
+    default: return esc(words(y));
+  }
+}
+
+function appendSteps(steps, first) {
+  const list = document.getElementById('timeline');
+  const html = steps.map((s, i) => `<li data-step="${s.step}">
+      <div class="head"><b>Step ${s.step}</b> ${time(s.at)}
+        ${s.after_ms !== null && s.after_ms !== undefined ? `<span class="gap">+${duration(s.after_ms)} after the step before</span>` : ''}
+        <span class="muted">${esc(typeof s.status === 'string' ? s.status : Object.keys(s.status)[0])}</span></div>
+      <ul class="lane">
+        ${s.events.map((e) => `<li class="in" title="event in">${esc(words(e))}</li>`).join('')}
+        ${s.reads.map((r) => `<li class="read" title="WASI read">${esc(r)}</li>`).join('')}
+        ${s.yields.map((y) => `<li class="out" title="yield out">${esc(words(y))}</li>`).join('')}
+      </ul></li>`).join('');
+  if (first === 0) list.replaceChildren(h(html)); else list.append(h(html));
+}
+
+// Where a running workflow waits: the yields of its steps that no later event completed.
+function renderWaits(w, steps) {
+  const box = document.getElementById('waits');
+  if (w.status !== 'running') { box.replaceChildren(); return; }
+  const open = new Map();
+  for (const s of steps) {
+    for (const e of s.events) if (e.kind === 'completion') open.delete(e.tag);
+    for (const y of s.yields) if (!['log', 'forget'].includes(y.kind)) open.set(y.tag, { y, at: s.at });
+    for (const y of s.yields) if (y.kind === 'forget') open.delete(y.forgets);
+  }
+  const last = steps[steps.length - 1];
+  const idle = last && last.status === 'idle';
+  const items = [...open.values()].map(({ y, at }) => '<li data-waits="' + esc(y.kind) + '">' + waitWords(y, at) + '</li>');
+  if (idle) items.push('<li>a message</li>');
+  box.replaceChildren(h(items.length
+    ? '<div class="waits"><b>Waits for</b><ul>' + items.join('') + '</ul></div>'
+    : '<div class="waits"><b>Runnable</b>: it waits for its turn (or its host).</div>'));
+}
+
+function renderChildren(page) {
+  const box = document.getElementById('children');
+  if (page.workflows.length === 0) { box.replaceChildren(h('<span class="muted">none</span>')); return; }
+  box.replaceChildren(h('<ul class="tree">' + page.workflows.map((c) =>
+    `<li><a href="#/w/${encodeURIComponent(c.id)}">${esc(c.id)}</a> ${statusBadge(c.status)} <span class="muted">${esc(c.entry)}, ${c.steps} steps</span></li>`).join('') +
+    (page.next ? '<li class="muted">and more</li>' : '') + '</ul>'));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hosts, and the store's figures from the metrics
+
+async function hostsPage(view) {
+  markNav('hosts');
+  show(h('<h1>Hosts</h1><div id="hosts"></div><h2>Store and journal</h2><div id="figures"></div>'));
+  let last = null;
+  ui.poll = async () => {
+    const [hosts, metrics] = await Promise.all([api('/v1/hosts'), api('/metrics', { headers: { Accept: 'text/plain' }, text: true }).catch((e) => e)]);
+    if (view !== ui.view) return;
+    document.getElementById('hosts').replaceChildren(h(hosts.hosts.length === 0 ? '<p class="notice">No host holds this store.</p>' :
+      `<table><thead><tr><th>Host</th><th>Name</th><th>Alive</th><th>Lease until</th><th>Workflows</th></tr></thead><tbody>${
+        hosts.hosts.map((x) => `<tr data-host="${x.id}"><td>${x.id}${x.this ? ' <span class="muted">(this one)</span>' : ''}</td><td>${esc(x.name)}</td>
+          <td>${x.alive ? 'yes' : '<b class="error-kind">no</b>'}</td><td>${time(x.lease_until)}</td><td class="num">${x.workflows}</td></tr>`).join('')}</tbody></table>`));
+    const figures = document.getElementById('figures');
+    if (metrics instanceof Error) { figures.replaceChildren(h(errorBox(metrics))); return; }
+    const now = { at: Date.now(), m: parseMetrics(metrics) };
+    figures.replaceChildren(h(journalFigures(last, now)));
+    last = now;
+  };
+  await refresh();
+}
+
+// The Prometheus text format, as sums by metric name (labels summed over).
+function parseMetrics(text) {
+  const sums = {};
+  for (const line of String(text).split('\n')) {
+    if (!line || line[0] === '#') continue;
+    const m = line.match(/^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)/);
+    if (m) sums[m[1]] = (sums[m[1]] || 0) + Number(m[3]);
+  }
+  return sums;
+}
+
+function journalFigures(before, now) {
+  const m = now.m;
+  const commits = m.wfhost_journal_commits_total ?? m.wfhost_journal_commits;
+  const rows = [
+    ['Workflows running', m.wfhost_workflows_running, 'running'],
+    ['Commits', commits, 'commits'],
+    ['Steps a commit (mean)', ratio(m.wfhost_journal_steps_per_commit_sum, m.wfhost_journal_steps_per_commit_count), 'steps-per-commit'],
+    ['Commit latency (mean)', ms(ratio(m.wfhost_journal_commit_duration_seconds_sum, m.wfhost_journal_commit_duration_seconds_count)), 'commit-latency'],
+    ['Commit failures', m.wfhost_journal_commit_failures_total ?? m.wfhost_journal_commit_failures, 'commit-failures'],
+  ];
+  if (before) {
+    const was = before.m.wfhost_journal_commits_total ?? before.m.wfhost_journal_commits;
+    const secs = (now.at - before.at) / 1000;
+    if (commits !== undefined && was !== undefined && secs > 0) rows.splice(2, 0, ['Commits a second', ((commits - was) / secs).toFixed(1), 'commits-per-second']);
+  }
+  return '<dl class="facts">' + rows.map(([k, v, key]) => `<dt>${esc(k)}</dt><dd data-figure="${key}">${v === undefined || v === null || Number.isNaN(v) ? '<span class="muted">-</span>' : esc(typeof v === 'number' ? +v.toFixed(3) : v)}</dd>`).join('') + '</dl>';
+}
+
+function ratio(a, b) { return a !== undefined && b ? a / b : undefined; }
+function ms(seconds) { return seconds === undefined ? undefined : (seconds * 1000).toFixed(2) + ' ms'; }
+
+// ---------------------------------------------------------------------------------------------
+// Routing and the refresh loop
+
+async function route() {
+  const view = ++ui.view;
+  ui.poll = null;
+  const hash = location.hash || '#/';
+  try {
+    if (hash.startsWith('#/w/')) await workflowPage(view, decodeURIComponent(hash.slice(4).split('?')[0]));
+    else if (hash.startsWith('#/hosts')) await hostsPage(view);
+    else await workflowsPage(view);
+  } catch (error) {
+    if (view === ui.view) document.getElementById('main').append(h(errorBox(error)));
+  }
+}
+
+// Runs the current page's refresh, one at a time: a look still under way when the next is due
+// (a slow store, a long history) is not doubled.
+async function refresh() {
+  const view = ui.view;
+  if (!ui.poll || ui.busy === view) return;
+  ui.busy = view;
+  try { await ui.poll(); } finally { if (ui.busy === view) ui.busy = null; }
+}
+
+function tick() {
+  if (!ui.poll || document.visibilityState !== 'visible' || ui.waitingForToken) return;
+  const view = ui.view;
+  refresh().catch((error) => { if (view === ui.view) console.warn('refresh:', error.message); });
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  document.getElementById('find').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const id = document.getElementById('find-id').value.trim();
+    if (id) location.hash = '#/w/' + encodeURIComponent(id);
+  });
+  window.addEventListener('hashchange', route);
+  document.addEventListener('visibilitychange', tick);
+  ui.timer = setInterval(tick, POLL_MS);
+  route();
+});
