@@ -174,6 +174,18 @@ async fn the_ui_in_a_real_browser() {
             .is_ok())
     })
     .await;
+    // Esc does not close it: nothing could be shown without a token.
+    token
+        .send_keys(&char::from(fantoccini::key::Key::Escape).to_string())
+        .await
+        .unwrap();
+    until("the dialog stays (or comes back) after Esc", || async {
+        Ok(client
+            .find(Locator::Css("#token-dialog[open]"))
+            .await
+            .is_ok())
+    })
+    .await;
     token.send_keys("not-the-token").await.unwrap();
     client
         .find(Locator::Css("#token-ok"))

@@ -208,7 +208,7 @@ impl StoreBackend {
             started_before: query.started_before.map(|t| t.min(i64::MAX as u64)),
             started_after: query.started_after.map(|t| t.min(i64::MAX as u64)),
             top_level: query.top_level,
-            parent: query.parent,
+            parent: query.parent.map(|p| p.min(i64::MAX as u64)),
             max_bytes: None,
         };
         let counts = self.read(|store| store.counts(&filter))?;
@@ -243,7 +243,8 @@ impl StoreBackend {
             started_before: query.started_before.map(|t| t.min(i64::MAX as u64)),
             started_after: query.started_after.map(|t| t.min(i64::MAX as u64)),
             top_level: query.top_level,
-            parent: query.parent,
+            // Beyond what a store numbers: no workflow's children.
+            parent: query.parent.map(|p| p.min(i64::MAX as u64)),
             max_bytes: Some(PAGE_BYTES),
         };
         // One more than asked: whether there is a next page.

@@ -16,17 +16,19 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::modules::Loaded;
 
 /// Why `id` cannot be a top-level workflow's id, if it cannot: 1 to 1024 characters, no control
-/// character, no `..`, and no `/`, which children's ids use (`order-42/3.0`: the parent's id, the step
+/// character, no `..`, not `.` (a URL's path drops a `.` segment), and no `/`, which children's
+/// ids use (`order-42/3.0`: the parent's id, the step
 /// and the yield that spawned them), so that no start can take a child's id.
 pub fn bad_id(id: &str) -> Option<&'static str> {
     (id.is_empty()
         || id.len() > 1024
         || id.contains("..")
+        || id == "."
         || id.chars().any(|c| c.is_control() || c == '/'))
     .then_some(
         "a workflow id must be 1 to 1024 characters, none of them a control character or '/', \
-         and without '..' (children's ids are their parent's with '/' and where they were \
-         spawned; ids go into URLs, where '..' reads as a step up)",
+         without '..' and not '.' (children's ids are their parent's with '/' and where they were \
+         spawned; ids go into URLs, where '..' reads as a step up and '.' as nothing)",
     )
 }
 

@@ -152,6 +152,8 @@ fn top_level_ids_cannot_take_a_childs() {
     assert!(wfhost::bad_id("order-1/3.0").is_some());
     assert!(wfhost::bad_id("").is_some());
     assert!(wfhost::bad_id("a\nb").is_some());
+    assert!(wfhost::bad_id(".").is_some());
+    assert_eq!(wfhost::bad_id(".x"), None);
     assert_eq!(wfhost::bad_id("order-1"), None);
 }
 

@@ -7,6 +7,8 @@ const PAGE = 50;            // workflows a page
 const HISTORY_PAGE = 10000; // steps a request (the API's most)
 const POLL_MS = 2000;       // how often a visible page looks for changes
 const FOLD_BYTES = 2048;    // payloads longer than this start folded
+const FETCH_MS = 90000;     // a call that takes longer is given up (the server's own limit is 60 s)
+const COUNT_EVERY = 5;      // counts (a scan of the store) are read every this many refreshes
 
 const ui = {
   token: sessionStorage.getItem('wfhost.token') || '',
@@ -29,7 +31,8 @@ async function api(path, options = {}) {
   if (ui.token) headers.Authorization = 'Bearer ' + ui.token;
   let response;
   try {
-    response = await fetch(path, Object.assign({}, options, { headers }));
+    const signal = AbortSignal.timeout ? AbortSignal.timeout(FETCH_MS) : undefined;
+    response = await fetch(path, Object.assign({}, options, { headers, signal }));
   } catch (e) {
     setLive(false);
     throw new ApiError(0, 'unreachable', 'The server does not answer (' + e.message + '). The page tries again.');
@@ -68,8 +71,20 @@ function askForToken(why) {
   document.getElementById('token-why').className = why ? 'error' : '';
   const input = document.getElementById('token-input');
   input.value = '';
+  // Esc would close the dialog and leave every call waiting for a token nobody can give: it is
+  // kept open (a browser may close it anyway, when the page had no interaction yet; then it is
+  // shown again).
+  dialog.oncancel = (e) => e.preventDefault();
+  dialog.onclose = () => { if (ui.waitingForToken && !dialog.open) dialog.showModal(); };
   ui.waitingForToken = new Promise((resolve) => {
-    document.getElementById('token-form').onsubmit = () => {
+    document.getElementById('token-form').onsubmit = (e) => {
+      if (/[^\x21-\x7e]/.test(input.value.trim())) {
+        // A header carries printable ASCII only: such a token is not the server's.
+        e.preventDefault();
+        document.getElementById('token-why').textContent = 'A token is printable ASCII without spaces: that is not one.';
+        document.getElementById('token-why').className = 'error';
+        return;
+      }
       ui.token = input.value.trim();
       sessionStorage.setItem('wfhost.token', ui.token);
       ui.waitingForToken = null;
@@ -104,6 +119,7 @@ function h(html) {
 function time(ms) {
   if (ms === null || ms === undefined) return '<span class="muted">-</span>';
   const d = new Date(ms);
+  if (!Number.isFinite(d.getTime())) return '<span class="muted">never (' + esc(ms) + ' ms)</span>';
   return '<time datetime="' + d.toISOString() + '" title="' + d.toISOString().replace('T', ' ').replace('Z', ' UTC') + '">' +
     esc(d.toLocaleString()) + '</time>';
 }
@@ -191,14 +207,23 @@ async function workflowsPage(view) {
     const f = new FormData(e.target);
     location.hash = listHash({ status: f.get('status'), entry: f.get('entry').trim(), prefix: f.get('prefix').trim(), after: '' });
   });
+  let counts = null;
+  let polls = 0;
   ui.poll = async () => {
-    const [counts, page] = await Promise.all([
-      api('/v1/workflow-counts' + query({ entry: s.entry, prefix: s.prefix })),
+    // The counts read every workflow the filters leave: less often than the page, and apart
+    // from it, so a slow count does not hold the rows back.
+    const wantCounts = polls++ % COUNT_EVERY === 0;
+    const [countsAnswer, pageAnswer] = await Promise.allSettled([
+      wantCounts ? api('/v1/workflow-counts' + query({ entry: s.entry, prefix: s.prefix })) : Promise.resolve(counts),
       api('/v1/workflows' + query({ status: s.status, entry: s.entry, prefix: s.prefix, after: s.after, limit: PAGE })),
     ]);
     if (view !== ui.view) return;
-    renderCounts(counts, s);
-    renderRows(page, s, counts);
+    if (countsAnswer.status === 'fulfilled' && countsAnswer.value) {
+      counts = countsAnswer.value;
+      renderCounts(counts, s);
+    }
+    if (pageAnswer.status === 'rejected') throw pageAnswer.reason;
+    renderRows(pageAnswer.value, s, counts);
   };
   await refresh();
 }
@@ -212,15 +237,14 @@ function renderCounts(counts, s) {
 
 function renderRows(page, s, counts) {
   const rows = document.getElementById('rows');
-  const total = STATES.reduce((n, x) => n + counts[x], 0);
-  if (total === 0 && !s.entry && !s.prefix) {
+  const total = counts ? STATES.reduce((n, x) => n + counts[x], 0) : page.workflows.length;
+  if (total === 0 && !s.entry && !s.prefix && !s.status && !s.after) {
     rows.replaceChildren(h(`<div class="empty"><h2>No workflows yet</h2>
-      <p>Start one with the CLI against this server's store, or through the API:</p>
-      <pre>wfhost run --durable orders.db examples/hello.wasm main '"world"'
-
-curl -X POST ${esc(location.origin)}/v1/modules --data-binary @hello.wasm -H 'Authorization: Bearer $WFHOST_TOKEN'
-curl -X POST ${esc(location.origin)}/v1/workflows -H 'Content-Type: application/json' \\
-     -d '{"module": "&lt;hash&gt;", "entry": "main", "input": "world"}'</pre>
+      <p>Start one from a checkout of wfhost with the CLI (it uploads the module first; with the
+      server's token in <code>WFHOST_TOKEN</code> when it has one):</p>
+      <pre>wfhost start --server ${esc(location.origin)} examples/hello greet --input '"you"'</pre>
+      <p>or with the HTTP API: <code>POST /v1/modules</code> with the <code>.wasm</code> bytes, then
+      <code>POST /v1/workflows</code> with <code>{"module": "&lt;its hash&gt;", "entry": "greet", "input": "you"}</code>.</p>
       <p class="muted">It shows here as soon as it starts.</p></div>`));
     return;
   }
@@ -262,11 +286,11 @@ async function workflowPage(view, id) {
         <div class="actions"><button id="cancel-button" class="danger" type="button">Cancel this workflow</button><span id="cancel-state" class="muted"></span></div></section>
     </div>
     <h2>Children</h2><div id="children"><span class="muted">-</span></div>
-    <h2>History <span id="step-count" class="muted"></span></h2><div id="waits"></div><ol class="timeline" id="timeline"></ol>`));
+    <h2>History <span id="step-count" class="muted"></span></h2><div id="waits"></div><ol class="timeline" id="timeline"></ol><div id="more-steps"></div>`));
   const message = document.getElementById('message');
   const sendButton = document.getElementById('send-button');
   message.addEventListener('input', () => {
-    try { JSON.parse(message.value); message.classList.remove('invalid'); sendButton.disabled = false; document.getElementById('send-state').textContent = ''; }
+    try { JSON.parse(message.value); message.classList.remove('invalid'); sendButton.disabled = ui.finished === true; document.getElementById('send-state').textContent = ''; }
     catch (e) { message.classList.add('invalid'); sendButton.disabled = true; document.getElementById('send-state').textContent = 'Not JSON: ' + e.message; }
   });
   document.getElementById('send').addEventListener('submit', async (e) => {
@@ -286,29 +310,50 @@ async function workflowPage(view, id) {
       await refresh();
     } catch (error) { state.textContent = error.message; }
   });
-  const history = { steps: [] };
+  // `budget`: how many more steps to load (a page of the API's at a time); the reader asks for
+  // more past it, so a long history never loads whole unasked.
+  const history = { steps: [], budget: HISTORY_PAGE, shown: '', childrenOnce: false };
   ui.poll = async () => {
-    const w = await api(wf(id));
+    const text = await api(wf(id), { text: true });
     if (view !== ui.view) return;
-    renderFacts(w);
+    const w = JSON.parse(text);
+    // Numbers as the server wrote them: a store's workflow numbers may pass 2^53, past which
+    // JavaScript's numbers round.
+    w.numberText = (text.match(/"number":(\d+)/) || [])[1] || String(w.number);
+    w.parentText = (text.match(/"parent":(\d+)/) || [])[1] || null;
+    // Redrawn only when something changed: a folded payload the reader opened stays open.
+    if (text !== history.shown) { renderFacts(w); history.shown = text; }
+    if (w.status === 'running' || !history.childrenOnce) {
+      const children = await api('/v1/workflows' + query({ parent: w.numberText, limit: 1000 }));
+      if (view !== ui.view) return;
+      renderChildren(children);
+      history.childrenOnce = true;
+    }
     // The steps journaled since the last look, after the last one shown. (A history cursor is
     // `c` and the step's number in hex: this page ships with the server that makes them.)
-    while (history.steps.length < w.steps) {
+    while (history.steps.length < w.steps && history.budget > 0) {
       const last = history.steps[history.steps.length - 1];
       const after = last ? 'c' + last.step.toString(16) : undefined;
-      const page = await api(wf(id) + '/history' + query({ after, limit: HISTORY_PAGE }));
+      const limit = Math.min(HISTORY_PAGE, history.budget);
+      const page = await api(wf(id) + '/history' + query({ after, limit }));
       if (view !== ui.view) return;
       if (page.steps.length === 0) break;
+      history.budget -= page.steps.length;
       history.steps.push(...page.steps);
       appendSteps(page.steps, history.steps.length - page.steps.length);
     }
-    document.getElementById('step-count').textContent = '(' + history.steps.length + ' steps)';
-    renderWaits(w, history.steps);
-    const children = await api('/v1/workflows' + query({ parent: w.number, limit: 1000 }));
-    if (view !== ui.view) return;
-    renderChildren(children);
+    const more = w.steps - history.steps.length;
+    document.getElementById('step-count').textContent = '(' + w.steps + ' steps' +
+      (more > 0 ? ', the first ' + history.steps.length + ' shown' : '') + ')';
+    const moreBox = document.getElementById('more-steps');
+    if (more > 0 && history.budget <= 0) {
+      moreBox.replaceChildren(h('<button type="button" id="more-steps-button">Load ' + Math.min(more, HISTORY_PAGE) + ' more steps</button>'));
+      document.getElementById('more-steps-button').addEventListener('click', () => { history.budget = HISTORY_PAGE; moreBox.replaceChildren(); refresh(); });
+    }
+    renderWaits(w, history.steps, more > 0);
   };
   try { await refresh(); } catch (error) {
+    if (view !== ui.view) return;
     if (error.code === 'unknown_workflow') { show(h('<h1>' + esc(id) + '</h1>' + errorBox(error) + '<p><a href="#/">All workflows</a></p>')); ui.poll = null; return; }
     throw error;
   }
@@ -323,7 +368,7 @@ function renderFacts(w) {
     <dt>Status</dt><dd id="status">${statusBadge(w.status)}${w.cancel_asked && w.status === 'running' ? ' <span class="muted">cancel asked</span>' : ''}</dd>
     <dt>Entry</dt><dd>${esc(w.entry)}</dd>
     <dt>Module</dt><dd>${esc(w.module_name)} <span class="mono muted" title="SHA-256">${esc(w.module.slice(0, 16))}…</span></dd>
-    <dt>Number</dt><dd>${w.number}${w.parent ? ' (child of ' + w.parent + ')' : ''}</dd>
+    <dt>Number</dt><dd>${esc(w.numberText)}${w.parentText ? ' (child of ' + esc(w.parentText) + ')' : ''}</dd>
     <dt>Started</dt><dd>${time(w.started)}</dd>
     <dt>Ended</dt><dd>${ended}</dd>
     <dt>Host</dt><dd>${w.host ? esc(w.host) : (w.waiting_for_host ? 'waiting for a host' : '-')}</dd>
@@ -331,8 +376,9 @@ function renderFacts(w) {
     ${w.damaged ? `<dt>Damaged</dt><dd class="error">${esc(w.damaged)}</dd>` : ''}
     <dt>Input</dt><dd>${payload(w.input, w.input_encoding)}</dd>
     ${outcome}</dl>`));
+  ui.finished = w.status !== 'running';
   for (const b of [document.getElementById('cancel-button'), document.getElementById('send-button')]) {
-    if (b && w.status !== 'running') b.disabled = true;
+    if (b && ui.finished) b.disabled = true;
   }
 }
 
@@ -367,9 +413,13 @@ function appendSteps(steps, first) {
 }
 
 // Where a running workflow waits: the yields of its steps that no later event completed.
-function renderWaits(w, steps) {
+function renderWaits(w, steps, partial) {
   const box = document.getElementById('waits');
   if (w.status !== 'running') { box.replaceChildren(); return; }
+  if (partial) {
+    box.replaceChildren(h('<div class="waits">Load the rest of its history to see what it waits for.</div>'));
+    return;
+  }
   const open = new Map();
   for (const s of steps) {
     for (const e of s.events) if (e.kind === 'completion') open.delete(e.tag);
@@ -405,10 +455,10 @@ async function hostsPage(view) {
     if (view !== ui.view) return;
     document.getElementById('hosts').replaceChildren(h(hosts.hosts.length === 0 ? '<p class="notice">No host holds this store.</p>' :
       `<table><thead><tr><th>Host</th><th>Name</th><th>Alive</th><th>Lease until</th><th>Workflows</th></tr></thead><tbody>${
-        hosts.hosts.map((x) => `<tr data-host="${x.id}"><td>${x.id}${x.this ? ' <span class="muted">(this one)</span>' : ''}</td><td>${esc(x.name)}</td>
+        hosts.hosts.map((x) => `<tr data-host="${esc(x.id)}"><td>${esc(x.id)}${x.this ? ' <span class="muted">(this one)</span>' : ''}</td><td>${esc(x.name)}</td>
           <td>${x.alive ? 'yes' : '<b class="error-kind">no</b>'}</td><td>${time(x.lease_until)}</td><td class="num">${x.workflows}</td></tr>`).join('')}</tbody></table>`));
     const figures = document.getElementById('figures');
-    if (metrics instanceof Error) { figures.replaceChildren(h(errorBox(metrics))); return; }
+    if (metrics instanceof Error) { figures.replaceChildren(h('<p class="muted">This server gives no metrics (' + esc(metrics.message) + ').</p>')); return; }
     const now = { at: Date.now(), m: parseMetrics(metrics) };
     figures.replaceChildren(h(journalFigures(last, now)));
     last = now;
@@ -456,7 +506,14 @@ async function route() {
   ui.poll = null;
   const hash = location.hash || '#/';
   try {
-    if (hash.startsWith('#/w/')) await workflowPage(view, decodeURIComponent(hash.slice(4).split('?')[0]));
+    if (hash.startsWith('#/w/')) {
+      let id;
+      try { id = decodeURIComponent(hash.slice(4).split('?')[0]); } catch (_) {
+        show(h('<h1>Not a workflow id</h1><p class="error">The address names no workflow: ' + esc(hash) + '</p><p><a href="#/">All workflows</a></p>'));
+        return;
+      }
+      await workflowPage(view, id);
+    }
     else if (hash.startsWith('#/hosts')) await hostsPage(view);
     else await workflowsPage(view);
   } catch (error) {
