@@ -62,6 +62,31 @@ pub(crate) struct StoreBackend {
     pub(crate) serving: bool,
 }
 
+/// What a store reads for `query`: a page of at most [`PAGE_BYTES`] of inputs and results.
+fn filter_of(query: &ListQuery) -> Filter {
+    Filter {
+        state: query.state.map(|s| match s {
+            WorkflowState::Running => State::Running,
+            WorkflowState::Completed => State::Done,
+            WorkflowState::Failed | WorkflowState::Cancelled => State::Failed,
+        }),
+        cancelled: match query.state {
+            Some(WorkflowState::Cancelled) => Some(true),
+            Some(WorkflowState::Failed) => Some(false),
+            _ => None,
+        },
+        entry: query.entry.clone(),
+        prefix: query.prefix.clone(),
+        // Beyond what a store holds, as good as for ever.
+        started_before: query.started_before.map(|t| t.min(i64::MAX as u64)),
+        started_after: query.started_after.map(|t| t.min(i64::MAX as u64)),
+        top_level: query.top_level,
+        // Beyond what a store numbers: no workflow's children.
+        parent: query.parent.map(|p| p.min(i64::MAX as u64)),
+        max_bytes: Some(PAGE_BYTES),
+    }
+}
+
 impl StoreBackend {
     pub(crate) fn new(location: Location) -> StoreBackend {
         StoreBackend {
@@ -203,13 +228,8 @@ impl StoreBackend {
         let filter = Filter {
             state: None,
             cancelled: None,
-            entry: query.entry.clone(),
-            prefix: query.prefix.clone(),
-            started_before: query.started_before.map(|t| t.min(i64::MAX as u64)),
-            started_after: query.started_after.map(|t| t.min(i64::MAX as u64)),
-            top_level: query.top_level,
-            parent: query.parent.map(|p| p.min(i64::MAX as u64)),
             max_bytes: None,
+            ..filter_of(query)
         };
         let counts = self.read(|store| store.counts(&filter))?;
         Ok(WorkflowCounts {
@@ -226,27 +246,7 @@ impl StoreBackend {
             Some(cursor) => parse_cursor(cursor)?,
             None => 0,
         };
-        let filter = Filter {
-            state: query.state.map(|s| match s {
-                WorkflowState::Running => State::Running,
-                WorkflowState::Completed => State::Done,
-                WorkflowState::Failed | WorkflowState::Cancelled => State::Failed,
-            }),
-            cancelled: match query.state {
-                Some(WorkflowState::Cancelled) => Some(true),
-                Some(WorkflowState::Failed) => Some(false),
-                _ => None,
-            },
-            entry: query.entry.clone(),
-            prefix: query.prefix.clone(),
-            // Beyond what a store holds, as good as for ever.
-            started_before: query.started_before.map(|t| t.min(i64::MAX as u64)),
-            started_after: query.started_after.map(|t| t.min(i64::MAX as u64)),
-            top_level: query.top_level,
-            // Beyond what a store numbers: no workflow's children.
-            parent: query.parent.map(|p| p.min(i64::MAX as u64)),
-            max_bytes: Some(PAGE_BYTES),
-        };
+        let filter = filter_of(query);
         // One more than asked: whether there is a next page.
         let mut rows = self.read(|store| store.page(&filter, after, query.limit + 1))?;
         let next = if rows.len() > query.limit {

@@ -99,24 +99,17 @@ async fn list(
         })?;
         query = query.state(state);
     }
-    if let Some(entry) = params.entry {
-        query = query.entry(entry);
-    }
-    if let Some(prefix) = params.prefix {
-        query = query.prefix(prefix);
-    }
-    if let Some(before) = params.started_before {
-        query = query.started_before(before);
-    }
-    if let Some(after) = params.started_after {
-        query = query.started_after(after);
-    }
-    if params.top_level == Some(true) {
-        query = query.top_level();
-    }
-    if let Some(parent) = params.parent {
-        query = query.parent(parent);
-    }
+    query = narrowed(
+        query,
+        CountParams {
+            entry: params.entry,
+            prefix: params.prefix,
+            started_before: params.started_before,
+            started_after: params.started_after,
+            top_level: params.top_level,
+            parent: params.parent,
+        },
+    );
     if let Some(after) = params.after {
         query = query.after(after);
     }
@@ -143,25 +136,7 @@ async fn counts(
     State(state): State<Arc<AppState>>,
     QueryParams(params): QueryParams<CountParams>,
 ) -> Result<Json<CountsJson>, ApiError> {
-    let mut query = ListQuery::new();
-    if let Some(entry) = params.entry {
-        query = query.entry(entry);
-    }
-    if let Some(prefix) = params.prefix {
-        query = query.prefix(prefix);
-    }
-    if let Some(before) = params.started_before {
-        query = query.started_before(before);
-    }
-    if let Some(after) = params.started_after {
-        query = query.started_after(after);
-    }
-    if params.top_level == Some(true) {
-        query = query.top_level();
-    }
-    if let Some(parent) = params.parent {
-        query = query.parent(parent);
-    }
+    let query = narrowed(ListQuery::new(), params);
     let counts = call(&state, Default::default(), move |client| {
         client.counts(&query)
     })
@@ -172,6 +147,29 @@ async fn counts(
         failed: counts.failed,
         cancelled: counts.cancelled,
     }))
+}
+
+/// `query` narrowed by the filters a listing and the counts share.
+fn narrowed(mut query: ListQuery, filters: CountParams) -> ListQuery {
+    if let Some(entry) = filters.entry {
+        query = query.entry(entry);
+    }
+    if let Some(prefix) = filters.prefix {
+        query = query.prefix(prefix);
+    }
+    if let Some(before) = filters.started_before {
+        query = query.started_before(before);
+    }
+    if let Some(after) = filters.started_after {
+        query = query.started_after(after);
+    }
+    if filters.top_level == Some(true) {
+        query = query.top_level();
+    }
+    if let Some(parent) = filters.parent {
+        query = query.parent(parent);
+    }
+    query
 }
 
 /// Where a workflow stands.
