@@ -32,9 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{env_count as count, median};
-use wfhost::__testing::{Ending, NewWorkflow, Op, Open as _};
 use wfhost::http::{Api, ServeOptions};
-use wfhost::store::Location;
 use wfhost::{Client, Grants, Host, Metrics, Payload, SyncMode};
 use wfhost_test_programs::{PROBE, RING};
 
@@ -364,43 +362,8 @@ fn waiters(waiters: usize, dir: &Path) {
 
 fn list(workflows: usize, dir: &Path) {
     let path = dir.join("list.db");
-    let location = Location::from(path.as_path());
     let started = Instant::now();
-    {
-        let mut store = location.open(SyncMode::Normal).expect("a store");
-        let hash = "00".repeat(32);
-        store
-            .commit(&[Op::Module {
-                hash: hash.clone(),
-                bytes: Arc::from(&b"not a module"[..]),
-            }])
-            .expect("written");
-        let input = postcard::to_allocvec(&Payload::json_bytes(b"1".to_vec())).expect("encoded");
-        let result = postcard::to_allocvec(&Payload::json_bytes(b"2".to_vec())).expect("encoded");
-        let batch = 20_000;
-        for from in (0..workflows).step_by(batch) {
-            let mut ops = Vec::with_capacity(batch * 2);
-            for n in from..(from + batch).min(workflows) {
-                let num = n as u64 + 1;
-                ops.push(Op::Start(NewWorkflow {
-                    num,
-                    id: format!("order-{n:08}"),
-                    parent: None,
-                    module: hash.clone(),
-                    module_name: "orders".into(),
-                    entry: if n % 10 == 0 { "refund" } else { "order" }.into(),
-                    input: input.clone(),
-                    started: 1_700_000_000_000 + num,
-                }));
-                ops.push(Op::End {
-                    num,
-                    ending: Ending::Done(result.clone()),
-                    at: 1_700_000_000_000 + num,
-                });
-            }
-            store.commit(&ops).expect("written");
-        }
-    }
+    common::filled::fill(&path, workflows);
     println!(
         "list: {workflows} workflows written in {:.1} s",
         started.elapsed().as_secs_f64()

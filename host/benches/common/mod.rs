@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 pub mod cores;
+pub mod filled;
 pub mod usage;
 
 use crossbeam_channel::{unbounded, Sender};

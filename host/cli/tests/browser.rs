@@ -7,79 +7,17 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::http::{put_probe, raw, start_request, HttpServer};
+use common::chromium::Driver;
+use common::http::{put_probe, start_request, HttpServer};
 use common::PATIENCE;
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use serde_json::json;
 use wfhost_client::wire::HistoryParams;
 
 const TOKEN: &str = "ui-test-token";
-
-/// A chromedriver of the test's own, on a free loopback port; stopped when dropped.
-struct Driver {
-    child: Child,
-    url: String,
-}
-
-impl Driver {
-    fn start() -> Driver {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run chromedriver ({e}): the browser tests need Debian's packages \
-                     `chromium` and `chromium-driver` (`apt-get install chromium chromium-driver`; \
-                     .ci/run installs them)"
-                )
-            });
-        let addr = format!("127.0.0.1:{port}");
-        let status = b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-        common::wait_until("chromedriver answers", || {
-            std::net::TcpStream::connect(&addr).is_ok() && raw(&addr, status).0 == 200
-        });
-        Driver {
-            child,
-            url: format!("http://{addr}"),
-        }
-    }
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn browser(driver: &Driver) -> Client {
-    let mut capabilities = serde_json::Map::new();
-    capabilities.insert(
-        "goog:chromeOptions".into(),
-        json!({
-            "binary": "/usr/bin/chromium",
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1280,800"],
-        }),
-    );
-    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(capabilities)
-        .connect(&driver.url)
-        .await
-        .expect("a Chromium session")
-}
 
 /// Waits until `check` says so; what it last saw goes into the failure.
 async fn until<F, Fut>(what: &str, mut check: F)
@@ -152,11 +90,29 @@ async fn the_ui_in_a_real_browser() {
         api.start(&start_request(id, &module, "wait_message", json!(600_000)))
             .unwrap();
     }
+    // A chain three deep below `nest`, and a history longer than a page of the timeline.
+    api.start(&start_request("nest", &module, "nest", json!(3)))
+        .unwrap();
+    let countdown = api
+        .put_module(&std::fs::read(wfhost_test_programs::COUNTDOWN).unwrap())
+        .unwrap()
+        .0
+        .hash;
+    api.start(&start_request(
+        "long",
+        &countdown,
+        "countdown",
+        json!({"from": 600, "interval_ms": 0}),
+    ))
+    .unwrap();
     for n in 0..55 {
         api.result(&format!("echo-{n:02}"), Some(PATIENCE)).unwrap();
     }
+    for id in ["nest", "long"] {
+        api.result(id, Some(PATIENCE)).unwrap();
+    }
     let driver = Driver::start();
-    let client = browser(&driver).await;
+    let client = driver.browser().await;
     let base = format!("http://{}", server.addr());
 
     // A wrong token is refused, and says so; the right one opens the list.
@@ -211,7 +167,8 @@ async fn the_ui_in_a_real_browser() {
         .unwrap();
     until("the counts show", || async {
         let all = text_of(&client, "[data-count=all] b").await?;
-        Ok(all == "58")
+        // 55 echoes, 3 waiters, `nest` and the three below it, and `long`.
+        Ok(all == "63")
     })
     .await;
     assert_eq!(
@@ -220,7 +177,7 @@ async fn the_ui_in_a_real_browser() {
     );
     assert_eq!(
         text_of(&client, "[data-count=completed] b").await.unwrap(),
-        "55"
+        "60"
     );
 
     // Pages of 50, oldest first.
@@ -234,7 +191,7 @@ async fn the_ui_in_a_real_browser() {
         .await
         .unwrap();
     until("the second page", || async {
-        Ok(count(&client, "table.workflows tbody tr").await == 8)
+        Ok(count(&client, "table.workflows tbody tr").await == 13)
     })
     .await;
     assert!(client
@@ -301,15 +258,67 @@ async fn the_ui_in_a_real_browser() {
     );
     assert!(text_of(&client, "#result").await.unwrap().contains('7'));
 
+    // A long history shows its first 500 steps, and the next as the reader scrolls to them.
+    let long_steps = api.status("long").unwrap().steps;
+    assert_eq!(
+        long_steps, 601,
+        "countdown from 600: its first step, then one a tick"
+    );
+    client.goto(&format!("{base}/#/w/long")).await.unwrap();
+    until("the first page of the timeline", || async {
+        let shown = text_of(&client, "#step-count").await?;
+        Ok(count(&client, "#timeline > li[data-step]").await == 500
+            && shown == "(601 steps, the first 500 shown)")
+    })
+    .await;
+    client
+        .execute(
+            "document.getElementById('more-steps-button').scrollIntoView()",
+            vec![],
+        )
+        .await
+        .unwrap();
+    until("the rest of the timeline", || async {
+        Ok(count(&client, "#timeline > li[data-step]").await == 601
+            && text_of(&client, "#step-count").await? == "(601 steps)")
+    })
+    .await;
+
+    // A workflow's children as a tree, each opening to its own.
+    client.goto(&format!("{base}/#/w/nest")).await.unwrap();
+    until("the child", || async {
+        Ok(count(&client, "#children details").await == 1)
+    })
+    .await;
+    for depth in 2..=3 {
+        client
+            .execute(
+                "const all = document.querySelectorAll('#children details'); \
+                 all[all.length - 1].open = true;",
+                vec![],
+            )
+            .await
+            .unwrap();
+        until("a grandchild", || async {
+            Ok(count(&client, "#children details").await == depth)
+        })
+        .await;
+    }
+    let deepest = text_of(&client, "#children details details details summary")
+        .await
+        .unwrap();
+    assert!(deepest.contains("completed"), "{deepest}");
+    screenshot(&client, "children").await;
+
     // Sending a message from the page reaches the workflow: its result says so. Not JSON is
     // refused before it is sent.
     client
         .goto(&format!("{base}/#/w/waiter-page"))
         .await
         .unwrap();
-    until("it waits for a message", || async {
+    until("it waits for a message and its timeout", || async {
         let waits = text_of(&client, "#waits").await?;
-        Ok(waits.contains("a message") || waits.contains("timer"))
+        Ok(waits.contains("a message") && waits.contains("a timer, firing"))
     })
     .await;
     let message = client.find(Locator::Css("#message")).await.unwrap();

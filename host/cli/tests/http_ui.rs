@@ -199,3 +199,88 @@ fn counts_by_status_and_the_children_of_a_workflow() {
     let (status, body) = get(&server, "/v1/workflow-counts?status=running", "");
     assert_eq!(status, 400, "{body}");
 }
+
+/// `GET .../waits`, read by a workflow's page: what it waits for, worked out from its journal
+/// on the server. A workflow waiting for a message with a timeout waits for a timer (firing
+/// when the timeout ends) and a message; one that joins a child waits for that child; one that
+/// ended waits for nothing.
+#[test]
+fn what_a_workflow_waits_for_is_read_from_its_journal() {
+    let (_dir, server) = sqlite_server("waits", &[]);
+    let api = server.client();
+    let module = put_probe(&api);
+    api.start(&start_request(
+        "waiter",
+        &module,
+        "wait_message",
+        json!(600_000),
+    ))
+    .unwrap();
+    api.start(&start_request(
+        "joiner",
+        &module,
+        "supervise",
+        json!([null, "wait_message", 600_000]),
+    ))
+    .unwrap();
+    api.start(&start_request("echo", &module, "echo", json!(1)))
+        .unwrap();
+    api.result("echo", Some(Duration::from_secs(60))).unwrap();
+    let waits = |id: &str| -> serde_json::Value {
+        let (status, body) = get(&server, &format!("/v1/workflows/{id}/waits"), "");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    // Its first step journaled, the waiter has yielded its timer and asked for a message.
+    common::wait_until("the waiter's first step", || {
+        waits("waiter")["steps"].as_u64() == Some(1)
+    });
+    let waiter = waits("waiter");
+    assert_eq!(waiter["message"], true, "{waiter}");
+    let timers = waiter["waits"].as_array().unwrap();
+    assert_eq!(timers.len(), 1, "{waiter}");
+    assert_eq!(timers[0]["yielded"]["kind"], "sleep", "{waiter}");
+    assert_eq!(timers[0]["step"], 1);
+    assert_eq!(
+        timers[0]["fires_at"].as_u64().unwrap(),
+        timers[0]["at"].as_u64().unwrap() + 600_000,
+        "{waiter}"
+    );
+    // The joiner has spawned its child (one step), then waits to join it (the next).
+    common::wait_until("the joiner joins its child", || {
+        waits("joiner")["waits"]
+            .as_array()
+            .is_some_and(|w| w.len() == 1 && w[0]["yielded"]["kind"] == "join")
+    });
+    let joiner = waits("joiner");
+    assert_eq!(joiner["message"], false, "{joiner}");
+    assert_eq!(joiner["waits"][0]["fires_at"], serde_json::Value::Null);
+    let child = api
+        .list(&ListParams {
+            parent: Some(api.status("joiner").unwrap().number),
+            ..ListParams::default()
+        })
+        .unwrap()
+        .workflows;
+    assert_eq!(child.len(), 1);
+    assert!(
+        joiner["waits"][0]["yielded"]["words"]
+            .as_str()
+            .unwrap()
+            .contains(&child[0].id),
+        "{joiner}"
+    );
+    // The API's own client reads the same.
+    let typed = api.waits("waiter").unwrap();
+    assert_eq!(
+        (typed.steps, typed.message, typed.waits.len()),
+        (1, true, 1)
+    );
+    assert_eq!(typed.waits[0].fires_at, Some(typed.waits[0].at + 600_000));
+    let echo = waits("echo");
+    assert_eq!(echo["waits"], json!([]), "{echo}");
+    assert_eq!(echo["message"], false);
+    let (status, body) = get(&server, "/v1/workflows/nobody/waits", "");
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("unknown_workflow"), "{body}");
+}

@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 use crate::wire::{
     CancelJson, CompleteRequest, CountParams, CountsJson, ErrorBody, Health, HeartbeatJson,
     HistoryPage, HistoryParams, HostList, ListParams, ModuleJson, ModuleList, OutboxPage,
-    OutboxParams, PollRequest, SentJson, StartRequest, StartedJson, TaskJson, WorkflowJson,
-    WorkflowPage,
+    OutboxParams, PollRequest, SentJson, StartRequest, StartedJson, TaskJson, WaitsJson,
+    WorkflowJson, WorkflowPage,
 };
 
 /// How long a call may take unless it waits on purpose (a result or the outbox with `wait`).
@@ -175,6 +175,11 @@ impl Client {
     pub fn history(&self, id: &str, params: &HistoryParams) -> Result<HistoryPage> {
         let path = format!("/v1/workflows/{}/history{}", segment(id), query(params)?);
         self.get(&path, None)
+    }
+
+    /// What workflow `id` waits for now, worked out from its journal on the server.
+    pub fn waits(&self, id: &str) -> Result<WaitsJson> {
+        self.get(&format!("/v1/workflows/{}/waits", segment(id)), None)
     }
 
     /// The messages workflow `id` sent the host after the cursor; with `wait`, waits for one

@@ -330,6 +330,34 @@ pub struct HistoryPage {
     pub next: Option<String>,
 }
 
+/// What a workflow waits for now (`GET /v1/workflows/{id}/waits`), as of the last step its
+/// journal holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct WaitsJson {
+    /// The steps its journal holds.
+    pub steps: u64,
+    /// The commands it yielded that nothing has answered yet, in the order it yielded them.
+    pub waits: Vec<WaitJson>,
+    /// Whether it waits for a message: its last step asked for messages and it has not ended.
+    pub message: bool,
+}
+
+/// A command a workflow waits on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct WaitJson {
+    /// The step that yielded it.
+    pub step: u64,
+    /// When that step ran, in milliseconds since the Unix epoch.
+    pub at: u64,
+    /// For a timer: when it fires, in milliseconds since the Unix epoch.
+    pub fires_at: Option<u64>,
+    /// The command, as a step's `yields` show it: `tag`, `kind`, `words` and its fields.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub yielded: serde_json::Value,
+}
+
 /// A message a workflow sent the host.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]

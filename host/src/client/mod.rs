@@ -14,6 +14,7 @@ mod remote;
 mod serving;
 mod store;
 mod types;
+mod waits;
 mod words;
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ pub use types::{
     Cancelled, Failure, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
     Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus, DEFAULT_PAGE, MAX_PAGE,
 };
+pub use waits::{OpenYield, Waits};
 pub use words::{utc_time, Narrator};
 
 use crate::durable::store::Location;

@@ -321,6 +321,9 @@ pub struct HistoryStep {
     pub yields: Vec<Yield>,
     /// Its status after the step.
     pub status: Status,
+    /// The most messages it asked to take with its next step (0: none; a message then does
+    /// not wake it).
+    pub receive: u32,
     /// The record as the journal keeps it (postcard).
     pub(crate) record: Vec<u8>,
 }
@@ -335,6 +338,7 @@ impl HistoryStep {
             reads: record.reads,
             yields: record.output.yields,
             status: record.output.status,
+            receive: record.output.receive,
             record: bytes,
         }
     }

@@ -191,7 +191,9 @@ impl<'a> Narrator<'a> {
         }
     }
 
-    fn yield_json(&mut self, y: &Yield) -> Value {
+    /// A yield as JSON: `tag`, `kind`, `words` and the command's own fields (as in
+    /// [`step_json`](Self::step_json)'s `yields`).
+    pub fn yield_json(&mut self, y: &Yield) -> Value {
         let words = self.yield_text(y);
         let mut value = json!({
             "tag": y.tag.0,
@@ -488,6 +490,7 @@ mod tests {
                 command: Command::Join(Pid(9)),
             }],
             status: Status::Wait,
+            receive: 0,
             record: vec![],
         };
         let second = HistoryStep {
@@ -500,6 +503,7 @@ mod tests {
             reads: vec![],
             yields: vec![],
             status: Status::Done(Payload::json_bytes(b"7".to_vec())),
+            receive: 0,
             record: vec![],
         };
         let lines = narrator.step_lines(&first);

@@ -18,6 +18,21 @@ fn locations(name: &str) -> Vec<Location> {
     ]
 }
 
+/// A filter that lets every workflow through.
+fn everything() -> Filter {
+    Filter {
+        state: None,
+        cancelled: None,
+        entry: None,
+        prefix: None,
+        started_before: None,
+        started_after: None,
+        top_level: false,
+        parent: None,
+        max_bytes: None,
+    }
+}
+
 fn open(location: &Location) -> Box<dyn Store> {
     location.open(SyncMode::Normal).unwrap()
 }
@@ -209,17 +224,7 @@ fn counts_and_children(location: &Location) {
             end(7, b"r"),
         ])
         .unwrap();
-    let everything = Filter {
-        state: None,
-        cancelled: None,
-        entry: None,
-        prefix: None,
-        started_before: None,
-        started_after: None,
-        top_level: false,
-        parent: None,
-        max_bytes: None,
-    };
+    let everything = everything();
     let counts = |filter: &Filter, store: &mut Box<dyn Store>| store.counts(filter).unwrap();
     let all = counts(&everything, &mut store);
     let want = |running, completed, failed, cancelled| StateCounts {
@@ -261,13 +266,136 @@ fn counts_and_children(location: &Location) {
     let by_entry = Filter {
         entry: Some("child".into()),
         parent: Some(4),
-        ..everything
+        ..everything.clone()
     };
     assert_eq!(
         counts(&by_entry, &mut store),
         want(0, 0, 1, 0),
         "{location:?}"
     );
+    // Counts of one entry point, or of all, come from the counts the store keeps as
+    // workflows start and end; any other filter reads the workflows. Both agree.
+    let of_entry = |entry: &str| Filter {
+        entry: Some(entry.into()),
+        ..everything.clone()
+    };
+    assert_eq!(
+        counts(&of_entry("child"), &mut store),
+        want(1, 1, 1, 1),
+        "{location:?}"
+    );
+    assert_eq!(
+        counts(&of_entry("main"), &mut store),
+        want(2, 1, 0, 0),
+        "{location:?}"
+    );
+    assert_eq!(counts(&of_entry("none"), &mut store), want(0, 0, 0, 0));
+    let read = Filter {
+        prefix: Some("w".into()),
+        ..everything.clone()
+    };
+    assert_eq!(counts(&read, &mut store), all, "{location:?}");
+    // An end that finds its workflow ended already changes no count.
+    store
+        .commit(&[end(2, b"again"), failed(7, "trap"), end(5, b"r")])
+        .unwrap();
+    assert_eq!(
+        counts(&everything, &mut store),
+        want(2, 3, 1, 1),
+        "{location:?}"
+    );
+    assert_eq!(
+        counts(&everything, &mut store),
+        counts(&read, &mut store),
+        "{location:?}"
+    );
+}
+
+#[test]
+fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
+    for location in locations("counts-migrated") {
+        let mut store = open(&location);
+        store
+            .commit(&[
+                Op::Module {
+                    hash: "m".into(),
+                    bytes: vec![0, 97, 115, 109].into(),
+                },
+                start(1),
+                start(2),
+                start(3),
+            ])
+            .unwrap();
+        store
+            .commit(&[
+                end(2, b"r"),
+                Op::End {
+                    num: 3,
+                    ending: Ending::Failed {
+                        kind: "cancelled".into(),
+                        message: "no".into(),
+                    },
+                    at: 99,
+                },
+            ])
+            .unwrap();
+        drop(store);
+        // Back to the schema before the kept counts, with two more workflows the counts miss.
+        match &location {
+            Location::Sqlite(path) => {
+                let conn = rusqlite::Connection::open(path).unwrap();
+                conn.execute_batch(
+                    "DROP TRIGGER workflow_counts_started; DROP TRIGGER workflow_counts_changed; \
+                     DROP TRIGGER workflow_counts_removed; DROP TABLE workflow_counts; \
+                     INSERT INTO workflows (num, id, module, module_name, entry, input, started) \
+                     VALUES (4, 'w4', 'm', 'm', 'main', x'', 0), \
+                     (5, 'w5', 'm', 'm', 'other', x'', 0); \
+                     PRAGMA user_version = 7;",
+                )
+                .unwrap();
+            }
+            Location::Postgres(url) => {
+                Postgres::shared().psql(
+                    url,
+                    "SET search_path TO wfhost; \
+                     DROP TABLE workflow_counts; \
+                     DROP TRIGGER workflow_counts_started ON workflows; \
+                     DROP TRIGGER workflow_counts_changed ON workflows; \
+                     DROP TRIGGER workflow_counts_removed ON workflows; \
+                     DROP FUNCTION workflow_counts_add; DROP FUNCTION workflow_counts_move; \
+                     INSERT INTO workflows (num, id, module, module_name, entry, input, \
+                     started, root) VALUES (4, 'w4', 'm', 'm', 'main', '', 0, 4), \
+                     (5, 'w5', 'm', 'm', 'other', '', 0, 5); \
+                     UPDATE meta SET value = 5 WHERE key = 'schema';",
+                );
+            }
+            other => panic!("no store to migrate at {other:?}"),
+        }
+        let mut store = open(&location);
+        let everything = everything();
+        let want = |running, completed, failed, cancelled| StateCounts {
+            running,
+            completed,
+            failed,
+            cancelled,
+        };
+        assert_eq!(
+            store.counts(&everything).unwrap(),
+            want(3, 1, 0, 1),
+            "{location:?}"
+        );
+        store.commit(&[start(6), end(1, b"r")]).unwrap();
+        assert_eq!(
+            store.counts(&everything).unwrap(),
+            want(3, 2, 0, 1),
+            "{location:?}"
+        );
+        let other = Filter {
+            entry: Some("other".into()),
+            ..everything
+        };
+        assert_eq!(store.counts(&other).unwrap(), want(1, 0, 0, 0));
+    }
 }
 
 fn end(num: u64, result: &[u8]) -> Op {
@@ -405,5 +533,174 @@ fn both_stores_keep_the_journal_in_one_shape() {
         drop(open(&location));
         let shape = wfhost::__testing::shape(&location).unwrap();
         assert_eq!(shape.lacks(), Vec::<String>::new(), "{location}: {shape:?}");
+    }
+}
+
+#[test]
+fn a_page_by_id_prefix_holds_exactly_the_workflows_whose_ids_start_so() {
+    for location in locations("prefix") {
+        let mut store = open(&location);
+        let named = |num: u64, id: &str| {
+            Op::Start(NewWorkflow {
+                num,
+                id: id.into(),
+                parent: None,
+                module: "m".into(),
+                module_name: "m".into(),
+                entry: "main".into(),
+                input: Vec::new(),
+                started: num,
+            })
+        };
+        let mut ops = vec![Op::Module {
+            hash: "m".into(),
+            bytes: vec![0, 97, 115, 109].into(),
+        }];
+        // Many ids under one prefix (a page of them is read in order), a few under others (read
+        // from the id index), and ids that sort right beside a prefix's range.
+        let mut num = 0;
+        for n in 0..5_100 {
+            num += 1;
+            ops.push(named(num, &format!("order-{n:05}")));
+            if n % 1_000 == 0 {
+                for id in [
+                    format!("refund-{n}"),
+                    format!("order.{n}"),
+                    format!("orde{n}"),
+                    format!("é\u{10FFFF}-{n}"),
+                    format!("é\u{10FFFF}\u{10FFFF}{n}"),
+                    format!("ê-{n}"),
+                ] {
+                    num += 1;
+                    ops.push(named(num, &id));
+                }
+            }
+        }
+        store.commit(&ops).unwrap();
+        let page = |store: &mut Box<dyn Store>, prefix: &str, after: u64, limit: usize| {
+            let filter = Filter {
+                prefix: Some(prefix.into()),
+                ..everything()
+            };
+            store
+                .page(&filter, after, limit)
+                .unwrap()
+                .into_iter()
+                .map(|w| (w.start.num, w.start.id))
+                .collect::<Vec<_>>()
+        };
+        let all_of = |store: &mut Box<dyn Store>, prefix: &str| {
+            let mut ids = Vec::new();
+            let mut after = 0;
+            loop {
+                let rows = page(store, prefix, after, 1_000);
+                let Some(&(last, _)) = rows.last() else { break };
+                after = last;
+                ids.extend(rows.into_iter().map(|(_, id)| id));
+            }
+            ids
+        };
+        let orders = all_of(&mut store, "order-");
+        assert_eq!(orders.len(), 5_100, "{location:?}");
+        assert!(orders.iter().all(|id| id.starts_with("order-")));
+        assert_eq!(orders[4_000], "order-04000");
+        let first = page(&mut store, "order-", 0, 3);
+        assert_eq!(
+            first.iter().map(|(_, id)| id.as_str()).collect::<Vec<_>>(),
+            ["order-00000", "order-00001", "order-00002"],
+            "{location:?}"
+        );
+        assert_eq!(
+            all_of(&mut store, "refund-"),
+            [
+                "refund-0",
+                "refund-1000",
+                "refund-2000",
+                "refund-3000",
+                "refund-4000",
+                "refund-5000"
+            ],
+            "{location:?}"
+        );
+        assert_eq!(all_of(&mut store, "order").len(), 5_100 + 6, "{location:?}");
+        assert_eq!(all_of(&mut store, "é\u{10FFFF}").len(), 12, "{location:?}");
+        assert_eq!(
+            all_of(&mut store, "é\u{10FFFF}\u{10FFFF}").len(),
+            6,
+            "{location:?}"
+        );
+        assert_eq!(all_of(&mut store, "é").len(), 12, "{location:?}");
+        assert_eq!(all_of(&mut store, "nothing").len(), 0, "{location:?}");
+        assert_eq!(all_of(&mut store, "").len(), num as usize, "{location:?}");
+    }
+}
+
+/// Two writers at once (two hosts' connections to one PostgreSQL store; on SQLite, one after
+/// the other) start and end workflows: the counts kept by the store's triggers come out as a
+/// count of the workflows themselves does.
+#[test]
+fn counts_kept_while_two_writers_commit_at_once_match_the_workflows() {
+    for location in locations("counts-race") {
+        let mut first = open(&location);
+        first
+            .commit(&[Op::Module {
+                hash: "m".into(),
+                bytes: vec![0, 97, 115, 109].into(),
+            }])
+            .unwrap();
+        drop(first);
+        let writers: Vec<_> = (0..2u64)
+            .map(|writer| {
+                let location = location.clone();
+                std::thread::spawn(move || {
+                    let mut store = open(&location);
+                    for batch in 0..50u64 {
+                        let base = 1 + writer * 100_000 + batch * 20;
+                        let nums: Vec<u64> = (base..base + 20).collect();
+                        store
+                            .commit(&nums.iter().map(|&n| start(n)).collect::<Vec<_>>())
+                            .unwrap();
+                        let ends: Vec<Op> = nums
+                            .iter()
+                            .filter(|&&n| n % 4 != 0)
+                            .map(|&n| match n % 4 {
+                                1 => end(n, b"r"),
+                                kind => Op::End {
+                                    num: n,
+                                    ending: Ending::Failed {
+                                        kind: if kind == 2 { "trap" } else { "cancelled" }.into(),
+                                        message: "no".into(),
+                                    },
+                                    at: 99,
+                                },
+                            })
+                            .collect();
+                        store.commit(&ends).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        let mut store = open(&location);
+        let kept = store.counts(&everything()).unwrap();
+        assert_eq!(
+            kept,
+            StateCounts {
+                running: 500,
+                completed: 500,
+                failed: 500,
+                cancelled: 500,
+            },
+            "{location:?}"
+        );
+        let read = store
+            .counts(&Filter {
+                prefix: Some(String::new()),
+                ..everything()
+            })
+            .unwrap();
+        assert_eq!(kept, read, "{location:?}");
     }
 }

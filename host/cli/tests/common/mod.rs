@@ -1,6 +1,7 @@
 //! What the CLI's test files share. (Each file uses some of it.)
 #![allow(dead_code)]
 
+pub mod chromium;
 pub mod http;
 pub mod tasks;
 

@@ -36,6 +36,31 @@ pub struct Filter {
     pub max_bytes: Option<u64>,
 }
 
+impl Filter {
+    /// Whether this filter narrows by entry point at most, so that the counts each store keeps
+    /// by entry point answer it (its `workflow_counts`) without reading the workflows.
+    pub(crate) fn counted_by_entry(&self) -> bool {
+        let Filter {
+            state,
+            cancelled,
+            entry: _,
+            prefix,
+            started_before,
+            started_after,
+            top_level,
+            parent,
+            max_bytes: _,
+        } = self;
+        state.is_none()
+            && cancelled.is_none()
+            && prefix.is_none()
+            && started_before.is_none()
+            && started_after.is_none()
+            && !top_level
+            && parent.is_none()
+    }
+}
+
 /// What [`Read::tails`] hands over for each workflow: its number, its latest snapshot and its
 /// steps after it.
 pub type Visit<'a> = &'a mut dyn FnMut(u64, Option<NewSnapshot>, Vec<Step>) -> StoreResult<()>;

@@ -1,4 +1,4 @@
-//! `/v1/workflows`: start, list, status, result, messages, cancel, history, outbox.
+//! `/v1/workflows`: start, list, status, result, messages, cancel, history, waits, outbox.
 
 use std::sync::Arc;
 
@@ -11,8 +11,8 @@ use utoipa_axum::routes;
 use wfcontract::Payload;
 use wfhost_client::wire::{
     CancelJson, CountParams, CountsJson, ErrorBody, HistoryPage, HistoryParams, ListParams,
-    OutboxPage, OutboxParams, SentJson, StartRequest, StartedJson, WaitParams, WorkflowJson,
-    WorkflowPage,
+    OutboxPage, OutboxParams, SentJson, StartRequest, StartedJson, WaitJson, WaitParams, WaitsJson,
+    WorkflowJson, WorkflowPage,
 };
 
 use super::{call, timed_out, wait};
@@ -31,6 +31,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(send))
         .routes(routes!(cancel))
         .routes(routes!(history))
+        .routes(routes!(waits))
         .routes(routes!(outbox))
 }
 
@@ -355,6 +356,44 @@ async fn history(
     })
     .await?;
     Ok(Json(page))
+}
+
+/// What the workflow waits for now: the commands it yielded that nothing has answered yet (a
+/// timer and when it fires, a child it joins, a host function it called), and whether it waits
+/// for a message. Read from its whole journal on the server, so that a page need not read a
+/// long history to say so.
+#[utoipa::path(get, path = "/v1/workflows/{id}/waits", tag = "workflows",
+    params(("id" = String, Path, description = "The workflow's id, percent-encoded")),
+    responses(
+        (status = 200, description = "What it waits for", body = WaitsJson),
+        (status = 404, description = "No such workflow", body = ErrorBody),
+        (status = 500, description = "A step of the journal cannot be read back (damaged)", body = ErrorBody),
+    ))]
+async fn waits(
+    State(state): State<Arc<AppState>>,
+    WorkflowId(id): WorkflowId,
+) -> Result<Json<WaitsJson>, ApiError> {
+    let waits = call(&state, Default::default(), move |client| {
+        let waits = client.waits(&id)?;
+        let resolver = client.clone();
+        let mut narrator = Narrator::new(move |number| resolver.id_of(number).ok().flatten());
+        Ok(WaitsJson {
+            steps: waits.steps,
+            waits: waits
+                .open
+                .iter()
+                .map(|open| WaitJson {
+                    step: open.step,
+                    at: open.at,
+                    fires_at: open.fires_at(),
+                    yielded: narrator.yield_json(&open.yielded),
+                })
+                .collect(),
+            message: waits.message,
+        })
+    })
+    .await?;
+    Ok(Json(waits))
 }
 
 /// The most steps before a page that are read to find the commands its completions answer

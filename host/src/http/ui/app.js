@@ -4,11 +4,12 @@
 'use strict';
 
 const PAGE = 50;            // workflows a page
-const HISTORY_PAGE = 10000; // steps a request (the API's most)
+const HISTORY_PAGE = 500;   // steps read and drawn at a time; more as the reader scrolls
 const POLL_MS = 2000;       // how often a visible page looks for changes
 const FOLD_BYTES = 2048;    // payloads longer than this start folded
 const FETCH_MS = 90000;     // a call that takes longer is given up (the server's own limit is 60 s)
-const COUNT_EVERY = 5;      // counts (a scan of the store) are read every this many refreshes
+const CHILDREN = 1000;      // children listed a level of the tree
+const COUNT_EVERY = 5;      // counts by id prefix (a range of the store) are read every this many refreshes
 
 const ui = {
   token: sessionStorage.getItem('wfhost.token') || '',
@@ -17,6 +18,7 @@ const ui = {
   waitingForToken: null,
   view: 0,        // bumped at each navigation: late answers for an old page are dropped
   busy: null,     // the view whose refresh is under way
+  rendered: 0,    // the last view drawn whole once (see `rendered`)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -164,6 +166,29 @@ function errorBox(error) {
   return '<div class="error" role="alert">' + esc(error.message) + '</div>';
 }
 
+// Marks a page drawn whole for the first time, once the browser has painted it: the
+// `wfhost-rendered` performance mark (the time since the page began to load, as the UI's
+// benchmark reads it) and `data-rendered` on the document.
+function rendered(view, what) {
+  if (ui.rendered === view || view !== ui.view) return;
+  ui.rendered = view;
+  requestAnimationFrame(() => setTimeout(() => {
+    if (view !== ui.view) return;
+    performance.mark('wfhost-rendered', { detail: what });
+    document.documentElement.dataset.rendered = what;
+  }, 0));
+}
+
+// A listing's JSON with each workflow's `number` as the server wrote it, where the browser can
+// say (past 2^53 JavaScript's numbers round; a store's workflow numbers may be that large).
+function parseListing(text) {
+  return JSON.parse(text, function (key, value, context) {
+    if (key === 'number' && typeof value === 'number' && context && context.source &&
+        this.id !== undefined && this.status !== undefined) return context.source;
+    return value;
+  });
+}
+
 function markNav(which) {
   for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('current', a.dataset.nav === which);
 }
@@ -212,7 +237,7 @@ async function workflowsPage(view) {
   ui.poll = async () => {
     // The counts read every workflow the filters leave: less often than the page, and apart
     // from it, so a slow count does not hold the rows back.
-    const wantCounts = polls++ % COUNT_EVERY === 0;
+    const wantCounts = !s.prefix || polls++ % COUNT_EVERY === 0;
     const [countsAnswer, pageAnswer] = await Promise.allSettled([
       wantCounts ? api('/v1/workflow-counts' + query({ entry: s.entry, prefix: s.prefix })) : Promise.resolve(counts),
       api('/v1/workflows' + query({ status: s.status, entry: s.entry, prefix: s.prefix, after: s.after, limit: PAGE })),
@@ -224,6 +249,7 @@ async function workflowsPage(view) {
     }
     if (pageAnswer.status === 'rejected') throw pageAnswer.reason;
     renderRows(pageAnswer.value, s, counts);
+    if (counts || countsAnswer.status === 'rejected') rendered(view, 'workflows');
   };
   await refresh();
 }
@@ -310,9 +336,10 @@ async function workflowPage(view, id) {
       await refresh();
     } catch (error) { state.textContent = error.message; }
   });
-  // `budget`: how many more steps to load (a page of the API's at a time); the reader asks for
-  // more past it, so a long history never loads whole unasked.
-  const history = { steps: [], budget: HISTORY_PAGE, shown: '', childrenOnce: false };
+  // `budget`: how many more steps to read (a page at a time); the reader asks for more by
+  // scrolling to the end of the timeline (or with its button), so a long history is never
+  // read whole unasked. What the workflow waits for the server works out from its journal.
+  const history = { steps: [], budget: HISTORY_PAGE, shown: '', children: null, waitsAt: -1 };
   ui.poll = async () => {
     const text = await api(wf(id), { text: true });
     if (view !== ui.view) return;
@@ -323,11 +350,11 @@ async function workflowPage(view, id) {
     w.parentText = (text.match(/"parent":(\d+)/) || [])[1] || null;
     // Redrawn only when something changed: a folded payload the reader opened stays open.
     if (text !== history.shown) { renderFacts(w); history.shown = text; }
-    if (w.status === 'running' || !history.childrenOnce) {
-      const children = await api('/v1/workflows' + query({ parent: w.numberText, limit: 1000 }));
+    if (w.status === 'running' || history.children === null) {
+      const children = await api('/v1/workflows' + query({ parent: w.numberText, limit: CHILDREN }), { text: true });
       if (view !== ui.view) return;
-      renderChildren(children);
-      history.childrenOnce = true;
+      if (children !== history.children) renderChildren(document.getElementById('children'), children);
+      history.children = children;
     }
     // The steps journaled since the last look, after the last one shown. (A history cursor is
     // `c` and the step's number in hex: this page ships with the server that makes them.)
@@ -343,14 +370,31 @@ async function workflowPage(view, id) {
       appendSteps(page.steps, history.steps.length - page.steps.length);
     }
     const more = w.steps - history.steps.length;
-    document.getElementById('step-count').textContent = '(' + w.steps + ' steps' +
-      (more > 0 ? ', the first ' + history.steps.length + ' shown' : '') + ')';
+    document.getElementById('step-count').textContent = '(' + w.steps.toLocaleString() + ' steps' +
+      (more > 0 ? ', the first ' + history.steps.length.toLocaleString() + ' shown' : '') + ')';
     const moreBox = document.getElementById('more-steps');
-    if (more > 0 && history.budget <= 0) {
-      moreBox.replaceChildren(h('<button type="button" id="more-steps-button">Load ' + Math.min(more, HISTORY_PAGE) + ' more steps</button>'));
-      document.getElementById('more-steps-button').addEventListener('click', () => { history.budget = HISTORY_PAGE; moreBox.replaceChildren(); refresh(); });
+    if (more > 0 && history.budget <= 0 && !moreBox.firstChild) {
+      moreBox.replaceChildren(h('<button type="button" id="more-steps-button">Show ' +
+        Math.min(more, HISTORY_PAGE).toLocaleString() + ' more steps</button>'));
+      const button = document.getElementById('more-steps-button');
+      const readMore = () => { history.budget = HISTORY_PAGE; moreBox.replaceChildren(); refresh(); };
+      button.addEventListener('click', readMore);
+      // Scrolling to the end of the timeline reads the next steps too.
+      if (window.IntersectionObserver) {
+        const seen = new IntersectionObserver((entries) => {
+          if (entries.some((e) => e.isIntersecting) && button.isConnected) { seen.disconnect(); readMore(); }
+        });
+        seen.observe(button);
+      }
     }
-    renderWaits(w, history.steps, more > 0);
+    if (w.status !== 'running') renderWaits(w, null);
+    else if (history.waitsAt !== w.steps) {
+      const waits = await api(wf(id) + '/waits');
+      if (view !== ui.view) return;
+      history.waitsAt = w.steps;
+      renderWaits(w, waits);
+    }
+    rendered(view, 'workflow');
   };
   try { await refresh(); } catch (error) {
     if (view !== ui.view) return;
@@ -388,12 +432,13 @@ function words(item) {
 }
 
 // What an open yield waits for, in words, from its fields (`wfhost history --json`'s).
-function waitWords(y, at) {
+function waitWords(wait) {
+  const y = wait.yielded;
   switch (y.kind) {
-    case 'sleep': return 'a timer, firing ' + time(at + y.duration_ms) + ' <span class="muted">(' + esc(words(y)) + ')</span>';
-    case 'sleep-until': return 'a timer, firing ' + time(y.until_ms);
-    case 'join': return 'child &lt;' + esc(y.target) + '&gt; to end';
-    case 'call': return 'the host function <b>' + esc(y.name) + '</b> to answer';
+    case 'sleep':
+    case 'sleep-until': return 'a timer, firing ' + time(wait.fires_at) + ' <span class="muted">(' + esc(words(y)) + ', step ' + wait.step + ')</span>';
+    case 'join': return 'child &lt;' + esc(y.target) + '&gt; to end <span class="muted">(' + esc(words(y)) + ')</span>';
+    case 'call': return 'the host function <b>' + esc(y.name) + '</b> to answer <span class="muted">(step ' + wait.step + ')</span>';
     default: return esc(words(y));
   }
 }
@@ -412,35 +457,44 @@ function appendSteps(steps, first) {
   if (first === 0) list.replaceChildren(h(html)); else list.append(h(html));
 }
 
-// Where a running workflow waits: the yields of its steps that no later event completed.
-function renderWaits(w, steps, partial) {
+// Where a running workflow waits (`GET .../waits`: the yields no event has answered yet).
+function renderWaits(w, waits) {
   const box = document.getElementById('waits');
-  if (w.status !== 'running') { box.replaceChildren(); return; }
-  if (partial) {
-    box.replaceChildren(h('<div class="waits">Load the rest of its history to see what it waits for.</div>'));
-    return;
-  }
-  const open = new Map();
-  for (const s of steps) {
-    for (const e of s.events) if (e.kind === 'completion') open.delete(e.tag);
-    for (const y of s.yields) if (!['log', 'forget'].includes(y.kind)) open.set(y.tag, { y, at: s.at });
-    for (const y of s.yields) if (y.kind === 'forget') open.delete(y.forgets);
-  }
-  const last = steps[steps.length - 1];
-  const idle = last && last.status === 'idle';
-  const items = [...open.values()].map(({ y, at }) => '<li data-waits="' + esc(y.kind) + '">' + waitWords(y, at) + '</li>');
-  if (idle) items.push('<li>a message</li>');
+  if (w.status !== 'running' || !waits) { box.replaceChildren(); return; }
+  const items = waits.waits.map((x) => '<li data-waits="' + esc(x.yielded.kind) + '">' + waitWords(x) + '</li>');
+  if (waits.message) items.push('<li data-waits="message">a message</li>');
   box.replaceChildren(h(items.length
     ? '<div class="waits"><b>Waits for</b><ul>' + items.join('') + '</ul></div>'
     : '<div class="waits"><b>Runnable</b>: it waits for its turn (or its host).</div>'));
 }
 
-function renderChildren(page) {
-  const box = document.getElementById('children');
+// A workflow's children as a tree: each child opens to its own children, read when opened.
+// What was open stays open when the list is redrawn.
+function renderChildren(box, text) {
+  const open = new Set([...box.querySelectorAll(':scope > ul > li > details[open]')].map((d) => d.dataset.parent));
+  const page = parseListing(text);
   if (page.workflows.length === 0) { box.replaceChildren(h('<span class="muted">none</span>')); return; }
   box.replaceChildren(h('<ul class="tree">' + page.workflows.map((c) =>
-    `<li><a href="#/w/${encodeURIComponent(c.id)}">${esc(c.id)}</a> ${statusBadge(c.status)} <span class="muted">${esc(c.entry)}, ${c.steps} steps</span></li>`).join('') +
-    (page.next ? '<li class="muted">and more</li>' : '') + '</ul>'));
+    `<li data-child="${esc(c.id)}"><details data-parent="${esc(String(c.number))}"><summary><a href="#/w/${encodeURIComponent(c.id)}">${esc(c.id)}</a>
+      ${statusBadge(c.status)} <span class="muted">${esc(c.entry)}, ${c.steps} steps</span></summary>
+      <div class="subtree"><span class="muted">reading its children…</span></div></details></li>`).join('') +
+    (page.next ? `<li class="muted">and more (the first ${CHILDREN} shown)</li>` : '') + '</ul>'));
+  for (const d of box.querySelectorAll(':scope > ul > li > details')) {
+    d.addEventListener('toggle', () => openChildren(d));
+    if (open.has(d.dataset.parent)) d.open = true;
+  }
+}
+
+async function openChildren(details) {
+  if (!details.open || details.dataset.read) return;
+  details.dataset.read = 'yes';
+  const box = details.querySelector('.subtree');
+  try {
+    renderChildren(box, await api('/v1/workflows' + query({ parent: details.dataset.parent, limit: CHILDREN }), { text: true }));
+  } catch (error) {
+    delete details.dataset.read;
+    box.replaceChildren(h(errorBox(error)));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

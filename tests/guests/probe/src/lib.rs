@@ -105,6 +105,16 @@ pub async fn relay(ctx: Ctx, _: ()) -> Result<(), Error> {
     }
 }
 
+/// Spawns a chain of workflows `depth` deep below this one (each the child of the one before)
+/// and returns `depth` once the deepest has ended.
+pub async fn nest(ctx: Ctx, depth: u32) -> Result<u32, Error> {
+    if depth == 0 {
+        return Ok(0);
+    }
+    let child = ctx.spawn("nest", &(depth - 1)).await?;
+    Ok(ctx.join::<u32>(child).await? + 1)
+}
+
 /// Spawns a collector, sends it `count` numbered messages, and returns what it collected.
 pub async fn ordered(ctx: Ctx, count: u32) -> Result<Vec<u32>, Error> {
     let collector = ctx.spawn("collect", &count).await?;
@@ -885,6 +895,7 @@ pub async fn valid_within(ctx: Ctx, millis: u64) -> Result<Option<u64>, Error> {
 
 wfguest::entry_points!(
     echo,
+    nest,
     fail,
     panic,
     spin,

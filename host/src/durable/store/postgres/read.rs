@@ -172,6 +172,9 @@ pub(super) fn page(
 
 /// How many workflows `filter` lets through stand each way (see `Read::counts`).
 pub(super) fn counts(conn: &mut Conn, filter: &Filter) -> Result<StateCounts, Error> {
+    if filter.counted_by_entry() {
+        return kept_counts(conn, filter.entry.as_deref());
+    }
     let started_before = filter.started_before.map(|t| t.min(i64::MAX as u64) as i64);
     let started_after = filter.started_after.map(|t| t.min(i64::MAX as u64) as i64);
     let parent = filter.parent.map(|p| p.min(i64::MAX as u64) as i64);
@@ -194,6 +197,11 @@ pub(super) fn counts(conn: &mut Conn, filter: &Filter) -> Result<StateCounts, Er
             &parent,
         ],
     )?;
+    Ok(counts_of(&rows))
+}
+
+/// Counts from rows of (state, cancelled, how many).
+fn counts_of(rows: &[Row]) -> StateCounts {
     let mut counts = StateCounts::default();
     for row in rows {
         let n: i64 = row.get(2);
@@ -203,7 +211,17 @@ pub(super) fn counts(conn: &mut Conn, filter: &Filter) -> Result<StateCounts, Er
             n.max(0) as u64,
         );
     }
-    Ok(counts)
+    counts
+}
+
+/// The counts the triggers keep (schema version 6), of one entry point or all.
+fn kept_counts(conn: &mut Conn, entry: Option<&str>) -> Result<StateCounts, Error> {
+    let rows = conn.query(
+        "SELECT state, cancelled, sum(n)::int8 FROM workflow_counts \
+         WHERE $1::text IS NULL OR entry = $1 GROUP BY 1, 2",
+        &[&entry],
+    )?;
+    Ok(counts_of(&rows))
 }
 
 pub(super) fn steps(

@@ -155,6 +155,62 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     CREATE INDEX workflows_children ON workflows (parent, num) WHERE parent IS NOT NULL;
     ",
+    // 6: how many workflows stand each way, by entry point, kept by triggers in the transaction
+    // that starts, ends or removes them, so that counting a million workflows reads a few rows
+    // (`Read::counts`). Each connection adds to its own shard of the counts (by its backend's
+    // process id), so that hosts committing at once do not wait for each other's row locks;
+    // a count is the sum over the shards.
+    "
+    CREATE TABLE workflow_counts (
+        shard INT NOT NULL,
+        entry TEXT NOT NULL,
+        state SMALLINT NOT NULL,
+        cancelled BOOLEAN NOT NULL,
+        n BIGINT NOT NULL,
+        PRIMARY KEY (shard, entry, state, cancelled)
+    );
+    INSERT INTO workflow_counts (shard, entry, state, cancelled, n)
+        SELECT 0, entry, state, coalesce(error_kind, '') = 'cancelled', count(*) FROM workflows
+        GROUP BY 2, 3, 4;
+    CREATE FUNCTION workflow_counts_add() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'INSERT' THEN
+            INSERT INTO wfhost.workflow_counts AS c (shard, entry, state, cancelled, n)
+            SELECT pg_backend_pid() % 64, entry, state, coalesce(error_kind, '') = 'cancelled',
+                count(*)
+            FROM new_rows GROUP BY 2, 3, 4
+            ON CONFLICT (shard, entry, state, cancelled) DO UPDATE SET n = c.n + excluded.n;
+        ELSE
+            INSERT INTO wfhost.workflow_counts AS c (shard, entry, state, cancelled, n)
+            SELECT pg_backend_pid() % 64, entry, state, coalesce(error_kind, '') = 'cancelled',
+                -count(*)
+            FROM old_rows GROUP BY 2, 3, 4
+            ON CONFLICT (shard, entry, state, cancelled) DO UPDATE SET n = c.n + excluded.n;
+        END IF;
+        RETURN NULL;
+    END $$;
+    CREATE FUNCTION workflow_counts_move() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO wfhost.workflow_counts AS c (shard, entry, state, cancelled, n)
+        VALUES (pg_backend_pid() % 64, OLD.entry, OLD.state,
+                coalesce(OLD.error_kind, '') = 'cancelled', -1),
+               (pg_backend_pid() % 64, NEW.entry, NEW.state,
+                coalesce(NEW.error_kind, '') = 'cancelled', 1)
+        ON CONFLICT (shard, entry, state, cancelled) DO UPDATE SET n = c.n + excluded.n;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER workflow_counts_started AFTER INSERT ON workflows
+        REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT
+        EXECUTE FUNCTION workflow_counts_add();
+    CREATE TRIGGER workflow_counts_removed AFTER DELETE ON workflows
+        REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT
+        EXECUTE FUNCTION workflow_counts_add();
+    CREATE TRIGGER workflow_counts_changed AFTER UPDATE OF entry, state, error_kind ON workflows
+        FOR EACH ROW WHEN (OLD.entry IS DISTINCT FROM NEW.entry
+            OR OLD.state IS DISTINCT FROM NEW.state
+            OR OLD.error_kind IS DISTINCT FROM NEW.error_kind)
+        EXECUTE FUNCTION workflow_counts_move();
+    ",
 ];
 
 /// The error a commit fails with when its host lost its lease (`wfhost.mark`).

@@ -78,9 +78,12 @@ impl Journal for SqliteStore {
 }
 
 /// The clauses (and their values) of `filter` beyond where a workflow stands: its entry point,
-/// id, start time and parent.
+/// id, start time and parent. With `by_id_index`, an id prefix is read as a range of the id
+/// index; without, each row read in the order of numbers is checked (`+id`: the index is not
+/// used), which is quicker when a page of them lies close (see [`prefix_near`]).
 fn narrow(
     filter: &Filter,
+    by_id_index: bool,
     clauses: &mut Vec<String>,
     values: &mut Vec<rusqlite::types::Value>,
 ) -> rusqlite::Result<()> {
@@ -89,9 +92,15 @@ fn narrow(
         values.push(entry.clone().into());
     }
     if let Some(prefix) = &filter.prefix {
-        clauses.push("substr(id, 1, length(?)) = ?".into());
+        // A range of the id index: the ids that start with `prefix` are those from it up to
+        // the first string past all of them (UTF-8 sorts as code points do).
+        let id = if by_id_index { "id" } else { "+id" };
+        clauses.push(format!("{id} >= ?"));
         values.push(prefix.clone().into());
-        values.push(prefix.clone().into());
+        if let Some(end) = past_prefix(prefix) {
+            clauses.push(format!("{id} < ?"));
+            values.push(end.into());
+        }
     }
     if let Some(before) = filter.started_before {
         clauses.push("started < ?".into());
@@ -109,6 +118,44 @@ fn narrow(
         values.push(int(parent)?.into());
     }
     Ok(())
+}
+
+/// Workflows read in order, past a page's cursor, to see whether a page of an id prefix's
+/// workflows lies close.
+const NEAR: i64 = 20_000;
+
+/// Whether the [`NEAR`] workflows after `after` hold `limit` whose ids start with `prefix`.
+/// If so, a page of them is found soonest by reading workflows in order from the cursor; if
+/// not, by reading the prefix's range of the id index and sorting it (its rows may be few, or
+/// far along).
+fn prefix_near(
+    conn: &rusqlite::Connection,
+    prefix: &str,
+    after: u64,
+    limit: usize,
+) -> rusqlite::Result<bool> {
+    let end = past_prefix(prefix);
+    let n: i64 = conn.query_row(
+        "SELECT count(*) FROM (SELECT id FROM workflows WHERE num > ?1 ORDER BY num LIMIT ?2) \
+         WHERE id >= ?3 AND (?4 IS NULL OR id < ?4)",
+        params![int(after)?, NEAR, prefix, end],
+        |row| row.get(0),
+    )?;
+    Ok(n >= i64::try_from(limit).unwrap_or(i64::MAX))
+}
+
+/// The least string greater than every string that starts with `prefix`, if there is one: the
+/// prefix up to its last character that has a next one, with that character advanced.
+fn past_prefix(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
 }
 
 impl Read for SqliteStore {
@@ -163,7 +210,11 @@ impl Read for SqliteStore {
             let cancelled = wfhost_scheduler::FailureKind::Cancelled.name();
             clauses.push(format!("error_kind {test} '{cancelled}'"));
         }
-        narrow(filter, &mut clauses, &mut values).map_err(sql(what))?;
+        let by_id_index = match &filter.prefix {
+            Some(prefix) => !prefix_near(&self.conn, prefix, after, limit).map_err(sql(what))?,
+            None => true,
+        };
+        narrow(filter, by_id_index, &mut clauses, &mut values).map_err(sql(what))?;
         values.push(i64::try_from(limit).unwrap_or(i64::MAX).into());
         let query = match filter.max_bytes {
             None => format!(
@@ -355,9 +406,12 @@ impl Read for SqliteStore {
 
     fn counts(&mut self, filter: &Filter) -> StoreResult<StateCounts> {
         let what = "counting workflows";
+        if filter.counted_by_entry() {
+            return kept_counts(&self.conn, filter.entry.as_deref()).map_err(sql(what));
+        }
         let mut clauses = vec!["1".to_string()];
         let mut values: Vec<rusqlite::types::Value> = Vec::new();
-        narrow(filter, &mut clauses, &mut values).map_err(sql(what))?;
+        narrow(filter, true, &mut clauses, &mut values).map_err(sql(what))?;
         let cancelled = wfhost_scheduler::FailureKind::Cancelled.name();
         let query = format!(
             "SELECT state, coalesce(error_kind = '{cancelled}', 0), count(*) FROM workflows \
@@ -449,5 +503,40 @@ impl SqliteStore {
             .map_err(sql(what))?;
         rows.collect::<rusqlite::Result<Vec<_>>>()
             .map_err(sql(what))
+    }
+}
+
+/// The counts the triggers keep, of one entry point or all.
+fn kept_counts(conn: &rusqlite::Connection, entry: Option<&str>) -> rusqlite::Result<StateCounts> {
+    let mut statement = conn.prepare_cached(
+        "SELECT state, cancelled, sum(n) FROM workflow_counts \
+         WHERE ?1 IS NULL OR entry = ?1 GROUP BY 1, 2",
+    )?;
+    let mut counts = StateCounts::default();
+    let rows = statement.query_map(params![entry], |row| {
+        Ok((
+            row.get::<_, i64>(0)?,
+            row.get::<_, bool>(1)?,
+            row.get::<_, i64>(2)?,
+        ))
+    })?;
+    for row in rows {
+        let (state, cancelled, n) = row?;
+        counts.add(State::from_code(state), cancelled, n.max(0) as u64);
+    }
+    Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::past_prefix;
+
+    #[test]
+    fn the_end_of_a_prefix_range_is_the_least_string_past_it() {
+        assert_eq!(past_prefix("order-"), Some("order.".into()));
+        assert_eq!(past_prefix("a\u{10FFFF}"), Some("b".into()));
+        assert_eq!(past_prefix("\u{D7FF}"), Some("\u{E000}".into()));
+        assert_eq!(past_prefix("\u{10FFFF}\u{10FFFF}"), None);
+        assert_eq!(past_prefix(""), None);
     }
 }
