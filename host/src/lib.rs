@@ -63,8 +63,8 @@ pub use builder::{
 pub use capacity::{Capacity, CapacityLimit, MemoryImages};
 pub use client::{
     utc_time, Cancelled, Client, Failure, HistoryStep, HostStatus, ListQuery, Narrator, OpenYield,
-    OutboxMessage, OutboxPage, Page, Started, StoredModule, Waits, WorkflowCounts, WorkflowState,
-    WorkflowStatus,
+    OutboxMessage, OutboxPage, Page, PauseChange, Started, StoredModule, Waits, WorkflowCounts,
+    WorkflowState, WorkflowStatus,
 };
 pub use durable::snapshot::Snapshots;
 pub use durable::store::SyncMode;

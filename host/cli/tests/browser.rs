@@ -321,6 +321,17 @@ async fn the_ui_in_a_real_browser() {
         Ok(waits.contains("a message") && waits.contains("a timer, firing"))
     })
     .await;
+    // Paused from the page, it shows so, and the API says so; unpaused, it runs again.
+    for (label, shown, paused) in [("Pause", "paused", true), ("Unpause", "running", false)] {
+        let button = client.find(Locator::Css("#pause-button")).await.unwrap();
+        assert_eq!(button.text().await.unwrap(), label);
+        button.click().await.unwrap();
+        until("the page shows it", || async {
+            Ok(text_of(&client, "#status [data-status]").await? == shown)
+        })
+        .await;
+        assert_eq!(api.status("waiter-page").unwrap().paused, paused);
+    }
     let message = client.find(Locator::Css("#message")).await.unwrap();
     message.clear().await.unwrap();
     message.send_keys("{not json").await.unwrap();

@@ -420,6 +420,8 @@ fn the_openapi_document_describes_every_route_and_every_route_answers() {
             "POST /v1/workflows",
             "POST /v1/workflows/{id}/cancel",
             "POST /v1/workflows/{id}/messages",
+            "POST /v1/workflows/{id}/pause",
+            "POST /v1/workflows/{id}/unpause",
         ]
     );
     // Every route the document names is served: none answers the server's "no route".
@@ -456,6 +458,7 @@ fn the_openapi_document_describes_every_route_and_every_route_answers() {
         "ErrorBody",
         "SentJson",
         "CancelJson",
+        "PauseJson",
         "PollRequest",
         "TaskJson",
         "CompleteRequest",

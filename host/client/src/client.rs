@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::wire::{
     CancelJson, CompleteRequest, CountParams, CountsJson, ErrorBody, Health, HeartbeatJson,
     HistoryPage, HistoryParams, HostList, ListParams, ModuleJson, ModuleList, OutboxPage,
-    OutboxParams, PollRequest, SentJson, StartRequest, StartedJson, TaskJson, WaitsJson,
+    OutboxParams, PauseJson, PollRequest, SentJson, StartRequest, StartedJson, TaskJson, WaitsJson,
     WorkflowJson, WorkflowPage,
 };
 
@@ -159,6 +159,18 @@ impl Client {
     pub fn cancel(&self, id: &str) -> Result<CancelJson> {
         let path = format!("/v1/workflows/{}/cancel", segment(id));
         answer(self.post(&path).send_empty(), self.timeout).map(|(_, c)| c)
+    }
+
+    /// Pauses workflow `id`: it takes no step until unpaused.
+    pub fn pause(&self, id: &str) -> Result<PauseJson> {
+        let path = format!("/v1/workflows/{}/pause", segment(id));
+        answer(self.post(&path).send_empty(), self.timeout).map(|(_, p)| p)
+    }
+
+    /// Unpauses workflow `id`: it takes what waited for it, and goes on.
+    pub fn unpause(&self, id: &str) -> Result<PauseJson> {
+        let path = format!("/v1/workflows/{}/unpause", segment(id));
+        answer(self.post(&path).send_empty(), self.timeout).map(|(_, p)| p)
     }
 
     /// A page of the store's workflows.

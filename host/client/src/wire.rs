@@ -142,6 +142,9 @@ pub struct WorkflowJson {
     pub unread_messages: u64,
     /// A cancel was asked for it.
     pub cancel_asked: bool,
+    /// Paused by an operator: it takes no step until unpaused (its status stays `running`).
+    #[serde(default)]
+    pub paused: bool,
 }
 
 impl WorkflowJson {
@@ -402,6 +405,19 @@ pub struct CancelJson {
     /// `asked` (written for its host to deliver), `asked_before`, or `ended` (it had finished:
     /// nothing to cancel).
     pub cancel: String,
+    /// Where the workflow stands: `running`, or how it ended.
+    pub status: String,
+}
+
+/// What a pause or an unpause did (`POST /v1/workflows/{id}/pause`, `.../unpause`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct PauseJson {
+    /// `done` (written; its host holds or wakes it), `already` (it was so), or `ended` (it had
+    /// finished: nothing to pause).
+    pub pause: String,
+    /// Whether it is paused now.
+    pub paused: bool,
     /// Where the workflow stands: `running`, or how it ended.
     pub status: String,
 }

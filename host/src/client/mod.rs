@@ -24,7 +24,8 @@ use wfcontract::Payload;
 
 pub use types::{
     Cancelled, Failure, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
-    Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus, DEFAULT_PAGE, MAX_PAGE,
+    PauseChange, Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus,
+    DEFAULT_PAGE, MAX_PAGE,
 };
 pub use waits::{OpenYield, Waits};
 pub use words::{utc_time, Narrator};
@@ -266,6 +267,26 @@ impl Client {
             Backend::Store(store) => store.cancel(id),
             Backend::Serving(serving) => serving.cancel(id),
             Backend::Remote(remote) => remote.cancel(id),
+        }
+    }
+
+    /// Pauses workflow `id`: it takes no step until [`unpause`](Self::unpause)d. What reaches it
+    /// meanwhile (messages, timers that fire, answers, a cancel) waits, and it keeps its pause
+    /// across restarts of its host. A step under way when the pause is written ends as usual.
+    pub fn pause(&self, id: &str) -> Result<PauseChange> {
+        self.set_paused(id, true)
+    }
+
+    /// Unpauses workflow `id`: it takes what waited for it, and goes on where it was.
+    pub fn unpause(&self, id: &str) -> Result<PauseChange> {
+        self.set_paused(id, false)
+    }
+
+    fn set_paused(&self, id: &str, paused: bool) -> Result<PauseChange> {
+        match &*self.backend {
+            Backend::Store(store) => store.pause(id, paused),
+            Backend::Serving(serving) => serving.pause(id, paused),
+            Backend::Remote(remote) => remote.pause(id, paused),
         }
     }
 

@@ -10,7 +10,7 @@ use wfhost_client::wire::{
 
 use super::types::{
     Cancelled, Failure, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
-    Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus,
+    PauseChange, Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus,
 };
 use super::{ModuleRef, Start};
 use crate::durable::record::StepRecord;
@@ -160,6 +160,21 @@ impl RemoteBackend {
             "asked" => Cancelled::Asked,
             "asked_before" => Cancelled::AskedBefore,
             _ => Cancelled::Ended(state_of(&answer.status)?),
+        })
+    }
+
+    pub(crate) fn pause(&self, id: &str, paused: bool) -> Result<PauseChange> {
+        let api = self.api()?;
+        let answer = if paused {
+            api.pause(id)
+        } else {
+            api.unpause(id)
+        }
+        .map_err(|e| error(&e))?;
+        Ok(match answer.pause.as_str() {
+            "done" => PauseChange::Done,
+            "already" => PauseChange::Already,
+            _ => PauseChange::Ended(state_of(&answer.status)?),
         })
     }
 
@@ -375,5 +390,6 @@ fn status_of(json: WorkflowJson) -> Result<WorkflowStatus> {
         host: json.host,
         waiting_for_host: json.waiting_for_host,
         cancel_asked: json.cancel_asked,
+        paused: json.paused,
     })
 }

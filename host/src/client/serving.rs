@@ -15,8 +15,8 @@ use wfcontract::{Payload, Pid};
 
 use super::store::{unknown_module, StoreBackend, MAX_OUTBOX_PAGE};
 use super::types::{
-    Cancelled, HostStatus, ListQuery, OutboxPage, Page, Started, StoredModule, WorkflowCounts,
-    WorkflowState, WorkflowStatus,
+    Cancelled, HostStatus, ListQuery, OutboxPage, Page, PauseChange, Started, StoredModule,
+    WorkflowCounts, WorkflowState, WorkflowStatus,
 };
 use super::{blocking, new_id, parse_cursor, Client, ModuleRef, Start};
 use crate::durable::waiters::{Topic, Waiters};
@@ -206,6 +206,7 @@ impl ServingBackend {
                     damaged: None,
                     unread: 0,
                     owner: None,
+                    paused: false,
                 });
                 self.mark_host(&mut workflow);
                 Ok(Started {
@@ -478,6 +479,31 @@ impl ServingBackend {
                 })
             }
         }
+    }
+
+    pub(crate) fn pause(&self, id: &str, paused: bool) -> Result<PauseChange> {
+        if self.shared() && self.durable.ids.pid_of(id).is_none() {
+            return self.store.pause(id, paused);
+        }
+        // One pause or unpause at a time, and none while the host takes others' (`inbox.rs`).
+        let _taking = self.durable.taking.lock();
+        let status = self.store.status(id)?;
+        if status.state != WorkflowState::Running {
+            return Ok(PauseChange::Ended(status.state));
+        }
+        if status.paused == paused {
+            return Ok(PauseChange::Already);
+        }
+        match self.durable.ids.pid_of(id) {
+            Some(pid) => self.durable.pause(pid, paused)?,
+            // Not running here (it waits for its module, or is damaged): the recovery that
+            // starts it holds it if it is paused.
+            None => self.durable.write(vec![crate::durable::store::Op::Pause {
+                num: status.number,
+                paused,
+            }])?,
+        }
+        Ok(PauseChange::Done)
     }
 
     pub(crate) fn outbox(

@@ -7,8 +7,8 @@ use parking_lot::Mutex;
 use wfcontract::Payload;
 
 use super::types::{
-    Cancelled, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page, Started,
-    StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus, MAX_PAGE,
+    Cancelled, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page, PauseChange,
+    Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus, MAX_PAGE,
 };
 use super::{cursor, new_id, parse_cursor, ModuleRef, Start};
 use crate::durable::now_millis;
@@ -221,6 +221,17 @@ impl StoreBackend {
         Ok(match status.state {
             WorkflowState::Running => Cancelled::AskedBefore,
             state => Cancelled::Ended(state),
+        })
+    }
+
+    pub(crate) fn pause(&self, id: &str, paused: bool) -> Result<PauseChange> {
+        if self.submit(false, |store| store.submit_pause(id, paused))? {
+            return Ok(PauseChange::Done);
+        }
+        let status = WorkflowStatus::of(self.find(id)?);
+        Ok(match status.state {
+            WorkflowState::Running => PauseChange::Already,
+            state => PauseChange::Ended(state),
         })
     }
 

@@ -100,6 +100,8 @@ pub struct WorkflowStatus {
     pub waiting_for_host: bool,
     /// A cancel was asked for it.
     pub cancel_asked: bool,
+    /// Paused by an operator: it takes no step until unpaused ([`Client::pause`](super::Client::pause)).
+    pub paused: bool,
 }
 
 impl WorkflowStatus {
@@ -138,6 +140,7 @@ impl WorkflowStatus {
             host: None,
             waiting_for_host: false,
             cancel_asked: workflow.cancel != crate::durable::store::Cancel::No,
+            paused: workflow.paused && workflow.state == crate::durable::store::State::Running,
         }
     }
 
@@ -443,6 +446,19 @@ pub struct OutboxPage {
     pub next: String,
     /// Whether the workflow had finished when this was read: nothing follows.
     pub finished: bool,
+}
+
+/// What a [`Client::pause`](super::Client::pause) or [`Client::unpause`](super::Client::unpause)
+/// did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PauseChange {
+    /// Written: its host holds it from its next turn, or wakes it.
+    Done,
+    /// It was so already.
+    Already,
+    /// The workflow had ended: nothing to pause.
+    Ended(WorkflowState),
 }
 
 /// What a [`Client::cancel`](super::Client::cancel) did.

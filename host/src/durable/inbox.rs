@@ -107,6 +107,12 @@ impl Durable {
                 let _ = scheduler.cancel(Pid(num));
             }
         }
+        match lease.store.lock().paused_here() {
+            Ok(paused) => self.follow_pauses(&paused),
+            Err(error) => {
+                tracing::warn!("reading which of this host's workflows are paused: {error}")
+            }
+        }
         self.complete_remote_joins();
     }
 

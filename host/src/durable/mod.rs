@@ -21,6 +21,7 @@
 
 pub(crate) mod inbox;
 pub(crate) mod lease;
+pub(crate) mod pause;
 pub(crate) mod process;
 pub mod record;
 pub(crate) mod recover;
@@ -164,6 +165,8 @@ pub(crate) struct Durable {
     /// While a recovery starts workflows, the wakers of those it started, which wait for it to
     /// finish before their first step (a parent's first step joins children that must exist).
     gate: Mutex<Option<Vec<Waker>>>,
+    /// The paused workflows this host runs (`pause.rs`).
+    pub(crate) paused: pause::Paused,
     /// When workflows save snapshots.
     pub(crate) snapshots: Snapshots,
     pub(crate) counts: Counts,
@@ -306,6 +309,7 @@ impl Durable {
             modules,
             kept: Mutex::new(std::collections::HashSet::new()),
             gate: Mutex::new(None),
+            paused: pause::Paused::default(),
             snapshots,
             counts: Counts::default(),
             lease: OnceLock::new(),

@@ -345,6 +345,10 @@ impl Durable {
             None => process.recovered(saved, records),
         };
         self.ids.insert(pid, Arc::clone(&id));
+        if workflow.paused {
+            // Held from its first turn, as it was before the restart.
+            self.mark_paused(start.num, true);
+        }
         // Linked to its parent if the parent runs again too; a parent that ended had
         // cancelled it.
         let parent = start
@@ -357,6 +361,7 @@ impl Durable {
             Ok(spawned) => spawned,
             Err(error) => {
                 self.ids.remove(pid);
+                self.forget_paused(start.num);
                 return Err(error);
             }
         };
@@ -466,6 +471,7 @@ mod tests {
             damaged: None,
             unread: 0,
             owner: None,
+            paused: false,
         }
     }
 

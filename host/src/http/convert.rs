@@ -1,11 +1,12 @@
 //! The library's answers as the API's JSON (`wfhost_client::wire`).
 
 use wfhost_client::wire::{
-    self, CancelJson, FailureJson, HostJson, ModuleJson, StepJson, WorkflowJson,
+    self, CancelJson, FailureJson, HostJson, ModuleJson, PauseJson, StepJson, WorkflowJson,
 };
 
 use crate::client::{
-    Cancelled, HistoryStep, HostStatus, Narrator, OutboxPage, StoredModule, WorkflowStatus,
+    Cancelled, HistoryStep, HostStatus, Narrator, OutboxPage, PauseChange, StoredModule,
+    WorkflowState, WorkflowStatus,
 };
 
 pub(crate) fn workflow(status: &WorkflowStatus) -> WorkflowJson {
@@ -44,6 +45,7 @@ pub(crate) fn workflow(status: &WorkflowStatus) -> WorkflowJson {
         damaged: status.damaged.clone(),
         unread_messages: status.unread,
         cancel_asked: status.cancel_asked,
+        paused: status.paused,
     }
 }
 
@@ -75,6 +77,19 @@ pub(crate) fn cancel(cancelled: Cancelled, running: &str) -> CancelJson {
     CancelJson {
         cancel: cancel.to_string(),
         status,
+    }
+}
+
+pub(crate) fn pause(change: PauseChange, paused: bool) -> PauseJson {
+    let (pause, status) = match change {
+        PauseChange::Done => ("done", WorkflowState::Running.name()),
+        PauseChange::Already => ("already", WorkflowState::Running.name()),
+        PauseChange::Ended(state) => ("ended", state.name()),
+    };
+    PauseJson {
+        pause: pause.to_string(),
+        paused: paused && matches!(change, PauseChange::Done | PauseChange::Already),
+        status: status.to_string(),
     }
 }
 

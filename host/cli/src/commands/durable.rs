@@ -111,11 +111,13 @@ pub fn stop_on_ctrl_c(host: Host, store: Location) -> anyhow::Result<()> {
     .context("cannot install the Ctrl-C handler")
 }
 
-/// A workflow's status in a word: `running`, `done`, `failed`, `cancelled`, or `damaged` (its
-/// journal, or its tree's, cannot be read back).
+/// A workflow's status in a word: `running`, `paused` (running, held by `wfhost pause`),
+/// `done`, `failed`, `cancelled`, or `damaged` (its journal, or its tree's, cannot be read
+/// back).
 pub(super) fn status_word(workflow: &WorkflowStatus) -> &'static str {
     match (workflow.state, &workflow.damaged) {
         (WorkflowState::Running, Some(_)) => "damaged",
+        (WorkflowState::Running, None) if workflow.paused => "paused",
         (state, _) => state_word(state),
     }
 }

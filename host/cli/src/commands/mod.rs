@@ -11,6 +11,7 @@ mod http;
 mod inspect;
 mod limits;
 mod list;
+mod pause;
 mod replay;
 mod result;
 mod resume;
@@ -41,6 +42,8 @@ pub enum Command {
     Result(result::ResultCommand),
     Send(send::SendCommand),
     Cancel(cancel::CancelCommand),
+    Pause(pause::PauseCommand),
+    Unpause(pause::UnpauseCommand),
     #[cfg(unix)]
     Worker(worker::WorkerCommand),
 }
@@ -62,6 +65,8 @@ impl Command {
             Command::Result(command) => command.execute(),
             Command::Send(command) => command.execute(),
             Command::Cancel(command) => command.execute(),
+            Command::Pause(command) => command.execute(),
+            Command::Unpause(command) => command.execute(),
             #[cfg(unix)]
             Command::Worker(command) => command.execute(),
         }

@@ -56,6 +56,7 @@ impl StatusCommand {
                         "message": e.message,
                     })),
                     "damaged": workflow.damaged,
+                    "paused": workflow.paused,
                     "unread_messages": workflow.unread,
                 })
             )?;

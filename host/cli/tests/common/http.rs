@@ -102,6 +102,11 @@ impl HttpServer {
     }
 
     /// Its address, `127.0.0.1:PORT`.
+    /// Its URL (`http://127.0.0.1:PORT`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     pub fn addr(&self) -> String {
         self.url
             .trim_start_matches("http://")

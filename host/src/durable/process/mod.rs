@@ -263,6 +263,10 @@ impl Process for DurableProcess {
     }
 
     fn prepare(&mut self, waker: &WakerSource<'_>) -> Result<Readiness, ProcessError> {
+        if !waker.terminating() && self.durable.held_paused(self.pid.0, || waker.waker()) {
+            // Paused: it takes no step, its events queued, until it is unpaused and woken.
+            return Ok(Readiness::NotReady);
+        }
         if self.recovering && self.durable.held_at_gate(|| waker.waker()) {
             return Ok(Readiness::NotReady);
         }
@@ -383,6 +387,7 @@ impl Process for DurableProcess {
         // led to it. Meanwhile it takes no more journaled messages (one would be written after
         // its end, for a receiver that never takes it).
         self.durable.ids.remove(self.pid);
+        self.durable.forget_paused(self.pid.0);
         let ops = vec![Op::End {
             num: self.pid.0,
             ending,

@@ -251,6 +251,13 @@ pub enum Op {
     /// A durable workflow's message to the host, kept for whoever asks (once per sender and
     /// yield).
     HostMessage(HostMessage),
+    /// An unfinished workflow is paused (it takes no step until unpaused), or unpaused.
+    Pause {
+        /// The workflow.
+        num: u64,
+        /// Paused, or not.
+        paused: bool,
+    },
     /// A workflow's journal could not be read back (`Some(why)`), or can again (`None`).
     Damaged {
         /// The workflow.
@@ -359,6 +366,8 @@ pub struct Workflow {
     pub unread: u64,
     /// On a store hosts share, the host that owns it (runs it, or ran it last).
     pub owner: Option<u64>,
+    /// Paused by an operator: it takes no step until it is unpaused.
+    pub paused: bool,
 }
 
 /// Whether a workflow was asked to cancel.

@@ -244,6 +244,10 @@ pub trait Cluster: Send {
     /// Takes the cancels asked of workflows this host owns that it has not delivered: their
     /// numbers. Each is taken once.
     fn take_cancels(&mut self) -> StoreResult<Vec<u64>>;
+
+    /// The unfinished workflows this host owns that are paused, by number (all of them, each
+    /// look: a host learns of pauses and unpauses written by others from the difference).
+    fn paused_here(&mut self) -> StoreResult<Vec<u64>>;
 }
 
 /// What a client writes for the hosts of a store to run. Only a store hosts share takes it: the
@@ -267,6 +271,10 @@ pub trait Submit: Read {
 
     /// Asks the unfinished workflow `id` to cancel: whether it was running and not yet asked.
     fn submit_cancel(&mut self, id: &str) -> StoreResult<bool>;
+
+    /// Pauses (`paused`) or unpauses the unfinished workflow `id`, for its owner to see:
+    /// whether it was running and not already so.
+    fn submit_pause(&mut self, id: &str, paused: bool) -> StoreResult<bool>;
 
     /// The host numbered `id`.
     fn host_info(&mut self, id: u64) -> StoreResult<Option<HostInfo>>;

@@ -27,6 +27,7 @@ pub const TABLES: &[(&str, &[&str])] = &[
             "finished",
             "cancel",
             "damaged",
+            "paused",
         ],
     ),
     ("steps", &["num", "seq", "at", "record"]),

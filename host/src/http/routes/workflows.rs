@@ -11,8 +11,8 @@ use utoipa_axum::routes;
 use wfcontract::Payload;
 use wfhost_client::wire::{
     CancelJson, CountParams, CountsJson, ErrorBody, HistoryPage, HistoryParams, ListParams,
-    OutboxPage, OutboxParams, SentJson, StartRequest, StartedJson, WaitJson, WaitParams, WaitsJson,
-    WorkflowJson, WorkflowPage,
+    OutboxPage, OutboxParams, PauseJson, SentJson, StartRequest, StartedJson, WaitJson, WaitParams,
+    WaitsJson, WorkflowJson, WorkflowPage,
 };
 
 use super::{call, timed_out, wait};
@@ -30,6 +30,8 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(result))
         .routes(routes!(send))
         .routes(routes!(cancel))
+        .routes(routes!(pause))
+        .routes(routes!(unpause))
         .routes(routes!(history))
         .routes(routes!(waits))
         .routes(routes!(outbox))
@@ -322,6 +324,40 @@ async fn cancel(
         StatusCode::ACCEPTED,
         Json(convert::cancel(cancelled, WorkflowState::Running.name())),
     ))
+}
+
+/// Pauses the workflow: it takes no step until unpaused. What reaches it meanwhile (messages,
+/// timers that fire, answers, a cancel) waits, and it stays paused across restarts.
+#[utoipa::path(post, path = "/v1/workflows/{id}/pause", tag = "workflows",
+    params(("id" = String, Path, description = "The workflow's id, percent-encoded")),
+    responses(
+        (status = 200, description = "Paused (or it was, or it had ended)", body = PauseJson),
+        (status = 404, description = "No such workflow", body = ErrorBody),
+    ))]
+async fn pause(
+    State(state): State<Arc<AppState>>,
+    WorkflowId(id): WorkflowId,
+) -> Result<Json<PauseJson>, ApiError> {
+    let change = call(&state, Default::default(), move |client| client.pause(&id)).await?;
+    Ok(Json(convert::pause(change, true)))
+}
+
+/// Unpauses the workflow: it takes what waited for it and goes on where it was.
+#[utoipa::path(post, path = "/v1/workflows/{id}/unpause", tag = "workflows",
+    params(("id" = String, Path, description = "The workflow's id, percent-encoded")),
+    responses(
+        (status = 200, description = "Unpaused (or it was not paused, or it had ended)", body = PauseJson),
+        (status = 404, description = "No such workflow", body = ErrorBody),
+    ))]
+async fn unpause(
+    State(state): State<Arc<AppState>>,
+    WorkflowId(id): WorkflowId,
+) -> Result<Json<PauseJson>, ApiError> {
+    let change = call(&state, Default::default(), move |client| {
+        client.unpause(&id)
+    })
+    .await?;
+    Ok(Json(convert::pause(change, false)))
 }
 
 /// A page of the workflow's journal, each step in words (as `wfhost history --json`).

@@ -144,6 +144,11 @@ function bytes(n) {
   return (n / 1024 / 1024).toFixed(1) + ' MiB';
 }
 
+// A workflow's status as the page shows it: `paused` for one that runs but is held.
+function shownStatus(w) {
+  return w.paused && w.status === 'running' ? 'paused' : w.status;
+}
+
 function statusBadge(status) {
   return '<span class="status ' + esc(status) + '" data-status="' + esc(status) + '">' + esc(status) + '</span>';
 }
@@ -282,7 +287,7 @@ function renderRows(page, s, counts) {
   const body = page.workflows.map((w) => `<tr data-id="${esc(w.id)}">
       <td><a href="#/w/${encodeURIComponent(w.id)}">${esc(w.id)}</a></td>
       <td>${esc(w.entry)}</td>
-      <td>${statusBadge(w.status)}${w.cancel_asked && w.status === 'running' ? ' <span class="muted">cancel asked</span>' : ''}</td>
+      <td>${statusBadge(shownStatus(w))}${w.cancel_asked && w.status === 'running' ? ' <span class="muted">cancel asked</span>' : ''}</td>
       <td class="wide">${time(w.started)}</td>
       <td class="num">${duration((w.finished || now) - w.started)}</td>
       <td class="num" data-steps>${w.steps}</td>
@@ -307,8 +312,10 @@ async function workflowPage(view, id) {
       <section class="panel"><h2>Send a message</h2>
         <form id="send"><textarea id="message" aria-label="Message (JSON)" spellcheck="false">{}</textarea>
         <div class="actions"><button id="send-button" type="submit">Send</button><span id="send-state" class="muted"></span></div></form></section>
-      <section class="panel"><h2>Cancel</h2>
-        <p class="muted">The workflow is told to cancel; it may clean up before it ends.</p>
+      <section class="panel"><h2>Pause or cancel</h2>
+        <p class="muted">A paused workflow takes no step until it is unpaused: what reaches it meanwhile waits.</p>
+        <div class="actions"><button id="pause-button" type="button">Pause</button><span id="pause-state" class="muted"></span></div>
+        <p class="muted">A cancelled workflow is told to stop; it may clean up before it ends.</p>
         <div class="actions"><button id="cancel-button" class="danger" type="button">Cancel this workflow</button><span id="cancel-state" class="muted"></span></div></section>
     </div>
     <h2>Children</h2><div id="children"><span class="muted">-</span></div>
@@ -325,6 +332,15 @@ async function workflowPage(view, id) {
     try {
       const sent = await api(wf(id) + '/messages', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: message.value });
       state.textContent = 'Sent (message ' + sent.message + ').';
+    } catch (error) { state.textContent = error.message; }
+  });
+  document.getElementById('pause-button').addEventListener('click', async () => {
+    const state = document.getElementById('pause-state');
+    const verb = ui.paused ? 'unpause' : 'pause';
+    try {
+      const answer = await api(wf(id) + '/' + verb, { method: 'POST' });
+      state.textContent = { done: verb === 'pause' ? 'Paused.' : 'Unpaused.', already: 'It was so already.', ended: 'It had already ended (' + answer.status + ').' }[answer.pause] || answer.pause;
+      await refresh();
     } catch (error) { state.textContent = error.message; }
   });
   document.getElementById('cancel-button').addEventListener('click', async () => {
@@ -409,7 +425,7 @@ function renderFacts(w) {
   if (w.error) outcome = `<dt>Error</dt><dd><span class="error-kind"><b>${esc(w.error.kind)}</b></span>: ${esc(w.error.message)}</dd>`;
   else if (w.result !== undefined) outcome = `<dt>Result</dt><dd id="result">${payload(w.result, w.result_encoding)}</dd>`;
   document.getElementById('facts').replaceChildren(h(`<dl class="facts">
-    <dt>Status</dt><dd id="status">${statusBadge(w.status)}${w.cancel_asked && w.status === 'running' ? ' <span class="muted">cancel asked</span>' : ''}</dd>
+    <dt>Status</dt><dd id="status">${statusBadge(shownStatus(w))}${w.cancel_asked && w.status === 'running' ? ' <span class="muted">cancel asked</span>' : ''}</dd>
     <dt>Entry</dt><dd>${esc(w.entry)}</dd>
     <dt>Module</dt><dd>${esc(w.module_name)} <span class="mono muted" title="SHA-256">${esc(w.module.slice(0, 16))}…</span></dd>
     <dt>Number</dt><dd>${esc(w.numberText)}${w.parentText ? ' (child of ' + esc(w.parentText) + ')' : ''}</dd>
@@ -421,7 +437,10 @@ function renderFacts(w) {
     <dt>Input</dt><dd>${payload(w.input, w.input_encoding)}</dd>
     ${outcome}</dl>`));
   ui.finished = w.status !== 'running';
-  for (const b of [document.getElementById('cancel-button'), document.getElementById('send-button')]) {
+  ui.paused = w.paused === true;
+  const pause = document.getElementById('pause-button');
+  if (pause) pause.textContent = ui.paused ? 'Unpause' : 'Pause';
+  for (const b of [document.getElementById('cancel-button'), document.getElementById('send-button'), pause]) {
     if (b && ui.finished) b.disabled = true;
   }
 }
@@ -476,7 +495,7 @@ function renderChildren(box, text) {
   if (page.workflows.length === 0) { box.replaceChildren(h('<span class="muted">none</span>')); return; }
   box.replaceChildren(h('<ul class="tree">' + page.workflows.map((c) =>
     `<li data-child="${esc(c.id)}"><details data-parent="${esc(String(c.number))}"><summary><a href="#/w/${encodeURIComponent(c.id)}">${esc(c.id)}</a>
-      ${statusBadge(c.status)} <span class="muted">${esc(c.entry)}, ${c.steps} steps</span></summary>
+      ${statusBadge(shownStatus(c))} <span class="muted">${esc(c.entry)}, ${c.steps} steps</span></summary>
       <div class="subtree"><span class="muted">reading its children…</span></div></details></li>`).join('') +
     (page.next ? `<li class="muted">and more (the first ${CHILDREN} shown)</li>` : '') + '</ul>'));
   for (const d of box.querySelectorAll(':scope > ul > li > details')) {

@@ -105,6 +105,13 @@ pub async fn relay(ctx: Ctx, _: ()) -> Result<(), Error> {
     }
 }
 
+/// Sleeps `millis`, then waits for a message; returns it with how long it slept.
+pub async fn nap_then_message(ctx: Ctx, millis: u64) -> Result<String, Error> {
+    ctx.sleep(Duration::from_millis(millis)).await?;
+    let message: String = ctx.recv().await?;
+    Ok(format!("{message} after {millis} ms"))
+}
+
 /// Spawns a chain of workflows `depth` deep below this one (each the child of the one before)
 /// and returns `depth` once the deepest has ended.
 pub async fn nest(ctx: Ctx, depth: u32) -> Result<u32, Error> {
@@ -896,6 +903,7 @@ pub async fn valid_within(ctx: Ctx, millis: u64) -> Result<Option<u64>, Error> {
 wfguest::entry_points!(
     echo,
     nest,
+    nap_then_message,
     fail,
     panic,
     spin,

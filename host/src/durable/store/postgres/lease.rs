@@ -366,6 +366,35 @@ impl PgStore {
         Ok(rows.iter().map(|row| row.get::<_, i64>(0) as u64).collect())
     }
 
+    /// The unfinished workflows this host owns that are paused.
+    pub(super) fn paused_owned(&mut self) -> StoreResult<Vec<u64>> {
+        let me = self.me()?;
+        let rows = self.transaction("reading paused workflows", super::READ_PATIENCE, |conn| {
+            conn.query(
+                "SELECT num FROM workflows WHERE owner = $1 AND paused AND state = 0",
+                &[&me],
+            )
+        })?;
+        Ok(rows.iter().map(|row| row.get::<_, i64>(0) as u64).collect())
+    }
+
+    /// From a client: pauses or unpauses the unfinished workflow `id`, and wakes the hosts to
+    /// look (its owner acts on it).
+    pub(super) fn pause_id(&mut self, id: &str, paused: bool) -> StoreResult<bool> {
+        let rows = self.transaction("pausing a workflow", super::READ_PATIENCE, |conn| {
+            let rows = conn.query(
+                "UPDATE workflows SET paused = $2 WHERE id = $1 AND state = 0 AND paused <> $2 \
+                 RETURNING num",
+                &[&id, &paused],
+            )?;
+            if !rows.is_empty() {
+                conn.query("SELECT pg_notify('wfhost_work', '')", &[])?;
+            }
+            Ok(rows)
+        })?;
+        Ok(!rows.is_empty())
+    }
+
     /// From a client: a message to the unfinished workflow `id`, for its owner to take. Its
     /// number is drawn first, so that a retry after a lost answer cannot send it twice.
     pub(super) fn send_to_id(&mut self, id: &str, payload: &[u8]) -> StoreResult<Option<u64>> {

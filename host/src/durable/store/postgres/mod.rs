@@ -456,6 +456,10 @@ impl Cluster for PgStore {
         self.take_cancel_requests()
     }
 
+    fn paused_here(&mut self) -> StoreResult<Vec<u64>> {
+        self.paused_owned()
+    }
+
     fn claimable(&mut self) -> StoreResult<u64> {
         let me = self.member.id().unwrap_or(0);
         self.read("counting workflows to claim", |conn| {
@@ -492,6 +496,10 @@ impl Submit for PgStore {
 
     fn submit_cancel(&mut self, id: &str) -> StoreResult<bool> {
         self.cancel_id(id)
+    }
+
+    fn submit_pause(&mut self, id: &str, paused: bool) -> StoreResult<bool> {
+        self.pause_id(id, paused)
     }
 
     fn host_info(&mut self, id: u64) -> StoreResult<Option<HostInfo>> {

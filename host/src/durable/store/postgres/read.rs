@@ -25,7 +25,7 @@ macro_rules! workflow_columns {
          error_kind, error, finished, \
          coalesce((SELECT max(seq) FROM steps s WHERE s.num = w.num), 0), cancel, damaged, \
          (SELECT count(*) FROM messages m WHERE m.receiver = w.num AND m.refused IS NULL), \
-         owner"
+         owner, paused"
     };
 }
 
@@ -50,6 +50,7 @@ fn workflow_row(row: &Row) -> Workflow {
         damaged: row.get(15),
         unread: uint(row.get(16)),
         owner: row.get::<_, Option<i64>>(17).map(uint),
+        paused: row.get(18),
     }
 }
 

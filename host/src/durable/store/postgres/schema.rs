@@ -211,6 +211,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
             OR OLD.error_kind IS DISTINCT FROM NEW.error_kind)
         EXECUTE FUNCTION workflow_counts_move();
     ",
+    // 7: a workflow paused by an operator takes no step until it is unpaused; its host reads
+    // which of its workflows are paused at each look for messages and cancels.
+    "
+    ALTER TABLE workflows ADD COLUMN paused BOOLEAN NOT NULL DEFAULT false;
+    CREATE INDEX workflows_paused ON workflows (owner) WHERE paused AND state = 0;
+    ",
 ];
 
 /// The error a commit fails with when its host lost its lease (`wfhost.mark`).

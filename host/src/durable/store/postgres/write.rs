@@ -39,6 +39,7 @@ enum Part<'a> {
         at: i64,
     },
     Cancel(i64),
+    Pause(i64, bool),
     Refused(i64, Text<'a>),
     Damaged(i64, Option<Text<'a>>),
 }
@@ -206,7 +207,11 @@ impl<'a> Plan<'a> {
                     segment.outbox_at.push(int(message.at, "time")?);
                     segment.outbox_payload.push(&message.payload);
                 }
-                Op::End { .. } | Op::Cancel { .. } | Op::Refused { .. } | Op::Damaged { .. } => {
+                Op::End { .. }
+                | Op::Cancel { .. }
+                | Op::Pause { .. }
+                | Op::Refused { .. }
+                | Op::Damaged { .. } => {
                     // In order with what comes before and after: the segment so far goes first.
                     if !segment.is_empty() {
                         parts.push(Part::Segment(Box::new(std::mem::take(&mut segment))));
@@ -253,6 +258,9 @@ impl<'a> Plan<'a> {
                     vec![num, state, result, kind, message, at],
                 ),
                 Part::Cancel(num) => pipeline.push(client, &statements.cancel, vec![num, &owner]),
+                Part::Pause(num, paused) => {
+                    pipeline.push(client, &statements.pause, vec![num, paused])
+                }
                 Part::Refused(id, why) => pipeline.push(client, &statements.refused, vec![id, why]),
                 Part::Damaged(num, why) => {
                     pipeline.push(client, &statements.damaged, vec![num, why])
@@ -351,6 +359,7 @@ struct Statements {
     cancel: Statement,
     refused: Statement,
     damaged: Statement,
+    pause: Statement,
     outbox: Statement,
     counter: Statement,
 }
@@ -403,6 +412,7 @@ impl Statements {
             )?,
             refused: conn.prepare("UPDATE messages SET refused = $2 WHERE id = $1")?,
             damaged: conn.prepare("UPDATE workflows SET damaged = $2 WHERE num = $1")?,
+            pause: conn.prepare("UPDATE workflows SET paused = $2 WHERE num = $1 AND state = 0")?,
             outbox: conn.prepare(
                 "INSERT INTO outbox (num, tag, at, payload) \
                  SELECT * FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::bytea[]) \
@@ -630,9 +640,10 @@ fn part_of(op: &Op) -> Result<Part<'_>, String> {
             }
         }
         Op::Cancel { num } => Part::Cancel(int(*num, "workflow")?),
+        Op::Pause { num, paused } => Part::Pause(int(*num, "workflow")?, *paused),
         Op::Refused { id, error } => Part::Refused(int(*id, "message")?, text(error)),
         Op::Damaged { num, why } => Part::Damaged(int(*num, "workflow")?, why.as_deref().map(text)),
-        _ => unreachable!("only ends, cancels, refusals and damage are parts of their own"),
+        _ => unreachable!("only ends, cancels, pauses, refusals and damage are parts of their own"),
     })
 }
 

@@ -17,7 +17,8 @@ const WORKFLOW_COLUMNS: &str = "num, id, parent, module, module_name, entry, inp
          coalesce((SELECT max(seq) FROM steps s WHERE s.num = workflows.num), 0), \
          coalesce((SELECT max(seq) FROM log l WHERE l.num = workflows.num), 0)), \
      cancel, damaged, \
-     (SELECT count(*) FROM messages m WHERE m.receiver = workflows.num AND m.refused IS NULL)";
+     (SELECT count(*) FROM messages m WHERE m.receiver = workflows.num AND m.refused IS NULL), \
+     paused";
 
 fn workflow_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workflow> {
     let state = State::from_code(row.get(8)?);
@@ -40,6 +41,7 @@ fn workflow_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workflow> {
         damaged: row.get(15)?,
         unread: row.get::<_, i64>(16)?.max(0) as u64,
         owner: None,
+        paused: row.get::<_, i64>(17)? != 0,
     })
 }
 

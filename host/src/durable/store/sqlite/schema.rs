@@ -135,6 +135,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
             AND cancelled = coalesce(OLD.error_kind = 'cancelled', 0);
     END;
     ",
+    // 9: a workflow paused by an operator takes no step until it is unpaused.
+    "
+    ALTER TABLE workflows ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;
+    ",
 ];
 
 /// The version this build writes.

@@ -50,6 +50,10 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
                 message.payload
             ])?;
         }
+        Op::Pause { num, paused } => {
+            tx.prepare_cached("UPDATE workflows SET paused = ?2 WHERE num = ?1 AND state = 0")?
+                .execute(params![int(*num)?, i64::from(*paused)])?;
+        }
         Op::Damaged { num, why } => {
             tx.prepare_cached("UPDATE workflows SET damaged = ?2 WHERE num = ?1")?
                 .execute(params![int(*num)?, why])?;
