@@ -1,7 +1,8 @@
 //! The web UI's speed, as a person sees it: `cargo bench -p wfhost-cli --bench ui`.
 //!
-//! A SQLite store of `WFHOST_BENCH_UI_WORKFLOWS` (default 1,000,000) finished workflows and one
-//! more that ran 10,000 steps (`countdown` from 9,999, a timer a step), served by the HTTP API
+//! A SQLite store of `WFHOST_BENCH_UI_WORKFLOWS` (default 1,000,000) finished workflows, one
+//! more that ran 10,000 steps (`countdown` from 9,999, a timer a step) and one paused after
+//! 10,000 steps (for `GET .../waits` of a running workflow), served by the HTTP API
 //! as `wfhost serve --http` serves it. Headless Chromium (Debian's `chromium` and
 //! `chromium-driver`) loads the list page (`/#/`: counts, filters, the first 50 rows) and the
 //! long workflow's page (`/#/w/long`: facts, children, a timeline of all 10,000 steps) afresh,
@@ -66,6 +67,21 @@ fn main() {
         long.steps,
         started.elapsed().as_secs_f64()
     );
+    // One more that runs: paused once it has journaled 10,000 steps, so that what it waits for
+    // is read from its latest snapshot and the steps after it.
+    client
+        .start(
+            Some("running"),
+            &module,
+            "countdown",
+            "countdown",
+            &Payload::json_bytes(br#"{"from":1000000,"interval_ms":0}"#.to_vec()),
+        )
+        .expect("started");
+    while client.status("running").expect("its status").steps < STEPS {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    client.pause("running").expect("paused");
     let api = Api::new(Some(client));
     let serving = api
         .serve(
@@ -86,7 +102,7 @@ fn main() {
         "/v1/workflows/long",
         "/v1/workflows/long/history?limit=500",
         "/v1/workflows/long/history?limit=10000",
-        "/v1/workflows/long/waits",
+        "/v1/workflows/running/waits",
     ] {
         let mut times: Vec<f64> = (0..20).map(|_| get_ms(&addr, path)).collect();
         times.sort_by(f64::total_cmp);

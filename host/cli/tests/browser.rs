@@ -90,6 +90,14 @@ async fn the_ui_in_a_real_browser() {
         api.start(&start_request(id, &module, "wait_message", json!(600_000)))
             .unwrap();
     }
+    // A running tree: a parent joining a child that joins a grandchild waiting for a message.
+    api.start(&start_request(
+        "tree-live",
+        &module,
+        "supervise",
+        json!([null, "supervise", [null, "wait_message", 600_000]]),
+    ))
+    .unwrap();
     // A chain three deep below `nest`, and a history longer than a page of the timeline.
     api.start(&start_request("nest", &module, "nest", json!(3)))
         .unwrap();
@@ -167,13 +175,13 @@ async fn the_ui_in_a_real_browser() {
         .unwrap();
     until("the counts show", || async {
         let all = text_of(&client, "[data-count=all] b").await?;
-        // 55 echoes, 3 waiters, `nest` and the three below it, and `long`.
-        Ok(all == "63")
+        // 55 echoes, 3 waiters, `nest` and the three below it, `long`, and the running tree.
+        Ok(all == "66")
     })
     .await;
     assert_eq!(
         text_of(&client, "[data-count=running] b").await.unwrap(),
-        "3"
+        "6"
     );
     assert_eq!(
         text_of(&client, "[data-count=completed] b").await.unwrap(),
@@ -191,7 +199,7 @@ async fn the_ui_in_a_real_browser() {
         .await
         .unwrap();
     until("the second page", || async {
-        Ok(count(&client, "table.workflows tbody tr").await == 13)
+        Ok(count(&client, "table.workflows tbody tr").await == 16)
     })
     .await;
     assert!(client
@@ -216,7 +224,7 @@ async fn the_ui_in_a_real_browser() {
         .await
         .unwrap();
     until("only the running workflows", || async {
-        Ok(count(&client, "table.workflows tbody tr").await == 3)
+        Ok(count(&client, "table.workflows tbody tr").await == 6)
     })
     .await;
     client
@@ -309,6 +317,48 @@ async fn the_ui_in_a_real_browser() {
         .unwrap();
     assert!(deepest.contains("completed"), "{deepest}");
     screenshot(&client, "children").await;
+
+    // A running tree keeps what the reader opened, at every depth, when it is redrawn: here
+    // when the grandchild ends and the child with it.
+    client.goto(&format!("{base}/#/w/tree-live")).await.unwrap();
+    for depth in 1..=2 {
+        until("a level of the running tree", || async {
+            Ok(count(&client, "#children details").await == depth)
+        })
+        .await;
+        client
+            .execute(
+                "const all = document.querySelectorAll('#children details'); \
+                 all[all.length - 1].open = true;",
+                vec![],
+            )
+            .await
+            .unwrap();
+    }
+    until("the grandchild, running", || async {
+        Ok(text_of(&client, "#children details details summary [data-status]").await? == "running")
+    })
+    .await;
+    let grandchild = text_of(&client, "#children details details summary a")
+        .await
+        .unwrap();
+    api.send(
+        &grandchild,
+        &serde_json::value::to_raw_value(&json!("done")).unwrap(),
+    )
+    .unwrap();
+    api.result("tree-live", Some(PATIENCE)).unwrap();
+    until("the tree redrawn, still open, with the ends", || async {
+        let child = text_of(
+            &client,
+            "#children > ul > li > details > summary [data-status]",
+        )
+        .await?;
+        let open = count(&client, "#children details[open] details[open]").await;
+        let deepest = text_of(&client, "#children details details summary [data-status]").await?;
+        Ok(child == "completed" && open == 1 && deepest == "completed")
+    })
+    .await;
 
     // Sending a message from the page reaches the workflow: its result says so. Not JSON is
     // refused before it is sent.

@@ -350,15 +350,14 @@ pub struct WaitsJson {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct WaitJson {
-    /// The step that yielded it.
-    pub step: u64,
-    /// When that step ran, in milliseconds since the Unix epoch.
-    pub at: u64,
     /// For a timer: when it fires, in milliseconds since the Unix epoch.
     pub fires_at: Option<u64>,
     /// The command, as a step's `yields` show it: `tag`, `kind`, `words` and its fields.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub yielded: serde_json::Value,
+    /// The command exactly, for wfhost's own clients: the yield as the journal keeps it
+    /// (postcard), in hex.
+    pub record: String,
 }
 
 /// A message a workflow sent the host.

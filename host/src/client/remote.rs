@@ -178,6 +178,29 @@ impl RemoteBackend {
         })
     }
 
+    pub(crate) fn waits(&self, id: &str) -> Result<super::Waits> {
+        let answer = self.api()?.waits(id).map_err(|e| error(&e))?;
+        let open = answer
+            .waits
+            .iter()
+            .map(|wait| {
+                let bytes = wire::hex(&wait.record)
+                    .ok_or_else(|| bad_answer("a yield's record that is not hex"))?;
+                let yielded = postcard::from_bytes(&bytes)
+                    .map_err(|_| bad_answer("a yield's record that does not decode"))?;
+                Ok(super::OpenYield {
+                    yielded,
+                    fires_at: wait.fires_at,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(super::Waits {
+            steps: answer.steps,
+            open,
+            message: answer.message,
+        })
+    }
+
     pub(crate) fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
         let params = CountParams {
             entry: query.entry.clone(),

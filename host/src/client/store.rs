@@ -76,7 +76,8 @@ fn filter_of(query: &ListQuery) -> Filter {
             _ => None,
         },
         entry: query.entry.clone(),
-        prefix: query.prefix.clone(),
+        // Every id starts with the empty prefix: no filter.
+        prefix: query.prefix.clone().filter(|p| !p.is_empty()),
         // Beyond what a store holds, as good as for ever.
         started_before: query.started_before.map(|t| t.min(i64::MAX as u64)),
         started_after: query.started_after.map(|t| t.min(i64::MAX as u64)),

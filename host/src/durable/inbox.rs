@@ -16,6 +16,9 @@ use super::Durable;
 /// workflow on another host notifies nobody).
 pub(crate) const POLL: Duration = Duration::from_millis(250);
 
+/// Looks between two folds of the store's count changes into its counts (`Cluster::fold_counts`).
+const FOLD_EVERY: u32 = 40;
+
 impl Durable {
     /// Starts taking what is written for this host's workflows, until the host stops.
     pub(crate) fn start_inbox(self: &Arc<Durable>) -> std::io::Result<()> {
@@ -135,6 +138,7 @@ fn take_until_stopped(
     woken: &crossbeam_channel::Receiver<()>,
     stopped: &std::sync::atomic::AtomicBool,
 ) {
+    let mut looks: u32 = 0;
     loop {
         let _ = woken.recv_timeout(POLL);
         if stopped.load(Ordering::Acquire) {
@@ -152,5 +156,13 @@ fn take_until_stopped(
             return;
         }
         durable.take_waiting();
+        looks = looks.wrapping_add(1);
+        if looks.is_multiple_of(FOLD_EVERY) {
+            if let Some(lease) = durable.lease.get() {
+                if let Err(error) = lease.store.lock().fold_counts() {
+                    tracing::debug!("folding the store's counts by status: {error}");
+                }
+            }
+        }
     }
 }

@@ -74,7 +74,7 @@ impl Standing {
 
 /// Updates `pending` with one step: the yields its `events` answered go, the new ones of
 /// `record` come (with what the host decided about them).
-pub(super) fn track(pending: &mut BTreeMap<Tag, Pending>, events: &[Event], record: &StepRecord) {
+pub(crate) fn track(pending: &mut BTreeMap<Tag, Pending>, events: &[Event], record: &StepRecord) {
     for event in events {
         if event.kind == EventKind::YieldComplete {
             pending.remove(&event.tag);

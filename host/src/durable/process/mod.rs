@@ -6,7 +6,7 @@ mod dormant;
 mod journal;
 mod replay;
 
-pub(crate) use dormant::Standing;
+pub(crate) use dormant::{track, Standing};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -28,8 +28,9 @@ use crate::wasm::WasmProcess;
 /// A yield not yet answered, with what the host decided about it when it was journaled.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Pending {
-    command: Command,
-    due: Option<u64>,
+    pub(crate) command: Command,
+    /// For a sleep: when it is due, in nanoseconds since the Unix epoch.
+    pub(crate) due: Option<u64>,
     sent: Option<u64>,
     spawned: Option<Pid>,
 }

@@ -248,6 +248,11 @@ pub trait Cluster: Send {
     /// The unfinished workflows this host owns that are paused, by number (all of them, each
     /// look: a host learns of pauses and unpauses written by others from the difference).
     fn paused_here(&mut self) -> StoreResult<Vec<u64>>;
+
+    /// Folds the changes to the counts by status written since the last fold into the counts
+    /// (unless another connection is folding them): housekeeping, so that they stay few when
+    /// nobody reads the counts.
+    fn fold_counts(&mut self) -> StoreResult<()>;
 }
 
 /// What a client writes for the hosts of a store to run. Only a store hosts share takes it: the

@@ -38,6 +38,9 @@ pub const TABLES: &[(&str, &[&str])] = &[
     ("counters", &["name", "value"]),
     ("snapshots", &["num", "seq", "module", "state"]),
     ("outbox", &["num", "tag", "at", "payload"]),
+    // Kept by triggers as workflows start, end and go (PostgreSQL keeps the changes apart
+    // until a read folds them in).
+    ("workflow_counts", &["entry", "state", "cancelled", "n"]),
 ];
 
 /// The indexes every store keeps, by name: the table and the columns.

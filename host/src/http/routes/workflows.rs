@@ -127,8 +127,9 @@ async fn list(
 }
 
 /// How many of the store's workflows stand each way, of those the filters let through (a
-/// listing's filters, but the status). On a large store this reads every workflow the filters
-/// leave (an index on what a workflow is runs the counts of all of them).
+/// listing's filters, but the status). Counts of all workflows or of one entry point come from
+/// counts the store keeps as workflows start and end (a few rows read); other filters read the
+/// workflows they leave.
 #[utoipa::path(get, path = "/v1/workflow-counts", tag = "workflows",
     params(CountParams),
     responses(
@@ -419,10 +420,13 @@ async fn waits(
                 .open
                 .iter()
                 .map(|open| WaitJson {
-                    step: open.step,
-                    at: open.at,
-                    fires_at: open.fires_at(),
+                    fires_at: open.fires_at,
                     yielded: narrator.yield_json(&open.yielded),
+                    record: postcard::to_allocvec(&open.yielded)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect(),
                 })
                 .collect(),
             message: waits.message,

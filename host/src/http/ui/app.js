@@ -19,6 +19,7 @@ const ui = {
   view: 0,        // bumped at each navigation: late answers for an old page are dropped
   busy: null,     // the view whose refresh is under way
   rendered: 0,    // the last view drawn whole once (see `rendered`)
+  openTree: new Set(), // a workflow page's children tree: the ids of those shown open
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -183,6 +184,14 @@ function rendered(view, what) {
     document.documentElement.dataset.rendered = what;
   }, 0));
 }
+
+// Whether this browser gives a number's source text to `JSON.parse` (it then reads numbers
+// past 2^53 exactly).
+const EXACT_NUMBERS = (() => {
+  let exact = false;
+  JSON.parse('{"n":1}', function (key, value, context) { if (key === 'n') exact = !!(context && context.source); return value; });
+  return exact;
+})();
 
 // A listing's JSON with each workflow's `number` as the server wrote it, where the browser can
 // say (past 2^53 JavaScript's numbers round; a store's workflow numbers may be that large).
@@ -355,7 +364,8 @@ async function workflowPage(view, id) {
   // `budget`: how many more steps to read (a page at a time); the reader asks for more by
   // scrolling to the end of the timeline (or with its button), so a long history is never
   // read whole unasked. What the workflow waits for the server works out from its journal.
-  const history = { steps: [], budget: HISTORY_PAGE, shown: '', children: null, waitsAt: -1 };
+  const history = { steps: [], budget: HISTORY_PAGE, shown: '', children: null, childrenSettled: false, waitsAt: -1 };
+  ui.openTree = new Set();
   ui.poll = async () => {
     const text = await api(wf(id), { text: true });
     if (view !== ui.view) return;
@@ -366,11 +376,13 @@ async function workflowPage(view, id) {
     w.parentText = (text.match(/"parent":(\d+)/) || [])[1] || null;
     // Redrawn only when something changed: a folded payload the reader opened stays open.
     if (text !== history.shown) { renderFacts(w); history.shown = text; }
-    if (w.status === 'running' || history.children === null) {
+    // Read while it runs, and once more after it ended (its children's last statuses).
+    if (w.status === 'running' || !history.childrenSettled) {
       const children = await api('/v1/workflows' + query({ parent: w.numberText, limit: CHILDREN }), { text: true });
       if (view !== ui.view) return;
       if (children !== history.children) renderChildren(document.getElementById('children'), children);
       history.children = children;
+      history.childrenSettled = w.status !== 'running';
     }
     // The steps journaled since the last look, after the last one shown. (A history cursor is
     // `c` and the step's number in hex: this page ships with the server that makes them.)
@@ -455,9 +467,9 @@ function waitWords(wait) {
   const y = wait.yielded;
   switch (y.kind) {
     case 'sleep':
-    case 'sleep-until': return 'a timer, firing ' + time(wait.fires_at) + ' <span class="muted">(' + esc(words(y)) + ', step ' + wait.step + ')</span>';
+    case 'sleep-until': return 'a timer, firing ' + time(wait.fires_at) + ' <span class="muted">(' + esc(words(y)) + ')</span>';
     case 'join': return 'child &lt;' + esc(y.target) + '&gt; to end <span class="muted">(' + esc(words(y)) + ')</span>';
-    case 'call': return 'the host function <b>' + esc(y.name) + '</b> to answer <span class="muted">(step ' + wait.step + ')</span>';
+    case 'call': return 'the host function <b>' + esc(y.name) + '</b> to answer';
     default: return esc(words(y));
   }
 }
@@ -488,19 +500,22 @@ function renderWaits(w, waits) {
 }
 
 // A workflow's children as a tree: each child opens to its own children, read when opened.
-// What was open stays open when the list is redrawn.
+// What the reader opened stays open, at every depth, when the tree is redrawn (`ui.openTree`,
+// the ids of the workflows whose children show).
 function renderChildren(box, text) {
-  const open = new Set([...box.querySelectorAll(':scope > ul > li > details[open]')].map((d) => d.dataset.parent));
   const page = parseListing(text);
   if (page.workflows.length === 0) { box.replaceChildren(h('<span class="muted">none</span>')); return; }
   box.replaceChildren(h('<ul class="tree">' + page.workflows.map((c) =>
-    `<li data-child="${esc(c.id)}"><details data-parent="${esc(String(c.number))}"><summary><a href="#/w/${encodeURIComponent(c.id)}">${esc(c.id)}</a>
+    `<li data-child="${esc(c.id)}"><details data-parent="${esc(String(c.number))}" data-id="${esc(c.id)}"><summary><a href="#/w/${encodeURIComponent(c.id)}">${esc(c.id)}</a>
       ${statusBadge(shownStatus(c))} <span class="muted">${esc(c.entry)}, ${c.steps} steps</span></summary>
       <div class="subtree"><span class="muted">reading its children…</span></div></details></li>`).join('') +
     (page.next ? `<li class="muted">and more (the first ${CHILDREN} shown)</li>` : '') + '</ul>'));
   for (const d of box.querySelectorAll(':scope > ul > li > details')) {
-    d.addEventListener('toggle', () => openChildren(d));
-    if (open.has(d.dataset.parent)) d.open = true;
+    d.addEventListener('toggle', () => {
+      if (d.open) ui.openTree.add(d.dataset.id); else ui.openTree.delete(d.dataset.id);
+      openChildren(d);
+    });
+    if (ui.openTree.has(d.dataset.id)) d.open = true;
   }
 }
 
@@ -509,7 +524,14 @@ async function openChildren(details) {
   details.dataset.read = 'yes';
   const box = details.querySelector('.subtree');
   try {
-    renderChildren(box, await api('/v1/workflows' + query({ parent: details.dataset.parent, limit: CHILDREN }), { text: true }));
+    let parent = details.dataset.parent;
+    if (!EXACT_NUMBERS) {
+      // This browser rounds numbers past 2^53 in a listing: the child's own answer says its
+      // number as the server wrote it.
+      const own = await api(wf(details.dataset.id), { text: true });
+      parent = (own.match(/"number":(\d+)/) || [])[1] || parent;
+    }
+    renderChildren(box, await api('/v1/workflows' + query({ parent, limit: CHILDREN }), { text: true }));
   } catch (error) {
     delete details.dataset.read;
     box.replaceChildren(h(errorBox(error)));

@@ -460,6 +460,10 @@ impl Cluster for PgStore {
         self.paused_owned()
     }
 
+    fn fold_counts(&mut self) -> StoreResult<()> {
+        self.read("folding the counts by status", read::fold_counts)
+    }
+
     fn claimable(&mut self) -> StoreResult<u64> {
         let me = self.member.id().unwrap_or(0);
         self.read("counting workflows to claim", |conn| {

@@ -215,14 +215,39 @@ fn counts_of(rows: &[Row]) -> StateCounts {
     counts
 }
 
-/// The counts the triggers keep (schema version 6), of one entry point or all.
+/// The counts the triggers keep (schema version 6), of one entry point or all: the folded
+/// counts plus the changes not yet folded.
 fn kept_counts(conn: &mut Conn, entry: Option<&str>) -> Result<StateCounts, Error> {
+    fold_counts(conn)?;
     let rows = conn.query(
-        "SELECT state, cancelled, sum(n)::int8 FROM workflow_counts \
+        "SELECT state, cancelled, sum(n)::int8 FROM ( \
+           SELECT entry, state, cancelled, n FROM workflow_counts \
+           UNION ALL SELECT entry, state, cancelled, n FROM workflow_count_changes) c \
          WHERE $1::text IS NULL OR entry = $1 GROUP BY 1, 2",
         &[&entry],
     )?;
     Ok(counts_of(&rows))
+}
+
+/// The advisory lock a fold of the counts takes ("wfcounts" in ASCII).
+const FOLD_LOCK: i64 = 0x7766_636f_756e_7473;
+
+/// Folds the count changes written so far into `workflow_counts`, unless another reader is
+/// folding them (then they are read as changes). In a transaction of its own.
+pub(super) fn fold_counts(conn: &mut Conn) -> Result<(), Error> {
+    // One statement, so one transaction: the lock is let go at its end.
+    conn.query(
+        "WITH folding AS (SELECT pg_try_advisory_xact_lock($1) AS mine), \
+         moved AS (DELETE FROM workflow_count_changes WHERE (SELECT mine FROM folding) \
+           RETURNING entry, state, cancelled, n), \
+         summed AS (SELECT entry, state, cancelled, sum(n)::int8 AS n FROM moved \
+           GROUP BY 1, 2, 3) \
+         INSERT INTO workflow_counts AS c (entry, state, cancelled, n) \
+           SELECT entry, state, cancelled, n FROM summed ORDER BY 1, 2, 3 \
+         ON CONFLICT (entry, state, cancelled) DO UPDATE SET n = c.n + excluded.n",
+        &[&FOLD_LOCK],
+    )
+    .map(drop)
 }
 
 pub(super) fn steps(

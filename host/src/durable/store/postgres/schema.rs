@@ -155,48 +155,53 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     CREATE INDEX workflows_children ON workflows (parent, num) WHERE parent IS NOT NULL;
     ",
-    // 6: how many workflows stand each way, by entry point, kept by triggers in the transaction
-    // that starts, ends or removes them, so that counting a million workflows reads a few rows
-    // (`Read::counts`). Each connection adds to its own shard of the counts (by its backend's
-    // process id), so that hosts committing at once do not wait for each other's row locks;
-    // a count is the sum over the shards.
+    // 6: how many workflows stand each way, by entry point, so that counting a million
+    // workflows reads a few rows (`Read::counts`). The triggers on `workflows` only append what
+    // changed to `workflow_count_changes`, in the transaction that starts, ends or removes
+    // workflows: no row is updated there, so hosts committing at once never wait for each other
+    // (nor deadlock) on a count, and a batch of ends costs in proportion to its size. A read
+    // adds the changes to the counts; one reader at a time folds them into `workflow_counts`
+    // (`read::fold_counts`). The table is locked while the counts are first filled, so that no
+    // workflow a host writes meanwhile is missed. `cancelled` is true for a failure of kind
+    // 'cancelled' (`FailureKind::Cancelled`).
     "
+    LOCK TABLE workflows IN SHARE ROW EXCLUSIVE MODE;
     CREATE TABLE workflow_counts (
-        shard INT NOT NULL,
         entry TEXT NOT NULL,
         state SMALLINT NOT NULL,
         cancelled BOOLEAN NOT NULL,
         n BIGINT NOT NULL,
-        PRIMARY KEY (shard, entry, state, cancelled)
+        PRIMARY KEY (entry, state, cancelled)
     );
-    INSERT INTO workflow_counts (shard, entry, state, cancelled, n)
-        SELECT 0, entry, state, coalesce(error_kind, '') = 'cancelled', count(*) FROM workflows
-        GROUP BY 2, 3, 4;
-    CREATE FUNCTION workflow_counts_add() RETURNS trigger LANGUAGE plpgsql AS $$
+    CREATE TABLE workflow_count_changes (
+        entry TEXT NOT NULL,
+        state SMALLINT NOT NULL,
+        cancelled BOOLEAN NOT NULL,
+        n BIGINT NOT NULL
+    );
+    INSERT INTO workflow_counts (entry, state, cancelled, n)
+        SELECT entry, state, coalesce(error_kind, '') = 'cancelled', count(*) FROM workflows
+        GROUP BY 1, 2, 3;
+    CREATE FUNCTION workflow_counts_add() RETURNS trigger LANGUAGE plpgsql
+    SET search_path = wfhost, pg_catalog AS $$
     BEGIN
         IF TG_OP = 'INSERT' THEN
-            INSERT INTO wfhost.workflow_counts AS c (shard, entry, state, cancelled, n)
-            SELECT pg_backend_pid() % 64, entry, state, coalesce(error_kind, '') = 'cancelled',
-                count(*)
-            FROM new_rows GROUP BY 2, 3, 4
-            ON CONFLICT (shard, entry, state, cancelled) DO UPDATE SET n = c.n + excluded.n;
+            INSERT INTO workflow_count_changes (entry, state, cancelled, n)
+            SELECT entry, state, coalesce(error_kind, '') = 'cancelled', count(*)
+            FROM new_rows GROUP BY 1, 2, 3;
         ELSE
-            INSERT INTO wfhost.workflow_counts AS c (shard, entry, state, cancelled, n)
-            SELECT pg_backend_pid() % 64, entry, state, coalesce(error_kind, '') = 'cancelled',
-                -count(*)
-            FROM old_rows GROUP BY 2, 3, 4
-            ON CONFLICT (shard, entry, state, cancelled) DO UPDATE SET n = c.n + excluded.n;
+            INSERT INTO workflow_count_changes (entry, state, cancelled, n)
+            SELECT entry, state, coalesce(error_kind, '') = 'cancelled', -count(*)
+            FROM old_rows GROUP BY 1, 2, 3;
         END IF;
         RETURN NULL;
     END $$;
-    CREATE FUNCTION workflow_counts_move() RETURNS trigger LANGUAGE plpgsql AS $$
+    CREATE FUNCTION workflow_counts_move() RETURNS trigger LANGUAGE plpgsql
+    SET search_path = wfhost, pg_catalog AS $$
     BEGIN
-        INSERT INTO wfhost.workflow_counts AS c (shard, entry, state, cancelled, n)
-        VALUES (pg_backend_pid() % 64, OLD.entry, OLD.state,
-                coalesce(OLD.error_kind, '') = 'cancelled', -1),
-               (pg_backend_pid() % 64, NEW.entry, NEW.state,
-                coalesce(NEW.error_kind, '') = 'cancelled', 1)
-        ON CONFLICT (shard, entry, state, cancelled) DO UPDATE SET n = c.n + excluded.n;
+        INSERT INTO workflow_count_changes (entry, state, cancelled, n)
+        VALUES (OLD.entry, OLD.state, coalesce(OLD.error_kind, '') = 'cancelled', -1),
+               (NEW.entry, NEW.state, coalesce(NEW.error_kind, '') = 'cancelled', 1);
         RETURN NULL;
     END $$;
     CREATE TRIGGER workflow_counts_started AFTER INSERT ON workflows
@@ -300,4 +305,14 @@ fn migration_error(url: &str, error: &Error) -> StoreError {
         "could not create or migrate wfhost's tables in the store {url}: {}",
         describe(error)
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The kept counts tell a cancel by its failure kind's name, written out in the migration.
+    #[test]
+    fn the_kept_counts_know_a_cancel_by_its_kind() {
+        let cancelled = format!("'{}'", wfhost_scheduler::FailureKind::Cancelled.name());
+        assert!(super::MIGRATIONS[5].contains(&cancelled));
+    }
 }

@@ -126,10 +126,10 @@ fn narrow(
 /// workflows lies close.
 const NEAR: i64 = 20_000;
 
-/// Whether the [`NEAR`] workflows after `after` hold `limit` whose ids start with `prefix`.
-/// If so, a page of them is found soonest by reading workflows in order from the cursor; if
-/// not, by reading the prefix's range of the id index and sorting it (its rows may be few, or
-/// far along).
+/// Whether the [`NEAR`] workflows after `after` hold `limit` whose ids start with `prefix`, or
+/// are all there are. If so, a page of them is found soonest by reading workflows in order from
+/// the cursor; if not, by reading the prefix's range of the id index and sorting it (its rows
+/// may be few, or far along).
 fn prefix_near(
     conn: &rusqlite::Connection,
     prefix: &str,
@@ -137,13 +137,13 @@ fn prefix_near(
     limit: usize,
 ) -> rusqlite::Result<bool> {
     let end = past_prefix(prefix);
-    let n: i64 = conn.query_row(
-        "SELECT count(*) FROM (SELECT id FROM workflows WHERE num > ?1 ORDER BY num LIMIT ?2) \
-         WHERE id >= ?3 AND (?4 IS NULL OR id < ?4)",
+    let (read, matched): (i64, i64) = conn.query_row(
+        "SELECT count(*), coalesce(sum(id >= ?3 AND (?4 IS NULL OR id < ?4)), 0) \
+         FROM (SELECT id FROM workflows WHERE num > ?1 ORDER BY num LIMIT ?2)",
         params![int(after)?, NEAR, prefix, end],
-        |row| row.get(0),
+        |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
-    Ok(n >= i64::try_from(limit).unwrap_or(i64::MAX))
+    Ok(read < NEAR || matched >= i64::try_from(limit).unwrap_or(i64::MAX))
 }
 
 /// The least string greater than every string that starts with `prefix`, if there is one: the

@@ -143,3 +143,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
 
 /// The version this build writes.
 pub(super) const VERSION: i64 = MIGRATIONS.len() as i64;
+
+#[cfg(test)]
+mod tests {
+    /// The kept counts tell a cancel by its failure kind's name, written out in the migration.
+    #[test]
+    fn the_kept_counts_know_a_cancel_by_its_kind() {
+        let cancelled = format!("'{}'", wfhost_scheduler::FailureKind::Cancelled.name());
+        assert!(super::MIGRATIONS[7].contains(&cancelled));
+    }
+}
