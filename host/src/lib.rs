@@ -63,8 +63,8 @@ pub use builder::{
 pub use capacity::{Capacity, CapacityLimit, MemoryImages};
 pub use client::{
     utc_time, Cancelled, Client, Failure, HistoryStep, HostStatus, ListQuery, Narrator, OpenYield,
-    OutboxMessage, OutboxPage, Page, PauseChange, Started, StoredModule, Waits, WorkflowCounts,
-    WorkflowState, WorkflowStatus,
+    OutboxMessage, OutboxPage, Page, PauseChange, PruneQuery, Pruned, Started, StoredModule, Waits,
+    WorkflowCounts, WorkflowState, WorkflowStatus,
 };
 pub use durable::snapshot::Snapshots;
 pub use durable::store::SyncMode;
@@ -118,8 +118,9 @@ pub mod __testing {
     pub use crate::durable::record::StepRecord;
     pub use crate::durable::store::shape::{Shape, INDEXES, TABLES};
     pub use crate::durable::store::{
-        Cancel, Ending, Filter, Journal, Location, NewMessage, NewSnapshot, NewStep, NewWorkflow,
-        Op, Read, SqliteStore, State, StateCounts, SyncMode, Workflow,
+        Cancel, Ending, Filter, HostMessage, Journal, Location, NewMessage, NewSnapshot, NewStep,
+        NewWorkflow, Op, PruneCandidate, PruneFilter, Read, SqliteStore, State, StateCounts,
+        SyncMode, Workflow,
     };
     pub use crate::durable::store::{Journal as Store, PgStore, StoreError};
 

@@ -13,6 +13,8 @@ use crate::grants::Grants;
 use crate::host::Host;
 use crate::http::Api;
 
+mod retention;
+
 /// How often a [`Server`] looks for work unless told otherwise ([`Server::poll`]).
 pub const DEFAULT_POLL: Duration = Duration::from_millis(250);
 
@@ -54,6 +56,7 @@ pub struct Server {
     grace: Duration,
     grants: Option<Grants>,
     api: Option<Api>,
+    retain: Option<Duration>,
     stop: Arc<AtomicBool>,
     wake: (Sender<()>, Receiver<()>),
 }
@@ -89,6 +92,7 @@ impl Server {
             grace: DEFAULT_SERVE_GRACE,
             grants: None,
             api: None,
+            retain: None,
             stop: Arc::new(AtomicBool::new(false)),
             wake: crossbeam_channel::bounded(1),
         }
@@ -119,6 +123,14 @@ impl Server {
     /// loads their module (see [`Host::recover`]).
     pub fn grants(mut self, grants: Grants) -> Server {
         self.grants = Some(grants);
+        self
+    }
+
+    /// Keeps finished workflows for `age` after they finished, then removes them with their
+    /// trees and everything of theirs ([`Client::prune`]): every tenth of `age` (at least every
+    /// second, at most every hour), each host of the store looks.
+    pub fn retain(mut self, age: Duration) -> Server {
+        self.retain = Some(age);
         self
     }
 
@@ -173,10 +185,15 @@ impl Server {
                 }
             }
         }
+        let retention = match self.retain {
+            Some(age) => Some(retention::start(host, age)?),
+            None => None,
+        };
         let served = self.serve_host(host, !own);
         if let Some(api) = &self.api {
             api.set_client(None);
         }
+        drop(retention);
         served
     }
 

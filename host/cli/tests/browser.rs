@@ -459,5 +459,47 @@ async fn the_ui_in_a_real_browser() {
     })
     .await;
     screenshot(&client, "workflows-phone").await;
+
+    // Retention from the hosts page: the cancelled ones that finished more than 0 s ago (one),
+    // after a confirmation.
+    client.set_window_size(1280, 800).await.unwrap();
+    client.goto(&format!("{base}/#/hosts")).await.unwrap();
+    let older = client
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css("#prune input[name=older]"))
+        .await
+        .unwrap();
+    older.clear().await.unwrap();
+    older.send_keys("0s").await.unwrap();
+    client
+        .find(Locator::Css("#prune select[name=status]"))
+        .await
+        .unwrap()
+        .select_by_value("cancelled")
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#prune-button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    client.accept_alert().await.unwrap();
+    until("the page says what it removed", || async {
+        let state = client
+            .find(Locator::Css("#prune-state"))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(state.attr("data-pruned").await.map_err(|e| e.to_string())? == Some("1".into()))
+    })
+    .await;
+    assert_eq!(
+        api.status("waiter-cancel").unwrap_err().status(),
+        Some(404),
+        "the cancelled workflow was removed"
+    );
+    assert_eq!(api.status("waiter-api").unwrap().status, "completed");
     client.close().await.unwrap();
 }

@@ -14,7 +14,7 @@ use serde_json::json;
 use wfhost_test_programs::postgres::Postgres;
 
 /// How long the workflows nap before they wait for a message.
-const NAP_MS: u64 = 300;
+const NAP_MS: u64 = 2_000;
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -83,7 +83,7 @@ fn paused_through_kill(dir: &std::path::Path, store: &str) {
     let free = api.result("free", Some(PATIENCE)).unwrap();
     assert_eq!(
         free.result.as_ref().map(|r| r.get()),
-        Some("\"hello after 300 ms\"")
+        Some("\"hello after 2000 ms\"")
     );
 
     start_napper(&api, &module, "held");
@@ -129,7 +129,7 @@ fn paused_through_kill(dir: &std::path::Path, store: &str) {
     let twin = api.result("twin", Some(PATIENCE)).unwrap();
     assert_eq!(
         twin.result.as_ref().map(|r| r.get()),
-        Some("\"again after 300 ms\"")
+        Some("\"again after 2000 ms\"")
     );
     let status = api.status("held").unwrap();
     assert!(status.paused && status.steps == 1, "{status:?}");
@@ -151,8 +151,8 @@ fn paused_through_kill(dir: &std::path::Path, store: &str) {
     );
     let unknown = api.pause("nobody").unwrap_err();
     assert_eq!(unknown.status(), Some(404), "{unknown}");
-    // A cancel of a paused workflow is held as well, until its grace period (1 s here) ends
-    // the workflow without another step.
+    // A cancel of a paused workflow is held as well, until its grace period (the default 10 s)
+    // ends the workflow without another step.
     start_napper(&api, &module, "stuck");
     assert_eq!(api.pause("stuck").unwrap().pause, "done");
     api.cancel("stuck").unwrap();
@@ -189,6 +189,6 @@ fn a_pause_written_through_one_host_holds_the_workflow_another_runs() {
     let held = on_a.result("held", Some(PATIENCE)).unwrap();
     assert_eq!(
         held.result.as_ref().map(|r| r.get()),
-        Some("\"hi after 300 ms\"")
+        Some("\"hi after 2000 ms\"")
     );
 }

@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 use crate::wire::{
     CancelJson, CompleteRequest, CountParams, CountsJson, ErrorBody, Health, HeartbeatJson,
     HistoryPage, HistoryParams, HostList, ListParams, ModuleJson, ModuleList, OutboxPage,
-    OutboxParams, PauseJson, PollRequest, SentJson, StartRequest, StartedJson, TaskJson, WaitsJson,
-    WorkflowJson, WorkflowPage,
+    OutboxParams, PauseJson, PollRequest, PruneRequest, PrunedJson, SentJson, StartRequest,
+    StartedJson, TaskJson, WaitsJson, WorkflowJson, WorkflowPage,
 };
 
 /// How long a call may take unless it waits on purpose (a result or the outbox with `wait`).
@@ -159,6 +159,11 @@ impl Client {
     pub fn cancel(&self, id: &str) -> Result<CancelJson> {
         let path = format!("/v1/workflows/{}/cancel", segment(id));
         answer(self.post(&path).send_empty(), self.timeout).map(|(_, c)| c)
+    }
+
+    /// Removes finished workflows (see [`PruneRequest`]).
+    pub fn prune(&self, request: &PruneRequest) -> Result<PrunedJson> {
+        self.post_json("/v1/prune", request)
     }
 
     /// Pauses workflow `id`: it takes no step until unpaused.

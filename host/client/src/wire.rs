@@ -421,6 +421,41 @@ pub struct PauseJson {
     pub status: String,
 }
 
+/// Which finished workflows to remove (`POST /v1/prune`): top-level ones (each with its whole
+/// tree) that finished more than `older_than` ago, or before `finished_before`; of one status
+/// or any.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PruneRequest {
+    /// How long ago they finished at the latest: `30d`, `12h`, `90m`, `45s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub older_than: Option<String>,
+    /// Or: finished before this, in milliseconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_before: Option<u64>,
+    /// Only those that ended so: `completed`, `failed` or `cancelled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+}
+
+/// What a prune removed (`POST /v1/prune`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct PrunedJson {
+    /// Top-level workflows removed, each with its tree.
+    pub trees: u64,
+    /// Workflows removed, children included.
+    pub workflows: u64,
+    /// Top-level workflows that matched but were left: part of their tree still runs.
+    pub left: u64,
+    /// The cutoff used, in milliseconds since the Unix epoch.
+    pub finished_before: u64,
+    /// The server stopped after a while (a request is answered within seconds) with more left
+    /// to remove: ask again, with the same `finished_before`.
+    pub more: bool,
+}
+
 /// A host of the store (`GET /v1/hosts`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]

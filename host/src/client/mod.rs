@@ -10,6 +10,7 @@
 //! | [`Client::open`] on `http://` or `https://` | a `wfhost serve --http` server, over its API | the CLI with `--server`, applications |
 //! | [`Client::serving`] a host | the host itself (a start runs in it, a message reaches it at once) and its store | the HTTP API's handlers, embedders |
 
+mod prune;
 mod remote;
 mod serving;
 mod store;
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use wfcontract::Payload;
 
+pub use prune::{PruneQuery, Pruned};
 pub use types::{
     Cancelled, Failure, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
     PauseChange, Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus,

@@ -201,6 +201,25 @@ impl RemoteBackend {
         })
     }
 
+    pub(crate) fn prune(&self, query: &super::PruneQuery) -> Result<super::Pruned> {
+        let request = wfhost_client::wire::PruneRequest {
+            older_than: None,
+            finished_before: Some(query.finished_before),
+            status: query.status.map(|s| s.name().to_string()),
+        };
+        // The server answers after a while with what it did so far; asked again, it goes on.
+        let mut pruned = super::Pruned::default();
+        loop {
+            let answer = self.api()?.prune(&request).map_err(|e| error(&e))?;
+            pruned.trees += answer.trees;
+            pruned.workflows += answer.workflows;
+            if !answer.more {
+                pruned.left = answer.left;
+                return Ok(pruned);
+            }
+        }
+    }
+
     pub(crate) fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
         let params = CountParams {
             entry: query.entry.clone(),

@@ -46,7 +46,7 @@ const LOADED_FROM_STORE: usize = 64;
 
 pub(crate) struct ServingBackend {
     host: Host,
-    durable: Arc<Durable>,
+    pub(crate) durable: Arc<Durable>,
     grants: Grants,
     pub(crate) store: StoreBackend,
     /// Whether the task that reads the store for other hosts' work runs.
@@ -496,12 +496,16 @@ impl ServingBackend {
         }
         match self.durable.ids.pid_of(id) {
             Some(pid) => self.durable.pause(pid, paused)?,
-            // Not running here (it waits for its module, or is damaged): the recovery that
-            // starts it holds it if it is paused.
-            None => self.durable.write(vec![crate::durable::store::Op::Pause {
-                num: status.number,
-                paused,
-            }])?,
+            // Not running here yet (a child whose start is journaled and not yet spawned) or
+            // not at all (it waits for its module, or is damaged): held from its first turn,
+            // here or after the recovery that starts it.
+            None => {
+                self.durable.write(vec![crate::durable::store::Op::Pause {
+                    num: status.number,
+                    paused,
+                }])?;
+                self.durable.mark_paused(status.number, paused);
+            }
         }
         Ok(PauseChange::Done)
     }

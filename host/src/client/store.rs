@@ -573,7 +573,7 @@ impl StoreBackend {
 }
 
 /// An error of the store, as a client's error.
-fn store_error(error: StoreError) -> Error {
+pub(crate) fn store_error(error: StoreError) -> Error {
     crate::durable::store_error(error)
 }
 

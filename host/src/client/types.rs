@@ -453,7 +453,9 @@ pub struct OutboxPage {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PauseChange {
-    /// Written: its host holds it from its next turn, or wakes it.
+    /// Written: its host holds it from its next turn, or wakes it (on a store hosts share, a
+    /// workflow another host runs once that host has looked: at once when the store notifies
+    /// it, within its poll otherwise).
     Done,
     /// It was so already.
     Already,

@@ -55,6 +55,14 @@ impl Durable {
         let Some(scheduler) = self.scheduler() else {
             return;
         };
+        // Pauses first: a message written after a pause must not reach a workflow the host
+        // has not yet held.
+        match lease.store.lock().paused_here() {
+            Ok(paused) => self.follow_pauses(&paused),
+            Err(error) => {
+                tracing::warn!("reading which of this host's workflows are paused: {error}")
+            }
+        }
         let messages = match lease.store.lock().take_messages(None) {
             Ok(messages) => messages,
             Err(error) => {
@@ -108,12 +116,6 @@ impl Durable {
         for num in cancels {
             if !self.starting.lock().keep_cancel(num) {
                 let _ = scheduler.cancel(Pid(num));
-            }
-        }
-        match lease.store.lock().paused_here() {
-            Ok(paused) => self.follow_pauses(&paused),
-            Err(error) => {
-                tracing::warn!("reading which of this host's workflows are paused: {error}")
             }
         }
         self.complete_remote_joins();

@@ -72,14 +72,29 @@ impl Durable {
         }
     }
 
+    /// Marks workflow `num` paused here if it runs here, checked under the lock its end takes
+    /// it out under (`forget_paused`): a workflow that ended meanwhile leaves nothing behind.
+    /// Whether it was marked.
+    fn mark_paused_if_running(&self, num: u64) -> bool {
+        let mut held = self.paused.lock();
+        if !self.ids.contains(Pid(num)) {
+            return false;
+        }
+        held.held.entry(num).or_insert(None);
+        true
+    }
+
     /// Pauses (`paused`) or unpauses durable workflow `pid`, which runs here: in the store
     /// first, so that a restart finds it so.
     pub(crate) fn pause(&self, pid: Pid, paused: bool) -> crate::Result<()> {
         if paused {
-            // Held from now: no step begins after the pause is on disk.
-            self.mark_paused(pid.0, true);
+            // Held from now: no step begins after the pause is on disk. (A workflow that ended
+            // meanwhile needs no pause; its row no longer takes one either.)
+            let marked = self.mark_paused_if_running(pid.0);
             if let Err(error) = self.write(vec![store::Op::Pause { num: pid.0, paused }]) {
-                self.mark_paused(pid.0, false);
+                if marked {
+                    self.mark_paused(pid.0, false);
+                }
                 return Err(error);
             }
         } else {
@@ -92,11 +107,12 @@ impl Durable {
     /// On a store hosts share: takes the pauses and unpauses others wrote for this host's
     /// workflows, from the paused ones the store lists for it.
     pub(crate) fn follow_pauses(&self, paused_in_store: &[u64]) {
+        let in_store: std::collections::HashSet<u64> = paused_in_store.iter().copied().collect();
         let mut held = self.paused.lock();
         let unpaused: Vec<u64> = held
             .held
             .keys()
-            .filter(|num| !paused_in_store.contains(num))
+            .filter(|num| !in_store.contains(num))
             .copied()
             .collect();
         let mut wake = Vec::new();

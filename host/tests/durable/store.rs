@@ -4,8 +4,8 @@
 //! status and the children of a workflow, as the web UI reads them.
 
 use wfhost::__testing::{
-    Cancel, Ending, Filter, Location, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, Open as _,
-    State, StateCounts, Store, SyncMode,
+    Cancel, Ending, Filter, HostMessage, Location, NewMessage, NewSnapshot, NewStep, NewWorkflow,
+    Op, Open as _, PruneFilter, State, StateCounts, Store, SyncMode,
 };
 use wfhost_test_programs::postgres::Postgres;
 
@@ -347,6 +347,7 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
                 conn.execute_batch(
                     "DROP TRIGGER workflow_counts_started; DROP TRIGGER workflow_counts_changed; \
                      DROP TRIGGER workflow_counts_removed; DROP TABLE workflow_counts; \
+                     DROP INDEX workflows_finished; DROP INDEX workflows_module; \
                      ALTER TABLE workflows DROP COLUMN paused; \
                      INSERT INTO workflows (num, id, module, module_name, entry, input, started) \
                      VALUES (4, 'w4', 'm', 'm', 'main', x'', 0), \
@@ -360,6 +361,7 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
                     url,
                     "SET search_path TO wfhost; \
                      DROP TABLE workflow_counts; DROP TABLE workflow_count_changes; \
+                     DROP INDEX workflows_finished; DROP INDEX workflows_module; \
                      ALTER TABLE workflows DROP COLUMN paused; \
                      DROP TRIGGER workflow_counts_started ON workflows; \
                      DROP TRIGGER workflow_counts_changed ON workflows; \
@@ -742,5 +744,224 @@ fn counts_kept_while_two_writers_commit_at_once_match_the_workflows() {
                 Postgres::shared().psql(url, "SELECT count(*) FROM wfhost.workflow_count_changes");
             assert_eq!(left.trim(), "0", "the read folded the changes");
         }
+    }
+}
+
+#[test]
+fn a_prune_removes_exactly_the_finished_trees_before_its_cutoff_with_all_of_theirs() {
+    for location in locations("prune") {
+        pruned(&location);
+    }
+}
+
+fn pruned(location: &Location) {
+    let mut store = open(location);
+    let workflow = |num: u64, parent: Option<u64>, module: &str| {
+        Op::Start(NewWorkflow {
+            num,
+            id: format!("w{num}"),
+            parent,
+            module: module.into(),
+            module_name: module.into(),
+            entry: "main".into(),
+            input: Vec::new(),
+            started: num,
+        })
+    };
+    let ended = |num: u64, at: u64| Op::End {
+        num,
+        ending: Ending::Done(b"r".to_vec()),
+        at,
+    };
+    let failed = |num: u64, kind: &str, at: u64| Op::End {
+        num,
+        ending: Ending::Failed {
+            kind: kind.into(),
+            message: "no".into(),
+        },
+        at,
+    };
+    let module = |hash: &str| Op::Module {
+        hash: hash.into(),
+        bytes: vec![0, 97, 115, 109].into(),
+    };
+    store
+        .commit(&[
+            module("m"),
+            module("only-tree-1"),
+            // Tree 1, all finished before the cutoff (300): goes, with its own module.
+            workflow(1, None, "only-tree-1"),
+            workflow(2, Some(1), "only-tree-1"),
+            workflow(3, Some(2), "m"),
+            // Tree 4: finished, but its child runs: left.
+            workflow(4, None, "m"),
+            workflow(5, Some(4), "m"),
+            // 6 finished after the cutoff; 7 cancelled before it; 8 runs.
+            workflow(6, None, "m"),
+            workflow(7, None, "m"),
+            workflow(8, None, "m"),
+            step(1, 1, vec![]),
+            step(2, 1, vec![]),
+            step(6, 1, vec![]),
+            step(8, 1, vec![]),
+            snapshot(5, 1),
+            snapshot(8, 1),
+            // Unread by 1; sent by 2 to 8, waiting; sent by 3 and refused.
+            message(10, 1),
+            Op::Message(NewMessage {
+                id: 11,
+                receiver: 8,
+                sender: 2,
+                payload: vec![1],
+                local: true,
+            }),
+            Op::Message(NewMessage {
+                id: 12,
+                receiver: 6,
+                sender: 3,
+                payload: vec![2],
+                local: true,
+            }),
+            Op::HostMessage(HostMessage {
+                num: 1,
+                tag: 1,
+                at: 1,
+                payload: vec![3],
+            }),
+            Op::HostMessage(HostMessage {
+                num: 8,
+                tag: 1,
+                at: 1,
+                payload: vec![4],
+            }),
+        ])
+        .unwrap();
+    store
+        .commit(&[
+            Op::Refused {
+                id: 12,
+                error: "full".into(),
+            },
+            failed(3, "trap", 100),
+            ended(2, 110),
+            ended(1, 120),
+            ended(4, 130),
+            ended(6, 500),
+            failed(7, "cancelled", 140),
+        ])
+        .unwrap();
+    let filter = |state: Option<State>, cancelled: Option<bool>| PruneFilter {
+        finished_before: 300,
+        state,
+        cancelled,
+    };
+    let candidates = |store: &mut Box<dyn Store>, filter: &PruneFilter| {
+        store
+            .prunable(filter, (0, 0), 100)
+            .unwrap()
+            .iter()
+            .map(|c| (c.root, c.finished, c.workflows, c.unfinished))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        candidates(&mut store, &filter(None, None)),
+        [(1, 120, 3, false), (4, 130, 2, true), (7, 140, 1, false)],
+        "{location:?}"
+    );
+    // Pages of candidates follow the cursor.
+    assert_eq!(
+        store
+            .prunable(&filter(None, None), (120, 1), 1)
+            .unwrap()
+            .iter()
+            .map(|c| c.root)
+            .collect::<Vec<_>>(),
+        [4],
+        "{location:?}"
+    );
+    // Only the completed ones: 7 (cancelled) is not one.
+    assert_eq!(
+        candidates(&mut store, &filter(Some(State::Done), None)),
+        [(1, 120, 3, false), (4, 130, 2, true)],
+        "{location:?}"
+    );
+    assert_eq!(
+        candidates(&mut store, &filter(Some(State::Failed), Some(true))),
+        [(7, 140, 1, false)],
+        "{location:?}"
+    );
+    // A root whose tree still runs is left even when asked for.
+    store
+        .commit(&[Op::Prune {
+            roots: vec![1, 4, 7],
+        }])
+        .unwrap();
+    let ids: Vec<String> = store
+        .workflows(false)
+        .unwrap()
+        .iter()
+        .map(|w| w.start.id.clone())
+        .collect();
+    assert_eq!(ids, ["w4", "w5", "w6", "w8"], "{location:?}");
+    for num in [1, 2, 3] {
+        assert_eq!(seqs(&mut *store, num, 0), Vec::<u64>::new(), "{location:?}");
+        assert!(store.snapshot(num).unwrap().is_none());
+        assert!(store.host_messages(num, 0, 10).unwrap().is_empty());
+    }
+    assert_eq!(seqs(&mut *store, 6, 0), [1], "{location:?}");
+    assert_eq!(seqs(&mut *store, 8, 0), [1], "{location:?}");
+    assert!(store.snapshot(5).unwrap().is_some());
+    assert_eq!(store.host_messages(8, 0, 10).unwrap().len(), 1);
+    // Message 10 (to 1) and 12 (refused, from 3) went; 11 (to 8, running) waits still; what
+    // 1 sent the host went, what 8 sent stays.
+    assert_eq!(waiting(&mut *store), [11], "{location:?}");
+    assert_eq!(
+        rows(location, "SELECT id FROM messages"),
+        "11",
+        "{location:?}"
+    );
+    assert_eq!(
+        rows(location, "SELECT num FROM outbox"),
+        "8",
+        "{location:?}"
+    );
+    assert!(
+        store.module("only-tree-1").unwrap().is_none(),
+        "{location:?}"
+    );
+    assert!(store.module("m").unwrap().is_some(), "{location:?}");
+    // The counts the store keeps followed: 5 and 8 run, 4 and 6 completed.
+    let kept = store.counts(&everything()).unwrap();
+    let want = StateCounts {
+        running: 2,
+        completed: 2,
+        failed: 0,
+        cancelled: 0,
+    };
+    assert_eq!(kept, want, "{location:?}");
+    assert_eq!(
+        candidates(&mut store, &filter(None, None)),
+        [(4, 130, 2, true)]
+    );
+}
+
+/// What `query` (one column) reads from the store's own tables, a row a line.
+fn rows(location: &Location, query: &str) -> String {
+    match location {
+        Location::Sqlite(path) => {
+            let conn = rusqlite::Connection::open(path).unwrap();
+            let mut statement = conn.prepare(query).unwrap();
+            let values: Vec<String> = statement
+                .query_map([], |row| row.get::<_, i64>(0))
+                .unwrap()
+                .map(|v| v.unwrap().to_string())
+                .collect();
+            values.join("\n")
+        }
+        Location::Postgres(url) => Postgres::shared()
+            .psql(url, &format!("SET search_path TO wfhost; {query}"))
+            .trim()
+            .to_string(),
+        other => panic!("no tables at {other:?}"),
     }
 }

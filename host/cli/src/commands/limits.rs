@@ -233,15 +233,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     };
     let value: f64 = number
         .parse()
-        .map_err(|_| format!("'{text}' is not a duration: use e.g. 10s, 500ms, 2m or 1h"))?;
+        .map_err(|_| format!("'{text}' is not a duration: use e.g. 10s, 500ms, 2m, 1h or 30d"))?;
     let seconds = match unit {
         "ms" => value / 1000.0,
         "s" => value,
         "m" => value * 60.0,
         "h" => value * 3600.0,
+        "d" => value * 86_400.0,
         _ => {
             return Err(format!(
-                "'{text}': unknown unit '{unit}' (use ms, s, m or h)"
+                "'{text}': unknown unit '{unit}' (use ms, s, m, h or d)"
             ))
         }
     };

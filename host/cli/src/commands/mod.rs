@@ -12,6 +12,7 @@ mod inspect;
 mod limits;
 mod list;
 mod pause;
+mod prune;
 mod replay;
 mod result;
 mod resume;
@@ -44,6 +45,7 @@ pub enum Command {
     Cancel(cancel::CancelCommand),
     Pause(pause::PauseCommand),
     Unpause(pause::UnpauseCommand),
+    Prune(prune::PruneCommand),
     #[cfg(unix)]
     Worker(worker::WorkerCommand),
 }
@@ -67,6 +69,7 @@ impl Command {
             Command::Cancel(command) => command.execute(),
             Command::Pause(command) => command.execute(),
             Command::Unpause(command) => command.execute(),
+            Command::Prune(command) => command.execute(),
             #[cfg(unix)]
             Command::Worker(command) => command.execute(),
         }

@@ -45,6 +45,12 @@ pub struct ServeCommand {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     grace: Duration,
 
+    /// Keep finished workflows this long after they finished, then remove them with their
+    /// trees and everything of theirs, as `wfhost prune` does (e.g. 30d, 12h). Default: keep
+    /// them for ever.
+    #[arg(long, value_name = "AGE", value_parser = parse_duration)]
+    retain: Option<Duration>,
+
     #[command(flatten)]
     durability: DurabilityArgs,
 
@@ -83,6 +89,9 @@ impl ServeCommand {
             .grants(self.workers_fns.grant(self.limits.grants()));
         if let Some(api) = &api {
             server = server.api(api.clone());
+        }
+        if let Some(age) = self.retain {
+            server = server.retain(age);
         }
         // Listening before the first host is built: a port in use says so at once, and the
         // API answers 503 until the host is there.

@@ -44,7 +44,8 @@ impl StatusCommand {
                     "pid": workflow.number,
                     "entry": workflow.entry,
                     "module": workflow.module_name,
-                    "status": status,
+                    // As the API says it: a paused workflow runs (and says `paused`).
+                    "status": if workflow.paused { "running" } else { status },
                     "waiting_for_host": workflow.waiting_for_host,
                     "host": workflow.host,
                     "started": workflow.started,

@@ -101,12 +101,12 @@ impl HttpServer {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Its address, `127.0.0.1:PORT`.
     /// Its URL (`http://127.0.0.1:PORT`).
     pub fn url(&self) -> &str {
         &self.url
     }
 
+    /// Its address (`127.0.0.1:PORT`).
     pub fn addr(&self) -> String {
         self.url
             .trim_start_matches("http://")

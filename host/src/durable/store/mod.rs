@@ -14,7 +14,7 @@ mod sync;
 pub use location::Location;
 pub(crate) use location::{ClientStore, HostStore};
 pub use postgres::PgStore;
-pub use roles::{Cluster, Filter, Journal, Read, StateCounts, Submit};
+pub use roles::{Cluster, Filter, Journal, PruneCandidate, PruneFilter, Read, StateCounts, Submit};
 pub use sqlite::{Holder, SqliteStore};
 pub use sync::SyncMode;
 
@@ -251,6 +251,13 @@ pub enum Op {
     /// A durable workflow's message to the host, kept for whoever asks (once per sender and
     /// yield).
     HostMessage(HostMessage),
+    /// Finished top-level workflows go, each with its whole tree (its children, theirs, ...) and
+    /// everything of theirs: steps, snapshots, messages to them, what they sent the host, and
+    /// the modules no workflow left uses. A root whose tree holds an unfinished workflow is left.
+    Prune {
+        /// The top-level workflows.
+        roots: Vec<u64>,
+    },
     /// An unfinished workflow is paused (it takes no step until unpaused), or unpaused.
     Pause {
         /// The workflow.

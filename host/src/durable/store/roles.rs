@@ -61,6 +61,32 @@ impl Filter {
     }
 }
 
+/// Which finished workflows a prune removes ([`Read::prunable`]): top-level ones that finished
+/// before a time, of one status or any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PruneFilter {
+    /// Finished before this, in milliseconds since the Unix epoch.
+    pub finished_before: u64,
+    /// Only those that ended so (`State::Done` or `State::Failed`), and of those failed, only
+    /// those cancelled (`Some(true)`) or not (`Some(false)`).
+    pub state: Option<State>,
+    /// See `state`.
+    pub cancelled: Option<bool>,
+}
+
+/// A finished top-level workflow a prune may remove ([`Read::prunable`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PruneCandidate {
+    /// Its number.
+    pub root: u64,
+    /// When it finished: with `root`, where the next page of candidates starts.
+    pub finished: u64,
+    /// The workflows of its tree, itself included.
+    pub workflows: u64,
+    /// Whether one of them has not finished (the tree is then left).
+    pub unfinished: bool,
+}
+
 /// What [`Read::tails`] hands over for each workflow: its number, its latest snapshot and its
 /// steps after it.
 pub type Visit<'a> = &'a mut dyn FnMut(u64, Option<NewSnapshot>, Vec<Step>) -> StoreResult<()>;
@@ -148,6 +174,16 @@ pub trait Read: Send {
     /// How many workflows `filter` lets through stand each way (its state, its cancel, its page
     /// size and cursor are not looked at).
     fn counts(&mut self, filter: &Filter) -> StoreResult<StateCounts>;
+
+    /// Up to `limit` top-level workflows `filter` lets through, in the order they finished
+    /// (then by number), after `after` (a candidate's `(finished, root)`), each with the size of
+    /// its tree and whether all of it has finished.
+    fn prunable(
+        &mut self,
+        filter: &PruneFilter,
+        after: (u64, u64),
+        limit: usize,
+    ) -> StoreResult<Vec<PruneCandidate>>;
 }
 
 /// How many workflows stand each way ([`Read::counts`]).

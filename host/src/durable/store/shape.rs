@@ -51,6 +51,10 @@ pub const INDEXES: &[(&str, &str, &[&str])] = &[
     ("messages_receiver", "messages", &["receiver"]),
     // A workflow's children, in order: the web UI's page of a workflow lists them.
     ("workflows_children", "workflows", &["parent", "num"]),
+    // Finished top-level workflows in the order they finished: what a prune removes.
+    ("workflows_finished", "workflows", &["finished", "num"]),
+    // The workflows of a module: a prune removes a module no workflow uses.
+    ("workflows_module", "workflows", &["module"]),
 ];
 
 /// A store's schema as it reads back: tables with their columns, indexes with their table and

@@ -5,6 +5,7 @@
 mod hosts;
 mod modules;
 mod ops;
+mod retention;
 mod tasks;
 mod workflows;
 
@@ -27,6 +28,7 @@ pub(crate) fn guarded(state: &AppState) -> OpenApiRouter<Arc<AppState>> {
         .merge(hosts::routes())
         .merge(ops::routes())
         .merge(tasks::routes())
+        .merge(retention::routes())
         .layer(axum::extract::DefaultBodyLimit::max(state.max_body));
     json.merge(modules::routes(state))
 }

@@ -543,7 +543,40 @@ async function openChildren(details) {
 
 async function hostsPage(view) {
   markNav('hosts');
-  show(h('<h1>Hosts</h1><div id="hosts"></div><h2>Store and journal</h2><div id="figures"></div>'));
+  show(h(`<h1>Hosts</h1><div id="hosts"></div><h2>Store and journal</h2><div id="figures"></div>
+    <h2>Retention</h2>
+    <form class="filters" id="prune">
+      <label>Finished more than <input name="older" value="30d" size="6" aria-label="Age"> ago</label>
+      <label>Status <select name="status"><option value="">any</option>${['completed', 'failed', 'cancelled'].map((x) =>
+        `<option value="${x}">${x}</option>`).join('')}</select></label>
+      <button type="submit" class="danger" id="prune-button">Remove them</button>
+    </form>
+    <p class="muted">Removes finished top-level workflows with their whole trees, their histories, messages and modules nothing else uses (a tree part of which still runs is kept). It cannot be undone.</p>
+    <p id="prune-state" class="muted"></p>`));
+  document.getElementById('prune').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const f = new FormData(e.target);
+    const older = String(f.get('older')).trim();
+    const status = f.get('status') || undefined;
+    const state = document.getElementById('prune-state');
+    if (!/^\d+(ms|s|m|h|d)$/.test(older)) { state.textContent = 'Not an age: write e.g. 30d, 12h or 90m.'; return; }
+    if (!confirm('Remove the ' + (status || 'finished') + ' workflows that finished more than ' + older + ' ago?')) return;
+    state.textContent = 'Removing…';
+    try {
+      let request = { older_than: older, status };
+      const total = { trees: 0, workflows: 0, left: 0 };
+      for (;;) {
+        const answer = await api('/v1/prune', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(request) });
+        total.trees += answer.trees; total.workflows += answer.workflows; total.left = answer.left;
+        if (!answer.more) break;
+        request = { finished_before: answer.finished_before, status };
+        state.textContent = 'Removing… ' + total.workflows.toLocaleString() + ' so far';
+      }
+      state.textContent = 'Removed ' + total.workflows.toLocaleString() + ' workflow(s) (' + total.trees.toLocaleString() +
+        ' top-level, with their trees).' + (total.left ? ' Kept ' + total.left.toLocaleString() + ' whose tree still runs in part.' : '');
+      state.dataset.pruned = String(total.workflows);
+    } catch (error) { state.textContent = error.message; }
+  });
   let last = null;
   ui.poll = async () => {
     const [hosts, metrics] = await Promise.all([api('/v1/hosts'), api('/metrics', { headers: { Accept: 'text/plain' }, text: true }).catch((e) => e)]);

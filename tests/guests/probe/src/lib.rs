@@ -902,8 +902,6 @@ pub async fn valid_within(ctx: Ctx, millis: u64) -> Result<Option<u64>, Error> {
 
 wfguest::entry_points!(
     echo,
-    nest,
-    nap_then_message,
     fail,
     panic,
     spin,
@@ -975,5 +973,7 @@ wfguest::entry_points!(
     valid_within,
     call_loop,
     http_loop,
-    chain
+    chain,
+    nest,
+    nap_then_message,
 );

@@ -619,6 +619,17 @@ impl Read for PgStore {
         })
     }
 
+    fn prunable(
+        &mut self,
+        filter: &super::PruneFilter,
+        after: (u64, u64),
+        limit: usize,
+    ) -> StoreResult<Vec<super::PruneCandidate>> {
+        self.read("finding finished workflows to remove", |conn| {
+            read::prunable(conn, filter, after, limit)
+        })
+    }
+
     fn counts(&mut self, filter: &Filter) -> StoreResult<StateCounts> {
         self.read("counting workflows", |conn| read::counts(conn, filter))
     }

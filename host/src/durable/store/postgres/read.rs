@@ -250,6 +250,50 @@ pub(super) fn fold_counts(conn: &mut Conn) -> Result<(), Error> {
     .map(drop)
 }
 
+/// See `Read::prunable`.
+pub(super) fn prunable(
+    conn: &mut Conn,
+    filter: &crate::durable::store::PruneFilter,
+    after: (u64, u64),
+    limit: usize,
+) -> Result<Vec<crate::durable::store::PruneCandidate>, Error> {
+    let clamp = |t: u64| t.min(i64::MAX as u64) as i64;
+    let state = filter.state.map(|s| s.code() as i16);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = conn.query(
+        "WITH RECURSIVE roots(num, finished) AS ( \
+           SELECT num, finished FROM workflows WHERE parent IS NULL AND state <> 0 \
+           AND finished < $1 AND (finished, num) > ($2, $3) \
+           AND ($4::int2 IS NULL OR state = $4) \
+           AND ($5::bool IS NULL OR (coalesce(error_kind, '') = $6) = $5) \
+           ORDER BY finished, num LIMIT $7), \
+         tree(root, num, state) AS ( \
+           SELECT num, num, 1::int2 FROM roots \
+           UNION ALL SELECT t.root, w.num, w.state FROM workflows w JOIN tree t \
+             ON w.parent = t.num WHERE w.parent IS NOT NULL) \
+         SELECT r.num, r.finished, count(*), count(*) FILTER (WHERE t.state = 0) FROM roots r \
+           JOIN tree t ON t.root = r.num GROUP BY r.num, r.finished ORDER BY r.finished, r.num",
+        &[
+            &clamp(filter.finished_before),
+            &clamp(after.0),
+            &clamp(after.1),
+            &state,
+            &filter.cancelled,
+            &wfhost_scheduler::FailureKind::Cancelled.name(),
+            &limit,
+        ],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|row| crate::durable::store::PruneCandidate {
+            root: uint(row.get(0)),
+            finished: uint(row.get(1)),
+            workflows: uint(row.get(2)),
+            unfinished: row.get::<_, i64>(3) > 0,
+        })
+        .collect())
+}
+
 pub(super) fn steps(
     conn: &mut Conn,
     num: i64,

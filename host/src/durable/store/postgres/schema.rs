@@ -222,6 +222,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE workflows ADD COLUMN paused BOOLEAN NOT NULL DEFAULT false;
     CREATE INDEX workflows_paused ON workflows (owner) WHERE paused AND state = 0;
     ",
+    // 8: retention: the finished top-level workflows in the order they finished (a prune
+    // finds those before its cutoff without reading the rest), and the workflows of each
+    // module (a prune removes a module once no workflow uses it).
+    "
+    CREATE INDEX workflows_finished ON workflows (finished, num) WHERE parent IS NULL AND state <> 0;
+    CREATE INDEX workflows_module ON workflows (module);
+    ",
 ];
 
 /// The error a commit fails with when its host lost its lease (`wfhost.mark`).

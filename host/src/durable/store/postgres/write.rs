@@ -40,6 +40,7 @@ enum Part<'a> {
     },
     Cancel(i64),
     Pause(i64, bool),
+    Prune(Vec<i64>),
     Refused(i64, Text<'a>),
     Damaged(i64, Option<Text<'a>>),
 }
@@ -210,6 +211,7 @@ impl<'a> Plan<'a> {
                 Op::End { .. }
                 | Op::Cancel { .. }
                 | Op::Pause { .. }
+                | Op::Prune { .. }
                 | Op::Refused { .. }
                 | Op::Damaged { .. } => {
                     // In order with what comes before and after: the segment so far goes first.
@@ -261,6 +263,7 @@ impl<'a> Plan<'a> {
                 Part::Pause(num, paused) => {
                     pipeline.push(client, &statements.pause, vec![num, paused])
                 }
+                Part::Prune(roots) => pipeline.push(client, &statements.prune, vec![roots]),
                 Part::Refused(id, why) => pipeline.push(client, &statements.refused, vec![id, why]),
                 Part::Damaged(num, why) => {
                     pipeline.push(client, &statements.damaged, vec![num, why])
@@ -360,6 +363,7 @@ struct Statements {
     refused: Statement,
     damaged: Statement,
     pause: Statement,
+    prune: Statement,
     outbox: Statement,
     counter: Statement,
 }
@@ -413,6 +417,30 @@ impl Statements {
             refused: conn.prepare("UPDATE messages SET refused = $2 WHERE id = $1")?,
             damaged: conn.prepare("UPDATE workflows SET damaged = $2 WHERE num = $1")?,
             pause: conn.prepare("UPDATE workflows SET paused = $2 WHERE num = $1 AND state = 0")?,
+            // The finished trees of these roots, with everything of theirs; a tree with an
+            // unfinished workflow is left. One statement sees one snapshot: the modules no
+            // workflow left uses are those no workflow outside the pruned trees does.
+            prune: conn.prepare(
+                "WITH RECURSIVE tree(root, num, state) AS ( \
+                   SELECT num, num, state FROM workflows \
+                     WHERE num = ANY($1::int8[]) AND parent IS NULL AND state <> 0 \
+                   UNION ALL SELECT t.root, w.num, w.state FROM workflows w JOIN tree t \
+                     ON w.parent = t.num WHERE w.parent IS NOT NULL), \
+                 whole AS (SELECT num FROM tree \
+                   WHERE root NOT IN (SELECT root FROM tree WHERE state = 0)), \
+                 s AS (DELETE FROM steps WHERE num IN (SELECT num FROM whole)), \
+                 sn AS (DELETE FROM snapshots WHERE num IN (SELECT num FROM whole)), \
+                 o AS (DELETE FROM outbox WHERE num IN (SELECT num FROM whole)), \
+                 m AS (DELETE FROM messages WHERE receiver IN (SELECT num FROM whole) \
+                   OR (refused IS NOT NULL AND sender IN (SELECT num FROM whole))), \
+                 w AS (DELETE FROM workflows WHERE num IN (SELECT num FROM whole) \
+                   RETURNING module) \
+                 DELETE FROM modules WHERE hash IN (SELECT module FROM w) \
+                   AND NOT EXISTS (SELECT 1 FROM workflows x WHERE x.module = modules.hash \
+                     AND x.num NOT IN (SELECT num FROM whole)) \
+                   AND NOT EXISTS (SELECT 1 FROM snapshots y WHERE y.module = modules.hash \
+                     AND y.num NOT IN (SELECT num FROM whole))",
+            )?,
             outbox: conn.prepare(
                 "INSERT INTO outbox (num, tag, at, payload) \
                  SELECT * FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::bytea[]) \
@@ -641,9 +669,17 @@ fn part_of(op: &Op) -> Result<Part<'_>, String> {
         }
         Op::Cancel { num } => Part::Cancel(int(*num, "workflow")?),
         Op::Pause { num, paused } => Part::Pause(int(*num, "workflow")?, *paused),
+        Op::Prune { roots } => Part::Prune(
+            roots
+                .iter()
+                .map(|root| int(*root, "workflow"))
+                .collect::<Result<_, _>>()?,
+        ),
         Op::Refused { id, error } => Part::Refused(int(*id, "message")?, text(error)),
         Op::Damaged { num, why } => Part::Damaged(int(*num, "workflow")?, why.as_deref().map(text)),
-        _ => unreachable!("only ends, cancels, pauses, refusals and damage are parts of their own"),
+        _ => unreachable!(
+            "only ends, cancels, pauses, prunes, refusals and damage are parts of their own"
+        ),
     })
 }
 

@@ -5,6 +5,7 @@
 
 mod backup;
 mod lock;
+mod prune;
 mod read;
 mod schema;
 mod tails;
@@ -363,6 +364,11 @@ impl SqliteStore {
                     "{path} is a SQLite database that is not a wfhost store: give a new file"
                 )));
             }
+            // Before the first table: a prune can then give the file back the pages it frees
+            // (`PRAGMA incremental_vacuum`).
+            self.conn
+                .execute_batch("PRAGMA auto_vacuum = INCREMENTAL;")
+                .map_err(sql("setting up a new store"))?;
         }
         for (from, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             let tx = self

@@ -438,6 +438,16 @@ impl Read for SqliteStore {
         Ok(counts)
     }
 
+    fn prunable(
+        &mut self,
+        filter: &crate::durable::store::PruneFilter,
+        after: (u64, u64),
+        limit: usize,
+    ) -> StoreResult<Vec<crate::durable::store::PruneCandidate>> {
+        super::prune::prunable(&self.conn, filter, after, limit)
+            .map_err(sql("finding finished workflows to remove"))
+    }
+
     fn count_running(&mut self) -> StoreResult<u64> {
         self.conn
             .query_row(

@@ -139,6 +139,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE workflows ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;
     ",
+    // 10: retention: the finished top-level workflows in the order they finished (a prune
+    // finds those before its cutoff without reading the rest), and the workflows of each
+    // module (a prune removes a module once no workflow uses it).
+    "
+    CREATE INDEX workflows_finished ON workflows(finished, num) WHERE parent IS NULL AND state <> 0;
+    CREATE INDEX workflows_module ON workflows(module);
+    ",
 ];
 
 /// The version this build writes.

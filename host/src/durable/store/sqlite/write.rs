@@ -50,6 +50,7 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
                 message.payload
             ])?;
         }
+        Op::Prune { roots } => super::prune::prune(tx, roots)?,
         Op::Pause { num, paused } => {
             tx.prepare_cached("UPDATE workflows SET paused = ?2 WHERE num = ?1 AND state = 0")?
                 .execute(params![int(*num)?, i64::from(*paused)])?;
@@ -215,6 +216,13 @@ impl SqliteStore {
                 .map_err(failed)?;
         }
         tx.commit().map_err(failed)?;
+        if ops.iter().any(|op| matches!(op, Op::Prune { .. })) {
+            // Gives the file back what the prune freed, a bounded part at a time (a store
+            // made before incremental vacuuming keeps its free pages for reuse instead).
+            self.conn
+                .execute_batch("PRAGMA incremental_vacuum(4096);")
+                .map_err(failed)?;
+        }
         self.logged.0 += logged.0;
         self.logged.1 += logged.1;
         Ok(())

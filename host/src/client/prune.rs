@@ -1,0 +1,133 @@
+//! Retention: finished workflows removed from the store, a tree at a time: [`Client::prune`].
+
+use std::time::Instant;
+
+use super::store::StoreBackend;
+use super::{Client, WorkflowState};
+use crate::durable::store::{Op, PruneCandidate, PruneFilter, State, SyncMode};
+use crate::error::Result;
+
+/// Top-level workflows a prune looks at a time: each batch is one write, so that a prune never
+/// holds the store long enough to stall the commits of the workflows that run.
+const BATCH: usize = 100;
+
+/// Which finished workflows [`Client::prune`] removes: top-level ones (each with its whole tree)
+/// that finished before a time, of one status or any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PruneQuery {
+    /// Finished before this, in milliseconds since the Unix epoch.
+    pub finished_before: u64,
+    /// Only those that ended so (`Completed`, `Failed` or `Cancelled`); `Running` matches none.
+    pub status: Option<WorkflowState>,
+}
+
+impl PruneQuery {
+    /// The workflows that finished before `millis` (since the Unix epoch), whatever their end.
+    pub fn finished_before(millis: u64) -> PruneQuery {
+        PruneQuery {
+            finished_before: millis,
+            status: None,
+        }
+    }
+
+    /// Only those that ended as `status` says.
+    pub fn status(mut self, status: WorkflowState) -> PruneQuery {
+        self.status = Some(status);
+        self
+    }
+}
+
+/// What a prune removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Pruned {
+    /// Top-level workflows removed, each with its tree.
+    pub trees: u64,
+    /// Workflows removed, children included.
+    pub workflows: u64,
+    /// Top-level workflows the query matched that were left: part of their tree still runs.
+    pub left: u64,
+    /// It stopped at its deadline with more to remove ([`Client::prune_until`]).
+    pub more: bool,
+}
+
+impl Client {
+    /// Removes the finished top-level workflows `query` matches, each with its whole tree (a
+    /// tree part of which still runs is left, and counted in [`Pruned::left`]), and with
+    /// everything of theirs: their steps, snapshots, messages, what they sent the host, and the
+    /// modules no workflow left uses. In batches of 100 trees, each one write, so the
+    /// workflows that run keep committing meanwhile. A SQLite file is pruned by the host that
+    /// holds it (through a server, or a serving client), or by this client when no host does.
+    pub fn prune(&self, query: &PruneQuery) -> Result<Pruned> {
+        self.prune_until(query, None)
+    }
+
+    /// As [`prune`](Self::prune), stopping after the batch that passes `deadline` (with
+    /// [`Pruned::more`] if some are left): the HTTP API answers within a request's time so.
+    pub fn prune_until(&self, query: &PruneQuery, deadline: Option<Instant>) -> Result<Pruned> {
+        match &*self.backend {
+            super::Backend::Store(store) => {
+                let mut journal = store
+                    .location
+                    .open_host(SyncMode::Full, None)
+                    .map_err(super::store::store_error)?
+                    .journal;
+                store.prune(query, deadline, |ops| {
+                    journal.commit(&ops).map_err(super::store::store_error)
+                })
+            }
+            super::Backend::Serving(serving) => serving
+                .store
+                .prune(query, deadline, |ops| serving.durable.write(ops)),
+            super::Backend::Remote(remote) => remote.prune(query),
+        }
+    }
+}
+
+impl StoreBackend {
+    /// Finds the trees to remove a batch at a time, and hands each batch to `write`.
+    pub(crate) fn prune(
+        &self,
+        query: &PruneQuery,
+        deadline: Option<Instant>,
+        mut write: impl FnMut(Vec<Op>) -> Result<()>,
+    ) -> Result<Pruned> {
+        let (state, cancelled) = match query.status {
+            None => (None, None),
+            Some(WorkflowState::Completed) => (Some(State::Done), None),
+            Some(WorkflowState::Failed) => (Some(State::Failed), Some(false)),
+            Some(WorkflowState::Cancelled) => (Some(State::Failed), Some(true)),
+            Some(WorkflowState::Running) => return Ok(Pruned::default()),
+        };
+        let filter = PruneFilter {
+            finished_before: query.finished_before.min(i64::MAX as u64),
+            state,
+            cancelled,
+        };
+        let mut pruned = Pruned::default();
+        let mut after = (0, 0);
+        loop {
+            let candidates = self.read(|store| store.prunable(&filter, after, BATCH))?;
+            let Some(last) = candidates.last() else {
+                return Ok(pruned);
+            };
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                pruned.more = true;
+                return Ok(pruned);
+            }
+            after = (last.finished, last.root);
+            let (whole, unfinished): (Vec<&PruneCandidate>, Vec<&PruneCandidate>) =
+                candidates.iter().partition(|c| !c.unfinished);
+            pruned.left += unfinished.len() as u64;
+            if whole.is_empty() {
+                continue;
+            }
+            write(vec![Op::Prune {
+                roots: whole.iter().map(|c| c.root).collect(),
+            }])?;
+            pruned.trees += whole.len() as u64;
+            pruned.workflows += whole.iter().map(|c| c.workflows).sum::<u64>();
+        }
+    }
+}
