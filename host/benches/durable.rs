@@ -35,6 +35,12 @@
 //!   (a server the bench starts, as the tests do: `synchronous_commit=on`, fsync on), alternating:
 //!   steps and workflow completions per second on each.
 //!
+//! - `prune`: a SQLite store (`synchronous=FULL`) of `WFHOST_BENCH_PRUNE` (default 100,000)
+//!   finished workflows of 5 steps each, and 1,000 workflows that run beside them, each counting
+//!   down 100 timers 30 ms apart (a step and its commit each): the commits and how many took
+//!   over 100 ms (from the commit-duration histogram), with nothing else going on and while
+//!   `Client::prune` removes every finished one (alternating); and how long the prune took.
+//!
 //! `WFHOST_BENCH_ROUNDS` (default 3) sets the rounds; figures are medians. Stores go to a fresh
 //! temporary directory (`TMPDIR`), on the disk whose sync cost they measure.
 
@@ -95,6 +101,9 @@ fn main() {
     }
     if wanted("stores") {
         stores(rounds, &dir);
+    }
+    if wanted("prune") {
+        prune(rounds, count("WFHOST_BENCH_PRUNE", 100_000), &dir);
     }
     if wanted("hosts") {
         hosts(rounds);
@@ -764,4 +773,161 @@ fn failover(rounds: usize) {
         median(times),
         wfhost::DEFAULT_LEASE
     );
+}
+
+/// Workflows that run in `prune`, each counting down from `PRUNE_TICKS` a timer of
+/// `PRUNE_TICK_MS` apart (a step and its commit each).
+const PRUNE_RUNNERS: usize = 1_000;
+const PRUNE_TICKS: u32 = 100;
+const PRUNE_TICK_MS: u64 = 30;
+
+/// The commits' durations so far, from the metrics' text: (upper bound in seconds, commits at
+/// or under it), by bound.
+fn commit_buckets(metrics: &wfhost::Metrics) -> Vec<(f64, f64)> {
+    metrics
+        .encode_text()
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("wfhost_journal_commit_duration_seconds_bucket{le=\"")?;
+            let (bound, count) = rest.split_once("\"} ")?;
+            let bound = if bound == "+Inf" {
+                f64::INFINITY
+            } else {
+                bound.parse().ok()?
+            };
+            Some((bound, count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+fn prune(rounds: usize, finished: usize, dir: &Path) {
+    let mut all = Vec::new();
+    for _ in 0..rounds {
+        for pruning in [false, true] {
+            let path = fresh(dir, "prune.db");
+            {
+                let mut store = Location::from(path.as_path())
+                    .open(SyncMode::Normal)
+                    .expect("a store");
+                store
+                    .commit(&[Op::Module {
+                        hash: "m".into(),
+                        bytes: std::sync::Arc::from(&b"not a module"[..]),
+                    }])
+                    .expect("written");
+                let mut ops = Vec::new();
+                for n in 0..finished as u64 {
+                    let num = n + 1;
+                    ops.push(Op::Start(wfhost::__testing::NewWorkflow {
+                        num,
+                        id: format!("old-{num}"),
+                        parent: None,
+                        module: "m".into(),
+                        module_name: "m".into(),
+                        entry: "main".into(),
+                        input: vec![0],
+                        started: 1,
+                    }));
+                    for seq in 1..=5 {
+                        ops.push(Op::Step(NewStep {
+                            num,
+                            seq,
+                            at: seq,
+                            record: vec![0; 64],
+                            consumed: Vec::new(),
+                            took_cancel: false,
+                        }));
+                    }
+                    ops.push(Op::End {
+                        num,
+                        ending: Ending::Done(vec![0]),
+                        at: 2,
+                    });
+                    if ops.len() >= 70_000 {
+                        store.commit(&ops).expect("written");
+                        ops.clear();
+                    }
+                }
+                store.commit(&ops).expect("written");
+                store.tidy(true).expect("tidied");
+            }
+            let metrics = wfhost::Metrics::new();
+            let host = Host::builder()
+                .store(&path, SyncMode::Full)
+                .metrics(&metrics)
+                .build()
+                .expect("host");
+            host.load_module("countdown", wfhost_test_programs::COUNTDOWN)
+                .expect("countdown module");
+            let client = wfhost::Client::serving(&host, Grants::default()).expect("a client");
+            let before = commit_buckets(&metrics);
+            let input = Payload::json_bytes(
+                format!(r#"{{"from":{PRUNE_TICKS},"interval_ms":{PRUNE_TICK_MS}}}"#).into(),
+            );
+            let running = std::time::Instant::now();
+            let runs: Vec<_> = (0..PRUNE_RUNNERS)
+                .map(|n| {
+                    host.start(&format!("run-{n}"), "countdown", "countdown", input.clone())
+                        .expect("starts")
+                })
+                .collect();
+            let pruner = pruning.then(|| {
+                std::thread::spawn(move || {
+                    let started = std::time::Instant::now();
+                    let pruned = client
+                        .prune(&wfhost::PruneQuery::finished_before(1_000))
+                        .expect("pruned");
+                    (pruned.workflows, started.elapsed().as_secs_f64())
+                })
+            });
+            for run in runs {
+                run.wait().expect("it ends");
+            }
+            let ran = running.elapsed().as_secs_f64();
+            let pruned = pruner.map(|t| t.join().expect("the pruner"));
+            let after = commit_buckets(&metrics);
+            let delta: Vec<(f64, f64)> = after
+                .iter()
+                .zip(&before)
+                .map(|(a, b)| (a.0, a.1 - b.1))
+                .collect();
+            let commits = delta.last().map_or(0.0, |d| d.1);
+            // The first bound past 100 ms, and the smallest bound every commit was under.
+            let (bound, under) = delta
+                .iter()
+                .find(|(bound, _)| *bound >= 0.1)
+                .copied()
+                .unwrap_or((f64::INFINITY, commits));
+            let slowest = delta
+                .iter()
+                .find(|(_, under)| *under >= commits)
+                .map_or(f64::INFINITY, |d| d.0);
+            all.push((pruning, commits, commits - under, slowest));
+            if let Some((workflows, secs)) = pruned {
+                assert_eq!(workflows, finished as u64, "the prune removed them all");
+                println!(
+                    "prune: {workflows} finished workflows removed in {secs:.1} s ({:.0}/s) \
+                     while {PRUNE_RUNNERS} others ran ({ran:.1} s); commits past {:.0} ms: {}",
+                    workflows as f64 / secs,
+                    bound * 1e3,
+                    commits - under
+                );
+            }
+            host.shutdown(Duration::from_secs(10));
+        }
+    }
+    for pruning in [false, true] {
+        let of = |pick: fn(&(bool, f64, f64, f64)) -> f64| {
+            median(all.iter().filter(|a| a.0 == pruning).map(pick).collect())
+        };
+        println!(
+            "prune ({}): {:.0} commits, {:.0} of them past the first bucket bound over 100 ms \
+             (262 ms), every one under {:.1} ms (a bucket's bound; {PRUNE_RUNNERS} workflows x \
+             {PRUNE_TICKS} timers)",
+            if pruning { "while pruning" } else { "no prune" },
+            of(|a| a.1),
+            of(|a| a.2),
+            of(|a| a.3) * 1e3,
+        );
+    }
 }

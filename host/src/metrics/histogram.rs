@@ -115,7 +115,18 @@ impl ShardedHistogram {
 impl EncodeMetric for ShardedHistogram {
     fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
         let (sum, count, buckets) = self.totals();
-        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+        // The encoder adds the buckets up itself, and writes the last as `+Inf` when its bound
+        // is `f64::MAX`: it takes each bucket's own count.
+        let mut below = 0;
+        let each: Vec<(f64, u64)> = buckets
+            .iter()
+            .map(|&(bound, cumulative)| {
+                let own = cumulative - below;
+                below = cumulative;
+                (if bound.is_finite() { bound } else { f64::MAX }, own)
+            })
+            .collect();
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &each, None)
     }
 
     fn metric_type(&self) -> MetricType {
@@ -137,6 +148,31 @@ mod tests {
         assert_eq!(sum, 5_222.0);
         assert_eq!(count, 6);
         assert_eq!(buckets, vec![(10.0, 2), (100.0, 4), (f64::INFINITY, 6)]);
+    }
+
+    /// The exposition's buckets count what is at or under each bound, and the last is `+Inf`,
+    /// holding every value.
+    #[test]
+    fn the_exposition_counts_each_value_once_per_bucket_it_is_under() {
+        let histogram = ShardedHistogram::new(&[10, 100], 1.0);
+        for value in [0, 10, 11, 100, 101, 5_000] {
+            histogram.observe(value);
+        }
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("h", "values", histogram);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let buckets: Vec<&str> = text.lines().filter(|l| l.starts_with("h_bucket")).collect();
+        assert_eq!(
+            buckets,
+            [
+                "h_bucket{le=\"10.0\"} 2",
+                "h_bucket{le=\"100.0\"} 4",
+                "h_bucket{le=\"+Inf\"} 6"
+            ],
+            "{text}"
+        );
+        assert!(text.contains("h_count 6"), "{text}");
     }
 
     #[test]
