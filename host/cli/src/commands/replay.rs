@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use wfhost::store::Location;
-use wfhost::Client;
+use wfhost::{Client, ListQuery, WorkflowState};
 
 use super::limits::CacheArgs;
 use super::WorkflowFailed;
@@ -13,6 +13,8 @@ use crate::output::outln;
 
 /// Replays a workflow's journal with a module, running nothing: does a new build do what the one
 /// that wrote the journal did? Exit code 1 when it does not, with the step and what differs.
+/// With `--all --module NEW.wasm`: every running workflow the new build could run, each
+/// replayed with it: which would a deploy of it break?
 #[derive(Debug, clap::Parser)]
 pub struct ReplayCommand {
     /// The store: a SQLite file or a PostgreSQL URL.
@@ -20,7 +22,18 @@ pub struct ReplayCommand {
     store: Location,
 
     /// The workflow's id.
-    id: String,
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    id: Option<String>,
+
+    /// Every running workflow whose entry point the module (--module) exports, each replayed
+    /// with it: a line each (`same` or `breaks` and where), and exit code 1 if any breaks.
+    #[arg(long, requires = "module")]
+    all: bool,
+
+    /// With --all: only the workflows started from this module (its name, or the start of its
+    /// hash).
+    #[arg(long, value_name = "MODULE", requires = "all")]
+    of: Option<String>,
 
     /// The module to replay with (a `.wasm` file). Default: the one the workflow started with,
     /// as the store kept it.
@@ -33,8 +46,12 @@ pub struct ReplayCommand {
 
 impl ReplayCommand {
     pub fn execute(self) -> anyhow::Result<()> {
+        if self.all {
+            return self.all_running();
+        }
         let client = Client::open(&self.store);
-        let workflow = client.status(&self.id)?;
+        let id = self.id.clone().unwrap_or_default();
+        let workflow = client.status(&id)?;
         // Beside the host that may run the store: this one only reads it.
         let builder = super::host::builder(Some(1), None, &self.cache, None)?;
         let host = super::host::build(builder.read_store(&self.store))?;
@@ -52,14 +69,11 @@ impl ReplayCommand {
                 format!("its own module ({hash})")
             }
         };
-        let replayed = host.replay(&self.id, "replayed");
+        let replayed = host.replay(&id, "replayed");
         host.shutdown(Duration::from_secs(1));
         match replayed {
             Ok(steps) => {
-                outln!(
-                    "workflow {}: {steps} step(s) replay the same with {shown}",
-                    self.id
-                )?;
+                outln!("workflow {id}: {steps} step(s) replay the same with {shown}")?;
                 Ok(())
             }
             Err(error) if error.kind() == wfhost::ErrorKind::Nondeterminism => {
@@ -67,5 +81,73 @@ impl ReplayCommand {
             }
             Err(error) => Err(error.into()),
         }
+    }
+}
+
+impl ReplayCommand {
+    /// `--all`: every running workflow the module could run, replayed with it.
+    fn all_running(&self) -> anyhow::Result<()> {
+        let Some(path) = &self.module else {
+            anyhow::bail!("--all replays with a new build: give it with --module FILE");
+        };
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("cannot read the module {}", path.display()))?;
+        let info = wfhost::ModuleInfo::inspect(&bytes)?;
+        let client = Client::open(&self.store);
+        let builder = super::host::builder(Some(1), None, &self.cache, None)?;
+        let host = super::host::build(builder.read_store(&self.store))?;
+        host.load_module_bytes("replayed", &bytes)?;
+        let (mut same, mut broken, mut failed) = (0u64, 0u64, 0u64);
+        let mut query = ListQuery::new().state(WorkflowState::Running);
+        loop {
+            let page = client.list(&query)?;
+            for workflow in &page.items {
+                let ours = info.entries.contains(&workflow.entry)
+                    && self.of.as_deref().is_none_or(|of| {
+                        workflow.module_name == of || workflow.module.starts_with(of)
+                    });
+                if !ours {
+                    continue;
+                }
+                match host.replay(&workflow.id, "replayed") {
+                    Ok(steps) => {
+                        same += 1;
+                        outln!("same    {}  ({steps} step(s))", workflow.id)?;
+                    }
+                    Err(error) if error.kind() == wfhost::ErrorKind::Nondeterminism => {
+                        broken += 1;
+                        outln!("breaks  {}  {}", workflow.id, error.message())?;
+                    }
+                    Err(error) => {
+                        failed += 1;
+                        outln!("error   {}  {}", workflow.id, error.message())?;
+                    }
+                }
+            }
+            match page.next {
+                Some(next) => query = query.after(next),
+                None => break,
+            }
+        }
+        host.shutdown(Duration::from_secs(1));
+        eprintln!(
+            "{} running workflow(s) replayed with {}: {same} the same, {broken} would break{}",
+            same + broken + failed,
+            path.display(),
+            if failed > 0 {
+                format!(", {failed} could not be read")
+            } else {
+                String::new()
+            }
+        );
+        if broken + failed > 0 {
+            return Err(WorkflowFailed(format!(
+                "{broken} running workflow(s) would break with {} (and {failed} could not be \
+                 replayed)",
+                path.display()
+            ))
+            .into());
+        }
+        Ok(())
     }
 }

@@ -553,6 +553,12 @@ pub async fn report(ctx: Ctx, n: u32) -> Result<u32, Error> {
     Ok(n)
 }
 
+/// Reports `n` times as `report` does, then waits for a message, which it returns.
+pub async fn report_then_wait(ctx: Ctx, n: u32) -> Result<String, Error> {
+    report(ctx.clone(), n).await?;
+    ctx.recv().await
+}
+
 /// Sends one message to the host.
 pub async fn report_once(ctx: Ctx, _: ()) -> Result<(), Error> {
     ctx.send(wfguest::Pid::HOST, "from a child").await
@@ -976,4 +982,5 @@ wfguest::entry_points!(
     chain,
     nest,
     nap_then_message,
+    report_then_wait,
 );
