@@ -943,6 +943,10 @@ fn pruned(location: &Location) {
         candidates(&mut store, &filter(None, None)),
         [(4, 130, 2, true)]
     );
+    if matches!(location, Location::Sqlite(_)) {
+        // A new SQLite file vacuums incrementally: what a prune frees goes back to the disk.
+        assert_eq!(rows(location, "PRAGMA auto_vacuum"), "2");
+    }
 }
 
 /// What `query` (one column) reads from the store's own tables, a row a line.

@@ -297,6 +297,18 @@ impl SqliteStore {
         self.conn
             .busy_timeout(Duration::from_secs(30))
             .map_err(bad)?;
+        // A new file vacuums incrementally, so that a prune can give it back the pages it frees
+        // (`PRAGMA incremental_vacuum`). This holds only if set before the first table and
+        // before the file goes into WAL mode; on any other file it changes nothing.
+        let tables: i64 = self
+            .conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
+            .map_err(bad)?;
+        if tables == 0 {
+            self.conn
+                .execute_batch("PRAGMA auto_vacuum = INCREMENTAL;")
+                .map_err(bad)?;
+        }
         let mode: String = self
             .conn
             .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
@@ -364,11 +376,6 @@ impl SqliteStore {
                     "{path} is a SQLite database that is not a wfhost store: give a new file"
                 )));
             }
-            // Before the first table: a prune can then give the file back the pages it frees
-            // (`PRAGMA incremental_vacuum`).
-            self.conn
-                .execute_batch("PRAGMA auto_vacuum = INCREMENTAL;")
-                .map_err(sql("setting up a new store"))?;
         }
         for (from, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             let tx = self
