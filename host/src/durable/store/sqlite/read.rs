@@ -422,20 +422,9 @@ impl Read for SqliteStore {
         );
         let mut statement = self.conn.prepare(&query).map_err(sql(what))?;
         let rows = statement
-            .query_map(rusqlite::params_from_iter(values), |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, bool>(1)?,
-                    row.get::<_, i64>(2)?,
-                ))
-            })
+            .query(rusqlite::params_from_iter(values))
             .map_err(sql(what))?;
-        let mut counts = StateCounts::default();
-        for row in rows {
-            let (state, cancelled, n) = row.map_err(sql(what))?;
-            counts.add(State::from_code(state), cancelled, n.max(0) as u64);
-        }
-        Ok(counts)
+        counts_of(rows).map_err(sql(what))
     }
 
     fn prunable(
@@ -524,17 +513,16 @@ fn kept_counts(conn: &rusqlite::Connection, entry: Option<&str>) -> rusqlite::Re
         "SELECT state, cancelled, sum(n) FROM workflow_counts \
          WHERE ?1 IS NULL OR entry = ?1 GROUP BY 1, 2",
     )?;
+    let rows = statement.query(params![entry])?;
+    counts_of(rows)
+}
+
+/// Counts from rows of (state, cancelled, how many).
+fn counts_of(mut rows: rusqlite::Rows<'_>) -> rusqlite::Result<StateCounts> {
     let mut counts = StateCounts::default();
-    let rows = statement.query_map(params![entry], |row| {
-        Ok((
-            row.get::<_, i64>(0)?,
-            row.get::<_, bool>(1)?,
-            row.get::<_, i64>(2)?,
-        ))
-    })?;
-    for row in rows {
-        let (state, cancelled, n) = row?;
-        counts.add(State::from_code(state), cancelled, n.max(0) as u64);
+    while let Some(row) = rows.next()? {
+        let n: i64 = row.get(2)?;
+        counts.add(State::from_code(row.get(0)?), row.get(1)?, n.max(0) as u64);
     }
     Ok(counts)
 }
