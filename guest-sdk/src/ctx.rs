@@ -373,6 +373,23 @@ impl Ctx {
         CommandFuture::new(&self.state, Command::Random, decode::<u64>)
     }
 
+    /// Whether the code after patch `name` runs: how a workflow's code changes while workflows
+    /// that began under the old code still run (see `wfhost upgrade`).
+    ///
+    /// ```ignore
+    /// let total = if ctx.patched("tax") { net * 1.2 } else { net };
+    /// ```
+    ///
+    /// True in a new execution, and the host journals that it was; in a replay of a history the
+    /// old code recorded (before the code had the patch), false, so the replay does what the old
+    /// code did and does not diverge; in a replay of a history this code recorded past the
+    /// patch point, true again. Ask at the point where old and new code part ways, and keep the
+    /// old branch until no running workflow can still replay it; then the call can go (a journal
+    /// that recorded it does not mind). A name is at most 256 bytes.
+    pub fn patched(&self, name: &str) -> bool {
+        patched(name)
+    }
+
     /// True once this process has been asked to stop. A workflow that checks this has seen the
     /// cancel: its next await is not failed on the cancel's account.
     pub fn is_cancelled(&self) -> bool {
@@ -398,4 +415,26 @@ impl Message {
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, Error> {
         self.data.decode().map_err(Error::from)
     }
+}
+
+#[cfg(target_arch = "wasm32")]
+fn patched(name: &str) -> bool {
+    #[link(wasm_import_module = "wfhost")]
+    extern "C" {
+        #[link_name = "patched"]
+        fn wfhost_patched(ptr: *const u8, len: usize) -> i32;
+    }
+    assert!(
+        name.len() <= wfcontract::abi::MAX_PATCH_NAME,
+        "a patch name is at most {} bytes",
+        wfcontract::abi::MAX_PATCH_NAME
+    );
+    // SAFETY: the host reads `len` bytes at `ptr`, which `name` holds, and keeps nothing.
+    unsafe { wfhost_patched(name.as_ptr(), name.len()) == 1 }
+}
+
+/// Outside wasm (the SDK's own tests) every execution is new.
+#[cfg(not(target_arch = "wasm32"))]
+fn patched(_name: &str) -> bool {
+    true
 }

@@ -343,6 +343,32 @@ impl Host {
         self.durable()?.replay(self.engine(), id, module)
     }
 
+    /// Gives the running workflow `id` new code: the module `wasm`. The workflow's whole
+    /// journal is replayed against it first, in an instance of its own; only if every step
+    /// does what the journal says does the workflow switch, between two of its steps, and go on
+    /// with the new module from where it stands (paused, it stays paused). Otherwise nothing
+    /// changes, and the error ([`ErrorKind::Conflict`]) names the step and what differs. Code
+    /// that changes what a step does asks `ctx.patched("name")` (the SDK) where it parts from
+    /// the old: histories the old code recorded replay the old branch.
+    ///
+    /// The new module is kept in the store (a restart recovers the workflow with it), and runs
+    /// with the grants of a module this host loaded with the same bytes, if any, or else none
+    /// (see [`upgrade_with`](Self::upgrade_with)): as a recovery would run it. Its children go
+    /// on with their own modules; those it starts from now on of "this module" run the new
+    /// one. A workflow that runs on no host (waiting for its module, or, on a store hosts
+    /// share, owned by none) is checked and switched in the store; one another host runs is
+    /// upgraded through that host.
+    pub fn upgrade(&self, id: &str, wasm: &[u8]) -> Result<crate::Upgraded> {
+        self.upgrade_with(id, wasm, Grants::default())
+    }
+
+    /// As [`upgrade`](Self::upgrade), with `grants` for the new module if this host has not
+    /// loaded the same bytes (what a client of the host gets for the modules it stores).
+    pub fn upgrade_with(&self, id: &str, wasm: &[u8], grants: Grants) -> Result<crate::Upgraded> {
+        self.engine().running()?;
+        self.durable()?.upgrade(self.engine(), id, wasm, grants)
+    }
+
     /// Starts every unfinished workflow of the store again: each starts from its latest snapshot
     /// (see [`HostBuilder::snapshots`]), or a fresh instance of the module it started with (kept
     /// in the store by hash), replays the journal after that, checking that it does what the

@@ -27,7 +27,8 @@
 //! down. A `Host` is cheap to clone and share between threads. Building workflow crates is the
 //! CLI's job (`wfhost build`, crate `wfhost-cli`).
 //!
-//! The sandbox holds for code nobody trusts: a module may import only WASI preview 1, which is
+//! The sandbox holds for code nobody trusts: a module may import only WASI preview 1 (and
+//! `wfhost::patched`, a journaled flag), which is
 //! linked with no files, no environment and no arguments; what it may ask the host to do is decided
 //! by its [`Grants`] (every built-in, no host function, unless the embedder says otherwise);
 //! memory, time per step and over a process's life, stack, yields and payload sizes are capped
@@ -68,7 +69,7 @@ pub use client::{
 };
 pub use durable::snapshot::Snapshots;
 pub use durable::store::SyncMode;
-pub use durable::{bad_id, Damage, DurableCounters, WorkflowResult};
+pub use durable::{bad_id, Damage, DurableCounters, Upgraded, WorkflowResult};
 pub use error::{Error, ErrorKind, Result};
 pub use functions::{
     CallInfo, HostFunction, HttpSettings, DEFAULT_FUNCTION_CALLS_PER_PROCESS,

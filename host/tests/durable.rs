@@ -14,4 +14,5 @@ mod durable {
     mod server;
     mod snapshots;
     mod store;
+    mod upgrade;
 }

@@ -10,6 +10,9 @@
 //! | [`EXPORT_STEP`] | `(len: i32) -> i64` | reads a `Vec<Event>` from that buffer, answers a [`StepOutput`] |
 //! | [`EXPORT_PANIC_MESSAGE`] | `() -> i64` | after a trap, the guest's last panic message (UTF-8), or `(0, 0)` |
 //!
+//! It may import one function from the host, besides WASI preview 1: [`IMPORT_PATCHED`] from
+//! [`IMPORT_MODULE`] (`ctx.patched` in the SDK).
+//!
 //! Answers are returned as [`pack`]ed `(pointer, length)` pairs pointing into guest memory, valid
 //! until the next call into the guest.
 
@@ -33,6 +36,16 @@ pub const EXPORT_STEP: &str = "wfhost_step";
 pub const EXPORT_PANIC_MESSAGE: &str = "wfhost_panic_message";
 /// The guest's linear memory.
 pub const EXPORT_MEMORY: &str = "memory";
+
+/// The module of the one function the host gives a guest besides WASI preview 1.
+pub const IMPORT_MODULE: &str = "wfhost";
+/// `(ptr: i32, len: i32) -> i32`: whether the patch named by the UTF-8 bytes at `ptr` applies
+/// (1) or not (0): 1 in a live step, which the journal then records; in a replay, 1 only where
+/// the journal recorded it (the step ran code that had the patch), else 0. A negative answer is
+/// a name the host refused (not UTF-8, or longer than [`MAX_PATCH_NAME`]).
+pub const IMPORT_PATCHED: &str = "patched";
+/// The longest patch name, in bytes.
+pub const MAX_PATCH_NAME: usize = 256;
 
 /// What `init` answers: `Ok` when the entry point is ready to step, `Err` with a message otherwise.
 pub type InitResponse = Result<(), String>;

@@ -382,6 +382,39 @@ async fn the_ui_in_a_real_browser() {
         .await;
         assert_eq!(api.status("waiter-page").unwrap().paused, paused);
     }
+    // Upgraded from the page to another build of its module, which replays its journal.
+    let mut build = std::fs::read(wfhost_test_programs::PROBE).unwrap();
+    let marker = b"wfprobe-version:1";
+    let at = build
+        .windows(marker.len())
+        .position(|w| w == marker)
+        .unwrap();
+    build[at + marker.len() - 1] = b'2';
+    let rebuilt = dir.join("rebuilt.wasm");
+    std::fs::write(&rebuilt, &build).unwrap();
+    let before = api.status("waiter-page").unwrap().module;
+    client
+        .find(Locator::Css("#upgrade-file"))
+        .await
+        .unwrap()
+        .send_keys(rebuilt.to_str().unwrap())
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#upgrade-button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until("the page says it was upgraded", || async {
+        Ok(text_of(&client, "#upgrade-state")
+            .await?
+            .starts_with("Upgraded: "))
+    })
+    .await;
+    let after = api.status("waiter-page").unwrap().module;
+    assert!(after != before && after.len() == 64, "{before} -> {after}");
     let message = client.find(Locator::Css("#message")).await.unwrap();
     message.clear().await.unwrap();
     message.send_keys("{not json").await.unwrap();

@@ -12,7 +12,7 @@ use crate::wire::{
     CancelJson, CompleteRequest, CountParams, CountsJson, ErrorBody, Health, HeartbeatJson,
     HistoryPage, HistoryParams, HostList, ListParams, ModuleJson, ModuleList, OutboxPage,
     OutboxParams, PauseJson, PollRequest, PruneRequest, PrunedJson, SentJson, StartRequest,
-    StartedJson, TaskJson, WaitsJson, WorkflowJson, WorkflowPage,
+    StartedJson, TaskJson, UpgradeJson, UpgradeRequest, WaitsJson, WorkflowJson, WorkflowPage,
 };
 
 /// How long a call may take unless it waits on purpose (a result or the outbox with `wait`).
@@ -176,6 +176,17 @@ impl Client {
     pub fn unpause(&self, id: &str) -> Result<PauseJson> {
         let path = format!("/v1/workflows/{}/unpause", segment(id));
         answer(self.post(&path).send_empty(), self.timeout).map(|(_, p)| p)
+    }
+
+    /// Gives running workflow `id` the module `module` (a SHA-256 the store keeps: see
+    /// [`put_module`](Self::put_module)) if its journal replays the same with it; a 409 names
+    /// the step that differs otherwise, and nothing changed.
+    pub fn upgrade(&self, id: &str, module: &str) -> Result<UpgradeJson> {
+        let path = format!("/v1/workflows/{}/upgrade", segment(id));
+        let body = UpgradeRequest {
+            module: module.to_string(),
+        };
+        self.post_json(&path, &body)
     }
 
     /// A page of the store's workflows.

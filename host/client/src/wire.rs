@@ -421,6 +421,29 @@ pub struct PauseJson {
     pub status: String,
 }
 
+/// New code for a running workflow (`POST /v1/workflows/{id}/upgrade`): a module the store
+/// keeps (`POST /v1/modules` first), by its SHA-256.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct UpgradeRequest {
+    /// The new module's SHA-256, as `POST /v1/modules` answered it.
+    pub module: String,
+}
+
+/// What an upgrade did. A refused one is a 409 whose message names the step that differs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct UpgradeJson {
+    /// The module's SHA-256 the workflow ran.
+    pub from: String,
+    /// The module's SHA-256 it runs from now on.
+    pub to: String,
+    /// The steps of its journal the new module replayed the same.
+    pub steps: u64,
+    /// It ran that module already: nothing changed.
+    pub already: bool,
+}
+
 /// Which finished workflows to remove (`POST /v1/prune`): top-level ones (each with its whole
 /// tree) that finished more than `older_than` ago, or before `finished_before`; of one status
 /// or any.

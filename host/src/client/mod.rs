@@ -292,6 +292,40 @@ impl Client {
         }
     }
 
+    /// Gives the running workflow `id` new code, the module `wasm`, if its journal replays the
+    /// same with it (see [`Host::upgrade`](crate::Host::upgrade)); otherwise nothing changes and
+    /// the error ([`ErrorKind::Conflict`]) names the step and what differs. It needs a host: a
+    /// client of a serving host or of a server.
+    pub fn upgrade(&self, id: &str, wasm: &[u8]) -> Result<crate::Upgraded> {
+        match &*self.backend {
+            Backend::Store(_) => Err(needs_host()),
+            Backend::Serving(serving) => {
+                serving.host.upgrade_with(id, wasm, serving.grants.clone())
+            }
+            Backend::Remote(remote) => remote.upgrade(id, wasm),
+        }
+    }
+
+    /// As [`upgrade`](Self::upgrade), to a module the store keeps, by its SHA-256.
+    pub fn upgrade_stored(&self, id: &str, module: &str) -> Result<crate::Upgraded> {
+        match &*self.backend {
+            Backend::Store(_) => Err(needs_host()),
+            Backend::Serving(serving) => {
+                let wasm = serving.store.module(module)?.ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::UnknownModule,
+                        format!(
+                            "the store keeps no module {module}: store it first (`POST \
+                             /v1/modules`)"
+                        ),
+                    )
+                })?;
+                serving.host.upgrade_with(id, &wasm, serving.grants.clone())
+            }
+            Backend::Remote(remote) => remote.upgrade_stored(id, module),
+        }
+    }
+
     /// A page of the store's workflows that `query` lets through, oldest first, and the cursor
     /// of the next page. A page is read with the index on workflow numbers from the cursor on,
     /// never the whole table at once (a filter that matches few reads on until it has a page).
@@ -478,4 +512,14 @@ pub(crate) fn parse_cursor(cursor: &str) -> Result<u64> {
                 ),
             )
         })
+}
+
+/// Why a client of a store alone cannot upgrade a workflow.
+fn needs_host() -> Error {
+    Error::new(
+        ErrorKind::Config,
+        "an upgrade replays the workflow's journal against the new module, which takes a host: \
+         upgrade through the server that runs the store (`--server URL`), or with a host of \
+         this program's own over the store",
+    )
 }

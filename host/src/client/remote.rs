@@ -178,6 +178,21 @@ impl RemoteBackend {
         })
     }
 
+    pub(crate) fn upgrade(&self, id: &str, wasm: &[u8]) -> Result<crate::Upgraded> {
+        let (module, _) = self.api()?.put_module(wasm).map_err(|e| error(&e))?;
+        self.upgrade_stored(id, &module.hash)
+    }
+
+    pub(crate) fn upgrade_stored(&self, id: &str, module: &str) -> Result<crate::Upgraded> {
+        let answer = self.api()?.upgrade(id, module).map_err(|e| error(&e))?;
+        Ok(crate::Upgraded {
+            from: answer.from,
+            to: answer.to,
+            steps: answer.steps,
+            already: answer.already,
+        })
+    }
+
     pub(crate) fn waits(&self, id: &str) -> Result<super::Waits> {
         let answer = self.api()?.waits(id).map_err(|e| error(&e))?;
         let open = answer

@@ -45,9 +45,9 @@ const ASYNC_READS: usize = 8;
 const LOADED_FROM_STORE: usize = 64;
 
 pub(crate) struct ServingBackend {
-    host: Host,
+    pub(crate) host: Host,
     pub(crate) durable: Arc<Durable>,
-    grants: Grants,
+    pub(crate) grants: Grants,
     pub(crate) store: StoreBackend,
     /// Whether the task that reads the store for other hosts' work runs.
     polling: Arc<AtomicBool>,

@@ -29,12 +29,14 @@ pub(crate) mod resolve;
 pub(crate) mod snapshot;
 pub(crate) mod start;
 pub mod store;
+pub(crate) mod upgrade;
 pub(crate) mod waiters;
 pub(crate) mod writer;
 
 pub use resolve::Damage;
 pub use snapshot::DurableCounters;
 pub use start::{bad_id, WorkflowResult};
+pub use upgrade::Upgraded;
 
 use std::collections::HashMap;
 
@@ -167,6 +169,8 @@ pub(crate) struct Durable {
     gate: Mutex<Option<Vec<Waker>>>,
     /// The paused workflows this host runs (`pause.rs`).
     pub(crate) paused: pause::Paused,
+    /// The upgrades waiting for the processes of workflows that run here (`upgrade.rs`).
+    pub(crate) upgrades: upgrade::Upgrades,
     /// When workflows save snapshots.
     pub(crate) snapshots: Snapshots,
     pub(crate) counts: Counts,
@@ -310,6 +314,7 @@ impl Durable {
             kept: Mutex::new(std::collections::HashSet::new()),
             gate: Mutex::new(None),
             paused: pause::Paused::default(),
+            upgrades: upgrade::Upgrades::default(),
             snapshots,
             counts: Counts::default(),
             lease: OnceLock::new(),

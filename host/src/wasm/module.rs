@@ -252,14 +252,14 @@ impl Sections {
 
     /// Refuses an import from anywhere but WASI preview 1.
     fn check_imports(&self) -> Result<()> {
-        match self
-            .imports
-            .iter()
-            .find(|(module, _)| module != WASI_MODULE)
-        {
+        match self.imports.iter().find(|(module, name)| {
+            module != WASI_MODULE && !(module == abi::IMPORT_MODULE && name == abi::IMPORT_PATCHED)
+        }) {
             Some((module, name)) => Err(bad(format!(
                 "the module imports '{module}::{name}', which wfhost does not provide: a workflow \
-                 may import only WASI preview 1 ({WASI_MODULE})"
+                 may import only WASI preview 1 ({WASI_MODULE}) and '{}::{}'",
+                abi::IMPORT_MODULE,
+                abi::IMPORT_PATCHED
             ))),
             None => Ok(()),
         }

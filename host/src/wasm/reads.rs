@@ -13,6 +13,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use wasmtime::{Caller, Linker};
 
+use wfcontract::abi;
+
 use crate::wasm::module::WASI_MODULE;
 use crate::wasm::GuestState;
 
@@ -28,6 +30,10 @@ pub enum Read {
     },
     /// `random_get` filled its buffer with these bytes.
     Random(Vec<u8>),
+    /// `wfhost::patched` was asked about this patch in a live step, and said it applies. A
+    /// replay answers the same where it finds one, and "does not apply" where it finds none (the
+    /// step ran before the code had the patch).
+    Patched(String),
 }
 
 impl std::fmt::Display for Read {
@@ -35,6 +41,7 @@ impl std::fmt::Display for Read {
         match self {
             Read::Clock { id, nanos } => write!(f, "clock {id} = {nanos} ns"),
             Read::Random(bytes) => write!(f, "{} random bytes", bytes.len()),
+            Read::Patched(name) => write!(f, "patch '{name}'"),
         }
     }
 }
@@ -98,6 +105,11 @@ impl ReadState {
                 Ok(read)
             }
             Reads::Replay { reads, diverged } => {
+                // A patch the step asked about, which this code no longer asks about: it was
+                // taken out once every history had it.
+                while matches!(reads.front(), Some(Read::Patched(_))) {
+                    reads.pop_front();
+                }
                 let next = reads.pop_front();
                 let fits = matches!(
                     (&next, wanted),
@@ -121,6 +133,42 @@ impl ReadState {
             }
         }
     }
+
+    /// Whether patch `name` applies: yes in a live step (and recorded); in a replay, yes where
+    /// the journal recorded it, no where it did not (the step was recorded by code before the
+    /// patch). Never a divergence: a patch is how code changes without one.
+    fn patched(&mut self, name: &str) -> bool {
+        match &mut self.reads {
+            Reads::Live => true,
+            Reads::Record(kept) => {
+                kept.push(Read::Patched(name.to_string()));
+                true
+            }
+            Reads::Replay { reads, .. } => {
+                // Patches the step asked about before this one and this code does not: skipped.
+                let at = reads
+                    .iter()
+                    .take_while(|read| matches!(read, Read::Patched(_)))
+                    .position(|read| matches!(read, Read::Patched(recorded) if recorded == name));
+                match at {
+                    Some(at) => {
+                        reads.drain(..=at);
+                        true
+                    }
+                    None => false,
+                }
+            }
+        }
+    }
+}
+
+/// What is left of a replayed step's reads that counts: the patches a step asked about and
+/// this code no longer does are not a difference.
+pub(crate) fn unread(reads: &VecDeque<Read>) -> usize {
+    reads
+        .iter()
+        .filter(|read| !matches!(read, Read::Patched(_)))
+        .count()
 }
 
 fn nanos_since(origin: SystemTime) -> u64 {
@@ -216,6 +264,35 @@ pub(crate) fn shadow(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
             } else {
                 ERRNO_FAULT
             })
+        },
+    )?;
+    linker.func_wrap(
+        abi::IMPORT_MODULE,
+        abi::IMPORT_PATCHED,
+        |mut caller: Caller<'_, GuestState>, ptr: i32, len: i32| -> i32 {
+            let Ok(len) = usize::try_from(len as u32) else {
+                return -1;
+            };
+            if len > abi::MAX_PATCH_NAME {
+                return -1;
+            }
+            let Some(memory) = caller
+                .get_export("memory")
+                .and_then(wasmtime::Extern::into_memory)
+            else {
+                return -1;
+            };
+            let mut name = vec![0; len];
+            if memory
+                .read(&caller, ptr as u32 as usize, &mut name)
+                .is_err()
+            {
+                return -1;
+            }
+            let Ok(name) = String::from_utf8(name) else {
+                return -1;
+            };
+            i32::from(caller.data_mut().reads.patched(&name))
         },
     )?;
     Ok(())

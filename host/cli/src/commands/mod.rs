@@ -22,6 +22,7 @@ mod serve;
 mod start;
 mod status;
 mod target;
+mod upgrade;
 // Runs commands in process groups of their own.
 #[cfg(unix)]
 mod worker;
@@ -46,6 +47,7 @@ pub enum Command {
     Pause(pause::PauseCommand),
     Unpause(pause::UnpauseCommand),
     Prune(prune::PruneCommand),
+    Upgrade(upgrade::UpgradeCommand),
     #[cfg(unix)]
     Worker(worker::WorkerCommand),
 }
@@ -70,6 +72,7 @@ impl Command {
             Command::Pause(command) => command.execute(),
             Command::Unpause(command) => command.execute(),
             Command::Prune(command) => command.execute(),
+            Command::Upgrade(command) => command.execute(),
             #[cfg(unix)]
             Command::Worker(command) => command.execute(),
         }

@@ -98,37 +98,23 @@ impl ReplayCommand {
         let host = super::host::build(builder.read_store(&self.store))?;
         host.load_module_bytes("replayed", &bytes)?;
         let (mut same, mut broken, mut failed) = (0u64, 0u64, 0u64);
-        let mut query = ListQuery::new().state(WorkflowState::Running);
-        loop {
-            let page = client.list(&query)?;
-            for workflow in &page.items {
-                let ours = info.entries.contains(&workflow.entry)
-                    && self.of.as_deref().is_none_or(|of| {
-                        workflow.module_name == of || workflow.module.starts_with(of)
-                    });
-                if !ours {
-                    continue;
+        each_running(&client, &info, self.of.as_deref(), |workflow| {
+            match host.replay(&workflow.id, "replayed") {
+                Ok(steps) => {
+                    same += 1;
+                    outln!("same    {}  ({steps} step(s))", workflow.id)?;
                 }
-                match host.replay(&workflow.id, "replayed") {
-                    Ok(steps) => {
-                        same += 1;
-                        outln!("same    {}  ({steps} step(s))", workflow.id)?;
-                    }
-                    Err(error) if error.kind() == wfhost::ErrorKind::Nondeterminism => {
-                        broken += 1;
-                        outln!("breaks  {}  {}", workflow.id, error.message())?;
-                    }
-                    Err(error) => {
-                        failed += 1;
-                        outln!("error   {}  {}", workflow.id, error.message())?;
-                    }
+                Err(error) if error.kind() == wfhost::ErrorKind::Nondeterminism => {
+                    broken += 1;
+                    outln!("breaks  {}  {}", workflow.id, error.message())?;
+                }
+                Err(error) => {
+                    failed += 1;
+                    outln!("error   {}  {}", workflow.id, error.message())?;
                 }
             }
-            match page.next {
-                Some(next) => query = query.after(next),
-                None => break,
-            }
-        }
+            Ok(())
+        })?;
         host.shutdown(Duration::from_secs(1));
         eprintln!(
             "{} running workflow(s) replayed with {}: {same} the same, {broken} would break{}",
@@ -149,5 +135,31 @@ impl ReplayCommand {
             .into());
         }
         Ok(())
+    }
+}
+
+/// Calls `each` with every running workflow whose entry point the module `info` exports (and,
+/// with `of`, that started from the module of that name or hash prefix), page by page.
+pub(super) fn each_running(
+    client: &Client,
+    info: &wfhost::ModuleInfo,
+    of: Option<&str>,
+    mut each: impl FnMut(&wfhost::WorkflowStatus) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut query = ListQuery::new().state(WorkflowState::Running);
+    loop {
+        let page = client.list(&query)?;
+        for workflow in &page.items {
+            let ours = info.entries.contains(&workflow.entry)
+                && of
+                    .is_none_or(|of| workflow.module_name == of || workflow.module.starts_with(of));
+            if ours {
+                each(workflow)?;
+            }
+        }
+        match page.next {
+            Some(next) => query = query.after(next),
+            None => return Ok(()),
+        }
     }
 }

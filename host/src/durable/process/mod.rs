@@ -5,6 +5,7 @@
 mod dormant;
 mod journal;
 mod replay;
+mod switch;
 
 pub(crate) use dormant::{track, Standing};
 
@@ -264,6 +265,10 @@ impl Process for DurableProcess {
     }
 
     fn prepare(&mut self, waker: &WakerSource<'_>) -> Result<Readiness, ProcessError> {
+        if let Some(upgrade) = self.durable.upgrades.take(self.pid.0) {
+            // Between two steps, paused or not: the new module takes over from here.
+            self.switch(upgrade);
+        }
         if !waker.terminating() && self.durable.held_paused(self.pid.0, || waker.waker()) {
             // Paused: it takes no step, its events queued, until it is unpaused and woken.
             return Ok(Readiness::NotReady);

@@ -265,6 +265,22 @@ pub enum Op {
         /// Paused, or not.
         paused: bool,
     },
+    /// An unfinished workflow runs module `to` from now on, in place of `from`: written only if
+    /// it still runs `from` and its journal still ends at step `steps` (the journal the new
+    /// module was checked against). Whether it was can be read back.
+    Upgrade {
+        /// The workflow.
+        num: u64,
+        /// The module's hash it ran.
+        from: String,
+        /// The module's hash it runs from now on (kept by an `Op::Module` before it).
+        to: String,
+        /// Its journal's last step, as checked.
+        steps: u64,
+        /// Written by a host that does not run it: on a store hosts share, only if no host owns
+        /// it.
+        unowned: bool,
+    },
     /// A workflow's journal could not be read back (`Some(why)`), or can again (`None`).
     Damaged {
         /// The workflow.

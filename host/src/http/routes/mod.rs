@@ -7,6 +7,7 @@ mod modules;
 mod ops;
 mod retention;
 mod tasks;
+mod upgrade;
 mod workflows;
 
 use std::sync::Arc;
@@ -29,6 +30,7 @@ pub(crate) fn guarded(state: &AppState) -> OpenApiRouter<Arc<AppState>> {
         .merge(ops::routes())
         .merge(tasks::routes())
         .merge(retention::routes())
+        .merge(upgrade::routes())
         .layer(axum::extract::DefaultBodyLimit::max(state.max_body));
     json.merge(modules::routes(state))
 }

@@ -38,7 +38,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
 }
 
 /// A module named by its hash: 64 hex digits.
-fn check_hash(hash: &str) -> Result<(), ApiError> {
+pub(super) fn check_hash(hash: &str) -> Result<(), ApiError> {
     if hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Ok(());
     }

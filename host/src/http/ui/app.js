@@ -326,6 +326,10 @@ async function workflowPage(view, id) {
         <div class="actions"><button id="pause-button" type="button">Pause</button><span id="pause-state" class="muted"></span></div>
         <p class="muted">A cancelled workflow is told to stop; it may clean up before it ends.</p>
         <div class="actions"><button id="cancel-button" class="danger" type="button">Cancel this workflow</button><span id="cancel-state" class="muted"></span></div></section>
+      <section class="panel"><h2>Upgrade</h2>
+        <p class="muted">New code for this workflow: its journal is replayed against the new module first, and it switches only if every step is the same.</p>
+        <form id="upgrade"><input id="upgrade-file" type="file" accept=".wasm,application/wasm" aria-label="The new module (.wasm)">
+        <div class="actions"><button id="upgrade-button" type="submit">Upgrade</button><span id="upgrade-state" class="muted"></span></div></form></section>
     </div>
     <h2>Children</h2><div id="children"><span class="muted">-</span></div>
     <h2>History <span id="step-count" class="muted"></span></h2><div id="waits"></div><ol class="timeline" id="timeline"></ol><div id="more-steps"></div>`));
@@ -351,6 +355,20 @@ async function workflowPage(view, id) {
       state.textContent = { done: verb === 'pause' ? 'Paused.' : 'Unpaused.', already: 'It was so already.', ended: 'It had already ended (' + answer.status + ').' }[answer.pause] || answer.pause;
       await refresh();
     } catch (error) { state.textContent = error.message; }
+  });
+  document.getElementById('upgrade').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const state = document.getElementById('upgrade-state');
+    const file = document.getElementById('upgrade-file').files[0];
+    if (!file) { state.textContent = 'Choose the new module (a .wasm file) first.'; return; }
+    state.textContent = 'Replaying its journal against ' + file.name + '…';
+    try {
+      const stored = await api('/v1/modules', { method: 'POST', headers: { 'Content-Type': 'application/wasm' }, body: await file.arrayBuffer() });
+      const done = await api(wf(id) + '/upgrade', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ module: stored.hash }) });
+      state.textContent = done.already ? 'It runs that module already.'
+        : 'Upgraded: ' + done.steps + ' step(s) replayed the same; it runs ' + done.to.slice(0, 16) + '… now.';
+      await refresh();
+    } catch (error) { state.textContent = 'Not upgraded: ' + error.message; }
   });
   document.getElementById('cancel-button').addEventListener('click', async () => {
     if (!confirm('Cancel workflow ' + id + '?')) return;
@@ -452,7 +470,7 @@ function renderFacts(w) {
   ui.paused = w.paused === true;
   const pause = document.getElementById('pause-button');
   if (pause) pause.textContent = ui.paused ? 'Unpause' : 'Pause';
-  for (const b of [document.getElementById('cancel-button'), document.getElementById('send-button'), pause]) {
+  for (const b of [document.getElementById('cancel-button'), document.getElementById('send-button'), pause, document.getElementById('upgrade-button')]) {
     if (b && ui.finished) b.disabled = true;
   }
 }

@@ -133,6 +133,22 @@ impl WasmProcess {
         }
     }
 
+    /// A process with this one's limits, not started, of module `loaded` with its grants: what
+    /// an upgraded workflow runs.
+    pub(crate) fn sibling(&self, loaded: &crate::modules::Loaded) -> WasmProcess {
+        let mut sibling = WasmProcess::new(
+            Arc::clone(&self.runtime),
+            loaded.spec(None, Arc::clone(&self.spec.limits)),
+        );
+        sibling.workflow = self.workflow.clone();
+        sibling
+    }
+
+    /// Its module's SHA-256, in hex.
+    pub(crate) fn sha256(&self) -> Arc<str> {
+        Arc::from(self.spec.compiled.info.sha256.as_str())
+    }
+
     /// The name its module was loaded under (what its spawns without a module name run).
     pub(crate) fn module_name(&self) -> &str {
         &self.spec.module_name

@@ -559,6 +559,46 @@ pub async fn report_then_wait(ctx: Ctx, n: u32) -> Result<String, Error> {
     ctx.recv().await
 }
 
+/// The version of this code: "1" as built. A test makes the other versions by changing the last
+/// byte of this string in the module's data; the read is volatile so that the compiler cannot
+/// fold it away.
+static VERSION: [u8; 17] = *b"wfprobe-version:1";
+
+fn version() -> u8 {
+    // SAFETY: a read of a byte of a static, which lives as long as the module.
+    unsafe { core::ptr::read_volatile(&VERSION[16]) }
+}
+
+/// Waits for two numbers as messages and returns what its version of the code makes of them.
+/// Version 1: their sum. Version 2 changes what follows the first message behind the patch
+/// "double" (it tells the host, and doubles the sum), and keeps version 1's code for histories
+/// recorded before. Version 3 changes it without a patch (it naps first): a history version 1
+/// recorded past the first message does not replay with it.
+pub async fn versioned(ctx: Ctx, _: ()) -> Result<String, Error> {
+    let a: u64 = ctx.recv().await?;
+    match version() {
+        b'1' => {
+            let b: u64 = ctx.recv().await?;
+            Ok(format!("v1 {}", a + b))
+        }
+        b'2' => {
+            if ctx.patched("double") {
+                ctx.send(wfguest::Pid::HOST, "doubling").await?;
+                let b: u64 = ctx.recv().await?;
+                Ok(format!("v2 patched {}", 2 * (a + b)))
+            } else {
+                let b: u64 = ctx.recv().await?;
+                Ok(format!("v2 unpatched {}", a + b))
+            }
+        }
+        _ => {
+            ctx.sleep(Duration::from_millis(1)).await?;
+            let b: u64 = ctx.recv().await?;
+            Ok(format!("v3 {}", a + b))
+        }
+    }
+}
+
 /// Sends one message to the host.
 pub async fn report_once(ctx: Ctx, _: ()) -> Result<(), Error> {
     ctx.send(wfguest::Pid::HOST, "from a child").await
@@ -983,4 +1023,5 @@ wfguest::entry_points!(
     nest,
     nap_then_message,
     report_then_wait,
+    versioned,
 );

@@ -43,6 +43,7 @@ enum Part<'a> {
     Prune(Vec<i64>),
     Refused(i64, Text<'a>),
     Damaged(i64, Option<Text<'a>>),
+    Upgrade(i64, Text<'a>, Text<'a>, i64, bool),
 }
 
 /// Rows of ops that commute, by kind, as the columns of their tables.
@@ -213,7 +214,8 @@ impl<'a> Plan<'a> {
                 | Op::Pause { .. }
                 | Op::Prune { .. }
                 | Op::Refused { .. }
-                | Op::Damaged { .. } => {
+                | Op::Damaged { .. }
+                | Op::Upgrade { .. } => {
                     // In order with what comes before and after: the segment so far goes first.
                     if !segment.is_empty() {
                         parts.push(Part::Segment(Box::new(std::mem::take(&mut segment))));
@@ -268,6 +270,11 @@ impl<'a> Plan<'a> {
                 Part::Damaged(num, why) => {
                     pipeline.push(client, &statements.damaged, vec![num, why])
                 }
+                Part::Upgrade(num, from, to, steps, unowned) => pipeline.push(
+                    client,
+                    &statements.upgrade,
+                    vec![num, from, to, steps, unowned],
+                ),
             }
         }
         if let Some(last) = &self.last_message {
@@ -363,6 +370,7 @@ struct Statements {
     refused: Statement,
     damaged: Statement,
     pause: Statement,
+    upgrade: Statement,
     prune: Statement,
     outbox: Statement,
     counter: Statement,
@@ -417,6 +425,11 @@ impl Statements {
             refused: conn.prepare("UPDATE messages SET refused = $2 WHERE id = $1")?,
             damaged: conn.prepare("UPDATE workflows SET damaged = $2 WHERE num = $1")?,
             pause: conn.prepare("UPDATE workflows SET paused = $2 WHERE num = $1 AND state = 0")?,
+            upgrade: conn.prepare(
+                "UPDATE workflows SET module = $3 WHERE num = $1 AND state = 0 AND module = $2 \
+                 AND (SELECT COALESCE(MAX(seq), 0) FROM steps WHERE num = $1) = $4 \
+                 AND (NOT $5 OR owner IS NULL)",
+            )?,
             // The finished trees of these roots, with everything of theirs; a tree with an
             // unfinished workflow is left. One statement sees one snapshot: the modules no
             // workflow left uses are those no workflow outside the pruned trees does.
@@ -677,8 +690,21 @@ fn part_of(op: &Op) -> Result<Part<'_>, String> {
         ),
         Op::Refused { id, error } => Part::Refused(int(*id, "message")?, text(error)),
         Op::Damaged { num, why } => Part::Damaged(int(*num, "workflow")?, why.as_deref().map(text)),
+        Op::Upgrade {
+            num,
+            from,
+            to,
+            steps,
+            unowned,
+        } => Part::Upgrade(
+            int(*num, "workflow")?,
+            text(from),
+            text(to),
+            int(*steps, "step")?,
+            *unowned,
+        ),
         _ => unreachable!(
-            "only ends, cancels, pauses, prunes, refusals and damage are parts of their own"
+            "only ends, cancels, pauses, prunes, refusals, damage and upgrades are parts of their own"
         ),
     })
 }

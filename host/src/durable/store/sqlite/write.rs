@@ -55,6 +55,22 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
             tx.prepare_cached("UPDATE workflows SET paused = ?2 WHERE num = ?1 AND state = 0")?
                 .execute(params![int(*num)?, i64::from(*paused)])?;
         }
+        Op::Upgrade {
+            num,
+            from,
+            to,
+            steps,
+            // One host writes a SQLite store: no other runs the workflow.
+            unowned: _,
+        } => {
+            tx.prepare_cached(
+                // Its steps are in `steps`, or still in `log` (`move_log`).
+                "UPDATE workflows SET module = ?3 WHERE num = ?1 AND state = 0 AND module = ?2 \
+                 AND max((SELECT COALESCE(MAX(seq), 0) FROM steps WHERE num = ?1), \
+                         (SELECT COALESCE(MAX(seq), 0) FROM log WHERE num = ?1)) = ?4",
+            )?
+            .execute(params![int(*num)?, from, to, int(*steps)?])?;
+        }
         Op::Damaged { num, why } => {
             tx.prepare_cached("UPDATE workflows SET damaged = ?2 WHERE num = ?1")?
                 .execute(params![int(*num)?, why])?;
