@@ -11,6 +11,7 @@ const GUESTS: &[(&str, &str)] = &[
     ("order", "ORDER"),
     ("ring", "RING"),
     ("fanout", "FANOUT"),
+    ("reminders", "REMINDERS"),
     ("probe", "PROBE"),
     ("tiny", "TINY"),
 ];
@@ -53,7 +54,9 @@ fn main() {
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .env_remove("CLIPPY_ARGS");
     for (package, _) in GUESTS {
-        command.args(["-p", package]);
+        // With the version (the workspace's, which every guest shares): `ring` alone is also
+        // the name of a dependency of the host's.
+        command.args(["-p", &format!("{package}@{}", env!("CARGO_PKG_VERSION"))]);
     }
     let status = command.status().expect("run cargo to build the guests");
     if !status.success() {

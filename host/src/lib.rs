@@ -55,6 +55,7 @@ mod run;
 mod server;
 mod spawner;
 pub mod tasks;
+pub mod testing;
 mod wasm;
 
 pub use builder::{

@@ -113,11 +113,13 @@ fn upgraded_through_kill(dir: &Path, store: &str, v2: &Path, v3: &Path) {
     let (code, out, _) = upgrade(&server, &["late"], v2);
     assert_eq!(code, Some(0));
     assert!(out.contains("already"), "{out}");
-    // `--all` takes the rest: `early`.
-    let (code, out, err) = upgrade(&server, &["--all"], v2);
+    // `--all` takes the rest of the old module's: `early`. It names the module.
+    let (code, _, err) = upgrade(&server, &["--all"], v2);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--of"), "{err}");
+    let (code, out, err) = upgrade(&server, &["--all", "--of", &module[..12]], v2);
     assert_eq!(code, Some(0), "{out}{err}");
-    assert!(out.contains("upgraded  early  (1 step(s))"), "{out}");
-    assert!(out.contains("already   late"), "{out}");
+    assert_eq!(out.trim(), "upgraded  early  (1 step(s))", "{out}");
     assert_eq!(api.status("early").unwrap().module, new_module);
 
     // Killed and started again, both run version 2 from the store's copy.

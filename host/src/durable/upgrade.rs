@@ -127,19 +127,30 @@ impl Durable {
         // name the store's copy takes, with `grants`: what the workflow, and its spawns of
         // "this module", run from now on. Never the grants of the module it ran: new code
         // gets no more than a recovery would give it.
-        let name = match engine.modules.by_hash(&to) {
-            Some(loaded) => loaded.name.to_string(),
+        let (name, inserted) = match engine.modules.by_hash(&to) {
+            Some(loaded) => (loaded.name.to_string(), false),
             None => {
                 let name = stored_name(&to);
                 engine.modules.insert(&name, Arc::clone(&compiled), grants);
-                name
+                (name, true)
             }
         };
         let loaded = engine.modules.get(&name)?;
         let bytes: Arc<[u8]> = Arc::from(bytes);
         let steps = match self.ids.pid_of(id) {
-            Some(pid) => self.upgrade_here(pid, &loaded, &bytes)?,
-            None => self.upgrade_in_store(engine, &workflow, &loaded, &bytes)?,
+            Some(pid) => self.upgrade_here(pid, &loaded, &bytes),
+            None => self.upgrade_in_store(engine, &workflow, &loaded, &bytes),
+        };
+        let steps = match steps {
+            Ok(steps) => steps,
+            Err(error) => {
+                // A module loaded for an upgrade that did not happen goes again (processes that
+                // run it keep it), so that refused upgrades cannot pile modules up.
+                if inserted {
+                    let _ = engine.modules.remove(&name);
+                }
+                return Err(error);
+            }
         };
         Ok(Upgraded {
             from,
@@ -291,6 +302,9 @@ impl Durable {
         let start = &workflow.start;
         let input = stored_input(workflow)?;
         let hash = process.sha256();
+        // What it prints was printed when the steps ran.
+        let mut process = process;
+        process.mute(true);
         let process = DurableProcess::new(
             process,
             Arc::clone(self),

@@ -9,8 +9,7 @@ use wfhost_scheduler::{InitContext, Process, ProcessError};
 use crate::error::Result;
 use crate::grants::Grants;
 use crate::wasm::{
-    Compiled, EngineSettings, GuestLimiter, GuestState, Hibernation, Instances, Limits,
-    ProcessSpec, WasmProcess, WasmRuntime,
+    Compiled, GuestLimiter, GuestState, Limits, ProcessSpec, WasmProcess, WasmRuntime,
 };
 
 /// A compiled module and the runtime around it.
@@ -69,22 +68,12 @@ impl Harness {
         copy_on_write: bool,
         compact: bool,
     ) -> Result<Harness> {
-        let instances = Instances::new(
-            usize::MAX,
-            1,
-            Hibernation::Off,
-            String::new(),
-            limits.step_time_limit,
-        );
-        let settings = EngineSettings {
+        let wasm = Arc::new(WasmRuntime::standalone(
+            limits,
             pooling,
             copy_on_write,
             compact,
-            cache_dir: None,
-            page_scan: false,
-            metrics: None,
-        };
-        let wasm = Arc::new(WasmRuntime::new(limits, settings, instances)?);
+        )?);
         let compiled = wasm.compile(bytes)?;
         Ok(Harness { wasm, compiled })
     }

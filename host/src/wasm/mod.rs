@@ -171,6 +171,32 @@ pub(crate) struct EngineSettings {
 impl WasmRuntime {
     /// A runtime for processes within `limits`, with an engine built as `settings` says;
     /// `instances` says how many may be live, and when processes hibernate.
+    /// A runtime of its own, outside a host (the benchmarks' harness, `wfhost::testing`): no
+    /// bound on live instances, none ever hibernated, no module cache, no metrics.
+    pub(crate) fn standalone(
+        limits: Limits,
+        pooling: Option<u32>,
+        copy_on_write: bool,
+        compact: bool,
+    ) -> Result<WasmRuntime> {
+        let instances = Instances::new(
+            usize::MAX,
+            1,
+            Hibernation::Off,
+            String::new(),
+            limits.step_time_limit,
+        );
+        let settings = EngineSettings {
+            pooling,
+            copy_on_write,
+            compact,
+            cache_dir: None,
+            page_scan: false,
+            metrics: None,
+        };
+        WasmRuntime::new(limits, settings, instances)
+    }
+
     pub(crate) fn new(
         limits: Limits,
         settings: EngineSettings,

@@ -105,12 +105,12 @@ impl ReadState {
                 Ok(read)
             }
             Reads::Replay { reads, diverged } => {
-                // A patch the step asked about, which this code no longer asks about: it was
-                // taken out once every history had it.
-                while matches!(reads.front(), Some(Read::Patched(_))) {
-                    reads.pop_front();
-                }
-                let next = reads.pop_front();
+                // The patches are not in order with the clocks and randomness, and stay for
+                // `patched` to find.
+                let next = reads
+                    .iter()
+                    .position(|read| !matches!(read, Read::Patched(_)))
+                    .and_then(|at| reads.remove(at));
                 let fits = matches!(
                     (&next, wanted),
                     (Some(Read::Clock { .. }), "clock") | (Some(Read::Random(_)), "random")
@@ -138,26 +138,19 @@ impl ReadState {
     /// the journal recorded it, no where it did not (the step was recorded by code before the
     /// patch). Never a divergence: a patch is how code changes without one.
     fn patched(&mut self, name: &str) -> bool {
+        let asked = |read: &Read| matches!(read, Read::Patched(recorded) if recorded == name);
         match &mut self.reads {
             Reads::Live => true,
             Reads::Record(kept) => {
-                kept.push(Read::Patched(name.to_string()));
+                // Once a step: a loop that asks again does not grow the journal.
+                if !kept.iter().any(asked) {
+                    kept.push(Read::Patched(name.to_string()));
+                }
                 true
             }
-            Reads::Replay { reads, .. } => {
-                // Patches the step asked about before this one and this code does not: skipped.
-                let at = reads
-                    .iter()
-                    .take_while(|read| matches!(read, Read::Patched(_)))
-                    .position(|read| matches!(read, Read::Patched(recorded) if recorded == name));
-                match at {
-                    Some(at) => {
-                        reads.drain(..=at);
-                        true
-                    }
-                    None => false,
-                }
-            }
+            // The patches a step asked about are a set: where in the step it asked (before or
+            // after a clock read, before or after another patch) does not matter.
+            Reads::Replay { reads, .. } => reads.iter().any(asked),
         }
     }
 }

@@ -119,6 +119,16 @@ fn an_upgrade_switches_only_a_workflow_whose_journal_replays_the_same() {
     send(&host, &broken, 6);
     assert_eq!(result(&broken), "v1 11");
 
+    // A timer set before the switch still fires after it: its yields stayed armed.
+    let napper = host
+        .start("napper", "probe", "nap_then_message", json(value!(300)))
+        .unwrap();
+    wait_steps(&client, "napper", 1);
+    assert_eq!(host.upgrade("napper", &v2).unwrap().steps, 1);
+    host.send(napper.pid(), Payload::to_json(&"woke").unwrap())
+        .unwrap();
+    assert_eq!(result(&napper), "woke after 300 ms");
+
     // An ended workflow has nothing to upgrade.
     let error = host.upgrade("mid", &v3).unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidInput, "{error}");
@@ -142,6 +152,15 @@ fn an_upgraded_workflow_recovers_with_its_new_module_and_a_dormant_one_upgrades(
             wait_steps(&client, id, 2);
         }
         assert_eq!(host.upgrade("switched", &v2).unwrap().steps, 2);
+        // `patched` reaches the patch under version 2 before the restart: its journal records
+        // that the step asked, and its replay after the restart takes the new branch again.
+        let patched = host
+            .start("patched", "probe", "versioned", json(value!(null)))
+            .unwrap();
+        wait_steps(&client, "patched", 1);
+        assert_eq!(host.upgrade("patched", &v2).unwrap().steps, 1);
+        send(&host, &patched, 1);
+        wait_steps(&client, "patched", 3);
         host.shutdown(Duration::from_secs(5));
     }
     // After a restart: `switched` runs version 2 (the store's copy), `dormant` version 1 until
@@ -150,12 +169,17 @@ fn an_upgraded_workflow_recovers_with_its_new_module_and_a_dormant_one_upgrades(
     host.load_module_bytes("probe-v2", &v2).unwrap();
     let runs: std::collections::HashMap<String, Run> =
         host.recover().unwrap().into_iter().collect();
-    assert_eq!(runs.len(), 2);
+    assert_eq!(runs.len(), 3);
     let upgraded = host.upgrade("dormant", &v2).unwrap();
     assert_eq!((upgraded.steps, upgraded.already), (2, false));
     for (id, run) in &runs {
         send(&host, run, 2);
-        assert_eq!(result(run), "v2 unpatched 3", "{id}");
+        let expected = if id == "patched" {
+            "v2 patched 6"
+        } else {
+            "v2 unpatched 3"
+        };
+        assert_eq!(result(run), expected, "{id}");
     }
     host.shutdown(Duration::from_secs(5));
     let _ = std::fs::remove_dir_all(dir);

@@ -13,8 +13,8 @@ use crate::output::outln;
 
 /// Gives a running workflow new code: its journal is replayed against the new module first, and
 /// it switches (between two of its steps) only if every step is the same; otherwise nothing
-/// changes, the step that differs is named, and the exit code is 1. With `--all`: every
-/// running workflow the new module could run (or, with `--of`, those of one module).
+/// changes, the step that differs is named, and the exit code is 1. With `--all --of MODULE`:
+/// every running workflow of that module that the new module could run.
 ///
 /// Through a server (`--server`), the host that runs the workflow switches it at once. On a
 /// store (`--store`), only workflows no host runs are switched (a SQLite store no host holds,
@@ -29,12 +29,13 @@ pub struct UpgradeCommand {
     #[arg(long, value_name = "FILE")]
     module: PathBuf,
 
-    /// Every running workflow whose entry point the new module exports: a line each
-    /// (`upgraded`, `already`, `refused` and why), and exit code 1 if any was refused.
-    #[arg(long)]
+    /// Every running workflow of the module --of names whose entry point the new module exports:
+    /// a line each (`upgraded`, `already`, `refused` and why), and exit code 1 if any was
+    /// refused.
+    #[arg(long, requires = "of")]
     all: bool,
 
-    /// With --all: only the workflows of this module (its name, or the start of its hash).
+    /// With --all: the module whose workflows to upgrade (its name, or the start of its hash).
     #[arg(long, value_name = "MODULE", requires = "all")]
     of: Option<String>,
 

@@ -21,6 +21,11 @@ impl DurableProcess {
         if let Err(error) = &answer {
             tracing::info!(workflow = %self.id, "upgrade refused: {}", error.message());
         }
+        if self.dormant {
+            // Woken for the upgrade, not for an event: its turn is answered from where its
+            // journal left it (its yields stay armed), and only an event restores it.
+            self.recovering = true;
+        }
         let _ = request.reply.send(answer);
     }
 
@@ -32,7 +37,25 @@ impl DurableProcess {
             ))
         };
         if self.ended {
-            return busy("has ended");
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "workflow '{}' has ended: there is nothing to upgrade",
+                    self.id
+                ),
+            ));
+        }
+        if self.inner.reaches_any_process() != request.loaded.grants.reaches_any_process() {
+            // Which processes it may reach was fixed when it started.
+            return Err(Error::new(
+                ErrorKind::NotAllowed,
+                format!(
+                    "the new module's grants differ from the old one's in whether it may reach \
+                     any process (not only its own children), which workflow '{}' keeps from \
+                     its start: load the new module with the same grants",
+                    self.id
+                ),
+            ));
         }
         if !self.dormant && (self.recovering || self.restoring || self.deferred.is_some()) {
             return busy("is being started or recovered");
@@ -86,7 +109,24 @@ impl DurableProcess {
                 unowned: false,
             },
         ])?;
-        let now = durable.reader.lock().workflow(&self.id).ok().flatten();
+        let now = match durable.reader.lock().workflow(&self.id) {
+            Ok(now) => now,
+            Err(error) => {
+                // Whether the switch was written is not known: the workflow stops where its
+                // journal ends, as on any failure of its store, and its next host recovers it
+                // with whichever module its row names.
+                self.ended = true;
+                durable.store_failed(&error, &[self.pid]);
+                return Err(Error::new(
+                    ErrorKind::Store,
+                    format!(
+                        "reading back the upgrade of '{}' failed ({error}): the store failed; \
+                         the workflow resumes with whichever module it names",
+                        self.id
+                    ),
+                ));
+            }
+        };
         if now.as_ref().map(|w| w.start.module.as_str()) != Some(to.as_str()) {
             return Err(Error::new(
                 ErrorKind::Store,
@@ -97,6 +137,7 @@ impl DurableProcess {
                 ),
             ));
         }
+        let input = stored_input(&workflow)?;
         let fresh = self.inner.sibling(&request.loaded);
         std::mem::replace(&mut self.inner, fresh).close();
         self.module = Arc::from(to.as_str());
@@ -106,7 +147,6 @@ impl DurableProcess {
             let Some(standing) = standing else {
                 unreachable!("checked before the switch");
             };
-            let input = stored_input(&workflow)?;
             let ctx = InitContext::new(self.pid, workflow.start.parent.map(wfcontract::Pid));
             self.deferred = Some(Box::new((ctx, workflow.start.entry.clone(), input)));
             self.pending.clear();

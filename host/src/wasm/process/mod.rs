@@ -144,6 +144,11 @@ impl WasmProcess {
         sibling
     }
 
+    /// Whether its grants let it reach any process, not only its own children.
+    pub(crate) fn reaches_any_process(&self) -> bool {
+        self.spec.grants.reaches_any_process()
+    }
+
     /// Its module's SHA-256, in hex.
     pub(crate) fn sha256(&self) -> Arc<str> {
         Arc::from(self.spec.compiled.info.sha256.as_str())
