@@ -59,11 +59,13 @@ pub enum ErrorKind {
     /// What the store holds for a workflow (its journal, input or module) cannot be read back:
     /// it is left as it was, and goes on once the store is repaired or the build fixed.
     Damaged,
+    /// No schedule has that id.
+    UnknownSchedule,
 }
 
 impl ErrorKind {
     /// Every kind, in the order they are declared.
-    pub const ALL: [ErrorKind; 22] = [
+    pub const ALL: [ErrorKind; 23] = [
         ErrorKind::BadModule,
         ErrorKind::UnknownModule,
         ErrorKind::UnknownEntry,
@@ -86,6 +88,7 @@ impl ErrorKind {
         ErrorKind::UnknownWorkflow,
         ErrorKind::Conflict,
         ErrorKind::Damaged,
+        ErrorKind::UnknownSchedule,
     ];
 
     /// The kind in snake case (`unknown_workflow`): the `code` of the HTTP API's errors.
@@ -113,6 +116,7 @@ impl ErrorKind {
             ErrorKind::UnknownWorkflow => "unknown_workflow",
             ErrorKind::Conflict => "conflict",
             ErrorKind::Damaged => "damaged",
+            ErrorKind::UnknownSchedule => "unknown_schedule",
         }
     }
 

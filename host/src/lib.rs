@@ -52,6 +52,7 @@ mod metrics;
 mod modules;
 mod observe;
 mod run;
+pub mod schedules;
 mod server;
 mod spawner;
 pub mod tasks;

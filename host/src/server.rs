@@ -14,6 +14,7 @@ use crate::host::Host;
 use crate::http::Api;
 
 mod retention;
+mod schedules;
 
 /// How often a [`Server`] looks for work unless told otherwise ([`Server::poll`]).
 pub const DEFAULT_POLL: Duration = Duration::from_millis(250);
@@ -189,10 +190,12 @@ impl Server {
             Some(age) => Some(retention::start(host, age)?),
             None => None,
         };
+        let firing = schedules::start(host, self.grants.clone().unwrap_or_default())?;
         let served = self.serve_host(host, !own);
         if let Some(api) = &self.api {
             api.set_client(None);
         }
+        drop(firing);
         drop(retention);
         served
     }

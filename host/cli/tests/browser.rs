@@ -534,5 +534,89 @@ async fn the_ui_in_a_real_browser() {
         "the cancelled workflow was removed"
     );
     assert_eq!(api.status("waiter-api").unwrap().status, "completed");
+
+    // Schedules: created from the page (its module uploaded), paused, run now and deleted.
+    client.goto(&format!("{base}/#/schedules")).await.unwrap();
+    until("the page says there are none", || async {
+        Ok(text_of(&client, "#schedules")
+            .await?
+            .contains("No schedules yet"))
+    })
+    .await;
+    for (field, value) in [
+        ("id", "hourly"),
+        ("entry", "echo"),
+        ("every", "1h"),
+        ("input", "5"),
+    ] {
+        let input = client
+            .find(Locator::Css(&format!("#new-schedule [name={field}]")))
+            .await
+            .unwrap();
+        input.clear().await.unwrap();
+        input.send_keys(value).await.unwrap();
+    }
+    client
+        .find(Locator::Css("#new-schedule [name=module]"))
+        .await
+        .unwrap()
+        .send_keys(wfhost_test_programs::PROBE)
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#create-schedule"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until("the schedule is listed", || async {
+        Ok(text_of(&client, "[data-schedule=hourly] [data-state]").await? == "active")
+    })
+    .await;
+    assert_eq!(api.schedule("hourly").unwrap().when, "every 1h");
+    for (act, shown) in [("pause", "paused"), ("resume", "active")] {
+        client
+            .find(Locator::Css(&format!(
+                "[data-schedule=hourly] [data-act={act}]"
+            )))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        until("the page shows it", || async {
+            Ok(text_of(&client, "[data-schedule=hourly] [data-state]").await? == shown)
+        })
+        .await;
+    }
+    client
+        .find(Locator::Css("[data-schedule=hourly] [data-act=trigger]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until("the page names the workflow it started", || async {
+        Ok(text_of(&client, "#schedule-state")
+            .await?
+            .starts_with("Started hourly@"))
+    })
+    .await;
+    client
+        .find(Locator::Css("[data-schedule=hourly] [data-act=delete]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    client.accept_alert().await.unwrap();
+    until("the schedule is gone", || async {
+        Ok(text_of(&client, "#schedules")
+            .await?
+            .contains("No schedules yet"))
+    })
+    .await;
+    assert_eq!(api.schedules().unwrap().schedules.len(), 0);
     client.close().await.unwrap();
 }

@@ -11,8 +11,9 @@ use crate::error::{Error, Result};
 use crate::wire::{
     CancelJson, CompleteRequest, CountParams, CountsJson, ErrorBody, Health, HeartbeatJson,
     HistoryPage, HistoryParams, HostList, ListParams, ModuleJson, ModuleList, OutboxPage,
-    OutboxParams, PauseJson, PollRequest, PruneRequest, PrunedJson, SentJson, StartRequest,
-    StartedJson, TaskJson, UpgradeJson, UpgradeRequest, WaitsJson, WorkflowJson, WorkflowPage,
+    OutboxParams, PauseJson, PollRequest, PruneRequest, PrunedJson, ScheduleChangeJson,
+    ScheduleJson, ScheduleList, ScheduleRequest, SentJson, StartRequest, StartedJson, TaskJson,
+    UpgradeJson, UpgradeRequest, WaitsJson, WorkflowJson, WorkflowPage,
 };
 
 /// How long a call may take unless it waits on purpose (a result or the outbox with `wait`).
@@ -187,6 +188,48 @@ impl Client {
             module: module.to_string(),
         };
         self.post_json(&path, &body)
+    }
+
+    /// Creates a schedule.
+    pub fn create_schedule(&self, request: &ScheduleRequest) -> Result<ScheduleJson> {
+        self.post_json("/v1/schedules", request)
+    }
+
+    /// Every schedule.
+    pub fn schedules(&self) -> Result<ScheduleList> {
+        self.get("/v1/schedules", None)
+    }
+
+    /// Schedule `id`.
+    pub fn schedule(&self, id: &str) -> Result<ScheduleJson> {
+        self.get(&format!("/v1/schedules/{}", segment(id)), None)
+    }
+
+    /// Pauses schedule `id` (`pause`) or resumes it (`resume`).
+    pub fn change_schedule(&self, id: &str, verb: &str) -> Result<ScheduleChangeJson> {
+        let path = format!("/v1/schedules/{}/{verb}", segment(id));
+        answer(self.post(&path).send_empty(), self.timeout).map(|(_, c)| c)
+    }
+
+    /// Deletes schedule `id` (the workflows it started stay).
+    pub fn delete_schedule(&self, id: &str) -> Result<ScheduleChangeJson> {
+        let url = format!("{}/v1/schedules/{}", self.base, segment(id));
+        let mut request = self
+            .agent
+            .delete(&url)
+            .config()
+            .timeout_global(Some(self.timeout))
+            .build();
+        if let Some(token) = &self.token {
+            request = request.header("authorization", &format!("Bearer {token}"));
+        }
+        answer(request.call(), self.timeout).map(|(_, body)| body)
+    }
+
+    /// Fires schedule `id` now: the workflow it started.
+    pub fn trigger_schedule(&self, id: &str) -> Result<StartedJson> {
+        let path = format!("/v1/schedules/{}/trigger", segment(id));
+        answer(self.post(&path).send_empty(), self.timeout).map(|(_, s)| s)
     }
 
     /// A page of the store's workflows.

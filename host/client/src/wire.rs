@@ -421,6 +421,105 @@ pub struct PauseJson {
     pub status: String,
 }
 
+/// A schedule to create (`POST /v1/schedules`): `cron` (seconds first, in `time_zone`) or
+/// `every`, the module (a SHA-256 the store keeps), entry point and input of each firing, and
+/// its policies.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ScheduleRequest {
+    /// Its id; each firing starts workflow `<id>@<the firing's time>`.
+    pub id: String,
+    /// A cron expression, seconds first: `0 */5 * * * *` is every five minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// Or an interval: `30s`, `10m`, `1h`, `1d`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<String>,
+    /// The time zone `cron` is read in (an IANA name); default `UTC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// The SHA-256 of a stored module (`POST /v1/modules` answers it).
+    pub module: String,
+    /// The entry point each firing starts.
+    pub entry: String,
+    /// The input of each firing's workflow, any JSON value (`null` when left out).
+    #[serde(default = "null")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
+    pub input: Box<RawValue>,
+    /// While the last firing's workflow runs: `skip` (the default), `buffer-one`, `allow-all`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<String>,
+    /// Firings missed while no host ran: `skip` (the default), `last`, `all:N`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up: Option<String>,
+    /// Each firing starts up to this much after its time (`30s`); default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<String>,
+}
+
+/// A schedule.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ScheduleJson {
+    /// Its id.
+    pub id: String,
+    /// When it fires, in words.
+    pub when: String,
+    /// Its cron expression, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// The time zone of its cron expression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// Its interval in milliseconds, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_ms: Option<u64>,
+    /// The module's SHA-256.
+    pub module: String,
+    /// The entry point.
+    pub entry: String,
+    /// The input of each firing.
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
+    pub input: Box<RawValue>,
+    /// `skip`, `buffer-one` or `allow-all`.
+    pub overlap: String,
+    /// `skip`, `last` or `all:N`.
+    pub catch_up: String,
+    /// The jitter, in milliseconds.
+    pub jitter_ms: u64,
+    /// Paused: it does not fire until resumed.
+    pub paused: bool,
+    /// Its next firing, in milliseconds since the Unix epoch (absent: never again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_fire: Option<u64>,
+    /// The workflow its last firing started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_workflow: Option<String>,
+    /// A firing waiting for that workflow to end, by its time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffered: Option<u64>,
+    /// Workflows it has started.
+    pub fired: u64,
+    /// When it was created, in milliseconds since the Unix epoch.
+    pub created: u64,
+}
+
+/// Every schedule (`GET /v1/schedules`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ScheduleList {
+    /// By id.
+    pub schedules: Vec<ScheduleJson>,
+}
+
+/// What a pause, resume or delete of a schedule did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ScheduleChangeJson {
+    /// Whether it changed anything (`false`: it was so already).
+    pub changed: bool,
+}
+
 /// New code for a running workflow (`POST /v1/workflows/{id}/upgrade`): a module the store
 /// keeps (`POST /v1/modules` first), by its SHA-256.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,6 +12,7 @@
 
 mod prune;
 mod remote;
+mod schedules;
 mod serving;
 mod store;
 mod types;
@@ -24,6 +25,7 @@ use std::time::Duration;
 use wfcontract::Payload;
 
 pub use prune::{PruneQuery, Pruned};
+pub(crate) use schedules::LOOK_EVERY;
 pub use types::{
     Cancelled, Failure, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
     PauseChange, Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus,

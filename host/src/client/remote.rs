@@ -193,6 +193,66 @@ impl RemoteBackend {
         })
     }
 
+    pub(crate) fn create_schedule(
+        &self,
+        schedule: &crate::schedules::NewSchedule,
+    ) -> Result<crate::schedules::Schedule> {
+        use crate::schedules::When;
+        let (cron, time_zone, every) = match &schedule.when {
+            When::Cron { expression, zone } => (Some(expression.clone()), Some(zone.clone()), None),
+            When::Every(interval) => (None, None, Some(format!("{}ms", interval.as_millis()))),
+        };
+        let request = wire::ScheduleRequest {
+            id: schedule.id.clone(),
+            cron,
+            every,
+            time_zone,
+            module: schedule.module.clone(),
+            entry: schedule.entry.clone(),
+            input: json_of(&schedule.input, "the input")?,
+            overlap: Some(schedule.overlap.name().to_string()),
+            catch_up: Some(schedule.catch_up.name()),
+            jitter: Some(format!("{}ms", schedule.jitter.as_millis())),
+        };
+        schedule_of(
+            self.api()?
+                .create_schedule(&request)
+                .map_err(|e| error(&e))?,
+        )
+    }
+
+    pub(crate) fn schedules(&self) -> Result<Vec<crate::schedules::Schedule>> {
+        let list = self.api()?.schedules().map_err(|e| error(&e))?;
+        list.schedules.into_iter().map(schedule_of).collect()
+    }
+
+    pub(crate) fn schedule(&self, id: &str) -> Result<crate::schedules::Schedule> {
+        schedule_of(self.api()?.schedule(id).map_err(|e| error(&e))?)
+    }
+
+    pub(crate) fn pause_schedule(&self, id: &str, paused: bool) -> Result<bool> {
+        let verb = if paused { "pause" } else { "resume" };
+        let answer = self
+            .api()?
+            .change_schedule(id, verb)
+            .map_err(|e| error(&e))?;
+        Ok(answer.changed)
+    }
+
+    pub(crate) fn delete_schedule(&self, id: &str) -> Result<bool> {
+        let answer = self.api()?.delete_schedule(id).map_err(|e| error(&e))?;
+        Ok(answer.changed)
+    }
+
+    pub(crate) fn trigger_schedule(&self, id: &str) -> Result<Started> {
+        let started = self.api()?.trigger_schedule(id).map_err(|e| error(&e))?;
+        Ok(Started {
+            id: started.workflow.id.clone(),
+            new: started.new,
+            workflow: status_of(started.workflow)?,
+        })
+    }
+
     pub(crate) fn waits(&self, id: &str) -> Result<super::Waits> {
         let answer = self.api()?.waits(id).map_err(|e| error(&e))?;
         let open = answer
@@ -448,5 +508,39 @@ fn status_of(json: WorkflowJson) -> Result<WorkflowStatus> {
         waiting_for_host: json.waiting_for_host,
         cancel_asked: json.cancel_asked,
         paused: json.paused,
+    })
+}
+
+/// A schedule as the server showed it.
+fn schedule_of(json: wire::ScheduleJson) -> Result<crate::schedules::Schedule> {
+    use crate::schedules::{Schedule, When};
+    let when = match (json.cron, json.every_ms) {
+        (Some(cron), _) => When::cron(&cron, json.time_zone.as_deref().unwrap_or("UTC")),
+        (None, Some(ms)) => When::every(Duration::from_millis(ms)),
+        (None, None) => return Err(bad_answer("a schedule without a time")),
+    }
+    .map_err(|_| bad_answer("a schedule's time"))?;
+    Ok(Schedule {
+        id: json.id,
+        when,
+        module: json.module,
+        module_name: String::new(),
+        entry: json.entry,
+        input: payload(&json.input, None)?,
+        overlap: json
+            .overlap
+            .parse()
+            .map_err(|_| bad_answer("an overlap policy"))?,
+        catch_up: json
+            .catch_up
+            .parse()
+            .map_err(|_| bad_answer("a catch-up policy"))?,
+        jitter: Duration::from_millis(json.jitter_ms),
+        paused: json.paused,
+        next_fire: json.next_fire,
+        last_workflow: json.last_workflow,
+        buffered: json.buffered,
+        fired: json.fired,
+        created: json.created,
     })
 }

@@ -82,7 +82,7 @@ impl ServingBackend {
         })
     }
 
-    fn shared(&self) -> bool {
+    pub(crate) fn shared(&self) -> bool {
         self.durable.shared()
     }
 

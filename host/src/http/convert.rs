@@ -132,3 +132,40 @@ pub(crate) fn step(narrator: &mut Narrator<'_>, step: &HistoryStep) -> StepJson 
         record: step.record().iter().map(|b| format!("{b:02x}")).collect(),
     }
 }
+
+pub(crate) fn started(started: &crate::Started) -> wire::StartedJson {
+    wire::StartedJson {
+        new: started.new,
+        workflow: workflow(&started.workflow),
+    }
+}
+
+pub(crate) fn schedule(schedule: &crate::schedules::Schedule) -> wire::ScheduleJson {
+    use crate::schedules::When;
+    let (cron, time_zone, every_ms) = match &schedule.when {
+        When::Cron { expression, zone } => (Some(expression.clone()), Some(zone.clone()), None),
+        When::Every(interval) => (None, None, Some(interval.as_millis() as u64)),
+    };
+    // A schedule's input is JSON (the API and the CLI take JSON); another encoding shows as
+    // the wire's object of bytes.
+    let (input, _) = wire::payload_json(&schedule.input);
+    wire::ScheduleJson {
+        id: schedule.id.clone(),
+        when: schedule.when.describe(),
+        cron,
+        time_zone,
+        every_ms,
+        module: schedule.module.clone(),
+        entry: schedule.entry.clone(),
+        input,
+        overlap: schedule.overlap.name().to_string(),
+        catch_up: schedule.catch_up.name(),
+        jitter_ms: schedule.jitter.as_millis() as u64,
+        paused: schedule.paused,
+        next_fire: schedule.next_fire,
+        last_workflow: schedule.last_workflow.clone(),
+        buffered: schedule.buffered,
+        fired: schedule.fired,
+        created: schedule.created,
+    }
+}

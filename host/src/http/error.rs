@@ -43,9 +43,10 @@ pub(crate) fn status_of(kind: ErrorKind) -> StatusCode {
         | ErrorKind::InvalidInput
         | ErrorKind::Trap
         | ErrorKind::BadOutput => StatusCode::BAD_REQUEST,
-        ErrorKind::UnknownModule | ErrorKind::UnknownWorkflow | ErrorKind::NoSuchProcess => {
-            StatusCode::NOT_FOUND
-        }
+        ErrorKind::UnknownModule
+        | ErrorKind::UnknownWorkflow
+        | ErrorKind::UnknownSchedule
+        | ErrorKind::NoSuchProcess => StatusCode::NOT_FOUND,
         ErrorKind::Conflict => StatusCode::CONFLICT,
         ErrorKind::NotAllowed => StatusCode::FORBIDDEN,
         // A full mailbox, too many processes, a payload past the limit: the request may work

@@ -348,7 +348,7 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
                     "DROP TRIGGER workflow_counts_started; DROP TRIGGER workflow_counts_changed; \
                      DROP TRIGGER workflow_counts_removed; DROP TABLE workflow_counts; \
                      DROP INDEX workflows_finished; DROP INDEX workflows_module; \
-                     ALTER TABLE workflows DROP COLUMN paused; \
+                     ALTER TABLE workflows DROP COLUMN paused; DROP TABLE schedules; \
                      INSERT INTO workflows (num, id, module, module_name, entry, input, started) \
                      VALUES (4, 'w4', 'm', 'm', 'main', x'', 0), \
                      (5, 'w5', 'm', 'm', 'other', x'', 0); \
@@ -362,7 +362,7 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
                     "SET search_path TO wfhost; \
                      DROP TABLE workflow_counts; DROP TABLE workflow_count_changes; \
                      DROP INDEX workflows_finished; DROP INDEX workflows_module; \
-                     ALTER TABLE workflows DROP COLUMN paused; \
+                     ALTER TABLE workflows DROP COLUMN paused; DROP TABLE schedules; \
                      DROP TRIGGER workflow_counts_started ON workflows; \
                      DROP TRIGGER workflow_counts_changed ON workflows; \
                      DROP TRIGGER workflow_counts_removed ON workflows; \

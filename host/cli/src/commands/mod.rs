@@ -17,6 +17,7 @@ mod replay;
 mod result;
 mod resume;
 mod run;
+mod schedule;
 mod send;
 mod serve;
 mod start;
@@ -48,6 +49,7 @@ pub enum Command {
     Unpause(pause::UnpauseCommand),
     Prune(prune::PruneCommand),
     Upgrade(upgrade::UpgradeCommand),
+    Schedule(schedule::ScheduleCommand),
     #[cfg(unix)]
     Worker(worker::WorkerCommand),
 }
@@ -73,6 +75,7 @@ impl Command {
             Command::Unpause(command) => command.execute(),
             Command::Prune(command) => command.execute(),
             Command::Upgrade(command) => command.execute(),
+            Command::Schedule(command) => command.execute(),
             #[cfg(unix)]
             Command::Worker(command) => command.execute(),
         }

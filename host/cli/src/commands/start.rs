@@ -1,6 +1,6 @@
 //! `wfhost start`: a workflow started on a store hosts share, for one of them to run.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -47,23 +47,7 @@ pub struct StartCommand {
 impl StartCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let input = super::run::read_input(self.input.as_deref(), self.input_file.as_deref())?;
-        let path = if self.module.is_dir() {
-            wfhost_cli::build::build_workflow(&self.module, true)?
-        } else {
-            self.module.clone()
-        };
-        let bytes = std::fs::read(&path)
-            .with_context(|| format!("cannot read module {}", path.display()))?;
-        let info = ModuleInfo::inspect(&bytes)
-            .with_context(|| format!("{} is not a module wfhost can run", path.display()))?;
-        if !info.has_entry(&self.entry) {
-            bail!(
-                "{} has no entry point '{}' (it has: {})",
-                path.display(),
-                self.entry,
-                info.entries.join(", ")
-            );
-        }
+        let (path, bytes) = module_with(&self.module, &self.entry)?;
         if let Some(why) = self.id.as_deref().and_then(wfhost::bad_id) {
             bail!("{why}");
         }
@@ -106,4 +90,26 @@ impl StartCommand {
         host.shutdown(Duration::from_secs(1));
         checked.map_err(|e| anyhow::Error::new(e).context("nothing started"))
     }
+}
+
+/// The module at `module` (a `.wasm` file, or a workflow crate's directory, built first): its
+/// path and bytes, checked to be a module wfhost runs with entry point `entry`.
+pub(super) fn module_with(module: &Path, entry: &str) -> anyhow::Result<(PathBuf, Vec<u8>)> {
+    let path = if module.is_dir() {
+        wfhost_cli::build::build_workflow(module, true)?
+    } else {
+        module.to_path_buf()
+    };
+    let bytes =
+        std::fs::read(&path).with_context(|| format!("cannot read module {}", path.display()))?;
+    let info = ModuleInfo::inspect(&bytes)
+        .with_context(|| format!("{} is not a module wfhost can run", path.display()))?;
+    if !info.has_entry(entry) {
+        bail!(
+            "{} has no entry point '{entry}' (it has: {})",
+            path.display(),
+            info.entries.join(", ")
+        );
+    }
+    Ok((path, bytes))
 }

@@ -203,6 +203,73 @@ pub struct NewSnapshot {
     pub state: Vec<u8>,
 }
 
+/// A schedule as the store keeps it (`crate::schedules` reads it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduleRow {
+    /// Its id.
+    pub id: String,
+    /// When it fires (`When::encode`).
+    pub spec: String,
+    /// The module's SHA-256.
+    pub module: String,
+    /// The module's name, if one was given.
+    pub module_name: String,
+    /// The entry point.
+    pub entry: String,
+    /// The input, postcard-encoded.
+    pub input: Vec<u8>,
+    /// The overlap policy's name.
+    pub overlap: String,
+    /// The catch-up policy's name.
+    pub catch_up: String,
+    /// The jitter, in milliseconds.
+    pub jitter_ms: u64,
+    /// Paused.
+    pub paused: bool,
+    /// The next nominal firing, in milliseconds since the Unix epoch (`u64::MAX`: none).
+    pub next_fire: u64,
+    /// The workflow the last firing started.
+    pub last_workflow: Option<String>,
+    /// A firing waiting for that workflow to end.
+    pub buffered: Option<u64>,
+    /// Workflows started.
+    pub fired: u64,
+    /// When it was created.
+    pub created: u64,
+}
+
+/// A time as a store keeps it, in a signed 64-bit column: `u64::MAX` (never) as the largest.
+pub(crate) fn stored_time(t: u64) -> i64 {
+    i64::try_from(t).unwrap_or(i64::MAX)
+}
+
+/// A time a store kept ([`stored_time`]).
+pub(crate) fn time_read(t: i64) -> u64 {
+    if t == i64::MAX {
+        u64::MAX
+    } else {
+        u64::try_from(t).unwrap_or(0)
+    }
+}
+
+/// A schedule moved on after a look: written only if its next firing is still `from` (another
+/// host's look did not move it first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduleAdvance {
+    /// The schedule.
+    pub id: String,
+    /// Its next firing as the look found it.
+    pub from: u64,
+    /// Its next firing now.
+    pub next_fire: u64,
+    /// The workflow the look started last, if it started any.
+    pub last_workflow: Option<String>,
+    /// A firing left waiting.
+    pub buffered: Option<u64>,
+    /// Workflows the look started.
+    pub started: u64,
+}
+
 /// One thing to write. A batch of them is written in one transaction, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -281,6 +348,24 @@ pub enum Op {
         /// it.
         unowned: bool,
     },
+    /// A schedule is created (refused if one of its id exists: nothing is written).
+    PutSchedule(ScheduleRow),
+    /// A schedule goes.
+    DeleteSchedule {
+        /// The schedule.
+        id: String,
+    },
+    /// A schedule is paused, or resumed with its next firing `next_fire`.
+    PauseSchedule {
+        /// The schedule.
+        id: String,
+        /// Paused, or not.
+        paused: bool,
+        /// Its next firing (resumed: the first after now; missed ones are not caught up).
+        next_fire: u64,
+    },
+    /// A schedule moved on after a look.
+    AdvanceSchedule(ScheduleAdvance),
     /// A workflow's journal could not be read back (`Some(why)`), or can again (`None`).
     Damaged {
         /// The workflow.

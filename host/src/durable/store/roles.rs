@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    HostInfo, HostMessage, HostRow, NewMessage, NewSnapshot, NewWorkflow, Op, State, Step,
-    StoreResult, StoredMessage, Wake, Workflow,
+    HostInfo, HostMessage, HostRow, NewMessage, NewSnapshot, NewWorkflow, Op, ScheduleRow, State,
+    Step, StoreResult, StoredMessage, Wake, Workflow,
 };
 
 /// Which workflows a listing shows (every field narrows it; none: all of them).
@@ -139,6 +139,12 @@ pub trait Read: Send {
 
     /// The bytes of the module with this hash.
     fn module(&mut self, hash: &str) -> StoreResult<Option<Vec<u8>>>;
+
+    /// Every schedule, by id.
+    fn schedules(&mut self) -> StoreResult<Vec<ScheduleRow>>;
+
+    /// Schedule `id`.
+    fn schedule(&mut self, id: &str) -> StoreResult<Option<ScheduleRow>>;
 
     /// The messages a recovery delivers or reports, by number: those waiting for unfinished
     /// workflows, and those refused to unfinished senders (who may not have heard why). The
@@ -316,6 +322,11 @@ pub trait Submit: Read {
     /// Pauses (`paused`) or unpauses the unfinished workflow `id`, for its owner to see:
     /// whether it was running and not already so.
     fn submit_pause(&mut self, id: &str, paused: bool) -> StoreResult<bool>;
+
+    /// Writes a schedule op (`PutSchedule`, `DeleteSchedule`, `PauseSchedule`,
+    /// `AdvanceSchedule`): whether it changed anything (a put of an id that exists, a delete or
+    /// a pause of one that does not, an advance another host made first: no).
+    fn submit_schedule(&mut self, op: &Op) -> StoreResult<bool>;
 
     /// The host numbered `id`.
     fn host_info(&mut self, id: u64) -> StoreResult<Option<HostInfo>>;

@@ -6,6 +6,7 @@ mod hosts;
 mod modules;
 mod ops;
 mod retention;
+mod schedules;
 mod tasks;
 mod upgrade;
 mod workflows;
@@ -31,6 +32,7 @@ pub(crate) fn guarded(state: &AppState) -> OpenApiRouter<Arc<AppState>> {
         .merge(tasks::routes())
         .merge(retention::routes())
         .merge(upgrade::routes())
+        .merge(schedules::routes())
         .layer(axum::extract::DefaultBodyLimit::max(state.max_body));
     json.merge(modules::routes(state))
 }

@@ -645,6 +645,79 @@ function ratio(a, b) { return a !== undefined && b ? a / b : undefined; }
 function ms(seconds) { return seconds === undefined ? undefined : (seconds * 1000).toFixed(2) + ' ms'; }
 
 // ---------------------------------------------------------------------------------------------
+// Schedules: each firing starts workflow <id>@<its time>, once across hosts
+
+async function schedulesPage(view) {
+  markNav('schedules');
+  show(h(`<h1>Schedules</h1><div id="schedules"></div>
+    <h2>New schedule</h2>
+    <form class="filters" id="new-schedule" autocomplete="off">
+      <label>Id <input name="id" required size="14" aria-label="Schedule id"></label>
+      <label>Module <input name="module" type="file" accept=".wasm,application/wasm" required aria-label="Module (.wasm)"></label>
+      <label>Entry <input name="entry" required size="10" aria-label="Entry point"></label>
+      <label>Cron <input name="cron" size="16" placeholder="0 */5 * * * *" aria-label="Cron expression, seconds first"></label>
+      <label>or every <input name="every" size="5" placeholder="10m" aria-label="Interval"></label>
+      <label>Zone <input name="zone" size="12" value="UTC" aria-label="Time zone"></label>
+      <label>Input <input name="input" size="10" value="null" aria-label="Input (JSON)"></label>
+      <label>Overlap <select name="overlap">${['skip', 'buffer-one', 'allow-all'].map((x) => `<option>${x}</option>`).join('')}</select></label>
+      <label>Catch-up <input name="catch_up" size="6" value="skip" aria-label="Catch-up policy (skip, last, all:N)"></label>
+      <button type="submit" id="create-schedule">Create</button>
+    </form>
+    <p id="schedule-state" class="muted">Each firing starts a workflow whose id is the schedule's and the firing's time, once however many hosts serve the store.</p>`));
+  const state = document.getElementById('schedule-state');
+  document.getElementById('new-schedule').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const f = new FormData(e.target);
+    const cron = String(f.get('cron')).trim(), every = String(f.get('every')).trim();
+    if (!cron === !every) { state.textContent = 'Say when it fires: a cron expression or an interval, one of them.'; return; }
+    let input;
+    try { input = JSON.parse(String(f.get('input'))); } catch (error) { state.textContent = 'The input is not JSON: ' + error.message; return; }
+    try {
+      const stored = await api('/v1/modules', { method: 'POST', headers: { 'Content-Type': 'application/wasm' }, body: await f.get('module').arrayBuffer() });
+      const request = { id: String(f.get('id')).trim(), module: stored.hash, entry: String(f.get('entry')).trim(), input,
+        overlap: f.get('overlap'), catch_up: String(f.get('catch_up')).trim() };
+      if (cron) { request.cron = cron; request.time_zone = String(f.get('zone')).trim() || 'UTC'; } else request.every = every;
+      const created = await api('/v1/schedules', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(request) });
+      state.textContent = 'Created ' + created.id + ': ' + created.when + (created.next_fire ? ', next at ' + time(created.next_fire) : '') + '.';
+      await refresh();
+    } catch (error) { state.textContent = error.message; }
+  });
+  document.getElementById('schedules').addEventListener('click', async (e) => {
+    const button = e.target.closest('button[data-act]');
+    if (!button) return;
+    const id = button.dataset.id, act = button.dataset.act;
+    if (act === 'delete' && !confirm('Delete schedule ' + id + '? The workflows it started stay.')) return;
+    const path = '/v1/schedules/' + encodeURIComponent(id);
+    try {
+      if (act === 'delete') await api(path, { method: 'DELETE' });
+      else {
+        const answer = await api(path + '/' + act, { method: 'POST' });
+        if (act === 'trigger') state.textContent = 'Started ' + answer.workflow.id + '.';
+      }
+      await refresh();
+    } catch (error) { state.textContent = error.message; }
+  });
+  ui.poll = async () => {
+    const list = await api('/v1/schedules');
+    if (view !== ui.view) return;
+    const rows = list.schedules.map((s) => `<tr data-schedule="${esc(s.id)}">
+      <td>${esc(s.id)}</td><td>${esc(s.when)}</td>
+      <td data-state>${s.paused ? 'paused' : 'active'}</td>
+      <td class="wide">${s.next_fire ? time(s.next_fire) : '<span class="muted">never</span>'}</td>
+      <td class="num" data-fired>${s.fired}</td>
+      <td>${s.last_workflow ? `<a href="#/w/${encodeURIComponent(s.last_workflow)}">${esc(s.last_workflow)}</a>` : '<span class="muted">-</span>'}</td>
+      <td>${esc(s.entry)}</td><td class="wide">${esc(s.overlap)} / ${esc(s.catch_up)}</td>
+      <td class="actions"><button type="button" data-act="${s.paused ? 'resume' : 'pause'}" data-id="${esc(s.id)}">${s.paused ? 'Resume' : 'Pause'}</button>
+        <button type="button" data-act="trigger" data-id="${esc(s.id)}">Run now</button>
+        <button type="button" class="danger" data-act="delete" data-id="${esc(s.id)}">Delete</button></td></tr>`).join('');
+    document.getElementById('schedules').replaceChildren(h(list.schedules.length
+      ? `<table class="workflows"><thead><tr><th>Id</th><th>When</th><th>State</th><th class="wide">Next</th><th>Fired</th><th>Last workflow</th><th>Entry</th><th class="wide">Overlap / catch-up</th><th></th></tr></thead><tbody>${rows}</tbody></table>`
+      : '<p class="muted">No schedules yet. Create one below, or with <code>wfhost schedule create</code>.</p>'));
+  };
+  await refresh();
+}
+
+// ---------------------------------------------------------------------------------------------
 // Routing and the refresh loop
 
 async function route() {
@@ -661,6 +734,7 @@ async function route() {
       await workflowPage(view, id);
     }
     else if (hash.startsWith('#/hosts')) await hostsPage(view);
+    else if (hash.startsWith('#/schedules')) await schedulesPage(view);
     else await workflowsPage(view);
   } catch (error) {
     if (view === ui.view) document.getElementById('main').append(h(errorBox(error)));

@@ -26,7 +26,7 @@ fn lost(me: i64) -> StoreError {
 
 impl PgStore {
     /// Runs `work` in a transaction, trying again on a broken connection for up to `patience`.
-    fn transaction<T>(
+    pub(super) fn transaction<T>(
         &mut self,
         what: &str,
         patience: Duration,

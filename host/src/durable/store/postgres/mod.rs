@@ -16,6 +16,7 @@ mod conn;
 mod lease;
 mod listen;
 mod read;
+mod schedules;
 mod schema;
 mod write;
 
@@ -506,6 +507,10 @@ impl Submit for PgStore {
         self.pause_id(id, paused)
     }
 
+    fn submit_schedule(&mut self, op: &Op) -> StoreResult<bool> {
+        self.schedule_op(op)
+    }
+
     fn host_info(&mut self, id: u64) -> StoreResult<Option<HostInfo>> {
         PgStore::host_info(self, id)
     }
@@ -516,6 +521,14 @@ impl Submit for PgStore {
 }
 
 impl Read for PgStore {
+    fn schedules(&mut self) -> StoreResult<Vec<super::ScheduleRow>> {
+        self.schedules_all()
+    }
+
+    fn schedule(&mut self, id: &str) -> StoreResult<Option<super::ScheduleRow>> {
+        self.schedule_one(id)
+    }
+
     fn refused_from(&mut self, senders: &[u64]) -> StoreResult<Vec<super::StoredMessage>> {
         let senders: Vec<i64> = senders.iter().map(|n| *n as i64).collect();
         self.read("reading refused messages", |conn| {

@@ -229,6 +229,26 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX workflows_finished ON workflows (finished, num) WHERE parent IS NULL AND state <> 0;
     CREATE INDEX workflows_module ON workflows (module);
     ",
+    // 9: schedules, each firing a workflow whose id is the schedule's and the firing's time.
+    "
+    CREATE TABLE schedules (
+        id TEXT PRIMARY KEY,
+        spec TEXT NOT NULL,
+        module TEXT NOT NULL,
+        module_name TEXT NOT NULL,
+        entry TEXT NOT NULL,
+        input BYTEA NOT NULL,
+        overlap TEXT NOT NULL,
+        catch_up TEXT NOT NULL,
+        jitter_ms BIGINT NOT NULL,
+        paused BOOLEAN NOT NULL DEFAULT false,
+        next_fire BIGINT NOT NULL,
+        last_workflow TEXT,
+        buffered BIGINT,
+        fired BIGINT NOT NULL DEFAULT 0,
+        created BIGINT NOT NULL
+    );
+    ",
 ];
 
 /// The error a commit fails with when its host lost its lease (`wfhost.mark`).

@@ -209,6 +209,16 @@ impl<'a> Plan<'a> {
                     segment.outbox_at.push(int(message.at, "time")?);
                     segment.outbox_payload.push(&message.payload);
                 }
+                Op::PutSchedule(_)
+                | Op::DeleteSchedule { .. }
+                | Op::PauseSchedule { .. }
+                | Op::AdvanceSchedule(_) => {
+                    return Err(
+                        "on PostgreSQL, schedules are written on a connection of their own, not \
+                         through the journal"
+                            .into(),
+                    )
+                }
                 Op::End { .. }
                 | Op::Cancel { .. }
                 | Op::Pause { .. }
@@ -452,7 +462,8 @@ impl Statements {
                    AND NOT EXISTS (SELECT 1 FROM workflows x WHERE x.module = modules.hash \
                      AND x.num NOT IN (SELECT num FROM whole)) \
                    AND NOT EXISTS (SELECT 1 FROM snapshots y WHERE y.module = modules.hash \
-                     AND y.num NOT IN (SELECT num FROM whole))",
+                     AND y.num NOT IN (SELECT num FROM whole)) \
+                   AND NOT EXISTS (SELECT 1 FROM schedules z WHERE z.module = modules.hash)",
             )?,
             outbox: conn.prepare(
                 "INSERT INTO outbox (num, tag, at, payload) \

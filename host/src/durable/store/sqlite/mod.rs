@@ -7,6 +7,7 @@ mod backup;
 mod lock;
 mod prune;
 mod read;
+mod schedules;
 mod schema;
 mod tails;
 mod write;

@@ -62,7 +62,7 @@ pub(super) fn prunable(
 
 /// Removes the trees of `roots` whose every workflow has finished, with their steps (in the
 /// table and the log), snapshots, messages to them (and those they sent that were refused),
-/// what they sent the host, and the modules no workflow left uses.
+/// what they sent the host, and the modules no workflow left (and no schedule) uses.
 pub(super) fn prune(tx: &Transaction<'_>, roots: &[u64]) -> rusqlite::Result<()> {
     tx.execute_batch(
         "CREATE TEMP TABLE IF NOT EXISTS pruning (num INTEGER PRIMARY KEY); \
@@ -110,7 +110,8 @@ pub(super) fn prune(tx: &Transaction<'_>, roots: &[u64]) -> rusqlite::Result<()>
             tx.prepare_cached(
                 "DELETE FROM modules WHERE hash = ?1 \
                  AND NOT EXISTS (SELECT 1 FROM workflows WHERE module = ?1) \
-                 AND NOT EXISTS (SELECT 1 FROM snapshots WHERE module = ?1)",
+                 AND NOT EXISTS (SELECT 1 FROM snapshots WHERE module = ?1) \
+                 AND NOT EXISTS (SELECT 1 FROM schedules WHERE module = ?1)",
             )?
             .execute(params![module])?;
         }

@@ -8,7 +8,7 @@ use super::{sql, SqliteStore};
 use crate::durable::store::roles::Visit;
 use crate::durable::store::{
     Cancel, Ending, Filter, HostMessage, Journal, NewMessage, NewSnapshot, NewWorkflow, Op, Read,
-    State, StateCounts, Step, StoreResult, StoredMessage, Workflow,
+    ScheduleRow, State, StateCounts, Step, StoreResult, StoredMessage, Workflow,
 };
 
 const WORKFLOW_COLUMNS: &str = "num, id, parent, module, module_name, entry, input, started, \
@@ -312,6 +312,14 @@ impl Read for SqliteStore {
                 .optional()
             })
             .map_err(sql("reading a snapshot"))
+    }
+
+    fn schedules(&mut self) -> StoreResult<Vec<ScheduleRow>> {
+        super::schedules::all(&self.conn).map_err(sql("reading the schedules"))
+    }
+
+    fn schedule(&mut self, id: &str) -> StoreResult<Option<ScheduleRow>> {
+        super::schedules::one(&self.conn, id).map_err(sql("reading a schedule"))
     }
 
     fn module(&mut self, hash: &str) -> StoreResult<Option<Vec<u8>>> {

@@ -146,6 +146,26 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX workflows_finished ON workflows(finished, num) WHERE parent IS NULL AND state <> 0;
     CREATE INDEX workflows_module ON workflows(module);
     ",
+    // 11: schedules, each firing a workflow whose id is the schedule's and the firing's time.
+    "
+    CREATE TABLE schedules (
+        id TEXT PRIMARY KEY,
+        spec TEXT NOT NULL,
+        module TEXT NOT NULL,
+        module_name TEXT NOT NULL,
+        entry TEXT NOT NULL,
+        input BLOB NOT NULL,
+        overlap TEXT NOT NULL,
+        catch_up TEXT NOT NULL,
+        jitter_ms INTEGER NOT NULL,
+        paused INTEGER NOT NULL DEFAULT 0,
+        next_fire INTEGER NOT NULL,
+        last_workflow TEXT,
+        buffered INTEGER,
+        fired INTEGER NOT NULL DEFAULT 0,
+        created INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    ",
 ];
 
 /// The version this build writes.

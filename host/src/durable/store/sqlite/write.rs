@@ -71,6 +71,10 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
             )?
             .execute(params![int(*num)?, from, to, int(*steps)?])?;
         }
+        Op::PutSchedule(_)
+        | Op::DeleteSchedule { .. }
+        | Op::PauseSchedule { .. }
+        | Op::AdvanceSchedule(_) => super::schedules::write(tx, op)?,
         Op::Damaged { num, why } => {
             tx.prepare_cached("UPDATE workflows SET damaged = ?2 WHERE num = ?1")?
                 .execute(params![int(*num)?, why])?;
