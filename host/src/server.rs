@@ -190,7 +190,16 @@ impl Server {
             Some(age) => Some(retention::start(host, age)?),
             None => None,
         };
-        let firing = schedules::start(host, self.grants.clone().unwrap_or_default())?;
+        let firing = match schedules::start(host, self.grants.clone().unwrap_or_default()) {
+            Ok(firing) => firing,
+            Err(error) => {
+                if let Some(api) = &self.api {
+                    api.set_client(None);
+                }
+                host.shutdown(Duration::ZERO);
+                return Err(error);
+            }
+        };
         let served = self.serve_host(host, !own);
         if let Some(api) = &self.api {
             api.set_client(None);

@@ -230,4 +230,21 @@ fn schedule_commands_say_what_was_wrong() {
     assert!(err.contains("no schedule 'paris'"), "{err}");
     let missing = api.schedule("paris").unwrap_err();
     assert_eq!(missing.status(), Some(404), "{missing}");
+
+    // A firing that can never start (its entry point refuses the input) is skipped, and the
+    // schedule goes on rather than trying it for ever.
+    let (code, _, err) = schedule(
+        &server,
+        &[
+            "create", "refused", PROBE, "nap", "--every", "1s", "--input", "\"soon\"",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let first = api.schedule("refused").unwrap().next_fire.unwrap();
+    wait_until("the schedule moves past two firings", || {
+        api.schedule("refused").unwrap().next_fire.unwrap() >= first + 2_000
+    });
+    let refused = api.schedule("refused").unwrap();
+    assert_eq!(refused.fired, 0);
+    assert!(refused.last_workflow.is_none());
 }

@@ -141,7 +141,9 @@ impl Client {
                 serving.store.submit(true, |s| s.submit_schedule(&op))
             }
             Backend::Serving(serving) => {
-                // One host writes a SQLite store: through its writer, and read back.
+                // One host writes a SQLite store: through its writer, and read back, one
+                // write at a time (what it reads back is its own).
+                let _one = serving.durable.taking.lock();
                 let before = serving.store.read(|s| s.schedule(id))?;
                 serving.durable.write(vec![op.clone()])?;
                 let after = serving.store.read(|s| s.schedule(id))?;
@@ -157,13 +159,27 @@ impl Client {
     /// Fires what is due of every schedule at `now` (a server's schedule thread calls it):
     /// each firing a workflow whose id says which firing it is, so that a firing starts once
     /// however many hosts look.
-    pub(crate) fn fire_schedules(&self, now: u64) -> Result<Fired> {
+    /// `since`: when this host's previous look began, if it looked before.
+    pub(crate) fn fire_schedules(&self, now: u64, since: Option<u64>) -> Result<Fired> {
         let mut fired = Fired::default();
-        for schedule in self.schedules()? {
+        let rows = match &*self.backend {
+            Backend::Store(store) => store.read(|s| s.schedules())?,
+            Backend::Serving(serving) => serving.store.read(|s| s.schedules())?,
+            Backend::Remote(_) => return Ok(fired),
+        };
+        for row in rows {
+            // One schedule this build cannot read stops none of the others.
+            let schedule = match Schedule::of(&row) {
+                Ok(schedule) => schedule,
+                Err(error) => {
+                    tracing::warn!(schedule = %row.id, "not fired: {}", error.message());
+                    continue;
+                }
+            };
             if schedule.paused {
                 continue;
             }
-            match self.fire(&schedule, now) {
+            match self.fire(&schedule, now, since) {
                 Ok(one) => {
                     fired.started += one.started;
                     fired.skipped += one.skipped;
@@ -178,7 +194,7 @@ impl Client {
         Ok(fired)
     }
 
-    fn fire(&self, schedule: &Schedule, now: u64) -> Result<Fired> {
+    fn fire(&self, schedule: &Schedule, now: u64, since: Option<u64>) -> Result<Fired> {
         let due = schedule.next_fire.is_some_and(|next| next <= now) || schedule.buffered.is_some();
         if !due {
             return Ok(Fired::default());
@@ -191,33 +207,50 @@ impl Client {
             },
             None => false,
         };
-        let Some(plan) = plan(&schedule.timing(), now, running) else {
+        let Some(plan) = plan(&schedule.timing(), now, since, running) else {
             return Ok(Fired::default());
         };
         let mut last_workflow = None;
+        let (mut started, mut skipped) = (0, plan.skipped);
         for &at in &plan.start {
             let id = firing_id(&schedule.id, at);
-            self.start_stored(
+            let start = self.start_stored(
                 Some(&id),
                 &schedule.module,
                 &schedule.entry,
                 &schedule.input,
-            )?;
-            last_workflow = Some(id);
+            );
+            match start {
+                Ok(_) => {
+                    started += 1;
+                    last_workflow = Some(id);
+                }
+                // The store, or the host, cannot take it now: the next look tries again.
+                Err(error) if transient(error.kind()) => return Err(error),
+                // It will never start (its input refused, its id taken by another start, its
+                // module gone): skipped, so that the schedule goes on.
+                Err(error) => {
+                    tracing::warn!(
+                        schedule = %schedule.id,
+                        workflow = %id,
+                        "a firing could not start, skipped: {}",
+                        error.message()
+                    );
+                    skipped += 1;
+                }
+            }
         }
         let advance = ScheduleAdvance {
             id: schedule.id.clone(),
             from: schedule.next_fire.unwrap_or(u64::MAX),
+            from_buffered: schedule.buffered,
             next_fire: plan.next_fire,
             last_workflow,
             buffered: plan.buffered,
-            started: plan.start.len() as u64,
+            started,
         };
         self.write_schedule(Op::AdvanceSchedule(advance), &schedule.id)?;
-        Ok(Fired {
-            started: plan.start.len() as u64,
-            skipped: plan.skipped,
-        })
+        Ok(Fired { started, skipped })
     }
 }
 
@@ -228,6 +261,19 @@ fn changed(op: &Op, before: Option<&ScheduleRow>, after: Option<&ScheduleRow>) -
         Op::DeleteSchedule { .. } => before.is_some() && after.is_none(),
         _ => before != after,
     }
+}
+
+/// Whether a failed start may go through if tried again later.
+fn transient(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::Store
+            | ErrorKind::Unavailable
+            | ErrorKind::ShuttingDown
+            | ErrorKind::Timeout
+            | ErrorKind::Io
+            | ErrorKind::Limit
+    )
 }
 
 fn unknown(id: &str) -> Error {

@@ -19,6 +19,10 @@ pub(crate) use plan::{plan, Timing};
 use crate::durable::store::ScheduleRow;
 use crate::error::{Error, ErrorKind, Result};
 
+/// The longest schedule id: a workflow id is at most 1024 characters, and a firing's adds `@`
+/// and its time.
+pub const MAX_ID: usize = 1024 - 32;
+
 /// A firing found more than this after its time (while no host ran the schedule) is missed:
 /// the schedule's [`CatchUp`] policy says what becomes of it.
 pub const LATE: Duration = Duration::from_secs(1);
@@ -90,6 +94,32 @@ impl NewSchedule {
                     self.id
                 ),
             ));
+        }
+        // Its workflows' ids are its own and `@` and a time (at most 30 characters).
+        if self.id.len() > MAX_ID {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "a schedule id is at most {MAX_ID} characters (its workflows' ids add the \
+                     firing's time)"
+                ),
+            ));
+        }
+        self.when.check()?;
+        if let CatchUp::All(n) = self.catch_up {
+            CatchUp::All(n).name().parse::<CatchUp>()?;
+        }
+        if let Some(gap) = self.when.gap_after(crate::durable::now_millis()) {
+            if self.jitter.as_millis() >= u128::from(gap) {
+                return Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "a jitter of {:?} is not shorter than the time between two firings \
+                         ({gap} ms): firings would overtake each other",
+                        self.jitter
+                    ),
+                ));
+            }
         }
         if let Some(why) = crate::durable::bad_id(&self.id) {
             return Err(Error::new(

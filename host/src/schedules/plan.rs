@@ -54,8 +54,16 @@ pub(crate) fn jitter(id: &str, at: u64, jitter_ms: u64) -> u64 {
 }
 
 /// What schedule `timing` does at `now`, when the workflow it started last still runs
-/// (`running`) or not; `None` when nothing is due.
-pub(crate) fn plan(timing: &Timing<'_>, now: u64, running: bool) -> Option<Plan> {
+/// (`running`) or not; `None` when nothing is due. `since`: when this host's previous look
+/// began, if it looked before: a firing due after that was not missed, however long the looks
+/// take; one due more than [`LATE`] before it (or before now, at a host's first look) was.
+pub(crate) fn plan(
+    timing: &Timing<'_>,
+    now: u64,
+    since: Option<u64>,
+    running: bool,
+) -> Option<Plan> {
+    let looked = since.map_or(now, |since| since.min(now));
     let due_at = |t: u64| t.saturating_add(jitter(timing.id, t, timing.jitter_ms));
     let mut overdue = Vec::new();
     let mut t = timing.next_fire;
@@ -84,7 +92,7 @@ pub(crate) fn plan(timing: &Timing<'_>, now: u64, running: bool) -> Option<Plan>
     let late = u64::try_from(LATE.as_millis()).unwrap_or(u64::MAX);
     let (missed, on_time): (Vec<u64>, Vec<u64>) = overdue
         .iter()
-        .partition(|&&t| now.saturating_sub(due_at(t)) > late);
+        .partition(|&&t| looked.saturating_sub(due_at(t)) > late);
     let caught: &[u64] = match timing.catch_up {
         CatchUp::Skip => &[],
         CatchUp::Last => &missed[missed.len().saturating_sub(1)..],
@@ -157,8 +165,8 @@ mod tests {
     fn an_on_time_firing_starts_and_the_next_is_a_second_on() {
         let when = every_second();
         let t = timing(&when, Overlap::Skip, CatchUp::Skip);
-        assert_eq!(plan(&t, T + S - 1, false), None);
-        let p = plan(&t, T + S + 200, false).unwrap();
+        assert_eq!(plan(&t, T + S - 1, None, false), None);
+        let p = plan(&t, T + S + 200, None, false).unwrap();
         assert_eq!(
             (p.start, p.next_fire, p.skipped),
             (vec![T + S], T + 2 * S, 0)
@@ -171,7 +179,13 @@ mod tests {
         let when = every_second();
         let now = T + 6 * S + 300;
         let started = |catch_up| {
-            let p = plan(&timing(&when, Overlap::AllowAll, catch_up), now, false).unwrap();
+            let p = plan(
+                &timing(&when, Overlap::AllowAll, catch_up),
+                now,
+                None,
+                false,
+            )
+            .unwrap();
             assert_eq!(p.next_fire, T + 7 * S);
             (p.start, p.skipped)
         };
@@ -185,24 +199,47 @@ mod tests {
     }
 
     #[test]
+    fn a_long_look_misses_nothing_that_came_due_during_it() {
+        // The previous look began at T+1.5 s and took until T+3.2 s: T+2 and T+3 came due
+        // meanwhile, and are on time.
+        let when = every_second();
+        let mut t = timing(&when, Overlap::AllowAll, CatchUp::Skip);
+        t.next_fire = T + 2 * S;
+        let p = plan(&t, T + 3 * S + 200, Some(T + 1_500), false).unwrap();
+        assert_eq!((p.start, p.skipped), (vec![T + 2 * S, T + 3 * S], 0));
+    }
+
+    #[test]
     fn overlapping_firings_follow_the_overlap_policy() {
         let when = every_second();
         let now = T + S + 10;
-        let p = plan(&timing(&when, Overlap::Skip, CatchUp::Skip), now, true).unwrap();
+        let p = plan(
+            &timing(&when, Overlap::Skip, CatchUp::Skip),
+            now,
+            None,
+            true,
+        )
+        .unwrap();
         assert_eq!((p.start.len(), p.skipped, p.buffered), (0, 1, None));
-        let p = plan(&timing(&when, Overlap::AllowAll, CatchUp::Skip), now, true).unwrap();
+        let p = plan(
+            &timing(&when, Overlap::AllowAll, CatchUp::Skip),
+            now,
+            None,
+            true,
+        )
+        .unwrap();
         assert_eq!(p.start, [T + S]);
         // Buffer one: it waits, a later one replaces it, and it starts once the last ended.
         let mut t = timing(&when, Overlap::BufferOne, CatchUp::Skip);
-        let p = plan(&t, now, true).unwrap();
+        let p = plan(&t, now, None, true).unwrap();
         assert_eq!((p.start.len(), p.buffered), (0, Some(T + S)));
         t.buffered = p.buffered;
         t.next_fire = p.next_fire;
-        let p = plan(&t, now + S, true).unwrap();
+        let p = plan(&t, now + S, None, true).unwrap();
         assert_eq!((p.buffered, p.skipped), (Some(T + 2 * S), 1));
         t.buffered = p.buffered;
         t.next_fire = p.next_fire;
-        let p = plan(&t, now + S + 100, false).unwrap();
+        let p = plan(&t, now + S + 100, None, false).unwrap();
         assert_eq!((p.start, p.buffered), (vec![T + 2 * S], None));
     }
 
@@ -215,9 +252,9 @@ mod tests {
         assert!(delay < 500);
         assert_eq!(delay, jitter("s", T + S, 500));
         assert_eq!(
-            plan(&t, T + S + delay.saturating_sub(1), false).is_none(),
+            plan(&t, T + S + delay.saturating_sub(1), None, false).is_none(),
             delay > 0
         );
-        assert_eq!(plan(&t, T + S + delay, false).unwrap().start, [T + S]);
+        assert_eq!(plan(&t, T + S + delay, None, false).unwrap().start, [T + S]);
     }
 }

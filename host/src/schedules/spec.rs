@@ -45,6 +45,22 @@ impl When {
         Ok(When::Every(interval))
     }
 
+    /// Checks what [`cron`](Self::cron) and [`every`](Self::every) check, for a value built by
+    /// hand.
+    pub(crate) fn check(&self) -> Result<()> {
+        match self {
+            When::Cron { expression, zone } => When::cron(expression, zone).map(drop),
+            When::Every(interval) => When::every(*interval).map(drop),
+        }
+    }
+
+    /// The shortest time between two firings from `now` on (its next two), to bound a jitter.
+    pub(crate) fn gap_after(&self, now: u64) -> Option<u64> {
+        let first = self.next_after(now, now)?;
+        let second = self.next_after(first, now)?;
+        Some(second - first)
+    }
+
     /// As the store keeps it: `cron:<zone>:<expression>` or `every:<milliseconds>`.
     pub fn encode(&self) -> String {
         match self {
@@ -87,11 +103,18 @@ impl When {
             When::Cron { expression, zone } => {
                 let schedule = parse_cron(expression).ok()?;
                 let zone = parse_zone(zone).ok()?;
-                let after = Utc
+                let at = Utc
                     .timestamp_millis_opt(i64::try_from(after).ok()?)
                     .single()?;
-                let next: DateTime<_> = schedule.after(&after.with_timezone(&zone)).next()?;
-                u64::try_from(next.with_timezone(&Utc).timestamp_millis()).ok()
+                // Around a change of the clocks, the crate can answer a local time whose instant
+                // is not after `after` (the first of a repeated hour): the first that is.
+                schedule
+                    .after(&at.with_timezone(&zone))
+                    .take(1_000)
+                    .filter_map(|next: DateTime<_>| {
+                        u64::try_from(next.with_timezone(&Utc).timestamp_millis()).ok()
+                    })
+                    .find(|&next| next > after)
             }
         }
     }
@@ -251,6 +274,19 @@ mod tests {
         assert!(error.message().contains("seconds first"), "{error}");
         let error = When::cron("0 * * * * *", "Mars/Olympus").unwrap_err();
         assert!(error.message().contains("IANA"), "{error}");
+    }
+
+    #[test]
+    fn the_next_firing_is_after_the_last_across_a_change_of_the_clocks() {
+        // New York falls back on 2026-11-01: 01:00-02:00 local happens twice.
+        let when = When::cron("0 */15 * * * *", "America/New_York").unwrap();
+        let first = 1_793_511_000_000; // 01:30 EDT (05:30Z)
+        let second = 1_793_514_600_000; // 01:30 EST (06:30Z)
+        for at in [first, second] {
+            let next = when.next_after(at, at).unwrap();
+            assert!(next > at, "{next} after {at}");
+            assert!(next - at <= 15 * 60_000, "{next} after {at}");
+        }
     }
 
     #[test]

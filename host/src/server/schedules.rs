@@ -38,9 +38,14 @@ pub(super) fn start(host: &Host, grants: Grants) -> Result<Firing> {
 
 fn fire_until_stopped(client: &Client, stopped: &Receiver<()>) {
     let mut failing = false;
+    // When the previous look began: a firing due after it was not missed, however long looks
+    // take.
+    let mut since = None;
     loop {
-        match client.fire_schedules(crate::durable::now_millis()) {
+        let now = crate::durable::now_millis();
+        match client.fire_schedules(now, since) {
             Ok(fired) => {
+                since = Some(now);
                 failing = false;
                 if fired.started + fired.skipped > 0 {
                     tracing::debug!(

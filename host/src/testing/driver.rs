@@ -42,7 +42,14 @@ enum Due {
     Sleep(Pid, Tag),
     /// Something the test scheduled for the top-level workflow.
     Scheduled(Scheduled),
+    /// A process cancelled because its parent ended, still running at the end of its grace
+    /// period, is ended.
+    Terminate(Pid),
 }
+
+/// How long a process whose parent ended may take to stop after the cancel, as the host's
+/// default `--grace`.
+const GRACE: Duration = Duration::from_secs(10);
 
 /// One process of the run.
 struct Proc {
@@ -94,6 +101,8 @@ pub(super) struct Driver {
     start_nanos: u64,
     procs: BTreeMap<Pid, Proc>,
     ended: HashMap<Pid, std::result::Result<Payload, Failure>>,
+    /// Each child's parent.
+    parents: HashMap<Pid, Pid>,
     ready: VecDeque<Pid>,
     timers: BTreeMap<(Duration, u64), Due>,
     sleeps: HashMap<(Pid, Tag), (Duration, u64)>,
@@ -128,6 +137,7 @@ impl Driver {
             start_nanos,
             procs: BTreeMap::new(),
             ended: HashMap::new(),
+            parents: HashMap::new(),
             ready: VecDeque::new(),
             timers: BTreeMap::new(),
             sleeps: HashMap::new(),
@@ -266,8 +276,11 @@ impl Driver {
                 joiners: Vec::new(),
             },
         );
-        if let Some(parent) = parent.and_then(|p| self.procs.get_mut(&p)) {
-            parent.children.push(pid);
+        if let Some(parent) = parent {
+            self.parents.insert(pid, parent);
+            if let Some(parent) = self.procs.get_mut(&parent) {
+                parent.children.push(pid);
+            }
         }
         self.happened(
             pid,
@@ -291,14 +304,21 @@ impl Driver {
             return Ok(());
         };
         proc.fresh = false;
-        let mut events: Vec<Event> = proc.inbox.drain(..).collect();
+        // A cancel first, once however often it was asked (as the host delivers it), then
+        // the completions in the order they came, then the messages the last step asked for.
+        let cancelled = proc.inbox.iter().any(|e| e.kind == EventKind::Cancel);
+        let mut events: Vec<Event> = Vec::new();
+        if cancelled {
+            events.push(Event::cancel());
+        }
+        events.extend(proc.inbox.drain(..).filter(|e| e.kind != EventKind::Cancel));
         let wanted = usize::try_from(proc.receive).unwrap_or(usize::MAX);
         let taken = wanted.min(proc.mailbox.len());
         let messages: Vec<Event> = proc.mailbox.drain(..taken).collect();
         events.extend(messages.iter().cloned());
+        let count = events.len();
         let mut out = StepOutput::new();
         let stepped = proc.process.step(Events::new(&mut events), &mut out);
-        let count = taken + events.len().saturating_sub(taken);
         self.happened(pid, What::Stepped { events: count });
         for message in messages {
             self.happened(
@@ -368,6 +388,16 @@ impl Driver {
                 }
             }
             Due::Scheduled(Scheduled::Cancel) => self.cancel(TOP),
+            Due::Terminate(pid) => self.end(
+                pid,
+                Err(Failure {
+                    kind: FailureKind::Terminated.name().into(),
+                    message: format!(
+                        "it did not stop within {} s of the cancel its parent's end sent it",
+                        GRACE.as_secs()
+                    ),
+                }),
+            ),
         }
     }
 
@@ -460,7 +490,12 @@ impl Driver {
             },
             Command::Join(target) => {
                 if let Some(result) = self.ended.get(&target) {
-                    joined(target, result)
+                    let answer = joined(target, result);
+                    // Its parent's join reaps it: a second join finds no such process.
+                    if self.parents.get(&target) == Some(&pid) {
+                        self.ended.remove(&target);
+                    }
+                    answer
                 } else if let Some(proc) = self.procs.get_mut(&target) {
                     proc.joiners.push((pid, tag));
                     return;
@@ -543,19 +578,34 @@ impl Driver {
                 result: result.clone(),
             },
         );
+        let forgotten: Vec<(Pid, Tag)> = self
+            .sleeps
+            .keys()
+            .filter(|(p, _)| *p == pid)
+            .copied()
+            .collect();
+        for key in forgotten {
+            if let Some(timer) = self.sleeps.remove(&key) {
+                self.timers.remove(&timer);
+            }
+        }
+        let parent = self.parents.get(&pid).copied();
+        let mut reaped = false;
         for (watcher, tag) in proc.joiners {
             self.complete(watcher, tag, joined(pid, &result));
             self.wake(watcher);
+            reaped |= Some(watcher) == parent;
         }
-        self.ended.insert(pid, result);
+        if !reaped {
+            self.ended.insert(pid, result);
+        }
+        // Its children that still run are cancelled, and ended if they do not stop in time.
+        let now = self.now;
         for child in proc.children {
-            self.end(
-                child,
-                Err(Failure {
-                    kind: FailureKind::Terminated.name().into(),
-                    message: format!("its parent, process {pid}, ended"),
-                }),
-            );
+            if self.procs.contains_key(&child) {
+                self.cancel(child);
+                self.at(now.saturating_add(GRACE), Due::Terminate(child));
+            }
         }
     }
 }

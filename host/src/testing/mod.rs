@@ -23,7 +23,11 @@
 //! otherwise); a step itself takes no virtual time. WASI's clocks (what `std::time` reads inside
 //! the guest) stay real: use `ctx.now()`. `ctx.random()` is seeded ([`TestEnv::seed`]), so a run
 //! is the same each time. Nothing is journaled: this tests what a workflow does, not how a host
-//! keeps it (`wfhost replay` and the durable tests do that).
+//! keeps it (`wfhost replay` and the durable tests do that). As on a host, a cancel reaches a
+//! process before its other events, a parent's join takes its child's result (a second join
+//! finds no such process), and a process whose parent ends is cancelled and, if it has not
+//! stopped 10 s of virtual time later, ended. A spawn of another module than the one under test
+//! is refused.
 
 mod driver;
 
@@ -52,6 +56,8 @@ pub struct TestEnv {
     start: SystemTime,
     seed: u64,
     limit: Duration,
+    /// What the test gave that cannot be used: the run says so.
+    refused: Option<String>,
 }
 
 impl std::fmt::Debug for TestEnv {
@@ -95,6 +101,7 @@ impl TestEnv {
             start: SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600),
             seed: 0x5eed,
             limit: Duration::from_secs(100 * 365 * 86_400),
+            refused: None,
         })
     }
 
@@ -141,8 +148,14 @@ impl TestEnv {
     /// Sends the top-level workflow `message` (as JSON) from the host, `after` its start by the
     /// virtual clock.
     pub fn send_at<T: Serialize + ?Sized>(mut self, after: Duration, message: &T) -> TestEnv {
-        let payload = Payload::to_json(message).unwrap_or_else(|_| Payload::empty());
-        self.scheduled.push((after, Scheduled::Message(payload)));
+        match Payload::to_json(message) {
+            Ok(payload) => self.scheduled.push((after, Scheduled::Message(payload))),
+            Err(error) => {
+                self.refused.get_or_insert_with(|| {
+                    format!("a message for send_at does not encode: {error}")
+                });
+            }
+        }
         self
     }
 
@@ -176,6 +189,9 @@ impl TestEnv {
     /// input refused, every process waiting with nothing left to come (a message never sent,
     /// say: the error says what each waits for), or the time limit passed.
     pub fn run<I: Serialize + ?Sized>(self, entry: &str, input: &I) -> Result<TestRun> {
+        if let Some(why) = &self.refused {
+            return Err(Error::new(ErrorKind::InvalidInput, why.clone()));
+        }
         let input = Payload::to_json(input).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidInput,

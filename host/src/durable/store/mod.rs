@@ -252,14 +252,17 @@ pub(crate) fn time_read(t: i64) -> u64 {
     }
 }
 
-/// A schedule moved on after a look: written only if its next firing is still `from` (another
-/// host's look did not move it first).
+/// A schedule moved on after a look: written only if it is still as the look found it (its next
+/// firing `from`, its waiting firing `from_buffered`: another host's look did not move it first)
+/// and not paused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScheduleAdvance {
     /// The schedule.
     pub id: String,
     /// Its next firing as the look found it.
     pub from: u64,
+    /// The firing left waiting as the look found it.
+    pub from_buffered: Option<u64>,
     /// Its next firing now.
     pub next_fire: u64,
     /// The workflow the look started last, if it started any.

@@ -678,7 +678,7 @@ async function schedulesPage(view) {
         overlap: f.get('overlap'), catch_up: String(f.get('catch_up')).trim() };
       if (cron) { request.cron = cron; request.time_zone = String(f.get('zone')).trim() || 'UTC'; } else request.every = every;
       const created = await api('/v1/schedules', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(request) });
-      state.textContent = 'Created ' + created.id + ': ' + created.when + (created.next_fire ? ', next at ' + time(created.next_fire) : '') + '.';
+      state.textContent = 'Created ' + created.id + ': ' + created.when + (created.next_fire ? ', next at ' + new Date(created.next_fire).toLocaleString() : '') + '.';
       await refresh();
     } catch (error) { state.textContent = error.message; }
   });

@@ -79,13 +79,15 @@ fn apply(conn: &mut Conn, op: &Op) -> Result<bool, Error> {
         Op::AdvanceSchedule(ScheduleAdvance {
             id,
             from,
+            from_buffered,
             next_fire,
             last_workflow,
             buffered,
             started,
         }) => conn.query(
             "UPDATE schedules SET next_fire = $3, last_workflow = coalesce($4, last_workflow), \
-             buffered = $5, fired = fired + $6 WHERE id = $1 AND next_fire = $2 RETURNING id",
+             buffered = $5, fired = fired + $6 WHERE id = $1 AND next_fire = $2 \
+             AND buffered IS NOT DISTINCT FROM $7 AND NOT paused RETURNING id",
             &[
                 id,
                 &stored_time(*from),
@@ -93,6 +95,7 @@ fn apply(conn: &mut Conn, op: &Op) -> Result<bool, Error> {
                 last_workflow,
                 &buffered.map(stored_time),
                 &stored_time(*started),
+                &from_buffered.map(stored_time),
             ],
         )?,
         _ => Vec::new(),

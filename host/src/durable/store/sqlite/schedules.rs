@@ -88,6 +88,7 @@ pub(super) fn write(tx: &Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
         Op::AdvanceSchedule(ScheduleAdvance {
             id,
             from,
+            from_buffered,
             next_fire,
             last_workflow,
             buffered,
@@ -96,7 +97,8 @@ pub(super) fn write(tx: &Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
             tx.prepare_cached(
                 "UPDATE schedules SET next_fire = ?3, \
                  last_workflow = coalesce(?4, last_workflow), buffered = ?5, \
-                 fired = fired + ?6 WHERE id = ?1 AND next_fire = ?2",
+                 fired = fired + ?6 WHERE id = ?1 AND next_fire = ?2 AND buffered IS ?7 \
+                 AND paused = 0",
             )?
             .execute(params![
                 id,
@@ -105,6 +107,7 @@ pub(super) fn write(tx: &Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
                 last_workflow,
                 buffered.map(stored_time),
                 stored_time(*started),
+                from_buffered.map(stored_time),
             ])?;
         }
         _ => {}
