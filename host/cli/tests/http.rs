@@ -400,12 +400,15 @@ fn the_openapi_document_describes_every_route_and_every_route_answers() {
     assert_eq!(
         routes,
         [
+            "DELETE /v1/schedules/{id}",
             "GET /healthz",
             "GET /metrics",
             "GET /readyz",
             "GET /v1/hosts",
             "GET /v1/modules",
             "GET /v1/openapi.json",
+            "GET /v1/schedules",
+            "GET /v1/schedules/{id}",
             "GET /v1/workflow-counts",
             "GET /v1/workflows",
             "GET /v1/workflows/{id}",
@@ -415,6 +418,10 @@ fn the_openapi_document_describes_every_route_and_every_route_answers() {
             "GET /v1/workflows/{id}/waits",
             "POST /v1/modules",
             "POST /v1/prune",
+            "POST /v1/schedules",
+            "POST /v1/schedules/{id}/pause",
+            "POST /v1/schedules/{id}/resume",
+            "POST /v1/schedules/{id}/trigger",
             "POST /v1/tasks/poll",
             "POST /v1/tasks/{task}/complete",
             "POST /v1/tasks/{task}/heartbeat",
@@ -423,6 +430,7 @@ fn the_openapi_document_describes_every_route_and_every_route_answers() {
             "POST /v1/workflows/{id}/messages",
             "POST /v1/workflows/{id}/pause",
             "POST /v1/workflows/{id}/unpause",
+            "POST /v1/workflows/{id}/upgrade",
         ]
     );
     // Every route the document names is served: none answers the server's "no route".
@@ -466,6 +474,12 @@ fn the_openapi_document_describes_every_route_and_every_route_answers() {
         "TaskJson",
         "CompleteRequest",
         "HeartbeatJson",
+        "UpgradeRequest",
+        "UpgradeJson",
+        "ScheduleRequest",
+        "ScheduleJson",
+        "ScheduleList",
+        "ScheduleChangeJson",
     ] {
         assert!(schemas.contains_key(schema), "no schema {schema}");
     }
