@@ -323,7 +323,13 @@ impl Durable {
         let ctx = InitContext::new(Pid(start.num), start.parent.map(Pid));
         process
             .check_replay(&ctx, &start.entry, input)
-            .map_err(|e| Error::new(ErrorKind::Nondeterminism, e.message()))
+            .map_err(|e| match e.kind() {
+                wfhost_scheduler::FailureKind::Limit => Error::new(
+                    ErrorKind::Limit,
+                    format!("the replay could not run now: {}", e.message()),
+                ),
+                _ => Error::new(ErrorKind::Nondeterminism, e.message()),
+            })
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use wfcontract::{Payload, Pid};
-use wfhost_scheduler::InitContext;
+use wfhost_scheduler::{FailureKind, InitContext};
 
 use super::process::DurableProcess;
 use super::record::StepRecord;
@@ -315,7 +315,20 @@ impl Durable {
         let ctx = InitContext::new(Pid(start.num), start.parent.map(Pid));
         process
             .check_replay(&ctx, &start.entry, input)
-            .map_err(|e| refused(&start.id, e.message()))
+            .map_err(|e| match e.kind() {
+                FailureKind::Nondeterminism => refused(&start.id, e.message()),
+                // The check could not run (no instance, no memory for it now): nothing is
+                // known against the new module, and nothing changed.
+                _ => Error::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "workflow '{}' could not be checked against the new module now ({}): \
+                         nothing changed; try again",
+                        start.id,
+                        e.message()
+                    ),
+                ),
+            })
     }
 }
 

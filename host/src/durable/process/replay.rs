@@ -203,6 +203,8 @@ impl DurableProcess {
         self.inner.set_reads(self.first_reads());
         let result = match self.inner.init(ctx, entry, input) {
             Ok(()) => self.replay_all().map(|_| self.seq),
+            // Short of an instance or of memory now: nothing says the module differs.
+            Err(error) if error.kind() == FailureKind::Limit => Err(error),
             Err(error) => Err(self.nondeterminism(0, format_args!("it does not start: {error}"))),
         };
         self.inner.close();
