@@ -26,6 +26,9 @@ use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
 use crate::modules::Loaded;
 
+/// How often a workflow that has not taken its upgrade yet is woken again.
+const WAKE_AGAIN: Duration = Duration::from_millis(50);
+
 /// How long an upgrade waits for a workflow that runs here to take it (it takes it between two
 /// steps: at once, unless a step of its runs long).
 const TAKE_WITHIN: Duration = Duration::from_secs(30);
@@ -196,17 +199,27 @@ impl Durable {
                 "another upgrade of this workflow is under way; try again once it has ended",
             ));
         }
-        // Woken to take it now, even if it waits (or is paused).
-        if let Some(waker) = self.scheduler().and_then(|s| s.waker(pid)) {
-            waker.wake();
-        }
         self.answer(pid, &answer)
     }
 
-    /// The answer of the process of `pid` to its upgrade. Not taken in time, the request is
-    /// withdrawn and nothing has changed; taken, its answer comes however long it takes.
+    /// The answer of the process of `pid` to its upgrade. It is woken to take it, even if it
+    /// waits (or is paused), and woken again while it has not: a wake that reaches it in the
+    /// middle of its turn (its step held until the journal has it) ends in that turn, which
+    /// does not look for upgrades. Not taken in time, the request is withdrawn and nothing has
+    /// changed; taken, its answer comes however long it takes.
     fn answer(&self, pid: Pid, answer: &Receiver<Result<u64>>) -> Result<u64> {
-        match answer.recv_timeout(TAKE_WITHIN) {
+        let deadline = std::time::Instant::now() + TAKE_WITHIN;
+        let received = loop {
+            if let Some(waker) = self.scheduler().and_then(|s| s.waker(pid)) {
+                waker.wake();
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match answer.recv_timeout(left.min(WAKE_AGAIN)) {
+                Err(RecvTimeoutError::Timeout) if !left.is_zero() => continue,
+                other => break other,
+            }
+        };
+        match received {
             Ok(answered) => answered,
             Err(RecvTimeoutError::Timeout) if self.upgrades.withdraw(pid.0) => Err(Error::new(
                 ErrorKind::Timeout,
