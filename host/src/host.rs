@@ -122,12 +122,7 @@ impl Host {
         grants: Grants,
     ) -> Result<ModuleInfo> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| {
-            Error::new(
-                ErrorKind::Io,
-                format!("cannot read module {}: {e}", path.display()),
-            )
-        })?;
+        let bytes = crate::modules::read_module(path)?;
         self.load_module_bytes_with(name, &bytes, grants)
             .map_err(|e| Error::new(e.kind(), format!("{}: {}", path.display(), e.message())))
     }

@@ -99,3 +99,13 @@ impl Modules {
         drop(all);
     }
 }
+
+/// The bytes of the module file at `path`, or an error that names it.
+pub(crate) fn read_module(path: &std::path::Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
+        Error::new(
+            ErrorKind::Io,
+            format!("cannot read module {}: {e}", path.display()),
+        )
+    })
+}

@@ -21,3 +21,24 @@ pub fn workspace_root() -> std::path::PathBuf {
         .map(std::path::Path::to_path_buf)
         .unwrap_or(start)
 }
+
+/// The probe module as version `v` of its `versioned` workflow (1 as built): the last byte of
+/// its version marker changed, so each version is a build of its own, by hash.
+pub fn probe_version(v: u8) -> Vec<u8> {
+    let mut bytes = std::fs::read(PROBE).expect("the probe module is built");
+    let marker = b"wfprobe-version:1";
+    let found: Vec<usize> = bytes
+        .windows(marker.len())
+        .enumerate()
+        .filter(|(_, w)| *w == marker)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "the version marker is in the probe module once"
+    );
+    let at = found[0];
+    bytes[at + marker.len() - 1] = b'0' + v;
+    bytes
+}

@@ -383,15 +383,8 @@ async fn the_ui_in_a_real_browser() {
         assert_eq!(api.status("waiter-page").unwrap().paused, paused);
     }
     // Upgraded from the page to another build of its module, which replays its journal.
-    let mut build = std::fs::read(wfhost_test_programs::PROBE).unwrap();
-    let marker = b"wfprobe-version:1";
-    let at = build
-        .windows(marker.len())
-        .position(|w| w == marker)
-        .unwrap();
-    build[at + marker.len() - 1] = b'2';
     let rebuilt = dir.join("rebuilt.wasm");
-    std::fs::write(&rebuilt, &build).unwrap();
+    std::fs::write(&rebuilt, wfhost_test_programs::probe_version(2)).unwrap();
     let before = api.status("waiter-page").unwrap().module;
     client
         .find(Locator::Css("#upgrade-file"))

@@ -13,19 +13,11 @@ use common::http::{put_probe, start_request, HttpServer};
 use common::{text, wait_until, wfhost, PATIENCE};
 use serde_json::json;
 use wfhost_test_programs::postgres::Postgres;
-use wfhost_test_programs::PROBE;
 
 /// The probe module as version `v` of its `versioned` code, written to `dir`.
 fn version(dir: &Path, v: u8) -> PathBuf {
-    let mut bytes = std::fs::read(PROBE).unwrap();
-    let marker = b"wfprobe-version:1";
-    let at = bytes
-        .windows(marker.len())
-        .position(|w| w == marker)
-        .expect("the version marker is in the module");
-    bytes[at + marker.len() - 1] = b'0' + v;
     let file = dir.join(format!("v{v}.wasm"));
-    std::fs::write(&file, bytes).unwrap();
+    std::fs::write(&file, wfhost_test_programs::probe_version(v)).unwrap();
     file
 }
 

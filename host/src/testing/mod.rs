@@ -79,14 +79,7 @@ enum Scheduled {
 impl TestEnv {
     /// The module at `path` (a `.wasm` file), compiled.
     pub fn new(path: impl AsRef<Path>) -> Result<TestEnv> {
-        let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| {
-            Error::new(
-                ErrorKind::Io,
-                format!("cannot read module {}: {e}", path.display()),
-            )
-        })?;
-        TestEnv::from_bytes(&bytes)
+        TestEnv::from_bytes(&crate::modules::read_module(path.as_ref())?)
     }
 
     /// The module `bytes`, compiled.

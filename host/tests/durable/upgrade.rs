@@ -8,23 +8,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::json as value;
 use wfhost::{Client, ErrorKind, Grants, Host, Payload, Run};
-use wfhost_test_programs::PROBE;
 
 use super::common::{host_on, json, tempdir, PATIENCE};
 
 /// The probe module as version `v` of its `versioned` code (see the probe).
 fn version(v: u8) -> Vec<u8> {
-    let mut bytes = std::fs::read(PROBE).unwrap();
-    let marker = b"wfprobe-version:1";
-    let at: Vec<usize> = bytes
-        .windows(marker.len())
-        .enumerate()
-        .filter(|(_, w)| *w == marker)
-        .map(|(i, _)| i)
-        .collect();
-    assert_eq!(at.len(), 1, "the version marker is in the module once");
-    bytes[at[0] + marker.len() - 1] = b'0' + v;
-    bytes
+    wfhost_test_programs::probe_version(v)
 }
 
 fn sha256(bytes: &[u8]) -> String {
