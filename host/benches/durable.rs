@@ -458,6 +458,7 @@ fn waiting_store(path: &Path, n: usize, host: Host) {
             record: step.record.clone(),
             consumed: Vec::new(),
             took_cancel: false,
+            calls_done: Vec::new(),
         }));
         if ops.len() >= 20_000 || i + 1 == n {
             store.commit(&ops).expect("writes");
@@ -836,6 +837,7 @@ fn prune(rounds: usize, finished: usize, dir: &Path) {
                             record: vec![0; 64],
                             consumed: Vec::new(),
                             took_cancel: false,
+                            calls_done: Vec::new(),
                         }));
                     }
                     ops.push(Op::End {

@@ -730,7 +730,15 @@ impl HostBuilder {
                 let tasks = tasks.clone();
                 let function = HostFunction::future(move |info: CallInfo, input: Payload| {
                     let tasks = tasks.clone();
-                    async move { tasks.call(info.name, input, info.idempotency_key).await }
+                    let call = info
+                        .idempotency_key
+                        .is_some()
+                        .then_some((info.pid.0, info.tag));
+                    async move {
+                        tasks
+                            .call(info.name, input, info.idempotency_key, call)
+                            .await
+                    }
                 })
                 .timeout(None);
                 functions.insert(name.clone(), function);

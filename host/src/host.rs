@@ -146,6 +146,22 @@ impl Host {
         Ok(info)
     }
 
+    /// Loads the store's copy of a module (`bytes`, kept in the store first) under `name`
+    /// (`wfhost:<hash>`), with `grants`: the module, held for the caller.
+    pub(crate) fn load_stored_module(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        grants: Grants,
+    ) -> Result<crate::modules::Loaded> {
+        self.engine().running()?;
+        let compiled = self.engine().wasm.compile(bytes)?;
+        if let Some(durable) = &self.inner.durable {
+            durable.keep_module(&compiled.info.sha256, bytes)?;
+        }
+        Ok(self.engine().modules.insert(name, compiled, grants))
+    }
+
     /// Unloads the module loaded under `name`: nothing can be spawned from it any more. Processes
     /// running it go on; once the last has finished, its compiled code, its memory image and its
     /// warm instances are freed.

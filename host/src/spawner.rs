@@ -13,7 +13,7 @@ use crate::durable::process::DurableProcess;
 use crate::durable::store::{Ending, Op};
 use crate::durable::writer::{Done, Entry};
 use crate::durable::Durable;
-use crate::modules::Modules;
+use crate::modules::{Loaded, Modules};
 use crate::wasm::{WasmProcess, WasmRuntime};
 
 /// Makes the wasm processes guests spawn.
@@ -59,6 +59,7 @@ impl Spawner for GuestSpawner {
     fn process(
         &self,
         parent: Pid,
+        lineage: Option<&(dyn std::any::Any + Send + Sync)>,
         note: Option<Note>,
         request: SpawnRequest,
     ) -> Result<Spawn, CommandError> {
@@ -66,7 +67,8 @@ impl Spawner for GuestSpawner {
             (Some(Note::Child(pid, id)), Some(_)) => Some(ChildStart { pid, id }),
             _ => None,
         };
-        let spawn = self.make(parent, request, child.as_ref());
+        let own = lineage.and_then(|own| own.downcast_ref::<Loaded>());
+        let spawn = self.make(parent, own, request, child.as_ref());
         if let (Err(error), Some(child)) = (&spawn, &child) {
             self.refuse_child(child.pid, error);
         }
@@ -81,20 +83,29 @@ impl Spawner for GuestSpawner {
 }
 
 impl GuestSpawner {
+    /// The child `request` asks for: of the module it names, or of the parent's own module
+    /// (`own`, which the parent holds) when it names none or the name its module goes by here.
     fn make(
         &self,
         parent: Pid,
+        own: Option<&Loaded>,
         request: SpawnRequest,
         child: Option<&ChildStart>,
     ) -> Result<Spawn, CommandError> {
         let invalid = |message: String| CommandError::new(ErrorKind::InvalidInput, message);
-        let module = request.module.ok_or_else(|| {
-            invalid("spawn names no module, and the spawner is not a wasm process".into())
-        })?;
-        let loaded = self
-            .modules
-            .get(&module)
-            .map_err(|e| invalid(e.message().to_string()))?;
+        let loaded = match (request.module.as_deref(), own) {
+            (None, Some(own)) => own.clone(),
+            (Some(name), Some(own)) if *own.name == *name => own.clone(),
+            (None, None) => {
+                return Err(invalid(
+                    "spawn names no module, and the spawner is not a wasm process".into(),
+                ))
+            }
+            (Some(name), _) => self
+                .modules
+                .get(name)
+                .map_err(|e| invalid(e.message().to_string()))?,
+        };
         let info = &loaded.compiled.info;
         if !info.has_entry(&request.entry) {
             return Err(invalid(

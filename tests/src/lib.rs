@@ -42,3 +42,18 @@ pub fn probe_version(v: u8) -> Vec<u8> {
     bytes[at + marker.len() - 1] = b'0' + v;
     bytes
 }
+
+/// `module` with a custom section holding `n` appended: the same code, another build by hash
+/// (a module of its own to the host and the store).
+pub fn variant(module: &[u8], n: u32) -> Vec<u8> {
+    let name = b"wfhost-test-variant";
+    let mut body = vec![name.len() as u8];
+    body.extend_from_slice(name);
+    body.extend_from_slice(&n.to_le_bytes());
+    let mut bytes = module.to_vec();
+    bytes.push(0);
+    // The section's size as LEB128 (it is below 128).
+    bytes.push(body.len() as u8);
+    bytes.extend_from_slice(&body);
+    bytes
+}

@@ -53,7 +53,21 @@ fn init_logging(verbose: u8) {
         .init();
 }
 
+/// A `WFHOST_*` variable that is set and empty (`WFHOST_SERVER=`, as a shell script leaves one
+/// it clears) means what an unset one does: nothing given.
+fn forget_empty_settings() {
+    let empty: Vec<std::ffi::OsString> = std::env::vars_os()
+        .filter(|(name, value)| name.to_string_lossy().starts_with("WFHOST_") && value.is_empty())
+        .map(|(name, _)| name)
+        .collect();
+    for name in empty {
+        // Before any thread is started: nothing reads the environment meanwhile.
+        std::env::remove_var(name);
+    }
+}
+
 fn main() -> ExitCode {
+    forget_empty_settings();
     let cli = Cli::parse();
     init_logging(cli.verbose);
     match cli.command.execute() {

@@ -151,3 +151,95 @@ fn the_tasks_of_a_killed_host_come_back_with_their_keys() {
     assert_eq!(late.status(), Some(409), "{late}");
     assert!(on_b.poll_task(&charge, Duration::ZERO).unwrap().is_none());
 }
+
+/// Sends `signal` (`STOP`, `CONT`) to `server`.
+fn signal(server: &HttpServer, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// A worker holds tasks while their host is stopped past its lease and another host takes the
+/// workflows over: its completions, given before and after the takeover, are each applied once
+/// (204 means the workflow has the outcome), the calls are not offered again with their attempts
+/// counted from 1, and every workflow ends with the worker's first and only answer. (They were
+/// answered 204 and thrown away with the stopped host's rows, and the calls offered again.)
+#[test]
+fn a_completion_reaches_the_workflow_whichever_host_runs_it_by_then() {
+    let dir = common::tempdir("act-hosts", "stopped");
+    let store = Postgres::shared().database("act_stopped_host");
+    let args = [
+        "--worker-function",
+        "payments.charge",
+        "--lease",
+        "2s",
+        "--task-timeout",
+        "60s",
+    ];
+    let a = HttpServer::start(&dir, &store, &args);
+    let on_a = a.client();
+    let module = put_probe(&on_a);
+    const CALLS: u64 = 10;
+    for n in 0..CALLS {
+        on_a.start(&start_request(
+            &format!("s{n}"),
+            &module,
+            "call",
+            json!(["payments.charge", n]),
+        ))
+        .unwrap();
+    }
+    let charge = vec!["payments.charge".to_string()];
+    let mut held = BTreeMap::new();
+    while held.len() < CALLS as usize {
+        let task = on_a
+            .poll_task(&charge, Duration::from_secs(30))
+            .unwrap()
+            .expect("a task");
+        assert_eq!(task.attempt, 1);
+        held.insert(result(&task.input).as_u64().unwrap(), task);
+    }
+    let a_name = on_a.status("s0").unwrap().host.unwrap();
+    signal(&a, "STOP");
+    let b = HttpServer::start(&dir, &store, &args);
+    let on_b = b.client();
+    // Half are completed while no host runs their workflows.
+    for n in 0..CALLS / 2 {
+        on_b.complete_task(&held[&n].task, &ok(json!(format!("paid {n}"))))
+            .unwrap();
+    }
+    common::wait_until("the other host runs every workflow", || {
+        (0..CALLS).all(|n| {
+            let status = on_b.status(&format!("s{n}")).unwrap();
+            status.status == "completed" || status.host.is_some_and(|h| h != a_name)
+        })
+    });
+    // The rest once it does.
+    for n in CALLS / 2..CALLS {
+        on_b.complete_task(&held[&n].task, &ok(json!(format!("paid {n}"))))
+            .unwrap();
+    }
+    for n in 0..CALLS {
+        let ended = on_b
+            .result(&format!("s{n}"), Some(Duration::from_secs(60)))
+            .unwrap();
+        assert_eq!(ended.status, "completed", "s{n}: {ended:?}");
+        assert_eq!(
+            result(ended.result.as_ref().unwrap()),
+            json!({"ok": format!("paid {n}")})
+        );
+    }
+    // Nothing is offered again, now or once the stopped host comes back.
+    signal(&a, "CONT");
+    assert!(on_b
+        .poll_task(&charge, Duration::from_secs(3))
+        .unwrap()
+        .is_none());
+    let rows = Postgres::shared().psql(&store, "SELECT count(*) FROM wfhost.tasks");
+    assert_eq!(
+        rows, "0",
+        "every call's task went with the step that took it"
+    );
+}

@@ -419,3 +419,51 @@ fn a_worker_token_reaches_its_own_functions_only() {
         json!({"ok": "shipped"})
     );
 }
+
+/// `{"result": null}` is a result (a function that returns nothing): applied once, the
+/// workflow gets `null`, and the task is not offered again. It was answered 400 ("neither
+/// result nor error"), so `wfhost worker` and the Python example repeated the task forever.
+#[test]
+fn a_null_result_completes_the_task_once() {
+    let dir = common::tempdir("act-workers", "null");
+    let store = dir.join("wf.db");
+    let server = HttpServer::start(
+        &dir,
+        store.to_str().unwrap(),
+        &["--worker-function", "mail.send", "--task-timeout", "500ms"],
+    );
+    let api = server.client();
+    let module = put_probe(&api);
+    api.start(&start_request(
+        "mail",
+        &module,
+        "call",
+        json!(["mail.send", {"to": "a@example.com"}]),
+    ))
+    .unwrap();
+    let mail = functions(&["mail.send"]);
+    let task = api
+        .poll_task(&mail, Duration::from_secs(30))
+        .unwrap()
+        .expect("a task");
+    // Sent as a worker in any language writes it.
+    let addr = server.addr();
+    let body = r#"{"result": null}"#;
+    let request = format!(
+        "POST /v1/tasks/{}/complete HTTP/1.1\r\nHost: {addr}\r\nContent-Type: \
+         application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        task.task,
+        body.len()
+    );
+    let (status, answer) = common::http::raw(&addr, request.as_bytes());
+    assert_eq!(status, 204, "{answer}");
+    let done = api.result("mail", Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(result(done.result.as_ref().unwrap()), json!({"ok": null}));
+    // Past its timeout, nothing is offered again.
+    assert!(api
+        .poll_task(&mail, Duration::from_secs(1))
+        .unwrap()
+        .is_none());
+    let again = api.complete_task(&task.task, &ok(Value::Null)).unwrap_err();
+    assert_eq!(again.status(), Some(409), "{again}");
+}

@@ -78,11 +78,16 @@ async fn the_ui_in_a_real_browser() {
     let api = server.client().with_token(TOKEN);
     let module = put_probe(&api);
     for n in 0..55 {
+        // echo-07's input looks like a child's answer: the page reads fields, not text.
+        let input = match n {
+            7 => json!({"parent": 424242, "number": 7}),
+            n => json!(n),
+        };
         api.start(&start_request(
             &format!("echo-{n:02}"),
             &module,
             "echo",
-            json!(n),
+            input,
         ))
         .unwrap();
     }
@@ -265,6 +270,12 @@ async fn the_ui_in_a_real_browser() {
         "completed"
     );
     assert!(text_of(&client, "#result").await.unwrap().contains('7'));
+    // A top-level workflow, whatever its input holds.
+    let number = api.status("echo-07").unwrap().number;
+    assert_eq!(
+        text_of(&client, "#number").await.unwrap(),
+        number.to_string()
+    );
 
     // A long history shows its first 500 steps, and the next as the reader scrolls to them.
     let long_steps = api.status("long").unwrap().steps;

@@ -566,7 +566,7 @@ fn events_are_printed_without_changing_the_result() {
     let err = stderr(&output);
     for expected in [
         "event: <1> spawned 'supervise'",
-        "event: <1> yield #1: spawn probe::measure",
+        "event: <1> yield #1: spawn (self)::measure",
         "event: <2> spawned 'measure' (parent <1>)",
         "event: <1> completion #1: postcard:02",
         "event: <1> yield #2: join <2>",
@@ -651,4 +651,41 @@ fn the_examples_give_the_results_their_readmes_state() {
         (report["members"].as_u64(), report["hops"].as_u64()),
         (Some(100), Some(10_000))
     );
+}
+
+/// A `WFHOST_*` variable set and empty is unset: `WFHOST_SERVER=` beside `--store` is no second
+/// place to look (it was refused with "give one of --store and --server").
+#[test]
+fn an_empty_setting_is_no_setting() {
+    let dir = std::env::temp_dir().join(format!("wfhost-cli-empty-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = dir.join("wf.db");
+    let store = store.to_str().unwrap();
+    let ran = run(&[
+        "run", PROBE, "echo", "--input", "1", "--store", store, "--id", "e",
+    ]);
+    assert!(ran.status.success(), "{}", stderr(&ran));
+    let listed = wfhost()
+        .args(["list", "--store", store])
+        .env("WFHOST_SERVER", "")
+        .env("WFHOST_TOKEN", "")
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    assert!(stdout(&listed).contains('e'), "{}", stdout(&listed));
+    // And with the store in an empty variable too: nothing is given, and it says so.
+    let nowhere = wfhost()
+        .args(["list"])
+        .env("WFHOST_SERVER", "")
+        .env("WFHOST_STORE", "")
+        .output()
+        .unwrap();
+    assert_eq!(nowhere.status.code(), Some(2), "{}", stderr(&nowhere));
+    assert!(
+        stderr(&nowhere).contains("where are the workflows?"),
+        "{}",
+        stderr(&nowhere)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -572,3 +572,63 @@ fn raise_file_limit(files: u64) {
         limit.rlim_cur
     );
 }
+
+/// A server whose process may open fewer files than `--max-connections` asks for serves as many
+/// connections as fit, says so when it starts, and answers the clients past them 503 at once,
+/// rather than failing its accepts and leaving them hanging with no answer.
+#[test]
+fn past_its_open_file_limit_a_server_answers_503_and_says_so() {
+    let dir = tempdir("nofile");
+    let store = dir.join("wf.db");
+    let server = HttpServer::start_under(
+        &dir,
+        store.to_str().unwrap(),
+        &["--max-connections", "20000"],
+        &[],
+        &["prlimit", "--nofile=300:300", "--"],
+    );
+    let log = server.log();
+    let said = log
+        .lines()
+        .find(|l| l.contains("connections at once, not the 20000 asked for"))
+        .unwrap_or_else(|| panic!("the server says how many connections it takes: {log}"));
+    let cap: usize = said
+        .split("serves at most ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!((100..300).contains(&cap), "{said}");
+    let addr = server.addr();
+    // As many as it takes, held open (each waits for a request, as a connection does).
+    let held: Vec<TcpStream> = (0..cap)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    common::wait_until("the server is full", || {
+        raw(
+            &addr,
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        )
+        .0 == 503
+    });
+    // Every one past them is answered at once; none hangs.
+    for _ in 0..40 {
+        let (status, body) = raw(
+            &addr,
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(
+            (status, code(&body).as_str()),
+            (503, "too_many_connections")
+        );
+    }
+    drop(held);
+    common::wait_until("the server takes connections again", || {
+        raw(
+            &addr,
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        )
+        .0 == 200
+    });
+    healthy(&server);
+}

@@ -655,9 +655,14 @@ pub struct TaskJson {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CompleteRequest {
-    /// The function's result, any JSON.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    /// The function's result, any JSON: `null` is a result (a function that returns nothing).
+    /// Absent when the completion is an error.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>, nullable = true))]
     pub result: Option<Box<RawValue>>,
     /// Why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -666,6 +671,14 @@ pub struct CompleteRequest {
     /// when none came within the wait. One request a task instead of two.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<PollRequest>,
+}
+
+/// A field that is there, whatever it holds: `null` included (serde reads a `null` into an
+/// `Option` as `None`, as if the field were missing).
+fn present<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(deserializer).map(Some)
 }
 
 /// A worker's error.

@@ -40,6 +40,14 @@ pub trait Process: Send + 'static {
         Ok(())
     }
 
+    /// What a child this process spawns without naming a module runs: its own module, as the
+    /// [`Spawner`](crate::Spawner) that made the process knows it (opaque to the scheduler, which
+    /// hands it to the spawner with the spawn). A process finds its own module through it, never
+    /// through a name that another request may unload or replace. Default: none.
+    fn lineage(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        None
+    }
+
     /// Called after each step that succeeded, with what it answered, before any of its yields is
     /// dispatched or its status acted on. A durable process hands the step to its journal here
     /// and calls [`Hold::hold`]: the scheduler then keeps the yields and the status, parks the
@@ -85,6 +93,10 @@ impl Process for Box<dyn Process> {
 
     fn check(&self, command: &Command) -> Result<(), CommandError> {
         (**self).check(command)
+    }
+
+    fn lineage(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        (**self).lineage()
     }
 
     fn journal(&mut self, out: &StepOutput, hold: &Hold<'_>) {

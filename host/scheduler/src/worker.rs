@@ -736,6 +736,7 @@ impl Worker {
         let cx = Context {
             handle: &self.handle,
             slot,
+            process,
             inline: completed,
             targets: &self.targets,
         };

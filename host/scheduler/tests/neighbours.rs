@@ -338,6 +338,7 @@ impl Spawner for Nappers {
     fn process(
         &self,
         _parent: Pid,
+        _lineage: Option<&(dyn std::any::Any + Send + Sync)>,
         _note: Option<wfhost_scheduler::Note>,
         request: SpawnRequest,
     ) -> Result<Spawn, wfcontract::CommandError> {

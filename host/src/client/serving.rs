@@ -5,7 +5,6 @@
 //! hosts share, also by one task that reads the store for what other hosts did); everything
 //! else is read from the store beside the host.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,12 +18,14 @@ use super::types::{
     WorkflowCounts, WorkflowState, WorkflowStatus,
 };
 use super::{blocking, new_id, parse_cursor, Client, ModuleRef, Start};
+use crate::durable::resolve::stored_name;
 use crate::durable::waiters::{Topic, Waiters};
 use crate::durable::Durable;
 use crate::engine::check_payload;
 use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;
 use crate::host::Host;
+use crate::modules::Loaded;
 use crate::wasm::ModuleInfo;
 
 /// How often the store is read for what other hosts did to the workflows waited for (a store
@@ -40,10 +41,6 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
 /// each.
 const ASYNC_READS: usize = 8;
 
-/// Modules a serving client loads from the store's copies (`wfhost:<hash>`), at most: the least
-/// recently started goes when another comes (it stays compiled while its workflows run).
-const LOADED_FROM_STORE: usize = 64;
-
 pub(crate) struct ServingBackend {
     pub(crate) host: Host,
     pub(crate) durable: Arc<Durable>,
@@ -51,8 +48,6 @@ pub(crate) struct ServingBackend {
     pub(crate) store: StoreBackend,
     /// Whether the task that reads the store for other hosts' work runs.
     polling: Arc<AtomicBool>,
-    /// The modules this client loaded from the store, most recently started last.
-    loaded: Mutex<VecDeque<String>>,
     /// Held while a module is loaded: the starts of a module not loaded yet that come at once
     /// compile it once, not once each.
     loading: Mutex<()>,
@@ -76,7 +71,6 @@ impl ServingBackend {
             grants,
             store,
             polling: Arc::new(AtomicBool::new(false)),
-            loaded: Mutex::new(VecDeque::new()),
             loading: Mutex::new(()),
             reads: Arc::new(tokio::sync::Semaphore::new(ASYNC_READS)),
         })
@@ -108,19 +102,19 @@ impl ServingBackend {
         Ok(StoredModule::of(&info, !had))
     }
 
-    /// The name the module with `hash` runs under: the one the host loaded it under itself
-    /// (with that name's grants), or `wfhost:<hash>`, loaded from the store's copy with the
-    /// grants this client was given.
-    fn loaded(&self, hash: &str, bytes: Option<&[u8]>) -> Result<String> {
-        if let Some(name) = self.recently_loaded(hash) {
-            return Ok(name);
+    /// The module with `hash`, held for the start that asks: the one the host loaded under a
+    /// name of its own (with that name's grants), or the store's copy loaded as
+    /// `wfhost:<hash>` with the grants this client was given.
+    fn loaded(&self, hash: &str, bytes: Option<&[u8]>) -> Result<Loaded> {
+        let modules = &self.host.engine().modules;
+        if let Some(loaded) = modules.by_hash(hash) {
+            return Ok(loaded);
         }
         let _loading = self.loading.lock();
         // Loaded meanwhile, by the start that held the lock before.
-        if let Some(name) = self.recently_loaded(hash) {
-            return Ok(name);
+        if let Some(loaded) = modules.by_hash(hash) {
+            return Ok(loaded);
         }
-        let name = format!("wfhost:{hash}");
         let stored;
         let bytes = match bytes {
             Some(bytes) => bytes,
@@ -133,29 +127,7 @@ impl ServingBackend {
             }
         };
         self.host
-            .load_module_bytes_with(&name, bytes, self.grants.clone())?;
-        let evicted = {
-            let mut recent = self.loaded.lock();
-            recent.push_back(name.clone());
-            (recent.len() > LOADED_FROM_STORE).then(|| recent.pop_front())
-        };
-        if let Some(Some(evicted)) = evicted {
-            // Its running workflows keep it compiled; the next start loads it again.
-            let _ = self.host.unload_module(&evicted);
-        }
-        Ok(name)
-    }
-
-    /// The name a module with `hash` is loaded under, if it is, marked as just used.
-    fn recently_loaded(&self, hash: &str) -> Option<String> {
-        let loaded = self.host.engine().modules.by_hash(hash)?;
-        let name = format!("wfhost:{hash}");
-        let mut recent = self.loaded.lock();
-        if let Some(at) = recent.iter().position(|n| *n == name) {
-            let used = recent.remove(at).expect("found above");
-            recent.push_back(used);
-        }
-        Some(loaded.name.to_string())
+            .load_stored_module(&stored_name(hash), bytes, self.grants.clone())
     }
 
     pub(crate) fn start(&self, start: &Start<'_>) -> Result<Started> {
@@ -164,19 +136,18 @@ impl ServingBackend {
             id: Some(&id),
             ..*start
         };
-        self.start_once(&start, false)
+        self.start_with_id(&start)
     }
 
-    /// Starts `start` (its id given); `retried`: its module was loaded again after it was let
-    /// go.
-    fn start_once(&self, start: &Start<'_>, retried: bool) -> Result<Started> {
+    /// Starts `start` (its id given).
+    fn start_with_id(&self, start: &Start<'_>) -> Result<Started> {
         let id = start.id.unwrap_or_default().to_string();
         let (hash, bytes) = match start.module {
             ModuleRef::Bytes(bytes) => (ModuleInfo::inspect(bytes)?.sha256, Some(bytes)),
             ModuleRef::Hash(hash) => (hash.to_string(), None),
         };
-        let name = match self.loaded(&hash, bytes) {
-            Ok(name) => name,
+        let loaded = match self.loaded(&hash, bytes) {
+            Ok(loaded) => loaded,
             // A module the store no longer keeps, or that no longer loads: a start of an id
             // that exists is still answered.
             Err(error) => {
@@ -186,10 +157,10 @@ impl ServingBackend {
                 }
             }
         };
-        let started = self.durable.start_new(
+        let started = self.durable.start_loaded(
             self.host.engine(),
             &id,
-            &name,
+            &loaded,
             start.entry,
             start.input.clone(),
         );
@@ -229,11 +200,6 @@ impl ServingBackend {
                     Some(started) => Ok(started),
                     None => Err(error),
                 }
-            }
-            // Its module was unloaded between the look and the start (a module loaded from the
-            // store is let go when 64 others came after it): loaded again, once.
-            Err(error) if error.kind() == ErrorKind::UnknownModule && !retried => {
-                self.start_once(start, true)
             }
             Err(error) => Err(error),
         }

@@ -173,7 +173,8 @@ impl Durable {
             }
             (Some(_), None) => Some(Grants::default()),
             (_, Some(grants)) => Some(grants.clone()),
-            (None, None) => None,
+            // Loaded before and let go when nothing used it: the grants it had.
+            (None, None) => self.modules.remembered(&stored_name(hash)),
         }
     }
 
@@ -192,9 +193,11 @@ impl Durable {
                 return Ok(Ok(loaded));
             }
             // The store's copy, loaded before with other grants: these apply from now on.
-            self.modules
-                .insert(&name, Arc::clone(&loaded.compiled), grants.clone());
-            return Ok(self.modules.get(&name).map_err(|e| e.message().to_string()));
+            return Ok(Ok(self.modules.insert(
+                &name,
+                Arc::clone(&loaded.compiled),
+                grants.clone(),
+            )));
         }
         let bytes: Option<Vec<u8>> = self.reader.lock().module(hash).map_err(store_error)?;
         let Some(bytes) = bytes else {
@@ -215,8 +218,7 @@ impl Durable {
                 compiled.info.sha256
             )));
         }
-        self.modules.insert(&name, compiled, grants.clone());
-        Ok(self.modules.get(&name).map_err(|e| e.message().to_string()))
+        Ok(Ok(self.modules.insert(&name, compiled, grants.clone())))
     }
 
     /// Notes what a recovery found damaged, in the store (so that `wfhost list` and `status`

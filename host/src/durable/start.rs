@@ -84,12 +84,28 @@ impl Durable {
         entry: &str,
         input: Payload,
     ) -> Result<(Spawned, Option<NewWorkflow>)> {
+        let loaded = engine.entry(module, entry)?;
+        self.start_loaded(engine, id, &loaded, entry, input)
+    }
+
+    /// As [`start_new`](Self::start_new), of module `loaded`, which the caller holds (so that
+    /// no unload of its name comes between the look and the start).
+    pub(crate) fn start_loaded(
+        self: &Arc<Self>,
+        engine: &Engine,
+        id: &str,
+        loaded: &Loaded,
+        entry: &str,
+        input: Payload,
+    ) -> Result<(Spawned, Option<NewWorkflow>)> {
         engine.running()?;
         self.writable()?;
         if let Some(why) = bad_id(id) {
             return Err(Error::new(ErrorKind::InvalidInput, why));
         }
-        let loaded = engine.entry(module, entry)?;
+        if !loaded.compiled.info.has_entry(entry) {
+            return Err(loaded.compiled.info.unknown_entry(entry));
+        }
         check_payload(&engine.wasm.limits, "the input", &input)?;
         let hash = loaded.compiled.info.sha256.clone();
         let encoded = postcard::to_allocvec(&input)
@@ -109,7 +125,7 @@ impl Durable {
         }
         // Its start runs now, before anything is written: nothing is written for an input the
         // entry point does not take.
-        let process = self.started_process(engine, &loaded, pid, &id, entry, &input)?;
+        let process = self.started_process(engine, loaded, pid, &id, entry, &input)?;
         let start = NewWorkflow {
             num: pid.0,
             id: id.to_string(),

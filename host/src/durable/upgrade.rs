@@ -129,32 +129,21 @@ impl Durable {
         // The module as this host loaded those bytes, with their grants; or loaded under the
         // name the store's copy takes, with `grants`: what the workflow, and its spawns of
         // "this module", run from now on. Never the grants of the module it ran: new code
-        // gets no more than a recovery would give it.
-        let (name, inserted) = match engine.modules.by_hash(&to) {
-            Some(loaded) => (loaded.name.to_string(), false),
-            None => {
-                let name = stored_name(&to);
-                engine.modules.insert(&name, Arc::clone(&compiled), grants);
-                (name, true)
-            }
+        // gets no more than a recovery would give it. Held here while the upgrade runs, and
+        // then by the workflow if it switched; one that did not leaves it to the cache of
+        // the store's copies, which lets it go once nothing holds it (never while another
+        // upgrade or a start that came meanwhile uses it).
+        let loaded = match engine.modules.by_hash(&to) {
+            Some(loaded) => loaded,
+            None => engine
+                .modules
+                .insert(&stored_name(&to), Arc::clone(&compiled), grants),
         };
-        let loaded = engine.modules.get(&name)?;
         let bytes: Arc<[u8]> = Arc::from(bytes);
         let steps = match self.ids.pid_of(id) {
             Some(pid) => self.upgrade_here(pid, &loaded, &bytes),
             None => self.upgrade_in_store(engine, &workflow, &loaded, &bytes),
-        };
-        let steps = match steps {
-            Ok(steps) => steps,
-            Err(error) => {
-                // A module loaded for an upgrade that did not happen goes again (processes that
-                // run it keep it), so that refused upgrades cannot pile modules up.
-                if inserted {
-                    let _ = engine.modules.remove(&name);
-                }
-                return Err(error);
-            }
-        };
+        }?;
         Ok(Upgraded {
             from,
             to,

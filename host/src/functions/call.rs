@@ -68,7 +68,7 @@ impl Finish {
             core.calls
                 .get_or_create(&crate::metrics::Call {
                     function: Arc::clone(&function),
-                    outcome: crate::metrics::call_outcome(result),
+                    outcome: crate::metrics::call_outcome(&function, result),
                 })
                 .inc();
             core.call_seconds

@@ -56,6 +56,8 @@ pub struct CallInfo {
     /// key (pass it on as the idempotency key of the service it calls, or record it with the
     /// effect). `None` for processes that are not durable.
     pub idempotency_key: Option<String>,
+    /// The tag of the process's yield that made this call.
+    pub tag: u64,
 }
 
 type Blocking = dyn Fn(CallInfo, Payload) -> Result<Payload, CommandError> + Send + Sync;

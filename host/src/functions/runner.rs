@@ -344,6 +344,7 @@ impl Functions {
                 pid,
                 name: admitted.name,
                 idempotency_key: self.keys.as_ref().and_then(|ids| ids.key(pid, tag)),
+                tag: tag.0,
             },
             input,
             body: admitted.function.body,

@@ -170,12 +170,19 @@ pub struct Serving {
     runtime: Option<tokio::runtime::Runtime>,
     accepting: Option<tokio::task::JoinHandle<()>>,
     grace: Duration,
+    max_connections: usize,
 }
 
 impl Serving {
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The connections it takes at once: [`ServeOptions::max_connections`], or fewer when the
+    /// process may not open that many files (it raises its limit as far as it may first).
+    pub fn max_connections(&self) -> usize {
+        self.max_connections
     }
 
     /// Stops accepting, lets requests in flight finish within the grace period, and stops.
@@ -231,6 +238,25 @@ impl Api {
         let router = self.router();
         let metrics = self.state.metrics.clone();
         let grace = options.grace;
+        let room = super::descriptors::room_for(options.max_connections);
+        if room.connections < options.max_connections {
+            tracing::warn!(
+                "this process may open {} files ({} open now, {} kept for the store, workers \
+                 and calls): it serves at most {} connections at once, not the {} asked for \
+                 (--max-connections); past them a client gets 503. Raise the hard limit on open \
+                 files (ulimit -Hn, systemd's LimitNOFILE=) for more",
+                room.limit,
+                room.in_use,
+                room.reserve,
+                room.connections,
+                options.max_connections
+            );
+        }
+        let options = ServeOptions {
+            max_connections: room.connections,
+            ..options
+        };
+        let max_connections = room.connections;
         let accepting = runtime.spawn(accept(listener, router, options, stopped, metrics));
         Ok(Serving {
             addr,
@@ -238,6 +264,7 @@ impl Api {
             runtime: Some(runtime),
             accepting: Some(accepting),
             grace,
+            max_connections,
         })
     }
 }
@@ -255,6 +282,7 @@ async fn accept(
         .tls
         .map(|tls| tokio_rustls::TlsAcceptor::from(tls.config));
     let mut tasks = tokio::task::JoinSet::new();
+    let mut backoff = super::descriptors::Backoff::new();
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -263,11 +291,17 @@ async fn accept(
         // Reap what finished, so the set stays as large as the connections open.
         while tasks.try_join_next().is_some() {}
         let (stream, _peer) = match accepted {
-            Ok(accepted) => accepted,
+            Ok(accepted) => {
+                backoff.accepted();
+                accepted
+            }
             Err(error) => {
                 // Out of file descriptors, most likely: wait for some to close.
-                tracing::warn!("accepting a connection: {error}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                let wait = backoff.failed(&error);
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stopped.changed() => break,
+                }
                 continue;
             }
         };

@@ -34,6 +34,7 @@
 
 mod api;
 mod convert;
+mod descriptors;
 mod error;
 mod extract;
 mod listen;

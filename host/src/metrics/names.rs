@@ -19,11 +19,28 @@ pub(crate) fn ending_outcome(ending: &Ending) -> &'static str {
 }
 
 /// How a host function call ended, as a label: `ok`, or its error's kind (`timeout`,
-/// `not-allowed`, ...).
+/// `not-allowed`, ...); for an outbound HTTP call (`wfhost.http`) that got a response, its
+/// status class (`2xx`, `3xx`, `4xx`, `5xx`), so that a 500 is not counted as a success.
 pub(crate) fn call_outcome(
+    function: &str,
     result: &Result<wfcontract::Payload, wfcontract::CommandError>,
 ) -> &'static str {
     match result {
+        Ok(payload) if function == wfcontract::builtin::HTTP_FUNCTION => {
+            /// A response's status, without the rest of it.
+            #[derive(serde::Deserialize)]
+            struct Status {
+                status: u16,
+            }
+            match payload.decode::<Status>().map(|s| s.status / 100) {
+                Ok(1) => "1xx",
+                Ok(2) => "2xx",
+                Ok(3) => "3xx",
+                Ok(4) => "4xx",
+                Ok(5) => "5xx",
+                _ => "ok",
+            }
+        }
         Ok(_) => "ok",
         Err(error) => error.kind.name(),
     }

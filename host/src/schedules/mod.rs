@@ -4,6 +4,7 @@
 //! often a crashed one looks again, the store lets one start of each firing through. Schedules
 //! live in the store (`schedules`); every `wfhost serve` fires them (`server/schedules.rs`).
 
+mod firings;
 mod plan;
 mod spec;
 

@@ -5,15 +5,14 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeZone, Utc};
-
 use crate::error::{Error, ErrorKind, Result};
 
 /// When a schedule fires.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum When {
     /// A cron expression, seconds first (`sec min hour day-of-month month day-of-week [year]`,
-    /// as the `cron` crate reads it: `0 */5 * * * *` is every five minutes), in a time zone.
+    /// as the `cron` crate reads it: `0 */5 * * * *` is every five minutes), in a time zone,
+    /// read on its wall clock (how it fires where the clocks change: `schedules/firings.rs`).
     Cron {
         /// The expression.
         expression: String,
@@ -103,18 +102,7 @@ impl When {
             When::Cron { expression, zone } => {
                 let schedule = parse_cron(expression).ok()?;
                 let zone = parse_zone(zone).ok()?;
-                let at = Utc
-                    .timestamp_millis_opt(i64::try_from(after).ok()?)
-                    .single()?;
-                // Around a change of the clocks, the crate can answer a local time whose instant
-                // is not after `after` (the first of a repeated hour): the first that is.
-                schedule
-                    .after(&at.with_timezone(&zone))
-                    .take(1_000)
-                    .filter_map(|next: DateTime<_>| {
-                        u64::try_from(next.with_timezone(&Utc).timestamp_millis()).ok()
-                    })
-                    .find(|&next| next > after)
+                super::firings::next_after(&schedule, zone, after)
             }
         }
     }

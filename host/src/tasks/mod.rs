@@ -193,16 +193,22 @@ impl Tasks {
     }
 
     /// Calls `function` with `input` through a worker: queues the task and waits for its
-    /// completion. Dropping the future withdraws the task.
+    /// completion. Dropping the future withdraws the task, but a durable workflow's (`call`
+    /// names it: the workflow's number and the call's tag) on a store's board: that one stays
+    /// for the workflow's next owner until the step that takes its outcome is journaled.
     pub(crate) async fn call(
         &self,
         function: Arc<str>,
         input: Payload,
         key: Option<String>,
+        call: Option<(u64, u64)>,
     ) -> Result<Payload, CommandError> {
         match &self.kind {
             Kind::Local(board) => board.call(function, input, key).await,
-            Kind::Shared(board) => board.call(function, input, key).await,
+            Kind::Shared(board) => match call {
+                Some(call) => board.call_durable(function, input, key, call).await,
+                None => board.call(function, input, key).await,
+            },
         }
     }
 }

@@ -1,11 +1,18 @@
 //! The board on a PostgreSQL store that many hosts share: tasks are rows of `wfhost.tasks`, so a
 //! worker may poll any host and each task is taken once, by the row's update (`FOR UPDATE SKIP
 //! LOCKED`), as messages are. A row names the host whose workflow waits; a completion sets the
-//! row's outcome and notifies (`wfhost_task_done`), and that host takes the outcome (deleting
-//! the row) to its waiting call. New tasks notify too (`wfhost_task_new`), waking the pollers of
-//! every host. A sweep each second catches what a lost notification missed, and deletes the
-//! tasks of hosts that are dead (their workflows call again, with the same keys, on the host that
-//! takes them over).
+//! row's outcome and notifies (`wfhost_task_done`), and that host hands the outcome to its
+//! waiting call. New tasks notify too (`wfhost_task_new`), waking the pollers of every host. A
+//! sweep each second catches what a lost notification missed.
+//!
+//! A durable workflow's call is one row, named by the workflow and the call's tag, that outlives
+//! the host that made it: when that host dies or loses its lease, the workflow's next owner makes
+//! the call again and takes the row over (`call_durable`), so a worker's completion is applied
+//! whichever host it reaches and whenever it comes (within the task's deadline), an outcome
+//! given while no host ran the workflow is taken at once, and attempts count on. The row goes
+//! with the step that journals its outcome (in that step's transaction), or with the workflow's
+//! end or prune. A call of a process that is not durable is withdrawn when the call ends, and
+//! goes with its host: a completion for it then is refused.
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -228,6 +235,79 @@ impl SharedBoard {
         }
     }
 
+    /// The task of durable workflow `call.0`'s call `call.1`: one row for the call, however
+    /// many hosts make it. A call made again by the workflow's next owner (the host that made
+    /// it died, or lost its lease) takes the row over: a worker holding it still completes it,
+    /// an outcome a worker gave meanwhile is taken at once, and attempts count on. The row
+    /// stays until the step that takes its outcome is journaled (or the workflow ends).
+    pub(crate) async fn call_durable(
+        self: &Arc<Self>,
+        function: Arc<str>,
+        input: Payload,
+        key: Option<String>,
+        (workflow, tag): (u64, u64),
+    ) -> Result<Payload, CommandError> {
+        let host = self.host.load(Ordering::Acquire);
+        if host == 0 {
+            return Err(CommandError::new(
+                ErrorKind::Unavailable,
+                "the task board has no host yet: retry",
+            ));
+        }
+        if self.waiting.lock().len() >= self.settings.max_tasks {
+            return Err(CommandError::new(
+                ErrorKind::LimitReached,
+                format!(
+                    "{} tasks of this host wait for activity workers, the most it holds; retry \
+                     later",
+                    self.settings.max_tasks
+                ),
+            ));
+        }
+        let (workflow, tag) = (
+            i64::try_from(workflow).unwrap_or(i64::MAX),
+            i64::try_from(tag).unwrap_or(i64::MAX),
+        );
+        let client = self.client().await.map_err(|e| unavailable("a call", e))?;
+        let row = client
+            .query_one(
+                "WITH t AS (INSERT INTO tasks (id, host, function, input, encoding, key, \
+                   workflow, tag) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                   ON CONFLICT (workflow, tag) WHERE workflow IS NOT NULL \
+                   DO UPDATE SET host = excluded.host RETURNING id, outcome IS NOT NULL AS done) \
+                 SELECT id, done, pg_notify('wfhost_task_new', $3) FROM t",
+                &[
+                    &token().max(1),
+                    &host,
+                    &&*function,
+                    &&input.bytes[..],
+                    &encoding_code(input.encoding),
+                    &key,
+                    &workflow,
+                    &tag,
+                ],
+            )
+            .await
+            .map_err(|e| unavailable("a call", e))?;
+        let id: i64 = row.get(0);
+        let (done, outcome) = oneshot::channel();
+        self.waiting.lock().insert(id, done);
+        let _forget = Forget {
+            board: Arc::clone(self),
+            id,
+        };
+        // Completed before this host waited for it (by a worker while its old host was gone,
+        // or just now, before the wait above was in place): taken now.
+        self.deliver(id).await;
+        match outcome.await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(CommandError::new(
+                ErrorKind::Unavailable,
+                format!("the task for '{function}' was dropped from the board"),
+            )),
+        }
+    }
+
     /// Hands task `id`'s outcome, if it has one, to the call waiting for it here.
     async fn deliver(&self, id: i64) {
         if !self.waiting.lock().contains_key(&id) {
@@ -258,8 +338,13 @@ impl SharedBoard {
         }
         // Read, handed over, then deleted: an answer lost on the way leaves the row for the
         // next look (a delete lost leaves it for the sweep), never a call without its outcome.
+        // A durable workflow's stays until the step that takes the outcome is journaled.
+        let host = self.host.load(Ordering::Acquire);
         let _ = client
-            .execute("DELETE FROM tasks WHERE id = $1", &[&id])
+            .execute(
+                "DELETE FROM tasks WHERE id = $1 AND host = $2 AND workflow IS NULL",
+                &[&id, &host],
+            )
             .await;
     }
 
@@ -357,6 +442,8 @@ impl SharedBoard {
             .query_opt(
                 "WITH t AS (UPDATE tasks SET outcome = $3, token = NULL \
                  WHERE id = $1 AND token = $2 AND outcome IS NULL AND deadline > now() \
+                 AND (workflow IS NOT NULL OR host IN \
+                   (SELECT id FROM hosts WHERE NOT dead AND lease_until > now())) \
                  RETURNING id) \
                  SELECT pg_notify('wfhost_task_done', id::text) FROM t",
                 &[&id, &token, &bytes],
@@ -399,8 +486,10 @@ impl SharedBoard {
         };
         let row = client
             .query_opt(
-                "SELECT outcome IS NOT NULL, token, attempt, deadline <= now() FROM tasks \
-                 WHERE id = $1",
+                "SELECT outcome IS NOT NULL, token, attempt, deadline <= now(), \
+                 workflow IS NULL AND host NOT IN \
+                   (SELECT id FROM hosts WHERE NOT dead AND lease_until > now()) \
+                 FROM tasks WHERE id = $1",
                 &[&id],
             )
             .await;
@@ -410,8 +499,15 @@ impl SharedBoard {
             Ok(Some(row)) => {
                 let (finished, current, attempt, late): (bool, Option<i64>, i32, Option<bool>) =
                     (row.get(0), row.get(1), row.get(2), row.get(3));
+                let orphaned: Option<bool> = row.get(4);
                 if finished {
                     moved("it is finished".into())
+                } else if orphaned == Some(true) {
+                    moved(
+                        "the host whose process called it is gone, and that process with it (it \
+                         was not a durable workflow's, which would call again)"
+                            .into(),
+                    )
                 } else if current == Some(token) && late == Some(true) {
                     moved("its deadline passed before this came".into())
                 } else {
@@ -456,6 +552,19 @@ impl Drop for Listening<'_> {
     }
 }
 
+/// Stops a durable workflow's call waiting here when the call ends, however it ends; its task
+/// stays in the store (see [`SharedBoard::call_durable`]).
+struct Forget {
+    board: Arc<SharedBoard>,
+    id: i64,
+}
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        self.board.waiting.lock().remove(&self.id);
+    }
+}
+
 /// Takes a call's task off the store when the call ends, however it ends.
 struct Withdraw {
     board: Arc<SharedBoard>,
@@ -478,7 +587,10 @@ impl Drop for Withdraw {
                 };
                 if let Ok(client) = strong.client().await {
                     if client
-                        .execute("DELETE FROM tasks WHERE id = $1", &[&id])
+                        .execute(
+                            "DELETE FROM tasks WHERE id = $1 AND workflow IS NULL",
+                            &[&id],
+                        )
                         .await
                         .is_ok()
                     {
@@ -577,21 +689,34 @@ async fn sweep(board: Weak<SharedBoard>) {
                 board.deliver(row.get(0)).await;
             }
         }
+        // The processes of hosts that are gone went with them; a durable workflow's calls
+        // wait for its next owner.
         let _ = client
             .execute(
-                "DELETE FROM tasks WHERE host IN \
+                "DELETE FROM tasks WHERE workflow IS NULL AND host IN \
                  (SELECT id FROM hosts WHERE dead OR lease_until < now())",
                 &[],
             )
             .await;
-        // Now and then: this host's rows that no call waits for (a withdrawal whose delete
-        // failed, an outcome handed over whose delete was lost).
-        if host != 0 && round.is_multiple_of(30) {
-            let waiting: Vec<i64> = board.waiting.lock().keys().copied().collect();
+        if round.is_multiple_of(30) {
+            // Now and then: this host's rows that no call waits for (a withdrawal whose delete
+            // failed, an outcome handed over whose delete was lost), and the calls of workflows
+            // that no longer run (their ends remove them; this is for rows a host wrote after).
+            if host != 0 {
+                let waiting: Vec<i64> = board.waiting.lock().keys().copied().collect();
+                let _ = client
+                    .execute(
+                        "DELETE FROM tasks WHERE host = $1 AND workflow IS NULL \
+                         AND NOT (id = ANY($2))",
+                        &[&host, &waiting],
+                    )
+                    .await;
+            }
             let _ = client
                 .execute(
-                    "DELETE FROM tasks WHERE host = $1 AND NOT (id = ANY($2))",
-                    &[&host, &waiting],
+                    "DELETE FROM tasks t WHERE t.workflow IS NOT NULL AND NOT EXISTS \
+                     (SELECT 1 FROM workflows w WHERE w.num = t.workflow AND w.state = 0)",
+                    &[],
                 )
                 .await;
         }

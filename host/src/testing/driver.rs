@@ -16,7 +16,7 @@ use wfhost_scheduler::{Events, FailureKind, InitContext, Process, ProcessError};
 use super::{Happening, Scheduled, TestEnv, TestRun, What};
 use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;
-use crate::wasm::{Compiled, Limits, ProcessSpec, WasmProcess, WasmRuntime};
+use crate::wasm::{Compiled, Limits, WasmProcess, WasmRuntime};
 use crate::Failure;
 
 /// Steps a run may take before it is stopped as running away.
@@ -250,13 +250,12 @@ impl Driver {
         let pid = Pid(self.next_pid);
         let mut process = WasmProcess::new(
             Arc::clone(&self.env.wasm),
-            ProcessSpec {
+            crate::modules::Loaded {
+                name: Arc::from("test"),
                 compiled: Arc::clone(&self.env.compiled),
-                module_name: Arc::from("test"),
                 grants: Arc::new(Grants::default().allow_all_functions()),
-                bound: false,
-                limits: Arc::clone(&self.env.wasm.limits),
-            },
+            }
+            .spec(None, Arc::clone(&self.env.wasm.limits)),
         );
         process
             .init(&InitContext::new(pid, parent), entry, input)

@@ -8,9 +8,7 @@ use wfhost_scheduler::{InitContext, Process, ProcessError};
 
 use crate::error::Result;
 use crate::grants::Grants;
-use crate::wasm::{
-    Compiled, GuestLimiter, GuestState, Limits, ProcessSpec, WasmProcess, WasmRuntime,
-};
+use crate::wasm::{Compiled, GuestLimiter, GuestState, Limits, WasmProcess, WasmRuntime};
 
 /// A compiled module and the runtime around it.
 pub struct Harness {
@@ -122,13 +120,12 @@ impl Harness {
     ) -> std::result::Result<Box<dyn Process>, ProcessError> {
         let mut process = WasmProcess::new(
             Arc::clone(&self.wasm),
-            ProcessSpec {
+            crate::modules::Loaded {
+                name: Arc::from("bench"),
                 compiled: Arc::clone(&self.compiled),
-                module_name: Arc::from("bench"),
                 grants: Arc::new(Grants::default()),
-                bound: false,
-                limits: Arc::clone(&self.wasm.limits),
-            },
+            }
+            .spec(None, Arc::clone(&self.wasm.limits)),
         );
         process.init(&InitContext::new(Pid(1), None), entry, input)?;
         Ok(Box::new(process))

@@ -301,6 +301,12 @@ pub(crate) struct Compiled {
 }
 
 impl Compiled {
+    /// The memory it keeps while loaded: its compiled code and its memory image.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        let code = self.pre.module().image_range();
+        (code.end as usize).saturating_sub(code.start as usize) + self.image_bytes()
+    }
+
     fn image_bytes(&self) -> usize {
         self.hibernation
             .as_ref()

@@ -58,6 +58,7 @@ fn step(num: u64, seq: u64, consumed: Vec<u64>) -> Op {
         record: format!("{num}.{seq}").into_bytes(),
         consumed,
         took_cancel: false,
+        calls_done: Vec::new(),
     })
 }
 
@@ -367,6 +368,8 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
                      DROP TRIGGER workflow_counts_changed ON workflows; \
                      DROP TRIGGER workflow_counts_removed ON workflows; \
                      DROP FUNCTION workflow_counts_add; DROP FUNCTION workflow_counts_move; \
+                     DROP INDEX tasks_call; ALTER TABLE tasks DROP COLUMN workflow, \
+                     DROP COLUMN tag; \
                      INSERT INTO workflows (num, id, module, module_name, entry, input, \
                      started, root) VALUES (4, 'w4', 'm', 'm', 'main', '', 0, 4), \
                      (5, 'w5', 'm', 'm', 'other', '', 0, 5); \

@@ -100,7 +100,6 @@ impl HttpArgs {
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
             options = options.tls(Tls::from_pem_files(cert, key)?);
         }
-        raise_file_limit(self.max_connections);
         let serving = api.serve(listener, options)?;
         let scheme = if self.tls_cert.is_some() {
             "https"
@@ -204,32 +203,4 @@ fn check_exposure(addr: &str, token: bool) -> anyhow::Result<()> {
 fn bind(addr: &str) -> anyhow::Result<TcpListener> {
     let addrs = resolve(addr)?;
     TcpListener::bind(&addrs[..]).with_context(|| format!("cannot listen on {addr}"))
-}
-
-/// Raises this process's limit on open files toward what `connections` need (its hard limit at
-/// most), so that a server's connections are not refused by the default soft limit (often
-/// 1024).
-fn raise_file_limit(connections: usize) {
-    #[cfg(unix)]
-    {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit and setrlimit with a valid resource and a pointer to a live rlimit.
-        unsafe {
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-                return;
-            }
-            let wanted = (connections as libc::rlim_t).saturating_add(1024);
-            if limit.rlim_cur < wanted {
-                limit.rlim_cur = wanted.min(limit.rlim_max);
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                    tracing::warn!("could not raise the limit on open files");
-                }
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = connections;
 }

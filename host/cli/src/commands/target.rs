@@ -86,7 +86,8 @@ pub fn token(file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
     if token.is_empty() {
         match file {
             Some(path) => bail!("the token file {} is empty", path.display()),
-            None => bail!("WFHOST_TOKEN is set and empty: give the token, or unset it"),
+            // Set and empty is unset (see `main`); one of blanks only is a mistake.
+            None => bail!("WFHOST_TOKEN holds only blanks: give the token, or unset it"),
         }
     }
     Ok(Some(token))

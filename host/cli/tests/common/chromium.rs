@@ -32,7 +32,7 @@ impl Driver {
                 panic!(
                     "cannot run chromedriver ({e}): the browser tests need Debian's packages \
                      `chromium` and `chromium-driver` (`apt-get install chromium chromium-driver`; \
-                     .ci/run installs them)"
+                     the README's test command, ./test.sh, installs them)"
                 )
             });
         let addr = format!("127.0.0.1:{port}");

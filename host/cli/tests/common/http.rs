@@ -28,11 +28,35 @@ impl HttpServer {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> HttpServer {
+        HttpServer::start_under(dir, store, args, env, &[])
+    }
+
+    /// As [`start_with_env`](Self::start_with_env), run by `under` (a program and its
+    /// arguments, which then run the server: `["prlimit", "--nofile=300", "--"]`).
+    pub fn start_under(
+        dir: &Path,
+        store: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        under: &[&str],
+    ) -> HttpServer {
         static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = dir.join(format!("serve-{n}.log"));
         let file = std::fs::File::create(&log).unwrap();
         let mut command = wfhost();
+        if let Some((program, rest)) = under.split_first() {
+            let binary = command.get_program().to_owned();
+            let mut wrapped = std::process::Command::new(program);
+            wrapped.args(rest).arg(binary);
+            for (key, value) in command.get_envs() {
+                match value {
+                    Some(value) => wrapped.env(key, value),
+                    None => wrapped.env_remove(key),
+                };
+            }
+            command = wrapped;
+        }
         command.args(["serve", "--store", store]);
         if !args.contains(&"--http") {
             command.args(["--http", "127.0.0.1:0"]);
@@ -205,7 +229,7 @@ pub fn promtool_check(text: &str) {
     let mut child = child.unwrap_or_else(|e| {
         panic!(
             "promtool is not installed ({e}): install Debian's package `prometheus` \
-             (apt-get install -y prometheus); .ci/run does"
+             (apt-get install -y prometheus); ./test.sh does"
         )
     });
     child
@@ -218,6 +242,34 @@ pub fn promtool_check(text: &str) {
     assert!(
         output.status.success(),
         "promtool check metrics refused the exposition: {}{}\n{text}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Checks `document` with a real OpenAPI validator (`openapi-spec-validator`, from PyPI, which
+/// `./test.sh` installs into `target/test-tools/venv`, or where `WFHOST_TEST_TOOLS` says).
+pub fn openapi_check(document: &serde_json::Value) {
+    let tools = std::env::var_os("WFHOST_TEST_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| wfhost_test_programs::workspace_root().join("target/test-tools"));
+    let validator = tools.join("venv/bin/openapi-spec-validator");
+    let file = std::env::temp_dir().join(format!("wfhost-openapi-{}.json", std::process::id()));
+    std::fs::write(&file, serde_json::to_vec(document).unwrap()).unwrap();
+    let output = std::process::Command::new(&validator)
+        .arg(&file)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{} cannot run ({e}): the README's test command (./test.sh) installs \
+                 openapi-spec-validator there (python3 -m venv; pip install openapi-spec-validator)",
+                validator.display()
+            )
+        });
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        output.status.success(),
+        "openapi-spec-validator refused the document: {}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );

@@ -61,15 +61,25 @@ where
 }
 
 /// What a handler can do while it handles a request.
-#[derive(Debug)]
 pub struct Context<'a> {
     pub(crate) handle: &'a SchedulerHandle,
     pub(crate) slot: &'a Arc<Slot>,
+    /// The requesting process, between its step and its next (its yields are dispatched while
+    /// the worker holds it).
+    pub(crate) process: &'a dyn crate::Process,
     /// The completions given inline ([`Context::complete`]): the process body's own lane, which
     /// its next step takes without a trip through the inbox's lock (see `Body::completed`).
     pub(crate) inline: &'a std::cell::RefCell<crate::slot::Inline>,
     /// The worker's cache of the processes its processes send to (`targets.rs`).
     pub(crate) targets: &'a std::cell::RefCell<crate::targets::Targets>,
+}
+
+impl std::fmt::Debug for Context<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("pid", &self.slot.pid)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Context<'_> {

@@ -11,12 +11,14 @@ use crate::handlers::{Context, Handler, Request};
 /// links the new process to its parent and counts it against the limits.
 pub trait Spawner: Send + Sync + 'static {
     /// The process `request` asks for, spawned by `parent`: its body, entry point and input, with
-    /// any options. An error completes the spawn with it. `note` is what the parent's journal
-    /// decided about the spawn (a durable host reserved the child's pid and id:
-    /// [`Note::Child`](crate::Note::Child)).
+    /// any options. An error completes the spawn with it. `lineage` is the parent's own module as
+    /// the parent gives it ([`Process::lineage`](crate::Process::lineage)), for a request that
+    /// names none. `note` is what the parent's journal decided about the spawn (a durable host
+    /// reserved the child's pid and id: [`Note::Child`](crate::Note::Child)).
     fn process(
         &self,
         parent: Pid,
+        lineage: Option<&(dyn std::any::Any + Send + Sync)>,
         note: Option<crate::Note>,
         request: SpawnRequest,
     ) -> Result<Spawn, CommandError>;
@@ -38,7 +40,12 @@ impl Handler for SpawnHandler {
         };
         let result = self
             .0
-            .process(cx.pid(), request.note.map(|note| *note), spawn)
+            .process(
+                cx.pid(),
+                cx.process.lineage(),
+                request.note.map(|note| *note),
+                spawn,
+            )
             .and_then(|spawn| {
                 let pid = cx.spawn_child(spawn).map_err(|e| self.0.refused(e))?;
                 Payload::to_postcard(&pid)

@@ -36,10 +36,13 @@ impl DurableProcess {
         let mut record = self.record(out, rearmed);
         let Decided { mut ops, early } = self.decide(&mut record, rearmed, seq, now, hold);
         self.normalize(&mut record.output.yields);
+        let calls_done = self.calls_done(&record);
         let events = std::mem::take(&mut record.events);
         self.track(&events, &record);
         record.events = events;
-        ops.push(Op::Step(step_of(self.pid.0, seq, now / 1_000_000, &record)));
+        let mut step = step_of(self.pid.0, seq, now / 1_000_000, &record);
+        step.calls_done = calls_done;
+        ops.push(Op::Step(step));
         self.since_snapshot += record.weight();
         match ending_of(&out.status) {
             Some(ending) => {
@@ -58,6 +61,30 @@ impl DurableProcess {
         }
         self.seq = seq;
         self.hold_for(ops, hold, early);
+    }
+
+    /// The host-function calls whose answers `record` takes, or that it gives up (`forget`), by
+    /// tag: their tasks on a store's board go with the step.
+    fn calls_done(&self, record: &StepRecord) -> Vec<u64> {
+        let is_call = |tag: &wfcontract::Tag| {
+            self.pending
+                .get(tag)
+                .is_some_and(|pending| matches!(pending.command, Command::Call(_)))
+        };
+        let answered = record
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::YieldComplete && is_call(&e.tag))
+            .map(|e| e.tag.0);
+        let forgotten = record
+            .output
+            .yields
+            .iter()
+            .filter_map(|y| match &y.command {
+                Command::Forget(tag) if is_call(tag) => Some(tag.0),
+                _ => None,
+            });
+        answered.chain(forgotten).collect()
     }
 
     /// Notes the sends to the host re-armed at recovery (by their position among the re-armed
@@ -240,6 +267,7 @@ fn step_of(num: u64, seq: u64, at: u64, record: &StepRecord) -> NewStep {
         record: postcard::to_allocvec(record).unwrap_or_default(),
         consumed,
         took_cancel,
+        calls_done: Vec::new(),
     }
 }
 

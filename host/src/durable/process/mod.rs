@@ -177,8 +177,10 @@ impl DurableProcess {
         self
     }
 
-    /// The yields as the guest made them: a spawn of "this module" names none (the host filled
-    /// in the name its module is loaded under, which differs after a restart).
+    /// The yields as the journal keeps them: a spawn of "this module" names none, whether the
+    /// guest named none or named the name its module is loaded under here (which differs after
+    /// a restart, and which journals written before spawns found their module by handle hold
+    /// as none).
     fn normalize(&self, yields: &mut [Yield]) {
         let own = self.inner.module_name();
         for y in yields {
@@ -316,6 +318,10 @@ impl Process for DurableProcess {
 
     fn check(&self, command: &Command) -> Result<(), CommandError> {
         self.inner.check(command)
+    }
+
+    fn lineage(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        self.inner.lineage()
     }
 
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {

@@ -187,6 +187,9 @@ pub struct NewStep {
     pub consumed: Vec<u64>,
     /// It took a cancel.
     pub took_cancel: bool,
+    /// The host-function calls whose answers it took, or that it gave up, by tag: a store that
+    /// keeps activity tasks (PostgreSQL) removes theirs with the step.
+    pub calls_done: Vec<u64>,
 }
 
 /// A workflow's state after one of its steps: with it, recovery need not replay the steps up to

@@ -214,20 +214,26 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
 }
 
 fn is_public_v6(ip: Ipv6Addr) -> bool {
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        return is_public_v4(v4);
-    }
     let segments = ip.segments();
-    // NAT64 (64:ff9b::/96) carries an IPv4 address in its last 32 bits.
-    if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        let [.., high, low] = segments;
-        return is_public_v4(Ipv4Addr::from((u32::from(high) << 16) | u32::from(low)));
+    let last32 = Ipv4Addr::from((u32::from(segments[6]) << 16) | u32::from(segments[7]));
+    // The forms that carry a whole IPv4 address, which is then what is reached: IPv4-mapped
+    // (::ffff:0:0/96), IPv4-translated (::ffff:0:0:0/96), NAT64 (64:ff9b::/96), 6to4 (2002::/16,
+    // in bits 16 to 48).
+    if segments[..6] == [0, 0, 0, 0, 0, 0xffff]
+        || segments[..6] == [0, 0, 0, 0, 0xffff, 0]
+        || segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+    {
+        return is_public_v4(last32);
     }
-    // 6to4 (2002::/16) carries one in bits 16 to 48.
     if segments[0] == 0x2002 {
         return is_public_v4(Ipv4Addr::from(
             (u32::from(segments[1]) << 16) | u32::from(segments[2]),
         ));
+    }
+    // ISATAP (an interface id of 0:5efe or 200:5efe, under any prefix) carries one in its last
+    // 32 bits, reached through the prefix's router: both must be public.
+    if segments[5] == 0x5efe && (segments[4] | 0x0200) == 0x0200 && !is_public_v4(last32) {
+        return false;
     }
     // Teredo (2001::/32), local-use NAT64 (64:ff9b:1::/48) and discard-only (100::/64) reach
     // addresses a pattern cannot see: refused.
@@ -237,9 +243,8 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
     {
         return false;
     }
-    !(ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_multicast()
+    // The unspecified, loopback and IPv4-compatible (::/96) addresses are all refused here.
+    !(ip.is_multicast()
         || (segments[0] & 0xfe00) == 0xfc00
         || (segments[0] & 0xffc0) == 0xfe80
         || (segments[0] & 0xffc0) == 0xfec0
@@ -315,6 +320,15 @@ mod tests {
             "2002:7f00:1::",
             "2001:0:4136:e378::1",
             "192.88.99.1",
+            // IPv4-translated, IPv4-compatible and ISATAP forms of private addresses.
+            "::ffff:0:127.0.0.1",
+            "::ffff:0:a9fe:a9fe",
+            "::ffff:0:10.0.0.1",
+            "::127.0.0.1",
+            "::10.0.0.1",
+            "2606:4700::5efe:127.0.0.1",
+            "2606:4700::200:5efe:a9fe:a9fe",
+            "fe80::5efe:8.8.8.8",
         ] {
             assert!(!is_public(private.parse().unwrap()), "{private}");
         }
@@ -323,7 +337,9 @@ mod tests {
             "1.1.1.1",
             "2606:4700::1111",
             "::ffff:8.8.8.8",
+            "::ffff:0:8.8.8.8",
             "2002:808:808::",
+            "2606:4700::5efe:8.8.8.8",
         ] {
             assert!(is_public(public.parse().unwrap()), "{public}");
         }

@@ -18,7 +18,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
 }
 
 /// The hosts alive or owning unfinished workflows.
-#[utoipa::path(get, path = "/v1/hosts", tag = "hosts",
+#[utoipa::path(get, path = "/v1/hosts", operation_id = "listHosts", tag = "hosts",
     responses((status = 200, description = "Each host, by number", body = HostList)))]
 async fn list(State(state): State<Arc<AppState>>) -> Result<Json<HostList>, ApiError> {
     let hosts = call(&state, Default::default(), |client| client.hosts()).await?;

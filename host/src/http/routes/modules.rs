@@ -23,7 +23,7 @@ pub(crate) fn routes(state: &AppState) -> OpenApiRouter<Arc<AppState>> {
 }
 
 /// Stores a module (the `.wasm` bytes as the body) by its SHA-256.
-#[utoipa::path(post, path = "/v1/modules", tag = "modules",
+#[utoipa::path(post, path = "/v1/modules", operation_id = "putModule", tag = "modules",
     request_body(content = Vec<u8>, content_type = "application/wasm", description = "The module's bytes"),
     responses(
         (status = 201, description = "Stored", body = ModuleJson),
@@ -48,7 +48,7 @@ async fn put(
 }
 
 /// The modules the store keeps, with their entry points.
-#[utoipa::path(get, path = "/v1/modules", tag = "modules",
+#[utoipa::path(get, path = "/v1/modules", operation_id = "listModules", tag = "modules",
     responses((status = 200, description = "Every module, by hash", body = ModuleList)))]
 async fn list(State(state): State<Arc<AppState>>) -> Result<Json<ModuleList>, ApiError> {
     let modules = call(&state, Default::default(), |client| client.modules()).await?;

@@ -30,7 +30,7 @@ pub(crate) fn open_routes() -> OpenApiRouter<Arc<AppState>> {
 }
 
 /// Alive: the server answers. Needs no token.
-#[utoipa::path(get, path = "/healthz", tag = "operations", security(()),
+#[utoipa::path(get, path = "/healthz", operation_id = "healthz", tag = "operations", security(()),
     responses((status = 200, description = "Alive", body = Health)))]
 pub(crate) async fn healthz() -> Json<Health> {
     Json(Health {
@@ -40,7 +40,7 @@ pub(crate) async fn healthz() -> Json<Health> {
 
 /// Ready: the store answers, takes this host's writes, and (on a store hosts share) its lease
 /// holds.
-#[utoipa::path(get, path = "/readyz", tag = "operations",
+#[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "operations",
     responses(
         (status = 200, description = "Ready", body = Health),
         (status = 503, description = "Not ready, and why", body = ErrorBody),
@@ -54,7 +54,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Result<Json<Health>, ApiE
 
 /// The metrics: OpenMetrics when asked for (`Accept: application/openmetrics-text`, as
 /// Prometheus asks), Prometheus' text format otherwise.
-#[utoipa::path(get, path = "/metrics", tag = "operations",
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics", tag = "operations",
     responses(
         (status = 200, description = "The metrics", content_type = "text/plain"),
         (status = 404, description = "This server counts nothing", body = ErrorBody),
@@ -82,7 +82,7 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
 }
 
 /// This API, as an OpenAPI 3 document.
-#[utoipa::path(get, path = "/v1/openapi.json", tag = "operations",
+#[utoipa::path(get, path = "/v1/openapi.json", operation_id = "openapi", tag = "operations",
     responses((status = 200, description = "The OpenAPI document", content_type = "application/json")))]
 async fn openapi(Extension(document): Extension<Arc<utoipa::openapi::OpenApi>>) -> Response {
     Json(document.as_ref().clone()).into_response()

@@ -26,7 +26,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
 /// (steps, snapshots, messages, what they sent the host, and modules no workflow left uses); a
 /// tree part of which still runs is left. Answers after about ten seconds with what it did so
 /// far and `more` if some are left: ask again with the `finished_before` it answered.
-#[utoipa::path(post, path = "/v1/prune", tag = "workflows",
+#[utoipa::path(post, path = "/v1/prune", operation_id = "prune", tag = "workflows",
     request_body = PruneRequest,
     responses(
         (status = 200, description = "What was removed", body = PrunedJson),

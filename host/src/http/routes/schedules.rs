@@ -78,7 +78,7 @@ fn duration(text: &str, what: &str) -> Result<Duration, ApiError> {
 }
 
 /// Creates a schedule. Its first firing is the first of its times after now.
-#[utoipa::path(post, path = "/v1/schedules", tag = "schedules",
+#[utoipa::path(post, path = "/v1/schedules", operation_id = "createSchedule", tag = "schedules",
     request_body = ScheduleRequest,
     responses(
         (status = 201, description = "Created", body = ScheduleJson),
@@ -99,7 +99,7 @@ async fn create(
 }
 
 /// Every schedule, by id.
-#[utoipa::path(get, path = "/v1/schedules", tag = "schedules",
+#[utoipa::path(get, path = "/v1/schedules", operation_id = "listSchedules", tag = "schedules",
     responses((status = 200, description = "Every schedule", body = ScheduleList)))]
 async fn list(State(state): State<Arc<AppState>>) -> Result<Json<ScheduleList>, ApiError> {
     let schedules = call(&state, Duration::ZERO, |client| client.schedules()).await?;
@@ -109,7 +109,7 @@ async fn list(State(state): State<Arc<AppState>>) -> Result<Json<ScheduleList>, 
 }
 
 /// One schedule.
-#[utoipa::path(get, path = "/v1/schedules/{id}", tag = "schedules",
+#[utoipa::path(get, path = "/v1/schedules/{id}", operation_id = "getSchedule", tag = "schedules",
     params(("id" = String, Path, description = "The schedule's id")),
     responses(
         (status = 200, description = "The schedule", body = ScheduleJson),
@@ -124,7 +124,7 @@ async fn get(
 }
 
 /// Deletes a schedule; the workflows it started stay.
-#[utoipa::path(delete, path = "/v1/schedules/{id}", tag = "schedules",
+#[utoipa::path(delete, path = "/v1/schedules/{id}", operation_id = "deleteSchedule", tag = "schedules",
     params(("id" = String, Path, description = "The schedule's id")),
     responses((status = 200, description = "Deleted (changed: false if there was none)", body = ScheduleChangeJson)))]
 async fn delete(
@@ -139,7 +139,7 @@ async fn delete(
 }
 
 /// Pauses a schedule: it does not fire until resumed.
-#[utoipa::path(post, path = "/v1/schedules/{id}/pause", tag = "schedules",
+#[utoipa::path(post, path = "/v1/schedules/{id}/pause", operation_id = "pauseSchedule", tag = "schedules",
     params(("id" = String, Path, description = "The schedule's id")),
     responses(
         (status = 200, description = "Paused (changed: false if it was)", body = ScheduleChangeJson),
@@ -157,7 +157,7 @@ async fn pause(
 }
 
 /// Resumes a schedule from its next time after now (what it skipped is not caught up).
-#[utoipa::path(post, path = "/v1/schedules/{id}/resume", tag = "schedules",
+#[utoipa::path(post, path = "/v1/schedules/{id}/resume", operation_id = "resumeSchedule", tag = "schedules",
     params(("id" = String, Path, description = "The schedule's id")),
     responses(
         (status = 200, description = "Resumed (changed: false if it was not paused)", body = ScheduleChangeJson),
@@ -175,7 +175,7 @@ async fn resume(
 }
 
 /// Fires a schedule now, whatever its times and overlap policy: workflow `<id>@<now>`.
-#[utoipa::path(post, path = "/v1/schedules/{id}/trigger", tag = "schedules",
+#[utoipa::path(post, path = "/v1/schedules/{id}/trigger", operation_id = "triggerSchedule", tag = "schedules",
     params(("id" = String, Path, description = "The schedule's id")),
     responses(
         (status = 201, description = "The workflow it started", body = StartedJson),

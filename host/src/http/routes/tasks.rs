@@ -34,7 +34,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
 }
 
 /// The next task for one of the functions a worker serves, waiting up to `wait` for one.
-#[utoipa::path(post, path = "/v1/tasks/poll", tag = "tasks",
+#[utoipa::path(post, path = "/v1/tasks/poll", operation_id = "pollTask", tag = "tasks",
     request_body = PollRequest,
     responses(
         (status = 200, description = "A task: the worker holds it until its deadline", body = TaskJson),
@@ -114,7 +114,7 @@ impl Poll {
 /// Completes a task with the function's result or error, and, if `next` asks, takes the next
 /// task. Refused (`409`) when the task has moved on: given to another worker after its
 /// deadline, or finished.
-#[utoipa::path(post, path = "/v1/tasks/{task}/complete", tag = "tasks",
+#[utoipa::path(post, path = "/v1/tasks/{task}/complete", operation_id = "completeTask", tag = "tasks",
     params(("task" = String, Path, description = "The task's name, as the poll gave it")),
     request_body = CompleteRequest,
     responses(
@@ -167,7 +167,7 @@ async fn complete(
 }
 
 /// Moves a task's deadline on, for a worker still at it.
-#[utoipa::path(post, path = "/v1/tasks/{task}/heartbeat", tag = "tasks",
+#[utoipa::path(post, path = "/v1/tasks/{task}/heartbeat", operation_id = "heartbeatTask", tag = "tasks",
     params(("task" = String, Path, description = "The task's name, as the poll gave it")),
     responses(
         (status = 200, description = "The new deadline", body = HeartbeatJson),

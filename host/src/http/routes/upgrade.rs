@@ -22,7 +22,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
 /// journal is replayed against the new module; only if every step is the same does it switch,
 /// between two of its steps, and go on with the new code from where it stands. Otherwise
 /// nothing changes, and the 409's message names the step and what differs.
-#[utoipa::path(post, path = "/v1/workflows/{id}/upgrade", tag = "workflows",
+#[utoipa::path(post, path = "/v1/workflows/{id}/upgrade", operation_id = "upgradeWorkflow", tag = "workflows",
     params(("id" = String, Path, description = "The workflow's id, percent-encoded")),
     request_body = UpgradeRequest,
     responses(

@@ -49,7 +49,7 @@ pub(super) fn check_hash(hash: &str) -> Result<(), ApiError> {
 }
 
 /// Starts a workflow.
-#[utoipa::path(post, path = "/v1/workflows", tag = "workflows",
+#[utoipa::path(post, path = "/v1/workflows", operation_id = "startWorkflow", tag = "workflows",
     request_body = StartRequest,
     responses(
         (status = 201, description = "Started", body = StartedJson),
@@ -83,7 +83,7 @@ async fn start(
 }
 
 /// A page of workflows, oldest first.
-#[utoipa::path(get, path = "/v1/workflows", tag = "workflows",
+#[utoipa::path(get, path = "/v1/workflows", operation_id = "listWorkflows", tag = "workflows",
     params(ListParams),
     responses(
         (status = 200, description = "A page, and the cursor of the next", body = WorkflowPage),
@@ -130,7 +130,7 @@ async fn list(
 /// listing's filters, but the status). Counts of all workflows or of one entry point come from
 /// counts the store keeps as workflows start and end (a few rows read); other filters read the
 /// workflows they leave.
-#[utoipa::path(get, path = "/v1/workflow-counts", tag = "workflows",
+#[utoipa::path(get, path = "/v1/workflow-counts", operation_id = "countWorkflows", tag = "workflows",
     params(CountParams),
     responses(
         (status = 200, description = "The counts", body = CountsJson),
@@ -177,7 +177,7 @@ fn narrowed(mut query: ListQuery, filters: CountParams) -> ListQuery {
 }
 
 /// Where a workflow stands.
-#[utoipa::path(get, path = "/v1/workflows/{id}", tag = "workflows",
+#[utoipa::path(get, path = "/v1/workflows/{id}", operation_id = "getWorkflow", tag = "workflows",
     params(("id" = String, Path, description = "The workflow's id, percent-encoded")),
     responses(
         (status = 200, description = "The workflow", body = WorkflowJson),
@@ -192,7 +192,7 @@ async fn status(
 }
 
 /// Waits up to `wait` for the workflow to end.
-#[utoipa::path(get, path = "/v1/workflows/{id}/result", tag = "workflows",
+#[utoipa::path(get, path = "/v1/workflows/{id}/result", operation_id = "getWorkflowResult", tag = "workflows",
     params(("id" = String, Path, description = "The workflow's id, percent-encoded"), WaitParams),
     responses(
         (status = 200, description = "It has ended", body = WorkflowJson),
@@ -283,7 +283,7 @@ pub(super) fn waiting(state: &Arc<AppState>) -> Result<Waiting, ApiError> {
 }
 
 /// Sends the workflow a message (any JSON).
-#[utoipa::path(post, path = "/v1/workflows/{id}/messages", tag = "workflows",
+#[utoipa::path(post, path = "/v1/workflows/{id}/messages", operation_id = "sendMessage", tag = "workflows",
     params(("id" = String, Path, description = "The workflow's id, percent-encoded")),
     request_body(content = Value, description = "The message: any JSON value"),
     responses(
@@ -310,7 +310,7 @@ async fn send(
 }
 
 /// Asks the workflow to cancel.
-#[utoipa::path(post, path = "/v1/workflows/{id}/cancel", tag = "workflows",
+#[utoipa::path(post, path = "/v1/workflows/{id}/cancel", operation_id = "cancelWorkflow", tag = "workflows",
     params(("id" = String, Path, description = "The workflow's id, percent-encoded")),
     responses(
         (status = 202, description = "Asked (or asked before, or it had ended)", body = CancelJson),
@@ -329,7 +329,7 @@ async fn cancel(
 
 /// Pauses the workflow: it takes no step until unpaused. What reaches it meanwhile (messages,
 /// timers that fire, answers, a cancel) waits, and it stays paused across restarts.
-#[utoipa::path(post, path = "/v1/workflows/{id}/pause", tag = "workflows",
+#[utoipa::path(post, path = "/v1/workflows/{id}/pause", operation_id = "pauseWorkflow", tag = "workflows",
     params(("id" = String, Path, description = "The workflow's id, percent-encoded")),
     responses(
         (status = 200, description = "Paused (or it was, or it had ended)", body = PauseJson),
@@ -344,7 +344,7 @@ async fn pause(
 }
 
 /// Unpauses the workflow: it takes what waited for it and goes on where it was.
-#[utoipa::path(post, path = "/v1/workflows/{id}/unpause", tag = "workflows",
+#[utoipa::path(post, path = "/v1/workflows/{id}/unpause", operation_id = "unpauseWorkflow", tag = "workflows",
     params(("id" = String, Path, description = "The workflow's id, percent-encoded")),
     responses(
         (status = 200, description = "Unpaused (or it was not paused, or it had ended)", body = PauseJson),
@@ -362,7 +362,7 @@ async fn unpause(
 }
 
 /// A page of the workflow's journal, each step in words (as `wfhost history --json`).
-#[utoipa::path(get, path = "/v1/workflows/{id}/history", tag = "workflows",
+#[utoipa::path(get, path = "/v1/workflows/{id}/history", operation_id = "getWorkflowHistory", tag = "workflows",
     params(("id" = String, Path, description = "The workflow's id, percent-encoded"), HistoryParams),
     responses(
         (status = 200, description = "A page of steps, and the cursor of the next", body = HistoryPage),
@@ -399,7 +399,7 @@ async fn history(
 /// timer and when it fires, a child it joins, a host function it called), and whether it waits
 /// for a message. Read from its whole journal on the server, so that a page need not read a
 /// long history to say so.
-#[utoipa::path(get, path = "/v1/workflows/{id}/waits", tag = "workflows",
+#[utoipa::path(get, path = "/v1/workflows/{id}/waits", operation_id = "getWorkflowWaits", tag = "workflows",
     params(("id" = String, Path, description = "The workflow's id, percent-encoded")),
     responses(
         (status = 200, description = "What it waits for", body = WaitsJson),
@@ -487,7 +487,7 @@ fn learn_what_completions_answer(
 }
 
 /// The messages the workflow sent the host after the cursor; waits for one with `wait=`.
-#[utoipa::path(get, path = "/v1/workflows/{id}/outbox", tag = "workflows",
+#[utoipa::path(get, path = "/v1/workflows/{id}/outbox", operation_id = "getWorkflowOutbox", tag = "workflows",
     params(("id" = String, Path, description = "The workflow's id, percent-encoded"), OutboxParams),
     responses(
         (status = 200, description = "The messages after the cursor, and the cursor of what follows", body = OutboxPage),

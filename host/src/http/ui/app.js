@@ -20,7 +20,18 @@ const ui = {
   busy: null,     // the view whose refresh is under way
   rendered: 0,    // the last view drawn whole once (see `rendered`)
   openTree: new Set(), // a workflow page's children tree: the ids of those shown open
+  page: null,     // the page shown (the address without its query), to start a new one at its top
 };
+
+// The sticky header's height, for what is scrolled into view to stop below it (app.css): the
+// header wraps to more lines on a narrow window.
+(() => {
+  const bar = document.querySelector('header.bar');
+  if (!bar) return;
+  const fit = () => document.documentElement.style.setProperty('--bar-height', (bar.offsetHeight + 8) + 'px');
+  if (window.ResizeObserver) new ResizeObserver(fit).observe(bar);
+  fit();
+})();
 
 // ---------------------------------------------------------------------------------------------
 // The API
@@ -43,7 +54,7 @@ async function api(path, options = {}) {
   setLive(true);
   const text = await response.text();
   let body = null;
-  if (text && (!options.text || !response.ok)) { try { body = JSON.parse(text); } catch (_) { body = null; } }
+  if (text && (!options.text || !response.ok)) { try { body = parseExact(text); } catch (_) { body = null; } }
   if (response.status === 401) {
     await askForToken(ui.token ? 'The server refused that token: give the right one.' : null);
     return api(path, options);
@@ -193,14 +204,79 @@ const EXACT_NUMBERS = (() => {
   return exact;
 })();
 
-// A listing's JSON with each workflow's `number` as the server wrote it, where the browser can
-// say (past 2^53 JavaScript's numbers round; a store's workflow numbers may be that large).
-function parseListing(text) {
-  return JSON.parse(text, function (key, value, context) {
-    if (key === 'number' && typeof value === 'number' && context && context.source &&
-        this.id !== undefined && this.status !== undefined) return context.source;
-    return value;
-  });
+// JSON as the server wrote it, with every integer past 2^53 kept as its text (a store's workflow
+// numbers may be that large, and JavaScript's numbers round there). What the page shows is read
+// from fields, never found by searching the text: an input may hold anything.
+function parseExact(text) {
+  if (EXACT_NUMBERS) {
+    return JSON.parse(text, function (key, value, context) {
+      return typeof value === 'number' && !Number.isSafeInteger(value) && /^-?\d+$/.test(context.source) ? context.source : value;
+    });
+  }
+  return exactJson(text);
+}
+
+// The same, for a browser that does not give `JSON.parse`'s reviver the source: a reader of
+// JSON that keeps big integers as text.
+function exactJson(text) {
+  const NUMBER = /-?(?:0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?/y;
+  const WORD = /true|false|null/y;
+  let at = 0;
+  const fail = () => { throw new SyntaxError('not JSON at character ' + at); };
+  const space = () => { while (at < text.length && ' \t\n\r'.includes(text[at])) at++; };
+  const own = (object, key, value) => Object.defineProperty(object, key, { value, enumerable: true, writable: true, configurable: true });
+  const string = () => {
+    if (text[at] !== '"') fail();
+    let end = at + 1;
+    while (end < text.length && text[end] !== '"') end += text[end] === '\\' ? 2 : 1;
+    if (end >= text.length) fail();
+    const s = JSON.parse(text.slice(at, end + 1));
+    at = end + 1;
+    return s;
+  };
+  const value = () => {
+    space();
+    const c = text[at];
+    if (c === '{') {
+      at++; const object = {}; space();
+      if (text[at] === '}') { at++; return object; }
+      for (;;) {
+        space(); const key = string(); space();
+        if (text[at++] !== ':') fail();
+        own(object, key, value()); space();
+        const next = text[at++];
+        if (next === '}') return object;
+        if (next !== ',') fail();
+      }
+    }
+    if (c === '[') {
+      at++; const array = []; space();
+      if (text[at] === ']') { at++; return array; }
+      for (;;) {
+        array.push(value()); space();
+        const next = text[at++];
+        if (next === ']') return array;
+        if (next !== ',') fail();
+      }
+    }
+    if (c === '"') return string();
+    NUMBER.lastIndex = at;
+    const number = NUMBER.exec(text);
+    if (number) {
+      at = NUMBER.lastIndex;
+      const n = Number(number[0]);
+      return !number[1] && !number[2] && !Number.isSafeInteger(n) ? number[0] : n;
+    }
+    WORD.lastIndex = at;
+    const word = WORD.exec(text);
+    if (!word) fail();
+    at = WORD.lastIndex;
+    return { true: true, false: false, null: null }[word[0]];
+  };
+  const result = value();
+  space();
+  if (at !== text.length) fail();
+  return result;
 }
 
 function markNav(which) {
@@ -387,11 +463,10 @@ async function workflowPage(view, id) {
   ui.poll = async () => {
     const text = await api(wf(id), { text: true });
     if (view !== ui.view) return;
-    const w = JSON.parse(text);
-    // Numbers as the server wrote them: a store's workflow numbers may pass 2^53, past which
-    // JavaScript's numbers round.
-    w.numberText = (text.match(/"number":(\d+)/) || [])[1] || String(w.number);
-    w.parentText = (text.match(/"parent":(\d+)/) || [])[1] || null;
+    const w = parseExact(text);
+    // Numbers as the server wrote them (`parseExact`).
+    w.numberText = String(w.number);
+    w.parentText = w.parent === null || w.parent === undefined ? null : String(w.parent);
     // Redrawn only when something changed: a folded payload the reader opened stays open.
     if (text !== history.shown) { renderFacts(w); history.shown = text; }
     // Read while it runs, and once more after it ended (its children's last statuses).
@@ -458,7 +533,7 @@ function renderFacts(w) {
     <dt>Status</dt><dd id="status">${statusBadge(shownStatus(w))}${w.cancel_asked && w.status === 'running' ? ' <span class="muted">cancel asked</span>' : ''}</dd>
     <dt>Entry</dt><dd>${esc(w.entry)}</dd>
     <dt>Module</dt><dd>${esc(w.module_name)} <span class="mono muted" title="SHA-256">${esc(w.module.slice(0, 16))}…</span></dd>
-    <dt>Number</dt><dd>${esc(w.numberText)}${w.parentText ? ' (child of ' + esc(w.parentText) + ')' : ''}</dd>
+    <dt>Number</dt><dd id="number">${esc(w.numberText)}${w.parentText ? ' (child of ' + esc(w.parentText) + ')' : ''}</dd>
     <dt>Started</dt><dd>${time(w.started)}</dd>
     <dt>Ended</dt><dd>${ended}</dd>
     <dt>Host</dt><dd>${w.host ? esc(w.host) : (w.waiting_for_host ? 'waiting for a host' : '-')}</dd>
@@ -521,7 +596,7 @@ function renderWaits(w, waits) {
 // What the reader opened stays open, at every depth, when the tree is redrawn (`ui.openTree`,
 // the ids of the workflows whose children show).
 function renderChildren(box, text) {
-  const page = parseListing(text);
+  const page = parseExact(text);
   if (page.workflows.length === 0) { box.replaceChildren(h('<span class="muted">none</span>')); return; }
   box.replaceChildren(h('<ul class="tree">' + page.workflows.map((c) =>
     `<li data-child="${esc(c.id)}"><details data-parent="${esc(String(c.number))}" data-id="${esc(c.id)}"><summary><a href="#/w/${encodeURIComponent(c.id)}">${esc(c.id)}</a>
@@ -542,13 +617,7 @@ async function openChildren(details) {
   details.dataset.read = 'yes';
   const box = details.querySelector('.subtree');
   try {
-    let parent = details.dataset.parent;
-    if (!EXACT_NUMBERS) {
-      // This browser rounds numbers past 2^53 in a listing: the child's own answer says its
-      // number as the server wrote it.
-      const own = await api(wf(details.dataset.id), { text: true });
-      parent = (own.match(/"number":(\d+)/) || [])[1] || parent;
-    }
+    const parent = details.dataset.parent;
     renderChildren(box, await api('/v1/workflows' + query({ parent, limit: CHILDREN }), { text: true }));
   } catch (error) {
     delete details.dataset.read;
@@ -724,6 +793,11 @@ async function route() {
   const view = ++ui.view;
   ui.poll = null;
   const hash = location.hash || '#/';
+  // Another page starts at its top: the last page's scroll would leave its controls under the
+  // sticky header, or out of sight.
+  const page = hash.split('?')[0];
+  if (page !== ui.page) window.scrollTo(0, 0);
+  ui.page = page;
   try {
     if (hash.startsWith('#/w/')) {
       let id;

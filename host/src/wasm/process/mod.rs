@@ -43,9 +43,9 @@ use call::Export;
 /// What a process runs, and within what.
 #[derive(Clone)]
 pub(crate) struct ProcessSpec {
-    pub(crate) compiled: Arc<Compiled>,
-    /// The name the module was loaded under: a child spawned with no module name runs this one.
-    pub(crate) module_name: Arc<str>,
+    /// Its module, held for as long as the process lives: a child spawned with no module name
+    /// runs this one (see `lineage`).
+    pub(crate) module: crate::modules::Loaded,
     /// The commands the process may use.
     pub(crate) grants: Arc<Grants>,
     /// Whether `grants` are narrower than its module's (given to this process, or inherited):
@@ -151,12 +151,12 @@ impl WasmProcess {
 
     /// Its module's SHA-256, in hex.
     pub(crate) fn sha256(&self) -> Arc<str> {
-        Arc::from(self.spec.compiled.info.sha256.as_str())
+        Arc::from(self.spec.module.compiled.info.sha256.as_str())
     }
 
     /// The name its module was loaded under (what its spawns without a module name run).
     pub(crate) fn module_name(&self) -> &str {
-        &self.spec.module_name
+        &self.spec.module.name
     }
 
     /// Names the durable workflow this process runs: what it writes to stdout and stderr is
@@ -262,7 +262,7 @@ impl WasmProcess {
     fn instantiate(&mut self, initialize: bool, slot: InstanceSlot) -> Result<Live, ProcessError> {
         self.refuse_if_shut_down("before it was instantiated")?;
         let mut store = self.new_store();
-        let compiled = Arc::clone(&self.spec.compiled);
+        let compiled = Arc::clone(&self.spec.module.compiled);
         let instance = self.start_instance(&compiled, &mut store)?;
         if initialize {
             self.run_initialize(&compiled, instance, &mut store)?;
@@ -279,7 +279,7 @@ impl WasmProcess {
             logs.mute(muted);
             Box::new(logs)
         });
-        let mut store = Live::store(&self.spec.compiled, logs.wasi(), &self.spec.limits);
+        let mut store = Live::store(&self.spec.module.compiled, logs.wasi(), &self.spec.limits);
         // Instantiation runs the module's start function: it gets the same budgets as a step.
         arm_store(
             &mut store,
@@ -432,7 +432,7 @@ impl WasmProcess {
     /// Gives the instance back, keeping what differs from a fresh one, when the host's
     /// [`Hibernation`](crate::Hibernation) policy says so and the module allows it.
     fn hibernate_if_due(&mut self) {
-        let compiled = Arc::clone(&self.spec.compiled);
+        let compiled = Arc::clone(&self.spec.module.compiled);
         let Ok(hibernating) = &compiled.hibernation else {
             return;
         };
@@ -463,7 +463,7 @@ impl WasmProcess {
 
     /// Restores the snapshot into a warm instance of the module, if one is kept and fits.
     fn wake_warm(&mut self) -> bool {
-        let compiled = Arc::clone(&self.spec.compiled);
+        let compiled = Arc::clone(&self.spec.module.compiled);
         let (Ok(hibernating), Some(logs), Some(snapshot)) =
             (&compiled.hibernation, &self.logs, &self.snapshot)
         else {
@@ -583,7 +583,7 @@ impl Process for WasmProcess {
         self.pid = ctx.pid();
         self.entry = method.to_string();
         self.runtime.note_process(self.pid, Some(&self.spec));
-        let info = &self.spec.compiled.info;
+        let info = &self.spec.module.compiled.info;
         if !info.has_entry(method) {
             return Err(ProcessError::with_kind(
                 FailureKind::Refused,
@@ -653,6 +653,10 @@ impl Process for WasmProcess {
         };
         self.spent(started);
         woken.map(|()| Readiness::Ready)
+    }
+
+    fn lineage(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        Some(&self.spec.module)
     }
 
     fn check(&self, command: &Command) -> Result<(), CommandError> {
@@ -730,14 +734,6 @@ impl Process for WasmProcess {
         out.status = output.status;
         out.yields = output.yields;
         out.receive = output.receive;
-        for y in &mut out.yields {
-            // "This module" means the module this process runs, by the name it was loaded under.
-            if let Command::Spawn(spawn) = &mut y.command {
-                if spawn.module.is_none() {
-                    spawn.module = Some(self.spec.module_name.to_string());
-                }
-            }
-        }
         if waiting && !self.pinned {
             self.hibernate_if_due();
         }
@@ -745,10 +741,10 @@ impl Process for WasmProcess {
     }
 
     fn close(&mut self) {
-        if let (Some(live), Ok(_)) = (self.live.take(), &self.spec.compiled.hibernation) {
+        if let (Some(live), Ok(_)) = (self.live.take(), &self.spec.module.compiled.hibernation) {
             self.runtime
                 .warm
-                .offer(self.spec.compiled.id, *live, &self.runtime.instances);
+                .offer(self.spec.module.compiled.id, *live, &self.runtime.instances);
         }
         self.release();
         if let Some(logs) = &self.logs {

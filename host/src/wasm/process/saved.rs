@@ -48,7 +48,7 @@ impl WasmProcess {
     /// Its state now, for a durable store: the hibernation image of its instance (taken now if it
     /// is live), and the time it has used. `None` when its module's processes cannot hibernate.
     pub(crate) fn save(&mut self) -> Option<SavedProcess> {
-        let compiled = Arc::clone(&self.spec.compiled);
+        let compiled = Arc::clone(&self.spec.module.compiled);
         let hibernating = compiled.hibernation.as_ref().ok()?;
         let image = match (&self.snapshot, self.live.as_mut()) {
             (Some(snapshot), _) => snapshot.to_image()?,
@@ -79,7 +79,7 @@ impl WasmProcess {
         method: &str,
         saved: SavedProcess,
     ) -> Result<(), ProcessError> {
-        let compiled = Arc::clone(&self.spec.compiled);
+        let compiled = Arc::clone(&self.spec.module.compiled);
         let hibernating = compiled
             .hibernation
             .as_ref()
@@ -108,7 +108,10 @@ impl WasmProcess {
     /// What a saved image must fit to start this process: its module, and the host's memory
     /// limit (what recovery checked a durable workflow's snapshot against).
     pub(crate) fn fit(&self) -> (&crate::wasm::Compiled, usize) {
-        (&self.spec.compiled, self.runtime.limits.max_memory_bytes)
+        (
+            &self.spec.module.compiled,
+            self.runtime.limits.max_memory_bytes,
+        )
     }
 
     /// An instance for its `init`, taken now, or its place in the queue for one (`NotReady`:

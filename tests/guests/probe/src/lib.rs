@@ -599,6 +599,13 @@ pub async fn versioned(ctx: Ctx, _: ()) -> Result<String, Error> {
     }
 }
 
+/// Waits for a number `n`, then spawns `n` children of its own module one after another (as
+/// [`chain`]): a workflow whose module must still be there when it wakes.
+pub async fn wait_then_chain(ctx: Ctx, _: ()) -> Result<u64, Error> {
+    let n: u32 = ctx.recv().await?;
+    chain(ctx, n).await
+}
+
 /// Sends one message to the host.
 pub async fn report_once(ctx: Ctx, _: ()) -> Result<(), Error> {
     ctx.send(wfguest::Pid::HOST, "from a child").await
@@ -1024,4 +1031,5 @@ wfguest::entry_points!(
     nap_then_message,
     report_then_wait,
     versioned,
+    wait_then_chain,
 );

@@ -249,6 +249,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
         created BIGINT NOT NULL
     );
     ",
+    // 10: a durable workflow's task is its call's: `workflow` and `tag` name the call, once.
+    // The row outlives the host that made it (the workflow's next owner calls again and takes
+    // it over, attempts and a worker's outcome included) and goes with the step that journals
+    // its outcome, the workflow's end, or its prune.
+    "
+    ALTER TABLE tasks ADD COLUMN workflow BIGINT, ADD COLUMN tag BIGINT;
+    CREATE UNIQUE INDEX tasks_call ON tasks (workflow, tag) WHERE workflow IS NOT NULL;
+    ",
 ];
 
 /// The error a commit fails with when its host lost its lease (`wfhost.mark`).

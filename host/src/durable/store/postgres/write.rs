@@ -60,6 +60,9 @@ struct Segment<'a> {
     step_record: Vec<&'a [u8]>,
     took_cancel: Vec<i64>,
     consumed: Vec<i64>,
+    /// The calls whose tasks go with their steps: workflow and tag.
+    call_num: Vec<i64>,
+    call_tag: Vec<i64>,
     message_id: Vec<i64>,
     message_receiver: Vec<i64>,
     message_sender: Vec<i64>,
@@ -374,6 +377,7 @@ struct Statements {
     steps: Statement,
     took_cancel: Statement,
     consumed: Statement,
+    calls_done: Statement,
     snapshots: Statement,
     end: Statement,
     cancel: Statement,
@@ -415,6 +419,12 @@ impl Statements {
             took_cancel: conn
                 .prepare("UPDATE workflows SET cancel = 2 WHERE num = ANY($1::int8[])")?,
             consumed: conn.prepare("DELETE FROM messages WHERE id = ANY($1::int8[])")?,
+            // A call's task goes with the step that took its outcome (or gave it up): until
+            // then it waits for the workflow's next owner, outcome and attempts included.
+            calls_done: conn.prepare(
+                "DELETE FROM tasks t USING unnest($1::int8[], $2::int8[]) AS d(num, tag) \
+                 WHERE t.workflow = d.num AND t.tag = d.tag",
+            )?,
             snapshots: conn.prepare(
                 "INSERT INTO snapshots (num, seq, module, state) \
                  SELECT * FROM unnest($1::int8[], $2::int8[], $3::text[], $4::bytea[]) \
@@ -423,9 +433,11 @@ impl Statements {
             )?,
             // Its snapshot is of no use once it ended. Messages it never read stay, counted as
             // unread: they were acknowledged to whoever sent them.
+            // Nor are the tasks of its calls: nothing will take their outcomes.
             end: conn.prepare(
                 "WITH ended AS (UPDATE workflows SET state = $2, result = $3, error_kind = $4, \
-                 error = $5, finished = $6 WHERE num = $1 AND state = 0) \
+                 error = $5, finished = $6 WHERE num = $1 AND state = 0), \
+                 calls AS (DELETE FROM tasks WHERE workflow = $1) \
                  DELETE FROM snapshots WHERE num = $1",
             )?,
             // Delivered by the host that asks (its own workflow, or its child).
@@ -454,6 +466,7 @@ impl Statements {
                  s AS (DELETE FROM steps WHERE num IN (SELECT num FROM whole)), \
                  sn AS (DELETE FROM snapshots WHERE num IN (SELECT num FROM whole)), \
                  o AS (DELETE FROM outbox WHERE num IN (SELECT num FROM whole)), \
+                 tk AS (DELETE FROM tasks WHERE workflow IN (SELECT num FROM whole)), \
                  m AS (DELETE FROM messages WHERE receiver IN (SELECT num FROM whole) \
                    OR (refused IS NOT NULL AND sender IN (SELECT num FROM whole))), \
                  w AS (DELETE FROM workflows WHERE num IN (SELECT num FROM whole) \
@@ -527,6 +540,13 @@ impl<'a> Segment<'a> {
         }
         if !self.consumed.is_empty() {
             pipeline.push(client, &statements.consumed, vec![&self.consumed]);
+        }
+        if !self.call_num.is_empty() {
+            pipeline.push(
+                client,
+                &statements.calls_done,
+                vec![&self.call_num, &self.call_tag],
+            );
         }
         if !self.snapshot_num.is_empty() {
             pipeline.push(
@@ -638,6 +658,10 @@ impl<'a> Segment<'a> {
         for id in step.consumed.iter().filter(|id| !elided.contains(id)) {
             self.consumed.push(int(*id, "message")?);
         }
+        for tag in &step.calls_done {
+            self.call_num.push(num);
+            self.call_tag.push(int(*tag, "tag")?);
+        }
         Ok(())
     }
 
@@ -733,6 +757,7 @@ mod tests {
             record: Vec::new(),
             consumed,
             took_cancel: false,
+            calls_done: Vec::new(),
         })
     }
 

@@ -20,9 +20,20 @@ impl SqliteStore {
                 to.display()
             )));
         }
+        let partial = partial_name(to);
+        // Never one of the store's own files: this process may hold a connection to it, and
+        // opening, closing or removing any of them outside SQLite breaks its locks.
+        for copy in [to, &partial] {
+            if let Some(own) = own_file(path, copy) {
+                return Err(StoreError::new(format_args!(
+                    "{} is the store's own {own}: give the copy a file beside it, not one of \
+                     its files",
+                    copy.display()
+                )));
+            }
+        }
         // Any version: the copy is the file as it is, never migrated first.
         let store = SqliteStore::open_any(path)?;
-        let partial = partial_name(to);
         let _ = std::fs::remove_file(&partial);
         let copied = store.vacuum_into(&partial).and_then(|()| {
             let sync =
@@ -46,6 +57,26 @@ impl SqliteStore {
         }
         copied
     }
+}
+
+/// Which of the store at `db`'s files `file` is (the database, its write-ahead log, its shared
+/// memory, its rollback journal or its host's lock), after links and `.` are resolved.
+fn own_file(db: &Path, file: &Path) -> Option<&'static str> {
+    let db = super::lock::resolved(db);
+    let file = super::lock::resolved(file);
+    [
+        ("", "database file"),
+        ("-wal", "write-ahead log"),
+        ("-shm", "shared memory file"),
+        ("-journal", "rollback journal"),
+        ("-lock", "lock file"),
+    ]
+    .into_iter()
+    .find_map(|(suffix, what)| {
+        let mut own = db.clone().into_os_string();
+        own.push(suffix);
+        (own == file.as_os_str()).then_some(what)
+    })
 }
 
 /// Where a copy is written before it is whole: `<copy>.partial`.

@@ -40,18 +40,23 @@ impl std::fmt::Display for Holder {
 /// The lock file of the store at `db`: beside the file itself, wherever the path given leads
 /// (a link to the store, or another path to it, must find the same lock).
 pub(crate) fn lock_path(db: &Path) -> PathBuf {
-    let real = std::fs::canonicalize(db).unwrap_or_else(|_| {
-        // Not there yet: its directory, resolved, and its name.
-        let dir = db.parent().filter(|d| !d.as_os_str().is_empty());
-        let dir = dir.map_or_else(|| std::fs::canonicalize("."), std::fs::canonicalize);
-        match (dir, db.file_name()) {
-            (Ok(dir), Some(name)) => dir.join(name),
-            _ => db.to_path_buf(),
-        }
-    });
-    let mut path = real.into_os_string();
+    let mut path = resolved(db).into_os_string();
     path.push("-lock");
     PathBuf::from(path)
+}
+
+/// `path` with its links and `.` resolved (its directory's, if it is not there yet). Resolving
+/// opens no file.
+pub(crate) fn resolved(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| {
+        // Not there yet: its directory, resolved, and its name.
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        let dir = dir.map_or_else(|| std::fs::canonicalize("."), std::fs::canonicalize);
+        match (dir, path.file_name()) {
+            (Ok(dir), Some(name)) => dir.join(name),
+            _ => path.to_path_buf(),
+        }
+    })
 }
 
 /// How long a host keeps trying for a lock held by someone else: a reader that is looking

@@ -62,46 +62,32 @@ pub(super) const LOG_STEPS: u64 = 32_768;
 /// Or when its records have this many bytes, so that moving it is never a long stall.
 pub(super) const LOG_BYTES: u64 = 32 << 20;
 
-/// Refuses a file shorter than its header says it is (cut by a failed copy, a full disk or a
-/// broken restore): SQLite would read it and fail only at the pages that are missing.
+/// Refuses a store SQLite finds damaged when it first reads it: a file shorter than its header
+/// says (cut by a failed copy, a full disk or a broken restore) reads as "database disk image
+/// is malformed", and recovering from it would lose what was acknowledged.
 ///
-/// Only when the file is the whole store: while a write-ahead log holds frames (a host has the
-/// store open, or died in a checkpoint, which writes page 1 before the pages that lengthen the
-/// file), SQLite completes the file from the log, and a short file is no damage.
-fn check_length(path: &Path) -> StoreResult<()> {
-    use std::io::Read;
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
-        return Ok(());
+/// Read through the connection, never by opening the file: on Linux, closing any descriptor of a
+/// file drops every POSIX lock this process holds on it, SQLite's own included, and a reader
+/// beside the host then takes the store for unused and deletes its write-ahead log (the rule in
+/// ARCHITECTURE.md, "The store's files").
+fn check_readable(conn: &Connection, path: &Path) -> StoreResult<()> {
+    let read = conn.query_row("PRAGMA page_count", [], |row| row.get::<_, i64>(0));
+    match read {
+        Err(rusqlite::Error::SqliteFailure(error, _))
+            if error.code == rusqlite::ErrorCode::DatabaseCorrupt =>
+        {
+            // `stat` of the path: it opens nothing.
+            let len = std::fs::metadata(path).map_or(0, |m| m.len());
+            Err(StoreError::new(format_args!(
+                "the store {} is truncated or damaged (the file has {len} bytes; SQLite says \
+                 the database disk image is malformed): restore it from a copy (recovering from \
+                 it would lose what was acknowledged)",
+                path.display()
+            )))
+        }
+        // Anything else is said by what reads it next, in its own words.
+        _ => Ok(()),
     }
-    let Ok(mut file) = std::fs::File::open(path) else {
-        // Not there yet (it is created), or unreadable (opening it says why).
-        return Ok(());
-    };
-    let mut header = [0u8; 100];
-    if file.read_exact(&mut header).is_err() || !header.starts_with(b"SQLite format 3\0") {
-        return Ok(());
-    }
-    let page = match u16::from_be_bytes([header[16], header[17]]) {
-        1 => 65_536,
-        size => u64::from(size),
-    };
-    let pages = u64::from(u32::from_be_bytes([
-        header[28], header[29], header[30], header[31],
-    ]));
-    // The page count is valid when the change counter matches "version valid for".
-    let valid = header[24..28] == header[92..96];
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    if valid && len < pages * page {
-        return Err(StoreError::new(format_args!(
-            "the store {} is truncated: the file has {len} bytes and its header says {}: \
-             restore it from a copy (recovering from it would lose what was acknowledged)",
-            path.display(),
-            pages * page
-        )));
-    }
-    Ok(())
 }
 
 pub(super) fn sql(what: &str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
@@ -215,13 +201,13 @@ impl SqliteStore {
 
     /// A connection to the file, configured for nothing yet.
     fn connect(path: &Path) -> StoreResult<SqliteStore> {
-        check_length(path)?;
         let conn = Connection::open(path).map_err(|e| {
             StoreError::new(format_args!(
                 "could not open the store {}: {e}",
                 path.display()
             ))
         })?;
+        check_readable(&conn, path)?;
         if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
             return Err(StoreError::new(format_args!(
                 "the store {} is read-only: give a file (and a directory, for its journal files) \
@@ -426,5 +412,54 @@ impl Drop for SqliteStore {
                 self.path.display()
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The rule in ARCHITECTURE.md ("The store's files"): only SQLite opens the store's files.
+    /// Code here that opens, creates, removes or renames a file any other way is one close away
+    /// from dropping SQLite's locks; the two files that may are named with what they touch.
+    #[test]
+    fn the_store_files_are_opened_only_by_sqlite() {
+        // lock.rs: the host's `<file>-lock`, which SQLite never opens. backup.rs: the copy, a
+        // new file it refuses to name after any of the store's.
+        const ALLOWED: [&str; 2] = ["lock.rs", "backup.rs"];
+        const OPENERS: [&str; 9] = [
+            "File::open",
+            "File::create",
+            "OpenOptions",
+            "fs::read(",
+            "fs::read_to_string",
+            "fs::write",
+            "fs::remove_file",
+            "fs::rename",
+            "fs::copy",
+        ];
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/durable/store/sqlite");
+        let mut checked = 0;
+        for file in std::fs::read_dir(&dir).unwrap() {
+            let path = file.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if ALLOWED.contains(&name.as_str()) || !name.ends_with(".rs") {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).unwrap();
+            // This test's own list is not a use.
+            let code = source.split("mod tests {").next().unwrap_or_default();
+            for opener in OPENERS {
+                assert!(
+                    !code.contains(opener),
+                    "{name} uses {opener}: the store's files are opened only by SQLite (see \
+                     ARCHITECTURE.md, \"The store's files\")"
+                );
+            }
+            checked += 1;
+        }
+        assert!(
+            checked >= 7,
+            "only {checked} files were checked in {}",
+            dir.display()
+        );
     }
 }
