@@ -159,7 +159,7 @@ impl Host {
         if let Some(durable) = &self.inner.durable {
             durable.keep_module(&compiled.info.sha256, bytes)?;
         }
-        Ok(self.engine().modules.insert(name, compiled, grants))
+        Ok(self.engine().modules.insert_stored(name, compiled, grants))
     }
 
     /// Unloads the module loaded under `name`: nothing can be spawned from it any more. Processes

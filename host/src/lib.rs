@@ -121,9 +121,9 @@ pub mod __testing {
     pub use crate::durable::record::StepRecord;
     pub use crate::durable::store::shape::{Shape, INDEXES, TABLES};
     pub use crate::durable::store::{
-        Cancel, Ending, Filter, HostMessage, Journal, Location, NewMessage, NewSnapshot, NewStep,
-        NewWorkflow, Op, PruneCandidate, PruneFilter, Read, SqliteStore, State, StateCounts,
-        SyncMode, Workflow,
+        Cancel, Ending, Filter, Held, HostMessage, Journal, Location, NewMessage, NewSnapshot,
+        NewStep, NewWorkflow, Op, PruneCandidate, PruneFilter, Read, SqliteStore, State,
+        StateCounts, SyncMode, Workflow,
     };
     pub use crate::durable::store::{Journal as Store, PgStore, StoreError};
 

@@ -46,11 +46,18 @@ impl Loaded {
     }
 }
 
-/// A module in the table, and when it was last asked for.
+/// A module in the table, when it was last asked for, and whether it is a store's copy (which
+/// goes when nothing holds it and memory is short).
 struct Named {
     loaded: Loaded,
     used: AtomicU64,
+    stored: bool,
 }
+
+/// The grants of the store's copies that went, remembered at most: past it, one is forgotten for
+/// each that comes (a workflow of such a module then waits for a host that loads it, or runs
+/// under the grants given for modules not loaded, as it would on a new host).
+const REMEMBERED: usize = 10_000;
 
 /// Modules loaded into a host, by name. A module replaced or unloaded stays compiled while
 /// processes run it, and is freed (its code, its image, its warm instances) after the last.
@@ -116,9 +123,31 @@ impl Modules {
         })
     }
 
-    /// Loads `compiled` under `name`, replacing any module of that name: the module as loaded,
-    /// held for the caller (a store's copy that nobody holds may go at the next load).
+    /// Loads `compiled` under `name` (the embedder's), replacing any module of that name: it
+    /// stays until unloaded.
     pub(crate) fn insert(&self, name: &str, compiled: Arc<Compiled>, grants: Grants) -> Loaded {
+        self.insert_as(name, compiled, grants, false)
+    }
+
+    /// Loads the store's copy of a module under `name` (`wfhost:<hash>`): the module as loaded,
+    /// held for the caller. Once nothing holds it, it may go when memory is short (see
+    /// [`STORED_MODULES_MEMORY`]), and comes back from the store when asked for.
+    pub(crate) fn insert_stored(
+        &self,
+        name: &str,
+        compiled: Arc<Compiled>,
+        grants: Grants,
+    ) -> Loaded {
+        self.insert_as(name, compiled, grants, true)
+    }
+
+    fn insert_as(
+        &self,
+        name: &str,
+        compiled: Arc<Compiled>,
+        grants: Grants,
+        stored: bool,
+    ) -> Loaded {
         let loaded = Loaded {
             name: Arc::from(name),
             compiled,
@@ -127,6 +156,7 @@ impl Modules {
         let named = Named {
             loaded: loaded.clone(),
             used: AtomicU64::new(self.tick()),
+            stored,
         };
         // What goes is dropped outside the lock: freeing a module may free its warm instances.
         let (replaced, trimmed) = {
@@ -137,6 +167,11 @@ impl Modules {
         let mut remembered = self.remembered.lock();
         remembered.remove(name);
         for named in &trimmed {
+            if remembered.len() >= REMEMBERED {
+                if let Some(oldest) = remembered.keys().next().cloned() {
+                    remembered.remove(&oldest);
+                }
+            }
             remembered.insert(
                 named.loaded.name.to_string(),
                 Arc::clone(&named.loaded.grants),
@@ -158,13 +193,9 @@ impl Modules {
     /// The store's copies that go to bring those no workflow holds within the budget, least
     /// recently used first; never one a process or a request holds.
     fn trim(&self, by_name: &mut HashMap<String, Named>) -> Vec<Named> {
-        let stored = || {
-            by_name
-                .values()
-                .filter(|n| n.loaded.name.starts_with(STORED))
-        };
-        let mut idle: Vec<(u64, usize, String)> = stored()
-            .filter(|named| Arc::strong_count(&named.loaded.compiled) == 1)
+        let mut idle: Vec<(u64, usize, String)> = by_name
+            .values()
+            .filter(|named| named.stored && Arc::strong_count(&named.loaded.compiled) == 1)
             .map(|named| {
                 (
                     named.used.load(Ordering::Relaxed),

@@ -27,10 +27,11 @@ pub(crate) struct GuestSpawner {
     pub(crate) durable: Option<Arc<Durable>>,
 }
 
-/// A child a durable workflow's step journaled (its note on the spawn): its pid and id.
+/// A child a durable workflow's step journaled (its note on the spawn): its pid, id and module.
 struct ChildStart {
     pid: Pid,
     id: Arc<str>,
+    module: Arc<str>,
 }
 
 impl GuestSpawner {
@@ -64,7 +65,7 @@ impl Spawner for GuestSpawner {
         request: SpawnRequest,
     ) -> Result<Spawn, CommandError> {
         let child = match (note, &self.durable) {
-            (Some(Note::Child(pid, id)), Some(_)) => Some(ChildStart { pid, id }),
+            (Some(Note::Child(pid, id, module)), Some(_)) => Some(ChildStart { pid, id, module }),
             _ => None,
         };
         let own = lineage.and_then(|own| own.downcast_ref::<Loaded>());
@@ -105,6 +106,20 @@ impl GuestSpawner {
                 .modules
                 .get(name)
                 .map_err(|e| invalid(e.message().to_string()))?,
+        };
+        // A durable child runs the module its start was journaled with: a name loaded again
+        // with other bytes between the journal and now means another module.
+        let loaded = match child {
+            Some(child) if loaded.compiled.info.sha256 != *child.module => {
+                self.modules.by_hash(&child.module).ok_or_else(|| {
+                    invalid(format!(
+                        "the module '{}' was replaced (by {}) after this spawn was journaled \
+                         with {}, which is no longer loaded",
+                        loaded.name, loaded.compiled.info.sha256, child.module
+                    ))
+                })?
+            }
+            _ => loaded,
         };
         let info = &loaded.compiled.info;
         if !info.has_entry(&request.entry) {

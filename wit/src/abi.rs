@@ -21,6 +21,10 @@ use alloc::vec::Vec;
 
 use crate::{Status, StepOutput, Yield};
 
+/// The largest tag a yield may have (2^63 - 1): a host keeps tags in signed 64-bit columns. A
+/// step that yields a larger one fails its process as a malformed answer.
+pub const MAX_TAG: u64 = i64::MAX as u64;
+
 /// The version of the host/guest ABI. A host runs only modules that declare this version.
 ///
 /// Bump it on any change to the exports, their signatures or the wire types.

@@ -197,6 +197,53 @@ fn a_vanished_worker_loses_its_task_and_its_late_completion_is_refused() {
     assert_eq!(neither.status(), Some(400), "{neither}");
 }
 
+/// A worker that writes every field of a completion (`"result": null` beside its error) has
+/// its error applied, not refused as "both".
+#[test]
+fn an_error_beside_a_null_result_is_the_error() {
+    let dir = common::tempdir("act-workers", "null-and-error");
+    let store = dir.join("wf.db");
+    let server = HttpServer::start(
+        &dir,
+        store.to_str().unwrap(),
+        &["--worker-function", "payments.charge"],
+    );
+    let api = server.client();
+    let module = put_probe(&api);
+    api.start(&start_request(
+        "both",
+        &module,
+        "call",
+        json!(["payments.charge", 1]),
+    ))
+    .unwrap();
+    let charge = functions(&["payments.charge"]);
+    let task = api
+        .poll_task(&charge, Duration::from_secs(30))
+        .unwrap()
+        .expect("a task");
+    let body = r#"{"result": null, "error": {"message": "card declined", "retryable": false}}"#;
+    let addr = server.addr();
+    let request = format!(
+        "POST /v1/tasks/{}/complete HTTP/1.1\r\nHost: {addr}\r\nContent-Type: \
+         application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        task.task,
+        body.len()
+    );
+    let (status, answer) = common::http::raw(&addr, request.as_bytes());
+    assert_eq!(status, 204, "{answer}");
+    let done = api.result("both", Some(Duration::from_secs(60))).unwrap();
+    let outcome = result(done.result.as_ref().unwrap());
+    assert_eq!(outcome["error"], "rejected", "{outcome}");
+    assert!(
+        outcome["message"]
+            .as_str()
+            .unwrap()
+            .contains("card declined"),
+        "{outcome}"
+    );
+}
+
 #[test]
 fn tasks_outstanding_when_the_host_is_killed_are_offered_again_with_their_keys() {
     let dir = common::tempdir("act-workers", "killed");

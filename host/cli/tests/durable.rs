@@ -178,7 +178,7 @@ fn uninterrupted(store: &str) {
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
     assert_eq!(lines[0]["id"], "mix");
-    assert_eq!(lines[0]["status"], "done");
+    assert_eq!(lines[0]["status"], "completed");
     let taken = lines[1..]
         .iter()
         .flat_map(|step| step["events"].as_array().unwrap().iter())

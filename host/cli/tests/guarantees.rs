@@ -218,7 +218,7 @@ fn a_sqlite_store_is_held_by_one_host_and_read_beside_it() {
     assert!(ok(&["list", "--store", store]).contains("done"));
     assert_eq!(ok(&["result", "done", "--store", store]).trim(), "\"kept\"");
     let status = ok(&["status", "done", "--store", store]);
-    assert!(status.contains("status:   done"), "{status}");
+    assert!(status.contains("status:   completed"), "{status}");
     assert!(ok(&["history", "--store", store, "t"]).contains("step 1"));
     assert!(ok(&["replay", "--store", store, "t"]).contains("replay the same"));
     assert!(ok(&["backup", "--store", store, path(&dir.join("copy.db"))]).is_empty());
@@ -513,7 +513,7 @@ fn an_input_that_does_not_decode_is_damage_until_repaired() {
     assert_eq!(text(&resumed.stdout).trim(), r#"p: {"ok":"rested"}"#);
     let listed = ok(&["list", "--store", store_text]);
     assert!(!listed.contains("damaged"), "{listed}");
-    assert_eq!(listed.matches("done").count(), 2, "{listed}");
+    assert_eq!(listed.matches("completed").count(), 2, "{listed}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -889,7 +889,7 @@ fn errors_and_statuses_say_what_is_so() {
     for line in listed.lines().skip(1) {
         let word = &line[column..];
         assert!(
-            ["done", "failed", "running"]
+            ["completed", "failed", "running"]
                 .iter()
                 .any(|s| word.starts_with(s)),
             "misaligned: {line}"

@@ -201,6 +201,13 @@ const CASES: &[Case] = &[
         "process <1> (entry point 'go') returned a malformed answer",
     ),
     wat(
+        "huge-tag",
+        &[],
+        1,
+        "process <1> (entry point 'go') returned a malformed answer (a yield's tag is \
+         9223372036854775808, past the largest a tag may be (9223372036854775807))",
+    ),
+    wat(
         "unknown-import",
         &[],
         2,

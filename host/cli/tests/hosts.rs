@@ -484,7 +484,7 @@ fn messages_and_cancels_reach_workflows_on_other_hosts() {
         .output()
         .unwrap();
     assert!(
-        text(&again.stderr).contains("has ended (done)"),
+        text(&again.stderr).contains("has ended (completed)"),
         "{}",
         text(&again.stderr)
     );

@@ -690,7 +690,7 @@ fn https_with_a_certificate_of_its_own() {
         .unwrap();
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert!(
-        text(&output.stdout).contains("done"),
+        text(&output.stdout).contains("status:   completed"),
         "{}",
         text(&output.stdout)
     );

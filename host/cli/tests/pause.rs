@@ -96,7 +96,7 @@ fn paused_through_kill(dir: &std::path::Path, store: &str) {
         "held was paused already"
     );
     let status = api.status("held").unwrap();
-    assert!(status.paused && status.status == "running", "{status:?}");
+    assert!(status.paused && status.status == "paused", "{status:?}");
     let shown = wfhost()
         .args(["status", "held", "--server", server.url()])
         .output()
@@ -106,6 +106,40 @@ fn paused_through_kill(dir: &std::path::Path, store: &str) {
         "{}",
         text(&shown.stdout)
     );
+    // One word for it everywhere: the result's wait, the listings by status (CLI and API), the
+    // counts.
+    let waited = api
+        .result("held", Some(std::time::Duration::from_millis(10)))
+        .unwrap();
+    assert_eq!(waited.status, "paused");
+    let listed = wfhost()
+        .args(["list", "--status", "paused", "--server", server.url()])
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let rows: Vec<String> = text(&listed.stdout)
+        .lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().next().unwrap().to_string())
+        .collect();
+    assert_eq!(rows, ["held"], "{}", text(&listed.stdout));
+    let page = api
+        .list(&wfhost_client::wire::ListParams {
+            status: Some("paused".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    let ids: Vec<&str> = page.workflows.iter().map(|w| w.id.as_str()).collect();
+    assert_eq!(ids, ["held"]);
+    let running = api
+        .list(&wfhost_client::wire::ListParams {
+            status: Some("running".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(running.workflows.iter().all(|w| w.id != "held"));
+    let counts = api.counts(&Default::default()).unwrap();
+    assert_eq!((counts.paused, counts.completed), (1, 1), "{counts:?}");
     // A message and a due timer wait for it; its twin, started after it, takes its timer.
     api.send(
         "held",

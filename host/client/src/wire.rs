@@ -96,7 +96,8 @@ pub struct FailureJson {
 pub struct WorkflowJson {
     /// Its id.
     pub id: String,
-    /// `running`, `completed`, `failed` or `cancelled`.
+    /// `running`, `paused` (by an operator), `damaged` (its journal cannot be read back: it is
+    /// left as it was), `completed`, `failed` or `cancelled`: the three first are unfinished.
     pub status: String,
     /// Its entry point.
     pub entry: String,
@@ -142,15 +143,19 @@ pub struct WorkflowJson {
     pub unread_messages: u64,
     /// A cancel was asked for it.
     pub cancel_asked: bool,
-    /// Paused by an operator: it takes no step until unpaused (its status stays `running`).
+    /// Paused by an operator: it takes no step until unpaused (its status is `paused`, unless
+    /// it is also damaged).
     #[serde(default)]
     pub paused: bool,
 }
 
+/// The statuses of a workflow that has not finished.
+pub const UNFINISHED: [&str; 3] = ["running", "paused", "damaged"];
+
 impl WorkflowJson {
     /// Whether it has finished.
     pub fn is_finished(&self) -> bool {
-        self.status != "running"
+        !UNFINISHED.contains(&self.status.as_str())
     }
 }
 
@@ -171,7 +176,8 @@ pub struct StartedJson {
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
-    /// Only those that stand so: `running`, `completed`, `failed` or `cancelled`.
+    /// Only those that stand so: `running`, `paused`, `damaged`, `completed`, `failed` or
+    /// `cancelled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
     /// Only those of this entry point.
@@ -231,8 +237,14 @@ pub struct CountParams {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct CountsJson {
-    /// Not finished.
+    /// Not finished, and neither paused nor damaged.
     pub running: u64,
+    /// Not finished, and paused by an operator.
+    #[serde(default)]
+    pub paused: u64,
+    /// Not finished, and damaged (its journal cannot be read back).
+    #[serde(default)]
+    pub damaged: u64,
     /// Finished with a result.
     pub completed: u64,
     /// Finished with a failure other than a cancel.
@@ -404,7 +416,7 @@ pub struct CancelJson {
     /// `asked` (written for its host to deliver), `asked_before`, or `ended` (it had finished:
     /// nothing to cancel).
     pub cancel: String,
-    /// Where the workflow stands: `running`, or how it ended.
+    /// Where the workflow stands: `running` (or `paused`, `damaged`), or how it ended.
     pub status: String,
 }
 
@@ -417,7 +429,7 @@ pub struct PauseJson {
     pub pause: String,
     /// Whether it is paused now.
     pub paused: bool,
-    /// Where the workflow stands: `running`, or how it ended.
+    /// Where the workflow stands: `paused` or `running` (or `damaged`), or how it ended.
     pub status: String,
 }
 

@@ -167,8 +167,10 @@ impl NoteSource for NoNotes {
 pub enum Note {
     /// The number the journal gave a message it wrote for its receiver.
     Numbered(u64),
-    /// The pid the journal reserved for a child it wrote, and the name it wrote it under.
-    Child(crate::Pid, std::sync::Arc<str>),
+    /// The pid the journal reserved for a child it wrote, the name it wrote it under, and the
+    /// module it wrote it to run (as the spawner names modules: a content hash), which the
+    /// child must run whatever a name means by the time it starts.
+    Child(crate::Pid, std::sync::Arc<str>, std::sync::Arc<str>),
     /// The yield was made before a restart and is made again: what it did then may stand.
     Again,
 }

@@ -98,7 +98,8 @@ impl StoreBackend {
             Some(WorkflowState::Completed) => (Some(State::Done), None),
             Some(WorkflowState::Failed) => (Some(State::Failed), Some(false)),
             Some(WorkflowState::Cancelled) => (Some(State::Failed), Some(true)),
-            Some(WorkflowState::Running) => return Ok(Pruned::default()),
+            // Unfinished: nothing to remove.
+            Some(_) => return Ok(Pruned::default()),
         };
         let filter = PruneFilter {
             finished_before: query.finished_before.min(i64::MAX as u64),

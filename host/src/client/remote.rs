@@ -307,6 +307,8 @@ impl RemoteBackend {
         let counts = self.api()?.counts(&params).map_err(|e| error(&e))?;
         Ok(WorkflowCounts {
             running: counts.running,
+            paused: counts.paused,
+            damaged: counts.damaged,
             completed: counts.completed,
             failed: counts.failed,
             cancelled: counts.cancelled,

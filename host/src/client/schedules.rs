@@ -8,7 +8,7 @@ use crate::durable::now_millis;
 use crate::durable::store::{Op, ScheduleAdvance, ScheduleRow};
 use crate::error::{Error, ErrorKind, Result};
 use crate::schedules::{firing_id, plan, NewSchedule, Schedule};
-use crate::{Started, WorkflowState};
+use crate::Started;
 
 /// What a look at the schedules did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -201,7 +201,7 @@ impl Client {
         }
         let running = match &schedule.last_workflow {
             Some(last) => match self.status(last) {
-                Ok(status) => status.state == WorkflowState::Running,
+                Ok(status) => !status.is_finished(),
                 Err(error) if error.kind() == ErrorKind::UnknownWorkflow => false,
                 Err(error) => return Err(error),
             },

@@ -15,7 +15,7 @@ use wfcontract::{Payload, Pid};
 use super::store::{unknown_module, StoreBackend, MAX_OUTBOX_PAGE};
 use super::types::{
     Cancelled, HostStatus, ListQuery, OutboxPage, Page, PauseChange, Started, StoredModule,
-    WorkflowCounts, WorkflowState, WorkflowStatus,
+    WorkflowCounts, WorkflowStatus,
 };
 use super::{blocking, new_id, parse_cursor, Client, ModuleRef, Start};
 use crate::durable::resolve::stored_name;
@@ -420,7 +420,7 @@ impl ServingBackend {
             return self.store.cancel(id);
         }
         let status = self.store.status(id)?;
-        if status.state != WorkflowState::Running {
+        if status.is_finished() {
             return Ok(Cancelled::Ended(status.state));
         }
         if status.cancel_asked {
@@ -440,8 +440,8 @@ impl ServingBackend {
                 self.durable.keep_cancel(Pid(status.number))?;
                 let now = self.store.status(id)?;
                 Ok(match now.state {
-                    WorkflowState::Running => Cancelled::Asked,
-                    ended => Cancelled::Ended(ended),
+                    ended if ended.is_finished() => Cancelled::Ended(ended),
+                    _ => Cancelled::Asked,
                 })
             }
         }
@@ -454,7 +454,7 @@ impl ServingBackend {
         // One pause or unpause at a time, and none while the host takes others' (`inbox.rs`).
         let _taking = self.durable.taking.lock();
         let status = self.store.status(id)?;
-        if status.state != WorkflowState::Running {
+        if status.is_finished() {
             return Ok(PauseChange::Ended(status.state));
         }
         if status.paused == paused {

@@ -14,7 +14,7 @@ use super::{cursor, new_id, parse_cursor, ModuleRef, Start};
 use crate::durable::now_millis;
 use crate::durable::record::StepRecord;
 use crate::durable::store::{
-    ClientStore, Filter, Location, NewWorkflow, Read, SqliteStore, State, StoreError, Submit,
+    ClientStore, Filter, Held, Location, NewWorkflow, Read, SqliteStore, State, StoreError, Submit,
     Workflow,
 };
 use crate::error::{Error, ErrorKind, Result};
@@ -66,13 +66,21 @@ pub(crate) struct StoreBackend {
 fn filter_of(query: &ListQuery) -> Filter {
     Filter {
         state: query.state.map(|s| match s {
-            WorkflowState::Running => State::Running,
+            WorkflowState::Running | WorkflowState::Paused | WorkflowState::Damaged => {
+                State::Running
+            }
             WorkflowState::Completed => State::Done,
             WorkflowState::Failed | WorkflowState::Cancelled => State::Failed,
         }),
         cancelled: match query.state {
             Some(WorkflowState::Cancelled) => Some(true),
             Some(WorkflowState::Failed) => Some(false),
+            _ => None,
+        },
+        held: match query.state {
+            Some(WorkflowState::Running) => Some(Held::No),
+            Some(WorkflowState::Paused) => Some(Held::Paused),
+            Some(WorkflowState::Damaged) => Some(Held::Damaged),
             _ => None,
         },
         entry: query.entry.clone(),
@@ -220,8 +228,8 @@ impl StoreBackend {
         }
         let status = WorkflowStatus::of(self.find(id)?);
         Ok(match status.state {
-            WorkflowState::Running => Cancelled::AskedBefore,
-            state => Cancelled::Ended(state),
+            state if state.is_finished() => Cancelled::Ended(state),
+            _ => Cancelled::AskedBefore,
         })
     }
 
@@ -231,8 +239,8 @@ impl StoreBackend {
         }
         let status = WorkflowStatus::of(self.find(id)?);
         Ok(match status.state {
-            WorkflowState::Running => PauseChange::Already,
-            state => PauseChange::Ended(state),
+            state if state.is_finished() => PauseChange::Ended(state),
+            _ => PauseChange::Already,
         })
     }
 
@@ -240,16 +248,12 @@ impl StoreBackend {
         let filter = Filter {
             state: None,
             cancelled: None,
+            held: None,
             max_bytes: None,
             ..filter_of(query)
         };
         let counts = self.read(|store| store.counts(&filter))?;
-        Ok(WorkflowCounts {
-            running: counts.running,
-            completed: counts.completed,
-            failed: counts.failed,
-            cancelled: counts.cancelled,
-        })
+        Ok(WorkflowCounts::of_store(&counts))
     }
 
     pub(crate) fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {

@@ -9,12 +9,18 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::wasm::reads::Read as WasiRead;
 use crate::wasm::ModuleInfo;
 
-/// Where a workflow stands, in a word.
+/// Where a workflow stands, in a word: the one vocabulary of the library, the CLI, the HTTP API
+/// and the web UI (`running`, `paused`, `damaged`, `completed`, `failed`, `cancelled`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum WorkflowState {
     /// Not finished: it runs, or waits for a host to run it.
     Running,
+    /// Not finished, and paused by an operator: it takes no step until unpaused.
+    Paused,
+    /// Not finished, and damaged: its journal (or its tree's) cannot be read back, and it is
+    /// left as it was until the store is repaired or the build fixed.
+    Damaged,
     /// Finished with a result.
     Completed,
     /// Finished with a failure.
@@ -24,25 +30,47 @@ pub enum WorkflowState {
 }
 
 impl WorkflowState {
-    /// `running`, `completed`, `failed` or `cancelled`.
+    /// Every state, in the order the CLI and the web UI show them.
+    pub const ALL: [WorkflowState; 6] = [
+        WorkflowState::Running,
+        WorkflowState::Paused,
+        WorkflowState::Damaged,
+        WorkflowState::Completed,
+        WorkflowState::Failed,
+        WorkflowState::Cancelled,
+    ];
+
+    /// `running`, `paused`, `damaged`, `completed`, `failed` or `cancelled`.
     pub fn name(self) -> &'static str {
         match self {
             WorkflowState::Running => "running",
+            WorkflowState::Paused => "paused",
+            WorkflowState::Damaged => "damaged",
             WorkflowState::Completed => "completed",
             WorkflowState::Failed => "failed",
             WorkflowState::Cancelled => "cancelled",
         }
     }
 
-    /// The state named `name` (`running`, `completed` or `done`, `failed`, `cancelled`).
+    /// The state named `name` (one of [`name`](Self::name)'s, or `done` for `completed`).
     pub fn parse(name: &str) -> Option<WorkflowState> {
         Some(match name {
             "running" => WorkflowState::Running,
+            "paused" => WorkflowState::Paused,
+            "damaged" => WorkflowState::Damaged,
             "completed" | "done" => WorkflowState::Completed,
             "failed" => WorkflowState::Failed,
             "cancelled" => WorkflowState::Cancelled,
             _ => return None,
         })
+    }
+
+    /// Whether a workflow that stands so has finished (it never changes again).
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            WorkflowState::Completed | WorkflowState::Failed | WorkflowState::Cancelled
+        )
     }
 }
 
@@ -108,6 +136,8 @@ impl WorkflowStatus {
     /// The status of `workflow`, with its result decoded.
     pub(crate) fn of(workflow: Workflow) -> WorkflowStatus {
         let state = match (&workflow.state, &workflow.ending) {
+            (State::Running, _) | (_, None) if workflow.damaged.is_some() => WorkflowState::Damaged,
+            (State::Running, _) | (_, None) if workflow.paused => WorkflowState::Paused,
             (State::Running, _) | (_, None) => WorkflowState::Running,
             (State::Done, _) => WorkflowState::Completed,
             (_, Some(Ending::Failed { kind, .. })) if kind == FailureKind::Cancelled.name() => {
@@ -146,14 +176,14 @@ impl WorkflowStatus {
 
     /// Whether it has finished.
     pub fn is_finished(&self) -> bool {
-        self.state != WorkflowState::Running
+        self.state.is_finished()
     }
 
     /// An [`ErrorKind::Damaged`] error for a workflow that goes no further until its store is
     /// repaired.
     pub(crate) fn refuse_damaged(&self) -> Result<()> {
         match (&self.damaged, self.state) {
-            (Some(why), WorkflowState::Running) => Err(Error::new(
+            (Some(why), WorkflowState::Damaged) => Err(Error::new(
                 ErrorKind::Damaged,
                 format!(
                     "workflow '{}' is damaged and goes no further until the store is repaired \
@@ -195,8 +225,12 @@ pub struct ListQuery {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WorkflowCounts {
-    /// Not finished.
+    /// Not finished, and neither paused nor damaged.
     pub running: u64,
+    /// Not finished, and paused.
+    pub paused: u64,
+    /// Not finished, and damaged.
+    pub damaged: u64,
     /// Finished with a result.
     pub completed: u64,
     /// Finished with a failure other than a cancel.
@@ -208,7 +242,32 @@ pub struct WorkflowCounts {
 impl WorkflowCounts {
     /// All of them.
     pub fn total(&self) -> u64 {
-        self.running + self.completed + self.failed + self.cancelled
+        self.running + self.paused + self.damaged + self.completed + self.failed + self.cancelled
+    }
+
+    /// The counts a store read: its unfinished split into those that run and those held.
+    pub(crate) fn of_store(counts: &crate::durable::store::StateCounts) -> WorkflowCounts {
+        let held = counts.paused + counts.damaged;
+        WorkflowCounts {
+            running: counts.running.saturating_sub(held),
+            paused: counts.paused,
+            damaged: counts.damaged,
+            completed: counts.completed,
+            failed: counts.failed,
+            cancelled: counts.cancelled,
+        }
+    }
+
+    /// How many stand so.
+    pub fn of(&self, state: WorkflowState) -> u64 {
+        match state {
+            WorkflowState::Running => self.running,
+            WorkflowState::Paused => self.paused,
+            WorkflowState::Damaged => self.damaged,
+            WorkflowState::Completed => self.completed,
+            WorkflowState::Failed => self.failed,
+            WorkflowState::Cancelled => self.cancelled,
+        }
     }
 }
 

@@ -193,7 +193,7 @@ impl Durable {
                 return Ok(Ok(loaded));
             }
             // The store's copy, loaded before with other grants: these apply from now on.
-            return Ok(Ok(self.modules.insert(
+            return Ok(Ok(self.modules.insert_stored(
                 &name,
                 Arc::clone(&loaded.compiled),
                 grants.clone(),
@@ -218,7 +218,11 @@ impl Durable {
                 compiled.info.sha256
             )));
         }
-        Ok(Ok(self.modules.insert(&name, compiled, grants.clone())))
+        Ok(Ok(self.modules.insert_stored(
+            &name,
+            compiled,
+            grants.clone(),
+        )))
     }
 
     /// Notes what a recovery found damaged, in the store (so that `wfhost list` and `status`

@@ -137,7 +137,7 @@ impl Durable {
             Some(loaded) => loaded,
             None => engine
                 .modules
-                .insert(&stored_name(&to), Arc::clone(&compiled), grants),
+                .insert_stored(&stored_name(&to), Arc::clone(&compiled), grants),
         };
         let bytes: Arc<[u8]> = Arc::from(bytes);
         let steps = match self.ids.pid_of(id) {

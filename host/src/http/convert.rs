@@ -81,9 +81,14 @@ pub(crate) fn cancel(cancelled: Cancelled, running: &str) -> CancelJson {
 }
 
 pub(crate) fn pause(change: PauseChange, paused: bool) -> PauseJson {
+    let unfinished = if paused {
+        WorkflowState::Paused
+    } else {
+        WorkflowState::Running
+    };
     let (pause, status) = match change {
-        PauseChange::Done => ("done", WorkflowState::Running.name()),
-        PauseChange::Already => ("already", WorkflowState::Running.name()),
+        PauseChange::Done => ("done", unfinished.name()),
+        PauseChange::Already => ("already", unfinished.name()),
         PauseChange::Ended(state) => ("ended", state.name()),
     };
     PauseJson {

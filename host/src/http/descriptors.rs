@@ -29,14 +29,16 @@ fn reserve(limit: u64) -> u64 {
 /// says how many connections fit.
 pub(crate) fn room_for(wanted: usize) -> Room {
     let in_use = open_descriptors();
-    let wanted = wanted.max(1) as u64;
-    let limit = raise_limit(wanted + in_use + reserve(wanted + in_use));
+    let wanted = u64::try_from(wanted.max(1)).unwrap_or(u64::MAX);
+    let need = wanted.saturating_add(in_use);
+    let limit = raise_limit(need.saturating_add(reserve(need)));
     room_within(wanted, limit, in_use)
 }
 
-/// The room `limit` leaves for `wanted` connections with `in_use` descriptors open.
+/// The room `limit` leaves for `wanted` connections with `in_use` descriptors open: the reserve
+/// is the one a limit of what they need would keep, or the limit's own when it is smaller.
 fn room_within(wanted: u64, limit: u64, in_use: u64) -> Room {
-    let reserve = reserve(limit);
+    let reserve = reserve(limit.min(wanted.saturating_add(in_use)));
     let free = limit.saturating_sub(in_use).saturating_sub(reserve).max(1);
     Room {
         connections: usize::try_from(wanted.min(free)).unwrap_or(usize::MAX),
@@ -152,6 +154,12 @@ mod tests {
         assert_eq!(room.connections, 20_000 - 40 - 1_024);
         // Plenty: what was asked.
         assert_eq!(room_within(20_000, 1_048_576, 40).connections, 20_000);
+        // Exactly what a thousand need, as `room_for` raises the limit: all of them.
+        assert_eq!(room_within(1_000, 1_040 + 130, 40).connections, 1_000);
+        assert_eq!(
+            room_within(u64::MAX, u64::MAX, 40).connections,
+            usize::MAX - 1_064
+        );
         // A small limit keeps a small reserve, and always room for one.
         let small = room_within(20_000, 300, 50);
         assert_eq!((small.reserve, small.connections), (64, 186));

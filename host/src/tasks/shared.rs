@@ -30,6 +30,14 @@ use super::{Task, TaskError, TaskSettings};
 
 type Done = oneshot::Sender<Result<Payload, CommandError>>;
 
+/// A call waiting for its task's outcome.
+struct Waiter {
+    done: Done,
+    /// Its row is in the store (written, or taken over): a row gone from under it means the call
+    /// is over (its workflow journaled its end, or gave it up), and it stops waiting.
+    placed: bool,
+}
+
 /// How often a waiting poller looks again without a notification (for tasks whose deadlines
 /// passed), and how often the sweep runs.
 const RECHECK: Duration = Duration::from_secs(1);
@@ -46,7 +54,7 @@ pub(crate) struct SharedBoard {
     /// The host this board's calls belong to (0: not joined yet).
     host: AtomicI64,
     /// Calls waiting, by task id.
-    waiting: Mutex<HashMap<i64, Done>>,
+    waiting: Mutex<HashMap<i64, Waiter>>,
     /// Pollers waiting, woken by function.
     new_tasks: Mutex<HashMap<String, Arc<Notify>>>,
 }
@@ -203,7 +211,13 @@ impl SharedBoard {
                     ),
                 ));
             }
-            waiting.insert(id, done);
+            waiting.insert(
+                id,
+                Waiter {
+                    done,
+                    placed: false,
+                },
+            );
         }
         let _withdraw = Withdraw {
             board: Arc::clone(self),
@@ -226,6 +240,9 @@ impl SharedBoard {
             )
             .await
             .map_err(|e| unavailable("a call", e))?;
+        if let Some(waiter) = self.waiting.lock().get_mut(&id) {
+            waiter.placed = true;
+        }
         match outcome.await {
             Ok(outcome) => outcome,
             Err(_) => Err(CommandError::new(
@@ -247,51 +264,70 @@ impl SharedBoard {
         key: Option<String>,
         (workflow, tag): (u64, u64),
     ) -> Result<Payload, CommandError> {
-        let host = self.host.load(Ordering::Acquire);
-        if host == 0 {
-            return Err(CommandError::new(
-                ErrorKind::Unavailable,
-                "the task board has no host yet: retry",
-            ));
-        }
-        if self.waiting.lock().len() >= self.settings.max_tasks {
-            return Err(CommandError::new(
-                ErrorKind::LimitReached,
-                format!(
-                    "{} tasks of this host wait for activity workers, the most it holds; retry \
-                     later",
-                    self.settings.max_tasks
-                ),
-            ));
-        }
+        // Tags and numbers past i64 never reach here (the host refuses such yields).
         let (workflow, tag) = (
             i64::try_from(workflow).unwrap_or(i64::MAX),
             i64::try_from(tag).unwrap_or(i64::MAX),
         );
-        let client = self.client().await.map_err(|e| unavailable("a call", e))?;
-        let row = client
-            .query_one(
-                "WITH t AS (INSERT INTO tasks (id, host, function, input, encoding, key, \
-                   workflow, tag) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                   ON CONFLICT (workflow, tag) WHERE workflow IS NOT NULL \
-                   DO UPDATE SET host = excluded.host RETURNING id, outcome IS NOT NULL AS done) \
-                 SELECT id, done, pg_notify('wfhost_task_new', $3) FROM t",
-                &[
-                    &token().max(1),
-                    &host,
-                    &&*function,
-                    &&input.bytes[..],
-                    &encoding_code(input.encoding),
-                    &key,
-                    &workflow,
-                    &tag,
-                ],
-            )
-            .await
-            .map_err(|e| unavailable("a call", e))?;
-        let id: i64 = row.get(0);
+        // What a failure here answers is journaled as the call's outcome, and the step that
+        // takes it removes the task, a worker's outcome included: so nothing the store can get
+        // over answers the call. It waits instead (the host's shutdown drops it).
+        let mut wait = Duration::from_millis(50);
+        let (id, inserted) = loop {
+            match self.take_call(&function, &input, &key, workflow, tag).await {
+                Ok(Some(row)) => break row,
+                Ok(None) => {
+                    return Err(CommandError::new(
+                        ErrorKind::Unavailable,
+                        "this host no longer runs the workflow (its lease ran out): its new \
+                         owner makes the call",
+                    ))
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        "the task board cannot take a call of '{function}' now ({error}); \
+                         trying again in {wait:?}"
+                    );
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
         let (done, outcome) = oneshot::channel();
-        self.waiting.lock().insert(id, done);
+        {
+            let mut waiting = self.waiting.lock();
+            // Past the board's bound, a new call is refused (and its row goes); one that was
+            // there is taken whatever the bound: its outcome may be in it.
+            if inserted && waiting.len() >= self.settings.max_tasks {
+                drop(waiting);
+                let board = Arc::downgrade(self);
+                self.handle.spawn(async move {
+                    if let Some(board) = board.upgrade() {
+                        if let Ok(client) = board.client().await {
+                            let _ = client
+                                .execute("DELETE FROM tasks WHERE id = $1", &[&id])
+                                .await;
+                        }
+                    }
+                });
+                return Err(CommandError::new(
+                    ErrorKind::LimitReached,
+                    format!(
+                        "{} tasks of this host wait for activity workers, the most it holds; \
+                         retry later",
+                        self.settings.max_tasks
+                    ),
+                ));
+            }
+            if waiting.contains_key(&id) {
+                return Err(CommandError::new(
+                    ErrorKind::InvalidInput,
+                    "this call is made already, under the same tag: a workflow's calls have \
+                     tags of their own",
+                ));
+            }
+            waiting.insert(id, Waiter { done, placed: true });
+        }
         let _forget = Forget {
             board: Arc::clone(self),
             id,
@@ -306,6 +342,47 @@ impl SharedBoard {
                 format!("the task for '{function}' was dropped from the board"),
             )),
         }
+    }
+
+    /// Writes the task of durable workflow `workflow`'s call `tag`, or takes its row over from
+    /// the host that made it before: its id, and whether it is new. `None` when this host does
+    /// not own the workflow (it lost its lease: the new owner makes the call).
+    async fn take_call(
+        &self,
+        function: &str,
+        input: &Payload,
+        key: &Option<String>,
+        workflow: i64,
+        tag: i64,
+    ) -> Result<Option<(i64, bool)>, String> {
+        let host = self.host.load(Ordering::Acquire);
+        if host == 0 {
+            return Err("the board has no host yet".into());
+        }
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "WITH t AS (INSERT INTO tasks (id, host, function, input, encoding, key, \
+                   workflow, tag) \
+                   SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE EXISTS \
+                     (SELECT 1 FROM workflows w WHERE w.num = $7 AND w.owner = $2) \
+                   ON CONFLICT (workflow, tag) WHERE workflow IS NOT NULL \
+                   DO UPDATE SET host = excluded.host RETURNING id, xmax = 0 AS inserted) \
+                 SELECT id, inserted, pg_notify('wfhost_task_new', $3) FROM t",
+                &[
+                    &token().max(1),
+                    &host,
+                    &function,
+                    &&input.bytes[..],
+                    &encoding_code(input.encoding),
+                    key,
+                    &workflow,
+                    &tag,
+                ],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(row.map(|row| (row.get(0), row.get(1))))
     }
 
     /// Hands task `id`'s outcome, if it has one, to the call waiting for it here.
@@ -333,8 +410,8 @@ impl SharedBoard {
                     format!("the task's outcome in the store does not read back: {e}"),
                 ))
             });
-        if let Some(done) = self.waiting.lock().remove(&id) {
-            let _ = done.send(outcome);
+        if let Some(waiter) = self.waiting.lock().remove(&id) {
+            let _ = waiter.done.send(outcome);
         }
         // Read, handed over, then deleted: an answer lost on the way leaves the row for the
         // next look (a delete lost leaves it for the sweep), never a call without its outcome.
@@ -346,6 +423,45 @@ impl SharedBoard {
                 &[&id, &host],
             )
             .await;
+    }
+
+    /// Ends the waits of calls whose rows are gone: a durable workflow journaled the call's end
+    /// or gave it up (a `forget`), or ended; or, for a call of a process that is not durable,
+    /// this host was taken for gone and its rows went.
+    async fn release_gone(&self, client: &Client) {
+        let placed: Vec<i64> = self
+            .waiting
+            .lock()
+            .iter()
+            .filter(|(_, waiter)| waiter.placed)
+            .map(|(id, _)| *id)
+            .collect();
+        if placed.is_empty() {
+            return;
+        }
+        let Ok(rows) = client
+            .query(
+                "SELECT w.id FROM unnest($1::int8[]) AS w(id) \
+                 WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = w.id)",
+                &[&placed],
+            )
+            .await
+        else {
+            return;
+        };
+        let mut waiting = self.waiting.lock();
+        for row in rows {
+            let id: i64 = row.get(0);
+            if !waiting.get(&id).is_some_and(|waiter| waiter.placed) {
+                continue;
+            }
+            if let Some(waiter) = waiting.remove(&id) {
+                let _ = waiter.done.send(Err(CommandError::new(
+                    ErrorKind::Unavailable,
+                    "the task is gone from the board: the call was given up or ended",
+                )));
+            }
+        }
     }
 
     /// What pollers of `function` wait on.
@@ -664,8 +780,9 @@ async fn listen(board: Weak<SharedBoard>) {
     }
 }
 
-/// Each second: delivers outcomes a lost notification missed, and deletes the tasks of dead
-/// hosts.
+/// Each second: delivers outcomes a lost notification missed, ends the waits of calls whose
+/// tasks are gone, and deletes the tasks of dead hosts' processes that are not durable (a
+/// durable workflow's wait for its next owner).
 async fn sweep(board: Weak<SharedBoard>) {
     let mut round = 0u64;
     loop {
@@ -689,6 +806,7 @@ async fn sweep(board: Weak<SharedBoard>) {
                 board.deliver(row.get(0)).await;
             }
         }
+        board.release_gone(&client).await;
         // The processes of hosts that are gone went with them; a durable workflow's calls
         // wait for its next owner.
         let _ = client

@@ -4,8 +4,8 @@
 //! status and the children of a workflow, as the web UI reads them.
 
 use wfhost::__testing::{
-    Cancel, Ending, Filter, HostMessage, Location, NewMessage, NewSnapshot, NewStep, NewWorkflow,
-    Op, Open as _, PruneFilter, State, StateCounts, Store, SyncMode,
+    Cancel, Ending, Filter, Held, HostMessage, Location, NewMessage, NewSnapshot, NewStep,
+    NewWorkflow, Op, Open as _, PruneFilter, State, StateCounts, Store, SyncMode,
 };
 use wfhost_test_programs::postgres::Postgres;
 
@@ -29,6 +29,7 @@ fn everything() -> Filter {
         started_after: None,
         top_level: false,
         parent: None,
+        held: None,
         max_bytes: None,
     }
 }
@@ -233,6 +234,7 @@ fn counts_and_children(location: &Location) {
         completed,
         failed,
         cancelled,
+        ..Default::default()
     };
     assert_eq!(all, want(3, 2, 1, 1), "{location:?}");
     let top = Filter {
@@ -310,6 +312,44 @@ fn counts_and_children(location: &Location) {
         counts(&read, &mut store),
         "{location:?}"
     );
+    // Of the two unfinished (1 and 4), one paused and one damaged: counted apart (damaged wins
+    // over paused), and listed by it.
+    store
+        .commit(&[
+            Op::Pause {
+                num: 1,
+                paused: true,
+            },
+            Op::Pause {
+                num: 4,
+                paused: true,
+            },
+            Op::Damaged {
+                num: 4,
+                why: Some("step 2 does not decode".into()),
+            },
+        ])
+        .unwrap();
+    for filter in [&everything, &read, &top] {
+        let held = counts(filter, &mut store);
+        assert_eq!(
+            (held.running, held.paused, held.damaged),
+            (2, 1, 1),
+            "{location:?} {filter:?}"
+        );
+    }
+    let held = |held: Held, store: &mut Box<dyn Store>| -> Vec<u64> {
+        let filter = Filter {
+            state: Some(State::Running),
+            held: Some(held),
+            ..everything.clone()
+        };
+        let page = store.page(&filter, 0, 10).unwrap();
+        page.iter().map(|w| w.start.num).collect()
+    };
+    assert_eq!(held(Held::Paused, &mut store), [1], "{location:?}");
+    assert_eq!(held(Held::Damaged, &mut store), [4], "{location:?}");
+    assert!(held(Held::No, &mut store).is_empty(), "{location:?}");
 }
 
 #[test]
@@ -348,6 +388,7 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
                 conn.execute_batch(
                     "DROP TRIGGER workflow_counts_started; DROP TRIGGER workflow_counts_changed; \
                      DROP TRIGGER workflow_counts_removed; DROP TABLE workflow_counts; \
+                     DROP INDEX workflows_held; \
                      DROP INDEX workflows_finished; DROP INDEX workflows_module; \
                      ALTER TABLE workflows DROP COLUMN paused; DROP TABLE schedules; \
                      INSERT INTO workflows (num, id, module, module_name, entry, input, started) \
@@ -360,7 +401,7 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
             Location::Postgres(url) => {
                 Postgres::shared().psql(
                     url,
-                    "SET search_path TO wfhost; \
+                    "SET search_path TO wfhost; DROP INDEX workflows_held; \
                      DROP TABLE workflow_counts; DROP TABLE workflow_count_changes; \
                      DROP INDEX workflows_finished; DROP INDEX workflows_module; \
                      ALTER TABLE workflows DROP COLUMN paused; DROP TABLE schedules; \
@@ -385,6 +426,7 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
             completed,
             failed,
             cancelled,
+            ..Default::default()
         };
         assert_eq!(
             store.counts(&everything).unwrap(),
@@ -718,6 +760,7 @@ fn counts_kept_while_two_writers_commit_at_once_match_the_workflows() {
                 completed: 500,
                 failed: 500,
                 cancelled: 500,
+                ..Default::default()
             },
             "{location:?}"
         );
@@ -940,6 +983,7 @@ fn pruned(location: &Location) {
         completed: 2,
         failed: 0,
         cancelled: 0,
+        ..Default::default()
     };
     assert_eq!(kept, want, "{location:?}");
     assert_eq!(

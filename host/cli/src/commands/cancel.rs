@@ -22,7 +22,7 @@ impl CancelCommand {
             Cancelled::Ended(state) => eprintln!(
                 "{} has ended ({}): nothing to cancel",
                 self.id,
-                super::durable::state_word(state)
+                state.name()
             ),
             _ => eprintln!("{}: nothing to do", self.id),
         }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use wfhost::store::Location;
-use wfhost::{Host, HostBuilder, Snapshots, SyncMode, WorkflowState, WorkflowStatus};
+use wfhost::{Host, HostBuilder, Snapshots, SyncMode, WorkflowStatus};
 
 use super::limits::{CacheArgs, LimitArgs};
 
@@ -111,23 +111,10 @@ pub fn stop_on_ctrl_c(host: Host, store: Location) -> anyhow::Result<()> {
     .context("cannot install the Ctrl-C handler")
 }
 
-/// A workflow's status in a word: `running`, `paused` (running, held by `wfhost pause`),
-/// `done`, `failed`, `cancelled`, or `damaged` (its journal, or its tree's, cannot be read
-/// back).
+/// A workflow's status in a word, as everything else says it: `running`, `paused`, `damaged`,
+/// `completed`, `failed` or `cancelled`.
 pub(super) fn status_word(workflow: &WorkflowStatus) -> &'static str {
-    match (workflow.state, &workflow.damaged) {
-        (WorkflowState::Running, Some(_)) => "damaged",
-        (WorkflowState::Running, None) if workflow.paused => "paused",
-        (state, _) => state_word(state),
-    }
-}
-
-/// A state in a word, as the commands print it (`done` for a workflow that completed).
-pub(super) fn state_word(state: WorkflowState) -> &'static str {
-    match state {
-        WorkflowState::Completed => "done",
-        state => state.name(),
-    }
+    workflow.state.name()
 }
 
 /// Milliseconds since the Unix epoch, as UTC "YYYY-MM-DD hh:mm:ss.mmm".

@@ -22,8 +22,8 @@ pub struct ListCommand {
     #[arg(long, value_name = "CURSOR")]
     after: Option<String>,
 
-    /// Only workflows that stand so: running, done, failed or cancelled.
-    #[arg(long, value_name = "STATUS", value_parser = ["running", "done", "completed", "failed", "cancelled"])]
+    /// Only workflows that stand so: running, paused, damaged, completed, failed or cancelled.
+    #[arg(long, value_name = "STATUS", value_parser = ["running", "paused", "damaged", "completed", "done", "failed", "cancelled"])]
     status: Option<String>,
 
     /// Only workflows of this entry point.

@@ -44,10 +44,7 @@ fn say(id: &str, change: PauseChange, done: &str) {
     match change {
         PauseChange::Done => eprintln!("{id} {done}"),
         PauseChange::Already => eprintln!("{id} was {done} already"),
-        PauseChange::Ended(state) => eprintln!(
-            "{id} has ended ({}): nothing to do",
-            super::durable::state_word(state)
-        ),
+        PauseChange::Ended(state) => eprintln!("{id} has ended ({}): nothing to do", state.name()),
         _ => eprintln!("{id}: nothing to do"),
     }
 }

@@ -90,7 +90,7 @@ impl StatusCommand {
         outln!("steps:    {}", workflow.steps)?;
         match (workflow.unread, workflow.state) {
             (0, _) => {}
-            (n, WorkflowState::Running) => outln!("messages: {n} waiting to be taken")?,
+            (n, state) if !state.is_finished() => outln!("messages: {n} waiting to be taken")?,
             (n, _) => outln!("messages: {n} sent to it were never read (it ended first)")?,
         }
         if let Some(result) = result {

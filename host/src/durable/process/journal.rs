@@ -161,11 +161,11 @@ impl DurableProcess {
                 }
                 Command::Spawn(spawn) => {
                     let at = now / 1_000_000;
-                    if let Some((child, id)) =
+                    if let Some((child, id, module)) =
                         self.journal_spawn(spawn, seq, index, at, &mut decided.ops)
                     {
                         record.spawned.push((y.tag, child));
-                        hold.note(rearmed + index, Note::Child(child, id));
+                        hold.note(rearmed + index, Note::Child(child, id, module));
                     }
                 }
                 Command::Cancel(target) if self.durable.ids.contains(*target) => {
@@ -191,8 +191,8 @@ impl DurableProcess {
         number
     }
 
-    /// Writes the start of a child (in `ops`), spawned by yield `index` of step `seq`: its pid
-    /// and id, or `None` when no child is started (its module is not loaded: the spawn fails at
+    /// Writes the start of a child (in `ops`), spawned by yield `index` of step `seq`: its pid,
+    /// id and module hash, or `None` when no child is started (its module is not loaded: the spawn fails at
     /// dispatch).
     fn journal_spawn(
         &self,
@@ -201,7 +201,7 @@ impl DurableProcess {
         index: usize,
         at: u64,
         ops: &mut Vec<Op>,
-    ) -> Option<(wfcontract::Pid, Arc<str>)> {
+    ) -> Option<(wfcontract::Pid, Arc<str>, Arc<str>)> {
         let scheduler = self.durable.scheduler()?;
         let own = self.inner.module_name();
         let (module, module_name) = match &spawn.module {
@@ -210,6 +210,7 @@ impl DurableProcess {
         };
         let child = scheduler.reserve_pid();
         let id: Arc<str> = format!("{}/{seq}.{index}", self.id).into();
+        let hash: Arc<str> = Arc::from(module.as_str());
         ops.push(Op::Start(NewWorkflow {
             num: child.0,
             id: id.to_string(),
@@ -220,7 +221,7 @@ impl DurableProcess {
             input: postcard::to_allocvec(&spawn.input).unwrap_or_default(),
             started: at,
         }));
-        Some((child, id))
+        Some((child, id, hash))
     }
 
     /// Hands `ops` to the journal's writer and holds the step's effects until they are on

@@ -14,7 +14,9 @@ mod sync;
 pub use location::Location;
 pub(crate) use location::{ClientStore, HostStore};
 pub use postgres::PgStore;
-pub use roles::{Cluster, Filter, Journal, PruneCandidate, PruneFilter, Read, StateCounts, Submit};
+pub use roles::{
+    Cluster, Filter, Held, Journal, PruneCandidate, PruneFilter, Read, StateCounts, Submit,
+};
 pub use sqlite::{Holder, SqliteStore};
 pub use sync::SyncMode;
 

@@ -31,6 +31,8 @@ pub struct Filter {
     pub top_level: bool,
     /// Only the children of the workflow numbered so.
     pub parent: Option<u64>,
+    /// Of the unfinished: only those held so (paused by an operator, or damaged), or neither.
+    pub held: Option<Held>,
     /// A page stops before the workflow that would take its inputs and results past this many
     /// bytes (it holds at least one).
     pub max_bytes: Option<u64>,
@@ -49,9 +51,11 @@ impl Filter {
             started_after,
             top_level,
             parent,
+            held,
             max_bytes: _,
         } = self;
         state.is_none()
+            && held.is_none()
             && cancelled.is_none()
             && prefix.is_none()
             && started_before.is_none()
@@ -59,6 +63,18 @@ impl Filter {
             && !top_level
             && parent.is_none()
     }
+}
+
+/// Why an unfinished workflow takes no step, if it is held: an operator paused it, or its
+/// journal cannot be read back (damaged, which wins over paused). `No`: neither, it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// Neither paused nor damaged.
+    No,
+    /// Paused, and not damaged.
+    Paused,
+    /// Damaged (paused or not).
+    Damaged,
 }
 
 /// Which finished workflows a prune removes ([`Read::prunable`]): top-level ones that finished
@@ -195,8 +211,12 @@ pub trait Read: Send {
 /// How many workflows stand each way ([`Read::counts`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StateCounts {
-    /// Not finished.
+    /// Not finished (paused and damaged ones included).
     pub running: u64,
+    /// Of those not finished, paused and not damaged.
+    pub paused: u64,
+    /// Of those not finished, damaged.
+    pub damaged: u64,
     /// Finished with a result.
     pub completed: u64,
     /// Finished with a failure other than a cancel.

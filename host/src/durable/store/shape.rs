@@ -55,6 +55,8 @@ pub const INDEXES: &[(&str, &str, &[&str])] = &[
     ("workflows_finished", "workflows", &["finished", "num"]),
     // The workflows of a module: a prune removes a module no workflow uses.
     ("workflows_module", "workflows", &["module"]),
+    // Unfinished workflows that are paused or damaged, by entry point: counted and listed apart.
+    ("workflows_held", "workflows", &["entry"]),
 ];
 
 /// A store's schema as it reads back: tables with their columns, indexes with their table and

@@ -132,7 +132,11 @@ async fn complete(
 ) -> Result<Response, ApiError> {
     let tasks = board(&state)?;
     check_scope(&tasks, scope.as_ref(), &task).await?;
-    let outcome = match (request.result, request.error) {
+    // A worker that writes every field sends `"result": null` beside its error: the error.
+    let result = request
+        .result
+        .filter(|result| request.error.is_none() || result.get().trim() != "null");
+    let outcome = match (result, request.error) {
         (Some(result), None) => Ok(Payload::json_bytes(result.get().as_bytes().to_vec())),
         (None, Some(error)) => Err(CommandError::new(
             if error.retryable {

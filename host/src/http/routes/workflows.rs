@@ -97,7 +97,8 @@ async fn list(
     if let Some(status) = &params.status {
         let state = WorkflowState::parse(status).ok_or_else(|| {
             ApiError::bad_request(format!(
-                "status={status} is not a status: give running, completed, failed or cancelled"
+                "status={status} is not a status: give one of {}",
+                WorkflowState::ALL.map(WorkflowState::name).join(", ")
             ))
         })?;
         query = query.state(state);
@@ -147,6 +148,8 @@ async fn counts(
     .await?;
     Ok(Json(CountsJson {
         running: counts.running,
+        paused: counts.paused,
+        damaged: counts.damaged,
         completed: counts.completed,
         failed: counts.failed,
         cancelled: counts.cancelled,

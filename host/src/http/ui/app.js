@@ -156,9 +156,12 @@ function bytes(n) {
   return (n / 1024 / 1024).toFixed(1) + ' MiB';
 }
 
-// A workflow's status as the page shows it: `paused` for one that runs but is held.
-function shownStatus(w) {
-  return w.paused && w.status === 'running' ? 'paused' : w.status;
+// The statuses of a workflow that has not finished (the server says which: `paused` for one an
+// operator holds, `damaged` for one whose journal cannot be read back).
+const UNFINISHED = ['running', 'paused', 'damaged'];
+
+function unfinished(w) {
+  return UNFINISHED.includes(w.status);
 }
 
 function statusBadge(status) {
@@ -286,7 +289,7 @@ function markNav(which) {
 // ---------------------------------------------------------------------------------------------
 // Workflows: counts, filters, a page
 
-const STATES = ['running', 'completed', 'failed', 'cancelled'];
+const STATES = ['running', 'paused', 'damaged', 'completed', 'failed', 'cancelled'];
 
 function listState() {
   const params = new URLSearchParams(location.hash.split('?')[1] || '');
@@ -345,15 +348,15 @@ async function workflowsPage(view) {
 }
 
 function renderCounts(counts, s) {
-  const total = STATES.reduce((n, x) => n + counts[x], 0);
+  const total = STATES.reduce((n, x) => n + (counts[x] || 0), 0);
   const box = (label, n, status) => `<a class="count ${s.status === status ? 'current' : ''}" data-count="${status || 'all'}"
       href="${listHash(Object.assign({}, s, { status, after: '' }))}"><b>${n.toLocaleString()}</b>${label}</a>`;
-  document.getElementById('counts').replaceChildren(h(box('all', total, '') + STATES.map((x) => box(x, counts[x], x)).join('')));
+  document.getElementById('counts').replaceChildren(h(box('all', total, '') + STATES.map((x) => box(x, counts[x] || 0, x)).join('')));
 }
 
 function renderRows(page, s, counts) {
   const rows = document.getElementById('rows');
-  const total = counts ? STATES.reduce((n, x) => n + counts[x], 0) : page.workflows.length;
+  const total = counts ? STATES.reduce((n, x) => n + (counts[x] || 0), 0) : page.workflows.length;
   if (total === 0 && !s.entry && !s.prefix && !s.status && !s.after) {
     rows.replaceChildren(h(`<div class="empty"><h2>No workflows yet</h2>
       <p>Start one from a checkout of wfhost with the CLI (it uploads the module first; with the
@@ -372,7 +375,7 @@ function renderRows(page, s, counts) {
   const body = page.workflows.map((w) => `<tr data-id="${esc(w.id)}">
       <td><a href="#/w/${encodeURIComponent(w.id)}">${esc(w.id)}</a></td>
       <td>${esc(w.entry)}</td>
-      <td>${statusBadge(shownStatus(w))}${w.cancel_asked && w.status === 'running' ? ' <span class="muted">cancel asked</span>' : ''}</td>
+      <td>${statusBadge(w.status)}${w.cancel_asked && unfinished(w) ? ' <span class="muted">cancel asked</span>' : ''}</td>
       <td class="wide">${time(w.started)}</td>
       <td class="num">${duration((w.finished || now) - w.started)}</td>
       <td class="num" data-steps>${w.steps}</td>
@@ -470,12 +473,12 @@ async function workflowPage(view, id) {
     // Redrawn only when something changed: a folded payload the reader opened stays open.
     if (text !== history.shown) { renderFacts(w); history.shown = text; }
     // Read while it runs, and once more after it ended (its children's last statuses).
-    if (w.status === 'running' || !history.childrenSettled) {
+    if (unfinished(w) || !history.childrenSettled) {
       const children = await api('/v1/workflows' + query({ parent: w.numberText, limit: CHILDREN }), { text: true });
       if (view !== ui.view) return;
       if (children !== history.children) renderChildren(document.getElementById('children'), children);
       history.children = children;
-      history.childrenSettled = w.status !== 'running';
+      history.childrenSettled = !unfinished(w);
     }
     // The steps journaled since the last look, after the last one shown. (A history cursor is
     // `c` and the step's number in hex: this page ships with the server that makes them.)
@@ -508,7 +511,7 @@ async function workflowPage(view, id) {
         seen.observe(button);
       }
     }
-    if (w.status !== 'running') renderWaits(w, null);
+    if (!unfinished(w)) renderWaits(w, null);
     else if (history.waitsAt !== w.steps) {
       const waits = await api(wf(id) + '/waits');
       if (view !== ui.view) return;
@@ -530,7 +533,7 @@ function renderFacts(w) {
   if (w.error) outcome = `<dt>Error</dt><dd><span class="error-kind"><b>${esc(w.error.kind)}</b></span>: ${esc(w.error.message)}</dd>`;
   else if (w.result !== undefined) outcome = `<dt>Result</dt><dd id="result">${payload(w.result, w.result_encoding)}</dd>`;
   document.getElementById('facts').replaceChildren(h(`<dl class="facts">
-    <dt>Status</dt><dd id="status">${statusBadge(shownStatus(w))}${w.cancel_asked && w.status === 'running' ? ' <span class="muted">cancel asked</span>' : ''}</dd>
+    <dt>Status</dt><dd id="status">${statusBadge(w.status)}${w.cancel_asked && unfinished(w) ? ' <span class="muted">cancel asked</span>' : ''}</dd>
     <dt>Entry</dt><dd>${esc(w.entry)}</dd>
     <dt>Module</dt><dd>${esc(w.module_name)} <span class="mono muted" title="SHA-256">${esc(w.module.slice(0, 16))}…</span></dd>
     <dt>Number</dt><dd id="number">${esc(w.numberText)}${w.parentText ? ' (child of ' + esc(w.parentText) + ')' : ''}</dd>
@@ -541,7 +544,7 @@ function renderFacts(w) {
     ${w.damaged ? `<dt>Damaged</dt><dd class="error">${esc(w.damaged)}</dd>` : ''}
     <dt>Input</dt><dd>${payload(w.input, w.input_encoding)}</dd>
     ${outcome}</dl>`));
-  ui.finished = w.status !== 'running';
+  ui.finished = !unfinished(w);
   ui.paused = w.paused === true;
   const pause = document.getElementById('pause-button');
   if (pause) pause.textContent = ui.paused ? 'Unpause' : 'Pause';
@@ -584,7 +587,7 @@ function appendSteps(steps, first) {
 // Where a running workflow waits (`GET .../waits`: the yields no event has answered yet).
 function renderWaits(w, waits) {
   const box = document.getElementById('waits');
-  if (w.status !== 'running' || !waits) { box.replaceChildren(); return; }
+  if (!unfinished(w) || !waits) { box.replaceChildren(); return; }
   const items = waits.waits.map((x) => '<li data-waits="' + esc(x.yielded.kind) + '">' + waitWords(x) + '</li>');
   if (waits.message) items.push('<li data-waits="message">a message</li>');
   box.replaceChildren(h(items.length
@@ -600,7 +603,7 @@ function renderChildren(box, text) {
   if (page.workflows.length === 0) { box.replaceChildren(h('<span class="muted">none</span>')); return; }
   box.replaceChildren(h('<ul class="tree">' + page.workflows.map((c) =>
     `<li data-child="${esc(c.id)}"><details data-parent="${esc(String(c.number))}" data-id="${esc(c.id)}"><summary><a href="#/w/${encodeURIComponent(c.id)}">${esc(c.id)}</a>
-      ${statusBadge(shownStatus(c))} <span class="muted">${esc(c.entry)}, ${c.steps} steps</span></summary>
+      ${statusBadge(c.status)} <span class="muted">${esc(c.entry)}, ${c.steps} steps</span></summary>
       <div class="subtree"><span class="muted">reading its children…</span></div></details></li>`).join('') +
     (page.next ? `<li class="muted">and more (the first ${CHILDREN} shown)</li>` : '') + '</ul>'));
   for (const d of box.querySelectorAll(':scope > ul > li > details')) {

@@ -4,8 +4,8 @@
 use std::time::Instant;
 
 use serde::Serialize;
-use wfcontract::abi::{self, DecodeError};
-use wfcontract::StepOutput;
+use wfcontract::abi::{self, DecodeError, MAX_TAG};
+use wfcontract::{Command, StepOutput, Tag};
 use wfhost_scheduler::{FailureKind, ProcessError};
 
 use super::WasmProcess;
@@ -70,7 +70,7 @@ impl WasmProcess {
     /// Decodes a step's answer within the yield limit (see [`abi::decode_step_output`]).
     pub(super) fn decode_step(&self, bytes: &[u8]) -> Result<StepOutput, ProcessError> {
         let max = self.spec.limits.max_yields_per_step;
-        abi::decode_step_output(bytes, max).map_err(|error| match error {
+        let output = abi::decode_step_output(bytes, max).map_err(|error| match error {
             DecodeError::TooManyYields { count, limit } => self.fail(
                 FailureKind::Limit,
                 format_args!(
@@ -82,7 +82,22 @@ impl WasmProcess {
             DecodeError::TrailingBytes(n) => {
                 self.malformed(format_args!("{n} bytes left over after it"))
             }
-        })
+        })?;
+        // Tags name yields in the journal and in the stores' rows (signed 64-bit numbers in
+        // PostgreSQL): one past them is this guest's fault, never the store's.
+        let past = |tag: Tag| tag.0 > MAX_TAG;
+        let bad = output.yields.iter().find_map(|y| match &y.command {
+            _ if past(y.tag) => Some(y.tag),
+            Command::Forget(tag) if past(*tag) => Some(*tag),
+            _ => None,
+        });
+        if let Some(tag) = bad {
+            return Err(self.malformed(format_args!(
+                "a yield's tag is {}, past the largest a tag may be ({MAX_TAG})",
+                tag.0
+            )));
+        }
+        Ok(output)
     }
 
     fn call_encoded(&mut self, export: Export, input: &[u8]) -> Result<Vec<u8>, ProcessError> {

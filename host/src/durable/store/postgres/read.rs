@@ -4,8 +4,8 @@ use tokio_postgres::{Error, Row};
 
 use super::Conn;
 use crate::durable::store::{
-    Cancel, Ending, Filter, HostInfo, HostMessage, HostRow, NewMessage, NewSnapshot, NewWorkflow,
-    State, StateCounts, Step, StoreError, StoreResult, StoredMessage, Workflow,
+    Cancel, Ending, Filter, Held, HostInfo, HostMessage, HostRow, NewMessage, NewSnapshot,
+    NewWorkflow, State, StateCounts, Step, StoreError, StoreResult, StoredMessage, Workflow,
 };
 
 /// A number as the store keeps it (signed), or an error for one it cannot hold.
@@ -147,6 +147,8 @@ pub(super) fn page(
                  AND ($7::bigint IS NULL OR started >= $7) \
                  AND (NOT $8 OR parent IS NULL) \
                  AND ($12::bigint IS NULL OR parent = $12) \
+                 AND ($13::int2 IS NULL OR CASE $13 WHEN 0 THEN NOT paused AND damaged IS NULL \
+                   WHEN 1 THEN paused AND damaged IS NULL ELSE damaged IS NOT NULL END) \
                  ORDER BY num LIMIT $9) page \
                  WHERE $11::bigint IS NULL OR upto - own < $11) \
                  ORDER BY num"
@@ -164,6 +166,7 @@ pub(super) fn page(
                 &wfhost_scheduler::FailureKind::Cancelled.name(),
                 &budget,
                 &parent,
+                &held_code(filter.held),
             ],
         )?
         .iter()
@@ -171,25 +174,56 @@ pub(super) fn page(
         .collect())
 }
 
+/// A [`Held`] as the listing's query takes it.
+fn held_code(held: Option<Held>) -> Option<i16> {
+    held.map(|held| match held {
+        Held::No => 0,
+        Held::Paused => 1,
+        Held::Damaged => 2,
+    })
+}
+
 /// How many workflows `filter` lets through stand each way (see `Read::counts`).
 pub(super) fn counts(conn: &mut Conn, filter: &Filter) -> Result<StateCounts, Error> {
-    if filter.counted_by_entry() {
-        return kept_counts(conn, filter.entry.as_deref());
-    }
     let started_before = filter.started_before.map(|t| t.min(i64::MAX as u64) as i64);
     let started_after = filter.started_after.map(|t| t.min(i64::MAX as u64) as i64);
     let parent = filter.parent.map(|p| p.min(i64::MAX as u64) as i64);
-    let rows = conn.query(
-        "SELECT state, coalesce(error_kind, '') = $1, count(*) FROM workflows \
-         WHERE ($2::text IS NULL OR entry = $2) \
-         AND ($3::text IS NULL OR starts_with(id, $3)) \
-         AND ($4::bigint IS NULL OR started < $4) \
-         AND ($5::bigint IS NULL OR started >= $5) \
-         AND (NOT $6 OR parent IS NULL) \
-         AND ($7::bigint IS NULL OR parent = $7) \
-         GROUP BY 1, 2",
+    let mut counts = if filter.counted_by_entry() {
+        kept_counts(conn, filter.entry.as_deref())?
+    } else {
+        let rows = conn.query(
+            "SELECT state, coalesce(error_kind, '') = $1, count(*) FROM workflows \
+             WHERE ($2::text IS NULL OR entry = $2) \
+             AND ($3::text IS NULL OR starts_with(id, $3)) \
+             AND ($4::bigint IS NULL OR started < $4) \
+             AND ($5::bigint IS NULL OR started >= $5) \
+             AND (NOT $6 OR parent IS NULL) \
+             AND ($7::bigint IS NULL OR parent = $7) \
+             GROUP BY 1, 2",
+            &[
+                &wfhost_scheduler::FailureKind::Cancelled.name(),
+                &filter.entry,
+                &filter.prefix,
+                &started_before,
+                &started_after,
+                &filter.top_level,
+                &parent,
+            ],
+        )?;
+        counts_of(&rows)
+    };
+    // Of those unfinished, the few held (read through a partial index of them).
+    let held = conn.query_one(
+        "SELECT count(*) FILTER (WHERE damaged IS NULL), \
+         count(*) FILTER (WHERE damaged IS NOT NULL) FROM workflows \
+         WHERE state = 0 AND (paused OR damaged IS NOT NULL) \
+         AND ($1::text IS NULL OR entry = $1) \
+         AND ($2::text IS NULL OR starts_with(id, $2)) \
+         AND ($3::bigint IS NULL OR started < $3) \
+         AND ($4::bigint IS NULL OR started >= $4) \
+         AND (NOT $5 OR parent IS NULL) \
+         AND ($6::bigint IS NULL OR parent = $6)",
         &[
-            &wfhost_scheduler::FailureKind::Cancelled.name(),
             &filter.entry,
             &filter.prefix,
             &started_before,
@@ -198,7 +232,9 @@ pub(super) fn counts(conn: &mut Conn, filter: &Filter) -> Result<StateCounts, Er
             &parent,
         ],
     )?;
-    Ok(counts_of(&rows))
+    counts.paused = held.get::<_, i64>(0).max(0) as u64;
+    counts.damaged = held.get::<_, i64>(1).max(0) as u64;
+    Ok(counts)
 }
 
 /// Counts from rows of (state, cancelled, how many).

@@ -257,6 +257,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE tasks ADD COLUMN workflow BIGINT, ADD COLUMN tag BIGINT;
     CREATE UNIQUE INDEX tasks_call ON tasks (workflow, tag) WHERE workflow IS NOT NULL;
     ",
+    // 11: the unfinished workflows that are held (paused by an operator, or damaged), by entry
+    // point: few, so that counting and listing them reads only them.
+    "
+    CREATE INDEX workflows_held ON workflows (entry) WHERE state = 0 AND (paused OR damaged IS NOT NULL);
+    ",
 ];
 
 /// The error a commit fails with when its host lost its lease (`wfhost.mark`).

@@ -17,6 +17,7 @@ pub use lock::Holder;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection};
 
 use super::{StoreError, StoreResult, SyncMode};
@@ -72,6 +73,26 @@ pub(super) const LOG_BYTES: u64 = 32 << 20;
 /// ARCHITECTURE.md, "The store's files").
 fn check_readable(conn: &Connection, path: &Path) -> StoreResult<()> {
     let read = conn.query_row("PRAGMA page_count", [], |row| row.get::<_, i64>(0));
+    // SQLite counts a last page cut part way as whole: the length says it, by `stat` (which
+    // opens nothing), when the file alone is the store (no write-ahead log holds frames).
+    if let Ok(pages) = read {
+        let page: i64 = conn
+            .query_row("PRAGMA page_size", [], |row| row.get(0))
+            .unwrap_or(0);
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let logged = std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0);
+        let len = std::fs::metadata(path).map_or(0, |m| m.len());
+        let whole = u64::try_from(pages.saturating_mul(page)).unwrap_or(0);
+        if !logged && len < whole {
+            return Err(StoreError::new(format_args!(
+                "the store {} is truncated (the file has {len} bytes and its header says \
+                 {whole}): restore it from a copy (recovering from it would lose what was \
+                 acknowledged)",
+                path.display()
+            )));
+        }
+    }
     match read {
         Err(rusqlite::Error::SqliteFailure(error, _))
             if error.code == rusqlite::ErrorCode::DatabaseCorrupt =>
@@ -325,12 +346,19 @@ impl SqliteStore {
     }
 
     /// A connection that reads beside the host: it waits for the host's commits rather than
-    /// failing, and may not write.
+    /// failing, and may not write. Nor does it checkpoint when it closes: a reader that takes
+    /// itself for the last connection (it is not, if a host's locks were lost) would delete the
+    /// write-ahead log; only the host's own connection empties it, when the host closes.
     fn configure_reader(&mut self) -> StoreResult<()> {
         let path = self.path.display().to_string();
         self.conn
             .busy_timeout(Duration::from_secs(30))
             .and_then(|()| self.conn.execute_batch("PRAGMA query_only=ON;"))
+            .and_then(|()| {
+                self.conn
+                    .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+                    .map(drop)
+            })
             .map_err(|e| StoreError::new(format_args!("{path} is not a usable wfhost store: {e}")))
     }
 
@@ -425,16 +453,21 @@ mod tests {
         // lock.rs: the host's `<file>-lock`, which SQLite never opens. backup.rs: the copy, a
         // new file it refuses to name after any of the store's.
         const ALLOWED: [&str; 2] = ["lock.rs", "backup.rs"];
-        const OPENERS: [&str; 9] = [
+        const OPENERS: [&str; 14] = [
             "File::open",
             "File::create",
+            "File::options",
             "OpenOptions",
             "fs::read(",
             "fs::read_to_string",
             "fs::write",
             "fs::remove_file",
+            "fs::remove_dir_all",
             "fs::rename",
             "fs::copy",
+            "fs::hard_link",
+            "libc::open",
+            "tokio::fs",
         ];
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/durable/store/sqlite");
         let mut checked = 0;

@@ -7,8 +7,8 @@ use super::write::int;
 use super::{sql, SqliteStore};
 use crate::durable::store::roles::Visit;
 use crate::durable::store::{
-    Cancel, Ending, Filter, HostMessage, Journal, NewMessage, NewSnapshot, NewWorkflow, Op, Read,
-    ScheduleRow, State, StateCounts, Step, StoreResult, StoredMessage, Workflow,
+    Cancel, Ending, Filter, Held, HostMessage, Journal, NewMessage, NewSnapshot, NewWorkflow, Op,
+    Read, ScheduleRow, State, StateCounts, Step, StoreResult, StoredMessage, Workflow,
 };
 
 const WORKFLOW_COLUMNS: &str = "num, id, parent, module, module_name, entry, input, started, \
@@ -118,6 +118,16 @@ fn narrow(
     if let Some(parent) = filter.parent {
         clauses.push("parent = ?".into());
         values.push(int(parent)?.into());
+    }
+    if let Some(held) = filter.held {
+        clauses.push(
+            match held {
+                Held::No => "paused = 0 AND damaged IS NULL",
+                Held::Paused => "paused = 1 AND damaged IS NULL",
+                Held::Damaged => "damaged IS NOT NULL",
+            }
+            .into(),
+        );
     }
     Ok(())
 }
@@ -416,23 +426,47 @@ impl Read for SqliteStore {
 
     fn counts(&mut self, filter: &Filter) -> StoreResult<StateCounts> {
         let what = "counting workflows";
-        if filter.counted_by_entry() {
-            return kept_counts(&self.conn, filter.entry.as_deref()).map_err(sql(what));
-        }
-        let mut clauses = vec!["1".to_string()];
+        // What they stand as; then, of those unfinished, the few held (a partial index's).
+        let mut counts = if filter.counted_by_entry() {
+            kept_counts(&self.conn, filter.entry.as_deref()).map_err(sql(what))?
+        } else {
+            let mut clauses = vec!["1".to_string()];
+            let mut values: Vec<rusqlite::types::Value> = Vec::new();
+            narrow(filter, true, &mut clauses, &mut values).map_err(sql(what))?;
+            let cancelled = wfhost_scheduler::FailureKind::Cancelled.name();
+            let query = format!(
+                "SELECT state, coalesce(error_kind = '{cancelled}', 0), count(*) FROM workflows \
+                 WHERE {} GROUP BY 1, 2",
+                clauses.join(" AND ")
+            );
+            let mut statement = self.conn.prepare(&query).map_err(sql(what))?;
+            let rows = statement
+                .query(rusqlite::params_from_iter(values))
+                .map_err(sql(what))?;
+            counts_of(rows).map_err(sql(what))?
+        };
+        let unheld = Filter {
+            held: None,
+            ..filter.clone()
+        };
+        let mut clauses = vec!["state = 0 AND (paused = 1 OR damaged IS NOT NULL)".to_string()];
         let mut values: Vec<rusqlite::types::Value> = Vec::new();
-        narrow(filter, true, &mut clauses, &mut values).map_err(sql(what))?;
-        let cancelled = wfhost_scheduler::FailureKind::Cancelled.name();
-        let query = format!(
-            "SELECT state, coalesce(error_kind = '{cancelled}', 0), count(*) FROM workflows \
-             WHERE {} GROUP BY 1, 2",
-            clauses.join(" AND ")
-        );
-        let mut statement = self.conn.prepare(&query).map_err(sql(what))?;
-        let rows = statement
-            .query(rusqlite::params_from_iter(values))
+        narrow(&unheld, true, &mut clauses, &mut values).map_err(sql(what))?;
+        let (paused, damaged): (i64, i64) = self
+            .conn
+            .query_row(
+                &format!(
+                    "SELECT coalesce(sum(damaged IS NULL), 0), coalesce(sum(damaged IS NOT NULL), 0) \
+                     FROM workflows WHERE {}",
+                    clauses.join(" AND ")
+                ),
+                rusqlite::params_from_iter(values),
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
             .map_err(sql(what))?;
-        counts_of(rows).map_err(sql(what))
+        counts.paused = paused.max(0) as u64;
+        counts.damaged = damaged.max(0) as u64;
+        Ok(counts)
     }
 
     fn prunable(

@@ -166,6 +166,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
         created INTEGER NOT NULL
     ) WITHOUT ROWID;
     ",
+    // 12: the unfinished workflows that are held (paused by an operator, or damaged), by entry
+    // point: few, so that counting and listing them reads only them.
+    "
+    CREATE INDEX workflows_held ON workflows(entry)
+        WHERE state = 0 AND (paused = 1 OR damaged IS NOT NULL);
+    ",
 ];
 
 /// The version this build writes.
