@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::de::DeserializeOwned;
 use wfcontract::builtin::RETRY_POLICY_FUNCTION;
-use wfcontract::{CallRequest, Command, CommandError, Payload, RetryPolicy};
+use wfcontract::{CallRequest, Command, CommandError, Payload, RetryPolicy, RetryRequest, Tag};
 
 use crate::runtime::CommandFuture;
 use crate::{Ctx, Error};
@@ -69,6 +69,27 @@ fn attempt(ctx: &Ctx, name: &str, input: Payload) -> CommandFuture<Payload> {
     CommandFuture::new(&ctx.state, command, payload)
 }
 
+/// Attempt `number` at the call first made with tag `first`: the host gives it the first
+/// attempt's idempotency key, so a service does the call's effect once however many attempts
+/// it takes.
+fn attempt_again(
+    ctx: &Ctx,
+    name: &str,
+    input: Payload,
+    first: Tag,
+    number: u32,
+) -> CommandFuture<Payload> {
+    let command = Command::Retry(RetryRequest {
+        first,
+        attempt: number,
+        call: CallRequest {
+            name: name.to_string(),
+            input,
+        },
+    });
+    CommandFuture::new(&ctx.state, command, payload)
+}
+
 impl<O: DeserializeOwned> CallFuture<O> {
     pub(crate) fn new(
         ctx: &Ctx,
@@ -104,15 +125,16 @@ impl<O: DeserializeOwned> Future for CallFuture<O> {
         let this = &mut *self;
         loop {
             let outcome = match &mut this.stage {
-                Stage::First(first) => match Pin::new(first).poll(cx) {
+                Stage::First(first) => match Pin::new(&mut *first).poll(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Err(Error::Command(error))) if may_retry(&this.policy, &error) => {
+                        let tag = first.tag();
                         this.stage = Stage::Retrying(Box::pin(retry(
                             this.ctx.clone(),
                             Rc::clone(&this.name),
                             std::mem::replace(&mut this.input, Payload::empty()),
                             this.policy.clone(),
-                            error,
+                            (tag, error),
                         )));
                         continue;
                     }
@@ -149,7 +171,7 @@ async fn retry(
     name: Rc<str>,
     input: Payload,
     policy: Policy,
-    mut error: CommandError,
+    (first, mut error): (Tag, CommandError),
 ) -> Result<Payload, Error> {
     let policy = match policy {
         Policy::Given(policy) => policy,
@@ -184,7 +206,7 @@ async fn retry(
         }
         ctx.sleep(policy.delay(attempts)).await?;
         attempts += 1;
-        match attempt(&ctx, &name, input.clone()).await {
+        match attempt_again(&ctx, &name, input.clone(), first, attempts).await {
             Ok(payload) => return Ok(payload),
             Err(Error::Command(failed)) => error = failed,
             Err(other) => return Err(other),

@@ -227,6 +227,11 @@ impl<T> CommandFuture<T> {
         }
     }
 
+    /// The tag of the command this future waits for.
+    pub(crate) fn tag(&self) -> Tag {
+        self.tag
+    }
+
     /// Makes dropping this future before it finishes tell the host to forget the command.
     pub(crate) fn forget_on_drop(mut self) -> CommandFuture<T> {
         self.forget_on_drop = true;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wfcontract::{CommandKind, Payload};
-use wfhost_scheduler::{Scheduler, DEFAULT_BUDGET};
+use wfhost_scheduler::{Handler, Scheduler, DEFAULT_BUDGET};
 
 use crate::capacity::{Capacity, MemoryImages, Slots};
 use crate::durable::snapshot::Snapshots;
@@ -780,6 +780,10 @@ impl HostBuilder {
             },
         )
         .map_err(|e| config(format!("could not start the host-function runtime: {e}")))?;
+        if let Some(durable) = durable {
+            durable.set_served(functions.served());
+        }
+        let functions: Arc<dyn Handler> = Arc::new(functions);
         // A step's input must fit in the guest's memory beside everything else it holds.
         let step_bytes = self
             .limits
@@ -808,7 +812,10 @@ impl HostBuilder {
                 warned: AtomicBool::new(false),
                 durable: durable.clone(),
             })
-            .handler(CommandKind::Call, functions);
+            // A retry is a call again: the same handler, shut down once per kind (which the
+            // second time finds nothing left to do).
+            .handler_arc(CommandKind::Call, Arc::clone(&functions))
+            .handler_arc(CommandKind::Retry, functions);
         if let Some(durable) = durable {
             scheduler = scheduler
                 .handler(CommandKind::Send, DurableSend(Arc::clone(durable)))

@@ -64,7 +64,10 @@ impl Default for Grants {
 
 /// Whether `kind` is a built-in that grants govern one by one.
 fn is_builtin(kind: CommandKind) -> bool {
-    !matches!(kind, CommandKind::Call | CommandKind::Forget)
+    !matches!(
+        kind,
+        CommandKind::Call | CommandKind::Retry | CommandKind::Forget
+    )
 }
 
 impl Grants {
@@ -171,12 +174,13 @@ impl Grants {
     /// yield completes with.
     pub fn permits(&self, command: &Command) -> Result<(), CommandError> {
         let kind = command.kind();
-        let allowed = match command {
-            Command::Forget(_) => true,
+        // A retry is the call again: the same grant.
+        let allowed = match (command, command.call()) {
+            (Command::Forget(_), _) => true,
             // Asking the host's retry policy reveals nothing and does nothing.
-            Command::Call(call) if call.name == wfcontract::builtin::RETRY_POLICY_FUNCTION => true,
-            Command::Call(call) if self.denied_functions.contains(&call.name) => false,
-            Command::Call(call) => match &self.host_functions {
+            (_, Some(call)) if call.name == wfcontract::builtin::RETRY_POLICY_FUNCTION => true,
+            (_, Some(call)) if self.denied_functions.contains(&call.name) => false,
+            (_, Some(call)) => match &self.host_functions {
                 HostFunctions::All => true,
                 HostFunctions::Named(names) => names.contains(&call.name),
             },
@@ -185,19 +189,19 @@ impl Grants {
         if allowed {
             return Ok(());
         }
-        let message = match command {
-            Command::Call(call) if self.denied_functions.contains(&call.name) => format!(
+        let message = match command.call() {
+            Some(call) if self.denied_functions.contains(&call.name) => format!(
                 "this module may not call host function '{}': the host withdrew it from this \
                  module",
                 call.name
             ),
-            Command::Call(call) if call.name == wfcontract::builtin::HTTP_FUNCTION => format!(
+            Some(call) if call.name == wfcontract::builtin::HTTP_FUNCTION => format!(
                 "this module may not make HTTP requests: the host did not grant '{}' (an \
                  operator allows URLs with --allow-http PATTERN; an embedder with \
                  HostBuilder::allow_http and Grants::allow_http)",
                 call.name
             ),
-            Command::Call(call) => format!(
+            Some(call) => format!(
                 "this module may not call host function '{}': the host did not grant it ({})",
                 call.name,
                 self.describe_host_functions()

@@ -25,10 +25,17 @@ use crate::{Status, StepOutput, Yield};
 /// step that yields a larger one fails its process as a malformed answer.
 pub const MAX_TAG: u64 = i64::MAX as u64;
 
-/// The version of the host/guest ABI. A host runs only modules that declare this version.
+/// The version of the host/guest ABI that guests built now declare.
 ///
-/// Bump it on any change to the exports, their signatures or the wire types.
-pub const VERSION: u32 = 2;
+/// Bump it on any change to the exports, their signatures or the wire types. A host runs the
+/// modules of the versions in [`READS`].
+pub const VERSION: u32 = 3;
+
+/// The versions a host of this build runs: version 3 only added [`Command::Retry`], so a module
+/// of version 2 (which never yields one) runs as it did.
+///
+/// [`Command::Retry`]: crate::Command::Retry
+pub const READS: core::ops::RangeInclusive<u32> = 2..=3;
 
 /// `(len: i32) -> i32`: a guest buffer for `len` input bytes.
 pub const EXPORT_RESERVE: &str = "wfhost_reserve";

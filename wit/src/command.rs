@@ -38,6 +38,33 @@ pub enum Command {
     /// The result of the earlier yield with this tag is no longer wanted: the host may stop that
     /// work (a pending `sleep` is dropped) and sends no completion for it. Never completes itself.
     Forget(Tag),
+    /// Runs a host function again: attempt `attempt` of the call first made by the yield tagged
+    /// `first`, under the caller's retry policy. Completes as [`Command::Call`] does; the host
+    /// gives it the first attempt's idempotency key, and its attempt number beside it, so that a
+    /// service the call reaches does its effect once however many attempts it takes. (ABI 3.)
+    Retry(RetryRequest),
+}
+
+/// The argument of [`Command::Retry`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryRequest {
+    /// The tag of the call's first attempt.
+    pub first: Tag,
+    /// This attempt's number: 2 for the first retry.
+    pub attempt: u32,
+    /// The call, as its first attempt made it.
+    pub call: CallRequest,
+}
+
+impl Command {
+    /// The host function call this command makes, if it makes one (a call, or an attempt at
+    /// one again).
+    pub fn call(&self) -> Option<&CallRequest> {
+        match self {
+            Command::Call(call) | Command::Retry(RetryRequest { call, .. }) => Some(call),
+            _ => None,
+        }
+    }
 }
 
 /// The argument of [`Command::Send`].
@@ -129,11 +156,13 @@ pub enum CommandKind {
     Random,
     /// [`Command::Forget`].
     Forget,
+    /// [`Command::Retry`].
+    Retry,
 }
 
 impl CommandKind {
     /// Every kind, in declaration order (the order of [`CommandKind::index`]).
-    pub const ALL: [CommandKind; 11] = [
+    pub const ALL: [CommandKind; 12] = [
         CommandKind::Sleep,
         CommandKind::SleepUntil,
         CommandKind::Log,
@@ -145,6 +174,7 @@ impl CommandKind {
         CommandKind::Now,
         CommandKind::Random,
         CommandKind::Forget,
+        CommandKind::Retry,
     ];
 
     /// A dense index in `0..ALL.len()`, for handler tables.
@@ -166,6 +196,7 @@ impl CommandKind {
             CommandKind::Now => "now",
             CommandKind::Random => "random",
             CommandKind::Forget => "forget",
+            CommandKind::Retry => "retry",
         }
     }
 
@@ -190,6 +221,7 @@ impl Command {
             Command::Now => CommandKind::Now,
             Command::Random => CommandKind::Random,
             Command::Forget(_) => CommandKind::Forget,
+            Command::Retry(_) => CommandKind::Retry,
         }
     }
 }

@@ -54,7 +54,8 @@ mod step;
 
 pub use builtin::{Header, HttpRequest, HttpResponse, RetryPolicy};
 pub use command::{
-    CallRequest, Command, CommandKind, Field, Level, LogRecord, SendRequest, SpawnRequest,
+    CallRequest, Command, CommandKind, Field, Level, LogRecord, RetryRequest, SendRequest,
+    SpawnRequest,
 };
 pub use event::{CommandError, ErrorKind, Event, EventKind};
 pub use ids::{Pid, Tag};

@@ -83,6 +83,13 @@ fn command(command: &Command) -> String {
         Command::Now => "now".into(),
         Command::Random => "random".into(),
         Command::Forget(tag) => format!("forget {tag}"),
+        Command::Retry(retry) => format!(
+            "call {} again (attempt {} of {}) {}",
+            text(&retry.call.name),
+            retry.attempt,
+            retry.first,
+            show(&retry.call.input)
+        ),
     }
 }
 

@@ -14,14 +14,17 @@ use std::time::Duration;
 use common::http::{put_probe, start_request, HttpServer};
 use serde_json::{json, Value};
 
-/// What the test server saw: each request's path and idempotency key.
+/// What the test server saw: each request's path and idempotency key, and the attempt numbers
+/// beside the keys.
 #[derive(Default)]
 struct Seen {
     requests: Vec<(String, Option<String>)>,
+    attempts: Vec<Option<String>>,
 }
 
 /// A server on 127.0.0.1: `/ok` answers `hello N` (N: how many `/ok` so far), `/redirect`
-/// sends to `localhost` on the same port, `/big` answers 3 MiB.
+/// sends to `localhost` on the same port, `/big` answers 3 MiB, `/fail` 500, and `/flaky` 503
+/// to its first two requests and `ok after N` after.
 fn test_server() -> (String, Arc<Mutex<Seen>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -41,6 +44,7 @@ fn test_server() -> (String, Arc<Mutex<Seen>>) {
                     let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
                     let method = line.split_whitespace().next().unwrap_or("").to_string();
                     let mut key = None;
+                    let mut attempt = None;
                     let mut length = 0usize;
                     loop {
                         let mut header = String::new();
@@ -52,6 +56,9 @@ fn test_server() -> (String, Arc<Mutex<Seen>>) {
                         if let Some((name, value)) = header.split_once(':') {
                             if name.eq_ignore_ascii_case("idempotency-key") {
                                 key = Some(value.trim().to_string());
+                            }
+                            if name.eq_ignore_ascii_case("wfhost-attempt") {
+                                attempt = Some(value.trim().to_string());
                             }
                             if name.eq_ignore_ascii_case("content-length") {
                                 length = value.trim().parse().unwrap_or(0);
@@ -65,7 +72,9 @@ fn test_server() -> (String, Arc<Mutex<Seen>>) {
                     let (status, extra, body) = {
                         let mut seen = recorded.lock().unwrap();
                         seen.requests.push((path.clone(), key));
+                        seen.attempts.push(attempt);
                         let oks = seen.requests.iter().filter(|(p, _)| p == "/ok").count();
+                        let flaky = seen.requests.iter().filter(|(p, _)| p == "/flaky").count();
                         match path.as_str() {
                             "/ok" => ("200 OK", String::new(), format!("hello {oks}").into_bytes()),
                             "/redirect" => (
@@ -78,6 +87,19 @@ fn test_server() -> (String, Arc<Mutex<Seen>>) {
                                 "201 Created",
                                 String::new(),
                                 format!("{method} {}", String::from_utf8_lossy(&body)).into_bytes(),
+                            ),
+                            "/fail" => (
+                                "500 Internal Server Error",
+                                String::new(),
+                                b"broken".to_vec(),
+                            ),
+                            "/flaky" if flaky <= 2 => {
+                                ("503 Service Unavailable", String::new(), b"busy".to_vec())
+                            }
+                            "/flaky" => (
+                                "200 OK",
+                                String::new(),
+                                format!("ok after {flaky}").into_bytes(),
                             ),
                             _ => ("404 Not Found", String::new(), Vec::new()),
                         }
@@ -302,4 +324,85 @@ fn a_replay_after_a_kill_sends_no_request_again() {
         seen.requests[0].1, seen.requests[1].1,
         "each call has its own key"
     );
+}
+
+/// A response with a server error is the call's answer, counted by its status class (it was
+/// counted `ok`).
+#[test]
+fn answers_are_counted_by_their_status_class() {
+    let dir = common::tempdir("act-http", "classes");
+    let (base, _seen) = test_server();
+    let store = dir.join("wf.db");
+    let explicit = format!("{base}/*");
+    let server = HttpServer::start(&dir, store.to_str().unwrap(), &["--allow-http", &explicit]);
+    let api = server.client();
+    let module = put_probe(&api);
+    let failed = run(
+        &api,
+        &module,
+        "fail",
+        "http_get",
+        json!(format!("{base}/fail")),
+    );
+    assert_eq!(failed["status"], 500, "{failed}");
+    let ok = run(&api, &module, "ok", "http_get", json!(format!("{base}/ok")));
+    assert_eq!(ok["status"], 200, "{ok}");
+    let metrics = api.metrics().unwrap();
+    for class in ["5xx", "2xx"] {
+        let line = format!(
+            "wfhost_host_function_calls_total{{function=\"wfhost.http\",outcome=\"{class}\"}} 1"
+        );
+        assert!(metrics.contains(&line), "no {line} in\n{metrics}");
+    }
+}
+
+/// Every attempt of one call carries one idempotency key, with its attempt number beside it,
+/// and `on:5xx` retries the server errors a policy should (a payment API that charged and then
+/// answered 503 sees the same key again, and does not charge twice).
+#[test]
+fn the_attempts_of_one_call_carry_one_key() {
+    let dir = common::tempdir("act-http", "attempts");
+    let (base, seen) = test_server();
+    let store = dir.join("wf.db");
+    let explicit = format!("{base}/*");
+    let server = HttpServer::start(
+        &dir,
+        store.to_str().unwrap(),
+        &[
+            "--allow-http",
+            &explicit,
+            "--retry",
+            "wfhost.http=attempts:5,initial:10ms,on:5xx",
+        ],
+    );
+    let api = server.client();
+    let module = put_probe(&api);
+    let answer = run(
+        &api,
+        &module,
+        "flaky",
+        "http_get",
+        json!(format!("{base}/flaky")),
+    );
+    assert_eq!(answer, json!({"status": 200, "body": "ok after 3"}));
+    let seen = seen.lock().unwrap();
+    let keys: Vec<&Option<String>> = seen.requests.iter().map(|(_, key)| key).collect();
+    assert_eq!(keys.len(), 3, "{:?}", seen.requests);
+    assert!(keys[0].is_some());
+    assert!(keys.iter().all(|key| *key == keys[0]), "{keys:?}");
+    let attempts: Vec<&str> = seen.attempts.iter().flatten().map(String::as_str).collect();
+    assert_eq!(attempts, ["1", "2", "3"]);
+    // The history shows each attempt as the call again.
+    let history = api
+        .history("flaky", &wfhost_client::wire::HistoryParams::default())
+        .unwrap();
+    let words: Vec<String> = history
+        .steps
+        .iter()
+        .flat_map(|step| step.yields.iter())
+        .filter_map(|y| y["words"].as_str().map(str::to_string))
+        .filter(|w| w.contains("call 'wfhost.http'"))
+        .collect();
+    assert_eq!(words.len(), 3, "{words:?}");
+    assert!(words[2].contains("again (attempt 3 of #"), "{words:?}");
 }

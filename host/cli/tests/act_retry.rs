@@ -92,9 +92,14 @@ fn a_call_failing_twice_then_succeeding_is_made_three_times_with_the_policys_wai
         .unwrap()
         .is_none());
     let call = "call 'payments.charge' with {\"amount\":3}";
+    let again =
+        |n: u32| format!("call 'payments.charge' again (attempt {n} of #1) with {{\"amount\":3}}");
     let words = yields(&api, "r1");
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
-    assert_eq!(words, [call, "sleep 200ms", call, "sleep 400ms", call]);
+    assert_eq!(
+        words,
+        [call, "sleep 200ms", &again(2), "sleep 400ms", &again(3)]
+    );
     // The waits as the host's clock saw them: a step yields each sleep, the next step (the
     // time came) yields the next attempt.
     let steps = history(&api, "r1");
@@ -102,10 +107,11 @@ fn a_call_failing_twice_then_succeeding_is_made_three_times_with_the_policys_wai
         let slept = steps[sleep_step + 1].0 - steps[sleep_step].0;
         assert!(slept >= wait, "waited {slept} ms for a {wait} ms backoff");
     }
+    assert_eq!(keys.len(), 3);
     assert_eq!(
         keys.iter().collect::<std::collections::BTreeSet<_>>().len(),
-        3,
-        "each attempt is a call of its own: {keys:?}"
+        1,
+        "every attempt of the call has its key: {keys:?}"
     );
 }
 
@@ -161,12 +167,20 @@ fn the_hosts_default_policy_retries_a_plain_call_and_gives_up() {
         json!({"error": "failed", "message": "down 3 (gave up after 3 attempts) (failed)"})
     );
     let call = "call 'payments.charge' with 7";
+    let again = |n: u32| format!("call 'payments.charge' again (attempt {n} of #1) with 7");
     let policy = "call 'wfhost.retry-policy' with \"payments.charge\"";
     let words = yields(&api, "r3");
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
     assert_eq!(
         words,
-        [call, policy, "sleep 50ms", call, "sleep 50ms", call],
+        [
+            call,
+            policy,
+            "sleep 50ms",
+            &again(2),
+            "sleep 50ms",
+            &again(3)
+        ],
         "the policy is asked once, at the first failure"
     );
 }
@@ -203,10 +217,11 @@ fn a_host_killed_mid_backoff_resumes_the_same_schedule() {
     let done = api.result("r4", Some(Duration::from_secs(60))).unwrap();
     assert_eq!(result(done.result.as_ref().unwrap()), json!({"ok": "paid"}));
     let call = "call 'payments.charge' with 9";
+    let again = "call 'payments.charge' again (attempt 2 of #1) with 9";
     let words = yields(&api, "r4");
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
     // One sleep: the restart went on with the one journaled, not a new schedule.
-    assert_eq!(words, [call, "sleep 1.5s", call]);
+    assert_eq!(words, [call, "sleep 1.5s", again]);
     let steps = history(&api, "r4");
     let slept = steps[2].0 - steps[1].0;
     assert!(slept >= 1500, "the backoff was cut short: {slept} ms");

@@ -514,3 +514,95 @@ fn a_null_result_completes_the_task_once() {
     let again = api.complete_task(&task.task, &ok(Value::Null)).unwrap_err();
     assert_eq!(again.status(), Some(409), "{again}");
 }
+
+/// Stops `server` as a service manager does (SIGTERM) and waits for it.
+fn stop(server: &mut HttpServer) {
+    let pid = server.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    server.child.wait().unwrap();
+}
+
+/// A workflow in flight never fails because of how a host was started: restarted without the
+/// `--worker-function` its pending call needs, the host leaves the call waiting, and says so
+/// (the waits, `wfhost status`, the metrics); the next host that serves the function answers it.
+/// (It failed for good: "this module may not call host function ...: the host did not grant
+/// it".)
+#[test]
+fn a_call_waits_for_a_host_that_serves_it() {
+    let dir = common::tempdir("act-workers", "unserved");
+    let store = dir.join("wf.db");
+    let store = store.to_str().unwrap();
+    let serving = ["--worker-function", "inventory.reserve"];
+    let mut first = HttpServer::start(&dir, store, &serving);
+    let api = first.client();
+    let module = put_probe(&api);
+    api.start(&start_request(
+        "order-7",
+        &module,
+        "call",
+        json!(["inventory.reserve", {"sku": "A1"}]),
+    ))
+    .unwrap();
+    let reserve = functions(&["inventory.reserve"]);
+    let task = api
+        .poll_task(&reserve, Duration::from_secs(30))
+        .unwrap()
+        .expect("a task");
+    stop(&mut first);
+
+    // Without the flag: the workflow waits, and everything says for what.
+    let mut second = HttpServer::start(&dir, store, &[]);
+    let api = second.client();
+    let waits = api.waits("order-7").unwrap();
+    let unserved: Vec<&str> = waits
+        .waits
+        .iter()
+        .filter_map(|w| w.unserved.as_deref())
+        .collect();
+    assert_eq!(unserved.len(), 1, "{waits:?}");
+    assert!(
+        unserved[0].contains("--worker-function inventory.reserve"),
+        "{}",
+        unserved[0]
+    );
+    assert_eq!(api.status("order-7").unwrap().status, "running");
+    let shown = wfhost()
+        .args(["status", "order-7", "--server", second.url()])
+        .output()
+        .unwrap();
+    assert!(
+        common::text(&shown.stdout)
+            .contains("waits:    this host does not serve 'inventory.reserve'"),
+        "{}",
+        common::text(&shown.stdout)
+    );
+    let metrics = api.metrics().unwrap();
+    assert!(
+        metrics.contains("wfhost_unserved_calls_total 1"),
+        "{metrics}"
+    );
+    stop(&mut second);
+
+    // With it again: the call is made again, under the same key, and answered.
+    let third = HttpServer::start(&dir, store, &serving);
+    let api = third.client();
+    let again = api
+        .poll_task(&reserve, Duration::from_secs(30))
+        .unwrap()
+        .expect("the call, made again");
+    assert_eq!(again.idempotency_key, task.idempotency_key);
+    api.complete_task(&again.task, &ok(json!("reserved")))
+        .unwrap();
+    let done = api
+        .result("order-7", Some(Duration::from_secs(60)))
+        .unwrap();
+    assert_eq!(done.status, "completed", "{done:?}");
+    assert_eq!(
+        result(done.result.as_ref().unwrap()),
+        json!({"ok": "reserved"})
+    );
+}

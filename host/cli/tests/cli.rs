@@ -374,7 +374,7 @@ fn modules_that_are_not_workflows_are_refused_with_the_reason() {
         (
             "abi99.wasm",
             wat_module("wfhost-abi 99\\nentry go\\n", "", true),
-            "the module was built for wfhost ABI version 99, but this host runs version 2",
+            "the module was built for wfhost ABI version 99, but this host runs versions 2 to 3",
         ),
         (
             "no-exports.wasm",
@@ -421,7 +421,7 @@ fn inspect_reads_the_manifest_without_running_anything() {
     let output = run(&["inspect", HELLO]);
     assert_eq!(output.status.code(), Some(0));
     let text = stdout(&output);
-    assert!(text.contains("abi version:  2\n"), "{text}");
+    assert!(text.contains("abi version:  3\n"), "{text}");
     assert!(text.contains("entry points: greet, greet_all\n"), "{text}");
 
     let json = run(&["inspect", "--json", PROBE]);

@@ -370,6 +370,10 @@ pub struct WaitJson {
     /// The command exactly, for wfhost's own clients: the yield as the journal keeps it
     /// (postcard), in hex.
     pub record: String,
+    /// For a host function's call the host running the workflow does not serve: why it is not
+    /// answered, and what would serve it (the call waits for a host that does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unserved: Option<String>,
 }
 
 /// A message a workflow sent the host.

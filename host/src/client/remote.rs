@@ -266,6 +266,7 @@ impl RemoteBackend {
                 Ok(super::OpenYield {
                     yielded,
                     fires_at: wait.fires_at,
+                    unserved: wait.unserved.clone(),
                 })
             })
             .collect::<Result<Vec<_>>>()?;

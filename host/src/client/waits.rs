@@ -25,6 +25,9 @@ pub struct OpenYield {
     /// For a timer: when it fires, in milliseconds since the Unix epoch (as its host decided
     /// when the step that asked for it was journaled).
     pub fires_at: Option<u64>,
+    /// For a host function's call that the host running the workflow does not serve: why it is
+    /// not answered, and what would serve it. It waits for a host that does.
+    pub unserved: Option<String>,
 }
 
 /// What a workflow waits for ([`Client::waits`]), as of the last step its journal holds.
@@ -49,7 +52,22 @@ impl Client {
     pub fn waits(&self, id: &str) -> Result<Waits> {
         match &*self.backend {
             super::Backend::Store(store) => store.waits(id),
-            super::Backend::Serving(serving) => serving.store.waits(id),
+            super::Backend::Serving(serving) => {
+                let mut waits = serving.store.waits(id)?;
+                for open in &mut waits.open {
+                    if let Some(call) = open.yielded.command.call() {
+                        if !serving.durable.serves(&call.name) {
+                            open.unserved = Some(format!(
+                                "this host does not serve '{}': the call waits for a host that \
+                                 does ({})",
+                                call.name,
+                                crate::functions::how_to_serve(&call.name)
+                            ));
+                        }
+                    }
+                }
+                Ok(waits)
+            }
             super::Backend::Remote(remote) => remote.waits(id),
         }
     }
@@ -105,6 +123,7 @@ impl StoreBackend {
                 .into_iter()
                 .map(|(tag, pending)| OpenYield {
                     fires_at: fires_at(&pending),
+                    unserved: None,
                     yielded: Yield {
                         tag,
                         command: pending.command,

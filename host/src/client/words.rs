@@ -180,6 +180,13 @@ impl<'a> Narrator<'a> {
             Command::Call(call) => {
                 format!("call '{}' with {}", call.name, payload_text(&call.input))
             }
+            Command::Retry(retry) => format!(
+                "call '{}' again (attempt {} of {}) with {}",
+                retry.call.name,
+                retry.attempt,
+                retry.first,
+                payload_text(&retry.call.input)
+            ),
             Command::Now => "now".into(),
             Command::Random => "random".into(),
             Command::Forget(tag) => format!("forget {tag}"),
@@ -218,6 +225,12 @@ impl<'a> Narrator<'a> {
             }),
             Command::Join(pid) | Command::Cancel(pid) => json!({ "target": pid.0 }),
             Command::Call(call) => json!({ "name": call.name, "input": payload_json(&call.input) }),
+            Command::Retry(retry) => json!({
+                "name": retry.call.name,
+                "input": payload_json(&retry.call.input),
+                "first": retry.first.0,
+                "attempt": retry.attempt,
+            }),
             Command::Forget(tag) => json!({ "forgets": tag.0 }),
             Command::Now | Command::Random => json!({}),
         };
@@ -258,7 +271,7 @@ impl<'a> Narrator<'a> {
                 format!("{} ended with {}", self.pid(*pid), payload_text(data)),
                 payload_json(data),
             ),
-            Some(Command::Call(call)) => (
+            Some(Command::Call(call) | Command::Retry(wfcontract::RetryRequest { call, .. })) => (
                 format!("'{}' answered {}", call.name, payload_text(data)),
                 payload_json(data),
             ),

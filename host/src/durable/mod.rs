@@ -161,6 +161,8 @@ pub(crate) struct Durable {
     failed: AtomicBool,
     /// Weak: the scheduler holds this host's handlers, which hold the `Durable`.
     scheduler: OnceLock<WeakSchedulerHandle>,
+    /// The names of the functions this host serves (set once its functions are built).
+    served: OnceLock<Arc<std::collections::HashSet<String>>>,
     modules: Arc<Modules>,
     /// Module hashes known to be in the store.
     kept: Mutex<std::collections::HashSet<String>>,
@@ -310,6 +312,7 @@ impl Durable {
             stopping: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             scheduler: OnceLock::new(),
+            served: OnceLock::new(),
             modules,
             kept: Mutex::new(std::collections::HashSet::new()),
             gate: Mutex::new(None),
@@ -396,6 +399,17 @@ impl Durable {
     /// The scheduler, while it exists.
     pub(crate) fn scheduler(&self) -> Option<SchedulerHandle> {
         self.scheduler.get().and_then(WeakSchedulerHandle::upgrade)
+    }
+
+    /// The functions this host serves (see `Functions::wait_for_a_host`).
+    pub(crate) fn set_served(&self, served: Arc<std::collections::HashSet<String>>) {
+        let _ = self.served.set(served);
+    }
+
+    /// Whether this host serves function `name`: a durable workflow's call to one it does not
+    /// waits for a host that does, rather than being refused.
+    pub(crate) fn serves(&self, name: &str) -> bool {
+        self.served.get().is_none_or(|served| served.contains(name))
     }
 
     /// Holds back the first step of recovered workflows until [`open_gate`](Self::open_gate).

@@ -22,7 +22,7 @@ use serde::Serialize;
 use wfcontract::{CommandError, ErrorKind, Payload, Pid, RetryPolicy};
 
 pub use http::HttpSettings;
-pub(crate) use runner::{FunctionSettings, Functions};
+pub(crate) use runner::{how_to_serve, FunctionSettings, Functions};
 
 /// How long a call to a host function may take unless [`HostFunction::timeout`] or
 /// [`HostBuilder::function_timeout`](crate::HostBuilder::function_timeout) says otherwise.
@@ -58,6 +58,9 @@ pub struct CallInfo {
     pub idempotency_key: Option<String>,
     /// The tag of the process's yield that made this call.
     pub tag: u64,
+    /// Which attempt at the call this is: 1, then 2 and on for the attempts the workflow's retry
+    /// policy makes. Every attempt has the first one's idempotency key.
+    pub attempt: u32,
 }
 
 type Blocking = dyn Fn(CallInfo, Payload) -> Result<Payload, CommandError> + Send + Sync;

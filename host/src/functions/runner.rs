@@ -18,7 +18,7 @@
 //! the registered functions are dropped (one holding a clone of the `Host` would otherwise keep it
 //! alive), and the host's runtime is given a moment, not more, to finish.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -95,6 +95,11 @@ pub(crate) struct Functions {
     /// Each function's retry policy, for `wfhost.retry-policy`; kept after shutdown empties
     /// `functions` (they are plain values).
     policies: HashMap<String, RetryPolicy>,
+    /// The names of the functions this host serves (those registered, and the built-in ones).
+    served: Arc<HashSet<String>>,
+    /// The names of functions durable workflows called and this host does not serve, logged
+    /// once each.
+    unserved: Mutex<HashSet<String>>,
 }
 
 /// A call let in: its function, the runtime it runs on, and when it times out.
@@ -136,8 +141,15 @@ impl Functions {
             .iter()
             .filter_map(|(name, function)| Some((name.clone(), function.retry.clone()?)))
             .collect();
+        let served = functions
+            .keys()
+            .cloned()
+            .chain([RETRY_POLICY_FUNCTION.to_string()])
+            .collect();
         Ok(Functions {
             policies,
+            served: Arc::new(served),
+            unserved: Mutex::new(HashSet::new()),
             functions: RwLock::new(
                 functions
                     .into_iter()
@@ -163,6 +175,36 @@ impl Functions {
             keys: settings.keys,
             metrics: settings.metrics,
         })
+    }
+
+    /// The names of the functions this host serves: what a durable workflow's call to any other
+    /// waits for (see [`Functions::wait_for_a_host`]).
+    pub(crate) fn served(&self) -> Arc<HashSet<String>> {
+        Arc::clone(&self.served)
+    }
+
+    /// Leaves a durable workflow's call to `name`, which this host does not serve, unanswered:
+    /// answering it would journal a failure that comes of how this host was started (without
+    /// `--worker-function`, `--allow-http`, `HostBuilder::register`), and fail the workflow for
+    /// good. It waits, pending in its journal, until a host that serves the call runs the
+    /// workflow; what it waits for says so (`Client::waits`), and the host's log and metrics.
+    fn wait_for_a_host(&self, pid: Pid, name: &str) {
+        if let Some(metrics) = &self.metrics {
+            metrics.core.unserved.inc();
+        }
+        let first = {
+            // A guest names functions freely: at most so many names are remembered.
+            let mut unserved = self.unserved.lock();
+            unserved.len() < 1_000 && unserved.insert(name.into())
+        };
+        if first {
+            tracing::warn!(
+                %pid,
+                "a durable workflow calls '{name}', which this host does not serve: the call \
+                 waits until a host that serves it runs the workflow ({})",
+                how_to_serve(name)
+            );
+        }
     }
 
     /// The answer to `wfhost.retry-policy`: the named function's policy, if it has one.
@@ -338,13 +380,22 @@ impl Functions {
 
     /// The call `pid` yielded with `tag`, with `input`, ready to run.
     #[inline]
-    fn call(&self, pid: Pid, tag: Tag, input: Payload, admitted: Admitted) -> Call {
+    /// The call `pid` yielded with `tag`, attempt `attempt` of the one it first made with tag
+    /// `first`, with `input`, ready to run.
+    fn call(
+        &self,
+        pid: Pid,
+        (tag, first, attempt): (Tag, Tag, u32),
+        input: Payload,
+        admitted: Admitted,
+    ) -> Call {
         Call {
             info: CallInfo {
                 pid,
                 name: admitted.name,
-                idempotency_key: self.keys.as_ref().and_then(|ids| ids.key(pid, tag)),
+                idempotency_key: self.keys.as_ref().and_then(|ids| ids.key(pid, first)),
                 tag: tag.0,
+                attempt: attempt.max(1),
             },
             input,
             body: admitted.function.body,
@@ -378,11 +429,21 @@ impl Functions {
 
 impl Handler for Functions {
     fn handle(&self, request: Request, cx: &Context<'_>) {
-        let Command::Call(call) = request.command else {
-            return;
+        // A retry is the call again: the first attempt's key, this attempt's number.
+        let (call, first, attempt) = match request.command {
+            Command::Call(call) => (call, request.tag, 1),
+            Command::Retry(retry) => (retry.call, retry.first, retry.attempt),
+            _ => return,
         };
         if call.name == RETRY_POLICY_FUNCTION {
             return cx.complete(request.tag, self.policy(&call.input));
+        }
+        let durable = self
+            .keys
+            .as_ref()
+            .is_some_and(|ids| ids.contains(request.pid));
+        if durable && !self.served.contains(&call.name) && !self.stopping.load(Ordering::Acquire) {
+            return self.wait_for_a_host(request.pid, &call.name);
         }
         let admitted = match self.admit(request.pid, &call.name) {
             Ok(admitted) => admitted,
@@ -396,7 +457,12 @@ impl Handler for Functions {
         // the task (which may be dropped inside `spawn` itself, if the runtime has shut down).
         let finish = self.finish(id, request.pid, &admitted.name, cx.completer(request.tag));
         let handle = admitted.handle.clone();
-        let call = self.call(request.pid, request.tag, call.input, admitted);
+        let call = self.call(
+            request.pid,
+            (request.tag, first, attempt),
+            call.input,
+            admitted,
+        );
         self.register(id, spawn(&handle, call, finish));
     }
 
@@ -468,4 +534,14 @@ fn no_timers(name: &str) -> CommandError {
         ErrorKind::Failed,
         format!("host function '{name}' was not called: it has a timeout, and {NO_TIMERS}"),
     )
+}
+
+/// What serves a function: `wfhost.http` an allowlist, any other a worker (or an embedder's
+/// registration).
+pub(crate) fn how_to_serve(name: &str) -> String {
+    if name == wfcontract::builtin::HTTP_FUNCTION {
+        "start it with --allow-http, HostBuilder::http".to_string()
+    } else {
+        format!("start it with --worker-function {name}, or register it: HostBuilder::register")
+    }
 }

@@ -155,6 +155,7 @@ pub(crate) struct Core {
     pub(crate) started: Family<Kind, Counter>,
     pub(crate) ended: Family<Outcome, Counter>,
     pub(crate) calls: Family<Call, Counter>,
+    pub(crate) unserved: Counter,
     pub(crate) call_seconds: Family<Function, Histogram, fn() -> Histogram>,
     pub(crate) renewals: Family<Outcome, Counter>,
     pub(crate) claimed: Counter,
@@ -185,6 +186,7 @@ impl Metrics {
             started: Family::default(),
             ended: Family::default(),
             calls: Family::default(),
+            unserved: Counter::default(),
             call_seconds: Family::new_with_constructor(wait_buckets),
             renewals: Family::default(),
             claimed: Counter::default(),
@@ -221,6 +223,12 @@ impl Metrics {
                 "wfhost_host_function_calls",
                 "Host function calls, by function and outcome",
                 core.calls.clone(),
+            );
+            r.register(
+                "wfhost_unserved_calls",
+                "Calls of durable workflows to functions this host does not serve, left waiting \
+                 for a host that does (GET /v1/workflows/{id}/waits names each)",
+                core.unserved.clone(),
             );
             r.register(
                 "wfhost_host_function_call_duration_seconds",

@@ -510,7 +510,7 @@ impl Driver {
                     Err(no_such_process(target))
                 }
             }
-            Command::Call(call) => {
+            Command::Call(call) | Command::Retry(wfcontract::RetryRequest { call, .. }) => {
                 let output = if call.name == RETRY_POLICY_FUNCTION {
                     Payload::encode(call.input.encoding, &None::<RetryPolicy>)
                         .map_err(|e| CommandError::new(CommandErrorKind::Failed, e.to_string()))

@@ -220,12 +220,13 @@ impl Sections {
         };
         let manifest =
             Manifest::parse(text).map_err(|e| bad(format!("not a wfhost workflow: {e}")))?;
-        if manifest.abi_version != abi::VERSION {
+        if !abi::READS.contains(&manifest.abi_version) {
             return Err(bad(format!(
-                "the module was built for wfhost ABI version {}, but this host runs version {} \
-                 (rebuild it against a matching wfguest)",
+                "the module was built for wfhost ABI version {}, but this host runs versions {} \
+                 to {} (rebuild it against a matching wfguest)",
                 manifest.abi_version,
-                abi::VERSION
+                abi::READS.start(),
+                abi::READS.end()
             )));
         }
         Ok(manifest)

@@ -40,9 +40,12 @@ pub struct ActArgs {
 
     /// How calls of FUNCTION (wfhost.http, or a worker function) are retried when the workflow
     /// names no policy: FUNCTION=attempts:5,initial:200ms,backoff:2,max:30s,elapsed:10m
-    /// (each part optional; attempts:0 for no limit). Repeatable.
+    /// (each part optional; attempts:0 for no limit). Every attempt of a call carries the first
+    /// one's idempotency key. For wfhost.http, on:5xx (or on:503, on:5xx+429) fails a call on
+    /// those response statuses, so that they are retried too; by default every response is the
+    /// call's answer. Repeatable.
     #[arg(long, value_name = "FUNCTION=POLICY", value_parser = parse_retry)]
-    retry: Vec<(String, RetryPolicy)>,
+    retry: Vec<Retry>,
 
     /// The most calls of functions (HTTP requests, worker tasks) in flight on the host at once;
     /// past it a call fails with limit-reached (which a retry policy retries). One workflow may
@@ -63,11 +66,16 @@ impl ActArgs {
                 allow_private: self.allow_private_http,
                 max_response_bytes: self.http_max_response,
                 timeout: self.http_timeout,
+                fail_statuses: self
+                    .retry
+                    .iter()
+                    .flat_map(|retry| retry.on.iter().cloned())
+                    .collect(),
                 ..HttpSettings::default()
             });
         }
-        for (name, policy) in &self.retry {
-            builder = builder.retry_policy(name, policy.clone());
+        for retry in &self.retry {
+            builder = builder.retry_policy(&retry.function, retry.policy.clone());
         }
         builder
     }
@@ -174,8 +182,19 @@ fn parse_worker_token(text: &str) -> Result<(Vec<String>, PathBuf), String> {
     ))
 }
 
-/// `NAME=attempts:5,initial:200ms,backoff:2,max:30s,elapsed:10m,never:timeout`.
-pub(super) fn parse_retry(text: &str) -> Result<(String, RetryPolicy), String> {
+/// A function's retry policy, as `--retry` gives it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Retry {
+    /// The function.
+    pub function: String,
+    /// Its policy.
+    pub policy: RetryPolicy,
+    /// For wfhost.http: the response statuses that fail a call, so that it is retried.
+    pub on: Vec<std::ops::RangeInclusive<u16>>,
+}
+
+/// `NAME=attempts:5,initial:200ms,backoff:2,max:30s,elapsed:10m,never:timeout[,on:5xx]`.
+pub(super) fn parse_retry(text: &str) -> Result<Retry, String> {
     let (name, spec) = text.split_once('=').ok_or_else(|| {
         format!("'{text}' is not FUNCTION=POLICY (e.g. payments.charge=attempts:5,initial:1s)")
     })?;
@@ -183,8 +202,13 @@ pub(super) fn parse_retry(text: &str) -> Result<(String, RetryPolicy), String> {
         return Err(format!("'{text}' names no function before '='"));
     }
     let mut policy = RetryPolicy::default();
+    let mut on = Vec::new();
     if spec == "never" {
-        return Ok((name.to_string(), RetryPolicy::never()));
+        return Ok(Retry {
+            function: name.to_string(),
+            policy: RetryPolicy::never(),
+            on,
+        });
     }
     for part in spec.split(',').filter(|p| !p.is_empty()) {
         let (key, value) = part.split_once(':').ok_or_else(|| {
@@ -208,14 +232,48 @@ pub(super) fn parse_retry(text: &str) -> Result<(String, RetryPolicy), String> {
                     .ok_or_else(|| bad("an error kind (failed, timeout, unavailable, ...)"))?;
                 policy.non_retryable.push(kind);
             }
+            "on" if name != HTTP_FUNCTION => {
+                return Err(format!(
+                    "'{part}' in --retry: on: names response statuses, which only {HTTP_FUNCTION} \
+                     answers with"
+                ))
+            }
+            "on" => {
+                for status in value.split('+') {
+                    on.push(
+                        parse_status(status).ok_or_else(|| {
+                            bad("a status or a class of them (5xx, 503, 5xx+429)")
+                        })?,
+                    );
+                }
+            }
             _ => {
                 return Err(format!(
-                    "'{key}' in --retry is none of attempts, initial, backoff, max, elapsed, never"
+                    "'{key}' in --retry is none of attempts, initial, backoff, max, elapsed, \
+                     never, on"
                 ))
             }
         }
     }
-    Ok((name.to_string(), policy))
+    Ok(Retry {
+        function: name.to_string(),
+        policy,
+        on,
+    })
+}
+
+/// `5xx` (500 to 599) or `503`.
+fn parse_status(text: &str) -> Option<std::ops::RangeInclusive<u16>> {
+    match text.strip_suffix("xx") {
+        Some(class) => {
+            let class: u16 = class.parse().ok().filter(|c| (1..=5).contains(c))?;
+            Some(class * 100..=class * 100 + 99)
+        }
+        None => {
+            let status: u16 = text.parse().ok().filter(|s| (100..=599).contains(s))?;
+            Some(status..=status)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -224,17 +282,26 @@ mod tests {
 
     #[test]
     fn retry_policies_parse() {
-        let (name, policy) =
-            parse_retry("payments.charge=attempts:5,initial:200ms,backoff:3,max:30s,never:timeout")
-                .unwrap();
+        let Retry {
+            function: name,
+            policy,
+            on,
+        } = parse_retry("payments.charge=attempts:5,initial:200ms,backoff:3,max:30s,never:timeout")
+            .unwrap();
         assert_eq!(name, "payments.charge");
+        assert!(on.is_empty());
         assert_eq!(policy.max_attempts, 5);
         assert_eq!(policy.initial_interval, Duration::from_millis(200));
         assert_eq!(policy.backoff, 3.0);
         assert_eq!(policy.max_interval, Duration::from_secs(30));
         assert_eq!(policy.non_retryable, [CommandErrorKind::Timeout]);
-        assert_eq!(parse_retry("x=never").unwrap().1, RetryPolicy::never());
+        assert_eq!(parse_retry("x=never").unwrap().policy, RetryPolicy::never());
         assert!(parse_retry("x=backoff:0.5").is_err());
+        let http = parse_retry("wfhost.http=attempts:5,on:5xx+429").unwrap();
+        assert_eq!(http.on, [500..=599, 429..=429]);
+        assert!(parse_retry("payments.charge=on:5xx").is_err());
+        assert!(parse_retry("wfhost.http=on:6xx").is_err());
+        assert!(parse_retry("wfhost.http=on:teapot").is_err());
         assert!(parse_retry("x=tries:3").is_err());
         assert!(parse_retry("=attempts:3").is_err());
     }

@@ -5,9 +5,10 @@ use wfhost::WorkflowState;
 use super::durable::{status_word, time};
 use crate::output::outln;
 
-/// Shows where a workflow stands: running (and on which host, or waiting for one), done, failed
-/// or cancelled (with its result or error), or damaged (its journal cannot be read back); its
-/// steps, times and the messages waiting for it.
+/// Shows where a workflow stands: running (and on which host, or waiting for one), paused,
+/// damaged (its journal cannot be read back), completed, failed or cancelled (with its result or
+/// error); its steps, times and the messages waiting for it, and through a server, what it waits
+/// for that its host does not serve.
 #[derive(Debug, clap::Parser)]
 pub struct StatusCommand {
     /// The workflow's id.
@@ -23,7 +24,18 @@ pub struct StatusCommand {
 
 impl StatusCommand {
     pub fn execute(self) -> anyhow::Result<()> {
-        let workflow = self.target.client()?.status(&self.id)?;
+        let client = self.target.client()?;
+        let workflow = client.status(&self.id)?;
+        // What it waits for that its host cannot give it (a function that host does not
+        // serve): said by a host, so only through a server.
+        let unserved: Vec<String> = if workflow.is_finished() || !self.target.is_server() {
+            Vec::new()
+        } else {
+            client
+                .waits(&self.id)
+                .map(|waits| waits.open.into_iter().filter_map(|o| o.unserved).collect())
+                .unwrap_or_default()
+        };
         let status = status_word(&workflow);
         let result = workflow.result.as_ref().map(|p| {
             super::run::render(p).unwrap_or_else(|_| "(a result that does not decode)".into())
@@ -44,8 +56,7 @@ impl StatusCommand {
                     "pid": workflow.number,
                     "entry": workflow.entry,
                     "module": workflow.module_name,
-                    // As the API says it: a paused workflow runs (and says `paused`).
-                    "status": if workflow.paused { "running" } else { status },
+                    "status": status,
                     "waiting_for_host": workflow.waiting_for_host,
                     "host": workflow.host,
                     "started": workflow.started,
@@ -59,6 +70,7 @@ impl StatusCommand {
                     "damaged": workflow.damaged,
                     "paused": workflow.paused,
                     "unread_messages": workflow.unread,
+                    "unserved": unserved,
                 })
             )?;
             return Ok(());
@@ -82,6 +94,9 @@ impl StatusCommand {
         }
         if let Some(text) = &workflow.host {
             outln!("host:     {text}")?;
+        }
+        for why in &unserved {
+            outln!("waits:    {why}")?;
         }
         outln!("started:  {}", time(workflow.started))?;
         if let Some(finished) = workflow.finished {

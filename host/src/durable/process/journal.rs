@@ -69,7 +69,7 @@ impl DurableProcess {
         let is_call = |tag: &wfcontract::Tag| {
             self.pending
                 .get(tag)
-                .is_some_and(|pending| matches!(pending.command, Command::Call(_)))
+                .is_some_and(|pending| pending.command.call().is_some())
         };
         let answered = record
             .events

@@ -317,7 +317,17 @@ impl Process for DurableProcess {
     }
 
     fn check(&self, command: &Command) -> Result<(), CommandError> {
-        self.inner.check(command)
+        match (self.inner.check(command), command.call()) {
+            // A function this host does not serve is no refusal of the module's grants: the
+            // call waits for a host that serves it, whose grants then decide.
+            (Err(refused), Some(call))
+                if refused.kind == wfcontract::ErrorKind::NotAllowed
+                    && !self.durable.serves(&call.name) =>
+            {
+                Ok(())
+            }
+            (checked, _) => checked,
+        }
     }
 
     fn lineage(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {

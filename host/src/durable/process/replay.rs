@@ -344,5 +344,11 @@ fn describe(command: &Command) -> String {
         Command::Now => "now".into(),
         Command::Random => "random".into(),
         Command::Forget(tag) => format!("forget {tag}"),
+        Command::Retry(retry) => format!(
+            "attempt {} of call '{}' ({} bytes of input)",
+            retry.attempt,
+            retry.call.name,
+            retry.call.input.bytes.len()
+        ),
     }
 }

@@ -42,6 +42,11 @@ pub struct HttpSettings {
     /// The response bytes all calls may hold at once (each up to `max_response_bytes`); a call
     /// whose response would go past it fails with `limit-reached`.
     pub max_response_memory: usize,
+    /// Response statuses that fail the call (`failed`, with the status and the start of the
+    /// body) instead of answering it, so that a retry policy tries again: `500..=599` for
+    /// "retry on 5xx" (`--retry wfhost.http=...,on:5xx`). None by default: every response is
+    /// the call's answer.
+    pub fail_statuses: Vec<std::ops::RangeInclusive<u16>>,
 }
 
 impl Default for HttpSettings {
@@ -55,6 +60,7 @@ impl Default for HttpSettings {
             max_timeout: Duration::from_secs(300),
             max_redirects: 5,
             max_response_memory: 256 << 20,
+            fail_statuses: Vec::new(),
         }
     }
 }
@@ -117,7 +123,9 @@ impl HttpClient {
                         format!("wfhost.http takes an HttpRequest: {e}"),
                     )
                 })?;
-                let response = client.send(request, info.idempotency_key).await?;
+                let response = client
+                    .send(request, info.idempotency_key, info.attempt)
+                    .await?;
                 Payload::encode(input.encoding, &response).map_err(|e| {
                     CommandError::new(
                         ErrorKind::Failed,
@@ -185,6 +193,7 @@ impl HttpClient {
         &self,
         request: HttpRequest,
         key: Option<String>,
+        attempt: u32,
     ) -> Result<HttpResponse, CommandError> {
         let invalid = |why: String| CommandError::new(ErrorKind::InvalidInput, why);
         let mut url = Url::parse(&request.url)
@@ -222,6 +231,12 @@ impl HttpClient {
         if let Some(key) = key.filter(|_| !headers.contains_key(&name)) {
             if let Ok(value) = HeaderValue::from_str(&key) {
                 headers.insert(name, value);
+                // Which attempt at the call under that one key this is (1, 2, ... as the
+                // workflow's retry policy tries again).
+                headers.insert(
+                    HeaderName::from_static("wfhost-attempt"),
+                    HeaderValue::from(attempt),
+                );
             }
         }
         let limit = request
@@ -249,7 +264,8 @@ impl HttpClient {
                     .map(str::to_string);
                 let redirect = matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308);
                 let Some(location) = location.filter(|_| redirect) else {
-                    return self.read(response).await;
+                    let response = self.read(response).await?;
+                    return self.failing(&url, response);
                 };
                 redirects += 1;
                 if redirects > self.settings.max_redirects {
@@ -291,6 +307,25 @@ impl HttpClient {
     }
 
     /// The response, its body read up to the limit.
+    /// `response`, or the failure it is when its status is one the settings fail on.
+    fn failing(&self, url: &Url, response: HttpResponse) -> Result<HttpResponse, CommandError> {
+        let status = response.status;
+        if !self
+            .settings
+            .fail_statuses
+            .iter()
+            .any(|s| s.contains(&status))
+        {
+            return Ok(response);
+        }
+        let body =
+            String::from_utf8_lossy(&response.body[..response.body.len().min(200)]).into_owned();
+        Err(CommandError::new(
+            ErrorKind::Failed,
+            format!("{url} answered {status} ({body}), a status this host fails calls on"),
+        ))
+    }
+
     async fn read(&self, mut response: reqwest::Response) -> Result<HttpResponse, CommandError> {
         let limit = self.settings.max_response_bytes;
         let over = |url: &Url| {

@@ -430,6 +430,7 @@ async fn waits(
                         .iter()
                         .map(|b| format!("{b:02x}"))
                         .collect(),
+                    unserved: open.unserved.clone(),
                 })
                 .collect(),
             message: waits.message,

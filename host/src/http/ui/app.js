@@ -566,6 +566,7 @@ function waitWords(wait) {
     case 'sleep-until': return 'a timer, firing ' + time(wait.fires_at) + ' <span class="muted">(' + esc(words(y)) + ')</span>';
     case 'join': return 'child &lt;' + esc(y.target) + '&gt; to end <span class="muted">(' + esc(words(y)) + ')</span>';
     case 'call': return 'the host function <b>' + esc(y.name) + '</b> to answer';
+    case 'retry': return 'the host function <b>' + esc(y.name) + '</b> to answer (attempt ' + esc(y.attempt) + ')';
     default: return esc(words(y));
   }
 }
@@ -588,7 +589,8 @@ function appendSteps(steps, first) {
 function renderWaits(w, waits) {
   const box = document.getElementById('waits');
   if (!unfinished(w) || !waits) { box.replaceChildren(); return; }
-  const items = waits.waits.map((x) => '<li data-waits="' + esc(x.yielded.kind) + '">' + waitWords(x) + '</li>');
+  const items = waits.waits.map((x) => '<li data-waits="' + esc(x.yielded.kind) + '">' + waitWords(x) +
+    (x.unserved ? ' <span class="error" data-unserved>(' + esc(x.unserved) + ')</span>' : '') + '</li>');
   if (waits.message) items.push('<li data-waits="message">a message</li>');
   box.replaceChildren(h(items.length
     ? '<div class="waits"><b>Waits for</b><ul>' + items.join('') + '</ul></div>'

@@ -664,7 +664,9 @@ impl Process for WasmProcess {
         let (what, len) = match command {
             Command::Send(send) => ("message", send.message.bytes.len()),
             Command::Spawn(spawn) => ("child's input", spawn.input.bytes.len()),
-            Command::Call(call) => ("host function's input", call.input.bytes.len()),
+            Command::Call(call) | Command::Retry(wfcontract::RetryRequest { call, .. }) => {
+                ("host function's input", call.input.bytes.len())
+            }
             Command::Log(record) => {
                 let len = record.message.len()
                     + record
