@@ -81,7 +81,7 @@ fn raise_limit(wanted: u64) -> u64 {
                     limit = raised;
                 }
             }
-            limit.rlim_cur as u64
+            limit.rlim_cur
         }
     }
     #[cfg(not(unix))]
