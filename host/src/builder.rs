@@ -541,6 +541,11 @@ impl HostBuilder {
         if let Some(durable) = &durable {
             start_durable(durable, &scheduler)?;
         }
+        if let (Some(tasks), Some(durable)) = (&self.tasks, &durable) {
+            if !durable.shared() {
+                tasks.keep_outcomes(Arc::clone(durable) as Arc<dyn crate::tasks::Outcomes>);
+            }
+        }
         if let Some(tasks) = &self.tasks {
             match durable.as_ref().and_then(|d| d.store_host()) {
                 Some(host) => tasks.joined(host),

@@ -606,3 +606,48 @@ fn a_call_waits_for_a_host_that_serves_it() {
         json!({"ok": "reserved"})
     );
 }
+
+/// `204` means the workflow has the outcome, even on a SQLite store whose host is killed before
+/// the step that takes it is journaled (here the workflow is paused, so that step waits): the
+/// next host hands it the outcome that was answered for, and offers the task to nobody again.
+/// (The call was made again, a worker did it twice, and the workflow used the second answer.)
+#[test]
+fn a_completion_answered_204_survives_the_host_before_the_step_takes_it() {
+    let dir = common::tempdir("act-workers", "kept");
+    let store = dir.join("wf.db");
+    let store = store.to_str().unwrap();
+    let args = ["--worker-function", "payments.charge"];
+    let mut server = HttpServer::start(&dir, store, &args);
+    let api = server.client();
+    let module = put_probe(&api);
+    api.start(&start_request(
+        "paid",
+        &module,
+        "call",
+        json!(["payments.charge", {"amount": 9}]),
+    ))
+    .unwrap();
+    let charge = functions(&["payments.charge"]);
+    let task = api
+        .poll_task(&charge, Duration::from_secs(30))
+        .unwrap()
+        .expect("a task");
+    assert!(api.pause("paid").unwrap().paused);
+    api.complete_task(&task.task, &ok(json!("receipt-1")))
+        .unwrap();
+    server.kill();
+
+    let server = HttpServer::start(&dir, store, &args);
+    let api = server.client();
+    api.unpause("paid").unwrap();
+    let done = api.result("paid", Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(done.status, "completed", "{done:?}");
+    assert_eq!(
+        result(done.result.as_ref().unwrap()),
+        json!({"ok": "receipt-1"})
+    );
+    assert!(api
+        .poll_task(&charge, Duration::from_millis(500))
+        .unwrap()
+        .is_none());
+}

@@ -126,6 +126,7 @@ impl StoreBackend {
             }
             write(vec![Op::Prune {
                 roots: whole.iter().map(|c| c.root).collect(),
+                kept_before: filter.finished_before,
             }])?;
             pruned.trees += whole.len() as u64;
             pruned.workflows += whole.iter().map(|c| c.workflows).sum::<u64>();

@@ -96,9 +96,8 @@ impl ServingBackend {
             ));
         }
         let had = self.store.module(&info.sha256)?.is_some();
-        if !had {
-            self.durable.keep_module(&info.sha256, wasm)?;
-        }
+        // Stored again even if it was there: its time moves on, so that a prune keeps it.
+        self.durable.keep_module(&info.sha256, wasm)?;
         Ok(StoredModule::of(&info, !had))
     }
 
@@ -108,6 +107,15 @@ impl ServingBackend {
     fn loaded(&self, hash: &str, bytes: Option<&[u8]>) -> Result<Loaded> {
         let modules = &self.host.engine().modules;
         if let Some(loaded) = modules.by_hash(hash) {
+            // Started by hash, the store must keep the bytes (a prune may have removed them
+            // since they were loaded here): a workflow is never journaled with a module that
+            // another host, or this one restarted, could not load.
+            if !self.store.has_module(hash)? {
+                match bytes {
+                    Some(bytes) => self.durable.keep_module(hash, bytes)?,
+                    None => return Err(unknown_module(hash)),
+                }
+            }
             return Ok(loaded);
         }
         let _loading = self.loading.lock();

@@ -109,7 +109,9 @@ impl StoreBackend {
     pub(crate) fn put_module(&self, bytes: &[u8]) -> Result<StoredModule> {
         let info = ModuleInfo::inspect(bytes)?;
         let had = self.read(|store| store.module(&info.sha256))?.is_some();
-        if !had {
+        // Stored again even if it was there, on a store clients write: its time moves on, so
+        // that a prune keeps it.
+        if !had || matches!(self.location, Location::Postgres(_)) {
             self.submit(true, |store| store.submit_module(&info.sha256, bytes))?;
         }
         Ok(StoredModule::of(&info, !had))
@@ -418,6 +420,11 @@ impl StoreBackend {
 
     pub(crate) fn module(&self, hash: &str) -> Result<Option<Vec<u8>>> {
         self.read(|store| store.module(hash))
+    }
+
+    /// Whether the store keeps the module with SHA-256 `hash`.
+    pub(crate) fn has_module(&self, hash: &str) -> Result<bool> {
+        self.read(|store| store.has_module(hash))
     }
 
     /// Those of the workflows numbered `nums` that have finished.

@@ -164,8 +164,6 @@ pub(crate) struct Durable {
     /// The names of the functions this host serves (set once its functions are built).
     served: OnceLock<Arc<std::collections::HashSet<String>>>,
     modules: Arc<Modules>,
-    /// Module hashes known to be in the store.
-    kept: Mutex<std::collections::HashSet<String>>,
     /// While a recovery starts workflows, the wakers of those it started, which wait for it to
     /// finish before their first step (a parent's first step joins children that must exist).
     gate: Mutex<Option<Vec<Waker>>>,
@@ -314,7 +312,6 @@ impl Durable {
             scheduler: OnceLock::new(),
             served: OnceLock::new(),
             modules,
-            kept: Mutex::new(std::collections::HashSet::new()),
             gate: Mutex::new(None),
             paused: pause::Paused::default(),
             upgrades: upgrade::Upgrades::default(),
@@ -580,17 +577,17 @@ impl Durable {
         self.write(vec![store::Op::Cancel { num: pid.0 }])
     }
 
-    /// Keeps a module's bytes in the store, once per hash.
+    /// Keeps a module's bytes in the store (or, when it has them, the time they were last
+    /// stored, which a prune keeps them past). Written every time: a prune (this host's or
+    /// another's) may have removed them since.
     pub(crate) fn keep_module(&self, hash: &str, bytes: &[u8]) -> crate::Result<()> {
-        if self.read_only || self.kept.lock().contains(hash) {
+        if self.read_only {
             return Ok(());
         }
         self.write(vec![store::Op::Module {
             hash: hash.to_string(),
             bytes: Arc::from(bytes),
-        }])?;
-        self.kept.lock().insert(hash.to_string());
-        Ok(())
+        }])
     }
 
     /// A message from the host to durable workflow `to`: on disk before it is delivered, so a
@@ -798,5 +795,24 @@ impl Durable {
             Err(error) => Err(CommandError::new(ErrorKind::Unavailable, error.message())),
         };
         cx.complete(tag, result);
+    }
+}
+
+/// A board in memory keeps workers' outcomes of durable workflows' calls in the store, from the
+/// completion's answer until the step that takes each is journaled (`Op::TaskOutcome`).
+impl crate::tasks::Outcomes for Durable {
+    fn keep(
+        &self,
+        (num, tag): (u64, u64),
+        outcome: &Result<Payload, wfcontract::CommandError>,
+    ) -> Result<(), String> {
+        let outcome = postcard::to_allocvec(outcome).map_err(|e| e.to_string())?;
+        self.write(vec![store::Op::TaskOutcome { num, tag, outcome }])
+            .map_err(|e| e.message().to_string())
+    }
+
+    fn kept(&self, (num, tag): (u64, u64)) -> Option<Result<Payload, wfcontract::CommandError>> {
+        let bytes = self.reader.lock().task_outcome(num, tag).ok()??;
+        postcard::from_bytes(&bytes).ok()
     }
 }

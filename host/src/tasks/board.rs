@@ -2,14 +2,14 @@
 //! waiting per function, and the deadlines of taken tasks, which a reaper thread watches.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::oneshot;
 use wfcontract::{CommandError, ErrorKind, Payload};
 
-use super::{wall, Task, TaskError, TaskSettings};
+use super::{wall, Outcomes, Task, TaskError, TaskSettings};
 
 /// The longest the reaper sleeps, so that it notices the board has gone.
 const REAPER_NAP: Duration = Duration::from_secs(1);
@@ -18,6 +18,9 @@ type Done = oneshot::Sender<Result<Payload, CommandError>>;
 
 pub(crate) struct Board {
     settings: TaskSettings,
+    /// Where the outcomes of durable workflows' calls are kept from a completion's answer until
+    /// the step that takes each is journaled (the host's store), once a host is built with it.
+    outcomes: OnceLock<Arc<dyn Outcomes>>,
     state: Mutex<State>,
     /// Wakes the reaper when an earlier deadline appears.
     reaper: Condvar,
@@ -54,6 +57,8 @@ struct Entry {
     function: Arc<str>,
     input: Payload,
     key: Option<String>,
+    /// A durable workflow's call: the workflow's number and the call's tag.
+    call: Option<(u64, u64)>,
     /// Deliveries so far.
     attempt: u32,
     /// The current delivery's token and deadline, while a worker holds it.
@@ -217,6 +222,7 @@ impl Board {
     pub(crate) fn start(settings: TaskSettings) -> Arc<Board> {
         let board = Arc::new(Board {
             settings,
+            outcomes: OnceLock::new(),
             state: Mutex::new(State::default()),
             reaper: Condvar::new(),
         });
@@ -234,6 +240,11 @@ impl Board {
 
     fn timeout(&self) -> Duration {
         self.settings.timeout
+    }
+
+    /// Keeps the outcomes of durable workflows' calls in `outcomes` (the host's store).
+    pub(crate) fn keep_outcomes(&self, outcomes: Arc<dyn Outcomes>) {
+        let _ = self.outcomes.set(outcomes);
     }
 
     pub(crate) fn function_of(&self, task: &str) -> Option<String> {
@@ -301,12 +312,15 @@ impl Board {
         }
     }
 
+    /// Completes task `task`'s current delivery with `result`. A durable workflow's outcome is
+    /// kept in the host's store first (the answer then means the workflow has it, whatever
+    /// happens to the host before the step that takes it is journaled): blocks on that write.
     pub(crate) fn complete(
         &self,
         task: &str,
         result: Result<Payload, CommandError>,
     ) -> Result<(), TaskError> {
-        let done = {
+        let (number, call) = {
             let mut state = self.state.lock();
             let number = match state.current(task, Instant::now()) {
                 Ok(number) => number,
@@ -315,12 +329,34 @@ impl Board {
                     return Err(error);
                 }
             };
-            let mut entry = state.tasks.remove(&number).expect("current tasks exist");
-            if let Some((_, deadline)) = entry.taken {
+            let entry = state.tasks.get_mut(&number).expect("current tasks exist");
+            // This delivery is over: another completion of it, or a heartbeat, is refused, and
+            // no deadline offers it again meanwhile.
+            let taken = entry.taken.take();
+            let call = entry.call;
+            if let Some((_, deadline)) = taken {
                 state.deadlines.remove(&(deadline, number));
             }
-            entry.done.take()
+            (number, call)
         };
+        if let (Some(call), Some(outcomes)) = (call, self.outcomes.get()) {
+            if let Err(why) = outcomes.keep(call, &result) {
+                // Not kept, so not applied: the task goes to the next poll.
+                let mut state = self.state.lock();
+                if state.tasks.contains_key(&number) && state.offer(number, self.timeout()) {
+                    self.reaper.notify_one();
+                }
+                return Err(TaskError::Unavailable(format!(
+                    "the outcome could not be kept in the store ({why}); the task is offered again"
+                )));
+            }
+        }
+        let done = self
+            .state
+            .lock()
+            .tasks
+            .remove(&number)
+            .and_then(|mut entry| entry.done.take());
         if let Some(done) = done {
             // The call may have been given up on this instant; then nobody hears, as intended.
             let _ = done.send(result);
@@ -384,7 +420,14 @@ impl Board {
         function: Arc<str>,
         input: Payload,
         key: Option<String>,
+        call: Option<(u64, u64)>,
     ) -> Result<Payload, CommandError> {
+        // Answered before the host stopped, and kept: the answer, with no task.
+        if let (Some(call), Some(outcomes)) = (call, self.outcomes.get()) {
+            if let Some(outcome) = outcomes.kept(call) {
+                return outcome;
+            }
+        }
         let (done, result) = oneshot::channel();
         let number = {
             let mut state = self.state.lock();
@@ -406,6 +449,7 @@ impl Board {
                     function: Arc::clone(&function),
                     input,
                     key,
+                    call,
                     attempt: 0,
                     taken: None,
                     done: Some(done),
@@ -516,7 +560,7 @@ mod tests {
         let rt = runtime();
         let board = Board::start(TaskSettings::default());
         rt.block_on(async {
-            let call = board.call("charge".into(), json("7"), Some("w#3".into()));
+            let call = board.call("charge".into(), json("7"), Some("w#3".into()), None);
             let mut call = std::pin::pin!(call);
             assert!(futures::poll!(call.as_mut()).is_pending());
             assert_eq!(board.counts(), (1, 0));
@@ -551,7 +595,7 @@ mod tests {
             let poll = board.poll(&functions, Duration::from_secs(30));
             let mut poll = std::pin::pin!(poll);
             assert!(futures::poll!(poll.as_mut()).is_pending());
-            let call = board.call("charge".into(), json("1"), None);
+            let call = board.call("charge".into(), json("1"), None, None);
             let mut call = std::pin::pin!(call);
             assert!(futures::poll!(call.as_mut()).is_pending());
             let first = poll.await.unwrap();
@@ -588,7 +632,7 @@ mod tests {
         let board = Board::start(TaskSettings::default());
         rt.block_on(async {
             for n in 0..5_000u64 {
-                let call = board.call("idle".into(), json(&n.to_string()), None);
+                let call = board.call("idle".into(), json(&n.to_string()), None, None);
                 let mut call = Box::pin(call);
                 assert!(futures::poll!(call.as_mut()).is_pending());
             }
@@ -604,7 +648,7 @@ mod tests {
         let rt = runtime();
         let board = Board::start(TaskSettings::default());
         rt.block_on(async {
-            let call = board.call("charge".into(), json("1"), None);
+            let call = board.call("charge".into(), json("1"), None, None);
             let mut call = Box::pin(call);
             assert!(futures::poll!(call.as_mut()).is_pending());
             drop(call);

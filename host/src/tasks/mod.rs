@@ -150,7 +150,14 @@ impl Tasks {
         result: Result<Payload, CommandError>,
     ) -> Result<(), TaskError> {
         match &self.kind {
-            Kind::Local(board) => board.complete(task, result),
+            // It may write the outcome to the store: off the async threads.
+            Kind::Local(board) => {
+                let board = Arc::clone(board);
+                let task = task.to_string();
+                tokio::task::spawn_blocking(move || board.complete(&task, result))
+                    .await
+                    .unwrap_or_else(|e| Err(TaskError::Unavailable(e.to_string())))
+            }
             Kind::Shared(board) => board.complete(task, result).await,
         }
     }
@@ -192,6 +199,14 @@ impl Tasks {
         matches!(self.kind, Kind::Shared(_))
     }
 
+    /// Keeps the outcomes of durable workflows' calls on a board in memory in `outcomes` (the
+    /// host's store), from a completion's answer until the step that takes each is journaled.
+    pub(crate) fn keep_outcomes(&self, outcomes: Arc<dyn Outcomes>) {
+        if let Kind::Local(board) = &self.kind {
+            board.keep_outcomes(outcomes);
+        }
+    }
+
     /// Calls `function` with `input` through a worker: queues the task and waits for its
     /// completion. Dropping the future withdraws the task, but a durable workflow's (`call`
     /// names it: the workflow's number and the call's tag) on a store's board: that one stays
@@ -204,13 +219,24 @@ impl Tasks {
         call: Option<(u64, u64)>,
     ) -> Result<Payload, CommandError> {
         match &self.kind {
-            Kind::Local(board) => board.call(function, input, key).await,
+            Kind::Local(board) => board.call(function, input, key, call).await,
             Kind::Shared(board) => match call {
                 Some(call) => board.call_durable(function, input, key, call).await,
                 None => board.call(function, input, key).await,
             },
         }
     }
+}
+
+/// Where a board in memory keeps what workers answered durable workflows' calls, by the
+/// workflow's number and the call's tag (see [`Tasks::keep_outcomes`]).
+pub(crate) trait Outcomes: Send + Sync {
+    /// Keeps `outcome`, durably, before it returns.
+    fn keep(&self, call: (u64, u64), outcome: &Result<Payload, CommandError>)
+        -> Result<(), String>;
+
+    /// The outcome kept for `call`, if one is.
+    fn kept(&self, call: (u64, u64)) -> Option<Result<Payload, CommandError>>;
 }
 
 /// `instant` as wall-clock time.

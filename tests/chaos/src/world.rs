@@ -102,6 +102,23 @@ impl World {
         })
     }
 
+    /// Stores the probe module again.
+    fn store_module(&mut self) -> Result<(), String> {
+        let probe = std::fs::read(wfhost_test_programs::PROBE).map_err(|e| e.to_string())?;
+        let stored = self
+            .client()
+            .put_module(&probe)
+            .map_err(|e| e.to_string())?;
+        self.history.count("store module", Ack::Yes);
+        if stored.0.hash != self.module {
+            return Err(format!(
+                "the probe module's hash changed: {}",
+                stored.0.hash
+            ));
+        }
+        Ok(())
+    }
+
     /// A client of a host that answers (not frozen), picked at random.
     pub(crate) fn client(&mut self) -> wfhost_client::Client {
         let live: Vec<usize> = (0..self.hosts.len())
@@ -182,7 +199,14 @@ impl World {
             entry: entry.to_string(),
             input: serde_json::value::to_raw_value(&input).map_err(|e| e.to_string())?,
         };
-        let ack = match Answer::from(self.client().start(&request)) {
+        let mut answer = Answer::from(self.client().start(&request));
+        if matches!(&answer, Answer::Refused(404, why) if why.contains("store it first")) {
+            // A prune removed the module (no workflow used it): a client stores it again, as
+            // the answer says, and starts.
+            self.store_module()?;
+            answer = Answer::from(self.client().start(&request));
+        }
+        let ack = match answer {
             Answer::Done(_) => Ack::Yes,
             Answer::Refused(status, why) => {
                 self.history

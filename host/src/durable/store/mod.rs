@@ -332,6 +332,21 @@ pub enum Op {
     Prune {
         /// The top-level workflows.
         roots: Vec<u64>,
+        /// Their modules go too once no workflow uses them, unless stored at or after this
+        /// (milliseconds since the Unix epoch: the prune's cutoff).
+        kept_before: u64,
+    },
+    /// An activity worker's outcome of durable workflow `num`'s call `tag`, kept until the step
+    /// that takes it is journaled (its `calls_done`), so that a completion answered `204`
+    /// survives a crash of the host before that step. Only the SQLite store keeps these (on
+    /// PostgreSQL the task's own row does).
+    TaskOutcome {
+        /// The workflow.
+        num: u64,
+        /// The call's tag.
+        tag: u64,
+        /// The outcome, postcard-encoded.
+        outcome: Vec<u8>,
     },
     /// An unfinished workflow is paused (it takes no step until unpaused), or unpaused.
     Pause {

@@ -156,6 +156,18 @@ pub trait Read: Send {
     /// The bytes of the module with this hash.
     fn module(&mut self, hash: &str) -> StoreResult<Option<Vec<u8>>>;
 
+    /// Whether the store keeps the module with SHA-256 `hash` (without reading its bytes).
+    fn has_module(&mut self, hash: &str) -> StoreResult<bool> {
+        Ok(self.module(hash)?.is_some())
+    }
+
+    /// The outcome an activity worker gave durable workflow `num`'s call `tag`, if the store
+    /// keeps it still (see `Op::TaskOutcome`; only the SQLite store keeps these).
+    fn task_outcome(&mut self, num: u64, tag: u64) -> StoreResult<Option<Vec<u8>>> {
+        let _ = (num, tag);
+        Ok(None)
+    }
+
     /// Every schedule, by id.
     fn schedules(&mut self) -> StoreResult<Vec<ScheduleRow>>;
 

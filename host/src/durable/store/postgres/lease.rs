@@ -262,7 +262,9 @@ impl PgStore {
             }
             if let Some((hash, bytes)) = module {
                 conn.query(
-                    "INSERT INTO modules (hash, bytes) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    "INSERT INTO modules (hash, bytes, kept) \
+                 VALUES ($1, $2, (extract(epoch FROM now()) * 1000)::int8) \
+                 ON CONFLICT (hash) DO UPDATE SET kept = excluded.kept",
                     &[&hash, &bytes],
                 )?;
             }
@@ -425,7 +427,9 @@ impl PgStore {
     pub(super) fn keep_module(&mut self, hash: &str, bytes: &[u8]) -> StoreResult<()> {
         self.transaction("keeping a module", super::READ_PATIENCE, |conn| {
             conn.query(
-                "INSERT INTO modules (hash, bytes) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                "INSERT INTO modules (hash, bytes, kept) \
+                 VALUES ($1, $2, (extract(epoch FROM now()) * 1000)::int8) \
+                 ON CONFLICT (hash) DO UPDATE SET kept = excluded.kept",
                 &[&hash, &bytes],
             )
             .map(drop)

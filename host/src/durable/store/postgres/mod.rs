@@ -605,6 +605,13 @@ impl Read for PgStore {
         self.read("reading a module", |conn| read::module(conn, hash))
     }
 
+    fn has_module(&mut self, hash: &str) -> StoreResult<bool> {
+        self.read("reading a module", |conn| {
+            conn.query_opt("SELECT 1 FROM modules WHERE hash = $1", &[&hash])
+                .map(|row| row.is_some())
+        })
+    }
+
     fn messages(&mut self) -> StoreResult<Vec<super::StoredMessage>> {
         self.read("reading messages", read::messages)
     }

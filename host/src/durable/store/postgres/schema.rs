@@ -262,6 +262,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     CREATE INDEX workflows_held ON workflows (entry) WHERE state = 0 AND (paused OR damaged IS NOT NULL);
     ",
+    // 12: when a module was last stored, by the database's clock in milliseconds: a prune
+    // removes one only if nobody stored it since its cutoff.
+    "
+    ALTER TABLE modules ADD COLUMN kept BIGINT NOT NULL DEFAULT 0;
+    ",
 ];
 
 /// The error a commit fails with when its host lost its lease (`wfhost.mark`).

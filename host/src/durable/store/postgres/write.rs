@@ -40,7 +40,7 @@ enum Part<'a> {
     },
     Cancel(i64),
     Pause(i64, bool),
-    Prune(Vec<i64>),
+    Prune(Vec<i64>, i64),
     Refused(i64, Text<'a>),
     Damaged(i64, Option<Text<'a>>),
     Upgrade(i64, Text<'a>, Text<'a>, i64, bool),
@@ -222,6 +222,13 @@ impl<'a> Plan<'a> {
                             .into(),
                     )
                 }
+                Op::TaskOutcome { .. } => {
+                    return Err(
+                        "on PostgreSQL, a task's outcome is kept in its row of the tasks, not \
+                         through the journal"
+                            .into(),
+                    )
+                }
                 Op::End { .. }
                 | Op::Cancel { .. }
                 | Op::Pause { .. }
@@ -278,7 +285,9 @@ impl<'a> Plan<'a> {
                 Part::Pause(num, paused) => {
                     pipeline.push(client, &statements.pause, vec![num, paused])
                 }
-                Part::Prune(roots) => pipeline.push(client, &statements.prune, vec![roots]),
+                Part::Prune(roots, kept_before) => {
+                    pipeline.push(client, &statements.prune, vec![roots, kept_before])
+                }
                 Part::Refused(id, why) => pipeline.push(client, &statements.refused, vec![id, why]),
                 Part::Damaged(num, why) => {
                     pipeline.push(client, &statements.damaged, vec![num, why])
@@ -398,9 +407,13 @@ impl Statements {
             // Fails the transaction unless the host is alive (its lease holds) or a client.
             mark: conn.prepare("SELECT mark($1, $2)")?,
             commit: conn.prepare("COMMIT")?,
+            // Stored again, a module's time moves on (a prune keeps what was stored after its
+            // cutoff); its bytes never change (they are its hash's).
             modules: conn.prepare(
-                "INSERT INTO modules (hash, bytes) \
-                 SELECT * FROM unnest($1::text[], $2::bytea[]) ON CONFLICT (hash) DO NOTHING",
+                "INSERT INTO modules (hash, bytes, kept) \
+                 SELECT h, b, (extract(epoch FROM now()) * 1000)::int8 \
+                 FROM unnest($1::text[], $2::bytea[]) AS t(h, b) \
+                 ON CONFLICT (hash) DO UPDATE SET kept = excluded.kept",
             )?,
             starts: conn.prepare(STARTS)?,
             starts_once: conn.prepare(STARTS_ONCE)?,
@@ -471,7 +484,7 @@ impl Statements {
                    OR (refused IS NOT NULL AND sender IN (SELECT num FROM whole))), \
                  w AS (DELETE FROM workflows WHERE num IN (SELECT num FROM whole) \
                    RETURNING module) \
-                 DELETE FROM modules WHERE hash IN (SELECT module FROM w) \
+                 DELETE FROM modules WHERE hash IN (SELECT module FROM w) AND kept < $2 \
                    AND NOT EXISTS (SELECT 1 FROM workflows x WHERE x.module = modules.hash \
                      AND x.num NOT IN (SELECT num FROM whole)) \
                    AND NOT EXISTS (SELECT 1 FROM snapshots y WHERE y.module = modules.hash \
@@ -717,11 +730,12 @@ fn part_of(op: &Op) -> Result<Part<'_>, String> {
         }
         Op::Cancel { num } => Part::Cancel(int(*num, "workflow")?),
         Op::Pause { num, paused } => Part::Pause(int(*num, "workflow")?, *paused),
-        Op::Prune { roots } => Part::Prune(
+        Op::Prune { roots, kept_before } => Part::Prune(
             roots
                 .iter()
                 .map(|root| int(*root, "workflow"))
                 .collect::<Result<_, _>>()?,
+            int(*kept_before, "time")?,
         ),
         Op::Refused { id, error } => Part::Refused(int(*id, "message")?, text(error)),
         Op::Damaged { num, why } => Part::Damaged(int(*num, "workflow")?, why.as_deref().map(text)),

@@ -63,7 +63,7 @@ pub(super) fn prunable(
 /// Removes the trees of `roots` whose every workflow has finished, with their steps (in the
 /// table and the log), snapshots, messages to them (and those they sent that were refused),
 /// what they sent the host, and the modules no workflow left (and no schedule) uses.
-pub(super) fn prune(tx: &Transaction<'_>, roots: &[u64]) -> rusqlite::Result<()> {
+pub(super) fn prune(tx: &Transaction<'_>, roots: &[u64], kept_before: u64) -> rusqlite::Result<()> {
     tx.execute_batch(
         "CREATE TEMP TABLE IF NOT EXISTS pruning (num INTEGER PRIMARY KEY); \
          DELETE FROM temp.pruning;",
@@ -98,6 +98,7 @@ pub(super) fn prune(tx: &Transaction<'_>, roots: &[u64]) -> rusqlite::Result<()>
             "DELETE FROM log WHERE num IN (SELECT num FROM temp.pruning)",
             "DELETE FROM snapshots WHERE num IN (SELECT num FROM temp.pruning)",
             "DELETE FROM outbox WHERE num IN (SELECT num FROM temp.pruning)",
+            "DELETE FROM task_outcomes WHERE num IN (SELECT num FROM temp.pruning)",
             "DELETE FROM messages WHERE receiver IN (SELECT num FROM temp.pruning)",
             "DELETE FROM messages WHERE refused IS NOT NULL \
              AND sender IN (SELECT num FROM temp.pruning)",
@@ -108,12 +109,12 @@ pub(super) fn prune(tx: &Transaction<'_>, roots: &[u64]) -> rusqlite::Result<()>
         }
         for module in modules {
             tx.prepare_cached(
-                "DELETE FROM modules WHERE hash = ?1 \
+                "DELETE FROM modules WHERE hash = ?1 AND kept < ?2 \
                  AND NOT EXISTS (SELECT 1 FROM workflows WHERE module = ?1) \
                  AND NOT EXISTS (SELECT 1 FROM snapshots WHERE module = ?1) \
                  AND NOT EXISTS (SELECT 1 FROM schedules WHERE module = ?1)",
             )?
-            .execute(params![module])?;
+            .execute(params![module, super::write::int(kept_before)?])?;
         }
     }
     Ok(())

@@ -332,6 +332,26 @@ impl Read for SqliteStore {
         super::schedules::one(&self.conn, id).map_err(sql("reading a schedule"))
     }
 
+    fn has_module(&mut self, hash: &str) -> StoreResult<bool> {
+        self.conn
+            .prepare_cached("SELECT 1 FROM modules WHERE hash = ?1")
+            .and_then(|mut s| s.exists(params![hash]))
+            .map_err(sql("reading a module"))
+    }
+
+    fn task_outcome(&mut self, num: u64, tag: u64) -> StoreResult<Option<Vec<u8>>> {
+        let what = "reading a task's outcome";
+        self.conn
+            .prepare_cached("SELECT outcome FROM task_outcomes WHERE num = ?1 AND tag = ?2")
+            .and_then(|mut s| {
+                s.query_row(params![int(num)?, int(tag)?], |row| {
+                    row.get::<_, Vec<u8>>(0)
+                })
+                .optional()
+            })
+            .map_err(sql(what))
+    }
+
     fn module(&mut self, hash: &str) -> StoreResult<Option<Vec<u8>>> {
         self.conn
             .prepare_cached("SELECT bytes FROM modules WHERE hash = ?1")

@@ -172,6 +172,18 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX workflows_held ON workflows(entry)
         WHERE state = 0 AND (paused = 1 OR damaged IS NOT NULL);
     ",
+    // 13: when a module was last stored (a prune removes one only if nobody stored it since
+    // its cutoff), and the outcomes activity workers gave durable workflows' calls, kept from
+    // the completion's answer (`204`) until the step that takes each is journaled.
+    "
+    ALTER TABLE modules ADD COLUMN kept INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE task_outcomes (
+        num INTEGER NOT NULL,
+        tag INTEGER NOT NULL,
+        outcome BLOB NOT NULL,
+        PRIMARY KEY (num, tag)
+    ) WITHOUT ROWID;
+    ",
 ];
 
 /// The version this build writes.

@@ -18,9 +18,24 @@ pub(super) fn int(n: u64) -> rusqlite::Result<i64> {
 /// written nor deleted.
 fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusqlite::Result<()> {
     match op {
+        // Stored again, a module's time moves on (a prune keeps what was stored after its
+        // cutoff); its bytes never change (they are its hash's).
         Op::Module { hash, bytes } => {
-            tx.prepare_cached("INSERT OR IGNORE INTO modules (hash, bytes) VALUES (?1, ?2)")?
-                .execute(params![hash, &bytes[..]])?;
+            tx.prepare_cached(
+                "INSERT INTO modules (hash, bytes, kept) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (hash) DO UPDATE SET kept = excluded.kept",
+            )?
+            .execute(params![
+                hash,
+                &bytes[..],
+                int(crate::durable::now_millis())?
+            ])?;
+        }
+        Op::TaskOutcome { num, tag, outcome } => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO task_outcomes (num, tag, outcome) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![int(*num)?, int(*tag)?, outcome])?;
         }
         // One host writes a SQLite store: its starts of one id do not race.
         Op::Start(w) | Op::StartOnce(w) => write_start(tx, w)?,
@@ -50,7 +65,7 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
                 message.payload
             ])?;
         }
-        Op::Prune { roots } => super::prune::prune(tx, roots)?,
+        Op::Prune { roots, kept_before } => super::prune::prune(tx, roots, *kept_before)?,
         Op::Pause { num, paused } => {
             tx.prepare_cached("UPDATE workflows SET paused = ?2 WHERE num = ?1 AND state = 0")?
                 .execute(params![int(*num)?, i64::from(*paused)])?;
@@ -149,6 +164,11 @@ fn write_step(
         tx.prepare_cached("DELETE FROM messages WHERE id = ?1")?
             .execute(params![int(*id)?])?;
     }
+    // The outcomes it took (or the calls it gave up) are its journal's now.
+    for tag in &step.calls_done {
+        tx.prepare_cached("DELETE FROM task_outcomes WHERE num = ?1 AND tag = ?2")?
+            .execute(params![int(step.num)?, int(*tag)?])?;
+    }
     Ok(())
 }
 
@@ -194,9 +214,11 @@ fn write_end(
             int(at)?
         ])?,
     };
-    // Its snapshot is of no use now. Messages it never read stay, counted as unread: they were
-    // acknowledged to whoever sent them.
+    // Its snapshot is of no use now, nor outcomes of calls it never took. Messages it never
+    // read stay, counted as unread: they were acknowledged to whoever sent them.
     tx.prepare_cached("DELETE FROM snapshots WHERE num = ?1")?
+        .execute(params![int(num)?])?;
+    tx.prepare_cached("DELETE FROM task_outcomes WHERE num = ?1")?
         .execute(params![int(num)?])?;
     Ok(())
 }
