@@ -40,7 +40,14 @@ target="${CARGO_TARGET_DIR:-target}"
 venv="$target/test-tools/venv"
 if [ ! -x "$venv/bin/openapi-spec-validator" ]; then
     say "installing openapi-spec-validator (PyPI) into $venv"
-    python3 -m venv "$venv"
+    if ! python3 -m venv "$venv"; then
+        # Debian's own python3 keeps venv in a package of its own.
+        sudo=""
+        if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv
+        python3 -m venv "$venv"
+    fi
     "$venv/bin/pip" install -q --disable-pip-version-check 'openapi-spec-validator>=0.7,<0.8'
 fi
 WFHOST_TEST_TOOLS="$(cd "$target/test-tools" && pwd)"

@@ -4,12 +4,17 @@ use std::time::Instant;
 
 use super::store::StoreBackend;
 use super::{Client, WorkflowState};
+use crate::durable::now_millis;
 use crate::durable::store::{Op, PruneCandidate, PruneFilter, State, SyncMode};
 use crate::error::Result;
 
 /// Top-level workflows a prune looks at a time: each batch is one write, so that a prune never
 /// holds the store long enough to stall the commits of the workflows that run.
 const BATCH: usize = 100;
+
+/// How long a module a prune found unused stays before a later prune removes it (if none uses
+/// it then): a start that read it as there before the mark has been journaled long before.
+const MODULE_GRACE_MS: u64 = 10 * 60 * 1000;
 
 /// Which finished workflows [`Client::prune`] removes: top-level ones (each with its whole tree)
 /// that finished before a time, of one status or any.
@@ -127,6 +132,7 @@ impl StoreBackend {
             write(vec![Op::Prune {
                 roots: whole.iter().map(|c| c.root).collect(),
                 kept_before: filter.finished_before,
+                marked_before: now_millis().saturating_sub(MODULE_GRACE_MS),
             }])?;
             pruned.trees += whole.len() as u64;
             pruned.workflows += whole.iter().map(|c| c.workflows).sum::<u64>();

@@ -432,6 +432,20 @@ impl Handler for Functions {
         // A retry is the call again: the first attempt's key, this attempt's number.
         let (call, first, attempt) = match request.command {
             Command::Call(call) => (call, request.tag, 1),
+            // An attempt again of a call made before: a later attempt, under an earlier tag.
+            Command::Retry(retry) if retry.attempt < 2 || retry.first >= request.tag => {
+                return cx.complete(
+                    request.tag,
+                    Err(CommandError::new(
+                        ErrorKind::InvalidInput,
+                        format!(
+                            "a retry is attempt 2 or later of a call made under an earlier tag: \
+                             this one is attempt {} of tag {} under tag {}",
+                            retry.attempt, retry.first.0, request.tag.0
+                        ),
+                    )),
+                )
+            }
             Command::Retry(retry) => (retry.call, retry.first, retry.attempt),
             _ => return,
         };

@@ -389,7 +389,7 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
                     "DROP TRIGGER workflow_counts_started; DROP TRIGGER workflow_counts_changed; \
                      DROP TRIGGER workflow_counts_removed; DROP TABLE workflow_counts; \
                      DROP INDEX workflows_held; DROP TABLE task_outcomes; \
-                     ALTER TABLE modules DROP COLUMN kept; \
+                     ALTER TABLE modules DROP COLUMN kept; ALTER TABLE modules DROP COLUMN unused_since; \
                      DROP INDEX workflows_finished; DROP INDEX workflows_module; \
                      ALTER TABLE workflows DROP COLUMN paused; DROP TABLE schedules; \
                      INSERT INTO workflows (num, id, module, module_name, entry, input, started) \
@@ -403,7 +403,7 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
                 Postgres::shared().psql(
                     url,
                     "SET search_path TO wfhost; DROP INDEX workflows_held; \
-                     ALTER TABLE modules DROP COLUMN kept; \
+                     ALTER TABLE modules DROP COLUMN kept; ALTER TABLE modules DROP COLUMN unused_since; \
                      DROP TABLE workflow_counts; DROP TABLE workflow_count_changes; \
                      DROP INDEX workflows_finished; DROP INDEX workflows_module; \
                      ALTER TABLE workflows DROP COLUMN paused; DROP TABLE schedules; \
@@ -942,8 +942,9 @@ fn pruned(location: &Location) {
     store
         .commit(&[Op::Prune {
             roots: vec![1, 4, 7],
-            // Every module stored so far may go.
+            // Every module stored so far may go, at once.
             kept_before: i64::MAX as u64,
+            marked_before: i64::MAX as u64,
         }])
         .unwrap();
     let ids: Vec<String> = store

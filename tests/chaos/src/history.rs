@@ -26,6 +26,8 @@ pub(crate) enum Kind {
 #[derive(Clone, Debug)]
 pub(crate) struct Workflow {
     pub(crate) kind: Kind,
+    /// The module it started with.
+    pub(crate) module: String,
     pub(crate) start: Ack,
     /// The messages sent to it, in the order they were sent (each value unique in the run).
     pub(crate) sends: Vec<(u64, Ack)>,
@@ -41,9 +43,10 @@ pub(crate) struct Workflow {
 }
 
 impl Workflow {
-    pub(crate) fn new(kind: Kind, start: Ack) -> Workflow {
+    pub(crate) fn new(kind: Kind, module: &str, start: Ack) -> Workflow {
         Workflow {
             kind,
+            module: module.to_string(),
             start,
             sends: Vec::new(),
             cancel: None,

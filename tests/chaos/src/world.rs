@@ -216,7 +216,9 @@ impl World {
             Answer::Unknown => Ack::Maybe,
         };
         self.history.count("start", ack);
-        self.history.workflows.insert(id, Workflow::new(kind, ack));
+        self.history
+            .workflows
+            .insert(id, Workflow::new(kind, &self.module, ack));
         Ok(())
     }
 
@@ -396,18 +398,33 @@ impl World {
         match Answer::from(self.client().prune(&request)) {
             Answer::Done(pruned) => {
                 self.history.count("prune", Ack::Yes);
-                for (id, workflow) in ended {
-                    if workflow.finished.is_some_and(|f| f < before) {
-                        crate::check::workflow(&mut self.history, &id, Some(&workflow));
-                        if let Some(w) = self.history.workflows.get_mut(&id) {
-                            w.pruned = !pruned.more;
-                        }
-                    }
-                }
+                let _ = pruned;
+                self.checked_for_prune(ended, before);
             }
-            _ => self.history.count("prune", Ack::Maybe),
+            // Unanswered, it may have removed them: they were checked as they ended.
+            _ => {
+                self.history.count("prune", Ack::Maybe);
+                self.checked_for_prune(ended, before);
+            }
         }
         Ok(())
+    }
+
+    /// Checks each of `ended` that finished before the prune's cutoff, which it may remove (all
+    /// of them, or, cut short, some): each may be absent from then on.
+    fn checked_for_prune(
+        &mut self,
+        ended: Vec<(String, wfhost_client::wire::WorkflowJson)>,
+        before: u64,
+    ) {
+        for (id, workflow) in ended {
+            if workflow.finished.is_some_and(|f| f < before) {
+                crate::check::workflow(&mut self.history, &id, Some(&workflow));
+                if let Some(w) = self.history.workflows.get_mut(&id) {
+                    w.pruned = true;
+                }
+            }
+        }
     }
 
     /// Upgrades a running workflow to another build of its module (the same code).
@@ -494,7 +511,9 @@ impl World {
                     _ => Ack::Maybe,
                 };
                 self.history.count("start", ack);
-                self.history.workflows.insert(id, Workflow::new(kind, ack));
+                self.history
+                    .workflows
+                    .insert(id, Workflow::new(kind, &self.module, ack));
             }
             _ => {
                 if let Some(id) = self.pick(|w| matches!(w.kind, Kind::Collect(_))) {
@@ -586,7 +605,8 @@ impl World {
 
     /// Unpauses every workflow a pause may hold.
     pub(crate) fn unpause_all(&mut self) {
-        let held: Vec<String> = self.ids(|w| w.paused.is_some_and(|(paused, _)| paused));
+        // Every one a pause or unpause was sent to: an unanswered unpause may not have landed.
+        let held: Vec<String> = self.ids(|w| w.paused.is_some());
         for id in held {
             let answer = Answer::from(self.client().unpause(&id));
             let ack = match answer {

@@ -36,6 +36,9 @@ pub(crate) struct Pending {
     spawned: Option<Pid>,
 }
 
+/// The calls of functions its host does not serve that one workflow may wait for at once.
+const MAX_UNSERVED: usize = 100;
+
 /// A wasm process with a journal.
 pub(crate) struct DurableProcess {
     inner: WasmProcess,
@@ -319,11 +322,32 @@ impl Process for DurableProcess {
     fn check(&self, command: &Command) -> Result<(), CommandError> {
         match (self.inner.check(command), command.call()) {
             // A function this host does not serve is no refusal of the module's grants: the
-            // call waits for a host that serves it, whose grants then decide.
+            // call waits for a host that serves it, whose grants then decide. Within the
+            // payload limit, and so many at a time.
             (Err(refused), Some(call))
                 if refused.kind == wfcontract::ErrorKind::NotAllowed
                     && !self.durable.serves(&call.name) =>
             {
+                self.inner.check_size(command)?;
+                let waiting = self
+                    .pending
+                    .values()
+                    .filter(|p| {
+                        p.command
+                            .call()
+                            .is_some_and(|c| !self.durable.serves(&c.name))
+                    })
+                    .count();
+                if waiting >= MAX_UNSERVED {
+                    return Err(CommandError::new(
+                        wfcontract::ErrorKind::LimitReached,
+                        format!(
+                            "this workflow waits for {waiting} calls of functions this host does \
+                             not serve, the most a workflow may: '{}' is not called",
+                            call.name
+                        ),
+                    ));
+                }
                 Ok(())
             }
             (checked, _) => checked,

@@ -274,9 +274,24 @@ impl DurableProcess {
 /// records aside. Logs are not effects: a reworded, added or removed log line never strands a
 /// running workflow (log records carry no tag, so the others' tags do not move).
 fn same_effects(journaled: &StepOutput, replayed: &StepOutput) -> bool {
+    let (a, b): (Vec<&Yield>, Vec<&Yield>) =
+        (effects(journaled).collect(), effects(replayed).collect());
     journaled.status == replayed.status
         && journaled.receive == replayed.receive
-        && effects(journaled).eq(effects(replayed))
+        && a.len() == b.len()
+        && a.iter().zip(&b).all(|(a, b)| same_yield(a, b))
+}
+
+/// Whether a replayed yield is the journaled one. A journal written by a module built before
+/// ABI 3 holds a retried call's later attempts as `call`, where a rebuild yields `retry` with
+/// the same call: the same effect (only the idempotency key it is given differs).
+fn same_yield(journaled: &Yield, replayed: &Yield) -> bool {
+    journaled.tag == replayed.tag
+        && (journaled.command == replayed.command
+            || matches!(
+                (&journaled.command, &replayed.command),
+                (Command::Call(call), Command::Retry(retry)) if *call == retry.call
+            ))
 }
 
 /// The yields of `out` that are not log records.
@@ -303,7 +318,11 @@ fn differences(journaled: &StepOutput, replayed: &StepOutput) -> String {
     }
     let a: Vec<&Yield> = effects(journaled).collect();
     let b: Vec<&Yield> = effects(replayed).collect();
-    if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
+    let differs = |i: usize| match (a.get(i), b.get(i)) {
+        (Some(x), Some(y)) => !same_yield(x, y),
+        _ => true,
+    };
+    if let Some(i) = (0..a.len().max(b.len())).find(|&i| differs(i)) {
         let show = |y: Option<&&Yield>| match y {
             Some(y) => format!("{} (tag {})", describe(&y.command), y.tag.0),
             None => "nothing".to_string(),
@@ -350,5 +369,41 @@ fn describe(command: &Command) -> String {
             retry.call.name,
             retry.call.input.bytes.len()
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wfcontract::{CallRequest, Payload, RetryRequest, Tag};
+
+    use super::*;
+
+    fn call(name: &str) -> CallRequest {
+        CallRequest {
+            name: name.into(),
+            input: Payload::json_bytes(b"1".to_vec()),
+        }
+    }
+
+    #[test]
+    fn a_journaled_call_is_the_retry_a_rebuild_makes_of_it() {
+        let journaled = Yield {
+            tag: Tag(4),
+            command: Command::Call(call("payments.charge")),
+        };
+        let retry = |name: &str, tag: u64| Yield {
+            tag: Tag(tag),
+            command: Command::Retry(RetryRequest {
+                first: Tag(1),
+                attempt: 2,
+                call: call(name),
+            }),
+        };
+        assert!(same_yield(&journaled, &retry("payments.charge", 4)));
+        // Another call, or another tag, is another effect.
+        assert!(!same_yield(&journaled, &retry("payments.refund", 4)));
+        assert!(!same_yield(&journaled, &retry("payments.charge", 5)));
+        // Not the other way round: a retry journaled is replayed as a retry.
+        assert!(!same_yield(&retry("payments.charge", 4), &journaled));
     }
 }

@@ -332,9 +332,12 @@ pub enum Op {
     Prune {
         /// The top-level workflows.
         roots: Vec<u64>,
-        /// Their modules go too once no workflow uses them, unless stored at or after this
-        /// (milliseconds since the Unix epoch: the prune's cutoff).
+        /// Their modules are marked unused once no workflow uses them, unless stored at or
+        /// after this (milliseconds since the Unix epoch: the prune's cutoff).
         kept_before: u64,
+        /// Modules marked unused before this (milliseconds since the Unix epoch) and unused
+        /// still go: a start that found its module there before the mark is journaled by then.
+        marked_before: u64,
     },
     /// An activity worker's outcome of durable workflow `num`'s call `tag`, kept until the step
     /// that takes it is journaled (its `calls_done`), so that a completion answered `204`

@@ -121,6 +121,37 @@ impl WasmProcess {
         }
     }
 
+    /// Refuses a command whose payload is over the limits (a log record's is dropped).
+    pub(crate) fn check_size(&self, command: &Command) -> Result<(), CommandError> {
+        let (what, len) = match command {
+            Command::Send(send) => ("message", send.message.bytes.len()),
+            Command::Spawn(spawn) => ("child's input", spawn.input.bytes.len()),
+            Command::Call(call) | Command::Retry(wfcontract::RetryRequest { call, .. }) => {
+                ("host function's input", call.input.bytes.len())
+            }
+            Command::Log(record) => {
+                let len = record.message.len()
+                    + record
+                        .fields
+                        .iter()
+                        .map(|f| f.key.len() + f.value.len())
+                        .sum::<usize>();
+                ("log record", len)
+            }
+            _ => return Ok(()),
+        };
+        let Some(over) = self.limits().over_payload(len) else {
+            return Ok(());
+        };
+        if matches!(command, Command::Log(_)) {
+            tracing::warn!(pid = %self.pid, "dropped a log record of {len} bytes, {over}");
+        }
+        Err(CommandError::new(
+            ErrorKind::LimitReached,
+            format!("the {what} is {len} bytes, {over}"),
+        ))
+    }
+
     /// Keeps its instance between steps (`true`), or lets it hibernate as the host's policy says.
     pub(crate) fn pin(&mut self, pinned: bool) {
         self.pinned = pinned;
@@ -661,33 +692,7 @@ impl Process for WasmProcess {
 
     fn check(&self, command: &Command) -> Result<(), CommandError> {
         self.spec.grants.permits(command)?;
-        let (what, len) = match command {
-            Command::Send(send) => ("message", send.message.bytes.len()),
-            Command::Spawn(spawn) => ("child's input", spawn.input.bytes.len()),
-            Command::Call(call) | Command::Retry(wfcontract::RetryRequest { call, .. }) => {
-                ("host function's input", call.input.bytes.len())
-            }
-            Command::Log(record) => {
-                let len = record.message.len()
-                    + record
-                        .fields
-                        .iter()
-                        .map(|f| f.key.len() + f.value.len())
-                        .sum::<usize>();
-                ("log record", len)
-            }
-            _ => return Ok(()),
-        };
-        let Some(over) = self.limits().over_payload(len) else {
-            return Ok(());
-        };
-        if matches!(command, Command::Log(_)) {
-            tracing::warn!(pid = %self.pid, "dropped a log record of {len} bytes, {over}");
-        }
-        Err(CommandError::new(
-            ErrorKind::LimitReached,
-            format!("the {what} is {len} bytes, {over}"),
-        ))
+        self.check_size(command)
     }
 
     fn step(&mut self, events: Events<'_>, out: &mut StepOutput) -> Result<(), ProcessError> {

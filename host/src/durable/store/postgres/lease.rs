@@ -264,7 +264,7 @@ impl PgStore {
                 conn.query(
                     "INSERT INTO modules (hash, bytes, kept) \
                  VALUES ($1, $2, (extract(epoch FROM now()) * 1000)::int8) \
-                 ON CONFLICT (hash) DO UPDATE SET kept = excluded.kept",
+                 ON CONFLICT (hash) DO UPDATE SET kept = excluded.kept, unused_since = NULL",
                     &[&hash, &bytes],
                 )?;
             }
@@ -429,7 +429,7 @@ impl PgStore {
             conn.query(
                 "INSERT INTO modules (hash, bytes, kept) \
                  VALUES ($1, $2, (extract(epoch FROM now()) * 1000)::int8) \
-                 ON CONFLICT (hash) DO UPDATE SET kept = excluded.kept",
+                 ON CONFLICT (hash) DO UPDATE SET kept = excluded.kept, unused_since = NULL",
                 &[&hash, &bytes],
             )
             .map(drop)

@@ -262,10 +262,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     CREATE INDEX workflows_held ON workflows (entry) WHERE state = 0 AND (paused OR damaged IS NOT NULL);
     ",
-    // 12: when a module was last stored, by the database's clock in milliseconds: a prune
-    // removes one only if nobody stored it since its cutoff.
+    // 12: when a module was last stored, by the database's clock in milliseconds (a prune
+    // removes one only if nobody stored it since its cutoff), and since when a prune found no
+    // workflow using it (it goes at a prune a while later, if none uses it then).
     "
     ALTER TABLE modules ADD COLUMN kept BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE modules ADD COLUMN unused_since BIGINT;
     ",
 ];
 

@@ -40,7 +40,7 @@ enum Part<'a> {
     },
     Cancel(i64),
     Pause(i64, bool),
-    Prune(Vec<i64>, i64),
+    Prune(Vec<i64>, i64, i64),
     Refused(i64, Text<'a>),
     Damaged(i64, Option<Text<'a>>),
     Upgrade(i64, Text<'a>, Text<'a>, i64, bool),
@@ -285,8 +285,13 @@ impl<'a> Plan<'a> {
                 Part::Pause(num, paused) => {
                     pipeline.push(client, &statements.pause, vec![num, paused])
                 }
-                Part::Prune(roots, kept_before) => {
-                    pipeline.push(client, &statements.prune, vec![roots, kept_before])
+                Part::Prune(roots, kept_before, marked_before) => {
+                    pipeline.push(client, &statements.prune, vec![roots, kept_before]);
+                    pipeline.push(
+                        client,
+                        &statements.prune_modules,
+                        vec![marked_before, kept_before],
+                    );
                 }
                 Part::Refused(id, why) => pipeline.push(client, &statements.refused, vec![id, why]),
                 Part::Damaged(num, why) => {
@@ -395,6 +400,7 @@ struct Statements {
     pause: Statement,
     upgrade: Statement,
     prune: Statement,
+    prune_modules: Statement,
     outbox: Statement,
     counter: Statement,
 }
@@ -413,7 +419,7 @@ impl Statements {
                 "INSERT INTO modules (hash, bytes, kept) \
                  SELECT h, b, (extract(epoch FROM now()) * 1000)::int8 \
                  FROM unnest($1::text[], $2::bytea[]) AS t(h, b) \
-                 ON CONFLICT (hash) DO UPDATE SET kept = excluded.kept",
+                 ON CONFLICT (hash) DO UPDATE SET kept = excluded.kept, unused_since = NULL",
             )?,
             starts: conn.prepare(STARTS)?,
             starts_once: conn.prepare(STARTS_ONCE)?,
@@ -484,11 +490,28 @@ impl Statements {
                    OR (refused IS NOT NULL AND sender IN (SELECT num FROM whole))), \
                  w AS (DELETE FROM workflows WHERE num IN (SELECT num FROM whole) \
                    RETURNING module) \
-                 DELETE FROM modules WHERE hash IN (SELECT module FROM w) AND kept < $2 \
+                 UPDATE modules SET unused_since = (extract(epoch FROM now()) * 1000)::int8 \
+                 WHERE hash IN (SELECT module FROM w) AND kept < $2 AND unused_since IS NULL \
                    AND NOT EXISTS (SELECT 1 FROM workflows x WHERE x.module = modules.hash \
                      AND x.num NOT IN (SELECT num FROM whole)) \
                    AND NOT EXISTS (SELECT 1 FROM snapshots y WHERE y.module = modules.hash \
                      AND y.num NOT IN (SELECT num FROM whole)) \
+                   AND NOT EXISTS (SELECT 1 FROM schedules z WHERE z.module = modules.hash)",
+            )?,
+            // After the prune's own statement, in its transaction: the modules marked unused
+            // long enough ago (a start that read its module as there before the mark has been
+            // journaled by then) and unused still go; those used again lose their mark.
+            prune_modules: conn.prepare(
+                "WITH used AS (UPDATE modules SET unused_since = NULL \
+                   WHERE unused_since IS NOT NULL AND (kept >= $2 \
+                     OR EXISTS (SELECT 1 FROM workflows x WHERE x.module = modules.hash) \
+                     OR EXISTS (SELECT 1 FROM snapshots y WHERE y.module = modules.hash) \
+                     OR EXISTS (SELECT 1 FROM schedules z WHERE z.module = modules.hash)) \
+                   RETURNING hash) \
+                 DELETE FROM modules WHERE unused_since < $1 AND kept < $2 \
+                   AND hash NOT IN (SELECT hash FROM used) \
+                   AND NOT EXISTS (SELECT 1 FROM workflows x WHERE x.module = modules.hash) \
+                   AND NOT EXISTS (SELECT 1 FROM snapshots y WHERE y.module = modules.hash) \
                    AND NOT EXISTS (SELECT 1 FROM schedules z WHERE z.module = modules.hash)",
             )?,
             outbox: conn.prepare(
@@ -730,12 +753,17 @@ fn part_of(op: &Op) -> Result<Part<'_>, String> {
         }
         Op::Cancel { num } => Part::Cancel(int(*num, "workflow")?),
         Op::Pause { num, paused } => Part::Pause(int(*num, "workflow")?, *paused),
-        Op::Prune { roots, kept_before } => Part::Prune(
+        Op::Prune {
+            roots,
+            kept_before,
+            marked_before,
+        } => Part::Prune(
             roots
                 .iter()
                 .map(|root| int(*root, "workflow"))
                 .collect::<Result<_, _>>()?,
             int(*kept_before, "time")?,
+            int(*marked_before, "time")?,
         ),
         Op::Refused { id, error } => Part::Refused(int(*id, "message")?, text(error)),
         Op::Damaged { num, why } => Part::Damaged(int(*num, "workflow")?, why.as_deref().map(text)),

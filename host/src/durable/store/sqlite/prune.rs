@@ -62,8 +62,15 @@ pub(super) fn prunable(
 
 /// Removes the trees of `roots` whose every workflow has finished, with their steps (in the
 /// table and the log), snapshots, messages to them (and those they sent that were refused),
-/// what they sent the host, and the modules no workflow left (and no schedule) uses.
-pub(super) fn prune(tx: &Transaction<'_>, roots: &[u64], kept_before: u64) -> rusqlite::Result<()> {
+/// what they sent the host; and marks the modules no workflow left (and no schedule) uses and
+/// nobody stored since `kept_before`, and removes those marked before `marked_before` that are
+/// unused still.
+pub(super) fn prune(
+    tx: &Transaction<'_>,
+    roots: &[u64],
+    kept_before: u64,
+    marked_before: u64,
+) -> rusqlite::Result<()> {
     tx.execute_batch(
         "CREATE TEMP TABLE IF NOT EXISTS pruning (num INTEGER PRIMARY KEY); \
          DELETE FROM temp.pruning;",
@@ -107,15 +114,39 @@ pub(super) fn prune(tx: &Transaction<'_>, roots: &[u64], kept_before: u64) -> ru
         ] {
             tx.prepare_cached(statement)?.execute([])?;
         }
+        // Unused now, and not stored since the cutoff: marked; it goes at a prune a while later
+        // if none uses it then (a start that found it there before the mark is journaled by
+        // then).
+        let now = super::write::int(crate::durable::now_millis())?;
         for module in modules {
             tx.prepare_cached(
-                "DELETE FROM modules WHERE hash = ?1 AND kept < ?2 \
+                "UPDATE modules SET unused_since = ?3 WHERE hash = ?1 AND kept < ?2 \
+                 AND unused_since IS NULL \
                  AND NOT EXISTS (SELECT 1 FROM workflows WHERE module = ?1) \
                  AND NOT EXISTS (SELECT 1 FROM snapshots WHERE module = ?1) \
                  AND NOT EXISTS (SELECT 1 FROM schedules WHERE module = ?1)",
             )?
-            .execute(params![module, super::write::int(kept_before)?])?;
+            .execute(params![module, super::write::int(kept_before)?, now])?;
         }
     }
+    // The modules marked a while ago and unused still go; those used again lose their mark.
+    let (kept_before, marked_before) = (
+        super::write::int(kept_before)?,
+        super::write::int(marked_before)?,
+    );
+    tx.prepare_cached(
+        "UPDATE modules SET unused_since = NULL WHERE unused_since IS NOT NULL AND (kept >= ?1 \
+         OR EXISTS (SELECT 1 FROM workflows WHERE module = modules.hash) \
+         OR EXISTS (SELECT 1 FROM snapshots WHERE module = modules.hash) \
+         OR EXISTS (SELECT 1 FROM schedules WHERE module = modules.hash))",
+    )?
+    .execute(params![kept_before])?;
+    tx.prepare_cached(
+        "DELETE FROM modules WHERE unused_since < ?1 AND kept < ?2 \
+         AND NOT EXISTS (SELECT 1 FROM workflows WHERE module = modules.hash) \
+         AND NOT EXISTS (SELECT 1 FROM snapshots WHERE module = modules.hash) \
+         AND NOT EXISTS (SELECT 1 FROM schedules WHERE module = modules.hash)",
+    )?
+    .execute(params![marked_before, kept_before])?;
     Ok(())
 }

@@ -227,10 +227,19 @@ impl Read for SqliteStore {
             None => true,
         };
         narrow(filter, by_id_index, &mut clauses, &mut values).map_err(sql(what))?;
+        // The paused or damaged (few) through their partial index, which the planner would not
+        // pick over the order of numbers alone.
+        let table = match filter.held {
+            Some(Held::Paused | Held::Damaged) => {
+                clauses.push("state = 0 AND (paused = 1 OR damaged IS NOT NULL)".into());
+                "workflows INDEXED BY workflows_held"
+            }
+            _ => "workflows",
+        };
         values.push(i64::try_from(limit).unwrap_or(i64::MAX).into());
         let query = match filter.max_bytes {
             None => format!(
-                "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE {} ORDER BY num LIMIT ?",
+                "SELECT {WORKFLOW_COLUMNS} FROM {table} WHERE {} ORDER BY num LIMIT ?",
                 clauses.join(" AND ")
             ),
             // The page, cut where its inputs and results reach the budget (the sizes are read
@@ -242,7 +251,7 @@ impl Read for SqliteStore {
                      SELECT num FROM (SELECT num, \
                        length(input) + coalesce(length(result), 0) AS own, \
                        sum(length(input) + coalesce(length(result), 0)) OVER (ORDER BY num) AS upto \
-                       FROM workflows WHERE {} ORDER BY num LIMIT ?) WHERE upto - own < ?) \
+                       FROM {table} WHERE {} ORDER BY num LIMIT ?) WHERE upto - own < ?) \
                      ORDER BY num",
                     clauses.join(" AND ")
                 )
@@ -472,12 +481,13 @@ impl Read for SqliteStore {
         let mut clauses = vec!["state = 0 AND (paused = 1 OR damaged IS NOT NULL)".to_string()];
         let mut values: Vec<rusqlite::types::Value> = Vec::new();
         narrow(&unheld, true, &mut clauses, &mut values).map_err(sql(what))?;
+        // Through the partial index of the held (few), which the planner would not pick alone.
         let (paused, damaged): (i64, i64) = self
             .conn
             .query_row(
                 &format!(
                     "SELECT coalesce(sum(damaged IS NULL), 0), coalesce(sum(damaged IS NOT NULL), 0) \
-                     FROM workflows WHERE {}",
+                     FROM workflows INDEXED BY workflows_held WHERE {}",
                     clauses.join(" AND ")
                 ),
                 rusqlite::params_from_iter(values),

@@ -173,10 +173,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
         WHERE state = 0 AND (paused = 1 OR damaged IS NOT NULL);
     ",
     // 13: when a module was last stored (a prune removes one only if nobody stored it since
-    // its cutoff), and the outcomes activity workers gave durable workflows' calls, kept from
+    // its cutoff) and since when a prune found it unused (it goes at a prune a while later, if
+    // none uses it then), and the outcomes activity workers gave durable workflows' calls, kept from
     // the completion's answer (`204`) until the step that takes each is journaled.
     "
     ALTER TABLE modules ADD COLUMN kept INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE modules ADD COLUMN unused_since INTEGER;
     CREATE TABLE task_outcomes (
         num INTEGER NOT NULL,
         tag INTEGER NOT NULL,

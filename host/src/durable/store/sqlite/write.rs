@@ -23,7 +23,7 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
         Op::Module { hash, bytes } => {
             tx.prepare_cached(
                 "INSERT INTO modules (hash, bytes, kept) VALUES (?1, ?2, ?3) \
-                 ON CONFLICT (hash) DO UPDATE SET kept = excluded.kept",
+                 ON CONFLICT (hash) DO UPDATE SET kept = excluded.kept, unused_since = NULL",
             )?
             .execute(params![
                 hash,
@@ -65,7 +65,11 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
                 message.payload
             ])?;
         }
-        Op::Prune { roots, kept_before } => super::prune::prune(tx, roots, *kept_before)?,
+        Op::Prune {
+            roots,
+            kept_before,
+            marked_before,
+        } => super::prune::prune(tx, roots, *kept_before, *marked_before)?,
         Op::Pause { num, paused } => {
             tx.prepare_cached("UPDATE workflows SET paused = ?2 WHERE num = ?1 AND state = 0")?
                 .execute(params![int(*num)?, i64::from(*paused)])?;
