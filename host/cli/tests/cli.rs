@@ -421,12 +421,13 @@ fn inspect_reads_the_manifest_without_running_anything() {
     let output = run(&["inspect", HELLO]);
     assert_eq!(output.status.code(), Some(0));
     let text = stdout(&output);
-    assert!(text.contains("abi version:  3\n"), "{text}");
+    let abi = wfhost::contract::abi::VERSION;
+    assert!(text.contains(&format!("abi version:  {abi}\n")), "{text}");
     assert!(text.contains("entry points: greet, greet_all\n"), "{text}");
 
     let json = run(&["inspect", "--json", PROBE]);
     let info: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
-    assert_eq!(info["abi_version"], 2);
+    assert_eq!(info["abi_version"], abi);
     assert_eq!(info["entry_points"][0], "echo");
 
     let bad = run(&[
