@@ -192,6 +192,18 @@ impl Error {
 /// Results of host operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A store's failure, as the host says it: a conflict is the caller's ([`ErrorKind::Conflict`]),
+/// anything else the store's ([`ErrorKind::Store`]).
+impl From<wfhost_store::StoreError> for Error {
+    fn from(error: wfhost_store::StoreError) -> Error {
+        let kind = match error.kind() {
+            wfhost_store::StoreErrorKind::Conflict => ErrorKind::Conflict,
+            _ => ErrorKind::Store,
+        };
+        Error::new(kind, error.message())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,5 +218,13 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ErrorKind::ALL.len());
         assert_eq!(ErrorKind::from_name("nonsense"), None);
+    }
+
+    #[test]
+    fn the_store_names_a_cancelled_workflow_as_the_scheduler_does() {
+        assert_eq!(
+            wfhost_store::CANCELLED,
+            wfhost_scheduler::FailureKind::Cancelled.name()
+        );
     }
 }

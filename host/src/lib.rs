@@ -125,35 +125,20 @@ pub mod __testing {
         NewStep, NewWorkflow, Op, PruneCandidate, PruneFilter, Read, SqliteStore, State,
         StateCounts, SyncMode, Workflow,
     };
-    pub use crate::durable::store::{Journal as Store, PgStore, StoreError};
+    pub use crate::durable::store::{Journal as Store, PgStore, StoreError, StoreErrorKind};
 
     /// The schema of the store at `location` as it reads back (see [`Shape`]).
     pub fn shape(location: &Location) -> Result<Shape, StoreError> {
         match location {
             Location::Sqlite(path) => SqliteStore::open_existing(path)?.shape(),
             Location::Postgres(url) => PgStore::open_existing(url)?.shape(),
-            Location::Server(url) => Err(StoreError::new(format_args!("{url} is not a store"))),
+            Location::Server(url) => Err(StoreError::new(
+                StoreErrorKind::Invalid,
+                format_args!("{url} is not a store"),
+            )),
         }
     }
     pub use crate::wasm::bench;
-
-    /// Opening a store at a [`Location`] as a host does, or beside its hosts.
-    pub trait Open {
-        /// Opens the store as a host does.
-        fn open(&self, sync: SyncMode) -> Result<Box<dyn Journal>, StoreError>;
-        /// Opens the store to read it beside its hosts.
-        fn open_existing(&self) -> Result<Box<dyn Journal>, StoreError>;
-    }
-
-    impl Open for Location {
-        fn open(&self, sync: SyncMode) -> Result<Box<dyn Journal>, StoreError> {
-            Location::open(self, sync)
-        }
-
-        fn open_existing(&self) -> Result<Box<dyn Journal>, StoreError> {
-            Location::open_existing(self)
-        }
-    }
 }
 
 /// What an embedder cannot do, checked when the documentation's tests run: every one of these

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::store::{Cluster, StoreError};
+use super::store::{Cluster, StoreError, StoreErrorKind};
 use super::Durable;
 
 /// The lease a host holds on the workflows it owns.
@@ -104,6 +104,7 @@ fn renew(
             Ok(true) => {}
             Ok(false) => {
                 let error = StoreError::new(
+                    StoreErrorKind::Fenced,
                     "this host lost its lease (it could not renew it in time: paused, cut off \
                      from the database, or overloaded), and another host may have taken its \
                      workflows over",

@@ -28,7 +28,7 @@ pub(crate) mod recover;
 pub(crate) mod resolve;
 pub(crate) mod snapshot;
 pub(crate) mod start;
-pub mod store;
+pub(crate) use wfhost_store as store;
 pub(crate) mod upgrade;
 pub(crate) mod waiters;
 pub(crate) mod writer;
@@ -56,12 +56,8 @@ use store::{Cluster, Ending, HostStore, Journal};
 use waiters::Waiters;
 use writer::Writer;
 
-/// Nanoseconds since the Unix epoch: the one clock of what the store keeps.
-pub(crate) fn now_nanos() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
+/// The one clock of what the store keeps.
+pub(crate) use wfhost_store::time::{now_millis, now_nanos};
 
 /// Who this host is: its machine's name and its process id (`build-7:4211`).
 pub(crate) fn host_name() -> String {
@@ -72,11 +68,6 @@ pub(crate) fn host_name() -> String {
             .unwrap_or_else(|_| "host".into()),
         std::process::id()
     )
-}
-
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_millis() -> u64 {
-    now_nanos() / 1_000_000
 }
 
 /// The workflow ids of the durable processes running in this host, by pid, and back.
@@ -246,6 +237,7 @@ impl Durable {
                 store, reader, ids, modules, snapshots, messages, None, metrics,
             )?;
             durable.writer.fail(&store::StoreError::new(
+                store::StoreErrorKind::Invalid,
                 "this host only reads the store (HostBuilder::read_store): start, recover and \
                  claim workflows on a host that holds it",
             ));
@@ -652,7 +644,7 @@ impl Durable {
 }
 
 pub(crate) fn store_error(error: store::StoreError) -> crate::Error {
-    crate::Error::new(crate::ErrorKind::Store, error.message())
+    crate::Error::from(error)
 }
 
 /// `join` in a durable host: a workflow that ended before a restart is not in the scheduler, and

@@ -276,7 +276,7 @@ impl Durable {
     fn same_start(&self, id: &str, hash: &str, entry: &str, input: &[u8]) -> Result<()> {
         let stored = self.reader.lock().workflow(id).map_err(store_error)?;
         match stored {
-            Some(workflow) => workflow.start.may_follow(hash, entry, input),
+            Some(workflow) => Ok(workflow.start.may_follow(hash, entry, input)?),
             // Its start is being written: it is this one's twin or not, as the store will say.
             None => Ok(()),
         }

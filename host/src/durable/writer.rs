@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use wfcontract::Pid;
 use wfhost_scheduler::Release;
 
-use super::store::{Journal, Op, StoreError};
+use super::store::{Journal, Op, StoreError, StoreErrorKind};
 use super::waiters::Waiters;
 use crate::metrics::{ending_outcome, Kind, Metrics, Outcome};
 
@@ -138,10 +138,13 @@ impl Writer {
         }
         let sender = self.sender.lock();
         match sender.as_ref() {
-            Some(sender) => sender
-                .send(entry)
-                .map_err(|_| StoreError::new("the journal's writer has stopped")),
-            None => Err(StoreError::new("the host has shut down its journal")),
+            Some(sender) => sender.send(entry).map_err(|_| {
+                StoreError::new(StoreErrorKind::Closed, "the journal's writer has stopped")
+            }),
+            None => Err(StoreError::new(
+                StoreErrorKind::Closed,
+                "the host has shut down its journal",
+            )),
         }
     }
 
@@ -157,9 +160,12 @@ impl Writer {
             ops,
             done: Done::Reply(reply),
         })?;
-        answer
-            .recv()
-            .unwrap_or_else(|_| Err(StoreError::new("the journal's writer has stopped")))
+        answer.recv().unwrap_or_else(|_| {
+            Err(StoreError::new(
+                StoreErrorKind::Closed,
+                "the journal's writer has stopped",
+            ))
+        })
     }
 
     /// Writes what is queued, then stops the thread.

@@ -17,7 +17,7 @@ use wfhost_scheduler::ProcessError;
 use super::{DurableProcess, Pending};
 use crate::durable::record::StepRecord;
 use crate::durable::snapshot::{SavedWorkflow, Whose};
-use crate::durable::store::StoreError;
+use crate::durable::store::{StoreError, StoreErrorKind};
 
 /// Where a workflow stands after its journal: what a dormant workflow answers its first step
 /// with.
@@ -129,10 +129,10 @@ impl DurableProcess {
         let (saved, records) = match self.read_back() {
             Ok(found) => found,
             Err(why) => {
-                let error = StoreError::new(format!(
-                    "workflow '{}' could not be restored: {why}",
-                    self.id
-                ));
+                let error = StoreError::new(
+                    StoreErrorKind::Damaged,
+                    format!("workflow '{}' could not be restored: {why}", self.id),
+                );
                 self.ended = true;
                 self.durable.store_failed(&error, &[self.pid]);
                 return Err(ProcessError::new(error.message()));

@@ -11,17 +11,20 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{describe, now_ms, redact, retryable, Conn, Error, PgStore, FIRST_RETRY, LAST_RETRY};
-use crate::durable::store::{NewMessage, NewWorkflow, StoreError, StoreResult};
+use crate::{NewMessage, NewWorkflow, StoreError, StoreErrorKind, StoreResult};
 
 /// Client-started workflows are numbered below this; a host's numbers are its id times this.
 pub(super) const HOST_RANGE: i64 = 1 << 40;
 
 /// The error for a host whose lease is gone.
 fn lost(me: i64) -> StoreError {
-    StoreError::new(format_args!(
-        "this host ({me}) lost its lease (it could not renew it in time: paused, cut off from \
+    StoreError::new(
+        StoreErrorKind::Fenced,
+        format_args!(
+            "this host ({me}) lost its lease (it could not renew it in time: paused, cut off from \
          the database, or overloaded), and another host may have taken its workflows over"
-    ))
+        ),
+    )
 }
 
 impl PgStore {
@@ -52,11 +55,14 @@ impl PgStore {
                     if let Some(conn) = self.conn.as_ref() {
                         let _ = conn.batch("ROLLBACK");
                     }
-                    return Err(StoreError::new(format_args!(
-                        "{what} in the store {}: {}",
-                        redact(&self.url),
-                        describe(&error)
-                    )));
+                    return Err(StoreError::new(
+                        super::conn::kind_of(&error),
+                        format_args!(
+                            "{what} in the store {}: {}",
+                            redact(&self.url),
+                            describe(&error)
+                        ),
+                    ));
                 }
             }
         }
@@ -76,6 +82,7 @@ impl PgStore {
         })?;
         if id >= (i64::MAX / HOST_RANGE) {
             return Err(StoreError::new(
+                StoreErrorKind::Full,
                 "the store has registered too many hosts to number their workflows: start a \
                  new database",
             ));
@@ -89,7 +96,10 @@ impl PgStore {
     fn me(&self) -> StoreResult<i64> {
         match self.member.id() {
             Some(id) if self.member.joined() => Ok(id),
-            _ => Err(StoreError::new("this store has not joined the hosts")),
+            _ => Err(StoreError::new(
+                StoreErrorKind::Invalid,
+                "this store has not joined the hosts",
+            )),
         }
     }
 
@@ -456,7 +466,7 @@ impl PgStore {
 fn nonce() -> i64 {
     let mut bytes = [0u8; 8];
     if getrandom::fill(&mut bytes).is_err() {
-        let nanos = crate::durable::now_nanos();
+        let nanos = crate::time::now_nanos();
         bytes = (nanos ^ u64::from(std::process::id()) << 32).to_le_bytes();
     }
     (u64::from_le_bytes(bytes) >> 1) as i64

@@ -5,8 +5,8 @@ use std::collections::HashSet;
 use rusqlite::params;
 
 use super::{SqliteStore, LOG_BYTES, LOG_STEPS};
-use crate::durable::store::StoreResult;
-use crate::durable::store::{Ending, NewMessage, NewStep, NewWorkflow, Op, State, StoreError};
+use crate::StoreResult;
+use crate::{Ending, NewMessage, NewStep, NewWorkflow, Op, State, StoreError};
 
 /// SQLite keeps integers signed: numbers past `i64::MAX` do not occur (pids and message numbers
 /// count up from 1), and are refused rather than wrapped.
@@ -25,11 +25,7 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
                 "INSERT INTO modules (hash, bytes, kept) VALUES (?1, ?2, ?3) \
                  ON CONFLICT (hash) DO UPDATE SET kept = excluded.kept, unused_since = NULL",
             )?
-            .execute(params![
-                hash,
-                &bytes[..],
-                int(crate::durable::now_millis())?
-            ])?;
+            .execute(params![hash, &bytes[..], int(crate::time::now_millis())?])?;
         }
         Op::TaskOutcome { num, tag, outcome } => {
             tx.prepare_cached(
@@ -244,9 +240,12 @@ impl SqliteStore {
                 }
                 _ => e.to_string(),
             };
-            StoreError::new(format_args!("could not write to the store {path}: {why}"))
+            StoreError::new(
+                super::kind_of(&e),
+                format_args!("could not write to the store {path}: {why}"),
+            )
         };
-        let (elided, last_message) = crate::durable::store::elided(ops);
+        let (elided, last_message) = crate::ops::elided(ops);
         let tx = self.conn.transaction().map_err(failed)?;
         let mut logged = (0, 0);
         for op in ops {
@@ -281,9 +280,10 @@ impl SqliteStore {
         }
         let path = self.path.display().to_string();
         let failed = |e: rusqlite::Error| {
-            StoreError::new(format_args!(
-                "could not move the log of steps into place in the store {path}: {e}"
-            ))
+            StoreError::new(
+                super::kind_of(&e),
+                format_args!("could not move the log of steps into place in the store {path}: {e}"),
+            )
         };
         let tx = self.conn.transaction().map_err(failed)?;
         tx.execute_batch(

@@ -3,15 +3,20 @@
 use tokio_postgres::{Error, Row};
 
 use super::Conn;
-use crate::durable::store::{
+use crate::{
     Cancel, Ending, Filter, Held, HostInfo, HostMessage, HostRow, NewMessage, NewSnapshot,
-    NewWorkflow, State, StateCounts, Step, StoreError, StoreResult, StoredMessage, Workflow,
+    NewWorkflow, State, StateCounts, Step, StoreError, StoreErrorKind, StoreResult, StoredMessage,
+    Workflow,
 };
 
 /// A number as the store keeps it (signed), or an error for one it cannot hold.
 pub(super) fn int(n: u64) -> StoreResult<i64> {
-    i64::try_from(n)
-        .map_err(|_| StoreError::new(format_args!("{n} is larger than the store can hold")))
+    i64::try_from(n).map_err(|_| {
+        StoreError::new(
+            StoreErrorKind::Invalid,
+            format_args!("{n} is larger than the store can hold"),
+        )
+    })
 }
 
 fn uint(n: i64) -> u64 {
@@ -163,7 +168,7 @@ pub(super) fn page(
                 &started_after,
                 &filter.top_level,
                 &limit,
-                &wfhost_scheduler::FailureKind::Cancelled.name(),
+                &crate::CANCELLED,
                 &budget,
                 &parent,
                 &held_code(filter.held),
@@ -201,7 +206,7 @@ pub(super) fn counts(conn: &mut Conn, filter: &Filter) -> Result<StateCounts, Er
              AND ($7::bigint IS NULL OR parent = $7) \
              GROUP BY 1, 2",
             &[
-                &wfhost_scheduler::FailureKind::Cancelled.name(),
+                &crate::CANCELLED,
                 &filter.entry,
                 &filter.prefix,
                 &started_before,
@@ -289,10 +294,10 @@ pub(super) fn fold_counts(conn: &mut Conn) -> Result<(), Error> {
 /// See `Read::prunable`.
 pub(super) fn prunable(
     conn: &mut Conn,
-    filter: &crate::durable::store::PruneFilter,
+    filter: &crate::PruneFilter,
     after: (u64, u64),
     limit: usize,
-) -> Result<Vec<crate::durable::store::PruneCandidate>, Error> {
+) -> Result<Vec<crate::PruneCandidate>, Error> {
     let clamp = |t: u64| t.min(i64::MAX as u64) as i64;
     let state = filter.state.map(|s| s.code() as i16);
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -315,13 +320,13 @@ pub(super) fn prunable(
             &clamp(after.1),
             &state,
             &filter.cancelled,
-            &wfhost_scheduler::FailureKind::Cancelled.name(),
+            &crate::CANCELLED,
             &limit,
         ],
     )?;
     Ok(rows
         .iter()
-        .map(|row| crate::durable::store::PruneCandidate {
+        .map(|row| crate::PruneCandidate {
             root: uint(row.get(0)),
             finished: uint(row.get(1)),
             workflows: uint(row.get(2)),

@@ -5,8 +5,8 @@ use rusqlite::{params, OptionalExtension};
 
 use super::write::int;
 use super::{sql, SqliteStore};
-use crate::durable::store::roles::Visit;
-use crate::durable::store::{
+use crate::roles::Visit;
+use crate::{
     Cancel, Ending, Filter, Held, HostMessage, Journal, NewMessage, NewSnapshot, NewWorkflow, Op,
     Read, ScheduleRow, State, StateCounts, Step, StoreResult, StoredMessage, Workflow,
 };
@@ -219,7 +219,7 @@ impl Read for SqliteStore {
         }
         if let Some(cancelled) = filter.cancelled {
             let test = if cancelled { "=" } else { "IS NOT" };
-            let cancelled = wfhost_scheduler::FailureKind::Cancelled.name();
+            let cancelled = crate::CANCELLED;
             clauses.push(format!("error_kind {test} '{cancelled}'"));
         }
         let by_id_index = match &filter.prefix {
@@ -462,7 +462,7 @@ impl Read for SqliteStore {
             let mut clauses = vec!["1".to_string()];
             let mut values: Vec<rusqlite::types::Value> = Vec::new();
             narrow(filter, true, &mut clauses, &mut values).map_err(sql(what))?;
-            let cancelled = wfhost_scheduler::FailureKind::Cancelled.name();
+            let cancelled = crate::CANCELLED;
             let query = format!(
                 "SELECT state, coalesce(error_kind = '{cancelled}', 0), count(*) FROM workflows \
                  WHERE {} GROUP BY 1, 2",
@@ -501,10 +501,10 @@ impl Read for SqliteStore {
 
     fn prunable(
         &mut self,
-        filter: &crate::durable::store::PruneFilter,
+        filter: &crate::PruneFilter,
         after: (u64, u64),
         limit: usize,
-    ) -> StoreResult<Vec<crate::durable::store::PruneCandidate>> {
+    ) -> StoreResult<Vec<crate::PruneCandidate>> {
         super::prune::prunable(&self.conn, filter, after, limit)
             .map_err(sql("finding finished workflows to remove"))
     }

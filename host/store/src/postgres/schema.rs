@@ -5,7 +5,7 @@
 
 use super::conn::{describe, Conn, Error};
 use super::{redact, PgStore, READ_PATIENCE};
-use crate::durable::store::{StoreError, StoreResult};
+use crate::{StoreError, StoreErrorKind, StoreResult};
 
 /// Migration `i` takes the store from version `i` to `i + 1`.
 pub(super) const MIGRATIONS: &[&str] = &[
@@ -341,17 +341,20 @@ impl PgStore {
         });
         match outcome {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(why)) => Err(StoreError::new(why)),
+            Ok(Err(why)) => Err(StoreError::new(StoreErrorKind::NotAStore, why)),
             Err(error) => Err(migration_error(&url, &error)),
         }
     }
 }
 
 fn migration_error(url: &str, error: &Error) -> StoreError {
-    StoreError::new(format_args!(
-        "could not create or migrate wfhost's tables in the store {url}: {}",
-        describe(error)
-    ))
+    StoreError::new(
+        super::conn::kind_of(error),
+        format_args!(
+            "could not create or migrate wfhost's tables in the store {url}: {}",
+            describe(error)
+        ),
+    )
 }
 
 #[cfg(test)]
@@ -359,7 +362,7 @@ mod tests {
     /// The kept counts tell a cancel by its failure kind's name, written out in the migration.
     #[test]
     fn the_kept_counts_know_a_cancel_by_its_kind() {
-        let cancelled = format!("'{}'", wfhost_scheduler::FailureKind::Cancelled.name());
+        let cancelled = format!("'{}'", crate::CANCELLED);
         assert!(super::MIGRATIONS[5].contains(&cancelled));
     }
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection};
 
-use super::{StoreError, StoreResult, SyncMode};
+use super::{StoreError, StoreErrorKind, StoreResult, SyncMode};
 use lock::HostLock;
 use schema::{MIGRATIONS, VERSION};
 
@@ -39,6 +39,7 @@ pub struct SqliteStore {
 fn named(path: &Path) -> StoreResult<PathBuf> {
     if path.as_os_str().is_empty() {
         return Err(StoreError::new(
+            StoreErrorKind::Invalid,
             "the store's path is empty: give a file (--store wf.db, created if need be) or a \
              PostgreSQL URL (--store postgres://USER@HOST/DATABASE)",
         ));
@@ -48,11 +49,14 @@ fn named(path: &Path) -> StoreResult<PathBuf> {
 
 /// The error for a file of a newer schema.
 fn newer(path: &Path, version: i64) -> StoreError {
-    StoreError::new(format_args!(
-        "{} was written by a newer wfhost (schema version {version}; this one knows up to \
+    StoreError::new(
+        StoreErrorKind::NotAStore,
+        format_args!(
+            "{} was written by a newer wfhost (schema version {version}; this one knows up to \
          {VERSION}): upgrade wfhost to open it",
-        path.display()
-    ))
+            path.display()
+        ),
+    )
 }
 
 /// How many steps the log holds before [`Store::tidy`] moves them into `steps`: enough that a
@@ -85,12 +89,15 @@ fn check_readable(conn: &Connection, path: &Path) -> StoreResult<()> {
         let len = std::fs::metadata(path).map_or(0, |m| m.len());
         let whole = u64::try_from(pages.saturating_mul(page)).unwrap_or(0);
         if !logged && len < whole {
-            return Err(StoreError::new(format_args!(
-                "the store {} is truncated (the file has {len} bytes and its header says \
+            return Err(StoreError::new(
+                StoreErrorKind::Damaged,
+                format_args!(
+                    "the store {} is truncated (the file has {len} bytes and its header says \
                  {whole}): restore it from a copy (recovering from it would lose what was \
                  acknowledged)",
-                path.display()
-            )));
+                    path.display()
+                ),
+            ));
         }
     }
     match read {
@@ -99,20 +106,37 @@ fn check_readable(conn: &Connection, path: &Path) -> StoreResult<()> {
         {
             // `stat` of the path: it opens nothing.
             let len = std::fs::metadata(path).map_or(0, |m| m.len());
-            Err(StoreError::new(format_args!(
-                "the store {} is truncated or damaged (the file has {len} bytes; SQLite says \
+            Err(StoreError::new(
+                StoreErrorKind::Damaged,
+                format_args!(
+                    "the store {} is truncated or damaged (the file has {len} bytes; SQLite says \
                  the database disk image is malformed): restore it from a copy (recovering from \
                  it would lose what was acknowledged)",
-                path.display()
-            )))
+                    path.display()
+                ),
+            ))
         }
         // Anything else is said by what reads it next, in its own words.
         _ => Ok(()),
     }
 }
 
+/// What kind of failure a SQLite error is.
+pub(super) fn kind_of(error: &rusqlite::Error) -> StoreErrorKind {
+    match error.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::DiskFull | rusqlite::ErrorCode::TooBig) => StoreErrorKind::Full,
+        Some(rusqlite::ErrorCode::NotADatabase) => StoreErrorKind::NotAStore,
+        Some(rusqlite::ErrorCode::DatabaseCorrupt) => StoreErrorKind::Damaged,
+        Some(rusqlite::ErrorCode::ConstraintViolation) => StoreErrorKind::Conflict,
+        Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen) => {
+            StoreErrorKind::Invalid
+        }
+        _ => StoreErrorKind::Unavailable,
+    }
+}
+
 pub(super) fn sql(what: &str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
-    move |error| StoreError::new(format_args!("{what}: {error}"))
+    move |error| StoreError::new(kind_of(&error), format_args!("{what}: {error}"))
 }
 
 impl SqliteStore {
@@ -186,22 +210,31 @@ impl SqliteStore {
         }
         let held = lock::holder(&store.path);
         Err(match (version, held) {
-            (0, Some(_)) => StoreError::new(format_args!(
-                "the store {} is being created by its host: ask again in a moment",
-                store.path.display()
-            )),
-            (0, None) => StoreError::new(format_args!(
+            (0, Some(_)) => StoreError::new(
+                StoreErrorKind::Unavailable,
+                format_args!(
+                    "the store {} is being created by its host: ask again in a moment",
+                    store.path.display()
+                ),
+            ),
+            (0, None) => StoreError::new(
+                StoreErrorKind::NotAStore,
+                format_args!(
                 "{} holds no wfhost store: give the file `wfhost run --store` or `wfhost serve \
                  --store` wrote",
                 store.path.display()
-            )),
-            (_, _) => StoreError::new(format_args!(
+            ),
+            ),
+            (_, _) => StoreError::new(
+                StoreErrorKind::NotAStore,
+                format_args!(
                 "the store {} has the tables of an older wfhost (schema version {version}; this \
                  one reads {VERSION}): start a host of this version on it (`wfhost resume \
                  --store {}`), which migrates it",
                 store.path.display(),
                 store.path.display()
-            )),
+            ),
+            ),
         })
     }
 
@@ -209,11 +242,14 @@ impl SqliteStore {
     fn open_any(path: &Path) -> StoreResult<SqliteStore> {
         let path = named(path)?;
         if !path.exists() {
-            return Err(StoreError::new(format_args!(
-                "there is no store at {}: give the file `wfhost run --store` or `wfhost serve \
+            return Err(StoreError::new(
+                StoreErrorKind::NotAStore,
+                format_args!(
+                    "there is no store at {}: give the file `wfhost run --store` or `wfhost serve \
                  --store` wrote",
-                path.display()
-            )));
+                    path.display()
+                ),
+            ));
         }
         let mut store = SqliteStore::connect(&path)?;
         store.configure_reader()?;
@@ -223,18 +259,21 @@ impl SqliteStore {
     /// A connection to the file, configured for nothing yet.
     fn connect(path: &Path) -> StoreResult<SqliteStore> {
         let conn = Connection::open(path).map_err(|e| {
-            StoreError::new(format_args!(
-                "could not open the store {}: {e}",
-                path.display()
-            ))
+            StoreError::new(
+                kind_of(&e),
+                format_args!("could not open the store {}: {e}", path.display()),
+            )
         })?;
         check_readable(&conn, path)?;
         if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
-            return Err(StoreError::new(format_args!(
+            return Err(StoreError::new(
+                StoreErrorKind::Invalid,
+                format_args!(
                 "the store {} is read-only: give a file (and a directory, for its journal files) \
                  that this user may write",
                 path.display()
-            )));
+            ),
+            ));
         }
         Ok(SqliteStore {
             conn,
@@ -270,10 +309,13 @@ impl SqliteStore {
     /// Writes a copy of the store into the new file `into`, from one read transaction.
     pub(super) fn vacuum_into(&self, into: &Path) -> StoreResult<()> {
         let into_text = into.to_str().ok_or_else(|| {
-            StoreError::new(format_args!(
-                "{} is not a UTF-8 path: give the copy another name",
-                into.display()
-            ))
+            StoreError::new(
+                StoreErrorKind::Invalid,
+                format_args!(
+                    "{} is not a UTF-8 path: give the copy another name",
+                    into.display()
+                ),
+            )
         })?;
         // The copy is written to another file: this connection still changes nothing of the
         // store's.
@@ -282,11 +324,14 @@ impl SqliteStore {
             .and_then(|()| self.conn.execute("VACUUM INTO ?1", params![into_text]))
             .map(drop)
             .map_err(|e| {
-                StoreError::new(format_args!(
-                    "could not copy the store {} to {}: {e}",
-                    self.path.display(),
-                    into.display()
-                ))
+                StoreError::new(
+                    kind_of(&e),
+                    format_args!(
+                        "could not copy the store {} to {}: {e}",
+                        self.path.display(),
+                        into.display()
+                    ),
+                )
             })
     }
 
@@ -297,10 +342,10 @@ impl SqliteStore {
 
     fn configure(&mut self, sync: SyncMode) -> StoreResult<()> {
         let bad = |e: rusqlite::Error| {
-            StoreError::new(format_args!(
-                "{} is not a usable wfhost store: {e}",
-                self.path.display()
-            ))
+            StoreError::new(
+                kind_of(&e),
+                format_args!("{} is not a usable wfhost store: {e}", self.path.display()),
+            )
         };
         self.conn
             .busy_timeout(Duration::from_secs(30))
@@ -322,11 +367,14 @@ impl SqliteStore {
             .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
             .map_err(bad)?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::new(format_args!(
-                "{} cannot be put in WAL mode (it stays in '{mode}' mode): is it on a file \
+            return Err(StoreError::new(
+                StoreErrorKind::Invalid,
+                format_args!(
+                    "{} cannot be put in WAL mode (it stays in '{mode}' mode): is it on a file \
                  system that supports shared memory?",
-                self.path.display()
-            )));
+                    self.path.display()
+                ),
+            ));
         }
         let sync = match sync {
             SyncMode::Full => "FULL",
@@ -359,7 +407,12 @@ impl SqliteStore {
                     .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
                     .map(drop)
             })
-            .map_err(|e| StoreError::new(format_args!("{path} is not a usable wfhost store: {e}")))
+            .map_err(|e| {
+                StoreError::new(
+                    kind_of(&e),
+                    format_args!("{path} is not a usable wfhost store: {e}"),
+                )
+            })
     }
 
     /// The schema version the file says it has (0: none yet).
@@ -367,10 +420,13 @@ impl SqliteStore {
         self.conn
             .query_row("PRAGMA user_version", [], |row| row.get(0))
             .map_err(|e| {
-                StoreError::new(format_args!(
-                    "{} is not a wfhost store (SQLite says: {e})",
-                    self.path.display()
-                ))
+                StoreError::new(
+                    kind_of(&e),
+                    format_args!(
+                        "{} is not a wfhost store (SQLite says: {e})",
+                        self.path.display()
+                    ),
+                )
             })
     }
 
@@ -387,9 +443,12 @@ impl SqliteStore {
                 .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
                 .map_err(sql("reading the schema"))?;
             if tables > 0 {
-                return Err(StoreError::new(format_args!(
-                    "{path} is a SQLite database that is not a wfhost store: give a new file"
-                )));
+                return Err(StoreError::new(
+                    StoreErrorKind::NotAStore,
+                    format_args!(
+                        "{path} is a SQLite database that is not a wfhost store: give a new file"
+                    ),
+                ));
             }
         }
         for (from, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
@@ -469,7 +528,7 @@ mod tests {
             "libc::open",
             "tokio::fs",
         ];
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/durable/store/sqlite");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/sqlite");
         let mut checked = 0;
         for file in std::fs::read_dir(&dir).unwrap() {
             let path = file.unwrap().path();

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use super::location::redact;
 use super::{
     Cluster, Filter, HostInfo, Journal, NewWorkflow, Op, Read, StateCounts, StoreError,
-    StoreResult, Submit, SyncMode,
+    StoreErrorKind, StoreResult, Submit, SyncMode,
 };
 use conn::{describe, retryable, Conn, Error};
 use schema::VERSION;
@@ -88,7 +88,7 @@ impl std::fmt::Debug for PgStore {
 }
 
 fn now_ms() -> i64 {
-    i64::try_from(crate::durable::now_millis()).unwrap_or(i64::MAX)
+    i64::try_from(crate::time::now_millis()).unwrap_or(i64::MAX)
 }
 
 impl PgStore {
@@ -112,11 +112,14 @@ impl PgStore {
             .map(|row| row.get(0))
             .map_err(|e| store.error("looking for wfhost's tables", e))?;
         if !found {
-            return Err(StoreError::new(format_args!(
+            return Err(StoreError::new(
+                StoreErrorKind::NotAStore,
+                format_args!(
                 "the database {} holds no wfhost store: start a host on it first (`wfhost serve \
                  --store URL` or `wfhost run --store URL`)",
                 redact(url)
-            )));
+            ),
+            ));
         }
         // Read as it is: a client does not migrate tables under running hosts.
         let conn = store.conn.as_mut().expect("connected");
@@ -125,26 +128,32 @@ impl PgStore {
             .map(|row| row.get(0))
             .map_err(|e| store.error("reading the schema version", e))?;
         if version > VERSION {
-            return Err(StoreError::new(format_args!(
+            return Err(StoreError::new(
+                StoreErrorKind::NotAStore,
+                format_args!(
                 "the store {} was written by a newer wfhost (schema version {version}; this one \
                  knows up to {VERSION}): upgrade wfhost to read it",
                 redact(url)
-            )));
+            ),
+            ));
         }
         if version < VERSION {
-            return Err(StoreError::new(format_args!(
+            return Err(StoreError::new(
+                StoreErrorKind::NotAStore,
+                format_args!(
                 "the store {} has the tables of an older wfhost (schema version {version}; this \
                  one writes {VERSION}): start a host of this version on it first (`wfhost serve`), \
                  which migrates them",
                 redact(url)
-            )));
+            ),
+            ));
         }
         Ok(store)
     }
 
     fn connect(url: &str, sync: SyncMode) -> StoreResult<PgStore> {
         let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
-            StoreError::new(format_args!(
+            StoreError::new(StoreErrorKind::Invalid, format_args!(
                 "{} is not a PostgreSQL URL ({e}): write postgres://USER:PASSWORD@HOST:PORT/DATABASE",
                 redact(url)
             ))
@@ -164,11 +173,14 @@ impl PgStore {
             batch: 0,
         };
         store.conn = Some(Conn::open(&store.config, store.sync).map_err(|e| {
-            StoreError::new(format_args!(
+            StoreError::new(
+                StoreErrorKind::Unavailable,
+                format_args!(
                 "could not connect to the PostgreSQL store {}: {e}: is the server running, and \
                  does the URL name its host, port, user and database?",
                 redact(url)
-            ))
+            ),
+            )
         })?);
         Ok(store)
     }
@@ -198,12 +210,15 @@ impl PgStore {
                     Err(error) => {
                         attempts += 1;
                         if patience.is_some_and(|p| started.elapsed() >= p) {
-                            return Err(StoreError::new(format_args!(
-                                "lost the connection to the store {} and could not reconnect \
+                            return Err(StoreError::new(
+                                StoreErrorKind::Unavailable,
+                                format_args!(
+                                    "lost the connection to the store {} and could not reconnect \
                                  within {:?}: {error}",
-                                redact(&self.url),
-                                patience.unwrap_or_default(),
-                            )));
+                                    redact(&self.url),
+                                    patience.unwrap_or_default(),
+                                ),
+                            ));
                         }
                         if attempts == 1 || attempts.is_power_of_two() {
                             tracing::warn!(
@@ -221,11 +236,14 @@ impl PgStore {
     }
 
     fn error(&self, what: &str, error: Error) -> StoreError {
-        StoreError::new(format_args!(
-            "{what} in the store {}: {}",
-            redact(&self.url),
-            describe(&error)
-        ))
+        StoreError::new(
+            conn::kind_of(&error),
+            format_args!(
+                "{what} in the store {}: {}",
+                redact(&self.url),
+                describe(&error)
+            ),
+        )
     }
 
     /// This store's row in `hosts`: the host's it joined as, or a client's, made on its first
@@ -350,7 +368,10 @@ impl Journal for PgStore {
     fn commit(&mut self, ops: &[Op]) -> StoreResult<()> {
         let url = redact(&self.url);
         let plan = write::Plan::new(ops, self.member.joined()).map_err(|why| {
-            StoreError::new(format_args!("could not write to the store {url}: {why}"))
+            StoreError::new(
+                StoreErrorKind::Invalid,
+                format_args!("could not write to the store {url}: {why}"),
+            )
         })?;
         let host = self.host()?;
         self.batch += 1;
@@ -370,12 +391,15 @@ impl Journal for PgStore {
             };
             failures += 1;
             if failures > MAX_COMMIT_RETRIES {
-                return Err(StoreError::new(format_args!(
-                    "could not write to the store {url}: {} commits in a row failed on their \
+                return Err(StoreError::new(
+                    StoreErrorKind::Unavailable,
+                    format_args!(
+                        "could not write to the store {url}: {} commits in a row failed on their \
                      connection ({}); the batch is given up",
-                    MAX_COMMIT_RETRIES,
-                    describe(&error)
-                )));
+                        MAX_COMMIT_RETRIES,
+                        describe(&error)
+                    ),
+                ));
             }
             tracing::warn!(
                 store = %url,

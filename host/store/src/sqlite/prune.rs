@@ -4,7 +4,7 @@
 use rusqlite::{params, Connection, Transaction};
 
 use super::write::int;
-use crate::durable::store::{PruneCandidate, PruneFilter, State};
+use crate::{PruneCandidate, PruneFilter, State};
 
 /// The clause that keeps the top-level workflows `filter` lets through (the index
 /// `workflows_finished` holds exactly the finished top-level ones).
@@ -13,7 +13,7 @@ fn narrow(filter: &PruneFilter) -> String {
     if let Some(state) = filter.state {
         clauses.push(format!("state = {}", state.code()));
     }
-    let cancelled = wfhost_scheduler::FailureKind::Cancelled.name();
+    let cancelled = crate::CANCELLED;
     match filter.cancelled {
         Some(true) => clauses.push(format!("error_kind = '{cancelled}'")),
         Some(false) => clauses.push(format!("error_kind IS NOT '{cancelled}'")),
@@ -117,7 +117,7 @@ pub(super) fn prune(
         // Unused now, and not stored since the cutoff: marked; it goes at a prune a while later
         // if none uses it then (a start that found it there before the mark is journaled by
         // then).
-        let now = super::write::int(crate::durable::now_millis())?;
+        let now = super::write::int(crate::time::now_millis())?;
         for module in modules {
             tx.prepare_cached(
                 "UPDATE modules SET unused_since = ?3 WHERE hash = ?1 AND kept < ?2 \

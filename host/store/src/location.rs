@@ -4,7 +4,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::{
-    Cluster, Journal, PgStore, Read, SqliteStore, StoreError, StoreResult, Submit, SyncMode,
+    Cluster, Journal, PgStore, Read, SqliteStore, StoreError, StoreErrorKind, StoreResult, Submit,
+    SyncMode,
 };
 
 /// Where a store is. A string that starts with `postgres://` or `postgresql://` is a PostgreSQL
@@ -19,7 +20,7 @@ pub enum Location {
     /// (`postgres://user:password@host:port/database?options`).
     Postgres(String),
     /// The HTTP API of a `wfhost serve --http`: its URL (`http://host:port`). Only a
-    /// [`Client`](crate::Client) opens it.
+    /// client (`wfhost::Client`) opens it.
     Server(String),
 }
 
@@ -38,13 +39,13 @@ impl Location {
     /// Opens the store as a host does (creating and migrating it if need be), synced as `sync`
     /// says. A SQLite file is held by one host at a time: it is refused while another holds it.
     #[cfg(feature = "testing")]
-    pub(crate) fn open(&self, sync: SyncMode) -> StoreResult<Box<dyn Journal>> {
+    pub fn open(&self, sync: SyncMode) -> StoreResult<Box<dyn Journal>> {
         Ok(self.open_host(sync, None)?.journal)
     }
 
     /// Opens the store as a host does, its file capped at `limit` bytes (SQLite only): its
     /// journal, and on a store hosts share the connection its cluster role goes through.
-    pub(crate) fn open_host(&self, sync: SyncMode, limit: Option<u64>) -> StoreResult<HostStore> {
+    pub fn open_host(&self, sync: SyncMode, limit: Option<u64>) -> StoreResult<HostStore> {
         match (self, limit) {
             (Location::Sqlite(path), limit) => {
                 let mut store = SqliteStore::open(path, sync)?;
@@ -57,6 +58,7 @@ impl Location {
                 })
             }
             (Location::Postgres(_), Some(_)) => Err(StoreError::new(
+                StoreErrorKind::Invalid,
                 "a size limit applies to a SQLite store only: limit a PostgreSQL database's size \
                  in PostgreSQL",
             )),
@@ -75,7 +77,7 @@ impl Location {
     /// Opens the store only if it exists, to read it beside the hosts that run it: a SQLite
     /// file that is there, or a PostgreSQL database that has wfhost's tables. For commands that
     /// read what a host wrote.
-    pub(crate) fn open_existing(&self) -> StoreResult<Box<dyn Journal>> {
+    pub fn open_existing(&self) -> StoreResult<Box<dyn Journal>> {
         match self {
             Location::Sqlite(path) => Ok(Box::new(SqliteStore::open_existing(path)?)),
             Location::Postgres(url) => Ok(Box::new(PgStore::open_existing(url)?)),
@@ -87,7 +89,7 @@ impl Location {
     /// writes for them (with `create`, its tables are made if need be; without, they must be
     /// there). A SQLite file is read beside its one host, which takes work only from its own
     /// application.
-    pub(crate) fn open_client(&self, create: bool) -> StoreResult<ClientStore> {
+    pub fn open_client(&self, create: bool) -> StoreResult<ClientStore> {
         Ok(match self {
             Location::Sqlite(path) => ClientStore::Own(Box::new(SqliteStore::open_existing(path)?)),
             Location::Postgres(url) if create => {
@@ -109,27 +111,47 @@ impl Location {
 
 /// What a host (or a command that reads a store itself) is told of a server's URL.
 fn not_a_store(url: &str) -> StoreError {
-    StoreError::new(format_args!(
+    StoreError::new(
+        StoreErrorKind::Invalid,
+        format_args!(
         "{} is a server's HTTP API, not a store: a host keeps its journal in a SQLite file or a \
          PostgreSQL database (give that), and clients reach the server with --server",
         redact(url)
-    ))
+    ),
+    )
 }
 
 /// A store as a host opens it.
-pub(crate) struct HostStore {
+pub struct HostStore {
     /// What it journals with.
-    pub(crate) journal: Box<dyn Journal>,
+    pub journal: Box<dyn Journal>,
     /// On a store hosts share: what it joins, renews, claims and takes with.
-    pub(crate) cluster: Option<Box<dyn Cluster>>,
+    pub cluster: Option<Box<dyn Cluster>>,
 }
 
 /// A store as a client opens it.
-pub(crate) enum ClientStore {
+pub enum ClientStore {
     /// One host's own (a SQLite file): read only, beside it.
     Own(Box<dyn Read>),
     /// A store hosts share: read, and written for them.
     Shared(Box<dyn Submit>),
+}
+
+impl fmt::Debug for HostStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostStore")
+            .field("shared", &self.cluster.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for ClientStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClientStore::Own(_) => "ClientStore::Own",
+            ClientStore::Shared(_) => "ClientStore::Shared",
+        })
+    }
 }
 
 /// The location as the user wrote it, any password in a URL replaced by `***`.
@@ -150,7 +172,7 @@ impl fmt::Debug for Location {
 
 /// `url` with the password of its user part (`user:password@`) replaced by `***`, and any
 /// `password=` option's value too: locations are logged and printed in errors.
-pub(crate) fn redact(url: &str) -> String {
+pub fn redact(url: &str) -> String {
     let mut out = url.to_string();
     if let Some(scheme_end) = out.find("://") {
         let rest = &out[scheme_end + 3..];

@@ -1,49 +1,9 @@
-//! Where a durable host keeps its workflows: what it is given to write, and what it reads back,
-//! behind one trait per role (`roles.rs`): the journal every host writes, the cluster only a
-//! store hosts share has, and the client's writes. SQLite (`sqlite/`) is the embedded default;
-//! PostgreSQL (`postgres/`) is the store many hosts share. The engine sees only the traits.
-
-mod location;
-mod postgres;
-mod roles;
-#[cfg(feature = "testing")]
-pub mod shape;
-mod sqlite;
-mod sync;
-
-pub use location::Location;
-pub(crate) use location::{ClientStore, HostStore};
-pub use postgres::PgStore;
-pub use roles::{
-    Cluster, Filter, Held, Journal, PruneCandidate, PruneFilter, Read, StateCounts, Submit,
-};
-pub use sqlite::{Holder, SqliteStore};
-pub use sync::SyncMode;
+//! What a host or a client gives a store to write: [`Op`]s, written a batch to a transaction,
+//! and the new rows they carry.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
-/// What a store calls when there is work for hosts ([`Store::listen`]).
-pub type Wake = Arc<dyn Fn() + Send + Sync>;
-
-/// A store that could not be read or written.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct StoreError(String);
-
-impl StoreError {
-    pub(crate) fn new(what: impl std::fmt::Display) -> StoreError {
-        StoreError(what.to_string())
-    }
-
-    /// What was wrong, in words.
-    pub fn message(&self) -> &str {
-        &self.0
-    }
-}
-
-/// The result of a store operation.
-pub type StoreResult<T> = Result<T, StoreError>;
+use crate::error::{StoreError, StoreErrorKind, StoreResult};
 
 /// A workflow as it starts: everything needed to start it again.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,14 +29,14 @@ pub struct NewWorkflow {
 impl NewWorkflow {
     /// Whether a start of module `module` (its hash), entry point `entry` and `input` (a
     /// postcard-encoded `Payload`) under this workflow's id may follow it (an idempotent start):
-    /// an [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) error naming what differs if not.
-    pub fn may_follow(&self, module: &str, entry: &str, input: &[u8]) -> crate::Result<()> {
+    /// a [`StoreErrorKind::Conflict`] error naming what differs if not.
+    pub fn may_follow(&self, module: &str, entry: &str, input: &[u8]) -> StoreResult<()> {
         let differs = self.differences(module, entry, input);
         if differs.is_empty() {
             return Ok(());
         }
-        Err(crate::Error::new(
-            crate::ErrorKind::Conflict,
+        Err(StoreError::new(
+            StoreErrorKind::Conflict,
             format!(
                 "workflow '{}' exists with another {}: a start of an id that exists follows \
                  that workflow only with the same module, entry point and input; give a new id \
@@ -208,7 +168,20 @@ pub struct NewSnapshot {
     pub state: Vec<u8>,
 }
 
-/// A schedule as the store keeps it (`crate::schedules` reads it).
+/// A message a durable workflow sent the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostMessage {
+    /// The sender.
+    pub num: u64,
+    /// The tag of the `send` that sent it: the sender's messages are in tag order.
+    pub tag: u64,
+    /// When it was sent, in milliseconds since the Unix epoch.
+    pub at: u64,
+    /// The payload, postcard-encoded.
+    pub payload: Vec<u8>,
+}
+
+/// A schedule as the store keeps it (the engine's schedules read it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScheduleRow {
     /// Its id.
@@ -241,20 +214,6 @@ pub struct ScheduleRow {
     pub fired: u64,
     /// When it was created.
     pub created: u64,
-}
-
-/// A time as a store keeps it, in a signed 64-bit column: `u64::MAX` (never) as the largest.
-pub(crate) fn stored_time(t: u64) -> i64 {
-    i64::try_from(t).unwrap_or(i64::MAX)
-}
-
-/// A time a store kept ([`stored_time`]).
-pub(crate) fn time_read(t: i64) -> u64 {
-    if t == i64::MAX {
-        u64::MAX
-    } else {
-        u64::try_from(t).unwrap_or(0)
-    }
 }
 
 /// A schedule moved on after a look: written only if it is still as the look found it (its next
@@ -401,172 +360,6 @@ pub enum Op {
     },
 }
 
-/// A message a durable workflow sent the host.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostMessage {
-    /// The sender.
-    pub num: u64,
-    /// The tag of the `send` that sent it: the sender's messages are in tag order.
-    pub tag: u64,
-    /// When it was sent, in milliseconds since the Unix epoch.
-    pub at: u64,
-    /// The payload, postcard-encoded.
-    pub payload: Vec<u8>,
-}
-
-/// A host that joined a store hosts share, as the store knows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostInfo {
-    /// Its number.
-    pub id: u64,
-    /// Who it is: its machine's name and its pid.
-    pub name: String,
-    /// Whether its lease holds.
-    pub alive: bool,
-}
-
-/// A host of a store hosts share, with its lease and its work.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostRow {
-    /// As [`Submit::host_info`] reads it.
-    pub info: HostInfo,
-    /// When its lease runs out, in milliseconds since the Unix epoch.
-    pub lease_until: Option<u64>,
-    /// The unfinished workflows it owns.
-    pub workflows: u64,
-}
-
-/// Where a workflow stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
-    /// Not finished.
-    Running,
-    /// Finished with a result.
-    Done,
-    /// Finished with a failure.
-    Failed,
-}
-
-impl State {
-    /// From the code both stores keep it as: 0 running, 1 done, anything else failed.
-    pub(crate) fn from_code(code: i64) -> State {
-        match code {
-            0 => State::Running,
-            1 => State::Done,
-            _ => State::Failed,
-        }
-    }
-
-    /// "running", "done", "failed".
-    #[cfg(feature = "testing")]
-    pub fn name(self) -> &'static str {
-        match self {
-            State::Running => "running",
-            State::Done => "done",
-            State::Failed => "failed",
-        }
-    }
-
-    /// The code both stores keep it as.
-    pub(crate) fn code(self) -> i64 {
-        match self {
-            State::Running => 0,
-            State::Done => 1,
-            State::Failed => 2,
-        }
-    }
-}
-
-/// A workflow as the store has it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Workflow {
-    /// How it started.
-    pub start: NewWorkflow,
-    /// Where it stands.
-    pub state: State,
-    /// How it ended, once it has.
-    pub ending: Option<Ending>,
-    /// When it ended, in milliseconds since the Unix epoch.
-    pub finished: Option<u64>,
-    /// Steps journaled.
-    pub steps: u64,
-    /// A cancel was asked for; and whether a step took it.
-    pub cancel: Cancel,
-    /// Why its journal (or its tree's) cannot be read back, if a host found it so: it is left
-    /// as it was, to be resumed once the store is repaired or the build fixed.
-    pub damaged: Option<String>,
-    /// Messages the store holds for it, not refused: waiting to be taken while it runs, never
-    /// read once it has ended.
-    pub unread: u64,
-    /// On a store hosts share, the host that owns it (runs it, or ran it last).
-    pub owner: Option<u64>,
-    /// Paused by an operator: it takes no step until it is unpaused.
-    pub paused: bool,
-}
-
-/// Whether a workflow was asked to cancel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cancel {
-    /// Never.
-    No,
-    /// Asked, not yet taken by a step.
-    Asked,
-    /// Taken by a step.
-    Taken,
-}
-
-impl Cancel {
-    /// From the code both stores keep it as: 0 never asked, 1 asked, anything else taken.
-    pub(crate) fn from_code(code: i64) -> Cancel {
-        match code {
-            0 => Cancel::No,
-            1 => Cancel::Asked,
-            _ => Cancel::Taken,
-        }
-    }
-}
-
-impl Ending {
-    /// How a workflow in `state` ended, from its `result`, `error_kind` and `error` columns.
-    pub(crate) fn from_columns(
-        state: State,
-        result: Option<Vec<u8>>,
-        kind: Option<String>,
-        message: Option<String>,
-    ) -> Option<Ending> {
-        match state {
-            State::Running => None,
-            State::Done => Some(Ending::Done(result.unwrap_or_default())),
-            State::Failed => Some(Ending::Failed {
-                kind: kind.unwrap_or_default(),
-                message: message.unwrap_or_default(),
-            }),
-        }
-    }
-}
-
-/// One journaled step, read back.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Step {
-    /// Its position, from 1.
-    pub seq: u64,
-    /// When it ran, in milliseconds since the Unix epoch.
-    pub at: u64,
-    /// The record, postcard-encoded.
-    pub record: Vec<u8>,
-}
-
-/// A message the store holds: waiting for its receiver, or refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoredMessage {
-    /// As sent.
-    pub message: NewMessage,
-    /// Why it was refused, if it was.
-    pub refused: Option<String>,
-}
-
-/// The messages of `ops` that are sent and taken within them: a message sent by one step and
-/// taken by a later one of the same batch (a workflow delivers to another before its commit) is
 /// neither inserted nor deleted. Also the highest message number sent.
 pub(crate) fn elided(ops: &[Op]) -> (HashSet<u64>, Option<u64>) {
     let mut sent = HashSet::new();

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use tokio_postgres::{AsyncMessage, NoTls};
 
 use super::{describe, redact, FIRST_RETRY, LAST_RETRY};
-use crate::durable::store::{StoreError, StoreResult, Wake};
+use crate::{StoreError, StoreErrorKind, StoreResult, Wake};
 
 /// How often a listener checks whether it must stop.
 const TICK: Duration = Duration::from_millis(200);
@@ -28,7 +28,12 @@ pub(super) fn start(
         .name("wfhost-listen".into())
         .spawn(move || listen(&url, &config, &wake, &stop))
         .map(drop)
-        .map_err(|e| StoreError::new(format_args!("could not start the listener's thread: {e}")))
+        .map_err(|e| {
+            StoreError::new(
+                StoreErrorKind::Unavailable,
+                format_args!("could not start the listener's thread: {e}"),
+            )
+        })
 }
 
 fn listen(url: &str, config: &tokio_postgres::Config, wake: &Wake, stop: &AtomicBool) {

@@ -5,9 +5,8 @@
 use tokio_postgres::Row;
 
 use super::{Conn, Error, PgStore};
-use crate::durable::store::{
-    stored_time, time_read, Op, ScheduleAdvance, ScheduleRow, StoreResult,
-};
+use crate::time::{stored_time, time_read};
+use crate::{Op, ScheduleAdvance, ScheduleRow, StoreResult};
 
 /// The columns, in the order `row` reads them.
 macro_rules! columns {

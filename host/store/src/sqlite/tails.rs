@@ -5,8 +5,8 @@
 use std::iter::Peekable;
 
 use super::{sql, SqliteStore};
-use crate::durable::store::roles::Visit;
-use crate::durable::store::{NewSnapshot, Step, StoreResult};
+use crate::roles::Visit;
+use crate::{NewSnapshot, Step, StoreResult};
 
 /// The snapshots of the unfinished workflows, by number.
 const SNAPSHOTS: &str = "SELECT w.num, s.seq, s.module, s.state FROM workflows w \
@@ -50,7 +50,7 @@ where
 }
 
 impl SqliteStore {
-    /// [`Read::tails`](crate::durable::store::Read::tails) in one pass.
+    /// [`Read::tails`](crate::Read::tails) in one pass.
     pub(super) fn tails_in_one_pass(&mut self, nums: &[u64], visit: Visit<'_>) -> StoreResult<()> {
         let what = "reading the journals to recover";
         // One read transaction: the three scans see one state of the store, whatever the

@@ -196,7 +196,7 @@ mod tests {
     /// The kept counts tell a cancel by its failure kind's name, written out in the migration.
     #[test]
     fn the_kept_counts_know_a_cancel_by_its_kind() {
-        let cancelled = format!("'{}'", wfhost_scheduler::FailureKind::Cancelled.name());
+        let cancelled = format!("'{}'", crate::CANCELLED);
         assert!(super::MIGRATIONS[7].contains(&cancelled));
     }
 }

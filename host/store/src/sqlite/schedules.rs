@@ -3,7 +3,8 @@
 
 use rusqlite::{params, OptionalExtension, Row, Transaction};
 
-use crate::durable::store::{stored_time, time_read, Op, ScheduleAdvance, ScheduleRow};
+use crate::time::{stored_time, time_read};
+use crate::{Op, ScheduleAdvance, ScheduleRow};
 
 const COLUMNS: &str = "id, spec, module, module_name, entry, input, overlap, catch_up, \
     jitter_ms, paused, next_fire, last_workflow, buffered, fired, created";

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use super::SqliteStore;
-use crate::durable::store::{StoreError, StoreResult};
+use crate::{StoreError, StoreErrorKind, StoreResult};
 
 impl SqliteStore {
     /// Copies the store at `path` to `to` (which must not exist), beside the host that may be
@@ -15,21 +15,27 @@ impl SqliteStore {
     pub fn backup(path: impl AsRef<Path>, to: impl AsRef<Path>) -> StoreResult<()> {
         let (path, to) = (path.as_ref(), to.as_ref());
         if to.exists() {
-            return Err(StoreError::new(format_args!(
-                "{} exists: give the copy a new file (it is never overwritten)",
-                to.display()
-            )));
+            return Err(StoreError::new(
+                StoreErrorKind::Invalid,
+                format_args!(
+                    "{} exists: give the copy a new file (it is never overwritten)",
+                    to.display()
+                ),
+            ));
         }
         let partial = partial_name(to);
         // Never one of the store's own files: this process may hold a connection to it, and
         // opening, closing or removing any of them outside SQLite breaks its locks.
         for copy in [to, &partial] {
             if let Some(own) = own_file(path, copy) {
-                return Err(StoreError::new(format_args!(
-                    "{} is the store's own {own}: give the copy a file beside it, not one of \
+                return Err(StoreError::new(
+                    StoreErrorKind::Invalid,
+                    format_args!(
+                        "{} is the store's own {own}: give the copy a file beside it, not one of \
                      its files",
-                    copy.display()
-                )));
+                        copy.display()
+                    ),
+                ));
             }
         }
         // Any version: the copy is the file as it is, never migrated first.
@@ -46,10 +52,10 @@ impl SqliteStore {
                     sync(dir.unwrap_or(Path::new(".")))
                 })
                 .map_err(|e| {
-                    StoreError::new(format_args!(
-                        "could not finish the copy {}: {e}",
-                        to.display()
-                    ))
+                    StoreError::new(
+                        StoreErrorKind::Unavailable,
+                        format_args!("could not finish the copy {}: {e}", to.display()),
+                    )
                 })
         });
         if copied.is_err() {

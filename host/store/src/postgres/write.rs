@@ -16,8 +16,9 @@ use tokio_postgres::{Client, Error, Statement};
 use super::{describe, Conn};
 use std::collections::HashSet;
 
-use crate::durable::store::{
-    elided, Ending, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, StoreError,
+use crate::ops::elided;
+use crate::{
+    Ending, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, StoreError, StoreErrorKind,
 };
 
 /// A batch, checked and laid out for writing.
@@ -621,46 +622,51 @@ pub(super) fn committed(conn: &mut Conn, host: i64) -> Result<i64, Error> {
 
 /// A commit the database refused, said so that the user knows what to do.
 pub(super) fn failure(url: &str, error: &Error) -> StoreError {
-    let why = match error.code() {
-        Some(code) if code.code() == super::schema::LEASE_LOST => {
+    let (kind, why) = match error.code() {
+        Some(code) if code.code() == super::schema::LEASE_LOST => (
+            StoreErrorKind::Fenced,
             "this host lost its lease (it could not renew it in time: paused, cut off from the \
              database, or overloaded), and another host may have taken its workflows over; its \
              workflows stop here, where their journals end, and whoever owns them now goes on"
-                .to_string()
-        }
-        Some(code) if *code == SqlState::DISK_FULL => {
+                .to_string(),
+        ),
+        Some(code) if *code == SqlState::DISK_FULL => (
+            StoreErrorKind::Full,
             "the database server's disk is full: free space and start again; what was written \
              before resumes"
-                .to_string()
-        }
-        Some(code) if *code == SqlState::READ_ONLY_SQL_TRANSACTION => {
+                .to_string(),
+        ),
+        Some(code) if *code == SqlState::READ_ONLY_SQL_TRANSACTION => (
+            StoreErrorKind::Unavailable,
             "the database is read-only (a standby, or default_transaction_read_only): point \
              --store at the primary and start again; what was written before resumes"
-                .to_string()
-        }
+                .to_string(),
+        ),
         Some(code) if *code == SqlState::UNIQUE_VIOLATION => {
             let constraint = error
                 .as_db_error()
                 .and_then(|db| db.constraint())
                 .unwrap_or_default();
-            match constraint {
+            let why = match constraint {
                 "steps_pkey" => format!(
                     "a step is in the store already ({}): does another host write to this \
                      store's workflows?",
                     describe(error)
                 ),
-                "workflows_id_key" => {
-                    format!(
-                        "a workflow with this id is in the store already ({})",
-                        describe(error)
-                    )
-                }
+                "workflows_id_key" => format!(
+                    "a workflow with this id is in the store already ({})",
+                    describe(error)
+                ),
                 _ => describe(error),
-            }
+            };
+            (StoreErrorKind::Conflict, why)
         }
-        _ => describe(error),
+        _ => (super::conn::kind_of(error), describe(error)),
     };
-    StoreError::new(format_args!("could not write to the store {url}: {why}"))
+    StoreError::new(
+        kind,
+        format_args!("could not write to the store {url}: {why}"),
+    )
 }
 
 /// The rows (steps, messages, starts) of each part of a batch's plan; 0 for an end, a cancel or a
@@ -789,7 +795,7 @@ fn part_of(op: &Op) -> Result<Part<'_>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::durable::store::{NewMessage, NewStep};
+    use crate::{NewMessage, NewStep};
 
     fn step(num: u64, seq: u64, consumed: Vec<u64>) -> Op {
         Op::Step(NewStep {

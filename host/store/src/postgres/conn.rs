@@ -7,6 +7,7 @@ use std::error::Error as _;
 use tokio_postgres::{Client, NoTls, Statement};
 
 use super::SyncMode;
+use crate::StoreErrorKind;
 
 /// A connection, the runtime that drives it, and the statements prepared on it.
 pub(super) struct Conn {
@@ -122,6 +123,20 @@ pub(super) fn retryable(error: &Error) -> bool {
         None => error
             .source()
             .is_some_and(|source| source.is::<std::io::Error>()),
+    }
+}
+
+/// What kind of failure `error` is: the database's own codes for a full disk, a conflict and
+/// damage; anything else is the store being unavailable.
+pub(super) fn kind_of(error: &Error) -> StoreErrorKind {
+    match error.code().map(|code| code.code()) {
+        // Insufficient resources: disk full, out of memory, too many connections.
+        Some("53100") => StoreErrorKind::Full,
+        // Integrity constraint violations.
+        Some(code) if code.starts_with("23") => StoreErrorKind::Conflict,
+        // Data corrupted, index corrupted.
+        Some("XX001" | "XX002") => StoreErrorKind::Damaged,
+        _ => StoreErrorKind::Unavailable,
     }
 }
 

@@ -9,7 +9,7 @@ use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::durable::store::{StoreError, StoreResult};
+use crate::{StoreError, StoreErrorKind, StoreResult};
 
 /// The lock a host holds on a SQLite store; released when dropped (or when the process ends).
 #[derive(Debug)]
@@ -74,12 +74,15 @@ impl HostLock {
             .truncate(false)
             .open(&path)
             .map_err(|e| {
-                StoreError::new(format_args!(
-                    "could not open the lock file {} of the store {}: {e} (the host needs to \
+                StoreError::new(
+                    StoreErrorKind::Unavailable,
+                    format_args!(
+                        "could not open the lock file {} of the store {}: {e} (the host needs to \
                      write beside the store's file)",
-                    path.display(),
-                    db.display()
-                ))
+                        path.display(),
+                        db.display()
+                    ),
+                )
             })?;
         let started = std::time::Instant::now();
         loop {
@@ -99,12 +102,15 @@ impl HostLock {
                     return Err(held(db, &holder));
                 }
                 Err(TryLockError::Error(e)) => {
-                    return Err(StoreError::new(format_args!(
-                        "could not lock the store {} ({}: {e}): is its file system one that \
+                    return Err(StoreError::new(
+                        StoreErrorKind::Unavailable,
+                        format_args!(
+                            "could not lock the store {} ({}: {e}): is its file system one that \
                          supports locks?",
-                        db.display(),
-                        path.display()
-                    )))
+                            db.display(),
+                            path.display()
+                        ),
+                    ))
                 }
             }
         }
@@ -150,7 +156,9 @@ fn read_holder(file: &mut File) -> Holder {
 
 /// The error for a store that another host holds.
 fn held(db: &Path, holder: &Holder) -> StoreError {
-    StoreError::new(format_args!(
+    StoreError::new(
+        StoreErrorKind::Held,
+        format_args!(
         "the store {db} is held by another host ({holder}), and a SQLite store has one host at a \
          time: stop that host first (what it runs stays in the store and goes on with the next \
          host), or let it run the work; beside it, `wfhost list`, `status`, `result`, `history` \
@@ -158,7 +166,8 @@ fn held(db: &Path, holder: &Holder) -> StoreError {
          serve a PostgreSQL store (`wfhost serve --store postgres://...`) and use `wfhost \
          start`, `send` and `cancel`",
         db = db.display()
-    ))
+    ),
+    )
 }
 
 /// This program and its subcommand (`wfhost serve`), without its arguments: they may hold
