@@ -24,10 +24,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::env_count as count;
-use wfhost::http::{Api, ServeOptions, Serving};
 use wfhost::tasks::{TaskSettings, Tasks};
 use wfhost::{Client, Grants, Host, HostBuilder, Payload, SyncMode};
 use wfhost_client::wire::CompleteRequest;
+use wfhost_server::http::{Api, ServeOptions, Serving};
 use wfhost_test_programs::PROBE;
 
 const FUNCTION: &str = "bench.echo";

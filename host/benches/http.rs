@@ -32,8 +32,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{env_count as count, median};
-use wfhost::http::{Api, ServeOptions};
 use wfhost::{Client, Grants, Host, Metrics, Payload, SyncMode};
+use wfhost_server::http::{Api, ServeOptions};
 use wfhost_test_programs::{PROBE, RING};
 
 fn main() {
@@ -121,7 +121,7 @@ fn starts(rounds: usize, dir: &Path) {
         .hash;
     let api = Api::new(Some(library.clone())).max_store_calls(count(
         "WFHOST_BENCH_STORE_CALLS",
-        wfhost::http::DEFAULT_MAX_STORE_CALLS,
+        wfhost_server::http::DEFAULT_MAX_STORE_CALLS,
     ));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
     let serving = api.serve(listener, ServeOptions::new()).expect("serving");

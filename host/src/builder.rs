@@ -324,7 +324,7 @@ impl HostBuilder {
     }
 
     /// The board that activity workers take tasks from: share it with the HTTP API that they
-    /// poll ([`Api::tasks`](crate::http::Api::tasks)), and with the hosts that replace this one.
+    /// poll (`Api::tasks` of crate `wfhost-server`), and with the hosts that replace this one.
     pub fn tasks(mut self, tasks: Tasks) -> HostBuilder {
         self.tasks = Some(tasks);
         self

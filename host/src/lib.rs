@@ -47,13 +47,11 @@ mod error;
 mod functions;
 mod grants;
 mod host;
-pub mod http;
 mod metrics;
 mod modules;
 mod observe;
 mod run;
 pub mod schedules;
-mod server;
 mod spawner;
 pub mod tasks;
 pub mod testing;
@@ -65,9 +63,9 @@ pub use builder::{
 };
 pub use capacity::{Capacity, CapacityLimit, MemoryImages};
 pub use client::{
-    utc_time, Cancelled, Client, Failure, HistoryStep, HostStatus, ListQuery, Narrator, OpenYield,
-    OutboxMessage, OutboxPage, Page, PauseChange, PruneQuery, Pruned, Started, StoredModule, Waits,
-    WorkflowCounts, WorkflowState, WorkflowStatus,
+    utc_time, Cancelled, Client, Failure, Fired, HistoryStep, HostStatus, ListQuery, Narrator,
+    OpenYield, OutboxMessage, OutboxPage, Page, PauseChange, PruneQuery, Pruned, Started,
+    StoredModule, Waits, WorkflowCounts, WorkflowState, WorkflowStatus, SCHEDULES_LOOK_EVERY,
 };
 pub use durable::snapshot::Snapshots;
 pub use durable::store::SyncMode;
@@ -82,7 +80,6 @@ pub use host::Host;
 pub use metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 pub use observe::Observer;
 pub use run::{Message, Run, SpawnOptions};
-pub use server::{Server, Stopper, DEFAULT_CLAIM, DEFAULT_POLL, DEFAULT_SERVE_GRACE};
 pub use wasm::reads::Read as WasiRead;
 pub use wasm::{Hibernation, Limits, ModuleInfo, Residency, DEFAULT_MAX_CPU_TIME};
 pub use wfcontract as contract;

@@ -48,6 +48,10 @@ pub const EXPORT_PANIC_MESSAGE: &str = "wfhost_panic_message";
 /// The guest's linear memory.
 pub const EXPORT_MEMORY: &str = "memory";
 
+/// The module of WASI preview 1's functions, the imports a guest may have besides
+/// [`IMPORT_MODULE`]'s.
+pub const WASI_MODULE: &str = "wasi_snapshot_preview1";
+
 /// The module of the one function the host gives a guest besides WASI preview 1.
 pub const IMPORT_MODULE: &str = "wfhost";
 /// `(ptr: i32, len: i32) -> i32`: whether the patch named by the UTF-8 bytes at `ptr` applies

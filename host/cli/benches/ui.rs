@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use fantoccini::Client as Browser;
 use serde_json::Value;
-use wfhost::http::{Api, ServeOptions};
 use wfhost::{Client, Grants, Host, Payload, SyncMode};
+use wfhost_server::http::{Api, ServeOptions};
 
 /// The long workflow's steps: its first, and one a timer.
 const STEPS: u64 = 10_000;

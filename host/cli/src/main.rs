@@ -1,7 +1,9 @@
 //! The `wfhost` command: build, inspect and run workflow modules.
 
+mod args;
 mod commands;
 mod events;
+mod exit;
 mod output;
 
 use std::io::IsTerminal;
@@ -75,7 +77,7 @@ fn main() -> ExitCode {
         Err(error) if output::is_broken_pipe(&error) => output::die_of_broken_pipe(),
         Err(error) => {
             eprintln!("error: {error:#}");
-            ExitCode::from(commands::exit_code(&error))
+            ExitCode::from(exit::exit_code(&error))
         }
     }
 }

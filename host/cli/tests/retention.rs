@@ -96,7 +96,13 @@ fn prune_removes_the_finished_trees_before_its_cutoff_and_leaves_the_rest() {
                 ..Default::default()
             })
             .unwrap_err();
-        assert!(bad_age.to_string().contains("not an age"), "{bad_age}");
+        assert_eq!(bad_age.status(), Some(400), "{bad_age}");
+        assert!(
+            bad_age
+                .to_string()
+                .contains("older_than: '3 weeks' is not a duration"),
+            "{bad_age}"
+        );
     }
 }
 

@@ -32,8 +32,9 @@
 #![deny(missing_docs)]
 
 mod client;
+pub mod duration;
 mod error;
 pub mod wire;
 
-pub use client::{parse_wait, segment, Client, DEFAULT_TIMEOUT};
+pub use client::{segment, Client, DEFAULT_TIMEOUT};
 pub use error::{Error, Result};

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use wfcontract::CommandKind;
 
+use crate::config::Config;
 use crate::handlers::{Handler, Handlers, SpawnHandler, Spawner};
-use crate::inbox::MailboxLimit;
 use crate::observe::Observer;
 use crate::scheduler::Scheduler;
 
@@ -24,33 +24,6 @@ pub const DEFAULT_MAX_WATCHERS: usize = 1_000;
 /// The most completions of its own yields a process may leave untaken, unless
 /// [`Builder::max_waiting_completions`] says otherwise.
 pub const DEFAULT_MAX_WAITING_COMPLETIONS: usize = 50_000;
-
-/// Scheduler settings. Build one with [`Builder`].
-#[derive(Clone, Debug)]
-pub(crate) struct Config {
-    pub(crate) workers: usize,
-    pub(crate) budget: usize,
-    pub(crate) thread_name: String,
-    pub(crate) cancel_grace: Option<Duration>,
-    pub(crate) max_processes: Option<usize>,
-    pub(crate) mailbox_limit: Option<usize>,
-    pub(crate) mailbox_bytes: Option<usize>,
-    pub(crate) max_children: Option<usize>,
-    pub(crate) stack_size: Option<usize>,
-    pub(crate) max_sleeps: usize,
-    pub(crate) max_watchers: usize,
-    pub(crate) max_waiting_completions: usize,
-    pub(crate) step_bytes: usize,
-}
-
-impl Config {
-    pub(crate) fn mailbox(&self) -> MailboxLimit {
-        MailboxLimit {
-            messages: self.mailbox_limit.unwrap_or(usize::MAX),
-            bytes: self.mailbox_bytes.unwrap_or(usize::MAX),
-        }
-    }
-}
 
 /// Configures and starts a [`Scheduler`].
 pub struct Builder {

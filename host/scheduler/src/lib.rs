@@ -50,7 +50,9 @@
 
 mod builder;
 mod clock;
+mod config;
 mod counters;
+mod error;
 mod handle;
 mod handlers;
 mod inbox;
@@ -64,6 +66,7 @@ mod queue;
 mod scheduler;
 mod shared;
 mod slot;
+mod spawn;
 mod state;
 mod sync;
 mod targets;
@@ -75,7 +78,8 @@ pub use builder::{
     DEFAULT_MAX_WATCHERS,
 };
 pub use counters::Counters;
-pub use handle::{Error, ProcessHandle, SchedulerHandle, Spawn, WeakSchedulerHandle};
+pub use error::Error;
+pub use handle::{ProcessHandle, SchedulerHandle, WeakSchedulerHandle};
 pub use handlers::{
     emit as emit_guest_log, join_handler, offer_to_host, send_handler, Completer, Context, Handler,
     HostOffer, Request, Spawner,
@@ -87,6 +91,7 @@ pub use process::{
     Release, Waker, WakerSource,
 };
 pub use scheduler::{Scheduler, ShutdownReport, DEFAULT_GRACE};
+pub use spawn::Spawn;
 pub use wfcontract::{
     Command, CommandError, CommandKind, Event, EventKind, Payload, Pid, Status, StepOutput, Tag,
     Yield,

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::builder::{BuildError, Builder, Config, Hooks};
+use crate::builder::{BuildError, Builder, Hooks};
+use crate::config::Config;
 use crate::handle::SchedulerHandle;
 use crate::handlers::Handlers;
 use crate::observe::Observer;

@@ -10,9 +10,9 @@ use crossbeam_utils::CachePadded;
 use dashmap::DashMap;
 use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
 
-use crate::builder::Config;
+use crate::config::Config;
 use crate::counters::{Counter, CounterSet};
-use crate::handle::{Error, Spawn};
+use crate::error::Error;
 use crate::handlers::Handlers;
 use crate::inbox::Refused;
 use crate::observe::Observer;
@@ -20,6 +20,7 @@ use crate::park::Idle;
 use crate::process::{FailureKind, ProcessError, ProcessResult};
 use crate::queue::{Queues, Task};
 use crate::slot::{Body, Notice, Slot, Start, TableHash};
+use crate::spawn::Spawn;
 use crate::state::{Notify, Wake};
 use crate::timer::{Action, Timer};
 use crate::worker;
@@ -675,8 +676,8 @@ mod tests {
 
     use wfcontract::{Payload, Status, StepOutput};
 
-    use crate::handle::Spawn;
     use crate::process::{Events, InitContext, Process, ProcessError};
+    use crate::spawn::Spawn;
     use crate::{Error, Scheduler};
 
     /// Waits for messages for ever.

@@ -25,7 +25,7 @@ use std::time::Duration;
 use wfcontract::Payload;
 
 pub use prune::{PruneQuery, Pruned};
-pub(crate) use schedules::LOOK_EVERY;
+pub use schedules::{Fired, SCHEDULES_LOOK_EVERY};
 pub use types::{
     Cancelled, Failure, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
     PauseChange, Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus,

@@ -36,6 +36,12 @@ impl PruneQuery {
         }
     }
 
+    /// The workflows that finished more than `age` ago, whatever their end.
+    pub fn finished_more_than(age: std::time::Duration) -> PruneQuery {
+        let age = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+        PruneQuery::finished_before(crate::durable::now_millis().saturating_sub(age))
+    }
+
     /// Only those that ended as `status` says.
     pub fn status(mut self, status: WorkflowState) -> PruneQuery {
         self.status = Some(status);

@@ -200,7 +200,7 @@ impl RemoteBackend {
         use crate::schedules::When;
         let (cron, time_zone, every) = match &schedule.when {
             When::Cron { expression, zone } => (Some(expression.clone()), Some(zone.clone()), None),
-            When::Every(interval) => (None, None, Some(format!("{}ms", interval.as_millis()))),
+            When::Every(interval) => (None, None, Some(wfhost_client::duration::format(*interval))),
         };
         let request = wire::ScheduleRequest {
             id: schedule.id.clone(),
@@ -212,7 +212,7 @@ impl RemoteBackend {
             input: json_of(&schedule.input, "the input")?,
             overlap: Some(schedule.overlap.name().to_string()),
             catch_up: Some(schedule.catch_up.name()),
-            jitter: Some(format!("{}ms", schedule.jitter.as_millis())),
+            jitter: Some(wfhost_client::duration::format(schedule.jitter)),
         };
         schedule_of(
             self.api()?
@@ -379,7 +379,7 @@ impl RemoteBackend {
         let params = OutboxParams {
             after: after.map(str::to_string),
             limit: Some(limit),
-            wait: wait.map(|w| format!("{}ms", w.as_millis())),
+            wait: wait.map(wfhost_client::duration::format),
         };
         let page = self.api()?.outbox(id, &params).map_err(|e| error(&e))?;
         let status = self.status(id)?;

@@ -10,13 +10,16 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::schedules::{firing_id, plan, NewSchedule, Schedule};
 use crate::Started;
 
-/// What a look at the schedules did.
+/// What a look at the schedules did ([`Client::fire_schedules`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Fired {
+#[non_exhaustive]
+pub struct Fired {
     /// Workflows started (or found started by another host: a firing starts once).
-    pub(crate) started: u64,
+    pub started: u64,
     /// Firings skipped (missed and not caught up, or overlapping).
-    pub(crate) skipped: u64,
+    pub skipped: u64,
+    /// When the look began, in milliseconds since the Unix epoch: the `since` of the next.
+    pub at: u64,
 }
 
 impl Client {
@@ -156,12 +159,17 @@ impl Client {
         }
     }
 
-    /// Fires what is due of every schedule at `now` (a server's schedule thread calls it):
-    /// each firing a workflow whose id says which firing it is, so that a firing starts once
-    /// however many hosts look.
-    /// `since`: when this host's previous look began, if it looked before.
-    pub(crate) fn fire_schedules(&self, now: u64, since: Option<u64>) -> Result<Fired> {
-        let mut fired = Fired::default();
+    /// Fires what is due of every schedule now (a server's schedule thread calls it, every
+    /// [`SCHEDULES_LOOK_EVERY`]): each firing a workflow whose id says which firing it is, so
+    /// that a firing starts once however many hosts look. `since`: when this host's previous
+    /// look began ([`Fired::at`]), if it looked before. A client of a server fires nothing (the
+    /// server does).
+    pub fn fire_schedules(&self, since: Option<u64>) -> Result<Fired> {
+        let now = now_millis();
+        let mut fired = Fired {
+            at: now,
+            ..Fired::default()
+        };
         let rows = match &*self.backend {
             Backend::Store(store) => store.read(|s| s.schedules())?,
             Backend::Serving(serving) => serving.store.read(|s| s.schedules())?,
@@ -250,7 +258,11 @@ impl Client {
             started,
         };
         self.write_schedule(Op::AdvanceSchedule(advance), &schedule.id)?;
-        Ok(Fired { started, skipped })
+        Ok(Fired {
+            started,
+            skipped,
+            at: now,
+        })
     }
 }
 
@@ -284,4 +296,4 @@ fn unknown(id: &str) -> Error {
 }
 
 /// How long a server's schedule thread waits between looks at most.
-pub(crate) const LOOK_EVERY: Duration = Duration::from_millis(200);
+pub const SCHEDULES_LOOK_EVERY: Duration = Duration::from_millis(200);

@@ -522,6 +522,17 @@ pub enum PauseChange {
     Ended(WorkflowState),
 }
 
+impl PauseChange {
+    /// Its name, as the HTTP API says it: `done`, `already` or `ended`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PauseChange::Done => "done",
+            PauseChange::Already => "already",
+            PauseChange::Ended(_) => "ended",
+        }
+    }
+}
+
 /// What a [`Client::cancel`](super::Client::cancel) did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -532,4 +543,15 @@ pub enum Cancelled {
     AskedBefore,
     /// The workflow had ended: nothing to cancel.
     Ended(WorkflowState),
+}
+
+impl Cancelled {
+    /// Its name, as the HTTP API says it: `asked`, `asked_before` or `ended`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cancelled::Asked => "asked",
+            Cancelled::AskedBefore => "asked_before",
+            Cancelled::Ended(_) => "ended",
+        }
+    }
 }

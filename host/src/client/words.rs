@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 use wfcontract::{Command, Encoding, Event, EventKind, Payload, Pid, Status, Yield};
 
-use super::types::HistoryStep;
+use super::types::{HistoryStep, Page};
+use super::Client;
+use crate::error::Result;
 
 /// The most of a payload the text shows; the JSON has all of it.
 const SHOWN: usize = 1_000;
@@ -467,6 +469,75 @@ fn duration_text(d: std::time::Duration) -> String {
         3600..86_400 => format!("{}h {}m", secs / 3600, secs % 3600 / 60),
         _ => format!("{}d {}h", secs / 86_400, secs % 86_400 / 3600),
     }
+}
+
+impl Client {
+    /// A narrator that names other workflows by their ids in this client's store.
+    pub fn narrator(&self) -> Narrator<'static> {
+        let client = self.clone();
+        Narrator::new(move |number| client.id_of(number).ok().flatten())
+    }
+
+    /// A page of workflow `id`'s journal ([`Client::history`]) and a narrator ready to tell it:
+    /// one that knows the commands the page's completions answer, read back from the steps
+    /// before the page. What `wfhost history` and the HTTP API's history both tell.
+    pub fn history_in_words(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Page<HistoryStep>, Narrator<'static>)> {
+        let page = self.history(id, after, limit)?;
+        let mut narrator = self.narrator();
+        learn_what_completions_answer(self, id, &page.items, &mut narrator)?;
+        Ok((page, narrator))
+    }
+}
+
+/// The most steps before a page that are read to find the commands its completions answer
+/// (a completion of one yielded further back is told without the command's kind).
+const LOOK_BACK: u64 = 100_000;
+
+/// Steps read at a time looking back.
+const LOOK_BACK_WINDOW: u64 = 1_000;
+
+/// Teaches `narrator` the commands that the completions in `steps` answer and that were
+/// yielded before them: read back from the steps before, a window at a time, until each is
+/// found (a completion mostly answers a command of the steps just before it).
+fn learn_what_completions_answer(
+    client: &Client,
+    id: &str,
+    steps: &[HistoryStep],
+    narrator: &mut Narrator<'_>,
+) -> Result<()> {
+    let Some(first) = steps.first().map(|step| step.seq) else {
+        return Ok(());
+    };
+    let mut yielded = std::collections::HashSet::new();
+    let mut missing = std::collections::HashSet::new();
+    for step in steps {
+        for event in &step.events {
+            if event.kind == EventKind::YieldComplete && !yielded.contains(&event.tag.0) {
+                missing.insert(event.tag.0);
+            }
+        }
+        yielded.extend(step.yields.iter().map(|y| y.tag.0));
+    }
+    let mut before = first;
+    while !missing.is_empty() && before > 1 && first - before < LOOK_BACK {
+        let from = before.saturating_sub(LOOK_BACK_WINDOW).max(1);
+        let window =
+            client.history(id, Some(&super::cursor(from - 1)), (before - from) as usize)?;
+        for step in window.items.iter().rev() {
+            for y in &step.yields {
+                if missing.remove(&y.tag.0) {
+                    narrator.learn_command(y.tag.0, y.command.clone());
+                }
+            }
+        }
+        before = from;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

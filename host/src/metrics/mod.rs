@@ -173,6 +173,35 @@ impl std::fmt::Debug for Core {
 }
 
 impl Metrics {
+    /// Counts a request that a server of this host's API answered: the route it matched (its
+    /// pattern, `/v1/workflows/{id}`), its method, its status, and how long the answer took.
+    pub fn http_request(&self, route: &str, method: &str, status: u16, took: std::time::Duration) {
+        let route: Arc<str> = Arc::from(route);
+        self.core
+            .http_requests
+            .get_or_create(&Request {
+                route: Arc::clone(&route),
+                method: Arc::from(method),
+                status,
+            })
+            .inc();
+        self.core
+            .http_seconds
+            .get_or_create(&Route { route })
+            .observe(took.as_secs_f64());
+    }
+
+    /// The open HTTP connections of a server of this host's API, changed by `change`.
+    pub fn http_connections(&self, change: i64) {
+        self.core.http_connections.inc_by(change);
+    }
+
+    /// The HTTP requests waiting for a workflow (`result?wait=`, `outbox?wait=`), changed by
+    /// `change`.
+    pub fn http_waiting(&self, change: i64) {
+        self.core.http_waiting.inc_by(change);
+    }
+
     /// An empty registry with wfhost's metrics in it.
     pub fn new() -> Metrics {
         let core = Arc::new(Core {

@@ -156,14 +156,14 @@ impl State {
         entry.attempt += 1;
         entry.taken = Some((token, deadline));
         self.deadlines.insert((deadline, number));
-        let task = Task {
-            task: name(number, token),
-            function: entry.function.to_string(),
-            input: entry.input.clone(),
-            idempotency_key: entry.key.clone(),
-            attempt: entry.attempt,
-            deadline: wall(deadline),
-        };
+        let task = Task::new(
+            name(number, token),
+            entry.function.to_string(),
+            entry.input.clone(),
+            entry.key.clone(),
+            entry.attempt,
+            wall(deadline),
+        );
         (task, deadline)
     }
 

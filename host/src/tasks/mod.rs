@@ -13,7 +13,6 @@
 //! recovery, with the same idempotency key, which puts the task back on the board.
 
 mod board;
-mod shared;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -21,76 +20,14 @@ use std::time::{Duration, Instant, SystemTime};
 use wfcontract::{CommandError, Payload};
 
 pub(crate) use board::Board;
-use shared::SharedBoard;
-
-/// How long a worker holds a task before it is offered to another, unless it heartbeats, unless
-/// [`Tasks::new`]'s settings say otherwise.
-pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Tasks waiting for a worker at once, at most, unless the settings say otherwise; calls past it
-/// fail with `limit-reached`.
-pub const DEFAULT_MAX_TASKS: usize = 1_000_000;
-
-/// How a [`Tasks`] board behaves.
-#[derive(Clone, Debug)]
-pub struct TaskSettings {
-    /// How long a worker holds a task without a heartbeat.
-    pub timeout: Duration,
-    /// Tasks on the board (queued or taken) at once, at most.
-    pub max_tasks: usize,
-}
-
-impl Default for TaskSettings {
-    fn default() -> Self {
-        TaskSettings {
-            timeout: DEFAULT_TASK_TIMEOUT,
-            max_tasks: DEFAULT_MAX_TASKS,
-        }
-    }
-}
-
-/// A task as a worker gets it.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct Task {
-    /// This delivery's name: completions and heartbeats give it back. Another delivery of the
-    /// same call (after this one's deadline) has another name.
-    pub task: String,
-    /// The function it calls.
-    pub function: String,
-    /// The call's input.
-    pub input: Payload,
-    /// The call's idempotency key (the same in every attempt and after a restart); `None` for a
-    /// process that is not durable.
-    pub idempotency_key: Option<String>,
-    /// Which delivery of the call this is, from 1.
-    pub attempt: u32,
-    /// When the task goes to another worker unless completed or heartbeaten.
-    pub deadline: SystemTime,
-}
-
-/// Why a completion or heartbeat was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum TaskError {
-    /// The name is not one the board gave out.
-    #[error("there is no task '{0}': its name is not one this server gave (was it given by another server, or before a restart?)")]
-    Unknown(String),
-    /// The task was given to another worker, finished, or given up on: this delivery is over.
-    #[error("task '{task}' has moved on: {why}; this completion was not applied")]
-    MovedOn {
-        /// The delivery's name.
-        task: String,
-        /// What became of it.
-        why: String,
-    },
-    /// The store that holds the tasks could not be reached: ask again.
-    #[error("the tasks' store could not be reached: {0}; ask again")]
-    Unavailable(String),
-}
+pub use wfhost_store::tasks::{
+    Task, TaskError, TaskSettings, DEFAULT_MAX_TASKS, DEFAULT_TASK_TIMEOUT,
+};
+use wfhost_store::PgTaskBoard as SharedBoard;
 
 /// The board of activity tasks: share one between the hosts that call worker functions
 /// ([`HostBuilder::worker_function`](crate::HostBuilder::worker_function)) and the HTTP API that
-/// workers poll ([`Api::tasks`](crate::http::Api::tasks)). Cheap to clone.
+/// workers poll (`Api::tasks` of crate `wfhost-server`). Cheap to clone.
 ///
 /// [`Tasks::new`] keeps the tasks in memory, for one host; [`Tasks::postgres`] keeps them in the
 /// PostgreSQL store hosts share, so that a worker may poll any of them.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use wasmparser::{Parser, Payload as Section, TypeRef};
 use wasmtime::{ExternType, InstancePre, Module, ModuleExport, ValType};
-use wfcontract::abi;
+use wfcontract::abi::{self, WASI_MODULE};
 use wfcontract::manifest::{self, Manifest};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -15,10 +15,6 @@ use crate::wasm::hibernate::HibernationPlan;
 use crate::wasm::instances::Instances;
 use crate::wasm::warm::WarmPool;
 use crate::wasm::{GuestState, Limits, WasmRuntime};
-
-/// The only import module a workflow may use: WASI preview 1, which the host links with nothing
-/// behind it (no files, no environment, no arguments).
-pub(crate) const WASI_MODULE: &str = "wasi_snapshot_preview1";
 
 /// What a module declares about itself, read without running it.
 #[derive(Clone, Debug, PartialEq, Eq)]

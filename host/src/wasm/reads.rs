@@ -15,8 +15,8 @@ use wasmtime::{Caller, Linker};
 
 use wfcontract::abi;
 
-use crate::wasm::module::WASI_MODULE;
 use crate::wasm::GuestState;
+use wfcontract::abi::WASI_MODULE;
 
 /// One value a guest read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

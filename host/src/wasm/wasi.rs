@@ -18,8 +18,8 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::WasiCtxBuilder;
 use wfcontract::Pid;
 
-use crate::wasm::module::WASI_MODULE;
 use crate::wasm::{Forbidden, GuestState};
+use wfcontract::abi::WASI_MODULE;
 
 /// A guest line longer than this is logged in pieces, so a guest cannot grow the host's buffer
 /// without bound by never writing a newline.

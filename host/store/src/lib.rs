@@ -12,21 +12,24 @@ mod error;
 mod location;
 mod ops;
 mod postgres;
+mod redact;
 mod roles;
 mod rows;
 #[cfg(feature = "testing")]
 pub mod shape;
 mod sqlite;
 mod sync;
+pub mod tasks;
 pub mod time;
 
 pub use error::{StoreError, StoreErrorKind, StoreResult};
-pub use location::{redact, ClientStore, HostStore, Location};
+pub use location::{ClientStore, HostStore, Location};
 pub use ops::{
     Ending, HostMessage, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, ScheduleAdvance,
     ScheduleRow,
 };
-pub use postgres::PgStore;
+pub use postgres::{PgStore, PgTaskBoard};
+pub use redact::redact;
 pub use roles::{
     Cluster, Filter, Held, Journal, PruneCandidate, PruneFilter, Read, StateCounts, Submit,
 };

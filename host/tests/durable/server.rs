@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use serde_json::json;
-use wfhost::{Client, Host, Payload, Server, SyncMode, WorkflowState};
+use wfhost::{Client, Host, Payload, SyncMode, WorkflowState};
+use wfhost_server::Server;
 use wfhost_test_programs::postgres::Postgres;
 use wfhost_test_programs::{PROBE, TINY};
 

@@ -11,7 +11,7 @@ pub struct CancelCommand {
     id: String,
 
     #[command(flatten)]
-    target: super::target::Target,
+    target: crate::args::target::Target,
 }
 
 impl CancelCommand {

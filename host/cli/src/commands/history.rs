@@ -10,14 +10,14 @@ use serde_json::{json, Value};
 use wfhost::contract::Pid;
 use wfhost::{HistoryStep, Narrator, WorkflowStatus};
 
-use super::durable::{status_word, time};
+use crate::args::show::{status_word, time};
 use crate::output::stdout_error;
 
 /// Shows the journal of one workflow: each step's events, WASI reads and yields, with times.
 #[derive(Debug, clap::Parser)]
 pub struct HistoryCommand {
     #[command(flatten)]
-    target: super::target::Target,
+    target: crate::args::target::Target,
 
     /// The workflow's id.
     id: String,
@@ -31,8 +31,7 @@ impl HistoryCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let client = self.target.client()?;
         let workflow = client.status(&self.id)?;
-        let resolver = client.clone();
-        let mut words = Narrator::new(move |number| resolver.id_of(number).ok().flatten());
+        let mut words = client.narrator();
         let mut out = std::io::stdout().lock();
         if self.json {
             writeln!(out, "{}", workflow_json(&workflow)).map_err(stdout_error)?;
@@ -79,7 +78,7 @@ const PAGE: usize = 500;
 pub(super) fn ending_text(workflow: &WorkflowStatus) -> String {
     match (&workflow.result, &workflow.error) {
         (_, Some(e)) => format!("{}: {}", e.kind, e.message),
-        (Some(payload), None) => super::run::render(payload).unwrap_or_default(),
+        (Some(payload), None) => crate::args::show::render(payload).unwrap_or_default(),
         (None, None) if workflow.is_finished() => "(a result that does not decode)".into(),
         (None, None) => String::new(),
     }

@@ -3,7 +3,7 @@
 use anyhow::Context as _;
 use wfhost::{ListQuery, WorkflowState};
 
-use super::durable::{status_word, time};
+use crate::args::show::{status_word, time};
 use crate::output::outln;
 
 /// Lists the workflows of a store, oldest first, a page at a time: id, entry point, status,
@@ -12,7 +12,7 @@ use crate::output::outln;
 #[derive(Debug, clap::Parser)]
 pub struct ListCommand {
     #[command(flatten)]
-    target: super::target::Target,
+    target: crate::args::target::Target,
 
     /// At most this many workflows (1 to 10000).
     #[arg(long, value_name = "N", default_value_t = 1000)]

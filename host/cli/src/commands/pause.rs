@@ -11,7 +11,7 @@ pub struct PauseCommand {
     id: String,
 
     #[command(flatten)]
-    target: super::target::Target,
+    target: crate::args::target::Target,
 }
 
 /// Unpauses a paused workflow: it takes what waited for it, and goes on where it was.
@@ -21,7 +21,7 @@ pub struct UnpauseCommand {
     id: String,
 
     #[command(flatten)]
-    target: super::target::Target,
+    target: crate::args::target::Target,
 }
 
 impl PauseCommand {

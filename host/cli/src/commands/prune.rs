@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use wfhost::{PruneQuery, WorkflowState};
 
-use super::limits::parse_duration;
+use crate::args::units::parse_duration;
 
 /// Removes the top-level workflows that finished longer ago than `--finished-before`, each with
 /// its whole tree (its children, theirs, ...) and everything of theirs: steps, snapshots,
@@ -23,7 +23,7 @@ pub struct PruneCommand {
     status: Option<String>,
 
     #[command(flatten)]
-    target: super::target::Target,
+    target: crate::args::target::Target,
 }
 
 impl PruneCommand {
@@ -44,7 +44,7 @@ impl PruneCommand {
             "removed {} workflow(s): {} top-level, each with its tree, finished before {}",
             pruned.workflows,
             pruned.trees,
-            super::durable::time(cutoff)
+            crate::args::show::time(cutoff)
         );
         if pruned.left > 0 {
             eprintln!(

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use wfhost::store::Location;
-use wfhost::{Client, ListQuery, WorkflowState};
+use wfhost::Client;
 
-use super::limits::CacheArgs;
-use super::WorkflowFailed;
+use crate::args::limits::CacheArgs;
+use crate::exit::WorkflowFailed;
 use crate::output::outln;
 
 /// Replays a workflow's journal with a module, running nothing: does a new build do what the one
@@ -53,8 +53,8 @@ impl ReplayCommand {
         let id = self.id.clone().unwrap_or_default();
         let workflow = client.status(&id)?;
         // Beside the host that may run the store: this one only reads it.
-        let builder = super::host::builder(Some(1), None, &self.cache, None)?;
-        let host = super::host::build(builder.read_store(&self.store))?;
+        let builder = crate::args::host::builder(Some(1), None, &self.cache, None)?;
+        let host = crate::args::host::build(builder.read_store(&self.store))?;
         let shown = match &self.module {
             Some(path) => {
                 host.load_module("replayed", path)?;
@@ -94,11 +94,11 @@ impl ReplayCommand {
             .with_context(|| format!("cannot read the module {}", path.display()))?;
         let info = wfhost::ModuleInfo::inspect(&bytes)?;
         let client = Client::open(&self.store);
-        let builder = super::host::builder(Some(1), None, &self.cache, None)?;
-        let host = super::host::build(builder.read_store(&self.store))?;
+        let builder = crate::args::host::builder(Some(1), None, &self.cache, None)?;
+        let host = crate::args::host::build(builder.read_store(&self.store))?;
         host.load_module_bytes("replayed", &bytes)?;
         let (mut same, mut broken, mut failed) = (0u64, 0u64, 0u64);
-        each_running(&client, &info, self.of.as_deref(), |workflow| {
+        crate::args::select::each_running(&client, &info, self.of.as_deref(), |workflow| {
             match host.replay(&workflow.id, "replayed") {
                 Ok(steps) => {
                     same += 1;
@@ -136,39 +136,4 @@ impl ReplayCommand {
         }
         Ok(())
     }
-}
-
-/// Calls `each` with every unfinished workflow (running, paused or damaged) whose entry point
-/// the module `info` exports (and, with `of`, that started from the module of that name or hash
-/// prefix), page by page.
-pub(super) fn each_running(
-    client: &Client,
-    info: &wfhost::ModuleInfo,
-    of: Option<&str>,
-    mut each: impl FnMut(&wfhost::WorkflowStatus) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    for state in [
-        WorkflowState::Running,
-        WorkflowState::Paused,
-        WorkflowState::Damaged,
-    ] {
-        let mut query = ListQuery::new().state(state);
-        loop {
-            let page = client.list(&query)?;
-            for workflow in &page.items {
-                let ours = info.entries.contains(&workflow.entry)
-                    && of.is_none_or(|of| {
-                        workflow.module_name == of || workflow.module.starts_with(of)
-                    });
-                if ours {
-                    each(workflow)?;
-                }
-            }
-            match page.next {
-                Some(next) => query = query.after(next),
-                None => break,
-            }
-        }
-    }
-    Ok(())
 }

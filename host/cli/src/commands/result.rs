@@ -5,8 +5,8 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use wfhost::WorkflowStatus;
 
-use super::limits::parse_duration;
-use super::WorkflowFailed;
+use crate::args::units::parse_duration;
+use crate::exit::WorkflowFailed;
 use crate::output::outln;
 
 /// Prints a workflow's result (JSON), from the store whichever host ran it. Exit code 1 if it
@@ -17,7 +17,7 @@ pub struct ResultCommand {
     id: String,
 
     #[command(flatten)]
-    target: super::target::Target,
+    target: crate::args::target::Target,
 
     /// Wait for the workflow to end (otherwise an unfinished one is an error).
     #[arg(long)]
@@ -67,6 +67,6 @@ fn print_result(workflow: &WorkflowStatus) -> anyhow::Result<()> {
         .result
         .as_ref()
         .with_context(|| format!("the stored result of '{}' does not decode", workflow.id))?;
-    outln!("{}", super::run::render(result)?)?;
+    outln!("{}", crate::args::show::render(result)?)?;
     Ok(())
 }

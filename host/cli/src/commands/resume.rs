@@ -5,9 +5,9 @@ use std::time::Duration;
 use wfhost::store::Location;
 use wfhost::{Damage, Host, Run};
 
-use super::durable::{build_host, interrupted, stop_on_ctrl_c, DurabilityArgs, Stopping};
-use super::limits::{CacheArgs, LimitArgs};
-use super::WorkflowFailed;
+use crate::args::host::{build_host, interrupted, stop_on_ctrl_c, DurabilityArgs, Stopping};
+use crate::args::limits::{CacheArgs, LimitArgs};
+use crate::exit::WorkflowFailed;
 use crate::output::outln;
 
 /// Resumes every unfinished workflow of a store and runs them to the end, printing each result.
@@ -61,7 +61,7 @@ impl ResumeCommand {
         for (id, run) in runs {
             // Their messages to the host are logged as they come, and kept in the store.
             match run.without_messages().wait() {
-                Ok(result) => outln!("{id}: {}", super::run::render(&result)?)?,
+                Ok(result) => outln!("{id}: {}", crate::args::show::render(&result)?)?,
                 Err(error) if host.store_failure().is_some() || interrupted() => {
                     stopped += 1;
                     outln!("{id}: stopped, resumable: {}", error.message())?;
@@ -113,7 +113,7 @@ impl ResumeCommand {
         failed: usize,
     ) -> anyhow::Result<()> {
         if !damaged.is_empty() {
-            return Err(super::Damaged(format!(
+            return Err(crate::exit::Damaged(format!(
                 "{} workflow(s) of {} could not be read back and were left as they were, not \
                  failed ({}): {}; repair the store (or fix the build) and resume again",
                 damaged.len(),
@@ -132,7 +132,7 @@ impl ResumeCommand {
             .into());
         }
         if stopped > 0 {
-            return Err(super::Stopped(format!(
+            return Err(crate::exit::Stopped(format!(
                 "{stopped} workflow(s) stopped where their journals end: {}; `wfhost resume \
                  --store {}` goes on with them",
                 host.store_failure()

@@ -6,11 +6,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{bail, Context as _};
 use wfhost::store::Location;
-use wfhost::{Encoding, ErrorKind, Host, Payload, Pid, Run};
+use wfhost::{ErrorKind, Host, Payload, Pid, Run};
 
-use super::limits::{parse_duration, CacheArgs, LimitArgs};
-use super::WorkflowFailed;
+use crate::args::input::read_input;
+use crate::args::limits::{CacheArgs, LimitArgs};
+use crate::args::show::render;
+use crate::args::units::parse_duration;
 use crate::events::EventPrinter;
+use crate::exit::WorkflowFailed;
 use crate::output::outln;
 
 /// Runs one entry point of a workflow module to completion and prints its result as JSON.
@@ -50,7 +53,7 @@ pub struct RunCommand {
     workers: Option<usize>,
 
     #[command(flatten)]
-    metrics: super::http::MetricsArgs,
+    metrics: crate::args::http::MetricsArgs,
 
     /// After Ctrl-C, how long the workflow may clean up before it is terminated (e.g. 10s, 500ms).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
@@ -70,7 +73,7 @@ pub struct RunCommand {
     id: Option<String>,
 
     #[command(flatten)]
-    durability: super::durable::DurabilityArgs,
+    durability: crate::args::host::DurabilityArgs,
 
     #[command(flatten)]
     limits: LimitArgs,
@@ -109,7 +112,7 @@ impl RunCommand {
 
         let metrics = wfhost::Metrics::new();
         let host = self.host(&name, &module, &metrics)?;
-        let _stopping = super::durable::Stopping(host.clone());
+        let _stopping = crate::args::host::Stopping(host.clone());
         let _serving = self.metrics.serve(&metrics)?;
         let run = self.start(&host, &name, Payload::json_bytes(input.into_bytes()))?;
         // What the workflow sends the host, as it comes; then its result.
@@ -132,7 +135,7 @@ impl RunCommand {
     fn host(&self, name: &str, module: &Path, metrics: &wfhost::Metrics) -> anyhow::Result<Host> {
         let store = self.store.as_ref().map(|store| (store, &self.durability));
         let mut builder =
-            super::host::builder(self.workers, Some(&self.limits), &self.cache, store)?
+            crate::args::host::builder(self.workers, Some(&self.limits), &self.cache, store)?
                 .cancel_grace(Some(self.grace));
         if self.metrics.requested() {
             builder = builder.metrics(metrics);
@@ -140,7 +143,7 @@ impl RunCommand {
         if self.events {
             builder = builder.observer(Arc::new(EventPrinter));
         }
-        let host = super::host::build(builder)?;
+        let host = crate::args::host::build(builder)?;
         let grants = self.limits.grants();
         let loaded = host
             .load_module_with(name, module, grants.clone())
@@ -177,13 +180,13 @@ impl RunCommand {
                 let id = match &self.id {
                     Some(id) => id.clone(),
                     None => {
-                        let id = super::durable::new_id();
+                        let id = crate::args::host::new_id();
                         eprintln!("workflow id: {id}");
                         id
                     }
                 };
                 let run = host.start(&id, name, &self.entry, input)?;
-                super::durable::stop_on_ctrl_c(host.clone(), store.clone())?;
+                crate::args::host::stop_on_ctrl_c(host.clone(), store.clone())?;
                 run
             }
             None => {
@@ -213,14 +216,14 @@ impl RunCommand {
             // The store stopped it where its journal ends: it resumes.
             Err(error)
                 if self.store.is_some()
-                    && (host.store_failure().is_some() || super::durable::interrupted()) =>
+                    && (host.store_failure().is_some() || crate::args::host::interrupted()) =>
             {
                 let store = self
                     .store
                     .as_ref()
                     .map(ToString::to_string)
                     .unwrap_or_default();
-                Err(super::Stopped(format!(
+                Err(crate::exit::Stopped(format!(
                     "the workflow stopped, resumable: {} (`wfhost resume --store {store}` goes \
                      on with it)",
                     error.message()
@@ -230,23 +233,6 @@ impl RunCommand {
             Err(error) => Err(WorkflowFailed(error.message().to_string()).into()),
         }
     }
-}
-
-/// The input (JSON text) from `--input` or `--input-file`; `null` without either.
-pub(super) fn read_input(input: Option<&str>, file: Option<&Path>) -> anyhow::Result<String> {
-    let (text, source) = match (input, file) {
-        (Some(text), _) => (text.to_string(), "--input".to_string()),
-        (None, Some(path)) => (
-            std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read the input file {}", path.display()))?,
-            path.display().to_string(),
-        ),
-        (None, None) => ("null".to_string(), String::new()),
-    };
-    if let Err(error) = serde_json::from_str::<serde_json::Value>(&text) {
-        bail!("{source} is not valid JSON: {error} (strings need quotes: --input '\"world\"')");
-    }
-    Ok(text)
 }
 
 /// The module's name: its file name without the extension.
@@ -272,16 +258,4 @@ fn on_ctrl_c(host: Host, root: Pid, grace: Duration) -> anyhow::Result<()> {
         }
     })
     .context("cannot install the Ctrl-C handler")
-}
-
-/// The result as JSON text.
-pub(super) fn render(result: &Payload) -> anyhow::Result<String> {
-    match result.encoding {
-        Encoding::Json => String::from_utf8(result.bytes.to_vec())
-            .context("the workflow returned JSON that is not UTF-8"),
-        encoding => {
-            let hex: String = result.bytes.iter().map(|b| format!("{b:02x}")).collect();
-            Ok(serde_json::json!({ "encoding": encoding.name(), "bytes": hex }).to_string())
-        }
-    }
 }

@@ -8,7 +8,7 @@ use anyhow::{bail, Context as _};
 use wfhost::schedules::{CatchUp, NewSchedule, Overlap, Schedule, When};
 use wfhost::{utc_time, Payload};
 
-use super::limits::parse_duration;
+use crate::args::units::parse_duration;
 use crate::output::outln;
 
 /// Schedules: each firing starts a workflow `ID@<the firing's time>` (for example
@@ -40,7 +40,7 @@ enum Action {
 #[derive(Debug, clap::Args)]
 struct ListArgs {
     #[command(flatten)]
-    target: super::target::Target,
+    target: crate::args::target::Target,
 }
 
 #[derive(Debug, clap::Args)]
@@ -49,7 +49,7 @@ struct One {
     id: String,
 
     #[command(flatten)]
-    target: super::target::Target,
+    target: crate::args::target::Target,
 }
 
 #[derive(Debug, clap::Args)]
@@ -100,7 +100,7 @@ struct Create {
     jitter: Option<Duration>,
 
     #[command(flatten)]
-    target: super::target::Target,
+    target: crate::args::target::Target,
 }
 
 impl ScheduleCommand {
@@ -152,7 +152,7 @@ impl Create {
             (None, Some(every)) => When::every(every)?,
             (None, None) => bail!("say when it fires: --cron EXPR or --every DURATION"),
         };
-        let (_, bytes) = super::start::module_with(&self.module, &self.entry)?;
+        let (_, bytes) = crate::args::input::module_with(&self.module, &self.entry)?;
         let input = self.input.as_deref().unwrap_or("null");
         serde_json::from_str::<serde_json::Value>(input)
             .with_context(|| format!("--input is not JSON: {input}"))?;

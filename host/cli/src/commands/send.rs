@@ -16,7 +16,7 @@ pub struct SendCommand {
     message: String,
 
     #[command(flatten)]
-    target: super::target::Target,
+    target: crate::args::target::Target,
 }
 
 impl SendCommand {

@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use wfhost::store::Location;
-use wfhost::{Host, Metrics, Server};
+use wfhost::{Host, Metrics};
+use wfhost_server::Server;
 
-use super::durable::DurabilityArgs;
-use super::limits::{parse_duration, CacheArgs, LimitArgs};
+use crate::args::host::DurabilityArgs;
+use crate::args::limits::{CacheArgs, LimitArgs};
+use crate::args::units::parse_duration;
 
 /// Serves a store: runs its workflows until stopped (SIGTERM, Ctrl-C); with --http, answers the
 /// HTTP API (and /metrics) too.
@@ -61,10 +63,10 @@ pub struct ServeCommand {
     cache: CacheArgs,
 
     #[command(flatten)]
-    http: super::http::HttpArgs,
+    http: crate::args::http::HttpArgs,
 
     #[command(flatten)]
-    workers_fns: super::act::WorkerFunctionArgs,
+    workers_fns: crate::args::outbound::WorkerFunctionArgs,
 }
 
 impl ServeCommand {
@@ -132,13 +134,13 @@ impl ServeCommand {
         metrics: &Metrics,
         tasks: Option<&wfhost::tasks::Tasks>,
     ) -> anyhow::Result<Host> {
-        let builder = super::host::builder(
+        let builder = crate::args::host::builder(
             self.workers,
             Some(&self.limits),
             &self.cache,
             Some((&self.store, &self.durability)),
         )?;
         let builder = self.workers_fns.apply(builder, tasks);
-        super::host::build(builder.metrics(metrics))
+        crate::args::host::build(builder.metrics(metrics))
     }
 }

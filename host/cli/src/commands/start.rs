@@ -1,11 +1,12 @@
 //! `wfhost start`: a workflow started on a store hosts share, for one of them to run.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use wfhost::{ModuleInfo, Payload};
+use wfhost::Payload;
 
+use crate::args::input::module_with;
 use crate::output::outln;
 
 /// Starts a workflow on a store that hosts share, for one of them to claim and run, or through a
@@ -34,19 +35,20 @@ pub struct StartCommand {
     id: Option<String>,
 
     /// The largest input to start with: the `--max-payload` of the hosts that run it.
-    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = super::limits::parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::args::units::parse_size)]
     max_payload: usize,
 
     #[command(flatten)]
-    target: super::target::Target,
+    target: crate::args::target::Target,
 
     #[command(flatten)]
-    cache: super::limits::CacheArgs,
+    cache: crate::args::limits::CacheArgs,
 }
 
 impl StartCommand {
     pub fn execute(self) -> anyhow::Result<()> {
-        let input = super::run::read_input(self.input.as_deref(), self.input_file.as_deref())?;
+        let input =
+            crate::args::input::read_input(self.input.as_deref(), self.input_file.as_deref())?;
         let (path, bytes) = module_with(&self.module, &self.entry)?;
         if let Some(why) = self.id.as_deref().and_then(wfhost::bad_id) {
             bail!("{why}");
@@ -81,35 +83,13 @@ impl StartCommand {
     /// Refuses an input past `--max-payload`, or one the entry point does not take: its start
     /// runs in a sandboxed instance here, and nothing else.
     fn check_input(&self, name: &str, bytes: &[u8], input: &Payload) -> anyhow::Result<()> {
-        let builder = super::host::builder(Some(1), None, &self.cache, None)?
+        let builder = crate::args::host::builder(Some(1), None, &self.cache, None)?
             .limits(wfhost::Limits::default().max_payload_bytes(self.max_payload));
-        let host = super::host::build(builder).context("cannot check the input")?;
+        let host = crate::args::host::build(builder).context("cannot check the input")?;
         let checked = host
             .load_module_bytes(name, bytes)
             .and_then(|_| host.check_input(name, &self.entry, input));
         host.shutdown(Duration::from_secs(1));
         checked.map_err(|e| anyhow::Error::new(e).context("nothing started"))
     }
-}
-
-/// The module at `module` (a `.wasm` file, or a workflow crate's directory, built first): its
-/// path and bytes, checked to be a module wfhost runs with entry point `entry`.
-pub(super) fn module_with(module: &Path, entry: &str) -> anyhow::Result<(PathBuf, Vec<u8>)> {
-    let path = if module.is_dir() {
-        wfhost_cli::build::build_workflow(module, true)?
-    } else {
-        module.to_path_buf()
-    };
-    let bytes =
-        std::fs::read(&path).with_context(|| format!("cannot read module {}", path.display()))?;
-    let info = ModuleInfo::inspect(&bytes)
-        .with_context(|| format!("{} is not a module wfhost can run", path.display()))?;
-    if !info.has_entry(entry) {
-        bail!(
-            "{} has no entry point '{entry}' (it has: {})",
-            path.display(),
-            info.entries.join(", ")
-        );
-    }
-    Ok((path, bytes))
 }

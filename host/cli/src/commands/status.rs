@@ -2,7 +2,7 @@
 
 use wfhost::WorkflowState;
 
-use super::durable::{status_word, time};
+use crate::args::show::{status_word, time};
 use crate::output::outln;
 
 /// Shows where a workflow stands: running (and on which host, or waiting for one), paused,
@@ -15,7 +15,7 @@ pub struct StatusCommand {
     id: String,
 
     #[command(flatten)]
-    target: super::target::Target,
+    target: crate::args::target::Target,
 
     /// One JSON object instead of text.
     #[arg(long)]
@@ -38,7 +38,8 @@ impl StatusCommand {
         };
         let status = status_word(&workflow);
         let result = workflow.result.as_ref().map(|p| {
-            super::run::render(p).unwrap_or_else(|_| "(a result that does not decode)".into())
+            crate::args::show::render(p)
+                .unwrap_or_else(|_| "(a result that does not decode)".into())
         });
         let result = match (&result, workflow.state) {
             (None, WorkflowState::Completed) => Some("(a result that does not decode)".into()),

@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use wfhost::{Client, ErrorKind, Grants, SyncMode};
 
-use super::limits::CacheArgs;
-use super::WorkflowFailed;
+use crate::args::limits::CacheArgs;
+use crate::exit::WorkflowFailed;
 use crate::output::outln;
 
 /// Gives a running workflow new code: its journal is replayed against the new module first, and
@@ -40,7 +40,7 @@ pub struct UpgradeCommand {
     of: Option<String>,
 
     #[command(flatten)]
-    target: super::target::Target,
+    target: crate::args::target::Target,
 
     #[command(flatten)]
     cache: CacheArgs,
@@ -58,8 +58,8 @@ impl UpgradeCommand {
             // A host of its own over the store, which runs nothing: it checks and switches
             // the workflows no host runs.
             let location = self.target.location()?;
-            let builder = super::host::builder(Some(1), None, &self.cache, None)?;
-            let host = super::host::build(builder.store(location, SyncMode::Full))?;
+            let builder = crate::args::host::builder(Some(1), None, &self.cache, None)?;
+            let host = crate::args::host::build(builder.store(location, SyncMode::Full))?;
             (Client::serving(&host, Grants::default())?, Some(host))
         };
         let result = match &self.id {
@@ -97,7 +97,7 @@ impl UpgradeCommand {
 
     fn every(&self, client: &Client, info: &wfhost::ModuleInfo, wasm: &[u8]) -> anyhow::Result<()> {
         let (mut upgraded, mut already, mut refused, mut failed) = (0u64, 0u64, 0u64, 0u64);
-        super::replay::each_running(client, info, self.of.as_deref(), |workflow| {
+        crate::args::select::each_running(client, info, self.of.as_deref(), |workflow| {
             match client.upgrade(&workflow.id, wasm) {
                 Ok(done) if done.already => {
                     already += 1;

@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use wfhost_client::wire::{CompleteRequest, TaskErrorJson, TaskJson};
 use wfhost_client::Client;
 
-use super::limits::parse_duration;
+use crate::args::units::parse_duration;
 
 /// The exit status a command uses to say that its error will not go away on a retry.
 pub const EXIT_REJECTED: i32 = 100;
@@ -87,7 +87,7 @@ impl WorkerCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         anyhow::ensure!(self.concurrency > 0, "--concurrency must be at least 1");
         let mut client = Client::new(&self.server)?;
-        if let Some(token) = super::target::token(self.token_file.as_deref())? {
+        if let Some(token) = crate::args::target::token(self.token_file.as_deref())? {
             client = client.with_token(token);
         }
         if let Some(path) = &self.ca_file {

@@ -2,7 +2,7 @@
 
 use wfcontract::{Command, CommandError, ErrorKind, Level, LogRecord, Payload, Pid};
 
-use crate::handle::Error;
+use crate::error::Error;
 use crate::handlers::{Context, Request};
 use crate::outbox::OutboxRefused;
 

@@ -23,8 +23,10 @@ use std::sync::Arc;
 
 use wfcontract::{Command, CommandError, CommandKind, ErrorKind, Event, Payload, Pid, Tag};
 
-use crate::handle::{Error, SchedulerHandle, Spawn};
+use crate::error::Error;
+use crate::handle::SchedulerHandle;
 use crate::slot::Slot;
+use crate::spawn::Spawn;
 
 /// One yielded command, addressed to a handler.
 #[derive(Debug)]

@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use wfcontract::{Command, CommandError, ErrorKind, Payload, Pid, SpawnRequest};
 
-use crate::handle::{Error, Spawn};
+use crate::error::Error;
 use crate::handlers::{Context, Handler, Request};
+use crate::spawn::Spawn;
 
 /// Makes the processes `spawn` commands ask for: what a host knows of its modules. The scheduler
 /// links the new process to its parent and counts it against the limits.

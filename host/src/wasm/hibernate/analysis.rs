@@ -8,7 +8,7 @@ use wasmparser::{
     Payload as Section, TypeRef, ValType,
 };
 
-use super::snapshot::CHUNK;
+use super::pagemap::CHUNK;
 
 /// What hibernation needs to know of a module: its mutable globals, its exports, its initial
 /// memory.

@@ -4,14 +4,14 @@
 #[cfg(target_os = "linux")]
 use std::sync::OnceLock;
 
-#[cfg(target_os = "linux")]
-use super::snapshot::CHUNK;
-
 /// Elsewhere than Linux every chunk is compared.
 #[cfg(not(target_os = "linux"))]
 pub(super) fn touched_chunks(_: &[u8]) -> Option<Vec<bool>> {
     None
 }
+
+/// The granularity of a snapshot's diff: the OS page, as the pagemap reports.
+pub(crate) const CHUNK: usize = 4096;
 
 /// Which [`CHUNK`]s of `memory` were ever touched (resident or swapped out), from the kernel's
 /// page map; `None` when that cannot be read (pages larger than a chunk, or no `/proc`), and every

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use wasmtime::{Global, Memory, Store, Val, V128};
 
-use super::pagemap::touched_chunks;
+use super::pagemap::{touched_chunks, CHUNK};
 
 /// A hibernated process: what differs from a fresh instance of its module.
 pub(crate) struct Snapshot {
@@ -22,9 +22,6 @@ pub(crate) struct Snapshot {
 
 /// A WebAssembly page: linear memories grow by these.
 const WASM_PAGE: usize = 65_536;
-
-/// The granularity of the diff: the OS page, as the pagemap reports.
-pub(crate) const CHUNK: usize = 4096;
 
 static ZEROS: [u8; CHUNK] = [0; CHUNK];
 

@@ -4,7 +4,7 @@
 use wasmparser::{ExternalKind, Parser, Payload as Section};
 use wasmtime::{Global, Memory, Store};
 
-use super::snapshot::CHUNK;
+use super::pagemap::CHUNK;
 use super::*;
 
 fn module(wat: &str) -> Vec<u8> {

@@ -18,18 +18,21 @@ mod listen;
 mod read;
 mod schedules;
 mod schema;
+mod tasks;
 mod write;
+
+pub use tasks::PgTaskBoard;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::location::redact;
 use super::{
     Cluster, Filter, HostInfo, Journal, NewWorkflow, Op, Read, StateCounts, StoreError,
     StoreErrorKind, StoreResult, Submit, SyncMode,
 };
+use crate::redact::redact;
 use conn::{describe, retryable, Conn, Error};
 use schema::VERSION;
 

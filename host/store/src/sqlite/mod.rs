@@ -502,6 +502,12 @@ impl Drop for SqliteStore {
     }
 }
 
+/// SQLite keeps integers signed: numbers past `i64::MAX` do not occur (pids and message numbers
+/// count up from 1), and are refused rather than wrapped.
+pub(super) fn int(n: u64) -> rusqlite::Result<i64> {
+    i64::try_from(n).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+}
+
 #[cfg(test)]
 mod tests {
     /// The rule in ARCHITECTURE.md ("The store's files"): only SQLite opens the store's files.

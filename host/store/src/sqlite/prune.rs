@@ -3,7 +3,7 @@
 
 use rusqlite::{params, Connection, Transaction};
 
-use super::write::int;
+use super::int;
 use crate::{PruneCandidate, PruneFilter, State};
 
 /// The clause that keeps the top-level workflows `filter` lets through (the index
@@ -117,7 +117,7 @@ pub(super) fn prune(
         // Unused now, and not stored since the cutoff: marked; it goes at a prune a while later
         // if none uses it then (a start that found it there before the mark is journaled by
         // then).
-        let now = super::write::int(crate::time::now_millis())?;
+        let now = int(crate::time::now_millis())?;
         for module in modules {
             tx.prepare_cached(
                 "UPDATE modules SET unused_since = ?3 WHERE hash = ?1 AND kept < ?2 \
@@ -126,14 +126,11 @@ pub(super) fn prune(
                  AND NOT EXISTS (SELECT 1 FROM snapshots WHERE module = ?1) \
                  AND NOT EXISTS (SELECT 1 FROM schedules WHERE module = ?1)",
             )?
-            .execute(params![module, super::write::int(kept_before)?, now])?;
+            .execute(params![module, int(kept_before)?, now])?;
         }
     }
     // The modules marked a while ago and unused still go; those used again lose their mark.
-    let (kept_before, marked_before) = (
-        super::write::int(kept_before)?,
-        super::write::int(marked_before)?,
-    );
+    let (kept_before, marked_before) = (int(kept_before)?, int(marked_before)?);
     tx.prepare_cached(
         "UPDATE modules SET unused_since = NULL WHERE unused_since IS NOT NULL AND (kept >= ?1 \
          OR EXISTS (SELECT 1 FROM workflows WHERE module = modules.hash) \

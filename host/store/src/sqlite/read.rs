@@ -3,7 +3,7 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use super::write::int;
+use super::int;
 use super::{sql, SqliteStore};
 use crate::roles::Visit;
 use crate::{

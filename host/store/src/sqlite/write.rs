@@ -4,15 +4,9 @@ use std::collections::HashSet;
 
 use rusqlite::params;
 
-use super::{SqliteStore, LOG_BYTES, LOG_STEPS};
+use super::{int, SqliteStore, LOG_BYTES, LOG_STEPS};
 use crate::StoreResult;
 use crate::{Ending, NewMessage, NewStep, NewWorkflow, Op, State, StoreError};
-
-/// SQLite keeps integers signed: numbers past `i64::MAX` do not occur (pids and message numbers
-/// count up from 1), and are refused rather than wrapped.
-pub(super) fn int(n: u64) -> rusqlite::Result<i64> {
-    i64::try_from(n).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
-}
 
 /// Writes `op`; `elided` are the messages sent and taken within this transaction, neither
 /// written nor deleted.

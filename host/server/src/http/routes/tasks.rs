@@ -1,0 +1,263 @@
+//! `/v1/tasks`: activity workers take the tasks of the functions they serve, complete them, and
+//! heartbeat the long ones.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use wfhost::contract::{CommandError, ErrorKind, Payload};
+use wfhost_client::wire::{self, CompleteRequest, ErrorBody, HeartbeatJson, PollRequest, TaskJson};
+
+use super::workflows::{waiting, Waiting};
+use crate::http::error::ApiError;
+use crate::http::extract::JsonBody;
+use crate::http::state::{AppState, WorkerScope};
+use wfhost::tasks::{Task, TaskError, Tasks};
+use wfhost::utc_time;
+
+/// The most functions one poll may name.
+const MAX_FUNCTIONS: usize = 64;
+
+/// The longest function name a poll may give.
+const MAX_NAME: usize = 256;
+
+pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::new()
+        .routes(routes!(poll))
+        .routes(routes!(complete))
+        .routes(routes!(heartbeat))
+}
+
+/// The next task for one of the functions a worker serves, waiting up to `wait` for one.
+#[utoipa::path(post, path = "/v1/tasks/poll", operation_id = "pollTask", tag = "tasks",
+    request_body = PollRequest,
+    responses(
+        (status = 200, description = "A task: the worker holds it until its deadline", body = TaskJson),
+        (status = 204, description = "No task came within the wait"),
+        (status = 400, description = "No functions, or a bad wait", body = ErrorBody),
+        (status = 403, description = "A worker token that does not serve one of the functions", body = ErrorBody),
+        (status = 404, description = "This server has no activity workers", body = ErrorBody),
+        (status = 503, description = "Too many requests wait already", body = ErrorBody),
+    ))]
+async fn poll(
+    State(state): State<Arc<AppState>>,
+    scope: Option<Extension<WorkerScope>>,
+    JsonBody(request): JsonBody<PollRequest>,
+) -> Result<Response, ApiError> {
+    let tasks = board(&state)?;
+    let poll = Poll::check(&state, scope.as_ref(), request)?;
+    poll.run(&tasks).await
+}
+
+/// A poll checked, with its place among the requests that wait (when it waits).
+struct Poll {
+    functions: Vec<String>,
+    wait: std::time::Duration,
+    _place: Option<Waiting>,
+}
+
+impl Poll {
+    /// `request` checked: its functions (and the worker token's scope), its wait, a place.
+    fn check(
+        state: &Arc<AppState>,
+        scope: Option<&Extension<WorkerScope>>,
+        request: PollRequest,
+    ) -> Result<Poll, ApiError> {
+        if request.functions.is_empty() || request.functions.len() > MAX_FUNCTIONS {
+            return Err(ApiError::bad_request(format!(
+                "a poll names 1 to {MAX_FUNCTIONS} functions, the ones this worker serves: \
+                 {{\"functions\": [\"payments.charge\"]}}"
+            )));
+        }
+        if let Some(long) = request.functions.iter().find(|f| f.len() > MAX_NAME) {
+            return Err(ApiError::bad_request(format!(
+                "a function's name is at most {MAX_NAME} bytes; one is {}",
+                long.len()
+            )));
+        }
+        if let Some(Extension(scope)) = scope {
+            if let Some(other) = request.functions.iter().find(|f| !scope.serves(f)) {
+                return Err(forbidden(other));
+            }
+        }
+        let wait = super::wait(state, request.wait.as_deref())?;
+        let place = if wait.is_zero() {
+            None
+        } else {
+            Some(waiting(state)?)
+        };
+        Ok(Poll {
+            functions: request.functions,
+            wait,
+            _place: place,
+        })
+    }
+
+    /// The next task, or `204`.
+    async fn run(self, tasks: &Tasks) -> Result<Response, ApiError> {
+        let task = tasks
+            .poll(&self.functions, self.wait)
+            .await
+            .map_err(task_error)?;
+        Ok(match task {
+            Some(task) => Json(task_json(task)).into_response(),
+            None => StatusCode::NO_CONTENT.into_response(),
+        })
+    }
+}
+
+/// Completes a task with the function's result or error, and, if `next` asks, takes the next
+/// task. Refused (`409`) when the task has moved on: given to another worker after its
+/// deadline, or finished.
+#[utoipa::path(post, path = "/v1/tasks/{task}/complete", operation_id = "completeTask", tag = "tasks",
+    params(("task" = String, Path, description = "The task's name, as the poll gave it")),
+    request_body = CompleteRequest,
+    responses(
+        (status = 200, description = "Applied, and the next task (with `next`)", body = TaskJson),
+        (status = 204, description = "Applied: the workflow has the outcome (and no next task came)"),
+        (status = 400, description = "Neither or both of result and error", body = ErrorBody),
+        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 409, description = "The task moved on: this completion was not applied", body = ErrorBody),
+    ))]
+async fn complete(
+    State(state): State<Arc<AppState>>,
+    scope: Option<Extension<WorkerScope>>,
+    Path(task): Path<String>,
+    JsonBody(request): JsonBody<CompleteRequest>,
+) -> Result<Response, ApiError> {
+    let tasks = board(&state)?;
+    check_scope(&tasks, scope.as_ref(), &task).await?;
+    // A worker that writes every field sends `"result": null` beside its error: the error.
+    let result = request
+        .result
+        .filter(|result| request.error.is_none() || result.get().trim() != "null");
+    let outcome = match (result, request.error) {
+        (Some(result), None) => Ok(Payload::json_bytes(result.get().as_bytes().to_vec())),
+        (None, Some(error)) => Err(CommandError::new(
+            if error.retryable {
+                ErrorKind::Failed
+            } else {
+                ErrorKind::Rejected
+            },
+            error.message,
+        )),
+        _ => {
+            return Err(ApiError::bad_request(
+                "a completion has a result or an error, not both and not neither: \
+                 {\"result\": ...} or {\"error\": {\"message\": \"...\", \"retryable\": false}}",
+            ))
+        }
+    };
+    // The next poll is checked (and has its place) before the completion is applied: an
+    // error answer always means nothing was applied.
+    let next = match request.next {
+        Some(next) => Some(Poll::check(&state, scope.as_ref(), next)?),
+        None => None,
+    };
+    tasks.complete(&task, outcome).await.map_err(task_error)?;
+    match next {
+        // Applied either way: a poll that fails now answers as one that found nothing.
+        Some(next) => Ok(next
+            .run(&tasks)
+            .await
+            .unwrap_or_else(|_| StatusCode::NO_CONTENT.into_response())),
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+/// Moves a task's deadline on, for a worker still at it.
+#[utoipa::path(post, path = "/v1/tasks/{task}/heartbeat", operation_id = "heartbeatTask", tag = "tasks",
+    params(("task" = String, Path, description = "The task's name, as the poll gave it")),
+    responses(
+        (status = 200, description = "The new deadline", body = HeartbeatJson),
+        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 409, description = "The task moved on: stop working on it", body = ErrorBody),
+    ))]
+async fn heartbeat(
+    State(state): State<Arc<AppState>>,
+    scope: Option<Extension<WorkerScope>>,
+    Path(task): Path<String>,
+) -> Result<Json<HeartbeatJson>, ApiError> {
+    let tasks = board(&state)?;
+    check_scope(&tasks, scope.as_ref(), &task).await?;
+    let deadline = tasks.heartbeat(&task).await.map_err(task_error)?;
+    let ms = millis(deadline);
+    Ok(Json(HeartbeatJson {
+        deadline: rfc3339(ms),
+        deadline_ms: ms,
+    }))
+}
+
+fn board(state: &AppState) -> Result<Tasks, ApiError> {
+    state.tasks.clone().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_workers",
+            "this server has no activity workers: start it with --worker-function NAME",
+        )
+    })
+}
+
+/// With a worker's own token, the task must be of a function it serves.
+async fn check_scope(
+    tasks: &Tasks,
+    scope: Option<&Extension<WorkerScope>>,
+    task: &str,
+) -> Result<(), ApiError> {
+    let Some(Extension(scope)) = scope else {
+        return Ok(());
+    };
+    match tasks.function_of(task).await.map_err(task_error)? {
+        Some(function) if !scope.serves(&function) => Err(forbidden(&function)),
+        _ => Ok(()),
+    }
+}
+
+fn forbidden(function: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!(
+            "this worker token does not serve '{function}': use the server's token, or the \
+             token given for that function"
+        ),
+    )
+}
+
+fn task_error(error: TaskError) -> ApiError {
+    let (status, code) = match error {
+        TaskError::Unknown(_) => (StatusCode::NOT_FOUND, "no_such_task"),
+        TaskError::MovedOn { .. } => (StatusCode::CONFLICT, "task_moved_on"),
+        TaskError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+    };
+    ApiError::new(status, code, error.to_string())
+}
+
+fn millis(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn rfc3339(ms: u64) -> String {
+    format!("{}Z", utc_time(ms).replacen(' ', "T", 1))
+}
+
+fn task_json(task: Task) -> TaskJson {
+    let (input, input_encoding) = wire::payload_json(&task.input);
+    let ms = millis(task.deadline);
+    TaskJson {
+        task: task.task,
+        function: task.function,
+        input,
+        input_encoding,
+        idempotency_key: task.idempotency_key,
+        attempt: task.attempt,
+        deadline: rfc3339(ms),
+        deadline_ms: ms,
+    }
+}
