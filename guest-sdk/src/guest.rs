@@ -11,7 +11,7 @@ use wfcontract::{Event, EventKind, InitRequest, Status, StepOutput};
 
 use crate::ctx::Ctx;
 use crate::entry::{Entry, Running, Started};
-use crate::runtime::{self, Ending, Shared, State};
+use crate::runtime::{self, Ending, ProcessState, Shared};
 use std::task::Poll;
 
 struct Process {
@@ -101,7 +101,7 @@ pub fn init(len: u32, names: &[&str], lookup: fn(&str) -> Option<Box<dyn Entry>>
                 names.join(", ")
             )
         })?;
-        let state = State::new(request.max_yields);
+        let state = ProcessState::new(request.max_yields);
         let ctx = Ctx {
             state: Rc::clone(&state),
             pid: request.pid,
@@ -576,7 +576,7 @@ mod tests {
 
     #[test]
     fn timed_out_receives_leave_nothing_behind() {
-        let state = State::new(10);
+        let state = ProcessState::new(10);
         let ctx = patient_ctx(&state);
         let mut task = crate::runtime::Task::new(Box::pin(async move {
             patient(ctx, 3)
@@ -596,7 +596,7 @@ mod tests {
 
     #[test]
     fn a_message_that_beats_the_timeout_makes_the_timer_forgotten() {
-        let state = State::new(10);
+        let state = ProcessState::new(10);
         let ctx = patient_ctx(&state);
         let mut task = crate::runtime::Task::new(Box::pin(async move {
             let got = ctx.recv_timeout::<u32>(Duration::from_secs(3600)).await;

@@ -35,7 +35,7 @@ enum Slot {
 }
 
 /// The per-process state shared by the context and the futures it hands out.
-pub(crate) struct State {
+pub(crate) struct ProcessState {
     next_tag: u64,
     slots: BTreeMap<u64, Slot>,
     /// Yields produced and not yet handed to the host (more than a step may carry wait here).
@@ -63,11 +63,11 @@ pub(crate) struct State {
     pub(crate) policies: BTreeMap<String, Option<wfcontract::RetryPolicy>>,
 }
 
-pub(crate) type Shared = Rc<RefCell<State>>;
+pub(crate) type Shared = Rc<RefCell<ProcessState>>;
 
-impl State {
+impl ProcessState {
     pub(crate) fn new(max_yields: u32) -> Shared {
-        Rc::new(RefCell::new(State {
+        Rc::new(RefCell::new(ProcessState {
             next_tag: 1,
             slots: BTreeMap::new(),
             yields: VecDeque::new(),
@@ -431,7 +431,7 @@ impl Task {
 }
 
 /// What a pending workflow waits for, as a step status.
-pub(crate) fn waiting_status(state: &State) -> Status {
+pub(crate) fn waiting_status(state: &ProcessState) -> Status {
     if state.awaits_completion() {
         Status::Wait
     } else {

@@ -11,7 +11,7 @@ use crate::capacity::Capacity;
 use crate::durable::now_millis;
 use crate::durable::process::DurableProcess;
 use crate::durable::store::{Ending, Op};
-use crate::durable::writer::{Done, Entry};
+use crate::durable::writer::{Done, Submission};
 use crate::durable::Durable;
 use crate::modules::{Loaded, Modules};
 use crate::wasm::{WasmProcess, WasmRuntime};
@@ -38,7 +38,7 @@ impl GuestSpawner {
     /// A journaled child that could not start: its end is journaled before its parent hears.
     fn refuse_child(&self, child: Pid, error: &CommandError) {
         if let Some(durable) = &self.durable {
-            let entry = Entry {
+            let entry = Submission {
                 ops: vec![Op::End {
                     num: child.0,
                     ending: Ending::Failed {

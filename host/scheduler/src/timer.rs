@@ -35,7 +35,7 @@ pub(crate) enum Action {
 }
 
 #[derive(Debug)]
-struct Entry {
+struct Armed {
     pid: Pid,
     action: Action,
 }
@@ -45,7 +45,7 @@ type Key = (Instant, u64);
 
 #[derive(Default)]
 struct Timers {
-    queue: BTreeMap<Key, Entry>,
+    queue: BTreeMap<Key, Armed>,
     /// Where each pending sleep is, so that `forget` can drop it; by pid, so that a finished
     /// process's sleeps can all go at once.
     sleeps: BTreeMap<(Pid, Tag), Key>,
@@ -189,7 +189,7 @@ impl Timer {
             }
             Action::Terminate(..) => timers.terminations.entry(pid).or_default().push(key),
         }
-        timers.queue.insert(key, Entry { pid, action });
+        timers.queue.insert(key, Armed { pid, action });
         if timers
             .queue
             .first_key_value()
@@ -253,7 +253,7 @@ impl Timer {
 
 impl Timers {
     /// Moves the entries due at `now` into `due`.
-    fn take_due(&mut self, now: Instant, due: &mut Vec<Entry>) {
+    fn take_due(&mut self, now: Instant, due: &mut Vec<Armed>) {
         while self
             .queue
             .first_key_value()
@@ -327,10 +327,10 @@ fn run(inner: &(Mutex<Timers>, Condvar), next_due: &NextDue) {
 /// Fires a timer at once, as its deadline would: for tests of what firing does.
 #[cfg(test)]
 pub(crate) fn fire_now(shared: &Shared, pid: Pid, action: Action) {
-    fire(shared, Entry { pid, action });
+    fire(shared, Armed { pid, action });
 }
 
-fn fire(shared: &Shared, entry: Entry) {
+fn fire(shared: &Shared, entry: Armed) {
     // The process may have ended meanwhile; then there is nothing to do.
     let Some(slot) = shared.slot(entry.pid) else {
         return;

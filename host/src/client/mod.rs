@@ -10,6 +10,8 @@
 //! | [`Client::open`] on `http://` or `https://` | a `wfhost serve --http` server, over its API | the CLI with `--server`, applications |
 //! | [`Client::serving`] a host | the host itself (a start runs in it, a message reaches it at once) and its store | the HTTP API's handlers, embedders |
 
+mod backend;
+mod narrator;
 mod prune;
 mod remote;
 mod schedules;
@@ -17,13 +19,13 @@ mod serving;
 mod store;
 mod types;
 mod waits;
-mod words;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use wfcontract::Payload;
 
+pub use narrator::{utc_time, Narrator};
 pub use prune::{PruneQuery, Pruned};
 pub use schedules::{Fired, SCHEDULES_LOOK_EVERY};
 pub use types::{
@@ -32,12 +34,12 @@ pub use types::{
     DEFAULT_PAGE, MAX_PAGE,
 };
 pub use waits::{OpenYield, Waits};
-pub use words::{utc_time, Narrator};
 
 use crate::durable::store::Location;
 use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;
 use crate::host::Host;
+use backend::Backend;
 use remote::RemoteBackend;
 use serving::ServingBackend;
 use store::StoreBackend;
@@ -49,13 +51,7 @@ use store::StoreBackend;
 /// connection is made at the first and made again after a failure.
 #[derive(Clone)]
 pub struct Client {
-    backend: Arc<Backend>,
-}
-
-enum Backend {
-    Store(StoreBackend),
-    Serving(ServingBackend),
-    Remote(RemoteBackend),
+    backend: Arc<dyn Backend>,
 }
 
 impl std::fmt::Debug for Client {
@@ -90,13 +86,11 @@ impl Client {
     /// which says if it cannot be reached.
     pub fn open(location: impl Into<Location>) -> Client {
         let location = location.into();
-        let backend = match &location {
-            Location::Server(url) => Backend::Remote(RemoteBackend::new(location.clone(), url)),
-            _ => Backend::Store(StoreBackend::new(location)),
+        let backend: Arc<dyn Backend> = match &location {
+            Location::Server(url) => Arc::new(RemoteBackend::new(location.clone(), url)),
+            _ => Arc::new(StoreBackend::new(location)),
         };
-        Client {
-            backend: Arc::new(backend),
-        }
+        Client { backend }
     }
 
     /// A client of `host`, which runs beside it in this program (the HTTP API's handlers are
@@ -106,39 +100,31 @@ impl Client {
     /// `grants`. The host must have a store ([`HostBuilder::store`](crate::HostBuilder::store)).
     pub fn serving(host: &Host, grants: Grants) -> Result<Client> {
         Ok(Client {
-            backend: Arc::new(Backend::Serving(ServingBackend::new(host, grants)?)),
+            backend: Arc::new(ServingBackend::new(host, grants)?),
         })
     }
 
     /// The same client, sending `token` to a server as `Authorization: Bearer` (the server's
     /// `--token-file`). Only a client of a server sends it; others ignore it.
     pub fn with_token(self, token: &str) -> Client {
-        match &*self.backend {
-            Backend::Remote(remote) => Client {
-                backend: Arc::new(Backend::Remote(remote.with_token(token))),
-            },
-            _ => self,
+        match self.backend.with_token(token) {
+            Some(backend) => Client { backend },
+            None => self,
         }
     }
 
     /// The same client of a server, trusting the certificates in `pem` for `https://` (a
     /// server whose certificate no public authority signed).
     pub fn with_root_certificates(self, pem: &[u8]) -> Result<Client> {
-        match &*self.backend {
-            Backend::Remote(remote) => Ok(Client {
-                backend: Arc::new(Backend::Remote(remote.with_root_certificates(pem)?)),
-            }),
-            _ => Ok(self),
-        }
+        Ok(match self.backend.with_root_certificates(pem)? {
+            Some(backend) => Client { backend },
+            None => self,
+        })
     }
 
     /// Where the workflows are: the store, or the server.
     pub fn location(&self) -> &Location {
-        match &*self.backend {
-            Backend::Store(store) => &store.location,
-            Backend::Serving(serving) => &serving.store.location,
-            Backend::Remote(remote) => &remote.location,
-        }
+        self.backend.location()
     }
 
     /// Stores a module's bytes in the store, by their SHA-256, for starts that name it
@@ -146,20 +132,12 @@ impl Client {
     /// manifest, another ABI) is an [`ErrorKind::BadModule`] error saying why; one the store
     /// has already is left as it is ([`StoredModule::new`] is false).
     pub fn put_module(&self, wasm: &[u8]) -> Result<StoredModule> {
-        match &*self.backend {
-            Backend::Store(store) => store.put_module(wasm),
-            Backend::Serving(serving) => serving.put_module(wasm),
-            Backend::Remote(remote) => remote.put_module(wasm),
-        }
+        self.backend.put_module(wasm)
     }
 
     /// The modules the store keeps, by hash, with their entry points.
     pub fn modules(&self) -> Result<Vec<StoredModule>> {
-        match &*self.backend {
-            Backend::Store(store) => store.modules(),
-            Backend::Serving(serving) => serving.store.modules(),
-            Backend::Remote(remote) => remote.modules(),
-        }
+        self.backend.modules()
     }
 
     /// Starts entry point `entry` of `module` (a module's bytes; the store keeps them by hash)
@@ -184,7 +162,7 @@ impl Client {
         entry: &str,
         input: &Payload,
     ) -> Result<Started> {
-        self.start_any(Start {
+        self.backend.start(&Start {
             id,
             module: ModuleRef::Bytes(module),
             module_name: Some(module_name),
@@ -203,7 +181,7 @@ impl Client {
         entry: &str,
         input: &Payload,
     ) -> Result<Started> {
-        self.start_any(Start {
+        self.backend.start(&Start {
             id,
             module: ModuleRef::Hash(hash),
             module_name: None,
@@ -212,21 +190,9 @@ impl Client {
         })
     }
 
-    fn start_any(&self, start: Start<'_>) -> Result<Started> {
-        match &*self.backend {
-            Backend::Store(store) => store.start(&start),
-            Backend::Serving(serving) => serving.start(&start),
-            Backend::Remote(remote) => remote.start(&start),
-        }
-    }
-
     /// Where workflow `id` stands.
     pub fn status(&self, id: &str) -> Result<WorkflowStatus> {
-        match &*self.backend {
-            Backend::Store(store) => store.status(id),
-            Backend::Serving(serving) => serving.status(id),
-            Backend::Remote(remote) => remote.status(id),
-        }
+        self.backend.status(id)
     }
 
     /// Where workflow `id` stands once it has finished, waiting up to `wait` for that (`None`:
@@ -234,19 +200,15 @@ impl Client {
     /// [`WorkflowStatus::is_finished`]). A damaged workflow goes no further until the store is
     /// repaired: an [`ErrorKind::Damaged`] error says so at once.
     pub fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
-        match &*self.backend {
-            Backend::Store(store) => store.result(id, wait),
-            Backend::Serving(serving) => serving.result(id, wait),
-            Backend::Remote(remote) => remote.result(id, wait),
-        }
+        self.backend.result(id, wait)
     }
 
     /// As [`result`](Self::result), for async code: a client serving a host waits without a
     /// thread (the host's journal says when the workflow ends); the others wait on a thread
     /// of tokio's blocking pool. Must be called within a tokio runtime.
     pub async fn result_async(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
-        if let Backend::Serving(serving) = &*self.backend {
-            return serving.result_async(self, id, wait).await;
+        if let Some(waiting) = Arc::clone(&self.backend).result_async(id.to_string(), wait) {
+            return waiting.await;
         }
         let client = self.clone();
         let id = id.to_string();
@@ -257,41 +219,25 @@ impl Client {
     /// runs it delivers it; an id that is not running is an [`ErrorKind::UnknownWorkflow`]
     /// error.
     pub fn send(&self, id: &str, message: &Payload) -> Result<u64> {
-        match &*self.backend {
-            Backend::Store(store) => store.send(id, message),
-            Backend::Serving(serving) => serving.send(id, message),
-            Backend::Remote(remote) => remote.send(id, message),
-        }
+        self.backend.send(id, message)
     }
 
     /// Asks workflow `id` to cancel; the host that runs it delivers the cancel, and the
     /// workflow decides what to do (it may clean up first).
     pub fn cancel(&self, id: &str) -> Result<Cancelled> {
-        match &*self.backend {
-            Backend::Store(store) => store.cancel(id),
-            Backend::Serving(serving) => serving.cancel(id),
-            Backend::Remote(remote) => remote.cancel(id),
-        }
+        self.backend.cancel(id)
     }
 
     /// Pauses workflow `id`: it takes no step until [`unpause`](Self::unpause)d. What reaches it
     /// meanwhile (messages, timers that fire, answers, a cancel) waits, and it keeps its pause
     /// across restarts of its host. A step under way when the pause is written ends as usual.
     pub fn pause(&self, id: &str) -> Result<PauseChange> {
-        self.set_paused(id, true)
+        self.backend.pause(id, true)
     }
 
     /// Unpauses workflow `id`: it takes what waited for it, and goes on where it was.
     pub fn unpause(&self, id: &str) -> Result<PauseChange> {
-        self.set_paused(id, false)
-    }
-
-    fn set_paused(&self, id: &str, paused: bool) -> Result<PauseChange> {
-        match &*self.backend {
-            Backend::Store(store) => store.pause(id, paused),
-            Backend::Serving(serving) => serving.pause(id, paused),
-            Backend::Remote(remote) => remote.pause(id, paused),
-        }
+        self.backend.pause(id, false)
     }
 
     /// Gives the running workflow `id` new code, the module `wasm`, if its journal replays the
@@ -299,54 +245,25 @@ impl Client {
     /// the error ([`ErrorKind::Conflict`]) names the step and what differs. It needs a host: a
     /// client of a serving host or of a server.
     pub fn upgrade(&self, id: &str, wasm: &[u8]) -> Result<crate::Upgraded> {
-        match &*self.backend {
-            Backend::Store(_) => Err(needs_host()),
-            Backend::Serving(serving) => {
-                serving.host.upgrade_with(id, wasm, serving.grants.clone())
-            }
-            Backend::Remote(remote) => remote.upgrade(id, wasm),
-        }
+        self.backend.upgrade(id, wasm)
     }
 
     /// As [`upgrade`](Self::upgrade), to a module the store keeps, by its SHA-256.
     pub fn upgrade_stored(&self, id: &str, module: &str) -> Result<crate::Upgraded> {
-        match &*self.backend {
-            Backend::Store(_) => Err(needs_host()),
-            Backend::Serving(serving) => {
-                let wasm = serving.store.module(module)?.ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::UnknownModule,
-                        format!(
-                            "the store keeps no module {module}: store it first (`POST \
-                             /v1/modules`)"
-                        ),
-                    )
-                })?;
-                serving.host.upgrade_with(id, &wasm, serving.grants.clone())
-            }
-            Backend::Remote(remote) => remote.upgrade_stored(id, module),
-        }
+        self.backend.upgrade_stored(id, module)
     }
 
     /// A page of the store's workflows that `query` lets through, oldest first, and the cursor
     /// of the next page. A page is read with the index on workflow numbers from the cursor on,
     /// never the whole table at once (a filter that matches few reads on until it has a page).
     pub fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
-        match &*self.backend {
-            Backend::Store(store) => store.list(query),
-            Backend::Serving(serving) => serving.list(query),
-            Backend::Remote(remote) => remote.list(query),
-        }
+        self.backend.list(query)
     }
 
     /// How many of the store's workflows that `query` lets through stand each way (its state,
     /// page size and cursor aside): what a listing's counts by status show.
     pub fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
-        match &*self.backend {
-            Backend::Store(store) => store.counts(query),
-            Backend::Serving(serving) => serving.counts(query),
-            Backend::Remote(remote) => remote.counts(query),
-        }
+        self.backend.counts(query)
     }
 
     /// Up to `limit` steps of workflow `id`'s journal after the cursor `after` (none: from the
@@ -358,11 +275,7 @@ impl Client {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Page<HistoryStep>> {
-        match &*self.backend {
-            Backend::Store(store) => store.history(id, after, limit),
-            Backend::Serving(serving) => serving.store.history(id, after, limit),
-            Backend::Remote(remote) => remote.history(id, after, limit),
-        }
+        self.backend.history(id, after, limit)
     }
 
     /// Up to `limit` messages (1 to 10,000) workflow `id` sent the host after the cursor
@@ -375,11 +288,7 @@ impl Client {
         limit: usize,
         wait: Option<Duration>,
     ) -> Result<OutboxPage> {
-        match &*self.backend {
-            Backend::Store(store) => poll_outbox(|| store.outbox(id, after, limit), wait),
-            Backend::Serving(serving) => serving.outbox(id, after, limit, wait),
-            Backend::Remote(remote) => remote.outbox(id, after, limit, wait),
-        }
+        self.backend.outbox(id, after, limit, wait)
     }
 
     /// As [`outbox`](Self::outbox), for async code (see [`result_async`](Self::result_async)).
@@ -390,8 +299,14 @@ impl Client {
         limit: usize,
         wait: Option<Duration>,
     ) -> Result<OutboxPage> {
-        if let Backend::Serving(serving) = &*self.backend {
-            return serving.outbox_async(self, id, after, limit, wait).await;
+        let waiting = Arc::clone(&self.backend).outbox_async(
+            id.to_string(),
+            after.map(str::to_string),
+            limit,
+            wait,
+        );
+        if let Some(waiting) = waiting {
+            return waiting.await;
         }
         let client = self.clone();
         let (id, after) = (id.to_string(), after.map(str::to_string));
@@ -401,43 +316,24 @@ impl Client {
     /// The hosts of the store: on a store hosts share, those alive or owning unfinished
     /// workflows, with their leases; on a SQLite file, the one that holds it, if one does.
     pub fn hosts(&self) -> Result<Vec<HostStatus>> {
-        match &*self.backend {
-            Backend::Store(store) => store.hosts(),
-            Backend::Serving(serving) => serving.hosts(),
-            Backend::Remote(remote) => remote.hosts(),
-        }
+        self.backend.hosts()
     }
 
     /// Whether the workflows can be reached: the store answers (and a serving host's store
     /// takes its writes and its lease holds), or the server says it is ready.
     pub fn ready(&self) -> Result<()> {
-        match &*self.backend {
-            Backend::Store(store) => store.count_running().map(drop),
-            Backend::Serving(serving) => serving.ready(),
-            Backend::Remote(remote) => remote.ready(),
-        }
+        self.backend.ready()
     }
 
     /// The id of the workflow numbered `number`, if the store has it (a history names other
     /// workflows by number).
     pub fn id_of(&self, number: u64) -> Result<Option<String>> {
-        match &*self.backend {
-            Backend::Store(store) => store.id_of(number),
-            Backend::Serving(serving) => serving.store.id_of(number),
-            Backend::Remote(remote) => remote.id_of(number),
-        }
+        self.backend.id_of(number)
     }
 
     /// The bytes of the module with SHA-256 `hash` (hex), as the store keeps them.
     pub fn module(&self, hash: &str) -> Result<Option<Vec<u8>>> {
-        match &*self.backend {
-            Backend::Store(store) => store.module(hash),
-            Backend::Serving(serving) => serving.store.module(hash),
-            Backend::Remote(_) => Err(Error::new(
-                ErrorKind::Config,
-                "a server does not hand out modules' bytes: read them from its store",
-            )),
-        }
+        self.backend.module(hash)
     }
 
     /// Whether the store takes work from clients (starts, messages, cancels): a store hosts
@@ -445,11 +341,7 @@ impl Client {
     /// a serving host; a SQLite file, one host's own, does not, and the error says what to do
     /// instead ([`ErrorKind::Config`]).
     pub fn takes_work(&self) -> Result<()> {
-        match &*self.backend {
-            Backend::Store(store) => store.takes_work(),
-            Backend::Serving(serving) => serving.ready(),
-            Backend::Remote(remote) => remote.ready(),
-        }
+        self.backend.takes_work()
     }
 }
 
@@ -466,7 +358,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
 }
 
 /// Reads the outbox until it has a message, the workflow ends or `wait` passes.
-fn poll_outbox(
+pub(super) fn poll_outbox(
     read: impl Fn() -> Result<OutboxPage>,
     wait: Option<Duration>,
 ) -> Result<OutboxPage> {
@@ -517,7 +409,7 @@ pub(crate) fn parse_cursor(cursor: &str) -> Result<u64> {
 }
 
 /// Why a client of a store alone cannot upgrade a workflow.
-fn needs_host() -> Error {
+pub(super) fn needs_host() -> Error {
     Error::new(
         ErrorKind::Config,
         "an upgrade replays the workflow's journal against the new module, which takes a host: \

@@ -5,7 +5,7 @@ use std::time::Instant;
 use super::store::StoreBackend;
 use super::{Client, WorkflowState};
 use crate::durable::now_millis;
-use crate::durable::store::{Op, PruneCandidate, PruneFilter, State, SyncMode};
+use crate::durable::store::{Op, PruneCandidate, PruneFilter, State};
 use crate::error::Result;
 
 /// Top-level workflows a prune looks at a time: each batch is one write, so that a prune never
@@ -77,28 +77,13 @@ impl Client {
     /// As [`prune`](Self::prune), stopping after the batch that passes `deadline` (with
     /// [`Pruned::more`] if some are left): the HTTP API answers within a request's time so.
     pub fn prune_until(&self, query: &PruneQuery, deadline: Option<Instant>) -> Result<Pruned> {
-        match &*self.backend {
-            super::Backend::Store(store) => {
-                let mut journal = store
-                    .location
-                    .open_host(SyncMode::Full, None)
-                    .map_err(super::store::store_error)?
-                    .journal;
-                store.prune(query, deadline, |ops| {
-                    journal.commit(&ops).map_err(super::store::store_error)
-                })
-            }
-            super::Backend::Serving(serving) => serving
-                .store
-                .prune(query, deadline, |ops| serving.durable.write(ops)),
-            super::Backend::Remote(remote) => remote.prune(query),
-        }
+        self.backend.prune(query, deadline)
     }
 }
 
 impl StoreBackend {
     /// Finds the trees to remove a batch at a time, and hands each batch to `write`.
-    pub(crate) fn prune(
+    pub(crate) fn prune_with(
         &self,
         query: &PruneQuery,
         deadline: Option<Instant>,

@@ -1,13 +1,15 @@
 //! A client of a `wfhost serve --http` server: each operation is one call of its API
 //! (`wfhost_client`), and its JSON is read back into the same types a store gives.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use wfcontract::{Encoding, Payload};
 use wfhost_client::wire::{
     self, CountParams, HistoryParams, ListParams, OutboxParams, StartRequest, WorkflowJson,
 };
 
+use super::backend::Backend;
 use super::types::{
     Cancelled, Failure, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
     PauseChange, Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus,
@@ -39,14 +41,14 @@ impl RemoteBackend {
         }
     }
 
-    pub(crate) fn with_token(&self, token: &str) -> RemoteBackend {
+    pub(crate) fn authorized(&self, token: &str) -> RemoteBackend {
         RemoteBackend {
             location: self.location.clone(),
             api: self.api.clone().map(|api| api.with_token(token)),
         }
     }
 
-    pub(crate) fn with_root_certificates(&self, pem: &[u8]) -> Result<RemoteBackend> {
+    pub(crate) fn trusting(&self, pem: &[u8]) -> Result<RemoteBackend> {
         let api = match &self.api {
             Ok(api) => Ok(api
                 .clone()
@@ -65,8 +67,14 @@ impl RemoteBackend {
             .as_ref()
             .map_err(|why| Error::new(ErrorKind::Config, why.clone()))
     }
+}
 
-    pub(crate) fn put_module(&self, wasm: &[u8]) -> Result<StoredModule> {
+impl Backend for RemoteBackend {
+    fn location(&self) -> &Location {
+        &self.location
+    }
+
+    fn put_module(&self, wasm: &[u8]) -> Result<StoredModule> {
         let (module, new) = self.api()?.put_module(wasm).map_err(|e| error(&e))?;
         Ok(StoredModule {
             hash: module.hash,
@@ -76,7 +84,7 @@ impl RemoteBackend {
         })
     }
 
-    pub(crate) fn modules(&self) -> Result<Vec<StoredModule>> {
+    fn modules(&self) -> Result<Vec<StoredModule>> {
         let list = self.api()?.modules().map_err(|e| error(&e))?;
         Ok(list
             .modules
@@ -90,7 +98,7 @@ impl RemoteBackend {
             .collect())
     }
 
-    pub(crate) fn start(&self, start: &Start<'_>) -> Result<Started> {
+    fn start(&self, start: &Start<'_>) -> Result<Started> {
         let hash = match start.module {
             ModuleRef::Bytes(bytes) => self.put_module(bytes)?.hash,
             ModuleRef::Hash(hash) => hash.to_string(),
@@ -112,13 +120,13 @@ impl RemoteBackend {
         })
     }
 
-    pub(crate) fn status(&self, id: &str) -> Result<WorkflowStatus> {
+    fn status(&self, id: &str) -> Result<WorkflowStatus> {
         status_of(self.api()?.status(id).map_err(|e| error(&e))?)
     }
 
     /// A server caps each wait: a longer one asks again until the workflow ends or the wait
     /// is over.
-    pub(crate) fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
+    fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
         let deadline = wait.and_then(|wait| std::time::Instant::now().checked_add(wait));
         loop {
             let left = match (wait, deadline) {
@@ -145,7 +153,7 @@ impl RemoteBackend {
         }
     }
 
-    pub(crate) fn send(&self, id: &str, message: &Payload) -> Result<u64> {
+    fn send(&self, id: &str, message: &Payload) -> Result<u64> {
         let message = json_of(message, "a message")?;
         Ok(self
             .api()?
@@ -154,7 +162,7 @@ impl RemoteBackend {
             .message)
     }
 
-    pub(crate) fn cancel(&self, id: &str) -> Result<Cancelled> {
+    fn cancel(&self, id: &str) -> Result<Cancelled> {
         let answer = self.api()?.cancel(id).map_err(|e| error(&e))?;
         Ok(match answer.cancel.as_str() {
             "asked" => Cancelled::Asked,
@@ -163,7 +171,7 @@ impl RemoteBackend {
         })
     }
 
-    pub(crate) fn pause(&self, id: &str, paused: bool) -> Result<PauseChange> {
+    fn pause(&self, id: &str, paused: bool) -> Result<PauseChange> {
         let api = self.api()?;
         let answer = if paused {
             api.pause(id)
@@ -178,12 +186,12 @@ impl RemoteBackend {
         })
     }
 
-    pub(crate) fn upgrade(&self, id: &str, wasm: &[u8]) -> Result<crate::Upgraded> {
+    fn upgrade(&self, id: &str, wasm: &[u8]) -> Result<crate::Upgraded> {
         let (module, _) = self.api()?.put_module(wasm).map_err(|e| error(&e))?;
         self.upgrade_stored(id, &module.hash)
     }
 
-    pub(crate) fn upgrade_stored(&self, id: &str, module: &str) -> Result<crate::Upgraded> {
+    fn upgrade_stored(&self, id: &str, module: &str) -> Result<crate::Upgraded> {
         let answer = self.api()?.upgrade(id, module).map_err(|e| error(&e))?;
         Ok(crate::Upgraded {
             from: answer.from,
@@ -193,7 +201,7 @@ impl RemoteBackend {
         })
     }
 
-    pub(crate) fn create_schedule(
+    fn create_schedule(
         &self,
         schedule: &crate::schedules::NewSchedule,
     ) -> Result<crate::schedules::Schedule> {
@@ -221,16 +229,16 @@ impl RemoteBackend {
         )
     }
 
-    pub(crate) fn schedules(&self) -> Result<Vec<crate::schedules::Schedule>> {
+    fn schedules(&self) -> Result<Vec<crate::schedules::Schedule>> {
         let list = self.api()?.schedules().map_err(|e| error(&e))?;
         list.schedules.into_iter().map(schedule_of).collect()
     }
 
-    pub(crate) fn schedule(&self, id: &str) -> Result<crate::schedules::Schedule> {
+    fn schedule(&self, id: &str) -> Result<crate::schedules::Schedule> {
         schedule_of(self.api()?.schedule(id).map_err(|e| error(&e))?)
     }
 
-    pub(crate) fn pause_schedule(&self, id: &str, paused: bool) -> Result<bool> {
+    fn pause_schedule(&self, id: &str, paused: bool) -> Result<bool> {
         let verb = if paused { "pause" } else { "resume" };
         let answer = self
             .api()?
@@ -239,12 +247,12 @@ impl RemoteBackend {
         Ok(answer.changed)
     }
 
-    pub(crate) fn delete_schedule(&self, id: &str) -> Result<bool> {
+    fn delete_schedule(&self, id: &str) -> Result<bool> {
         let answer = self.api()?.delete_schedule(id).map_err(|e| error(&e))?;
         Ok(answer.changed)
     }
 
-    pub(crate) fn trigger_schedule(&self, id: &str) -> Result<Started> {
+    fn trigger_schedule(&self, id: &str) -> Result<Started> {
         let started = self.api()?.trigger_schedule(id).map_err(|e| error(&e))?;
         Ok(Started {
             id: started.workflow.id.clone(),
@@ -253,7 +261,7 @@ impl RemoteBackend {
         })
     }
 
-    pub(crate) fn waits(&self, id: &str) -> Result<super::Waits> {
+    fn waits(&self, id: &str) -> Result<super::Waits> {
         let answer = self.api()?.waits(id).map_err(|e| error(&e))?;
         let open = answer
             .waits
@@ -277,7 +285,11 @@ impl RemoteBackend {
         })
     }
 
-    pub(crate) fn prune(&self, query: &super::PruneQuery) -> Result<super::Pruned> {
+    fn prune(
+        &self,
+        query: &super::PruneQuery,
+        _deadline: Option<Instant>,
+    ) -> Result<super::Pruned> {
         let request = wfhost_client::wire::PruneRequest {
             older_than: None,
             finished_before: Some(query.finished_before),
@@ -296,7 +308,7 @@ impl RemoteBackend {
         }
     }
 
-    pub(crate) fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
+    fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
         let params = CountParams {
             entry: query.entry.clone(),
             prefix: query.prefix.clone(),
@@ -316,7 +328,7 @@ impl RemoteBackend {
         })
     }
 
-    pub(crate) fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
+    fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
         query.check()?;
         let params = ListParams {
             status: query.state.map(|s| s.name().to_string()),
@@ -340,12 +352,7 @@ impl RemoteBackend {
         })
     }
 
-    pub(crate) fn history(
-        &self,
-        id: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Page<HistoryStep>> {
+    fn history(&self, id: &str, after: Option<&str>, limit: usize) -> Result<Page<HistoryStep>> {
         let params = HistoryParams {
             after: after.map(str::to_string),
             limit: Some(limit),
@@ -369,7 +376,7 @@ impl RemoteBackend {
         })
     }
 
-    pub(crate) fn outbox(
+    fn outbox(
         &self,
         id: &str,
         after: Option<&str>,
@@ -401,7 +408,7 @@ impl RemoteBackend {
         })
     }
 
-    pub(crate) fn hosts(&self) -> Result<Vec<HostStatus>> {
+    fn hosts(&self) -> Result<Vec<HostStatus>> {
         let list = self.api()?.hosts().map_err(|e| error(&e))?;
         Ok(list
             .hosts
@@ -417,14 +424,41 @@ impl RemoteBackend {
             .collect())
     }
 
-    pub(crate) fn ready(&self) -> Result<()> {
+    fn ready(&self) -> Result<()> {
         self.api()?.ready().map(drop).map_err(|e| error(&e))
     }
 
     /// A server names the workflows a history mentions in its own words; it answers no
     /// lookup by number.
-    pub(crate) fn id_of(&self, _number: u64) -> Result<Option<String>> {
+    fn id_of(&self, _number: u64) -> Result<Option<String>> {
         Ok(None)
+    }
+
+    fn takes_work(&self) -> Result<()> {
+        self.ready()
+    }
+
+    fn module(&self, _hash: &str) -> Result<Option<Vec<u8>>> {
+        Err(Error::new(
+            ErrorKind::Config,
+            "a server does not hand out modules' bytes: read them from its store",
+        ))
+    }
+
+    /// A server fires its schedules itself.
+    fn fire_schedules(&self, _since: Option<u64>) -> Result<super::Fired> {
+        Ok(super::Fired {
+            at: crate::durable::now_millis(),
+            ..super::Fired::default()
+        })
+    }
+
+    fn with_token(&self, token: &str) -> Option<Arc<dyn Backend>> {
+        Some(Arc::new(self.authorized(token)))
+    }
+
+    fn with_root_certificates(&self, pem: &[u8]) -> Result<Option<Arc<dyn Backend>>> {
+        Ok(Some(Arc::new(self.trusting(pem)?)))
     }
 }
 

@@ -12,13 +12,18 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use wfcontract::{Payload, Pid};
 
+use super::backend::{Backend, Waiting};
+use super::prune::{PruneQuery, Pruned};
+use super::schedules::{self, Direct, Fired};
 use super::store::{unknown_module, StoreBackend, MAX_OUTBOX_PAGE};
 use super::types::{
-    Cancelled, HostStatus, ListQuery, OutboxPage, Page, PauseChange, Started, StoredModule,
-    WorkflowCounts, WorkflowStatus,
+    Cancelled, HistoryStep, HostStatus, ListQuery, OutboxPage, Page, PauseChange, Started,
+    StoredModule, WorkflowCounts, WorkflowStatus,
 };
-use super::{blocking, new_id, parse_cursor, Client, ModuleRef, Start};
+use super::waits::Waits;
+use super::{blocking, new_id, parse_cursor, ModuleRef, Start};
 use crate::durable::resolve::stored_name;
+use crate::durable::store::{Location, Op};
 use crate::durable::waiters::{Topic, Waiters};
 use crate::durable::Durable;
 use crate::engine::check_payload;
@@ -26,7 +31,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;
 use crate::host::Host;
 use crate::modules::Loaded;
+use crate::schedules::{NewSchedule, Schedule};
 use crate::wasm::ModuleInfo;
+use crate::Upgraded;
 
 /// How often the store is read for what other hosts did to the workflows waited for (a store
 /// hosts share): one read for every waiter at once.
@@ -305,22 +312,22 @@ impl ServingBackend {
         }
     }
 
-    pub(crate) async fn result_async(
-        &self,
-        client: &Client,
-        id: &str,
+    async fn wait_for_result(
+        self: Arc<Self>,
+        id: String,
         wait: Option<Duration>,
     ) -> Result<WorkflowStatus> {
+        let id = id.as_str();
         let deadline = Instant::now() + wait.unwrap_or_default().min(MAX_WAIT);
-        let status = self.read_status(client, id).await?;
+        let status = self.read_status(id).await?;
         if status.is_finished() || deadline <= Instant::now() {
             return Ok(status);
         }
         status.refuse_damaged()?;
         let mut watch = self.durable.waiters.watch(Topic::End, status.number, 0);
-        self.poll_other_hosts(client);
+        self.poll_other_hosts();
         // Registered, then read again: an end committed between the two reads fires it.
-        let status = self.read_status(client, id).await?;
+        let status = self.read_status(id).await?;
         if status.is_finished() {
             return Ok(status);
         }
@@ -328,37 +335,34 @@ impl ServingBackend {
             .fired(deadline.saturating_duration_since(Instant::now()))
             .await;
         drop(watch);
-        self.read_status(client, id).await
+        self.read_status(id).await
     }
 
     /// Where workflow `id` stands, read on a thread that may block, in its turn (held until
     /// the read is over, whoever stops waiting for it).
-    async fn read_status(&self, client: &Client, id: &str) -> Result<WorkflowStatus> {
+    async fn read_status(self: &Arc<Self>, id: &str) -> Result<WorkflowStatus> {
         let turn = Arc::clone(&self.reads).acquire_owned().await;
-        let (client, id) = (client.clone(), id.to_string());
+        let (serving, id) = (Arc::clone(self), id.to_string());
         blocking(move || {
             let _turn = turn;
-            client.status(&id)
+            ServingBackend::status(&serving, &id)
         })
         .await
     }
 
     /// A page of the outbox, read on a thread that may block, in its turn.
     async fn read_outbox(
-        &self,
-        client: &Client,
+        self: &Arc<Self>,
         id: &str,
         after: Option<&str>,
         limit: usize,
     ) -> Result<OutboxPage> {
         let turn = Arc::clone(&self.reads).acquire_owned().await;
-        let (client, id, after) = (client.clone(), id.to_string(), after.map(str::to_string));
+        let (serving, id, after) = (Arc::clone(self), id.to_string(), after.map(str::to_string));
         let limit = limit.min(MAX_OUTBOX_PAGE);
-        blocking(move || match (turn, &*client.backend) {
-            (_turn, super::Backend::Serving(serving)) => {
-                serving.store.outbox(&id, after.as_deref(), limit)
-            }
-            (_turn, _) => client.outbox(&id, after.as_deref(), limit, None),
+        blocking(move || {
+            let _turn = turn;
+            serving.store.outbox_page(&id, after.as_deref(), limit)
         })
         .await
     }
@@ -366,14 +370,14 @@ impl ServingBackend {
     /// On a store hosts share: starts the task that reads, every [`REMOTE_POLL`], which of the
     /// workflows waited for have ended or sent the host a message (on any host), unless it
     /// runs; it stops once nobody waits.
-    fn poll_other_hosts(&self, client: &Client) {
+    fn poll_other_hosts(self: &Arc<Self>) {
         if !self.shared() || self.polling.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (waiters, polling, client) = (
+        let (waiters, polling, serving) = (
             Arc::clone(&self.durable.waiters),
             Arc::clone(&self.polling),
-            client.clone(),
+            Arc::clone(self),
         );
         tokio::spawn(async move {
             loop {
@@ -387,7 +391,7 @@ impl ServingBackend {
                     }
                     continue;
                 }
-                let reader = client.clone();
+                let reader = Arc::clone(&serving);
                 let watched = Arc::clone(&waiters);
                 let read = blocking(move || look_at_other_hosts(&reader, &watched)).await;
                 if let Err(error) = read {
@@ -494,7 +498,7 @@ impl ServingBackend {
         let position = after.map(parse_cursor).transpose()?.unwrap_or(0);
         let deadline = Instant::now() + wait.unwrap_or_default().min(MAX_WAIT);
         loop {
-            let page = self.store.outbox(id, after, limit)?;
+            let page = self.store.outbox_page(id, after, limit)?;
             let left = deadline.saturating_duration_since(Instant::now());
             if !page.messages.is_empty() || page.finished || left.is_zero() {
                 return Ok(page);
@@ -503,7 +507,7 @@ impl ServingBackend {
                 .durable
                 .waiters
                 .watch_sent_or_end_blocking(page.number, position);
-            let again = self.store.outbox(id, after, limit)?;
+            let again = self.store.outbox_page(id, after, limit)?;
             if !again.messages.is_empty() || again.finished {
                 return Ok(again);
             }
@@ -516,18 +520,18 @@ impl ServingBackend {
         }
     }
 
-    pub(crate) async fn outbox_async(
-        &self,
-        client: &Client,
-        id: &str,
-        after: Option<&str>,
+    async fn wait_for_outbox(
+        self: Arc<Self>,
+        id: String,
+        after: Option<String>,
         limit: usize,
         wait: Option<Duration>,
     ) -> Result<OutboxPage> {
+        let (id, after) = (id.as_str(), after.as_deref());
         let position = after.map(parse_cursor).transpose()?.unwrap_or(0);
         let deadline = Instant::now() + wait.unwrap_or_default().min(MAX_WAIT);
         loop {
-            let page = self.read_outbox(client, id, after, limit).await?;
+            let page = self.read_outbox(id, after, limit).await?;
             let left = deadline.saturating_duration_since(Instant::now());
             if !page.messages.is_empty() || page.finished || left.is_zero() {
                 return Ok(page);
@@ -535,8 +539,8 @@ impl ServingBackend {
             let waiters = &self.durable.waiters;
             let mut sent = waiters.watch(Topic::Outbox, page.number, position);
             let mut ended = waiters.watch(Topic::End, page.number, 0);
-            self.poll_other_hosts(client);
-            let again = self.read_outbox(client, id, after, limit).await?;
+            self.poll_other_hosts();
+            let again = self.read_outbox(id, after, limit).await?;
             if !again.messages.is_empty() || again.finished {
                 return Ok(again);
             }
@@ -579,10 +583,7 @@ impl ServingBackend {
 
 /// Fires the waiters of the workflows that other hosts ended, or that sent the host a message,
 /// as the store says: one read for each.
-fn look_at_other_hosts(client: &Client, waiters: &Waiters) -> Result<()> {
-    let super::Backend::Serving(serving) = &*client.backend else {
-        return Ok(());
-    };
+fn look_at_other_hosts(serving: &ServingBackend, waiters: &Waiters) -> Result<()> {
     let ends = waiters.watched(Topic::End);
     if !ends.is_empty() {
         let ended = serving.store.finished_among(&ends)?;
@@ -596,4 +597,193 @@ fn look_at_other_hosts(client: &Client, waiters: &Waiters) -> Result<()> {
         waiters.fire_sent(&latest);
     }
     Ok(())
+}
+
+impl Backend for ServingBackend {
+    fn location(&self) -> &Location {
+        &self.store.location
+    }
+
+    fn put_module(&self, wasm: &[u8]) -> Result<StoredModule> {
+        ServingBackend::put_module(self, wasm)
+    }
+
+    fn modules(&self) -> Result<Vec<StoredModule>> {
+        self.store.modules()
+    }
+
+    fn module(&self, hash: &str) -> Result<Option<Vec<u8>>> {
+        self.store.module(hash)
+    }
+
+    fn start(&self, start: &Start<'_>) -> Result<Started> {
+        ServingBackend::start(self, start)
+    }
+
+    fn status(&self, id: &str) -> Result<WorkflowStatus> {
+        ServingBackend::status(self, id)
+    }
+
+    fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
+        ServingBackend::result(self, id, wait)
+    }
+
+    fn result_async(
+        self: Arc<Self>,
+        id: String,
+        wait: Option<Duration>,
+    ) -> Option<Waiting<WorkflowStatus>> {
+        Some(Box::pin(self.wait_for_result(id, wait)))
+    }
+
+    fn send(&self, id: &str, message: &Payload) -> Result<u64> {
+        ServingBackend::send(self, id, message)
+    }
+
+    fn cancel(&self, id: &str) -> Result<Cancelled> {
+        ServingBackend::cancel(self, id)
+    }
+
+    fn pause(&self, id: &str, paused: bool) -> Result<PauseChange> {
+        ServingBackend::pause(self, id, paused)
+    }
+
+    fn upgrade(&self, id: &str, wasm: &[u8]) -> Result<Upgraded> {
+        self.host.upgrade_with(id, wasm, self.grants.clone())
+    }
+
+    fn upgrade_stored(&self, id: &str, module: &str) -> Result<Upgraded> {
+        let wasm = self.store.module(module)?.ok_or_else(|| {
+            Error::new(
+                ErrorKind::UnknownModule,
+                format!("the store keeps no module {module}: store it first (`POST /v1/modules`)"),
+            )
+        })?;
+        self.host.upgrade_with(id, &wasm, self.grants.clone())
+    }
+
+    fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
+        ServingBackend::list(self, query)
+    }
+
+    fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
+        ServingBackend::counts(self, query)
+    }
+
+    fn history(&self, id: &str, after: Option<&str>, limit: usize) -> Result<Page<HistoryStep>> {
+        self.store.history(id, after, limit)
+    }
+
+    fn outbox(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        limit: usize,
+        wait: Option<Duration>,
+    ) -> Result<OutboxPage> {
+        ServingBackend::outbox(self, id, after, limit, wait)
+    }
+
+    fn outbox_async(
+        self: Arc<Self>,
+        id: String,
+        after: Option<String>,
+        limit: usize,
+        wait: Option<Duration>,
+    ) -> Option<Waiting<OutboxPage>> {
+        Some(Box::pin(self.wait_for_outbox(id, after, limit, wait)))
+    }
+
+    /// As the store says, with the calls this host does not serve marked.
+    fn waits(&self, id: &str) -> Result<Waits> {
+        let mut waits = self.store.waits(id)?;
+        for open in &mut waits.open {
+            if let Some(call) = open.yielded.command.call() {
+                if !self.durable.serves(&call.name) {
+                    open.unserved = Some(format!(
+                        "this host does not serve '{}': the call waits for a host that does ({})",
+                        call.name,
+                        crate::functions::how_to_serve(&call.name)
+                    ));
+                }
+            }
+        }
+        Ok(waits)
+    }
+
+    fn id_of(&self, number: u64) -> Result<Option<String>> {
+        self.store.id_of(number)
+    }
+
+    fn hosts(&self) -> Result<Vec<HostStatus>> {
+        ServingBackend::hosts(self)
+    }
+
+    fn ready(&self) -> Result<()> {
+        ServingBackend::ready(self)
+    }
+
+    fn takes_work(&self) -> Result<()> {
+        ServingBackend::ready(self)
+    }
+
+    fn prune(&self, query: &PruneQuery, deadline: Option<Instant>) -> Result<Pruned> {
+        self.store
+            .prune_with(query, deadline, |ops| self.durable.write(ops))
+    }
+
+    fn create_schedule(&self, schedule: &NewSchedule) -> Result<Schedule> {
+        schedules::create(self, schedule)
+    }
+
+    fn schedules(&self) -> Result<Vec<Schedule>> {
+        schedules::all(&self.store)
+    }
+
+    fn schedule(&self, id: &str) -> Result<Schedule> {
+        schedules::one(&self.store, id)
+    }
+
+    fn pause_schedule(&self, id: &str, paused: bool) -> Result<bool> {
+        schedules::set_paused(self, id, paused)
+    }
+
+    fn delete_schedule(&self, id: &str) -> Result<bool> {
+        schedules::delete(self, id)
+    }
+
+    fn trigger_schedule(&self, id: &str) -> Result<Started> {
+        schedules::trigger(self, id)
+    }
+
+    fn fire_schedules(&self, since: Option<u64>) -> Result<Fired> {
+        schedules::fire_due(self, since)
+    }
+}
+
+impl Direct for ServingBackend {
+    fn store(&self) -> &StoreBackend {
+        &self.store
+    }
+
+    fn write_schedule(&self, op: Op, id: &str) -> Result<bool> {
+        if self.shared() {
+            return self.store.submit(true, |s| s.submit_schedule(&op));
+        }
+        // One host writes a SQLite store: through its writer, and read back, one write at a
+        // time (what it reads back is its own).
+        let _one = self.durable.taking.lock();
+        let before = self.store.read(|s| s.schedule(id))?;
+        self.durable.write(vec![op.clone()])?;
+        let after = self.store.read(|s| s.schedule(id))?;
+        Ok(schedules::changed(&op, before.as_ref(), after.as_ref()))
+    }
+
+    fn status_of(&self, id: &str) -> Result<WorkflowStatus> {
+        ServingBackend::status(self, id)
+    }
+
+    fn start_of(&self, start: &Start<'_>) -> Result<Started> {
+        ServingBackend::start(self, start)
+    }
 }

@@ -6,19 +6,25 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use wfcontract::Payload;
 
+use super::backend::Backend;
+use super::prune::{PruneQuery, Pruned};
+use super::schedules::{self, Direct, Fired};
 use super::types::{
     Cancelled, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page, PauseChange,
     Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus, MAX_PAGE,
 };
-use super::{cursor, new_id, parse_cursor, ModuleRef, Start};
+use super::waits::Waits;
+use super::{cursor, needs_host, new_id, parse_cursor, poll_outbox, ModuleRef, Start};
 use crate::durable::now_millis;
 use crate::durable::record::StepRecord;
 use crate::durable::store::{
-    ClientStore, Filter, Held, Location, NewWorkflow, Read, SqliteStore, State, StoreError, Submit,
-    Workflow,
+    ClientStore, Filter, Held, Location, NewWorkflow, Op, Read, SqliteStore, State, StoreError,
+    Submit, SyncMode, Workflow,
 };
 use crate::error::{Error, ErrorKind, Result};
+use crate::schedules::{NewSchedule, Schedule};
 use crate::wasm::ModuleInfo;
+use crate::Upgraded;
 
 /// Connections kept for the next call: as many as the calls a server runs at once
 /// (`http::Api::max_store_calls`).
@@ -327,7 +333,12 @@ impl StoreBackend {
     }
 
     /// Up to `limit` messages workflow `id` sent the host after the cursor (no waiting).
-    pub(crate) fn outbox(&self, id: &str, after: Option<&str>, limit: usize) -> Result<OutboxPage> {
+    pub(crate) fn outbox_page(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<OutboxPage> {
         let workflow = self.find(id)?;
         let after = match after {
             Some(cursor) => parse_cursor(cursor)?,
@@ -599,6 +610,154 @@ pub(crate) fn unknown_module(hash: &str) -> Error {
     )
 }
 
+impl Backend for StoreBackend {
+    fn location(&self) -> &Location {
+        &self.location
+    }
+
+    fn put_module(&self, wasm: &[u8]) -> Result<StoredModule> {
+        StoreBackend::put_module(self, wasm)
+    }
+
+    fn modules(&self) -> Result<Vec<StoredModule>> {
+        StoreBackend::modules(self)
+    }
+
+    fn module(&self, hash: &str) -> Result<Option<Vec<u8>>> {
+        StoreBackend::module(self, hash)
+    }
+
+    fn start(&self, start: &Start<'_>) -> Result<Started> {
+        StoreBackend::start(self, start)
+    }
+
+    fn status(&self, id: &str) -> Result<WorkflowStatus> {
+        StoreBackend::status(self, id)
+    }
+
+    fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
+        StoreBackend::result(self, id, wait)
+    }
+
+    fn send(&self, id: &str, message: &Payload) -> Result<u64> {
+        StoreBackend::send(self, id, message)
+    }
+
+    fn cancel(&self, id: &str) -> Result<Cancelled> {
+        StoreBackend::cancel(self, id)
+    }
+
+    fn pause(&self, id: &str, paused: bool) -> Result<PauseChange> {
+        StoreBackend::pause(self, id, paused)
+    }
+
+    fn upgrade(&self, _id: &str, _wasm: &[u8]) -> Result<Upgraded> {
+        Err(needs_host())
+    }
+
+    fn upgrade_stored(&self, _id: &str, _module: &str) -> Result<Upgraded> {
+        Err(needs_host())
+    }
+
+    fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
+        StoreBackend::list(self, query)
+    }
+
+    fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
+        StoreBackend::counts(self, query)
+    }
+
+    fn history(&self, id: &str, after: Option<&str>, limit: usize) -> Result<Page<HistoryStep>> {
+        StoreBackend::history(self, id, after, limit)
+    }
+
+    fn outbox(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        limit: usize,
+        wait: Option<Duration>,
+    ) -> Result<OutboxPage> {
+        poll_outbox(|| self.outbox_page(id, after, limit), wait)
+    }
+
+    fn waits(&self, id: &str) -> Result<Waits> {
+        StoreBackend::waits(self, id)
+    }
+
+    fn id_of(&self, number: u64) -> Result<Option<String>> {
+        StoreBackend::id_of(self, number)
+    }
+
+    fn hosts(&self) -> Result<Vec<HostStatus>> {
+        StoreBackend::hosts(self)
+    }
+
+    fn ready(&self) -> Result<()> {
+        self.count_running().map(drop)
+    }
+
+    fn takes_work(&self) -> Result<()> {
+        StoreBackend::takes_work(self)
+    }
+
+    fn prune(&self, query: &PruneQuery, deadline: Option<Instant>) -> Result<Pruned> {
+        let mut journal = self
+            .location
+            .open_host(SyncMode::Full, None)
+            .map_err(store_error)?
+            .journal;
+        self.prune_with(query, deadline, |ops| {
+            journal.commit(&ops).map_err(store_error)
+        })
+    }
+
+    fn create_schedule(&self, schedule: &NewSchedule) -> Result<Schedule> {
+        schedules::create(self, schedule)
+    }
+
+    fn schedules(&self) -> Result<Vec<Schedule>> {
+        schedules::all(self)
+    }
+
+    fn schedule(&self, id: &str) -> Result<Schedule> {
+        schedules::one(self, id)
+    }
+
+    fn pause_schedule(&self, id: &str, paused: bool) -> Result<bool> {
+        schedules::set_paused(self, id, paused)
+    }
+
+    fn delete_schedule(&self, id: &str) -> Result<bool> {
+        schedules::delete(self, id)
+    }
+
+    fn trigger_schedule(&self, id: &str) -> Result<Started> {
+        schedules::trigger(self, id)
+    }
+
+    fn fire_schedules(&self, since: Option<u64>) -> Result<Fired> {
+        schedules::fire_due(self, since)
+    }
+}
+
+impl Direct for StoreBackend {
+    fn store(&self) -> &StoreBackend {
+        self
+    }
+
+    fn write_schedule(&self, op: Op, _id: &str) -> Result<bool> {
+        self.submit(true, |s| s.submit_schedule(&op))
+    }
+
+    fn status_of(&self, id: &str) -> Result<WorkflowStatus> {
+        StoreBackend::status(self, id)
+    }
+
+    fn start_of(&self, start: &Start<'_>) -> Result<Started> {
+        StoreBackend::start(self, start)
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::within;

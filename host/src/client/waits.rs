@@ -50,26 +50,7 @@ impl Client {
     /// steps journaled after it (a snapshot is written every so many events, so this reads
     /// little of a long journal); through a server, the server works it out.
     pub fn waits(&self, id: &str) -> Result<Waits> {
-        match &*self.backend {
-            super::Backend::Store(store) => store.waits(id),
-            super::Backend::Serving(serving) => {
-                let mut waits = serving.store.waits(id)?;
-                for open in &mut waits.open {
-                    if let Some(call) = open.yielded.command.call() {
-                        if !serving.durable.serves(&call.name) {
-                            open.unserved = Some(format!(
-                                "this host does not serve '{}': the call waits for a host that \
-                                 does ({})",
-                                call.name,
-                                crate::functions::how_to_serve(&call.name)
-                            ));
-                        }
-                    }
-                }
-                Ok(waits)
-            }
-            super::Backend::Remote(remote) => remote.waits(id),
-        }
+        self.backend.waits(id)
     }
 }
 

@@ -630,7 +630,7 @@ impl Durable {
 
     /// Marks message `number` refused (before anyone hears so).
     pub(crate) fn refuse(&self, number: u64, why: &str) {
-        let entry = writer::Entry {
+        let entry = writer::Submission {
             ops: vec![store::Op::Refused {
                 id: number,
                 error: why.to_string(),
@@ -778,7 +778,7 @@ impl Durable {
         }
         // Queued behind the step that sent it: a restart after that step and before this is on
         // disk sends it again (its completion was not journaled), and the store keeps it once.
-        let entry = writer::Entry {
+        let entry = writer::Submission {
             ops: vec![store::Op::HostMessage(kept)],
             done: writer::Done::Nothing,
         };

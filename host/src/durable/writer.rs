@@ -29,7 +29,7 @@ pub(crate) enum Done {
 }
 
 /// Ops written together, and who hears of it.
-pub(crate) struct Entry {
+pub(crate) struct Submission {
     pub(crate) ops: Vec<Op>,
     pub(crate) done: Done,
 }
@@ -84,7 +84,7 @@ impl Hooks {
 
 /// Hands entries to the writer thread.
 pub(crate) struct Writer {
-    sender: Mutex<Option<Sender<Entry>>>,
+    sender: Mutex<Option<Sender<Submission>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Set by the first failed write: the store takes nothing more.
     failed: std::sync::Arc<Mutex<Option<StoreError>>>,
@@ -132,7 +132,7 @@ impl Writer {
     }
 
     /// Queues `entry`. Refused once the store has failed or the writer stopped.
-    pub(crate) fn submit(&self, entry: Entry) -> Result<(), StoreError> {
+    pub(crate) fn submit(&self, entry: Submission) -> Result<(), StoreError> {
         if let Some(error) = self.failed() {
             return Err(error);
         }
@@ -156,7 +156,7 @@ impl Writer {
     /// Writes `ops` and waits until they are on disk.
     pub(crate) fn write(&self, ops: Vec<Op>) -> Result<(), StoreError> {
         let (reply, answer) = crossbeam_channel::bounded(1);
-        self.submit(Entry {
+        self.submit(Submission {
             ops,
             done: Done::Reply(reply),
         })?;
@@ -204,14 +204,14 @@ fn crash_after() -> Option<u64> {
 
 fn run(
     mut store: Box<dyn Journal>,
-    receiver: &Receiver<Entry>,
+    receiver: &Receiver<Submission>,
     failed: &Mutex<Option<StoreError>>,
     on_failure: &OnFailure,
     hooks: &Hooks,
 ) {
     let crash_after = crash_after();
     let mut commits = 0u64;
-    let mut batch: Vec<Entry> = Vec::new();
+    let mut batch: Vec<Submission> = Vec::new();
     let mut ops: Vec<Op> = Vec::new();
     while let Ok(first) = receiver.recv() {
         batch.push(first);

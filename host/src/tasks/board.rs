@@ -21,7 +21,7 @@ pub(crate) struct Board {
     /// Where the outcomes of durable workflows' calls are kept from a completion's answer until
     /// the step that takes each is journaled (the host's store), once a host is built with it.
     outcomes: OnceLock<Arc<dyn Outcomes>>,
-    state: Mutex<State>,
+    state: Mutex<BoardState>,
     /// Wakes the reaper when an earlier deadline appears.
     reaper: Condvar,
 }
@@ -37,10 +37,10 @@ impl std::fmt::Debug for Board {
 }
 
 #[derive(Default)]
-struct State {
+struct BoardState {
     next: u64,
     next_waiter: u64,
-    tasks: HashMap<u64, Entry>,
+    tasks: HashMap<u64, BoardTask>,
     /// Numbers of queued tasks per function, oldest first. A number whose task is gone or taken
     /// is skipped when met (withdrawals do not search the queue).
     queues: HashMap<Arc<str>, VecDeque<u64>>,
@@ -53,7 +53,7 @@ struct State {
     stale: usize,
 }
 
-struct Entry {
+struct BoardTask {
     function: Arc<str>,
     input: Payload,
     key: Option<String>,
@@ -92,7 +92,7 @@ fn parse(task: &str) -> Option<(u64, u64)> {
     Some((number.parse().ok()?, u64::from_str_radix(token, 16).ok()?))
 }
 
-impl State {
+impl BoardState {
     /// Hands task `number` to the oldest poller of its function still waiting, or queues it
     /// (at the front if it had been taken before: it is older than those queued).
     fn offer(&mut self, number: u64, timeout: Duration) -> bool {
@@ -223,7 +223,7 @@ impl Board {
         let board = Arc::new(Board {
             settings,
             outcomes: OnceLock::new(),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(BoardState::default()),
             reaper: Condvar::new(),
         });
         let weak = Arc::downgrade(&board);
@@ -306,7 +306,7 @@ impl Board {
         }
     }
 
-    fn wake_reaper(&self, state: &State, deadline: Instant) {
+    fn wake_reaper(&self, state: &BoardState, deadline: Instant) {
         if state.deadlines.first().is_some_and(|&(d, _)| d == deadline) {
             self.reaper.notify_one();
         }
@@ -385,7 +385,7 @@ impl Board {
 
     /// A completion or heartbeat that came after its delivery's deadline, before the reaper saw
     /// it: the task goes to another worker now.
-    fn expire_late(&self, state: &mut State, task: &str) {
+    fn expire_late(&self, state: &mut BoardState, task: &str) {
         let Some((number, token)) = parse(task) else {
             return;
         };
@@ -400,7 +400,7 @@ impl Board {
     }
 
     /// Offers a taken task whose deadline passed to another worker.
-    fn expire(&self, state: &mut State, number: u64, deadline: Instant) {
+    fn expire(&self, state: &mut BoardState, number: u64, deadline: Instant) {
         state.deadlines.remove(&(deadline, number));
         if let Some(entry) = state.tasks.get_mut(&number) {
             entry.taken = None;
@@ -445,7 +445,7 @@ impl Board {
             state.next += 1;
             state.tasks.insert(
                 number,
-                Entry {
+                BoardTask {
                     function: Arc::clone(&function),
                     input,
                     key,

@@ -73,7 +73,7 @@ pub struct WorkerCommand {
 }
 
 /// What every runner shares.
-struct Shared {
+struct RunnerContext {
     client: Client,
     functions: Vec<String>,
     command: Vec<String>,
@@ -95,7 +95,7 @@ impl WorkerCommand {
                 .with_context(|| format!("cannot read --ca-file {}", path.display()))?;
             client = client.with_root_certificates(&pem)?;
         }
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(RunnerContext {
             client,
             functions: self.functions.clone(),
             command: self.command.clone(),
@@ -136,7 +136,7 @@ impl WorkerCommand {
 }
 
 /// Takes tasks and runs them until stopped.
-fn serve(shared: &Shared) {
+fn serve(shared: &RunnerContext) {
     let mut failures = 0u32;
     while !shared.stopping.load(Ordering::SeqCst) {
         let task = match shared.client.poll_task(&shared.functions, shared.poll_wait) {
@@ -161,7 +161,7 @@ fn serve(shared: &Shared) {
 }
 
 /// Runs the command for `task`; its completion, or `None` if the task moved on meanwhile.
-fn run(shared: &Shared, task: &TaskJson) -> Option<CompleteRequest> {
+fn run(shared: &RunnerContext, task: &TaskJson) -> Option<CompleteRequest> {
     let fail = |message: String, retryable: bool| {
         Some(CompleteRequest {
             result: None,
@@ -302,7 +302,7 @@ fn run(shared: &Shared, task: &TaskJson) -> Option<CompleteRequest> {
 
 /// Sends `completion`, trying again while the server cannot be reached and the task is not
 /// past its deadline.
-fn complete(shared: &Shared, task: &TaskJson, completion: &CompleteRequest) {
+fn complete(shared: &RunnerContext, task: &TaskJson, completion: &CompleteRequest) {
     loop {
         match shared.client.complete_task(&task.task, completion) {
             Ok(()) => return,

@@ -12,7 +12,7 @@ use super::DurableProcess;
 use crate::durable::now_nanos;
 use crate::durable::record::StepRecord;
 use crate::durable::store::{Ending, NewMessage, NewStep, NewWorkflow, Op};
-use crate::durable::writer::{Done, Entry};
+use crate::durable::writer::{Done, Submission};
 use crate::wasm::reads::Reads;
 
 /// What journaling a step's yields decided: the ops that write it, and how many of the leading
@@ -228,7 +228,7 @@ impl DurableProcess {
     /// disk; the first `early` yields go at once.
     fn hold_for(&mut self, ops: Vec<Op>, hold: &Hold<'_>, early: usize) {
         let release = hold.hold();
-        if let Err(error) = self.durable.writer.submit(Entry {
+        if let Err(error) = self.durable.writer.submit(Submission {
             ops,
             done: Done::Release(release, self.pid),
         }) {

@@ -22,7 +22,7 @@ use wfhost_scheduler::{
 use super::record::StepRecord;
 use super::snapshot::{Counts, SavedWorkflow};
 use super::store::{Ending, NewSnapshot, Op};
-use super::writer::{Done, Entry};
+use super::writer::{Done, Submission};
 use super::{now_millis, Durable};
 use crate::wasm::WasmProcess;
 
@@ -459,7 +459,7 @@ impl Drop for DurableProcess {
         if self.durable.is_stopping() {
             return;
         }
-        let entry = Entry {
+        let entry = Submission {
             ops: vec![Op::End {
                 num: child.0,
                 ending: Ending::Failed {

@@ -18,7 +18,6 @@ use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
 use crate::http::state::{AppState, WorkerScope};
 use wfhost::tasks::{Task, TaskError, Tasks};
-use wfhost::utc_time;
 
 /// The most functions one poll may name.
 const MAX_FUNCTIONS: usize = 64;
@@ -188,7 +187,7 @@ async fn heartbeat(
     let deadline = tasks.heartbeat(&task).await.map_err(task_error)?;
     let ms = millis(deadline);
     Ok(Json(HeartbeatJson {
-        deadline: rfc3339(ms),
+        deadline: rfc3339(deadline),
         deadline_ms: ms,
     }))
 }
@@ -243,8 +242,8 @@ fn millis(time: SystemTime) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-fn rfc3339(ms: u64) -> String {
-    format!("{}Z", utc_time(ms).replacen(' ', "T", 1))
+fn rfc3339(time: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(time).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 fn task_json(task: Task) -> TaskJson {
@@ -257,7 +256,7 @@ fn task_json(task: Task) -> TaskJson {
         input_encoding,
         idempotency_key: task.idempotency_key,
         attempt: task.attempt,
-        deadline: rfc3339(ms),
+        deadline: rfc3339(task.deadline),
         deadline_ms: ms,
     }
 }

@@ -424,26 +424,13 @@ fn nanos_time(nanos: u64) -> String {
 
 /// Milliseconds since the Unix epoch, as UTC "YYYY-MM-DD hh:mm:ss.mmm".
 pub fn utc_time(millis: u64) -> String {
-    let secs = millis / 1000;
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:03}",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60,
-        millis % 1000
-    )
+    i64::try_from(millis)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map_or_else(
+            || format!("{millis} ms after 1970"),
+            |time| time.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+        )
 }
 
 /// Milliseconds as `850ms`, `1.2s`, `3m 20s`, `2h 5m`.
