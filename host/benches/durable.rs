@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use common::{alternate, env_count as count, median};
 use serde_json::json;
-use wfhost::__testing::{Ending, NewStep, Op};
+use wfhost::__testing::{Ending, NewStep, Op, Open as _};
 use wfhost::store::Location;
 use wfhost::{Grants, Host, HostBuilder, Payload, Snapshots, SyncMode};
 use wfhost_test_programs::postgres::Postgres;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use wfcontract::{CommandKind, Payload};
 use wfhost_scheduler::{Handler, Scheduler, DEFAULT_BUDGET};
+use wfhost_store::Open as _;
 
 use crate::capacity::{Capacity, MemoryImages, Slots};
 use crate::durable::snapshot::Snapshots;

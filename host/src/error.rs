@@ -192,8 +192,9 @@ impl Error {
 /// Results of host operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A store's failure, as the host says it: a conflict is the caller's ([`ErrorKind::Conflict`]),
-/// anything else the store's ([`ErrorKind::Store`]).
+/// A store's failure, as the host says it: a conflict the caller asked for (a start of an id that
+/// exists with another module, entry point or input) is [`ErrorKind::Conflict`]; anything else,
+/// a write the store refused by its own rules included, is the store's ([`ErrorKind::Store`]).
 impl From<wfhost_store::StoreError> for Error {
     fn from(error: wfhost_store::StoreError) -> Error {
         let kind = match error.kind() {
@@ -218,6 +219,28 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), ErrorKind::ALL.len());
         assert_eq!(ErrorKind::from_name("nonsense"), None);
+    }
+
+    #[test]
+    fn only_a_conflict_the_caller_asked_for_is_a_conflict() {
+        use wfhost_store::{StoreError, StoreErrorKind};
+        let asked = Error::from(StoreError::new(StoreErrorKind::Conflict, "another module"));
+        assert_eq!(asked.kind(), ErrorKind::Conflict);
+        assert_eq!(asked.message(), "another module");
+        for kind in [
+            StoreErrorKind::Integrity,
+            StoreErrorKind::Unavailable,
+            StoreErrorKind::Full,
+            StoreErrorKind::Fenced,
+            StoreErrorKind::Damaged,
+        ] {
+            assert_eq!(
+                Error::from(StoreError::new(kind, "x")).kind(),
+                ErrorKind::Store,
+                "{}",
+                kind.name()
+            );
+        }
     }
 
     #[test]

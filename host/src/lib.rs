@@ -122,7 +122,7 @@ pub mod __testing {
         NewStep, NewWorkflow, Op, PruneCandidate, PruneFilter, Read, SqliteStore, State,
         StateCounts, SyncMode, Workflow,
     };
-    pub use crate::durable::store::{Journal as Store, PgStore, StoreError, StoreErrorKind};
+    pub use crate::durable::store::{Journal as Store, Open, PgStore, StoreError, StoreErrorKind};
 
     /// The schema of the store at `location` as it reads back (see [`Shape`]).
     pub fn shape(location: &Location) -> Result<Shape, StoreError> {

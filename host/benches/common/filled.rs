@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use wfhost::__testing::{Ending, NewWorkflow, Op};
+use wfhost::__testing::{Ending, NewWorkflow, Op, Open as _};
 use wfhost::store::Location;
 use wfhost::{Payload, SyncMode};
 

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::process::Output;
 
 use serde_json::{json, Value};
-use wfhost::__testing::{State, StepRecord};
+use wfhost::__testing::{Open as _, State, StepRecord};
 use wfhost::contract::EventKind;
 use wfhost::store::Location;
 use wfhost_test_programs::postgres::Postgres;

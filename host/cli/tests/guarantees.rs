@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 
 use serde_json::Value;
-use wfhost::__testing::SqliteStore;
+use wfhost::__testing::{Open as _, SqliteStore};
 use wfhost::store::Location;
 use wfhost::Payload;
 use wfhost_test_programs::postgres::Postgres;

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 
 use serde_json::{json, Value};
-use wfhost::__testing::StepRecord;
+use wfhost::__testing::{Open as _, StepRecord};
 use wfhost::contract::EventKind;
 use wfhost::store::Location;
 use wfhost_test_programs::postgres::Postgres;

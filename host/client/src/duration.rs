@@ -64,7 +64,7 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
     if !seconds.is_finite() || seconds > MAX.as_secs_f64() {
         return Err(fail("it is longer than a hundred years"));
     }
-    // Whole milliseconds and seconds read exactly, without a float's rounding.
+    // Whole milliseconds read exactly, without a float's rounding.
     let exact = match unit {
         "ms" => number.fract() == 0.0 && number <= u64::MAX as f64,
         _ => false,
@@ -77,9 +77,10 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
 }
 
 /// `duration` in the grammar [`parse`] reads, in the largest unit that writes it whole
-/// (`90s` is `90s`, `120s` is `2m`, `1500ms` is `1500ms`).
+/// (`90s` is `90s`, `120s` is `2m`, `1500ms` is `1500ms`): whole milliseconds (a part of one is
+/// dropped), and at most [`MAX`] (a longer one is written as `MAX`).
 pub fn format(duration: Duration) -> String {
-    let millis = duration.as_millis();
+    let millis = duration.min(MAX).as_millis();
     if millis == 0 {
         return "0s".to_string();
     }
@@ -143,5 +144,9 @@ mod tests {
             assert_eq!(format(duration), text);
             assert_eq!(parse(text), Ok(duration));
         }
+        // What no text says is written as the nearest that reads back.
+        assert_eq!(format(Duration::from_micros(1_500)), "1ms");
+        assert_eq!(format(Duration::MAX), "36500d");
+        assert_eq!(parse(&format(Duration::MAX)), Ok(MAX));
     }
 }

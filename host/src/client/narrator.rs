@@ -422,7 +422,8 @@ fn nanos_time(nanos: u64) -> String {
     format!("{} UTC", utc_time(nanos / 1_000_000))
 }
 
-/// Milliseconds since the Unix epoch, as UTC "YYYY-MM-DD hh:mm:ss.mmm".
+/// Milliseconds since the Unix epoch, as UTC "YYYY-MM-DD hh:mm:ss.mmm" (a year past 9999 with a
+/// sign; past what a date says, the milliseconds).
 pub fn utc_time(millis: u64) -> String {
     i64::try_from(millis)
         .ok()

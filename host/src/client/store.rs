@@ -18,8 +18,8 @@ use super::{cursor, needs_host, new_id, parse_cursor, poll_outbox, ModuleRef, St
 use crate::durable::now_millis;
 use crate::durable::record::StepRecord;
 use crate::durable::store::{
-    ClientStore, Filter, Held, Location, NewWorkflow, Op, Read, SqliteStore, State, StoreError,
-    Submit, SyncMode, Workflow,
+    ClientStore, Filter, Held, Location, NewWorkflow, Op, Open as _, Read, SqliteStore, State,
+    StoreError, Submit, SyncMode, Workflow,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::schedules::{NewSchedule, Schedule};
@@ -27,7 +27,7 @@ use crate::wasm::ModuleInfo;
 use crate::Upgraded;
 
 /// Connections kept for the next call: as many as the calls a server runs at once
-/// (`http::Api::max_store_calls`).
+/// (`wfhost-server`'s `Api::max_store_calls`).
 const KEPT_CONNECTIONS: usize = 16;
 
 /// The most bytes of inputs and results one page of workflows holds: a page stops before the

@@ -174,7 +174,9 @@ impl std::fmt::Debug for Core {
 
 impl Metrics {
     /// Counts a request that a server of this host's API answered: the route it matched (its
-    /// pattern, `/v1/workflows/{id}`), its method, its status, and how long the answer took.
+    /// pattern, `/v1/workflows/{id}`: a label, so a closed set), its method, its status, and how
+    /// long the answer took. For `wfhost-server`, which serves the API; not for applications.
+    #[doc(hidden)]
     pub fn http_request(&self, route: &str, method: &str, status: u16, took: std::time::Duration) {
         let route: Arc<str> = Arc::from(route);
         self.core
@@ -192,12 +194,14 @@ impl Metrics {
     }
 
     /// The open HTTP connections of a server of this host's API, changed by `change`.
+    #[doc(hidden)]
     pub fn http_connections(&self, change: i64) {
         self.core.http_connections.inc_by(change);
     }
 
     /// The HTTP requests waiting for a workflow (`result?wait=`, `outbox?wait=`), changed by
     /// `change`.
+    #[doc(hidden)]
     pub fn http_waiting(&self, change: i64) {
         self.core.http_waiting.inc_by(change);
     }

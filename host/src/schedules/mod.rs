@@ -2,7 +2,8 @@
 //! firing starts a workflow whose id is the schedule's id and the firing's time
 //! (`nightly@2026-11-26T02:00:00Z`), so that however many hosts look at a schedule, and however
 //! often a crashed one looks again, the store lets one start of each firing through. Schedules
-//! live in the store (`schedules`); every `wfhost serve` fires them (`server/schedules.rs`).
+//! live in the store (`schedules`); every `wfhost serve` fires them (`wfhost-server`'s
+//! `serve/schedules.rs`, through [`Client::fire_schedules`](crate::Client::fire_schedules)).
 
 mod firings;
 mod plan;

@@ -17,8 +17,11 @@ pub enum StoreErrorKind {
     /// The store is full: its disk, or the size it was limited to.
     Full,
     /// What was asked conflicts with what the store has (a start of an id that exists with
-    /// another module, entry point or input).
+    /// another module, entry point or input): the caller's to settle.
     Conflict,
+    /// The store refused a write that breaks its own rules (a row that is there already):
+    /// another writer wrote the same rows, or the writer is wrong. Not the caller's conflict.
+    Integrity,
     /// The store was given something it cannot take as given (an empty path, a server's URL,
     /// a limit that does not apply to it, a value past what its columns hold).
     Invalid,
@@ -38,6 +41,7 @@ impl StoreErrorKind {
             StoreErrorKind::Fenced => "fenced",
             StoreErrorKind::Full => "full",
             StoreErrorKind::Conflict => "conflict",
+            StoreErrorKind::Integrity => "integrity",
             StoreErrorKind::Invalid => "invalid",
             StoreErrorKind::Damaged => "damaged",
             StoreErrorKind::Closed => "closed",

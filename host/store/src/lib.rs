@@ -23,7 +23,7 @@ pub mod tasks;
 pub mod time;
 
 pub use error::{StoreError, StoreErrorKind, StoreResult};
-pub use location::{ClientStore, HostStore, Location};
+pub use location::{ClientStore, HostStore, Location, Open};
 pub use ops::{
     Ending, HostMessage, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, ScheduleAdvance,
     ScheduleRow,

@@ -37,16 +37,48 @@ impl Location {
         }
     }
 
+    /// The SQLite file, if that is what it is.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Location::Sqlite(path) => Some(path),
+            Location::Postgres(_) | Location::Server(_) => None,
+        }
+    }
+}
+
+/// Opening the store at a [`Location`]: what the engine (and wfhost's own tests) do, not what
+/// an application that embeds the engine does (it gives the location to a `HostBuilder` or a
+/// `Client`). A trait so that these stay out of reach of code that does not import it.
+pub trait Open {
     /// Opens the store as a host does (creating and migrating it if need be), synced as `sync`
     /// says. A SQLite file is held by one host at a time: it is refused while another holds it.
     #[cfg(feature = "testing")]
-    pub fn open(&self, sync: SyncMode) -> StoreResult<Box<dyn Journal>> {
+    fn open(&self, sync: SyncMode) -> StoreResult<Box<dyn Journal>>;
+
+    /// Opens the store as a host does, its file capped at `limit` bytes (SQLite only): its
+    /// journal, and on a store hosts share the connection its cluster role goes through.
+    fn open_host(&self, sync: SyncMode, limit: Option<u64>) -> StoreResult<HostStore>;
+
+    /// Opens the store only if it exists, to read it beside the hosts that run it: a SQLite
+    /// file that is there, or a PostgreSQL database that has wfhost's tables.
+    fn open_existing(&self) -> StoreResult<Box<dyn Journal>>;
+
+    /// Opens the store for a client: what it reads, and, on a store hosts share, what it
+    /// writes for them (with `create`, its tables are made if need be).
+    fn open_client(&self, create: bool) -> StoreResult<ClientStore>;
+}
+
+impl Open for Location {
+    /// Opens the store as a host does (creating and migrating it if need be), synced as `sync`
+    /// says. A SQLite file is held by one host at a time: it is refused while another holds it.
+    #[cfg(feature = "testing")]
+    fn open(&self, sync: SyncMode) -> StoreResult<Box<dyn Journal>> {
         Ok(self.open_host(sync, None)?.journal)
     }
 
     /// Opens the store as a host does, its file capped at `limit` bytes (SQLite only): its
     /// journal, and on a store hosts share the connection its cluster role goes through.
-    pub fn open_host(&self, sync: SyncMode, limit: Option<u64>) -> StoreResult<HostStore> {
+    fn open_host(&self, sync: SyncMode, limit: Option<u64>) -> StoreResult<HostStore> {
         match (self, limit) {
             (Location::Sqlite(path), limit) => {
                 let mut store = SqliteStore::open(path, sync)?;
@@ -78,7 +110,7 @@ impl Location {
     /// Opens the store only if it exists, to read it beside the hosts that run it: a SQLite
     /// file that is there, or a PostgreSQL database that has wfhost's tables. For commands that
     /// read what a host wrote.
-    pub fn open_existing(&self) -> StoreResult<Box<dyn Journal>> {
+    fn open_existing(&self) -> StoreResult<Box<dyn Journal>> {
         match self {
             Location::Sqlite(path) => Ok(Box::new(SqliteStore::open_existing(path)?)),
             Location::Postgres(url) => Ok(Box::new(PgStore::open_existing(url)?)),
@@ -90,7 +122,7 @@ impl Location {
     /// writes for them (with `create`, its tables are made if need be; without, they must be
     /// there). A SQLite file is read beside its one host, which takes work only from its own
     /// application.
-    pub fn open_client(&self, create: bool) -> StoreResult<ClientStore> {
+    fn open_client(&self, create: bool) -> StoreResult<ClientStore> {
         Ok(match self {
             Location::Sqlite(path) => ClientStore::Own(Box::new(SqliteStore::open_existing(path)?)),
             Location::Postgres(url) if create => {
@@ -99,14 +131,6 @@ impl Location {
             Location::Postgres(url) => ClientStore::Shared(Box::new(PgStore::open_existing(url)?)),
             Location::Server(url) => return Err(not_a_store(url)),
         })
-    }
-
-    /// The SQLite file, if that is what it is.
-    pub fn path(&self) -> Option<&Path> {
-        match self {
-            Location::Sqlite(path) => Some(path),
-            Location::Postgres(_) | Location::Server(_) => None,
-        }
     }
 }
 

@@ -53,7 +53,8 @@ pub struct Task {
 
 impl Task {
     /// A delivery named `task` of a call to `function` with `input`: what a board hands a
-    /// worker.
+    /// worker. For the boards (the engine's in memory, the store's); not for applications.
+    #[doc(hidden)]
     pub fn new(
         task: String,
         function: String,

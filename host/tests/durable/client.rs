@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use wfhost::__testing::{Ending, NewWorkflow, Op, SyncMode};
+use wfhost::__testing::{Ending, NewWorkflow, Op, Open as _, SyncMode};
 use wfhost::store::Location;
 use wfhost::{Client, ErrorKind, Host, ListQuery, Payload, WorkflowState};
 

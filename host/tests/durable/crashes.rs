@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{json, Value};
-use wfhost::__testing::StepRecord;
+use wfhost::__testing::{Open as _, StepRecord};
 use wfhost::contract::{Command as Yielded, EventKind, Tag};
 use wfhost::store::Location;
 use wfhost::{Host, Snapshots};

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use wfhost::__testing::State;
+use wfhost::__testing::{Open as _, State};
 use wfhost::store::Location;
 use wfhost::Host;
 use wfhost_test_programs::postgres::Postgres;

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::json;
+use wfhost::__testing::Open as _;
 use wfhost::store::Location;
 use wfhost::{Host, WorkflowResult};
 

@@ -5,7 +5,7 @@
 
 use wfhost::__testing::{
     Cancel, Ending, Filter, Held, HostMessage, Location, NewMessage, NewSnapshot, NewStep,
-    NewWorkflow, Op, PruneFilter, State, StateCounts, Store, SyncMode,
+    NewWorkflow, Op, Open as _, PruneFilter, State, StateCounts, Store, SyncMode,
 };
 use wfhost_test_programs::postgres::Postgres;
 

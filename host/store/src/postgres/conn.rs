@@ -126,14 +126,14 @@ pub(super) fn retryable(error: &Error) -> bool {
     }
 }
 
-/// What kind of failure `error` is: the database's own codes for a full disk, a conflict and
+/// What kind of failure `error` is: the database's own codes for a full disk, a broken rule and
 /// damage; anything else is the store being unavailable.
 pub(super) fn kind_of(error: &Error) -> StoreErrorKind {
     match error.code().map(|code| code.code()) {
-        // Insufficient resources: disk full, out of memory, too many connections.
+        // Disk full.
         Some("53100") => StoreErrorKind::Full,
         // Integrity constraint violations.
-        Some(code) if code.starts_with("23") => StoreErrorKind::Conflict,
+        Some(code) if code.starts_with("23") => StoreErrorKind::Integrity,
         // Data corrupted, index corrupted.
         Some("XX001" | "XX002") => StoreErrorKind::Damaged,
         _ => StoreErrorKind::Unavailable,

@@ -659,7 +659,7 @@ pub(super) fn failure(url: &str, error: &Error) -> StoreError {
                 ),
                 _ => describe(error),
             };
-            (StoreErrorKind::Conflict, why)
+            (StoreErrorKind::Integrity, why)
         }
         _ => (super::conn::kind_of(error), describe(error)),
     };

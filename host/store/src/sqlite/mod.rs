@@ -127,7 +127,7 @@ pub(super) fn kind_of(error: &rusqlite::Error) -> StoreErrorKind {
         Some(rusqlite::ErrorCode::DiskFull | rusqlite::ErrorCode::TooBig) => StoreErrorKind::Full,
         Some(rusqlite::ErrorCode::NotADatabase) => StoreErrorKind::NotAStore,
         Some(rusqlite::ErrorCode::DatabaseCorrupt) => StoreErrorKind::Damaged,
-        Some(rusqlite::ErrorCode::ConstraintViolation) => StoreErrorKind::Conflict,
+        Some(rusqlite::ErrorCode::ConstraintViolation) => StoreErrorKind::Integrity,
         Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen) => {
             StoreErrorKind::Invalid
         }

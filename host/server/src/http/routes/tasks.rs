@@ -242,8 +242,16 @@ fn millis(time: SystemTime) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// `time` in RFC 3339 (UTC, milliseconds); past what a date says, its milliseconds.
 fn rfc3339(time: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(time).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    let ms = millis(time);
+    i64::try_from(ms)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map_or_else(
+            || ms.to_string(),
+            |time| time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        )
 }
 
 fn task_json(task: Task) -> TaskJson {
