@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use super::backend::Backend;
 use super::store::StoreBackend;
 use super::{Client, ModuleRef, Start};
 use crate::durable::now_millis;
@@ -78,15 +79,11 @@ impl Client {
 }
 
 /// A backend that reads and writes the store itself: what its schedules take.
-pub(crate) trait Direct {
+pub(crate) trait Direct: Backend {
     /// The store, read directly.
     fn store(&self) -> &StoreBackend;
     /// Writes a schedule op: whether it changed anything.
     fn write_schedule(&self, op: Op, id: &str) -> Result<bool>;
-    /// Where workflow `id` stands.
-    fn status_of(&self, id: &str) -> Result<crate::WorkflowStatus>;
-    /// Starts a workflow.
-    fn start_of(&self, start: &Start<'_>) -> Result<Started>;
 }
 
 /// [`Client::create_schedule`] on a backend that writes the store itself.
@@ -169,7 +166,7 @@ pub(crate) fn trigger(direct: &impl Direct, id: &str) -> Result<Started> {
 
 /// Starts the firing `id` of `schedule`.
 fn start_firing(direct: &impl Direct, schedule: &Schedule, id: &str) -> Result<Started> {
-    direct.start_of(&Start {
+    direct.start(&Start {
         id: Some(id),
         module: ModuleRef::Hash(&schedule.module),
         module_name: None,
@@ -218,7 +215,7 @@ fn fire(direct: &impl Direct, schedule: &Schedule, now: u64, since: Option<u64>)
         return Ok(Fired::default());
     }
     let running = match &schedule.last_workflow {
-        Some(last) => match direct.status_of(last) {
+        Some(last) => match direct.status(last) {
             Ok(status) => !status.is_finished(),
             Err(error) if error.kind() == ErrorKind::UnknownWorkflow => false,
             Err(error) => return Err(error),

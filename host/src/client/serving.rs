@@ -87,27 +87,6 @@ impl ServingBackend {
         self.durable.shared()
     }
 
-    /// Keeps a module in the store (what it says of itself checked first, as `wfhost inspect`
-    /// does); it is compiled when a workflow first starts it.
-    pub(crate) fn put_module(&self, wasm: &[u8]) -> Result<StoredModule> {
-        let info = ModuleInfo::inspect(wasm)?;
-        let limit = self.host.engine().wasm.limits.max_module_bytes;
-        if wasm.len() > limit {
-            return Err(Error::new(
-                ErrorKind::Limit,
-                format!(
-                    "the module is {} bytes, more than this host loads ({limit}, \
-                     --max-module-size)",
-                    wasm.len()
-                ),
-            ));
-        }
-        let had = self.store.module(&info.sha256)?.is_some();
-        // Stored again even if it was there: its time moves on, so that a prune keeps it.
-        self.durable.keep_module(&info.sha256, wasm)?;
-        Ok(StoredModule::of(&info, !had))
-    }
-
     /// The module with `hash`, held for the start that asks: the one the host loaded under a
     /// name of its own (with that name's grants), or the store's copy loaded as
     /// `wfhost:<hash>` with the grants this client was given.
@@ -143,15 +122,6 @@ impl ServingBackend {
         };
         self.host
             .load_stored_module(&stored_name(hash), bytes, self.grants.clone())
-    }
-
-    pub(crate) fn start(&self, start: &Start<'_>) -> Result<Started> {
-        let id = start.id.map_or_else(new_id, str::to_string);
-        let start = Start {
-            id: Some(&id),
-            ..*start
-        };
-        self.start_with_id(&start)
     }
 
     /// Starts `start` (its id given).
@@ -240,12 +210,6 @@ impl ServingBackend {
         }))
     }
 
-    pub(crate) fn status(&self, id: &str) -> Result<WorkflowStatus> {
-        let mut status = self.store.status(id)?;
-        self.mark_host(&mut status);
-        Ok(status)
-    }
-
     /// Names this host as the one that runs `status`'s workflow, when it does. On a store of
     /// its own, an unfinished workflow it does not run has ended since it was read, or waits
     /// (for its module, or a repair: then the host knows of it).
@@ -267,49 +231,6 @@ impl ServingBackend {
             None => format!("{} (this host)", self.durable.host_name),
         });
         status.waiting_for_host = false;
-    }
-
-    pub(crate) fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
-        self.store.counts(query)
-    }
-
-    pub(crate) fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
-        let mut page = self.store.list(query)?;
-        for status in &mut page.items {
-            self.mark_host(status);
-        }
-        Ok(page)
-    }
-
-    pub(crate) fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
-        let deadline = Instant::now() + wait.unwrap_or_default().min(MAX_WAIT);
-        loop {
-            let status = self.status(id)?;
-            if status.is_finished() {
-                return Ok(status);
-            }
-            status.refuse_damaged()?;
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(status);
-            }
-            let mut watch = self
-                .durable
-                .waiters
-                .watch_blocking(Topic::End, status.number, 0);
-            // Registered, then read again: an end committed between the two reads fires it.
-            let again = self.status(id)?;
-            if again.is_finished() {
-                return Ok(again);
-            }
-            // Another host may end it: this thread looks again now and then.
-            let step = if self.shared() {
-                left.min(REMOTE_POLL)
-            } else {
-                left
-            };
-            watch.fired_blocking(step);
-        }
     }
 
     async fn wait_for_result(
@@ -401,7 +322,145 @@ impl ServingBackend {
         });
     }
 
-    pub(crate) fn send(&self, id: &str, message: &Payload) -> Result<u64> {
+    async fn wait_for_outbox(
+        self: Arc<Self>,
+        id: String,
+        after: Option<String>,
+        limit: usize,
+        wait: Option<Duration>,
+    ) -> Result<OutboxPage> {
+        let (id, after) = (id.as_str(), after.as_deref());
+        let position = after.map(parse_cursor).transpose()?.unwrap_or(0);
+        let deadline = Instant::now() + wait.unwrap_or_default().min(MAX_WAIT);
+        loop {
+            let page = self.read_outbox(id, after, limit).await?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !page.messages.is_empty() || page.finished || left.is_zero() {
+                return Ok(page);
+            }
+            let waiters = &self.durable.waiters;
+            let mut sent = waiters.watch(Topic::Outbox, page.number, position);
+            let mut ended = waiters.watch(Topic::End, page.number, 0);
+            self.poll_other_hosts();
+            let again = self.read_outbox(id, after, limit).await?;
+            if !again.messages.is_empty() || again.finished {
+                return Ok(again);
+            }
+            tokio::select! {
+                _ = sent.fired(left) => {}
+                _ = ended.fired(left) => {}
+            }
+        }
+    }
+}
+
+/// Fires the waiters of the workflows that other hosts ended, or that sent the host a message,
+/// as the store says: one read for each.
+fn look_at_other_hosts(serving: &ServingBackend, waiters: &Waiters) -> Result<()> {
+    let ends = waiters.watched(Topic::End);
+    if !ends.is_empty() {
+        let ended = serving.store.finished_among(&ends)?;
+        waiters.fire(Topic::End, &ended);
+    }
+    let senders = waiters.watched(Topic::Outbox);
+    if !senders.is_empty() {
+        let latest = serving
+            .store
+            .read(|store| store.latest_host_messages(&senders))?;
+        waiters.fire_sent(&latest);
+    }
+    Ok(())
+}
+
+impl Backend for ServingBackend {
+    fn location(&self) -> &Location {
+        &self.store.location
+    }
+
+    /// Keeps a module in the store (what it says of itself checked first, as `wfhost inspect`
+    /// does); it is compiled when a workflow first starts it.
+    fn put_module(&self, wasm: &[u8]) -> Result<StoredModule> {
+        let info = ModuleInfo::inspect(wasm)?;
+        let limit = self.host.engine().wasm.limits.max_module_bytes;
+        if wasm.len() > limit {
+            return Err(Error::new(
+                ErrorKind::Limit,
+                format!(
+                    "the module is {} bytes, more than this host loads ({limit}, \
+                     --max-module-size)",
+                    wasm.len()
+                ),
+            ));
+        }
+        let had = self.store.module(&info.sha256)?.is_some();
+        // Stored again even if it was there: its time moves on, so that a prune keeps it.
+        self.durable.keep_module(&info.sha256, wasm)?;
+        Ok(StoredModule::of(&info, !had))
+    }
+
+    fn modules(&self) -> Result<Vec<StoredModule>> {
+        self.store.modules()
+    }
+
+    fn module(&self, hash: &str) -> Result<Option<Vec<u8>>> {
+        self.store.module(hash)
+    }
+
+    fn start(&self, start: &Start<'_>) -> Result<Started> {
+        let id = start.id.map_or_else(new_id, str::to_string);
+        let start = Start {
+            id: Some(&id),
+            ..*start
+        };
+        self.start_with_id(&start)
+    }
+
+    fn status(&self, id: &str) -> Result<WorkflowStatus> {
+        let mut status = self.store.status(id)?;
+        self.mark_host(&mut status);
+        Ok(status)
+    }
+
+    fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
+        let deadline = Instant::now() + wait.unwrap_or_default().min(MAX_WAIT);
+        loop {
+            let status = self.status(id)?;
+            if status.is_finished() {
+                return Ok(status);
+            }
+            status.refuse_damaged()?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(status);
+            }
+            let mut watch = self
+                .durable
+                .waiters
+                .watch_blocking(Topic::End, status.number, 0);
+            // Registered, then read again: an end committed between the two reads fires it.
+            let again = self.status(id)?;
+            if again.is_finished() {
+                return Ok(again);
+            }
+            // Another host may end it: this thread looks again now and then.
+            let step = if self.shared() {
+                left.min(REMOTE_POLL)
+            } else {
+                left
+            };
+            watch.fired_blocking(step);
+        }
+    }
+
+    fn result_async(
+        self: Arc<Self>,
+        id: String,
+        wait: Option<Duration>,
+    ) -> Option<Waiting<WorkflowStatus>> {
+        Some(Box::pin(self.wait_for_result(id, wait)))
+    }
+
+    fn send(&self, id: &str, message: &Payload) -> Result<u64> {
         check_payload(&self.host.engine().wasm.limits, "the message", message)?;
         if let Some(pid) = self.durable.ids.pid_of(id) {
             let sent =
@@ -427,7 +486,7 @@ impl ServingBackend {
         self.durable.keep_message(workflow.start.num, message)
     }
 
-    pub(crate) fn cancel(&self, id: &str) -> Result<Cancelled> {
+    fn cancel(&self, id: &str) -> Result<Cancelled> {
         if self.shared() && self.durable.ids.pid_of(id).is_none() {
             return self.store.cancel(id);
         }
@@ -459,7 +518,7 @@ impl ServingBackend {
         }
     }
 
-    pub(crate) fn pause(&self, id: &str, paused: bool) -> Result<PauseChange> {
+    fn pause(&self, id: &str, paused: bool) -> Result<PauseChange> {
         if self.shared() && self.durable.ids.pid_of(id).is_none() {
             return self.store.pause(id, paused);
         }
@@ -488,7 +547,37 @@ impl ServingBackend {
         Ok(PauseChange::Done)
     }
 
-    pub(crate) fn outbox(
+    fn upgrade(&self, id: &str, wasm: &[u8]) -> Result<Upgraded> {
+        self.host.upgrade_with(id, wasm, self.grants.clone())
+    }
+
+    fn upgrade_stored(&self, id: &str, module: &str) -> Result<Upgraded> {
+        let wasm = self.store.module(module)?.ok_or_else(|| {
+            Error::new(
+                ErrorKind::UnknownModule,
+                format!("the store keeps no module {module}: store it first (`POST /v1/modules`)"),
+            )
+        })?;
+        self.host.upgrade_with(id, &wasm, self.grants.clone())
+    }
+
+    fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
+        let mut page = self.store.list(query)?;
+        for status in &mut page.items {
+            self.mark_host(status);
+        }
+        Ok(page)
+    }
+
+    fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
+        self.store.counts(query)
+    }
+
+    fn history(&self, id: &str, after: Option<&str>, limit: usize) -> Result<Page<HistoryStep>> {
+        self.store.history(id, after, limit)
+    }
+
+    fn outbox(
         &self,
         id: &str,
         after: Option<&str>,
@@ -518,170 +607,6 @@ impl ServingBackend {
             };
             sent.fired_blocking(step);
         }
-    }
-
-    async fn wait_for_outbox(
-        self: Arc<Self>,
-        id: String,
-        after: Option<String>,
-        limit: usize,
-        wait: Option<Duration>,
-    ) -> Result<OutboxPage> {
-        let (id, after) = (id.as_str(), after.as_deref());
-        let position = after.map(parse_cursor).transpose()?.unwrap_or(0);
-        let deadline = Instant::now() + wait.unwrap_or_default().min(MAX_WAIT);
-        loop {
-            let page = self.read_outbox(id, after, limit).await?;
-            let left = deadline.saturating_duration_since(Instant::now());
-            if !page.messages.is_empty() || page.finished || left.is_zero() {
-                return Ok(page);
-            }
-            let waiters = &self.durable.waiters;
-            let mut sent = waiters.watch(Topic::Outbox, page.number, position);
-            let mut ended = waiters.watch(Topic::End, page.number, 0);
-            self.poll_other_hosts();
-            let again = self.read_outbox(id, after, limit).await?;
-            if !again.messages.is_empty() || again.finished {
-                return Ok(again);
-            }
-            tokio::select! {
-                _ = sent.fired(left) => {}
-                _ = ended.fired(left) => {}
-            }
-        }
-    }
-
-    pub(crate) fn hosts(&self) -> Result<Vec<HostStatus>> {
-        if !self.shared() {
-            return Ok(vec![HostStatus {
-                id: 0,
-                name: self.durable.host_name.clone(),
-                alive: self.durable.store_failure().is_none(),
-                lease_until: None,
-                workflows: self.store.count_running()?,
-                this: true,
-            }]);
-        }
-        let me = self.durable.store_host();
-        let mut hosts = self.store.hosts()?;
-        for host in &mut hosts {
-            host.this = Some(host.id) == me;
-        }
-        Ok(hosts)
-    }
-
-    /// Whether the host takes work: its store takes its writes (and on a store hosts share, its
-    /// lease holds) and answers reads.
-    pub(crate) fn ready(&self) -> Result<()> {
-        if let Some(error) = self.durable.store_failure() {
-            return Err(Error::new(ErrorKind::Unavailable, error.message()));
-        }
-        self.host.engine().running()?;
-        self.store.count_running().map(drop)
-    }
-}
-
-/// Fires the waiters of the workflows that other hosts ended, or that sent the host a message,
-/// as the store says: one read for each.
-fn look_at_other_hosts(serving: &ServingBackend, waiters: &Waiters) -> Result<()> {
-    let ends = waiters.watched(Topic::End);
-    if !ends.is_empty() {
-        let ended = serving.store.finished_among(&ends)?;
-        waiters.fire(Topic::End, &ended);
-    }
-    let senders = waiters.watched(Topic::Outbox);
-    if !senders.is_empty() {
-        let latest = serving
-            .store
-            .read(|store| store.latest_host_messages(&senders))?;
-        waiters.fire_sent(&latest);
-    }
-    Ok(())
-}
-
-impl Backend for ServingBackend {
-    fn location(&self) -> &Location {
-        &self.store.location
-    }
-
-    fn put_module(&self, wasm: &[u8]) -> Result<StoredModule> {
-        ServingBackend::put_module(self, wasm)
-    }
-
-    fn modules(&self) -> Result<Vec<StoredModule>> {
-        self.store.modules()
-    }
-
-    fn module(&self, hash: &str) -> Result<Option<Vec<u8>>> {
-        self.store.module(hash)
-    }
-
-    fn start(&self, start: &Start<'_>) -> Result<Started> {
-        ServingBackend::start(self, start)
-    }
-
-    fn status(&self, id: &str) -> Result<WorkflowStatus> {
-        ServingBackend::status(self, id)
-    }
-
-    fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
-        ServingBackend::result(self, id, wait)
-    }
-
-    fn result_async(
-        self: Arc<Self>,
-        id: String,
-        wait: Option<Duration>,
-    ) -> Option<Waiting<WorkflowStatus>> {
-        Some(Box::pin(self.wait_for_result(id, wait)))
-    }
-
-    fn send(&self, id: &str, message: &Payload) -> Result<u64> {
-        ServingBackend::send(self, id, message)
-    }
-
-    fn cancel(&self, id: &str) -> Result<Cancelled> {
-        ServingBackend::cancel(self, id)
-    }
-
-    fn pause(&self, id: &str, paused: bool) -> Result<PauseChange> {
-        ServingBackend::pause(self, id, paused)
-    }
-
-    fn upgrade(&self, id: &str, wasm: &[u8]) -> Result<Upgraded> {
-        self.host.upgrade_with(id, wasm, self.grants.clone())
-    }
-
-    fn upgrade_stored(&self, id: &str, module: &str) -> Result<Upgraded> {
-        let wasm = self.store.module(module)?.ok_or_else(|| {
-            Error::new(
-                ErrorKind::UnknownModule,
-                format!("the store keeps no module {module}: store it first (`POST /v1/modules`)"),
-            )
-        })?;
-        self.host.upgrade_with(id, &wasm, self.grants.clone())
-    }
-
-    fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
-        ServingBackend::list(self, query)
-    }
-
-    fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
-        ServingBackend::counts(self, query)
-    }
-
-    fn history(&self, id: &str, after: Option<&str>, limit: usize) -> Result<Page<HistoryStep>> {
-        self.store.history(id, after, limit)
-    }
-
-    fn outbox(
-        &self,
-        id: &str,
-        after: Option<&str>,
-        limit: usize,
-        wait: Option<Duration>,
-    ) -> Result<OutboxPage> {
-        ServingBackend::outbox(self, id, after, limit, wait)
     }
 
     fn outbox_async(
@@ -716,11 +641,32 @@ impl Backend for ServingBackend {
     }
 
     fn hosts(&self) -> Result<Vec<HostStatus>> {
-        ServingBackend::hosts(self)
+        if !self.shared() {
+            return Ok(vec![HostStatus {
+                id: 0,
+                name: self.durable.host_name.clone(),
+                alive: self.durable.store_failure().is_none(),
+                lease_until: None,
+                workflows: self.store.count_running()?,
+                this: true,
+            }]);
+        }
+        let me = self.durable.store_host();
+        let mut hosts = self.store.hosts()?;
+        for host in &mut hosts {
+            host.this = Some(host.id) == me;
+        }
+        Ok(hosts)
     }
 
+    /// Whether the host takes work: its store takes its writes (and on a store hosts share, its
+    /// lease holds) and answers reads.
     fn ready(&self) -> Result<()> {
-        ServingBackend::ready(self)
+        if let Some(error) = self.durable.store_failure() {
+            return Err(Error::new(ErrorKind::Unavailable, error.message()));
+        }
+        self.host.engine().running()?;
+        self.store.count_running().map(drop)
     }
 
     fn takes_work(&self) -> Result<()> {
@@ -777,13 +723,5 @@ impl Direct for ServingBackend {
         self.durable.write(vec![op.clone()])?;
         let after = self.store.read(|s| s.schedule(id))?;
         Ok(schedules::changed(&op, before.as_ref(), after.as_ref()))
-    }
-
-    fn status_of(&self, id: &str) -> Result<WorkflowStatus> {
-        ServingBackend::status(self, id)
-    }
-
-    fn start_of(&self, start: &Start<'_>) -> Result<Started> {
-        ServingBackend::start(self, start)
     }
 }

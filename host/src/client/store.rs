@@ -112,226 +112,6 @@ impl StoreBackend {
         }
     }
 
-    pub(crate) fn put_module(&self, bytes: &[u8]) -> Result<StoredModule> {
-        let info = ModuleInfo::inspect(bytes)?;
-        let had = self.read(|store| store.module(&info.sha256))?.is_some();
-        // Stored again even if it was there, on a store clients write: its time moves on, so
-        // that a prune keeps it.
-        if !had || matches!(self.location, Location::Postgres(_)) {
-            self.submit(true, |store| store.submit_module(&info.sha256, bytes))?;
-        }
-        Ok(StoredModule::of(&info, !had))
-    }
-
-    pub(crate) fn modules(&self) -> Result<Vec<StoredModule>> {
-        let listed = self.read(|store| store.module_list())?;
-        let mut modules = Vec::with_capacity(listed.len());
-        for (hash, _) in listed {
-            if let Some(known) = self.inspected.lock().get(&hash) {
-                modules.push(known.clone());
-                continue;
-            }
-            if let Some(bytes) = self.read(|store| store.module(&hash))? {
-                let module = StoredModule::inspected(&hash, &bytes);
-                self.inspected.lock().insert(hash, module.clone());
-                modules.push(module);
-            }
-        }
-        Ok(modules)
-    }
-
-    pub(crate) fn start(&self, start: &Start<'_>) -> Result<Started> {
-        let id = start.id.map_or_else(new_id, str::to_string);
-        if let Some(why) = crate::durable::bad_id(&id) {
-            return Err(Error::new(ErrorKind::InvalidInput, why));
-        }
-        self.refuse_own()?;
-        let stored;
-        let bytes = match start.module {
-            ModuleRef::Bytes(bytes) => bytes,
-            ModuleRef::Hash(hash) => {
-                stored = self
-                    .read(|store| store.module(hash))?
-                    .ok_or_else(|| unknown_module(hash))?;
-                &stored[..]
-            }
-        };
-        let info = ModuleInfo::inspect(bytes)?;
-        if !info.has_entry(start.entry) {
-            return Err(info.unknown_entry(start.entry));
-        }
-        let encoded = postcard::to_allocvec(start.input)
-            .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the input: {e}")))?;
-        let workflow = NewWorkflow {
-            num: 0,
-            id: id.clone(),
-            parent: None,
-            module: info.sha256.clone(),
-            module_name: start.module_name.unwrap_or(&info.sha256).to_string(),
-            entry: start.entry.to_string(),
-            input: encoded.clone(),
-            started: now_millis(),
-        };
-        let started = self.submit(true, |store| {
-            store.submit_start((&info.sha256, bytes), &workflow)
-        })?;
-        let status = self.status(&id)?;
-        if started.is_none() {
-            let stored = self.find(&id)?;
-            stored
-                .start
-                .may_follow(&info.sha256, start.entry, &encoded)?;
-        }
-        Ok(Started {
-            id,
-            new: started.is_some(),
-            workflow: status,
-        })
-    }
-
-    pub(crate) fn status(&self, id: &str) -> Result<WorkflowStatus> {
-        let workflow = self.find(id)?;
-        if self.serving && self.location.path().is_some() {
-            // The file's one host says whether it runs it (`ServingBackend::mark_host`).
-            return Ok(WorkflowStatus::of(workflow));
-        }
-        let (host, waiting) = self.host_of(&workflow)?;
-        let mut status = WorkflowStatus::of(workflow);
-        status.host = host;
-        status.waiting_for_host = waiting;
-        Ok(status)
-    }
-
-    /// Polls until the workflow ends or `wait` passes.
-    pub(crate) fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
-        let started = Instant::now();
-        let mut delay = Duration::from_millis(20);
-        loop {
-            let status = self.status(id)?;
-            if status.is_finished() {
-                return Ok(status);
-            }
-            status.refuse_damaged()?;
-            let left = wait.map_or(Duration::ZERO, |w| w.saturating_sub(started.elapsed()));
-            if left.is_zero() {
-                return Ok(status);
-            }
-            std::thread::sleep(delay.min(left));
-            delay = (delay * 2).min(Duration::from_millis(500));
-        }
-    }
-
-    pub(crate) fn send(&self, id: &str, message: &Payload) -> Result<u64> {
-        let payload = postcard::to_allocvec(message)
-            .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the message: {e}")))?;
-        match self.submit(false, |store| store.submit_message(id, &payload))? {
-            Some(number) => Ok(number),
-            None => Err(self.not_running(id)),
-        }
-    }
-
-    pub(crate) fn cancel(&self, id: &str) -> Result<Cancelled> {
-        if self.submit(false, |store| store.submit_cancel(id))? {
-            return Ok(Cancelled::Asked);
-        }
-        let status = WorkflowStatus::of(self.find(id)?);
-        Ok(match status.state {
-            state if state.is_finished() => Cancelled::Ended(state),
-            _ => Cancelled::AskedBefore,
-        })
-    }
-
-    pub(crate) fn pause(&self, id: &str, paused: bool) -> Result<PauseChange> {
-        if self.submit(false, |store| store.submit_pause(id, paused))? {
-            return Ok(PauseChange::Done);
-        }
-        let status = WorkflowStatus::of(self.find(id)?);
-        Ok(match status.state {
-            state if state.is_finished() => PauseChange::Ended(state),
-            _ => PauseChange::Already,
-        })
-    }
-
-    pub(crate) fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
-        let filter = Filter {
-            state: None,
-            cancelled: None,
-            held: None,
-            max_bytes: None,
-            ..filter_of(query)
-        };
-        let counts = self.read(|store| store.counts(&filter))?;
-        Ok(WorkflowCounts::of_store(&counts))
-    }
-
-    pub(crate) fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
-        query.check()?;
-        let after = match &query.after {
-            Some(cursor) => parse_cursor(cursor)?,
-            None => 0,
-        };
-        let filter = filter_of(query);
-        // One more than asked: whether there is a next page.
-        let mut rows = self.read(|store| store.page(&filter, after, query.limit + 1))?;
-        let next = if rows.len() > query.limit {
-            rows.truncate(query.limit);
-            Some(cursor(rows.last().map_or(after, |w| w.start.num)))
-        } else {
-            // Fewer than asked: the end, or a page cut at its byte budget, after which more
-            // may follow.
-            let last = rows.last().map_or(after, |w| w.start.num);
-            let unbounded = Filter {
-                max_bytes: None,
-                ..filter.clone()
-            };
-            let more = !rows.is_empty()
-                && !self
-                    .read(|store| store.page(&unbounded, last, 1))?
-                    .is_empty();
-            more.then(|| cursor(last))
-        };
-        Ok(Page {
-            items: rows.into_iter().map(WorkflowStatus::of).collect(),
-            next,
-        })
-    }
-
-    pub(crate) fn history(
-        &self,
-        id: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Page<HistoryStep>> {
-        let workflow = self.find(id)?;
-        let after = match after {
-            Some(cursor) => parse_cursor(cursor)?,
-            None => 0,
-        };
-        let limit = limit.clamp(1, MAX_PAGE);
-        let num = workflow.start.num;
-        // As many steps as fit the byte budget (at least one), and whether more follow.
-        let sizes = self.read(|store| store.step_sizes(num, after, limit + 1))?;
-        let fit = within(&sizes[..sizes.len().min(limit)], HISTORY_BYTES);
-        let more = sizes.len() > fit;
-        let steps = self.read(|store| store.step_page(num, after, Some(fit)))?;
-        let next = more.then(|| cursor(steps.last().map_or(after, |s| s.seq)));
-        let mut items = Vec::with_capacity(steps.len());
-        for step in steps {
-            let record = StepRecord::decode(&step.record).map_err(|e| {
-                Error::new(
-                    ErrorKind::Damaged,
-                    format!(
-                        "step {} of the journal of '{id}' does not decode ({e}): the store is \
-                         damaged there (`wfhost status {id}` says more)",
-                        step.seq
-                    ),
-                )
-            })?;
-            items.push(HistoryStep::of(step.seq, step.at, record, step.record));
-        }
-        Ok(Page { items, next })
-    }
-
     /// Up to `limit` messages workflow `id` sent the host after the cursor (no waiting).
     pub(crate) fn outbox_page(
         &self,
@@ -384,53 +164,9 @@ impl StoreBackend {
         })
     }
 
-    /// The hosts of a store hosts share; on a SQLite file, the one that holds it.
-    pub(crate) fn hosts(&self) -> Result<Vec<HostStatus>> {
-        if let Some(path) = self.location.path() {
-            let holder = SqliteStore::holder(path);
-            let running = match holder {
-                Some(_) => self.count_running()?,
-                None => 0,
-            };
-            return Ok(holder
-                .map(|holder| HostStatus {
-                    id: 0,
-                    name: holder.to_string(),
-                    alive: true,
-                    lease_until: None,
-                    workflows: running,
-                    this: false,
-                })
-                .into_iter()
-                .collect());
-        }
-        let rows = self.submit(false, |store| store.hosts())?;
-        Ok(rows
-            .into_iter()
-            .map(|row| HostStatus {
-                id: row.info.id,
-                name: row.info.name,
-                alive: row.info.alive,
-                lease_until: row.lease_until,
-                workflows: row.workflows,
-                this: false,
-            })
-            .collect())
-    }
-
     /// How many workflows are unfinished.
     pub(crate) fn count_running(&self) -> Result<u64> {
         self.read(|store| store.count_running())
-    }
-
-    pub(crate) fn id_of(&self, number: u64) -> Result<Option<String>> {
-        Ok(self
-            .read(|store| store.workflow_by_num(number))?
-            .map(|w| w.start.id))
-    }
-
-    pub(crate) fn module(&self, hash: &str) -> Result<Option<Vec<u8>>> {
-        self.read(|store| store.module(hash))
     }
 
     /// Whether the store keeps the module with SHA-256 `hash`.
@@ -525,14 +261,6 @@ impl StoreBackend {
         }
     }
 
-    /// Whether the store takes work from clients (starts, messages, cancels): a store hosts
-    /// share does (it is reached, and its tables are made if need be); a SQLite file, one
-    /// host's own, does not, and the error says what to do instead ([`ErrorKind::Config`]).
-    pub(crate) fn takes_work(&self) -> Result<()> {
-        self.refuse_own()?;
-        self.submit(true, |_| Ok(()))
-    }
-
     /// An error for a store of one host's own, which takes no client work.
     fn refuse_own(&self) -> Result<()> {
         match self.location.path() {
@@ -615,40 +343,148 @@ impl Backend for StoreBackend {
         &self.location
     }
 
-    fn put_module(&self, wasm: &[u8]) -> Result<StoredModule> {
-        StoreBackend::put_module(self, wasm)
+    fn put_module(&self, bytes: &[u8]) -> Result<StoredModule> {
+        let info = ModuleInfo::inspect(bytes)?;
+        let had = self.read(|store| store.module(&info.sha256))?.is_some();
+        // Stored again even if it was there, on a store clients write: its time moves on, so
+        // that a prune keeps it.
+        if !had || matches!(self.location, Location::Postgres(_)) {
+            self.submit(true, |store| store.submit_module(&info.sha256, bytes))?;
+        }
+        Ok(StoredModule::of(&info, !had))
     }
 
     fn modules(&self) -> Result<Vec<StoredModule>> {
-        StoreBackend::modules(self)
+        let listed = self.read(|store| store.module_list())?;
+        let mut modules = Vec::with_capacity(listed.len());
+        for (hash, _) in listed {
+            if let Some(known) = self.inspected.lock().get(&hash) {
+                modules.push(known.clone());
+                continue;
+            }
+            if let Some(bytes) = self.read(|store| store.module(&hash))? {
+                let module = StoredModule::inspected(&hash, &bytes);
+                self.inspected.lock().insert(hash, module.clone());
+                modules.push(module);
+            }
+        }
+        Ok(modules)
     }
 
     fn module(&self, hash: &str) -> Result<Option<Vec<u8>>> {
-        StoreBackend::module(self, hash)
+        self.read(|store| store.module(hash))
     }
 
     fn start(&self, start: &Start<'_>) -> Result<Started> {
-        StoreBackend::start(self, start)
+        let id = start.id.map_or_else(new_id, str::to_string);
+        if let Some(why) = crate::durable::bad_id(&id) {
+            return Err(Error::new(ErrorKind::InvalidInput, why));
+        }
+        self.refuse_own()?;
+        let stored;
+        let bytes = match start.module {
+            ModuleRef::Bytes(bytes) => bytes,
+            ModuleRef::Hash(hash) => {
+                stored = self
+                    .read(|store| store.module(hash))?
+                    .ok_or_else(|| unknown_module(hash))?;
+                &stored[..]
+            }
+        };
+        let info = ModuleInfo::inspect(bytes)?;
+        if !info.has_entry(start.entry) {
+            return Err(info.unknown_entry(start.entry));
+        }
+        let encoded = postcard::to_allocvec(start.input)
+            .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the input: {e}")))?;
+        let workflow = NewWorkflow {
+            num: 0,
+            id: id.clone(),
+            parent: None,
+            module: info.sha256.clone(),
+            module_name: start.module_name.unwrap_or(&info.sha256).to_string(),
+            entry: start.entry.to_string(),
+            input: encoded.clone(),
+            started: now_millis(),
+        };
+        let started = self.submit(true, |store| {
+            store.submit_start((&info.sha256, bytes), &workflow)
+        })?;
+        let status = self.status(&id)?;
+        if started.is_none() {
+            let stored = self.find(&id)?;
+            stored
+                .start
+                .may_follow(&info.sha256, start.entry, &encoded)?;
+        }
+        Ok(Started {
+            id,
+            new: started.is_some(),
+            workflow: status,
+        })
     }
 
     fn status(&self, id: &str) -> Result<WorkflowStatus> {
-        StoreBackend::status(self, id)
+        let workflow = self.find(id)?;
+        if self.serving && self.location.path().is_some() {
+            // The file's one host says whether it runs it (`ServingBackend::mark_host`).
+            return Ok(WorkflowStatus::of(workflow));
+        }
+        let (host, waiting) = self.host_of(&workflow)?;
+        let mut status = WorkflowStatus::of(workflow);
+        status.host = host;
+        status.waiting_for_host = waiting;
+        Ok(status)
     }
 
+    /// Polls until the workflow ends or `wait` passes.
     fn result(&self, id: &str, wait: Option<Duration>) -> Result<WorkflowStatus> {
-        StoreBackend::result(self, id, wait)
+        let started = Instant::now();
+        let mut delay = Duration::from_millis(20);
+        loop {
+            let status = self.status(id)?;
+            if status.is_finished() {
+                return Ok(status);
+            }
+            status.refuse_damaged()?;
+            let left = wait.map_or(Duration::ZERO, |w| w.saturating_sub(started.elapsed()));
+            if left.is_zero() {
+                return Ok(status);
+            }
+            std::thread::sleep(delay.min(left));
+            delay = (delay * 2).min(Duration::from_millis(500));
+        }
     }
 
     fn send(&self, id: &str, message: &Payload) -> Result<u64> {
-        StoreBackend::send(self, id, message)
+        let payload = postcard::to_allocvec(message)
+            .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("the message: {e}")))?;
+        match self.submit(false, |store| store.submit_message(id, &payload))? {
+            Some(number) => Ok(number),
+            None => Err(self.not_running(id)),
+        }
     }
 
     fn cancel(&self, id: &str) -> Result<Cancelled> {
-        StoreBackend::cancel(self, id)
+        if self.submit(false, |store| store.submit_cancel(id))? {
+            return Ok(Cancelled::Asked);
+        }
+        let status = WorkflowStatus::of(self.find(id)?);
+        Ok(match status.state {
+            state if state.is_finished() => Cancelled::Ended(state),
+            _ => Cancelled::AskedBefore,
+        })
     }
 
     fn pause(&self, id: &str, paused: bool) -> Result<PauseChange> {
-        StoreBackend::pause(self, id, paused)
+        if self.submit(false, |store| store.submit_pause(id, paused))? {
+            return Ok(PauseChange::Done);
+        }
+        let status = WorkflowStatus::of(self.find(id)?);
+        Ok(match status.state {
+            state if state.is_finished() => PauseChange::Ended(state),
+            _ => PauseChange::Already,
+        })
     }
 
     fn upgrade(&self, _id: &str, _wasm: &[u8]) -> Result<Upgraded> {
@@ -660,15 +496,78 @@ impl Backend for StoreBackend {
     }
 
     fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
-        StoreBackend::list(self, query)
+        query.check()?;
+        let after = match &query.after {
+            Some(cursor) => parse_cursor(cursor)?,
+            None => 0,
+        };
+        let filter = filter_of(query);
+        // One more than asked: whether there is a next page.
+        let mut rows = self.read(|store| store.page(&filter, after, query.limit + 1))?;
+        let next = if rows.len() > query.limit {
+            rows.truncate(query.limit);
+            Some(cursor(rows.last().map_or(after, |w| w.start.num)))
+        } else {
+            // Fewer than asked: the end, or a page cut at its byte budget, after which more
+            // may follow.
+            let last = rows.last().map_or(after, |w| w.start.num);
+            let unbounded = Filter {
+                max_bytes: None,
+                ..filter.clone()
+            };
+            let more = !rows.is_empty()
+                && !self
+                    .read(|store| store.page(&unbounded, last, 1))?
+                    .is_empty();
+            more.then(|| cursor(last))
+        };
+        Ok(Page {
+            items: rows.into_iter().map(WorkflowStatus::of).collect(),
+            next,
+        })
     }
 
     fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts> {
-        StoreBackend::counts(self, query)
+        let filter = Filter {
+            state: None,
+            cancelled: None,
+            held: None,
+            max_bytes: None,
+            ..filter_of(query)
+        };
+        let counts = self.read(|store| store.counts(&filter))?;
+        Ok(WorkflowCounts::of_store(&counts))
     }
 
     fn history(&self, id: &str, after: Option<&str>, limit: usize) -> Result<Page<HistoryStep>> {
-        StoreBackend::history(self, id, after, limit)
+        let workflow = self.find(id)?;
+        let after = match after {
+            Some(cursor) => parse_cursor(cursor)?,
+            None => 0,
+        };
+        let limit = limit.clamp(1, MAX_PAGE);
+        let num = workflow.start.num;
+        // As many steps as fit the byte budget (at least one), and whether more follow.
+        let sizes = self.read(|store| store.step_sizes(num, after, limit + 1))?;
+        let fit = within(&sizes[..sizes.len().min(limit)], HISTORY_BYTES);
+        let more = sizes.len() > fit;
+        let steps = self.read(|store| store.step_page(num, after, Some(fit)))?;
+        let next = more.then(|| cursor(steps.last().map_or(after, |s| s.seq)));
+        let mut items = Vec::with_capacity(steps.len());
+        for step in steps {
+            let record = StepRecord::decode(&step.record).map_err(|e| {
+                Error::new(
+                    ErrorKind::Damaged,
+                    format!(
+                        "step {} of the journal of '{id}' does not decode ({e}): the store is \
+                         damaged there (`wfhost status {id}` says more)",
+                        step.seq
+                    ),
+                )
+            })?;
+            items.push(HistoryStep::of(step.seq, step.at, record, step.record));
+        }
+        Ok(Page { items, next })
     }
 
     fn outbox(
@@ -686,19 +585,55 @@ impl Backend for StoreBackend {
     }
 
     fn id_of(&self, number: u64) -> Result<Option<String>> {
-        StoreBackend::id_of(self, number)
+        Ok(self
+            .read(|store| store.workflow_by_num(number))?
+            .map(|w| w.start.id))
     }
 
+    /// The hosts of a store hosts share; on a SQLite file, the one that holds it.
     fn hosts(&self) -> Result<Vec<HostStatus>> {
-        StoreBackend::hosts(self)
+        if let Some(path) = self.location.path() {
+            let holder = SqliteStore::holder(path);
+            let running = match holder {
+                Some(_) => self.count_running()?,
+                None => 0,
+            };
+            return Ok(holder
+                .map(|holder| HostStatus {
+                    id: 0,
+                    name: holder.to_string(),
+                    alive: true,
+                    lease_until: None,
+                    workflows: running,
+                    this: false,
+                })
+                .into_iter()
+                .collect());
+        }
+        let rows = self.submit(false, |store| store.hosts())?;
+        Ok(rows
+            .into_iter()
+            .map(|row| HostStatus {
+                id: row.info.id,
+                name: row.info.name,
+                alive: row.info.alive,
+                lease_until: row.lease_until,
+                workflows: row.workflows,
+                this: false,
+            })
+            .collect())
     }
 
     fn ready(&self) -> Result<()> {
         self.count_running().map(drop)
     }
 
+    /// Whether the store takes work from clients (starts, messages, cancels): a store hosts
+    /// share does (it is reached, and its tables are made if need be); a SQLite file, one
+    /// host's own, does not, and the error says what to do instead ([`ErrorKind::Config`]).
     fn takes_work(&self) -> Result<()> {
-        StoreBackend::takes_work(self)
+        self.refuse_own()?;
+        self.submit(true, |_| Ok(()))
     }
 
     fn prune(&self, query: &PruneQuery, deadline: Option<Instant>) -> Result<Pruned> {
@@ -748,14 +683,6 @@ impl Direct for StoreBackend {
 
     fn write_schedule(&self, op: Op, _id: &str) -> Result<bool> {
         self.submit(true, |s| s.submit_schedule(&op))
-    }
-
-    fn status_of(&self, id: &str) -> Result<WorkflowStatus> {
-        StoreBackend::status(self, id)
-    }
-
-    fn start_of(&self, start: &Start<'_>) -> Result<Started> {
-        StoreBackend::start(self, start)
     }
 }
 #[cfg(test)]
