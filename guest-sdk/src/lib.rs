@@ -110,6 +110,7 @@ mod entry;
 mod error;
 mod guest;
 mod join;
+mod joins;
 mod manifest;
 mod runtime;
 

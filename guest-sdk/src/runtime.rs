@@ -18,7 +18,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use wfcontract::{Command, CommandError, Event, EventKind, Payload, Pid, Status, Tag, Yield};
 
 use crate::error::Error;
-use crate::join::Joins;
+use crate::joins::Joins;
 
 /// A message another process sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
