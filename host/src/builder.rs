@@ -10,10 +10,9 @@ use wfcontract::{CommandKind, Payload};
 use wfhost_scheduler::{Handler, Scheduler, DEFAULT_BUDGET};
 use wfhost_store::Open as _;
 
-use crate::capacity::{Capacity, MemoryImages, Slots};
 use crate::durable::snapshot::Snapshots;
 use crate::durable::store::{HostStore, Location, SyncMode};
-use crate::durable::{store_error, Durable, DurableJoin, DurableLog, DurableSend, Ids};
+use crate::durable::{store_error, Durable, DurableJoin, DurableLog, DurableSend};
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
 use crate::functions::http::HttpClient;
@@ -23,11 +22,13 @@ use crate::functions::{
     DEFAULT_FUNCTION_QUEUE, DEFAULT_FUNCTION_THREADS, DEFAULT_FUNCTION_TIMEOUT,
 };
 use crate::host::Host;
+use crate::ids::Ids;
 use crate::metrics::Metrics;
 use crate::modules::Modules;
 use crate::observe::{Adapter, Observer};
 use crate::spawner::GuestSpawner;
 use crate::tasks::Tasks;
+use crate::wasm::capacity::{Capacity, MemoryImages, Slots};
 use crate::wasm::{EngineSettings, Hibernation, Instances, Limits, WasmRuntime};
 use wfcontract::builtin::{HTTP_FUNCTION, RESERVED_PREFIX};
 use wfcontract::RetryPolicy;
@@ -172,6 +173,13 @@ impl Default for HostBuilder {
             worker_functions: Vec::new(),
             reserved_functions: Vec::new(),
         }
+    }
+}
+
+impl Host {
+    /// A builder with the defaults.
+    pub fn builder() -> HostBuilder {
+        HostBuilder::default()
     }
 }
 

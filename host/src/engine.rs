@@ -10,9 +10,10 @@ use wfhost_scheduler::{
     Error as Refusal, OutboxReceiver, Process, ProcessError, ProcessResult, SchedulerHandle, Spawn,
 };
 
-use crate::capacity::Capacity;
 use crate::error::{Error, ErrorKind, Result};
-use crate::modules::{Loaded, Modules};
+use crate::modules::Modules;
+use crate::wasm::capacity::Capacity;
+use crate::wasm::Loaded;
 use crate::wasm::{Limits, WasmProcess, WasmRuntime};
 
 /// The scheduler, the runtime and the modules of one host.

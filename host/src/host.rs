@@ -8,14 +8,13 @@ use parking_lot::Mutex;
 use wfcontract::{Payload, Pid};
 use wfhost_scheduler::{Counters, Scheduler, ShutdownReport, Spawn, DEFAULT_GRACE};
 
-use crate::builder::HostBuilder;
-use crate::capacity::Capacity;
 use crate::durable::{Damage, Durable, DurableCounters, WorkflowResult};
 use crate::engine::{check_payload, Engine};
 use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;
 use crate::metrics::{DurableSample, Metrics, Sample, Source};
 use crate::run::{Run, SpawnOptions};
+use crate::wasm::capacity::Capacity;
 use crate::wasm::{Limits, ModuleInfo, Residency, WasmProcess};
 
 /// Runs workflow modules: loads them, spawns their entry points as processes, and lets the
@@ -52,11 +51,6 @@ impl std::fmt::Debug for Host {
 }
 
 impl Host {
-    /// A builder with the defaults.
-    pub fn builder() -> HostBuilder {
-        HostBuilder::default()
-    }
-
     pub(crate) fn new(
         scheduler: Scheduler,
         engine: Engine,
@@ -153,7 +147,7 @@ impl Host {
         name: &str,
         bytes: &[u8],
         grants: Grants,
-    ) -> Result<crate::modules::Loaded> {
+    ) -> Result<crate::wasm::Loaded> {
         self.engine().running()?;
         let compiled = self.engine().wasm.compile(bytes)?;
         if let Some(durable) = &self.inner.durable {
@@ -381,8 +375,8 @@ impl Host {
     }
 
     /// Starts every unfinished workflow of the store again: each starts from its latest snapshot
-    /// (see [`HostBuilder::snapshots`]), or a fresh instance of the module it started with (kept
-    /// in the store by hash), replays the journal after that, checking that it does what the
+    /// (see [`HostBuilder::snapshots`](crate::HostBuilder::snapshots)), or a fresh instance of
+    /// the module it started with (kept in the store by hash), replays the journal after that, checking that it does what the
     /// journal says, and goes on from there: its timers fire at their due time (at once if that
     /// passed while the host was down), host calls that had not answered run again with the same
     /// idempotency key, and messages that had not been taken are delivered again.

@@ -39,7 +39,6 @@
 #![deny(missing_docs)]
 
 mod builder;
-mod capacity;
 mod client;
 mod durable;
 mod engine;
@@ -47,6 +46,7 @@ mod error;
 mod functions;
 mod grants;
 mod host;
+mod ids;
 mod metrics;
 mod modules;
 mod observe;
@@ -61,7 +61,6 @@ pub use builder::{
     HostBuilder, DEFAULT_CANCEL_GRACE, DEFAULT_LEASE, DEFAULT_MAILBOX_BYTES, DEFAULT_MAILBOX_LIMIT,
     DEFAULT_MAX_CHILDREN, DEFAULT_MAX_PROCESSES,
 };
-pub use capacity::{Capacity, CapacityLimit, MemoryImages};
 pub use client::{
     utc_time, Cancelled, Client, Failure, Fired, HistoryStep, HostStatus, ListQuery, Narrator,
     OpenYield, OutboxMessage, OutboxPage, Page, PauseChange, PruneQuery, Pruned, Started,
@@ -69,7 +68,7 @@ pub use client::{
 };
 pub use durable::snapshot::Snapshots;
 pub use durable::store::SyncMode;
-pub use durable::{bad_id, Damage, DurableCounters, Upgraded, WorkflowResult};
+pub use durable::{Damage, DurableCounters, Upgraded, WorkflowResult};
 pub use error::{Error, ErrorKind, Result};
 pub use functions::{
     CallInfo, HostFunction, HttpSettings, DEFAULT_FUNCTION_CALLS_PER_PROCESS,
@@ -77,9 +76,11 @@ pub use functions::{
 };
 pub use grants::Grants;
 pub use host::Host;
+pub use ids::bad_id;
 pub use metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 pub use observe::Observer;
 pub use run::{Message, Run, SpawnOptions};
+pub use wasm::capacity::{Capacity, CapacityLimit, MemoryImages};
 pub use wasm::reads::Read as WasiRead;
 pub use wasm::{Hibernation, Limits, ModuleInfo, Residency, DEFAULT_MAX_CPU_TIME};
 pub use wfcontract as contract;

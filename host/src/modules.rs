@@ -16,7 +16,7 @@ use parking_lot::RwLock;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;
-use crate::wasm::{Compiled, Limits, ProcessSpec};
+use crate::wasm::{Compiled, Loaded};
 
 /// The prefix of the names the store's copies of modules are loaded under.
 const STORED: &str = "wfhost:";
@@ -24,27 +24,6 @@ const STORED: &str = "wfhost:";
 /// The memory (compiled code and memory images) the store's copies that no workflow holds may
 /// keep loaded, at most: past it, the least recently used of them go.
 pub(crate) const STORED_MODULES_MEMORY: usize = 256 << 20;
-
-/// A loaded module: the name it was loaded under, its compiled form, and what it may do.
-#[derive(Clone)]
-pub(crate) struct Loaded {
-    pub(crate) name: Arc<str>,
-    pub(crate) compiled: Arc<Compiled>,
-    pub(crate) grants: Arc<Grants>,
-}
-
-impl Loaded {
-    /// What a process of this module runs with: these limits, and its grants unless `grants`
-    /// replaces them (which then also bound its children's).
-    pub(crate) fn spec(&self, grants: Option<Arc<Grants>>, limits: Arc<Limits>) -> ProcessSpec {
-        ProcessSpec {
-            bound: grants.is_some(),
-            grants: grants.unwrap_or_else(|| Arc::clone(&self.grants)),
-            module: self.clone(),
-            limits,
-        }
-    }
-}
 
 /// A module in the table, when it was last asked for, and whether it is a store's copy (which
 /// goes when nothing holds it and memory is short).

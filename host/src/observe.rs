@@ -54,3 +54,19 @@ impl wfhost_scheduler::Observer for Adapter {
         self.0.finished(pid, &result);
     }
 }
+
+/// A message to the host as a log line shows it: JSON in full up to a few KiB, else its
+/// encoding and size (the store of a durable workflow keeps all of it).
+pub(crate) fn shown(message: &Payload) -> String {
+    const SHOWN: usize = 4096;
+    match message.encoding {
+        wfcontract::Encoding::Json if message.bytes.len() <= SHOWN => {
+            String::from_utf8_lossy(&message.bytes).into_owned()
+        }
+        encoding => format!(
+            "({}, {} bytes: `wfhost history` shows it)",
+            encoding.name(),
+            message.bytes.len()
+        ),
+    }
+}

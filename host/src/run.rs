@@ -12,6 +12,7 @@ use wfhost_scheduler::{OutboxReceiver, ProcessResult};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;
+use crate::observe::shown;
 use crate::wasm::Limits;
 
 /// How to start one process: [`Host::spawn_with`](crate::Host::spawn_with). Every option
@@ -312,20 +313,4 @@ fn lost(pid: Pid) -> wfhost_scheduler::ProcessError {
         wfhost_scheduler::FailureKind::Terminated,
         format!("process {pid} was dropped without a result (the host shut down)"),
     )
-}
-
-/// A message to the host as a log line shows it: JSON in full up to a few KiB, else its
-/// encoding and size (the store of a durable workflow keeps all of it).
-pub(crate) fn shown(message: &Payload) -> String {
-    const SHOWN: usize = 4096;
-    match message.encoding {
-        wfcontract::Encoding::Json if message.bytes.len() <= SHOWN => {
-            String::from_utf8_lossy(&message.bytes).into_owned()
-        }
-        encoding => format!(
-            "({}, {} bytes: `wfhost history` shows it)",
-            encoding.name(),
-            message.bytes.len()
-        ),
-    }
 }

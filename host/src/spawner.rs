@@ -7,13 +7,14 @@ use std::sync::Arc;
 use wfcontract::{CommandError, ErrorKind, Pid, SpawnRequest};
 use wfhost_scheduler::{Error, FailureKind, Note, Spawn, Spawner};
 
-use crate::capacity::Capacity;
 use crate::durable::now_millis;
 use crate::durable::process::DurableProcess;
 use crate::durable::store::{Ending, Op};
 use crate::durable::writer::{Done, Submission};
 use crate::durable::Durable;
-use crate::modules::{Loaded, Modules};
+use crate::modules::Modules;
+use crate::wasm::capacity::Capacity;
+use crate::wasm::Loaded;
 use crate::wasm::{WasmProcess, WasmRuntime};
 
 /// Makes the wasm processes guests spawn.

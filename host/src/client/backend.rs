@@ -10,13 +10,10 @@ use std::time::{Duration, Instant};
 
 use wfcontract::Payload;
 
-use super::prune::{PruneQuery, Pruned};
-use super::schedules::Fired;
 use super::types::{
-    Cancelled, HistoryStep, HostStatus, ListQuery, OutboxPage, Page, PauseChange, Started,
-    StoredModule, WorkflowCounts, WorkflowStatus,
+    Cancelled, Fired, HistoryStep, HostStatus, ListQuery, OutboxPage, Page, PauseChange,
+    PruneQuery, Pruned, Started, StoredModule, Waits, WorkflowCounts, WorkflowStatus,
 };
-use super::waits::Waits;
 use super::Start;
 use crate::durable::store::Location;
 use crate::error::Result;

@@ -26,14 +26,12 @@ use std::time::Duration;
 use wfcontract::Payload;
 
 pub use narrator::{utc_time, Narrator};
-pub use prune::{PruneQuery, Pruned};
-pub use schedules::{Fired, SCHEDULES_LOOK_EVERY};
+pub use schedules::SCHEDULES_LOOK_EVERY;
 pub use types::{
-    Cancelled, Failure, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
-    PauseChange, Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus,
-    DEFAULT_PAGE, MAX_PAGE,
+    Cancelled, Failure, Fired, HistoryStep, HostStatus, ListQuery, OpenYield, OutboxMessage,
+    OutboxPage, Page, PauseChange, PruneQuery, Pruned, Started, StoredModule, Waits,
+    WorkflowCounts, WorkflowState, WorkflowStatus, DEFAULT_PAGE, MAX_PAGE,
 };
-pub use waits::{OpenYield, Waits};
 
 use crate::durable::store::Location;
 use crate::error::{Error, ErrorKind, Result};

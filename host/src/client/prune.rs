@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use super::store::StoreBackend;
-use super::{Client, WorkflowState};
+use super::{Client, PruneQuery, Pruned, WorkflowState};
 use crate::durable::now_millis;
 use crate::durable::store::{Op, PruneCandidate, PruneFilter, State};
 use crate::error::Result;
@@ -15,53 +15,6 @@ const BATCH: usize = 100;
 /// How long a module a prune found unused stays before a later prune removes it (if none uses
 /// it then): a start that read it as there before the mark has been journaled long before.
 const MODULE_GRACE_MS: u64 = 10 * 60 * 1000;
-
-/// Which finished workflows [`Client::prune`] removes: top-level ones (each with its whole tree)
-/// that finished before a time, of one status or any.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PruneQuery {
-    /// Finished before this, in milliseconds since the Unix epoch.
-    pub finished_before: u64,
-    /// Only those that ended so (`Completed`, `Failed` or `Cancelled`); `Running` matches none.
-    pub status: Option<WorkflowState>,
-}
-
-impl PruneQuery {
-    /// The workflows that finished before `millis` (since the Unix epoch), whatever their end.
-    pub fn finished_before(millis: u64) -> PruneQuery {
-        PruneQuery {
-            finished_before: millis,
-            status: None,
-        }
-    }
-
-    /// The workflows that finished more than `age` ago, whatever their end.
-    pub fn finished_more_than(age: std::time::Duration) -> PruneQuery {
-        let age = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
-        PruneQuery::finished_before(crate::durable::now_millis().saturating_sub(age))
-    }
-
-    /// Only those that ended as `status` says.
-    pub fn status(mut self, status: WorkflowState) -> PruneQuery {
-        self.status = Some(status);
-        self
-    }
-}
-
-/// What a prune removed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Pruned {
-    /// Top-level workflows removed, each with its tree.
-    pub trees: u64,
-    /// Workflows removed, children included.
-    pub workflows: u64,
-    /// Top-level workflows the query matched that were left: part of their tree still runs.
-    pub left: u64,
-    /// It stopped at its deadline with more to remove ([`Client::prune_until`]).
-    pub more: bool,
-}
 
 impl Client {
     /// Removes the finished top-level workflows `query` matches, each with its whole tree (a

@@ -6,25 +6,12 @@
 use std::time::Duration;
 
 use super::backend::Backend;
-use super::store::StoreBackend;
-use super::{Client, ModuleRef, Start};
+use super::{Client, Fired, ModuleRef, Start};
 use crate::durable::now_millis;
-use crate::durable::store::{Op, ScheduleAdvance, ScheduleRow};
+use crate::durable::store::{Op, Read, ScheduleAdvance, ScheduleRow, StoreError};
 use crate::error::{Error, ErrorKind, Result};
 use crate::schedules::{firing_id, plan, NewSchedule, Schedule};
 use crate::Started;
-
-/// What a look at the schedules did ([`Client::fire_schedules`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Fired {
-    /// Workflows started (or found started by another host: a firing starts once).
-    pub started: u64,
-    /// Firings skipped (missed and not caught up, or overlapping).
-    pub skipped: u64,
-    /// When the look began, in milliseconds since the Unix epoch: the `since` of the next.
-    pub at: u64,
-}
 
 impl Client {
     /// Creates schedule `schedule`: an [`ErrorKind::Conflict`] if one of its id exists, an
@@ -80,15 +67,18 @@ impl Client {
 
 /// A backend that reads and writes the store itself: what its schedules take.
 pub(crate) trait Direct: Backend {
-    /// The store, read directly.
-    fn store(&self) -> &StoreBackend;
+    /// Reads the store directly.
+    fn read_store<T>(
+        &self,
+        read: impl FnOnce(&mut dyn Read) -> std::result::Result<T, StoreError>,
+    ) -> Result<T>;
     /// Writes a schedule op: whether it changed anything.
     fn write_schedule(&self, op: Op, id: &str) -> Result<bool>;
 }
 
 /// [`Client::create_schedule`] on a backend that writes the store itself.
 pub(crate) fn create(direct: &impl Direct, schedule: &NewSchedule) -> Result<Schedule> {
-    let bytes = direct.store().module(&schedule.module)?.ok_or_else(|| {
+    let bytes = direct.module(&schedule.module)?.ok_or_else(|| {
         Error::new(
             ErrorKind::UnknownModule,
             format!(
@@ -116,18 +106,18 @@ pub(crate) fn create(direct: &impl Direct, schedule: &NewSchedule) -> Result<Sch
 }
 
 /// [`Client::schedules`] read from the store.
-pub(crate) fn all(store: &StoreBackend) -> Result<Vec<Schedule>> {
-    store
-        .read(|s| s.schedules())?
+pub(crate) fn all(direct: &impl Direct) -> Result<Vec<Schedule>> {
+    direct
+        .read_store(|s| s.schedules())?
         .iter()
         .map(Schedule::of)
         .collect()
 }
 
 /// [`Client::schedule`] read from the store.
-pub(crate) fn one(store: &StoreBackend, id: &str) -> Result<Schedule> {
-    store
-        .read(|s| s.schedule(id))?
+pub(crate) fn one(direct: &impl Direct, id: &str) -> Result<Schedule> {
+    direct
+        .read_store(|s| s.schedule(id))?
         .as_ref()
         .map(Schedule::of)
         .unwrap_or_else(|| Err(unknown(id)))
@@ -136,7 +126,7 @@ pub(crate) fn one(store: &StoreBackend, id: &str) -> Result<Schedule> {
 /// [`Client::pause_schedule`] and [`Client::resume_schedule`] on a backend that writes the
 /// store itself.
 pub(crate) fn set_paused(direct: &impl Direct, id: &str, paused: bool) -> Result<bool> {
-    let schedule = one(direct.store(), id)?;
+    let schedule = one(direct, id)?;
     if schedule.paused == paused {
         return Ok(false);
     }
@@ -160,7 +150,7 @@ pub(crate) fn delete(direct: &impl Direct, id: &str) -> Result<bool> {
 
 /// [`Client::trigger_schedule`] on a backend that writes the store itself.
 pub(crate) fn trigger(direct: &impl Direct, id: &str) -> Result<Started> {
-    let schedule = one(direct.store(), id)?;
+    let schedule = one(direct, id)?;
     start_firing(direct, &schedule, &firing_id(id, now_millis()))
 }
 
@@ -182,7 +172,7 @@ pub(crate) fn fire_due(direct: &impl Direct, since: Option<u64>) -> Result<Fired
         at: now,
         ..Fired::default()
     };
-    for row in direct.store().read(|s| s.schedules())? {
+    for row in direct.read_store(|s| s.schedules())? {
         // One schedule this build cannot read stops none of the others.
         let schedule = match Schedule::of(&row) {
             Ok(schedule) => schedule,

@@ -13,25 +13,23 @@ use parking_lot::Mutex;
 use wfcontract::{Payload, Pid};
 
 use super::backend::{Backend, Waiting};
-use super::prune::{PruneQuery, Pruned};
-use super::schedules::{self, Direct, Fired};
+use super::schedules::{self, Direct};
 use super::store::{unknown_module, StoreBackend, MAX_OUTBOX_PAGE};
 use super::types::{
-    Cancelled, HistoryStep, HostStatus, ListQuery, OutboxPage, Page, PauseChange, Started,
-    StoredModule, WorkflowCounts, WorkflowStatus,
+    Cancelled, Fired, HistoryStep, HostStatus, ListQuery, OutboxPage, Page, PauseChange,
+    PruneQuery, Pruned, Started, StoredModule, Waits, WorkflowCounts, WorkflowStatus,
 };
-use super::waits::Waits;
 use super::{blocking, new_id, parse_cursor, ModuleRef, Start};
 use crate::durable::resolve::stored_name;
-use crate::durable::store::{Location, Op};
+use crate::durable::store::{Location, Op, Read, StoreError};
 use crate::durable::waiters::{Topic, Waiters};
 use crate::durable::Durable;
 use crate::engine::check_payload;
 use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;
 use crate::host::Host;
-use crate::modules::Loaded;
 use crate::schedules::{NewSchedule, Schedule};
+use crate::wasm::Loaded;
 use crate::wasm::ModuleInfo;
 use crate::Upgraded;
 
@@ -193,7 +191,7 @@ impl ServingBackend {
     /// The start of `id` the store has, if it has one: an [`ErrorKind::Conflict`] error if it
     /// started with another module, entry point or input.
     fn started_before(&self, id: &str, hash: &str, start: &Start<'_>) -> Result<Option<Started>> {
-        if crate::durable::bad_id(id).is_some() {
+        if crate::ids::bad_id(id).is_some() {
             // Refused by the start, which says why.
             return Ok(None);
         }
@@ -683,11 +681,11 @@ impl Backend for ServingBackend {
     }
 
     fn schedules(&self) -> Result<Vec<Schedule>> {
-        schedules::all(&self.store)
+        schedules::all(self)
     }
 
     fn schedule(&self, id: &str) -> Result<Schedule> {
-        schedules::one(&self.store, id)
+        schedules::one(self, id)
     }
 
     fn pause_schedule(&self, id: &str, paused: bool) -> Result<bool> {
@@ -708,8 +706,11 @@ impl Backend for ServingBackend {
 }
 
 impl Direct for ServingBackend {
-    fn store(&self) -> &StoreBackend {
-        &self.store
+    fn read_store<T>(
+        &self,
+        read: impl FnOnce(&mut dyn Read) -> std::result::Result<T, StoreError>,
+    ) -> Result<T> {
+        self.store.read(read)
     }
 
     fn write_schedule(&self, op: Op, id: &str) -> Result<bool> {

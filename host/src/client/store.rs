@@ -7,13 +7,12 @@ use parking_lot::Mutex;
 use wfcontract::Payload;
 
 use super::backend::Backend;
-use super::prune::{PruneQuery, Pruned};
-use super::schedules::{self, Direct, Fired};
+use super::schedules::{self, Direct};
 use super::types::{
-    Cancelled, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page, PauseChange,
-    Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus, MAX_PAGE,
+    Cancelled, Fired, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
+    PauseChange, PruneQuery, Pruned, Started, StoredModule, Waits, WorkflowCounts, WorkflowState,
+    WorkflowStatus, MAX_PAGE,
 };
-use super::waits::Waits;
 use super::{cursor, needs_host, new_id, parse_cursor, poll_outbox, ModuleRef, Start};
 use crate::durable::now_millis;
 use crate::durable::record::StepRecord;
@@ -377,7 +376,7 @@ impl Backend for StoreBackend {
 
     fn start(&self, start: &Start<'_>) -> Result<Started> {
         let id = start.id.map_or_else(new_id, str::to_string);
-        if let Some(why) = crate::durable::bad_id(&id) {
+        if let Some(why) = crate::ids::bad_id(&id) {
             return Err(Error::new(ErrorKind::InvalidInput, why));
         }
         self.refuse_own()?;
@@ -677,8 +676,11 @@ impl Backend for StoreBackend {
 }
 
 impl Direct for StoreBackend {
-    fn store(&self) -> &StoreBackend {
-        self
+    fn read_store<T>(
+        &self,
+        read: impl FnOnce(&mut dyn Read) -> std::result::Result<T, StoreError>,
+    ) -> Result<T> {
+        StoreBackend::read(self, read)
     }
 
     fn write_schedule(&self, op: Op, _id: &str) -> Result<bool> {

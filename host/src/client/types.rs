@@ -555,3 +555,90 @@ impl Cancelled {
         }
     }
 }
+
+/// Which finished workflows [`Client::prune`] removes: top-level ones (each with its whole tree)
+/// that finished before a time, of one status or any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PruneQuery {
+    /// Finished before this, in milliseconds since the Unix epoch.
+    pub finished_before: u64,
+    /// Only those that ended so (`Completed`, `Failed` or `Cancelled`); `Running` matches none.
+    pub status: Option<WorkflowState>,
+}
+
+impl PruneQuery {
+    /// The workflows that finished before `millis` (since the Unix epoch), whatever their end.
+    pub fn finished_before(millis: u64) -> PruneQuery {
+        PruneQuery {
+            finished_before: millis,
+            status: None,
+        }
+    }
+
+    /// The workflows that finished more than `age` ago, whatever their end.
+    pub fn finished_more_than(age: std::time::Duration) -> PruneQuery {
+        let age = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+        PruneQuery::finished_before(wfhost_store::time::now_millis().saturating_sub(age))
+    }
+
+    /// Only those that ended as `status` says.
+    pub fn status(mut self, status: WorkflowState) -> PruneQuery {
+        self.status = Some(status);
+        self
+    }
+}
+
+/// What a prune removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Pruned {
+    /// Top-level workflows removed, each with its tree.
+    pub trees: u64,
+    /// Workflows removed, children included.
+    pub workflows: u64,
+    /// Top-level workflows the query matched that were left: part of their tree still runs.
+    pub left: u64,
+    /// It stopped at its deadline with more to remove ([`Client::prune_until`]).
+    pub more: bool,
+}
+
+/// A command a workflow yielded that nothing has answered yet.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct OpenYield {
+    /// The command, with its tag.
+    pub yielded: Yield,
+    /// For a timer: when it fires, in milliseconds since the Unix epoch (as its host decided
+    /// when the step that asked for it was journaled).
+    pub fires_at: Option<u64>,
+    /// For a host function's call that the host running the workflow does not serve: why it is
+    /// not answered, and what would serve it. It waits for a host that does.
+    pub unserved: Option<String>,
+}
+
+/// What a workflow waits for ([`Client::waits`]), as of the last step its journal holds.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Waits {
+    /// The steps its journal holds.
+    pub steps: u64,
+    /// The commands it yielded that no event has answered (nor it forgot), in the order of
+    /// their tags: timers, children it joins, host functions it called, sends not yet
+    /// delivered. None once it has ended.
+    pub open: Vec<OpenYield>,
+    /// Whether it waits for a message: it runs, and its last step asked for messages.
+    pub message: bool,
+}
+
+/// What a look at the schedules did ([`Client::fire_schedules`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Fired {
+    /// Workflows started (or found started by another host: a firing starts once).
+    pub started: u64,
+    /// Firings skipped (missed and not caught up, or overlapping).
+    pub skipped: u64,
+    /// When the look began, in milliseconds since the Unix epoch: the `since` of the next.
+    pub at: u64,
+}

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use wfcontract::{Command, Status, Tag, Yield};
 
 use super::store::StoreBackend;
-use super::Client;
+use super::{Client, OpenYield, Waits};
 use crate::durable::process::{track, Pending};
 use crate::durable::record::StepRecord;
 use crate::durable::snapshot::SavedWorkflow;
@@ -15,34 +15,6 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// Steps read at a time after the snapshot.
 const WINDOW: usize = 10_000;
-
-/// A command a workflow yielded that nothing has answered yet.
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct OpenYield {
-    /// The command, with its tag.
-    pub yielded: Yield,
-    /// For a timer: when it fires, in milliseconds since the Unix epoch (as its host decided
-    /// when the step that asked for it was journaled).
-    pub fires_at: Option<u64>,
-    /// For a host function's call that the host running the workflow does not serve: why it is
-    /// not answered, and what would serve it. It waits for a host that does.
-    pub unserved: Option<String>,
-}
-
-/// What a workflow waits for ([`Client::waits`]), as of the last step its journal holds.
-#[derive(Clone, Debug, Default, PartialEq)]
-#[non_exhaustive]
-pub struct Waits {
-    /// The steps its journal holds.
-    pub steps: u64,
-    /// The commands it yielded that no event has answered (nor it forgot), in the order of
-    /// their tags: timers, children it joins, host functions it called, sends not yet
-    /// delivered. None once it has ended.
-    pub open: Vec<OpenYield>,
-    /// Whether it waits for a message: it runs, and its last step asked for messages.
-    pub message: bool,
-}
 
 impl Client {
     /// What workflow `id` waits for now: the commands it yielded that nothing has answered

@@ -22,6 +22,7 @@
 pub(crate) mod inbox;
 pub(crate) mod lease;
 pub(crate) mod pause;
+mod pending;
 pub(crate) mod process;
 pub mod record;
 pub(crate) mod recover;
@@ -35,19 +36,19 @@ pub(crate) mod writer;
 
 pub use resolve::Damage;
 pub use snapshot::DurableCounters;
-pub use start::{bad_id, WorkflowResult};
+pub use start::WorkflowResult;
 pub use upgrade::Upgraded;
 
 use std::collections::HashMap;
 
-use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use wfcontract::{CommandError, ErrorKind, Payload, Pid, Tag};
 use wfhost_scheduler::{FailureKind, Note, SchedulerHandle, Waker, WeakSchedulerHandle};
 
+use crate::ids::Ids;
 use crate::metrics::Metrics;
 use crate::modules::Modules;
 use snapshot::{Counts, Snapshots};
@@ -68,72 +69,6 @@ pub(crate) fn host_name() -> String {
             .unwrap_or_else(|_| "host".into()),
         std::process::id()
     )
-}
-
-/// The workflow ids of the durable processes running in this host, by pid, and back.
-#[derive(Debug, Default)]
-pub(crate) struct Ids(RwLock<IdMaps>);
-
-/// Workflow ids by pid, and pids by workflow id.
-/// (Pids are the host's own numbers, hashed fast; ids are a client's, hashed with a hasher
-/// no client can make collide.)
-type IdMaps = (FxHashMap<Pid, Arc<str>>, HashMap<Arc<str>, Pid>);
-
-impl Ids {
-    pub(crate) fn insert(&self, pid: Pid, id: Arc<str>) {
-        let mut ids = self.0.write();
-        ids.1.insert(Arc::clone(&id), pid);
-        ids.0.insert(pid, id);
-    }
-
-    /// Makes room for `more` ids at once (a recovery's), rather than growing step by step.
-    pub(crate) fn reserve(&self, more: usize) {
-        let mut ids = self.0.write();
-        ids.0.reserve(more);
-        ids.1.reserve(more);
-    }
-
-    /// Claims `id` for `pid` unless a process has it: the pid that has it, if one does.
-    pub(crate) fn claim(&self, pid: Pid, id: &Arc<str>) -> Option<Pid> {
-        let mut ids = self.0.write();
-        if let Some(running) = ids.1.get(id) {
-            return Some(*running);
-        }
-        ids.1.insert(Arc::clone(id), pid);
-        ids.0.insert(pid, Arc::clone(id));
-        None
-    }
-
-    pub(crate) fn remove(&self, pid: Pid) {
-        let mut ids = self.0.write();
-        if let Some(id) = ids.0.remove(&pid) {
-            ids.1.remove(&id);
-        }
-    }
-
-    pub(crate) fn contains(&self, pid: Pid) -> bool {
-        self.0.read().0.contains_key(&pid)
-    }
-
-    /// How many durable processes run.
-    pub(crate) fn len(&self) -> usize {
-        self.0.read().0.len()
-    }
-
-    /// The pid of workflow `id`, if it runs here.
-    pub(crate) fn pid_of(&self, id: &str) -> Option<Pid> {
-        self.0.read().1.get(id).copied()
-    }
-
-    pub(crate) fn get(&self, pid: Pid) -> Option<Arc<str>> {
-        self.0.read().0.get(&pid).cloned()
-    }
-
-    /// The idempotency key of yield `tag` of `pid`: its workflow id and the yield's tag, which
-    /// a replay gives the same yield again.
-    pub(crate) fn key(&self, pid: Pid, tag: Tag) -> Option<String> {
-        self.get(pid).map(|id| format!("{id}#{}", tag.0))
-    }
 }
 
 /// What a durable host shares among its workflows.
@@ -468,11 +403,7 @@ impl Durable {
              on the store again",
             error.message()
         );
-        let everyone: Vec<Pid> = if first {
-            self.ids.0.read().0.keys().copied().collect()
-        } else {
-            Vec::new()
-        };
+        let everyone: Vec<Pid> = if first { self.ids.pids() } else { Vec::new() };
         for pid in everyone.iter().chain(lost) {
             let _ = scheduler.terminate(*pid, reason.clone());
         }
@@ -768,7 +699,7 @@ impl Durable {
         if offered == HostOffer::NoReader {
             let id = self.ids.get(pid);
             // Logged in full up to a few KiB; the store keeps all of it.
-            let shown = crate::run::shown(&message);
+            let shown = crate::observe::shown(&message);
             tracing::info!(
                 target: "wfhost::guest",
                 pid = pid.0,

@@ -19,7 +19,7 @@ use super::store::{Step, Workflow};
 use super::{store_error, Durable};
 use crate::error::Result;
 use crate::grants::Grants;
-use crate::modules::Loaded;
+use crate::wasm::Loaded;
 use crate::wasm::WasmRuntime;
 
 /// A workflow a recovery found it cannot read back, and why.

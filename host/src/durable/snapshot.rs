@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use wfcontract::{Status, Tag};
 
-use super::process::Pending;
+use super::pending::Pending;
 use super::store::{NewSnapshot, Workflow};
 use super::Durable;
 use crate::wasm::SavedProcess;

@@ -13,24 +13,8 @@ use super::store::{Ending, NewWorkflow, Op, State, Workflow};
 use super::{now_millis, store_error, Durable};
 use crate::engine::{check_payload, refused_start, Engine, Spawned};
 use crate::error::{Error, ErrorKind, Result};
-use crate::modules::Loaded;
-
-/// Why `id` cannot be a top-level workflow's id, if it cannot: 1 to 1024 characters, no control
-/// character, no `..`, not `.` (a URL's path drops a `.` segment), and no `/`, which children's
-/// ids use (`order-42/3.0`: the parent's id, the step
-/// and the yield that spawned them), so that no start can take a child's id.
-pub fn bad_id(id: &str) -> Option<&'static str> {
-    (id.is_empty()
-        || id.len() > 1024
-        || id.contains("..")
-        || id == "."
-        || id.chars().any(|c| c.is_control() || c == '/'))
-    .then_some(
-        "a workflow id must be 1 to 1024 characters, none of them a control character or '/', \
-         without '..' and not '.' (children's ids are their parent's with '/' and where they were \
-         spawned; ids go into URLs, where '..' reads as a step up and '.' as nothing)",
-    )
-}
+use crate::ids::bad_id;
+use crate::wasm::Loaded;
 
 /// Where a durable workflow stands, as [`Host::result`](crate::Host::result) reads it from the store.
 #[derive(Clone, Debug, PartialEq, Eq)]

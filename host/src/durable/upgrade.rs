@@ -24,7 +24,7 @@ use super::store::{self, State, Workflow};
 use super::{store_error, Durable};
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
-use crate::modules::Loaded;
+use crate::wasm::Loaded;
 
 /// How often a workflow that has not taken its upgrade yet is woken again.
 const WAKE_AGAIN: Duration = Duration::from_millis(50);

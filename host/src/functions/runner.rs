@@ -60,7 +60,7 @@ pub(crate) struct FunctionSettings {
     /// The embedder's runtime, if calls run there rather than on one of the host's own.
     pub(crate) runtime: Option<Handle>,
     /// The durable workflows' ids, in a durable host: each call gets an idempotency key.
-    pub(crate) keys: Option<Arc<crate::durable::Ids>>,
+    pub(crate) keys: Option<Arc<crate::ids::Ids>>,
     /// Where calls are counted, if anywhere.
     pub(crate) metrics: Option<crate::metrics::Metrics>,
 }
@@ -90,7 +90,7 @@ pub(crate) struct Functions {
     /// Every call's task, to abort them at shutdown.
     tasks: Tasks,
     next_task: AtomicU64,
-    keys: Option<Arc<crate::durable::Ids>>,
+    keys: Option<Arc<crate::ids::Ids>>,
     metrics: Option<crate::metrics::Metrics>,
     /// Each function's retry policy, for `wfhost.retry-policy`; kept after shutdown empties
     /// `functions` (they are plain values).

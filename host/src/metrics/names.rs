@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use wfhost_scheduler::FailureKind;
 
-use crate::durable::store::Ending;
+use wfhost_store::Ending;
 
 /// How a workflow ended, as a label: `completed`, or the failure's kind (`failed`, `trap`,
 /// `cancelled`, ...); `other` for a kind this build does not know.

@@ -18,8 +18,8 @@ pub use spec::{CatchUp, Overlap, When};
 
 pub(crate) use plan::{plan, Timing};
 
-use crate::durable::store::ScheduleRow;
 use crate::error::{Error, ErrorKind, Result};
+use wfhost_store::ScheduleRow;
 
 /// The longest schedule id: a workflow id is at most 1024 characters, and a firing's adds `@`
 /// and its time.
@@ -111,7 +111,7 @@ impl NewSchedule {
         if let CatchUp::All(n) = self.catch_up {
             CatchUp::All(n).name().parse::<CatchUp>()?;
         }
-        if let Some(gap) = self.when.gap_after(crate::durable::now_millis()) {
+        if let Some(gap) = self.when.gap_after(wfhost_store::time::now_millis()) {
             if self.jitter.as_millis() >= u128::from(gap) {
                 return Err(Error::new(
                     ErrorKind::InvalidInput,
@@ -123,7 +123,7 @@ impl NewSchedule {
                 ));
             }
         }
-        if let Some(why) = crate::durable::bad_id(&self.id) {
+        if let Some(why) = crate::ids::bad_id(&self.id) {
             return Err(Error::new(
                 ErrorKind::InvalidInput,
                 format!("schedule id '{}' cannot be used: {why}", self.id),

@@ -250,7 +250,7 @@ impl Driver {
         let pid = Pid(self.next_pid);
         let mut process = WasmProcess::new(
             Arc::clone(&self.env.wasm),
-            crate::modules::Loaded {
+            crate::wasm::Loaded {
                 name: Arc::from("test"),
                 compiled: Arc::clone(&self.env.compiled),
                 grants: Arc::new(Grants::default().allow_all_functions()),

@@ -120,7 +120,7 @@ impl Harness {
     ) -> std::result::Result<Box<dyn Process>, ProcessError> {
         let mut process = WasmProcess::new(
             Arc::clone(&self.wasm),
-            crate::modules::Loaded {
+            crate::wasm::Loaded {
                 name: Arc::from("bench"),
                 compiled: Arc::clone(&self.compiled),
                 grants: Arc::new(Grants::default()),

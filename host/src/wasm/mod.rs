@@ -18,6 +18,7 @@
 #[cfg(feature = "testing")]
 pub mod bench;
 mod cache;
+pub(crate) mod capacity;
 mod hibernate;
 mod instances;
 mod limits;
@@ -44,8 +45,8 @@ pub use instances::Residency;
 pub(crate) use instances::{InstanceSlot, Instances, Ticket};
 pub(crate) use limits::{GuestLimiter, Refusal};
 pub use limits::{Limits, DEFAULT_MAX_CPU_TIME};
-pub(crate) use module::Compiled;
 pub use module::ModuleInfo;
+pub(crate) use module::{Compiled, Loaded};
 pub(crate) use process::{ProcessSpec, SavedProcess, WasmProcess};
 
 use crate::error::{Error, ErrorKind, Result};

@@ -11,6 +11,7 @@ use wfcontract::abi::{self, WASI_MODULE};
 use wfcontract::manifest::{self, Manifest};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::grants::Grants;
 use crate::wasm::hibernate::HibernationPlan;
 use crate::wasm::instances::Instances;
 use crate::wasm::warm::WarmPool;
@@ -315,6 +316,31 @@ impl Drop for Compiled {
     fn drop(&mut self) {
         self.warm.drop_module(self.id, &self.instances);
         self.instances.module(self.image_bytes(), false);
+    }
+}
+
+/// A loaded module: the name it was loaded under, its compiled form, and what it may do.
+#[derive(Clone)]
+pub(crate) struct Loaded {
+    pub(crate) name: Arc<str>,
+    pub(crate) compiled: Arc<Compiled>,
+    pub(crate) grants: Arc<Grants>,
+}
+
+impl Loaded {
+    /// What a process of this module runs with: these limits, and its grants unless `grants`
+    /// replaces them (which then also bound its children's).
+    pub(crate) fn spec(
+        &self,
+        grants: Option<Arc<Grants>>,
+        limits: Arc<Limits>,
+    ) -> super::ProcessSpec {
+        super::ProcessSpec {
+            bound: grants.is_some(),
+            grants: grants.unwrap_or_else(|| Arc::clone(&self.grants)),
+            module: self.clone(),
+            limits,
+        }
     }
 }
 

@@ -16,11 +16,11 @@ use std::collections::BTreeMap;
 use wfhost_client::wire::{ListParams, WorkflowJson};
 
 use crate::history::{Ack, History, Kind, Workflow};
-use crate::world::World;
 
-/// Every workflow in the store, by id.
-pub(crate) fn everything(world: &mut World) -> Result<BTreeMap<String, WorkflowJson>, String> {
-    let client = world.client();
+/// Every workflow in the store, by id, as `client`'s host lists them.
+pub(crate) fn everything(
+    client: &wfhost_client::Client,
+) -> Result<BTreeMap<String, WorkflowJson>, String> {
     let mut all = BTreeMap::new();
     let mut after = None;
     loop {
@@ -43,8 +43,10 @@ pub(crate) fn everything(world: &mut World) -> Result<BTreeMap<String, WorkflowJ
 }
 
 /// The workflows that have ended, as the store has them.
-pub(crate) fn finished(world: &mut World) -> Result<Vec<(String, WorkflowJson)>, String> {
-    Ok(everything(world)?
+pub(crate) fn finished(
+    client: &wfhost_client::Client,
+) -> Result<Vec<(String, WorkflowJson)>, String> {
+    Ok(everything(client)?
         .into_iter()
         .filter(|(_, w)| w.is_finished())
         .collect())

@@ -118,7 +118,7 @@ pub fn run(config: &Config) -> Result<Report, String> {
 /// Brings the hosts to rest, lets every workflow that can end end, and checks them all.
 fn finish(world: &mut World) -> Result<(), String> {
     world.settle()?;
-    let found = check::everything(world)?;
+    let found = check::everything(&world.client())?;
     check::pauses(&mut world.history, &found);
     world.unpause_all();
     world.drain_tasks(Duration::from_millis(300));
@@ -131,7 +131,7 @@ fn finish(world: &mut World) -> Result<(), String> {
     let deadline = Instant::now() + SETTLE;
     let found = loop {
         world.drain_tasks(Duration::from_millis(200));
-        let found = check::everything(world)?;
+        let found = check::everything(&world.client())?;
         if found.values().all(|w| w.is_finished()) || Instant::now() >= deadline {
             break found;
         }

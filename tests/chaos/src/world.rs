@@ -390,7 +390,7 @@ impl World {
     /// Removes finished workflows, after checking each as it ended.
     fn prune(&mut self) -> Result<(), String> {
         let before = now_ms().saturating_sub(1);
-        let ended = crate::check::finished(self)?;
+        let ended = crate::check::finished(&self.client())?;
         let request = PruneRequest {
             finished_before: Some(before),
             ..PruneRequest::default()

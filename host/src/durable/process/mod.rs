@@ -12,29 +12,19 @@ pub(crate) use dormant::{track, Standing};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use wfcontract::{Command, CommandError, Event, Payload, Pid, Status, StepOutput, Tag, Yield};
 use wfhost_scheduler::{
     Events, FailureKind, Hold, InitContext, Process, ProcessError, ProcessResult, Readiness,
     WakerSource,
 };
 
+pub(crate) use super::pending::Pending;
 use super::record::StepRecord;
 use super::snapshot::{Counts, SavedWorkflow};
 use super::store::{Ending, NewSnapshot, Op};
 use super::writer::{Done, Submission};
 use super::{now_millis, Durable};
 use crate::wasm::WasmProcess;
-
-/// A yield not yet answered, with what the host decided about it when it was journaled.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Pending {
-    pub(crate) command: Command,
-    /// For a sleep: when it is due, in nanoseconds since the Unix epoch.
-    pub(crate) due: Option<u64>,
-    sent: Option<u64>,
-    spawned: Option<Pid>,
-}
 
 /// The calls of functions its host does not serve that one workflow may wait for at once.
 const MAX_UNSERVED: usize = 100;

@@ -45,7 +45,7 @@ use call::Export;
 pub(crate) struct ProcessSpec {
     /// Its module, held for as long as the process lives: a child spawned with no module name
     /// runs this one (see `lineage`).
-    pub(crate) module: crate::modules::Loaded,
+    pub(crate) module: crate::wasm::Loaded,
     /// The commands the process may use.
     pub(crate) grants: Arc<Grants>,
     /// Whether `grants` are narrower than its module's (given to this process, or inherited):
@@ -166,7 +166,7 @@ impl WasmProcess {
 
     /// A process with this one's limits, not started, of module `loaded` with its grants: what
     /// an upgraded workflow runs.
-    pub(crate) fn sibling(&self, loaded: &crate::modules::Loaded) -> WasmProcess {
+    pub(crate) fn sibling(&self, loaded: &crate::wasm::Loaded) -> WasmProcess {
         let mut sibling = WasmProcess::new(
             Arc::clone(&self.runtime),
             loaded.spec(None, Arc::clone(&self.spec.limits)),
