@@ -170,67 +170,68 @@ pub struct StartedJson {
     pub workflow: WorkflowJson,
 }
 
-/// Which workflows a listing shows (`GET /v1/workflows`), and how many.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(IntoParams))]
-#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
-#[serde(deny_unknown_fields)]
-pub struct ListParams {
-    /// Only those that stand so: `running`, `paused`, `damaged`, `completed`, `failed` or
-    /// `cancelled`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
-    /// Only those of this entry point.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub entry: Option<String>,
-    /// Only those whose id starts so.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prefix: Option<String>,
-    /// Only those started before this time (milliseconds since the Unix epoch).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_before: Option<u64>,
-    /// Only those started at or after this time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_after: Option<u64>,
-    /// Only top-level workflows (not the children they spawned).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub top_level: Option<bool>,
-    /// Only the children of the workflow with this number (its `number`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<u64>,
-    /// At most this many (1 to 10,000; default 100).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<usize>,
-    /// The `next` of the page before.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub after: Option<String>,
+/// Declares a query with its own fields and then the filters that a listing and its counts
+/// share: entry point, id prefix, start time, top level, parent.
+macro_rules! with_workflow_filters {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$field_meta:meta])* pub $field:ident: $ty:ty,)*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: $ty,)*
+            /// Only those of this entry point.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub entry: Option<String>,
+            /// Only those whose id starts so.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub prefix: Option<String>,
+            /// Only those started before this time (milliseconds since the Unix epoch).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub started_before: Option<u64>,
+            /// Only those started at or after this time.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub started_after: Option<u64>,
+            /// Only top-level workflows (not the children they spawned).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub top_level: Option<bool>,
+            /// Only the children of the workflow with this number (its `number`).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub parent: Option<u64>,
+        }
+    };
 }
 
-/// Which workflows counts take in (`GET /v1/workflow-counts`): a listing's filters but the
-/// status.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(IntoParams))]
-#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
-#[serde(deny_unknown_fields)]
-pub struct CountParams {
-    /// Only those of this entry point.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub entry: Option<String>,
-    /// Only those whose id starts so.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prefix: Option<String>,
-    /// Only those started before this time (milliseconds since the Unix epoch).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_before: Option<u64>,
-    /// Only those started at or after this time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_after: Option<u64>,
-    /// Only top-level workflows (not the children they spawned).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub top_level: Option<bool>,
-    /// Only the children of the workflow with this number.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<u64>,
+with_workflow_filters! {
+    /// Which workflows a listing shows (`GET /v1/workflows`), and how many.
+    #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(IntoParams))]
+    #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+    #[serde(deny_unknown_fields)]
+    pub struct ListParams {
+        /// Only those that stand so: `running`, `paused`, `damaged`, `completed`, `failed` or
+        /// `cancelled`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub status: Option<String>,
+        /// At most this many (1 to 10,000; default 100).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub limit: Option<usize>,
+        /// The `next` of the page before.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub after: Option<String>,
+    }
+}
+
+with_workflow_filters! {
+    /// Which workflows counts take in (`GET /v1/workflow-counts`): a listing's filters but the
+    /// status.
+    #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(IntoParams))]
+    #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+    #[serde(deny_unknown_fields)]
+    pub struct CountParams {}
 }
 
 /// How many workflows stand each way (`GET /v1/workflow-counts`).

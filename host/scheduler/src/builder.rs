@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use wfcontract::CommandKind;
 
-use crate::config::Config;
+use crate::config::{Config, Hooks};
+use crate::error::BuildError;
 use crate::handlers::{Handler, Handlers, SpawnHandler, Spawner};
 use crate::observe::Observer;
 use crate::scheduler::Scheduler;
@@ -33,19 +34,6 @@ pub struct Builder {
     hooks: Hooks,
 }
 
-/// What a shutdown calls when its grace period is over: see [`Builder::interrupt`].
-pub(crate) type Interrupt = Arc<dyn Fn() + Send + Sync>;
-
-/// What a shutdown calls once it is over: see [`Builder::on_stopped`].
-pub(crate) type Stopped = Box<dyn FnOnce() + Send>;
-
-/// What a shutdown calls on the embedder's behalf.
-#[derive(Default)]
-pub(crate) struct Hooks {
-    pub(crate) interrupt: Option<Interrupt>,
-    pub(crate) stopped: Option<Stopped>,
-}
-
 impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Builder")
@@ -58,15 +46,11 @@ impl std::fmt::Debug for Builder {
     }
 }
 
-/// Why a scheduler could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    /// A setting is out of range.
-    #[error("invalid scheduler setting: {0}")]
-    Invalid(String),
-    /// The OS refused a thread.
-    #[error("could not start a scheduler thread: {0}")]
-    Thread(#[from] std::io::Error),
+impl Scheduler {
+    /// A builder with the defaults.
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
 }
 
 impl Default for Builder {

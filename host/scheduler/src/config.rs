@@ -1,5 +1,6 @@
 //! Scheduler settings, as a [`Builder`](crate::Builder) makes them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::inbox::MailboxLimit;
@@ -29,4 +30,17 @@ impl Config {
             bytes: self.mailbox_bytes.unwrap_or(usize::MAX),
         }
     }
+}
+
+/// What a shutdown calls when its grace period is over: see [`Builder::interrupt`](crate::Builder::interrupt).
+pub(crate) type Interrupt = Arc<dyn Fn() + Send + Sync>;
+
+/// What a shutdown calls once it is over: see [`Builder::on_stopped`](crate::Builder::on_stopped).
+pub(crate) type Stopped = Box<dyn FnOnce() + Send>;
+
+/// What a shutdown calls on the embedder's behalf.
+#[derive(Default)]
+pub(crate) struct Hooks {
+    pub(crate) interrupt: Option<Interrupt>,
+    pub(crate) stopped: Option<Stopped>,
 }

@@ -53,3 +53,14 @@ impl Error {
         CommandError::new(kind, self.to_string())
     }
 }
+
+/// Why a scheduler could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A setting is out of range.
+    #[error("invalid scheduler setting: {0}")]
+    Invalid(String),
+    /// The OS refused a thread.
+    #[error("could not start a scheduler thread: {0}")]
+    Thread(#[from] std::io::Error),
+}

@@ -2,7 +2,7 @@
 //! inside a process's step).
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -10,10 +10,11 @@ use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
 
 use crate::counters::Counters;
 use crate::error::Error;
-use crate::process::{FailureKind, Process, ProcessError, ProcessResult, Waker};
+use crate::process::{FailureKind, Process, ProcessError, ProcessResult};
 use crate::shared::{child_ended, Shared};
 use crate::slot::{Notice, Slot};
 use crate::spawn::Spawn;
+use crate::wake::{Waker, Wakes};
 
 /// A cheap, cloneable reference to a running scheduler.
 #[derive(Clone)]
@@ -145,7 +146,7 @@ impl SchedulerHandle {
         event.tag = wfcontract::Tag(number);
         self.shared
             .deliver_to(to, event)
-            .map_err(|refused| crate::handlers::refused_send(to, refused))
+            .map_err(|refused| refused.into_send_error(to))
     }
 
     /// Delivers a cancel to `pid`, ahead of any queued messages. The process decides what to do;
@@ -302,8 +303,11 @@ impl SchedulerHandle {
     /// A waker for process `pid` (what starts a [`Spawn::held`] one); `None` when there is no
     /// such process.
     pub fn waker(&self, pid: Pid) -> Option<Waker> {
-        let slot = self.shared.slot(pid)?;
-        Some(Waker::for_slot(&self.shared, &slot))
+        self.shared.slot(pid)?;
+        Some(Waker::new(
+            Arc::downgrade(&self.shared) as Weak<dyn Wakes>,
+            pid,
+        ))
     }
 
     /// Whether a process with this pid is known to the scheduler: running, waiting, or ended

@@ -21,8 +21,9 @@
 
 use std::collections::VecDeque;
 
-use wfcontract::{Event, EventKind};
+use wfcontract::{Event, EventKind, Pid};
 
+use crate::error::Error;
 use crate::process::FailureKind;
 use crate::state::Wake;
 
@@ -35,6 +36,20 @@ pub(crate) enum Refused {
     /// refused so).
     Full,
 }
+
+impl Refused {
+    /// The error a send to `to` that was refused so returns.
+    pub(crate) fn into_send_error(self, to: Pid) -> Error {
+        match self {
+            Refused::Closed => Error::NoSuchProcess(to),
+            Refused::Full => Error::MailboxFull(to),
+        }
+    }
+}
+
+/// Completions given inline: room for one in place, the most a process that yields one command
+/// at a time ever has (a send, then the reply it waits for), so that it never allocates for them.
+pub(crate) type Inline = smallvec::SmallVec<[Event; 1]>;
 
 /// What an event weighs against a step's byte budget: its payload and any error text.
 fn event_bytes(event: &Event) -> usize {
@@ -176,7 +191,7 @@ impl Inbox {
     pub(crate) fn drain_into(
         &mut self,
         out: &mut Vec<Event>,
-        inline: &mut crate::slot::Inline,
+        inline: &mut Inline,
         budget: usize,
         max_bytes: usize,
     ) -> usize {
@@ -304,7 +319,7 @@ mod tests {
         inbox.push(message(9)).unwrap();
         inbox.push(completion(5, 0)).unwrap();
         inbox.push(Event::cancel()).unwrap();
-        let mut inline: crate::slot::Inline =
+        let mut inline: Inline =
             smallvec::smallvec![completion(1, 0), completion(2, 0), completion(3, 0)];
         let mut out = Vec::new();
         assert_eq!(inbox.drain_into(&mut out, &mut inline, 3, usize::MAX), 3);
@@ -330,8 +345,7 @@ mod tests {
             ]
         );
         // The byte limit holds for inline ones too; the first event always goes.
-        let mut inline: crate::slot::Inline =
-            smallvec::smallvec![completion(1, 60), completion(2, 60)];
+        let mut inline: Inline = smallvec::smallvec![completion(1, 60), completion(2, 60)];
         inbox.push(completion(7, 0)).unwrap();
         out.clear();
         assert_eq!(inbox.drain_into(&mut out, &mut inline, 32, 100), 1);

@@ -52,9 +52,11 @@ mod builder;
 mod clock;
 mod config;
 mod counters;
+mod current;
 mod error;
 mod handle;
 mod handlers;
+mod hold;
 mod inbox;
 #[cfg(all(test, loom))]
 mod loom_models;
@@ -71,27 +73,27 @@ mod state;
 mod sync;
 mod targets;
 mod timer;
+mod wake;
 mod worker;
 
 pub use builder::{
-    BuildError, Builder, DEFAULT_BUDGET, DEFAULT_MAX_SLEEPS, DEFAULT_MAX_WAITING_COMPLETIONS,
+    Builder, DEFAULT_BUDGET, DEFAULT_MAX_SLEEPS, DEFAULT_MAX_WAITING_COMPLETIONS,
     DEFAULT_MAX_WATCHERS,
 };
 pub use counters::Counters;
-pub use error::Error;
+pub use error::{BuildError, Error};
 pub use handle::{ProcessHandle, SchedulerHandle, WeakSchedulerHandle};
 pub use handlers::{
     emit as emit_guest_log, join_handler, offer_to_host, send_handler, Completer, Context, Handler,
     HostOffer, Request, Spawner,
 };
+pub use hold::{Hold, Note, Release};
 pub use observe::Observer;
 pub use outbox::{outbox, Outbox, OutboxReceiver, Queued};
-pub use process::{
-    Events, FailureKind, Hold, InitContext, Note, Process, ProcessError, ProcessResult, Readiness,
-    Release, Waker, WakerSource,
-};
+pub use process::{Events, FailureKind, InitContext, Process, ProcessError, ProcessResult};
 pub use scheduler::{Scheduler, ShutdownReport, DEFAULT_GRACE};
 pub use spawn::Spawn;
+pub use wake::{Readiness, Waker, WakerSource};
 pub use wfcontract::{
     Command, CommandError, CommandKind, Event, EventKind, Payload, Pid, Status, StepOutput, Tag,
     Yield,

@@ -2,6 +2,9 @@
 
 use wfcontract::{Command, CommandError, Event, Payload, Pid, StepOutput};
 
+use crate::hold::Hold;
+use crate::wake::{Readiness, WakerSource};
+
 /// A state machine the scheduler can run: native Rust, or a WebAssembly instance in `wfhost`.
 ///
 /// The scheduler calls [`init`](Process::init) once, then [`step`](Process::step) each time there
@@ -109,224 +112,6 @@ impl Process for Box<dyn Process> {
 
     fn close(&mut self) {
         (**self).close()
-    }
-}
-
-/// Lets [`Process::journal`] hold a step's effects until its journal has it: see there.
-pub struct Hold<'a> {
-    pub(crate) shared: &'a std::sync::Arc<crate::shared::Shared>,
-    pub(crate) slot: &'a std::sync::Arc<crate::slot::Slot>,
-    pub(crate) held: std::cell::Cell<bool>,
-    /// How many of the first yields are dispatched without waiting for the release.
-    pub(crate) first: std::cell::Cell<usize>,
-    /// What the journal decided about some of the yields, in yield order ([`Hold::note`]).
-    pub(crate) notes: std::cell::RefCell<Notes>,
-}
-
-/// The journal's notes on a step's yields, by position in the step's output, in order.
-pub(crate) type Notes = std::collections::VecDeque<(usize, Note)>;
-
-/// Where [`Worker::dispatch`](crate::worker) finds the note on each yield: a step's notes, or
-/// none (the common case: no journal, or one that noted nothing), which costs nothing per yield.
-pub(crate) trait NoteSource {
-    /// The note on the yield at `position` in the step's output, if the next one is about it.
-    fn take(&mut self, position: usize) -> Option<Box<Note>>;
-}
-
-impl NoteSource for Notes {
-    #[inline]
-    fn take(&mut self, position: usize) -> Option<Box<Note>> {
-        // Notes of positions passed (a note for a yield past the output) are dropped.
-        while self.front().is_some_and(|(noted, _)| *noted < position) {
-            self.pop_front();
-        }
-        match self.front() {
-            Some((noted, _)) if *noted == position => {
-                self.pop_front().map(|(_, note)| Box::new(note))
-            }
-            _ => None,
-        }
-    }
-}
-
-/// No notes.
-pub(crate) struct NoNotes;
-
-impl NoteSource for NoNotes {
-    #[inline(always)]
-    fn take(&mut self, _: usize) -> Option<Box<Note>> {
-        None
-    }
-}
-
-/// What a process's journal decided about one of its yields ([`Hold::note`]): it reaches the
-/// yield's handler with the yield ([`Request::note`](crate::Request::note)), so the decision
-/// travels with what it is about.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Note {
-    /// The number the journal gave a message it wrote for its receiver.
-    Numbered(u64),
-    /// The pid the journal reserved for a child it wrote, the name it wrote it under, and the
-    /// module it wrote it to run (as the spawner names modules: a content hash), which the
-    /// child must run whatever a name means by the time it starts.
-    Child(crate::Pid, std::sync::Arc<str>, std::sync::Arc<str>),
-    /// The yield was made before a restart and is made again: what it did then may stand.
-    Again,
-}
-
-impl std::fmt::Debug for Hold<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hold")
-            .field("pid", &self.slot.pid)
-            .field("held", &self.held.get())
-            .finish()
-    }
-}
-
-impl Hold<'_> {
-    /// Holds this step's yields and status until the returned [`Release`] is released.
-    pub fn hold(&self) -> Release {
-        self.held.set(true);
-        Release {
-            waker: WakerSource {
-                shared: self.shared,
-                slot: self.slot,
-            }
-            .waker(),
-            slot: std::sync::Arc::downgrade(self.slot),
-        }
-    }
-
-    /// Dispatches the step's first `count` yields (in the output given to
-    /// [`Process::journal`]) as soon as `journal` returns, without waiting for the release, when
-    /// the step is held; the rest wait for it. Only a leading run of yields can go, so a step's
-    /// yields still take effect in the order it made them. For effects that stay inside the
-    /// journal: a durable host delivers a message to another journaled workflow at once,
-    /// because whatever the receiver does with it is journaled after the sender's step, so no
-    /// crash can keep the one and lose the other.
-    pub fn dispatch_first(&self, count: usize) {
-        self.first.set(count);
-    }
-
-    /// Hands `note` to the handler of the yield at `index` in this step's output (as given to
-    /// [`Process::journal`]) with the yield, whether the step is held or not. Notes are given in
-    /// the order of the yields they are about. By position, not tag: a guest that repeats a tag
-    /// cannot move a note onto another yield.
-    pub fn note(&self, index: usize, note: Note) {
-        self.notes.borrow_mut().push_back((index, note));
-    }
-}
-
-/// Lets a held step go on (see [`Process::journal`]), from any thread. Dropping it unreleased
-/// leaves the process parked until it is terminated or the scheduler stops: what a host does when
-/// its journal cannot be written.
-#[must_use = "a held step that is never released leaves its process parked"]
-pub struct Release {
-    waker: Waker,
-    slot: std::sync::Weak<crate::slot::Slot>,
-}
-
-impl std::fmt::Debug for Release {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Release").finish_non_exhaustive()
-    }
-}
-
-impl Release {
-    /// The step's yields are dispatched and its status acted on, at the process's next turn.
-    pub fn release(self) {
-        if let Some(slot) = self.slot.upgrade() {
-            slot.released
-                .store(true, std::sync::atomic::Ordering::Release);
-            // A Dekker pair with `resume_held`: the flag is stored and then the state read (by
-            // the wake), the worker stores the state and then reads the flag. Without a fence
-            // on each side both reads may see the old values (the flag still in this core's
-            // store buffer): the worker misses the release while the wake finds the process
-            // `Ready` and does nothing, and the process then parks `Waiting` for good.
-            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        }
-        self.waker.wake();
-    }
-}
-
-/// Whether a process can step now: see [`Process::prepare`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[must_use]
-pub enum Readiness {
-    /// It can step.
-    Ready,
-    /// It cannot step until the waker it was given is woken.
-    NotReady,
-}
-
-/// Hands a process the [`Waker`] that makes it runnable again: see [`Process::prepare`].
-pub struct WakerSource<'a> {
-    pub(crate) shared: &'a std::sync::Arc<crate::shared::Shared>,
-    pub(crate) slot: &'a std::sync::Arc<crate::slot::Slot>,
-}
-
-impl std::fmt::Debug for WakerSource<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WakerSource")
-            .field("pid", &self.slot.pid)
-            .finish_non_exhaustive()
-    }
-}
-
-impl WakerSource<'_> {
-    /// A waker for this process.
-    pub fn waker(&self) -> Waker {
-        Waker::for_slot(self.shared, self.slot)
-    }
-
-    /// Whether the process is being terminated: this turn ends it without a step, so getting
-    /// ready for one (reading state back, taking an instance) would be wasted.
-    pub fn terminating(&self) -> bool {
-        self.slot.inbox.lock().terminating()
-    }
-}
-
-/// Makes a process that answered [`Readiness::NotReady`] runnable again. Holds no strong
-/// reference: a waker outliving its process or its scheduler does nothing.
-#[derive(Clone)]
-pub struct Waker {
-    shared: std::sync::Weak<crate::shared::Shared>,
-    slot: std::sync::Weak<crate::slot::Slot>,
-}
-
-impl std::fmt::Debug for Waker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Waker").finish_non_exhaustive()
-    }
-}
-
-impl Waker {
-    pub(crate) fn for_slot(
-        shared: &std::sync::Arc<crate::shared::Shared>,
-        slot: &std::sync::Arc<crate::slot::Slot>,
-    ) -> Waker {
-        Waker {
-            shared: std::sync::Arc::downgrade(shared),
-            slot: std::sync::Arc::downgrade(slot),
-        }
-    }
-
-    /// A waker that wakes nothing, for driving a process by hand (in tests, or in a host that is
-    /// not a scheduler).
-    pub fn noop() -> Waker {
-        Waker {
-            shared: std::sync::Weak::new(),
-            slot: crate::slot::Slot::dangling(),
-        }
-    }
-
-    /// Makes the process runnable (at once if it is waiting; after its current step if it is
-    /// running). Waking a process that is not waiting does no harm.
-    pub fn wake(&self) {
-        if let (Some(shared), Some(slot)) = (self.shared.upgrade(), self.slot.upgrade()) {
-            shared.wake(&slot);
-        }
     }
 }
 
@@ -557,7 +342,7 @@ impl ExactSizeIterator for Events<'_> {}
 mod tests {
     use std::collections::HashSet;
 
-    use super::{FailureKind, NoNotes, Note, NoteSource, Notes};
+    use super::FailureKind;
 
     /// `ALL`, `index`, `name` and `from_name` agree on every kind.
     #[test]
@@ -572,24 +357,5 @@ mod tests {
         assert_eq!(FailureKind::from_name("no-such"), None);
         assert_eq!(FailureKind::from_name(""), None);
         assert_eq!(FailureKind::from_name("Trap"), None);
-    }
-
-    #[test]
-    fn notes_go_to_the_yield_at_their_position() {
-        let mut notes: Notes = [
-            (1, Note::Numbered(10)),
-            (3, Note::Again),
-            (5, Note::Numbered(12)),
-        ]
-        .into_iter()
-        .collect();
-        assert_eq!(notes.take(0), None);
-        assert_eq!(notes.take(1), Some(Box::new(Note::Numbered(10))));
-        assert_eq!(notes.take(2), None);
-        // A position skipped (past the output) drops its note; the next is still found.
-        assert_eq!(notes.take(4), None);
-        assert_eq!(notes.take(5), Some(Box::new(Note::Numbered(12))));
-        assert!(notes.is_empty());
-        assert_eq!(NoNotes.take(1), None);
     }
 }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::builder::{BuildError, Builder, Hooks};
-use crate::config::Config;
+use crate::config::{Config, Hooks};
+use crate::error::BuildError;
 use crate::handle::SchedulerHandle;
 use crate::handlers::Handlers;
 use crate::observe::Observer;
@@ -14,12 +14,14 @@ use crate::process::{FailureKind, ProcessError};
 use crate::queue::{Local, Queues};
 use crate::shared::Shared;
 use crate::slot::Slot;
-use crate::worker;
+use crate::{current, worker};
 
 /// Runs processes on a fixed pool of worker threads. Dereferences to [`SchedulerHandle`] for the
 /// operations; dropping it shuts down with a grace period of [`DEFAULT_GRACE`].
 pub struct Scheduler {
     handle: SchedulerHandle,
+    /// Its command handlers (the workers hold them too), stopped by its shutdown.
+    handlers: Arc<Handlers>,
     threads: Vec<JoinHandle<()>>,
     hooks: Hooks,
     done: bool,
@@ -59,11 +61,6 @@ impl std::ops::Deref for Scheduler {
 }
 
 impl Scheduler {
-    /// A builder with the defaults.
-    pub fn builder() -> Builder {
-        Builder::new()
-    }
-
     pub(crate) fn start(
         config: Config,
         handlers: Handlers,
@@ -74,24 +71,29 @@ impl Scheduler {
             .map(|_| Local::new(config.budget))
             .collect();
         let queues = Queues::new(locals.iter().map(Local::stealers).collect());
-        let shared = Arc::new(Shared::new(config, queues, handlers, observer));
-        shared.timer.attach(Arc::downgrade(&shared));
+        let shared = Arc::new(Shared::new(config, queues, observer));
+        let handlers = Arc::new(handlers);
+        shared
+            .timer
+            .attach(Arc::downgrade(&shared) as std::sync::Weak<dyn crate::timer::Fire>);
         let mut scheduler = Scheduler {
             handle: SchedulerHandle {
                 shared: Arc::clone(&shared),
             },
+            handlers: Arc::clone(&handlers),
             threads: Vec::with_capacity(locals.len()),
             hooks,
             done: false,
         };
         for (index, local) in locals.into_iter().enumerate() {
             let shared = Arc::clone(&shared);
+            let handlers = Arc::clone(&handlers);
             let mut thread =
                 std::thread::Builder::new().name(format!("{}-{index}", shared.config.thread_name));
             if let Some(bytes) = shared.config.stack_size {
                 thread = thread.stack_size(bytes);
             }
-            let thread = thread.spawn(move || worker::run(shared, index, local));
+            let thread = thread.spawn(move || worker::run(shared, handlers, index, local));
             match thread {
                 Ok(thread) => scheduler.threads.push(thread),
                 // Dropping `scheduler` stops the workers already started.
@@ -142,13 +144,14 @@ impl Scheduler {
         let shared = Arc::clone(&self.handle.shared);
         let threads = std::mem::take(&mut self.threads);
         let hooks = std::mem::take(&mut self.hooks);
-        if worker::on_worker(&shared) {
+        let handlers = Arc::clone(&self.handlers);
+        if current::on_worker(shared.id()) {
             // Joining would wait for this very thread: a thread of its own finishes the job.
             let live_at_start = shared.live.load(Ordering::Acquire);
             self.handle.request_stop();
             let finisher = std::thread::Builder::new()
                 .name("wfhost-shutdown".into())
-                .spawn(move || stop(&shared, threads, grace, hooks));
+                .spawn(move || stop(&shared, &handlers, threads, grace, hooks));
             if let Err(error) = finisher {
                 tracing::error!("could not start the shutdown thread: {error}");
             }
@@ -158,7 +161,7 @@ impl Scheduler {
                 ..ShutdownReport::default()
             };
         }
-        stop(&shared, threads, grace, hooks)
+        stop(&shared, &handlers, threads, grace, hooks)
     }
 }
 
@@ -166,6 +169,7 @@ impl Scheduler {
 /// timer, closes whatever is left, and calls the `stopped` hook.
 fn stop(
     shared: &Arc<Shared>,
+    handlers: &Handlers,
     threads: Vec<JoinHandle<()>>,
     grace: Duration,
     hooks: Hooks,
@@ -208,7 +212,7 @@ fn stop(
             tracing::error!("a worker thread panicked outside a process");
         }
     }
-    shared.handlers.shutdown_all();
+    handlers.shutdown_all();
     shared.timer.shutdown();
 
     // The workers are gone: nobody else touches a process body now.

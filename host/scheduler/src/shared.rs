@@ -12,8 +12,8 @@ use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
 
 use crate::config::Config;
 use crate::counters::{Counter, CounterSet};
+use crate::current;
 use crate::error::Error;
-use crate::handlers::Handlers;
 use crate::inbox::Refused;
 use crate::observe::Observer;
 use crate::park::Idle;
@@ -22,8 +22,8 @@ use crate::queue::{Queues, Task};
 use crate::slot::{Body, Notice, Slot, Start, TableHash};
 use crate::spawn::Spawn;
 use crate::state::{Notify, Wake};
-use crate::timer::{Action, Timer};
-use crate::worker;
+use crate::timer::{Action, Fire, Timer};
+use crate::wake::Wakes;
 
 /// Shards of the pid table. Spawns and exits write to it from every worker; with this many shards two
 /// workers rarely contend for one, and each shard stays small enough to resize quickly.
@@ -44,7 +44,6 @@ pub(crate) struct Shared {
     pub(crate) queues: Queues,
     /// Written by searching and parking workers, read at every wake-up.
     pub(crate) idle: CachePadded<Idle>,
-    pub(crate) handlers: Handlers,
     pub(crate) counters: CounterSet,
     /// Set once a stop is requested: no new processes, every live one is cancelled.
     pub(crate) stopping: AtomicBool,
@@ -58,11 +57,59 @@ pub(crate) struct Shared {
     pub(crate) observer: Option<Arc<dyn Observer>>,
 }
 
+impl Fire for Shared {
+    fn fire(&self, pid: Pid, action: Action) {
+        // The process may have ended meanwhile; then there is nothing to do.
+        let Some(slot) = self.slot(pid) else {
+            return;
+        };
+        match action {
+            Action::Complete(tag) => {
+                let _ = self.deliver(&slot, Event::completion(tag, Ok(Payload::empty())));
+            }
+            Action::Terminate(kind, reason, armed_for) => {
+                // A cancel's grace timer is armed from another thread, and may be armed just
+                // after its process ended (too late for `forget_all`): it must not end the
+                // pid's next one.
+                if std::ptr::eq(Arc::as_ptr(&slot), armed_for.as_ptr()) {
+                    let _ = self.request_termination(&slot, kind, reason);
+                }
+            }
+        }
+    }
+}
+
+impl Wakes for Shared {
+    fn wake(&self, pid: Pid) {
+        if let Some(slot) = self.slot(pid) {
+            Shared::wake(self, &slot);
+        }
+    }
+
+    fn release(&self, pid: Pid) {
+        let Some(slot) = self.slot(pid) else {
+            return;
+        };
+        slot.released.store(true, Ordering::Release);
+        // A Dekker pair with `resume_held`: the flag is stored and then the state read (by the
+        // wake), the worker stores the state and then reads the flag. Without a fence on each
+        // side both reads may see the old values (the flag still in this core's store buffer):
+        // the worker misses the release while the wake finds the process `Ready` and does
+        // nothing, and the process then parks `Waiting` for good.
+        fence(Ordering::SeqCst);
+        Shared::wake(self, &slot);
+    }
+}
+
 impl Shared {
+    /// This scheduler's identity on its worker threads (`current.rs`): its address.
+    pub(crate) fn id(&self) -> usize {
+        self as *const Shared as usize
+    }
+
     pub(crate) fn new(
         config: Config,
         queues: Queues,
-        handlers: Handlers,
         observer: Option<Arc<dyn Observer>>,
     ) -> Shared {
         Shared {
@@ -74,7 +121,6 @@ impl Shared {
             surviving: CachePadded::new(AtomicUsize::new(0)),
             queues,
             idle: CachePadded::new(Idle::new()),
-            handlers,
             stopping: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             stop_signal: parking_lot::Mutex::new(()),
@@ -105,7 +151,7 @@ impl Shared {
     }
 
     pub(crate) fn bump(&self, counter: Counter) {
-        self.counters.bump(worker::current_index(self), counter);
+        self.counters.bump(current::index(self.id()), counter);
     }
 
     /// Queues a process that just became `Ready`. On one of this scheduler's workers a woken
@@ -124,7 +170,7 @@ impl Shared {
             self.queues.push_overrun(task);
             return self.idle.notify_one();
         }
-        let task = match worker::with_local_task(self, task, |local, task| {
+        let task = match current::with_local_task(self.id(), task, |local, task| {
             if spawned {
                 local.push_spawned(task);
                 true
@@ -793,7 +839,7 @@ mod tests {
     #[test]
     fn a_termination_timer_ends_only_the_process_it_was_armed_for() {
         use crate::process::FailureKind;
-        use crate::timer::{fire_now, Action};
+        use crate::timer::{Action, Fire};
 
         let scheduler = Scheduler::builder().workers(1).build().unwrap();
         let shared = Arc::clone(&scheduler.handle().shared);
@@ -808,11 +854,11 @@ mod tests {
             .spawn_handle_with(Spawn::new(Idle, "second", Payload::empty()).pid(pid))
             .unwrap();
         let stale = Action::Terminate(FailureKind::Terminated, "stale".into(), armed_for_first);
-        fire_now(&shared, pid, stale);
+        shared.fire(pid, stale);
         assert!(scheduler.exists(pid));
         let armed_for_second = Arc::downgrade(&shared.slot(pid).unwrap());
         let timer = Action::Terminate(FailureKind::Terminated, "due".into(), armed_for_second);
-        fire_now(&shared, pid, timer);
+        shared.fire(pid, timer);
         let ended = second.wait().unwrap_err();
         assert!(ended.to_string().contains("due"), "{ended}");
         scheduler.shutdown(std::time::Duration::ZERO);

@@ -6,7 +6,7 @@ use crossbeam_channel::Sender;
 
 use wfcontract::{Payload, Pid, Tag};
 
-use crate::inbox::{Inbox, MailboxLimit};
+use crate::inbox::{Inbox, Inline, MailboxLimit};
 use crate::outbox::Outbox;
 use crate::process::{Process, ProcessResult};
 use crate::state::State;
@@ -84,10 +84,6 @@ pub(crate) struct BodyOf<P: ?Sized> {
     /// Ended (closed and dropped) exactly once, when the process ends. Last: it is unsized.
     pub(crate) process: Resident<P>,
 }
-
-/// Completions given inline: room for one in place, the most a process that yields one command
-/// at a time ever has (a send, then the reply it waits for), so that it never allocates for them.
-pub(crate) type Inline = smallvec::SmallVec<[wfcontract::Event; 1]>;
 
 /// A process stored in place, until it is dropped in place when it ends (the memory stays with
 /// the slot, which may outlive the process: kept for a join, or in a worker's cache).
@@ -228,7 +224,7 @@ pub(crate) struct Held {
     pub(crate) yields: Vec<wfcontract::Yield>,
     /// The journal's notes on those yields, in order (boxed: most held steps have none, and a
     /// process's body stays small).
-    pub(crate) notes: Option<Box<crate::process::Notes>>,
+    pub(crate) notes: Option<Box<crate::hold::Notes>>,
     /// The position of the first of `yields` in the step's output (those before went early).
     pub(crate) offset: usize,
 }
@@ -303,10 +299,12 @@ impl<P: Process> SlotOf<P> {
     }
 }
 
-/// A process type that is never run: what [`Slot::dangling`] points to (and, in tests, the
-/// process of slots that are only queued).
+/// A process type that is never run: in tests, what [`Slot::dangling`] points to and the process
+/// of slots that are only queued.
+#[cfg(test)]
 pub(crate) struct Never;
 
+#[cfg(test)]
 impl Process for Never {
     fn init(
         &mut self,
@@ -328,6 +326,7 @@ impl Process for Never {
 
 impl Slot {
     /// A reference to no slot, that never upgrades (`Weak::new` needs a sized type).
+    #[cfg(test)]
     pub(crate) fn dangling() -> std::sync::Weak<Slot> {
         std::sync::Weak::<SlotOf<Never>>::new()
     }

@@ -12,12 +12,16 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use wfcontract::{CommandError, ErrorKind, Event, Payload, Pid, Tag};
-
-use crate::shared::Shared;
+use wfcontract::{CommandError, ErrorKind, Pid, Tag};
 
 /// Durations longer than this are clamped to it, so a deadline always fits in an `Instant`.
 const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// What the timer acts on: the scheduler, which does what a due timer says to process `pid`.
+pub(crate) trait Fire: Send + Sync {
+    /// Acts on `pid` as `action` says; a process that ended meanwhile is left alone.
+    fn fire(&self, pid: Pid, action: Action);
+}
 
 /// What to do when a deadline passes.
 #[derive(Debug)]
@@ -57,7 +61,7 @@ struct Timers {
     seq: u64,
     /// The scheduler whose processes the timers act on. Weak, so pending timers do not keep a
     /// scheduler alive.
-    scheduler: Weak<Shared>,
+    scheduler: Option<Weak<dyn Fire>>,
     thread: Option<JoinHandle<()>>,
     shutdown: bool,
 }
@@ -106,7 +110,7 @@ impl Default for Timer {
 impl Timer {
     /// Fires the timers that are due, if any and if no other thread is firing them: called by
     /// workers between turns.
-    pub(crate) fn fire_due(&self, shared: &Shared) {
+    pub(crate) fn fire_due(&self, scheduler: &dyn Fire) {
         let next = self.next_due.nanos.load(Ordering::Acquire);
         if next == u64::MAX {
             return;
@@ -123,13 +127,13 @@ impl Timer {
         self.next_due.update(&timers);
         drop(timers);
         for entry in due {
-            fire(shared, entry);
+            scheduler.fire(entry.pid, entry.action);
         }
     }
 
     /// Binds the timer to its scheduler (once, at start).
-    pub(crate) fn attach(&self, scheduler: Weak<Shared>) {
-        self.inner.0.lock().scheduler = scheduler;
+    pub(crate) fn attach(&self, scheduler: Weak<dyn Fire>) {
+        self.inner.0.lock().scheduler = Some(scheduler);
     }
 
     /// Acts on `pid` after `delay`. A sleep is refused when `pid` already has `max_sleeps` pending;
@@ -300,11 +304,11 @@ fn run(inner: &(Mutex<Timers>, Condvar), next_due: &NextDue) {
         timers.take_due(Instant::now(), &mut due);
         next_due.update(&timers);
         if !due.is_empty() {
-            let scheduler = timers.scheduler.upgrade();
+            let scheduler = timers.scheduler.as_ref().and_then(Weak::upgrade);
             drop(timers);
-            if let Some(shared) = scheduler {
+            if let Some(scheduler) = scheduler {
                 for entry in due.drain(..) {
-                    fire(&shared, entry);
+                    scheduler.fire(entry.pid, entry.action);
                 }
             }
             due.clear();
@@ -320,31 +324,6 @@ fn run(inner: &(Mutex<Timers>, Condvar), next_due: &NextDue) {
                 condvar.wait_until(&mut timers, deadline);
             }
             None => condvar.wait(&mut timers),
-        }
-    }
-}
-
-/// Fires a timer at once, as its deadline would: for tests of what firing does.
-#[cfg(test)]
-pub(crate) fn fire_now(shared: &Shared, pid: Pid, action: Action) {
-    fire(shared, Armed { pid, action });
-}
-
-fn fire(shared: &Shared, entry: Armed) {
-    // The process may have ended meanwhile; then there is nothing to do.
-    let Some(slot) = shared.slot(entry.pid) else {
-        return;
-    };
-    match entry.action {
-        Action::Complete(tag) => {
-            let _ = shared.deliver(&slot, Event::completion(tag, Ok(Payload::empty())));
-        }
-        Action::Terminate(kind, reason, armed_for) => {
-            // A cancel's grace timer is armed from another thread, and may be armed just after
-            // its process ended (too late for `forget_all`): it must not end the pid's next one.
-            if std::ptr::eq(std::sync::Arc::as_ptr(&slot), armed_for.as_ptr()) {
-                let _ = shared.request_termination(&slot, kind, reason);
-            }
         }
     }
 }

@@ -10,20 +10,20 @@ use wfcontract::{Event, Status, StepOutput, Yield};
 
 use crate::clock::{self, Reading};
 use crate::counters::Counter;
+use crate::current;
 use crate::handle::SchedulerHandle;
-use crate::handlers::{unknown_command, Context, Request};
+use crate::handlers::{unknown_command, Context, Handlers, Request};
+use crate::hold::{Hold, NoNotes, NoteSource, Notes};
 use crate::inbox::Inbox;
 use crate::park::{Unpark, SPIN_ROUNDS, SPIN_TIGHT};
-use crate::process::{
-    Events, FailureKind, Hold, InitContext, NoNotes, NoteSource, Notes, Process, ProcessError,
-    Readiness, WakerSource,
-};
+use crate::process::{Events, FailureKind, InitContext, Process, ProcessError};
 use crate::queue::{Found, Local, Task};
 use crate::shared::{panic_message, Shared};
 use crate::slot::{Body, Held, Slot};
 use crate::state::{Park, State, BLOCKED, IDLE, WAITING};
 use crate::sync::Mutex;
 use crate::targets::Targets;
+use crate::wake::{Readiness, Turn, WakerSource, Wakes};
 
 /// Every this many turns a worker takes from the global queue before its own, so that new
 /// submissions are seen even when the local queue never empties (Go and tokio use 61 too: a prime,
@@ -40,39 +40,6 @@ const GLOBAL_POLL_INTERVAL: u32 = 61;
 /// moment (a zero sleep, a message from a partner), cannot hold a worker: everything else runnable
 /// gets at least as much of the worker's time. Go preempts at 10 ms too.
 const TURN_SLICE: Duration = Duration::from_millis(10);
-
-/// What a worker thread keeps where code running on it (handlers, scheduler calls from inside a
-/// step) can reach it.
-struct Current {
-    /// The scheduler this thread works for (its `Shared`'s address).
-    scheduler: usize,
-    index: usize,
-    local: Local,
-}
-
-thread_local! {
-    static CURRENT: RefCell<Option<Current>> = const { RefCell::new(None) };
-}
-
-fn id(shared: &Shared) -> usize {
-    shared as *const Shared as usize
-}
-
-/// The index of the current worker, if this thread is one of `shared`'s workers.
-pub(crate) fn current_index(shared: &Shared) -> Option<usize> {
-    CURRENT.with(|current| {
-        current.try_borrow().ok().and_then(|c| {
-            c.as_ref()
-                .filter(|c| c.scheduler == id(shared))
-                .map(|c| c.index)
-        })
-    })
-}
-
-/// True when the calling thread is one of `shared`'s workers.
-pub(crate) fn on_worker(shared: &Shared) -> bool {
-    current_index(shared).is_some()
-}
 
 /// The failure of a process that left more than `most` completions untaken.
 fn too_many_completions(most: usize) -> (FailureKind, String) {
@@ -118,8 +85,30 @@ impl Leftover {
     }
 }
 
+/// The process of a turn, as its waker source and its hold reach it.
+struct TurnOf<'a> {
+    shared: &'a Arc<Shared>,
+    slot: &'a Arc<Slot>,
+}
+
+impl Turn for TurnOf<'_> {
+    fn pid(&self) -> wfcontract::Pid {
+        self.slot.pid
+    }
+
+    fn scheduler(&self) -> std::sync::Weak<dyn Wakes> {
+        Arc::downgrade(self.shared) as std::sync::Weak<dyn Wakes>
+    }
+
+    fn terminating(&self) -> bool {
+        self.slot.inbox.lock().terminating()
+    }
+}
+
 pub(crate) struct Worker {
     handle: SchedulerHandle,
+    /// The scheduler's command handlers.
+    handlers: Arc<Handlers>,
     index: usize,
     tick: u32,
     /// The last turn ran out of time: look at the shared queues before the local one.
@@ -147,16 +136,11 @@ pub(crate) struct Worker {
 }
 
 /// The thread body of worker `index`.
-pub(crate) fn run(shared: Arc<Shared>, index: usize, local: Local) {
-    CURRENT.with(|current| {
-        *current.borrow_mut() = Some(Current {
-            scheduler: id(&shared),
-            index,
-            local,
-        })
-    });
+pub(crate) fn run(shared: Arc<Shared>, handlers: Arc<Handlers>, index: usize, local: Local) {
+    current::enter(shared.id(), index, local);
     let mut worker = Worker {
         handle: SchedulerHandle { shared },
+        handlers,
         index,
         tick: 0,
         look_outside: false,
@@ -170,8 +154,8 @@ pub(crate) fn run(shared: Arc<Shared>, index: usize, local: Local) {
         out: StepOutput::new(),
     };
     worker.run();
-    if let Some(mut current) = CURRENT.with(|current| current.borrow_mut().take()) {
-        current.local.clear();
+    if let Some(mut local) = current::leave() {
+        local.clear();
     }
 }
 
@@ -184,7 +168,7 @@ impl Worker {
         while !self.shared().shutdown.load(Ordering::Acquire) {
             self.tick = self.tick.wrapping_add(1);
             let shared = &self.handle.shared;
-            shared.timer.fire_due(shared);
+            shared.timer.fire_due(&**shared);
             let task = match self.next_local() {
                 Some(task) => task,
                 None => match self.search() {
@@ -223,9 +207,7 @@ impl Worker {
         // Borrowed, not cloned: a clone is a locked increment and decrement, at every turn, of
         // one reference count every worker writes.
         let shared = &*self.handle.shared;
-        let (task, from_global) = CURRENT.with(|current| {
-            let mut current = current.borrow_mut();
-            let local = &mut current.as_mut().expect("worker context").local;
+        let (task, from_global) = current::with_local(|local| {
             if global_first {
                 if let Some(task) = shared.queues.pop_shared(&local.deque, true) {
                     return (Some(task), true);
@@ -254,11 +236,7 @@ impl Worker {
                     shared.idle.end_search();
                     return None;
                 }
-                let found = CURRENT.with(|current| {
-                    let current = current.borrow();
-                    let local = &current.as_ref().expect("worker context").local;
-                    shared.queues.search(self.index, local)
-                });
+                let found = current::with_local(|local| shared.queues.search(self.index, local));
                 let task = match found {
                     Found::Global(task) => {
                         self.bump(Counter::GlobalPop);
@@ -285,14 +263,7 @@ impl Worker {
                 return Some(task);
             }
             self.bump(Counter::Park);
-            let local_empty = CURRENT.with(|current| {
-                current
-                    .borrow()
-                    .as_ref()
-                    .expect("worker context")
-                    .local
-                    .is_empty()
-            });
+            let local_empty = current::with_local(|local| local.is_empty());
             debug_assert!(local_empty, "a worker with local work does not park");
             match shared.idle.park(|| shared.queues.has_work()) {
                 Unpark::Search => continue,
@@ -533,10 +504,11 @@ impl Worker {
     /// Asks the process whether it can step now (see [`Process::prepare`]).
     fn prepare(&self, slot: &Arc<Slot>, body: &mut Body) -> Result<Readiness, ProcessError> {
         let process = body.process.get_mut().expect("present until finished");
-        let source = WakerSource {
+        let turn = TurnOf {
             shared: &self.handle.shared,
             slot,
         };
+        let source = WakerSource { turn: &turn };
         catch_unwind(AssertUnwindSafe(|| process.prepare(&source))).unwrap_or_else(|panic| {
             Err(ProcessError::with_kind(
                 FailureKind::Trap,
@@ -619,9 +591,12 @@ impl Worker {
                 }
             });
         }
-        let hold = Hold {
+        let turn = TurnOf {
             shared: &self.handle.shared,
             slot,
+        };
+        let hold = Hold {
+            turn: &turn,
             held: std::cell::Cell::new(false),
             first: std::cell::Cell::new(0),
             notes: std::cell::RefCell::new(Notes::new()),
@@ -728,7 +703,7 @@ impl Worker {
         &self,
         slot: &Arc<Slot>,
         process: &dyn Process,
-        completed: &RefCell<crate::slot::Inline>,
+        completed: &RefCell<crate::inbox::Inline>,
         yields: &mut Vec<Yield>,
         offset: usize,
         notes: &mut impl NoteSource,
@@ -749,7 +724,7 @@ impl Worker {
                 }
                 continue;
             }
-            let Some(handler) = self.shared().handlers.get(kind) else {
+            let Some(handler) = self.handlers.get(kind) else {
                 if kind.expects_completion() {
                     cx.complete(tag, Err(unknown_command(kind)));
                 }
@@ -798,7 +773,9 @@ impl Worker {
         }
         self.charge(&slot, started);
         slot.state.requeue();
-        let pushed = with_local_task(self.shared(), slot, |local, task| local.push_back(task));
+        let pushed = current::with_local_task(self.shared().id(), slot, |local, task| {
+            local.push_back(task)
+        });
         debug_assert!(pushed.is_ok(), "a worker always has its local queue");
         self.shared().idle.notify_one();
     }
@@ -865,19 +842,4 @@ pub(crate) fn park_unless_woken(
         }
     }
     false
-}
-
-/// Runs `f(local, task)` if this thread is one of `shared`'s workers; otherwise returns the task.
-pub(crate) fn with_local_task<R>(
-    shared: &Shared,
-    task: Task,
-    f: impl FnOnce(&mut Local, Task) -> R,
-) -> Result<R, Task> {
-    CURRENT.with(|current| match current.try_borrow_mut() {
-        Ok(mut current) => match current.as_mut() {
-            Some(current) if current.scheduler == id(shared) => Ok(f(&mut current.local, task)),
-            _ => Err(task),
-        },
-        Err(_) => Err(task),
-    })
 }

@@ -25,7 +25,7 @@ pub(crate) type Waiting<T> = Pin<Box<dyn Future<Output = Result<T>> + Send>>;
 
 /// The operations of a [`Client`](super::Client), as each backend carries them out. See the
 /// `Client`'s methods of the same names for what each does.
-pub(crate) trait Backend: Send + Sync + 'static {
+pub(crate) trait Backend: Schedules + Send + Sync + 'static {
     /// Where the workflows are: the store, or the server.
     fn location(&self) -> &Location;
 
@@ -58,14 +58,6 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn ready(&self) -> Result<()>;
     fn takes_work(&self) -> Result<()>;
     fn prune(&self, query: &PruneQuery, deadline: Option<Instant>) -> Result<Pruned>;
-
-    fn create_schedule(&self, schedule: &NewSchedule) -> Result<Schedule>;
-    fn schedules(&self) -> Result<Vec<Schedule>>;
-    fn schedule(&self, id: &str) -> Result<Schedule>;
-    fn pause_schedule(&self, id: &str, paused: bool) -> Result<bool>;
-    fn delete_schedule(&self, id: &str) -> Result<bool>;
-    fn trigger_schedule(&self, id: &str) -> Result<Started>;
-    fn fire_schedules(&self, since: Option<u64>) -> Result<Fired>;
 
     /// A wait for a result that holds no thread, where the backend has one (a serving host's
     /// journal says when a workflow ends); `None`: the client waits on tokio's blocking pool.
@@ -102,4 +94,17 @@ pub(crate) trait Backend: Send + Sync + 'static {
         let _ = pem;
         Ok(None)
     }
+}
+
+/// A backend's schedules: kept in the store by the backends that write it themselves (every
+/// [`Direct`](super::schedules::Direct) one, in `schedules.rs`), asked of its server by the
+/// remote one.
+pub(crate) trait Schedules {
+    fn create_schedule(&self, schedule: &NewSchedule) -> Result<Schedule>;
+    fn schedules(&self) -> Result<Vec<Schedule>>;
+    fn schedule(&self, id: &str) -> Result<Schedule>;
+    fn pause_schedule(&self, id: &str, paused: bool) -> Result<bool>;
+    fn delete_schedule(&self, id: &str) -> Result<bool>;
+    fn trigger_schedule(&self, id: &str) -> Result<Started>;
+    fn fire_schedules(&self, since: Option<u64>) -> Result<Fired>;
 }

@@ -9,7 +9,7 @@ use wfhost_client::wire::{
     self, CountParams, HistoryParams, ListParams, OutboxParams, StartRequest, WorkflowJson,
 };
 
-use super::backend::Backend;
+use super::backend::{Backend, Schedules};
 use super::types::{
     Cancelled, Failure, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
     PauseChange, Started, StoredModule, WorkflowCounts, WorkflowState, WorkflowStatus,
@@ -201,66 +201,6 @@ impl Backend for RemoteBackend {
         })
     }
 
-    fn create_schedule(
-        &self,
-        schedule: &crate::schedules::NewSchedule,
-    ) -> Result<crate::schedules::Schedule> {
-        use crate::schedules::When;
-        let (cron, time_zone, every) = match &schedule.when {
-            When::Cron { expression, zone } => (Some(expression.clone()), Some(zone.clone()), None),
-            When::Every(interval) => (None, None, Some(wfhost_client::duration::format(*interval))),
-        };
-        let request = wire::ScheduleRequest {
-            id: schedule.id.clone(),
-            cron,
-            every,
-            time_zone,
-            module: schedule.module.clone(),
-            entry: schedule.entry.clone(),
-            input: json_of(&schedule.input, "the input")?,
-            overlap: Some(schedule.overlap.name().to_string()),
-            catch_up: Some(schedule.catch_up.name()),
-            jitter: Some(wfhost_client::duration::format(schedule.jitter)),
-        };
-        schedule_of(
-            self.api()?
-                .create_schedule(&request)
-                .map_err(|e| error(&e))?,
-        )
-    }
-
-    fn schedules(&self) -> Result<Vec<crate::schedules::Schedule>> {
-        let list = self.api()?.schedules().map_err(|e| error(&e))?;
-        list.schedules.into_iter().map(schedule_of).collect()
-    }
-
-    fn schedule(&self, id: &str) -> Result<crate::schedules::Schedule> {
-        schedule_of(self.api()?.schedule(id).map_err(|e| error(&e))?)
-    }
-
-    fn pause_schedule(&self, id: &str, paused: bool) -> Result<bool> {
-        let verb = if paused { "pause" } else { "resume" };
-        let answer = self
-            .api()?
-            .change_schedule(id, verb)
-            .map_err(|e| error(&e))?;
-        Ok(answer.changed)
-    }
-
-    fn delete_schedule(&self, id: &str) -> Result<bool> {
-        let answer = self.api()?.delete_schedule(id).map_err(|e| error(&e))?;
-        Ok(answer.changed)
-    }
-
-    fn trigger_schedule(&self, id: &str) -> Result<Started> {
-        let started = self.api()?.trigger_schedule(id).map_err(|e| error(&e))?;
-        Ok(Started {
-            id: started.workflow.id.clone(),
-            new: started.new,
-            workflow: status_of(started.workflow)?,
-        })
-    }
-
     fn waits(&self, id: &str) -> Result<super::Waits> {
         let answer = self.api()?.waits(id).map_err(|e| error(&e))?;
         let open = answer
@@ -446,19 +386,81 @@ impl Backend for RemoteBackend {
     }
 
     /// A server fires its schedules itself.
-    fn fire_schedules(&self, _since: Option<u64>) -> Result<super::Fired> {
-        Ok(super::Fired {
-            at: crate::durable::now_millis(),
-            ..super::Fired::default()
-        })
-    }
-
     fn with_token(&self, token: &str) -> Option<Arc<dyn Backend>> {
         Some(Arc::new(self.authorized(token)))
     }
 
     fn with_root_certificates(&self, pem: &[u8]) -> Result<Option<Arc<dyn Backend>>> {
         Ok(Some(Arc::new(self.trusting(pem)?)))
+    }
+}
+
+impl Schedules for RemoteBackend {
+    fn create_schedule(
+        &self,
+        schedule: &crate::schedules::NewSchedule,
+    ) -> Result<crate::schedules::Schedule> {
+        use crate::schedules::When;
+        let (cron, time_zone, every) = match &schedule.when {
+            When::Cron { expression, zone } => (Some(expression.clone()), Some(zone.clone()), None),
+            When::Every(interval) => (None, None, Some(wfhost_client::duration::format(*interval))),
+        };
+        let request = wire::ScheduleRequest {
+            id: schedule.id.clone(),
+            cron,
+            every,
+            time_zone,
+            module: schedule.module.clone(),
+            entry: schedule.entry.clone(),
+            input: json_of(&schedule.input, "the input")?,
+            overlap: Some(schedule.overlap.name().to_string()),
+            catch_up: Some(schedule.catch_up.name()),
+            jitter: Some(wfhost_client::duration::format(schedule.jitter)),
+        };
+        schedule_of(
+            self.api()?
+                .create_schedule(&request)
+                .map_err(|e| error(&e))?,
+        )
+    }
+
+    fn schedules(&self) -> Result<Vec<crate::schedules::Schedule>> {
+        let list = self.api()?.schedules().map_err(|e| error(&e))?;
+        list.schedules.into_iter().map(schedule_of).collect()
+    }
+
+    fn schedule(&self, id: &str) -> Result<crate::schedules::Schedule> {
+        schedule_of(self.api()?.schedule(id).map_err(|e| error(&e))?)
+    }
+
+    fn pause_schedule(&self, id: &str, paused: bool) -> Result<bool> {
+        let verb = if paused { "pause" } else { "resume" };
+        let answer = self
+            .api()?
+            .change_schedule(id, verb)
+            .map_err(|e| error(&e))?;
+        Ok(answer.changed)
+    }
+
+    fn delete_schedule(&self, id: &str) -> Result<bool> {
+        let answer = self.api()?.delete_schedule(id).map_err(|e| error(&e))?;
+        Ok(answer.changed)
+    }
+
+    fn trigger_schedule(&self, id: &str) -> Result<Started> {
+        let started = self.api()?.trigger_schedule(id).map_err(|e| error(&e))?;
+        Ok(Started {
+            id: started.workflow.id.clone(),
+            new: started.new,
+            workflow: status_of(started.workflow)?,
+        })
+    }
+
+    fn fire_schedules(&self, _since: Option<u64>) -> Result<super::Fired> {
+        Ok(super::Fired {
+            at: crate::durable::now_millis(),
+            ..super::Fired::default()
+        })
     }
 }
 

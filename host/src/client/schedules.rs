@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::backend::Backend;
+use super::backend::{Backend, Schedules};
 use super::{Client, Fired, ModuleRef, Start};
 use crate::durable::now_millis;
 use crate::durable::store::{Op, Read, ScheduleAdvance, ScheduleRow, StoreError};
@@ -62,6 +62,36 @@ impl Client {
     /// server does).
     pub fn fire_schedules(&self, since: Option<u64>) -> Result<Fired> {
         self.backend.fire_schedules(since)
+    }
+}
+
+impl<D: Direct> Schedules for D {
+    fn create_schedule(&self, schedule: &NewSchedule) -> Result<Schedule> {
+        create(self, schedule)
+    }
+
+    fn schedules(&self) -> Result<Vec<Schedule>> {
+        all(self)
+    }
+
+    fn schedule(&self, id: &str) -> Result<Schedule> {
+        one(self, id)
+    }
+
+    fn pause_schedule(&self, id: &str, paused: bool) -> Result<bool> {
+        set_paused(self, id, paused)
+    }
+
+    fn delete_schedule(&self, id: &str) -> Result<bool> {
+        delete(self, id)
+    }
+
+    fn trigger_schedule(&self, id: &str) -> Result<Started> {
+        trigger(self, id)
+    }
+
+    fn fire_schedules(&self, since: Option<u64>) -> Result<Fired> {
+        fire_due(self, since)
     }
 }
 

@@ -16,8 +16,8 @@ use super::backend::{Backend, Waiting};
 use super::schedules::{self, Direct};
 use super::store::{unknown_module, StoreBackend, MAX_OUTBOX_PAGE};
 use super::types::{
-    Cancelled, Fired, HistoryStep, HostStatus, ListQuery, OutboxPage, Page, PauseChange,
-    PruneQuery, Pruned, Started, StoredModule, Waits, WorkflowCounts, WorkflowStatus,
+    Cancelled, HistoryStep, HostStatus, ListQuery, OutboxPage, Page, PauseChange, PruneQuery,
+    Pruned, Started, StoredModule, Waits, WorkflowCounts, WorkflowStatus,
 };
 use super::{blocking, new_id, parse_cursor, ModuleRef, Start};
 use crate::durable::resolve::stored_name;
@@ -28,7 +28,6 @@ use crate::engine::check_payload;
 use crate::error::{Error, ErrorKind, Result};
 use crate::grants::Grants;
 use crate::host::Host;
-use crate::schedules::{NewSchedule, Schedule};
 use crate::wasm::Loaded;
 use crate::wasm::ModuleInfo;
 use crate::Upgraded;
@@ -674,34 +673,6 @@ impl Backend for ServingBackend {
     fn prune(&self, query: &PruneQuery, deadline: Option<Instant>) -> Result<Pruned> {
         self.store
             .prune_with(query, deadline, |ops| self.durable.write(ops))
-    }
-
-    fn create_schedule(&self, schedule: &NewSchedule) -> Result<Schedule> {
-        schedules::create(self, schedule)
-    }
-
-    fn schedules(&self) -> Result<Vec<Schedule>> {
-        schedules::all(self)
-    }
-
-    fn schedule(&self, id: &str) -> Result<Schedule> {
-        schedules::one(self, id)
-    }
-
-    fn pause_schedule(&self, id: &str, paused: bool) -> Result<bool> {
-        schedules::set_paused(self, id, paused)
-    }
-
-    fn delete_schedule(&self, id: &str) -> Result<bool> {
-        schedules::delete(self, id)
-    }
-
-    fn trigger_schedule(&self, id: &str) -> Result<Started> {
-        schedules::trigger(self, id)
-    }
-
-    fn fire_schedules(&self, since: Option<u64>) -> Result<Fired> {
-        schedules::fire_due(self, since)
     }
 }
 

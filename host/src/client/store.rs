@@ -7,10 +7,10 @@ use parking_lot::Mutex;
 use wfcontract::Payload;
 
 use super::backend::Backend;
-use super::schedules::{self, Direct};
+use super::schedules::Direct;
 use super::types::{
-    Cancelled, Fired, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page,
-    PauseChange, PruneQuery, Pruned, Started, StoredModule, Waits, WorkflowCounts, WorkflowState,
+    Cancelled, HistoryStep, HostStatus, ListQuery, OutboxMessage, OutboxPage, Page, PauseChange,
+    PruneQuery, Pruned, Started, StoredModule, Waits, WorkflowCounts, WorkflowState,
     WorkflowStatus, MAX_PAGE,
 };
 use super::{cursor, needs_host, new_id, parse_cursor, poll_outbox, ModuleRef, Start};
@@ -21,7 +21,6 @@ use crate::durable::store::{
     StoreError, Submit, SyncMode, Workflow,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::schedules::{NewSchedule, Schedule};
 use crate::wasm::ModuleInfo;
 use crate::Upgraded;
 
@@ -644,34 +643,6 @@ impl Backend for StoreBackend {
         self.prune_with(query, deadline, |ops| {
             journal.commit(&ops).map_err(store_error)
         })
-    }
-
-    fn create_schedule(&self, schedule: &NewSchedule) -> Result<Schedule> {
-        schedules::create(self, schedule)
-    }
-
-    fn schedules(&self) -> Result<Vec<Schedule>> {
-        schedules::all(self)
-    }
-
-    fn schedule(&self, id: &str) -> Result<Schedule> {
-        schedules::one(self, id)
-    }
-
-    fn pause_schedule(&self, id: &str, paused: bool) -> Result<bool> {
-        schedules::set_paused(self, id, paused)
-    }
-
-    fn delete_schedule(&self, id: &str) -> Result<bool> {
-        schedules::delete(self, id)
-    }
-
-    fn trigger_schedule(&self, id: &str) -> Result<Started> {
-        schedules::trigger(self, id)
-    }
-
-    fn fire_schedules(&self, since: Option<u64>) -> Result<Fired> {
-        schedules::fire_due(self, since)
     }
 }
 

@@ -40,7 +40,7 @@ pub struct Request {
     /// What the process's journal decided about it, if anything (see
     /// [`Hold::note`](crate::Hold::note)). Boxed: most yields have none, and a request stays
     /// small on the step path.
-    pub note: Option<Box<crate::process::Note>>,
+    pub note: Option<Box<crate::hold::Note>>,
 }
 
 /// Carries out one kind of command. See the module docs for the threading rules.
@@ -71,7 +71,7 @@ pub struct Context<'a> {
     pub(crate) process: &'a dyn crate::Process,
     /// The completions given inline ([`Context::complete`]): the process body's own lane, which
     /// its next step takes without a trip through the inbox's lock (see `Body::completed`).
-    pub(crate) inline: &'a std::cell::RefCell<crate::slot::Inline>,
+    pub(crate) inline: &'a std::cell::RefCell<crate::inbox::Inline>,
     /// The worker's cache of the processes its processes send to (`targets.rs`).
     pub(crate) targets: &'a std::cell::RefCell<crate::targets::Targets>,
 }
@@ -119,7 +119,7 @@ impl Context<'_> {
         let mut targets = self.targets.borrow_mut();
         let event = match targets.get(to) {
             Some(slot) => match shared.deliver_or_return(slot, event) {
-                Ok(delivered) => return delivered.map_err(|refused| refused_send(to, refused)),
+                Ok(delivered) => return delivered.map_err(|refused| refused.into_send_error(to)),
                 // Its process ended: the pid may have another slot now.
                 Err(event) => {
                     targets.forget(to);
@@ -131,7 +131,7 @@ impl Context<'_> {
         let slot = shared.slot(to).ok_or(Error::NoSuchProcess(to))?;
         shared
             .deliver(&slot, event)
-            .map_err(|refused| refused_send(to, refused))?;
+            .map_err(|refused| refused.into_send_error(to))?;
         targets.insert(slot);
         Ok(())
     }
@@ -179,14 +179,6 @@ impl Completer {
         self.handle
             .shared
             .complete_slot(&self.slot, self.tag, result);
-    }
-}
-
-/// The error a send refused with `refused` returns.
-pub(crate) fn refused_send(to: Pid, refused: crate::inbox::Refused) -> Error {
-    match refused {
-        crate::inbox::Refused::Closed => Error::NoSuchProcess(to),
-        crate::inbox::Refused::Full => Error::MailboxFull(to),
     }
 }
 
