@@ -16,7 +16,8 @@ use crate::wake::{Readiness, WakerSource};
 /// else it needs (time, randomness, other processes) it asks for with a yielded command. That is
 /// what lets a host journal the events and replay a process after a crash.
 pub trait Process: Send + 'static {
-    /// Prepares entry point `method` with `input`. An error fails the process before its first step.
+    /// Prepares entry point `method` with `input`. An error fails the process before its first
+    /// step.
     fn init(&mut self, ctx: &InitContext, method: &str, input: Payload)
         -> Result<(), ProcessError>;
 
@@ -52,10 +53,10 @@ pub trait Process: Send + 'static {
     }
 
     /// Called after each step that succeeded, with what it answered, before any of its yields is
-    /// dispatched or its status acted on. A durable process hands the step to its journal here
-    /// and calls [`Hold::hold`]: the scheduler then keeps the yields and the status, parks the
-    /// process (as for [`Readiness::NotReady`]), and acts on them only once the [`Release`] it got
-    /// is released (the step is on disk). The first yields it names with
+    /// dispatched or its status acted on. A durable process hands the step to its journal here and
+    /// calls [`Hold::hold`]: the scheduler then keeps the yields and the status, parks the process
+    /// (as for [`Readiness::NotReady`]), and acts on them only once the [`Release`](crate::Release)
+    /// it got is released (the step is on disk). The first yields it names with
     /// [`Hold::dispatch_first`] are dispatched at once instead. Default: nothing held.
     fn journal(&mut self, out: &StepOutput, hold: &Hold<'_>) {
         let _ = (out, hold);

@@ -128,7 +128,8 @@ pub struct WorkflowStatus {
     pub waiting_for_host: bool,
     /// A cancel was asked for it.
     pub cancel_asked: bool,
-    /// Paused by an operator: it takes no step until unpaused ([`Client::pause`](super::Client::pause)).
+    /// Paused by an operator: it takes no step until unpaused
+    /// ([`Client::pause`](super::Client::pause)).
     pub paused: bool,
 }
 
@@ -493,7 +494,8 @@ pub struct OutboxMessage {
     pub data: Payload,
 }
 
-/// The messages a workflow sent the host after a cursor ([`Client::outbox`](super::Client::outbox)).
+/// The messages a workflow sent the host after a cursor
+/// ([`Client::outbox`](super::Client::outbox)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OutboxPage {
@@ -556,8 +558,8 @@ impl Cancelled {
     }
 }
 
-/// Which finished workflows [`Client::prune`] removes: top-level ones (each with its whole tree)
-/// that finished before a time, of one status or any.
+/// Which finished workflows [`Client::prune`](super::Client::prune) removes: top-level ones (each
+/// with its whole tree) that finished before a time, of one status or any.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PruneQuery {
@@ -599,7 +601,8 @@ pub struct Pruned {
     pub workflows: u64,
     /// Top-level workflows the query matched that were left: part of their tree still runs.
     pub left: u64,
-    /// It stopped at its deadline with more to remove ([`Client::prune_until`]).
+    /// It stopped at its deadline with more to remove
+    /// ([`Client::prune_until`](super::Client::prune_until)).
     pub more: bool,
 }
 
@@ -617,7 +620,8 @@ pub struct OpenYield {
     pub unserved: Option<String>,
 }
 
-/// What a workflow waits for ([`Client::waits`]), as of the last step its journal holds.
+/// What a workflow waits for ([`Client::waits`](super::Client::waits)), as of the last step its
+/// journal holds.
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Waits {
@@ -631,7 +635,7 @@ pub struct Waits {
     pub message: bool,
 }
 
-/// What a look at the schedules did ([`Client::fire_schedules`]).
+/// What a look at the schedules did ([`Client::fire_schedules`](super::Client::fire_schedules)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Fired {
