@@ -44,7 +44,13 @@ pub(crate) struct Hooks {
 impl Hooks {
     /// After a commit of `ops` that took `took`.
     fn committed(&self, ops: &[Op], took: Duration) {
+        // Counted before anyone waiting hears of the commit: whoever reads the metrics after
+        // an answer it waited for finds that answer counted.
+        self.count(ops, took);
         self.waiters.committed(ops);
+    }
+
+    fn count(&self, ops: &[Op], took: Duration) {
         let Some(metrics) = &self.metrics else {
             return;
         };

@@ -1,24 +1,84 @@
 use crate::output::outln;
-use std::path::PathBuf;
+use anyhow::Context as _;
+use std::path::{Path, PathBuf};
 
-/// Builds a workflow crate for wasm32-wasip1 and prints the module's path as the last line.
+/// Builds a workflow and prints the module's path as the last line.
 ///
-/// Runs `cargo build --target wasm32-wasip1 --release` on the crate (installing the target with
-/// rustup first if it is missing). Cargo's progress and errors go to stderr.
+/// A Rust workflow is a crate: `cargo build --target wasm32-wasip1 --release` runs on it
+/// (installing the target with rustup first if it is missing); cargo's progress and errors go to
+/// stderr. A Python workflow is the `.py` file that registers its entry points
+/// (`@wfhost.entry`): it is packed with every `.py` file under its folder and under each
+/// `--path`, loaded once by the Python runtime (its top-level code runs, with no files, network
+/// or environment, for at most a minute), and the loaded interpreter is written into
+/// `<file>.wasm` beside it (or `--output`).
 #[derive(Debug, clap::Parser)]
 pub struct BuildCommand {
-    /// The workflow crate: a directory holding its Cargo.toml.
-    crate_dir: PathBuf,
+    /// The workflow: a crate's directory (holding its Cargo.toml), or a Python file (`.py`).
+    source: PathBuf,
 
-    /// Build with the dev profile instead of release.
+    /// Build with the dev profile instead of release (Rust).
     #[arg(long)]
     debug: bool,
+
+    /// A folder of pure-Python packages the workflow imports (a virtual environment's
+    /// site-packages, a vendored folder); repeatable. Searched after the workflow's own folder.
+    #[arg(long = "path", value_name = "DIR")]
+    paths: Vec<PathBuf>,
+
+    /// Where to write the module of a Python workflow (default: beside the file, `.wasm`).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
 }
 
 impl BuildCommand {
     pub fn execute(self) -> anyhow::Result<()> {
-        let module = wfhost_cli::build::build_workflow(&self.crate_dir, !self.debug)?;
+        let module = match self.source.extension().and_then(|e| e.to_str()) {
+            Some("py") => self.build_python()?,
+            _ if self.source.is_file() => anyhow::bail!(
+                "{} is neither a crate's folder nor a Python file (.py): name the folder that \
+                 holds the workflow's Cargo.toml, or its .py file",
+                self.source.display()
+            ),
+            _ => {
+                if !self.paths.is_empty() || self.output.is_some() {
+                    anyhow::bail!(
+                        "--path and --output are for Python workflows; a crate's module is \
+                         where cargo writes it"
+                    );
+                }
+                wfhost_cli::build::build_workflow(&self.source, !self.debug)?
+            }
+        };
         outln!("{}", module.display())?;
         Ok(())
     }
+
+    fn build_python(&self) -> anyhow::Result<PathBuf> {
+        let built = wfhost_build::python(&self.source, &self.paths)?;
+        let output = self
+            .output
+            .clone()
+            .unwrap_or_else(|| self.source.with_extension("wasm"));
+        write(&output, &built.module)?;
+        eprintln!(
+            "built {} ({} entry point{}: {}; {:.1} MiB)",
+            output.display(),
+            built.entries.len(),
+            if built.entries.len() == 1 { "" } else { "s" },
+            built.entries.join(", "),
+            built.module.len() as f64 / (1 << 20) as f64
+        );
+        Ok(output)
+    }
+}
+
+/// Writes `bytes` to `path` whole or not at all (a temporary file renamed into place).
+fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let name = path
+        .file_name()
+        .with_context(|| format!("{} names no file", path.display()))?;
+    let temporary = path.with_file_name(format!(".{}.partial", name.to_string_lossy()));
+    std::fs::write(&temporary, bytes)
+        .with_context(|| format!("writing {}", temporary.display()))?;
+    std::fs::rename(&temporary, path).with_context(|| format!("writing {}", path.display()))
 }

@@ -1,0 +1,305 @@
+//! Python workflows, built with `wfhost build suite.py` and run by the real binary: the scenario
+//! suite (`tests/python/suite.py`, which imports `helpers.py` beside it), sandboxed, durable and
+//! replayable as a Rust workflow is.
+
+mod common;
+
+use common::{tempdir, text, wfhost};
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::OnceLock;
+
+use serde_json::{json, Value};
+
+/// The suite's module, built once for the whole file.
+fn suite() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = tempdir("python", "suite");
+        let module = dir.join("suite.wasm");
+        let output = wfhost()
+            .arg("build")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/suite.py"))
+            .arg("--output")
+            .arg(&module)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        assert_eq!(text(&output.stdout).trim(), module.display().to_string());
+        module
+    })
+}
+
+fn run(entry: &str, input: Value, flags: &[&str]) -> Output {
+    wfhost()
+        .arg("run")
+        .arg(suite())
+        .arg(entry)
+        .args(["--input", &input.to_string()])
+        .args(flags)
+        .output()
+        .unwrap()
+}
+
+/// The result of a run that must succeed.
+fn result(entry: &str, input: Value) -> Value {
+    let output = run(entry, input, &[]);
+    assert!(output.status.success(), "{entry}: {}", text(&output.stderr));
+    serde_json::from_str(text(&output.stdout).trim()).unwrap()
+}
+
+/// The error line of a run that must fail with exit code 1.
+fn failure(entry: &str, input: Value, flags: &[&str]) -> String {
+    let output = run(entry, input, flags);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{entry}: {}",
+        text(&output.stderr)
+    );
+    text(&output.stderr)
+}
+
+#[test]
+fn the_build_prints_the_module_and_inspect_lists_the_entry_points() {
+    let output = wfhost().arg("inspect").arg(suite()).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let listed = text(&output.stdout);
+    for entry in [
+        "bomb",
+        "call",
+        "canceller",
+        "echo",
+        "fail",
+        "family",
+        "forbidden",
+        "greet",
+        "messages",
+        "patched",
+        "reads",
+        "spin",
+        "square",
+        "stubborn",
+        "timers",
+    ] {
+        assert!(
+            listed
+                .lines()
+                .any(|line| line.trim() == entry || line.contains(&format!(" {entry}"))),
+            "{entry} not in:\n{listed}"
+        );
+    }
+}
+
+#[test]
+fn an_entry_point_returns_its_value_and_logs() {
+    let output = run("greet", json!("Ada"), &[]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout).trim(), "\"Hello, Ada!\"");
+    assert!(text(&output.stderr).contains("greeting Ada"));
+}
+
+#[test]
+fn timers_run_at_once_and_end_in_the_order_of_their_lengths() {
+    assert_eq!(
+        result("timers", json!(4)),
+        json!({"values": [0, 1, 2, 3], "order": [3, 2, 1, 0], "first": 1})
+    );
+}
+
+#[test]
+fn messages_go_between_workflows_and_to_the_host() {
+    let output = run("messages", json!(3), &[]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let value: Value = serde_json::from_str(text(&output.stdout).trim()).unwrap();
+    assert_eq!(
+        value,
+        json!({"got": [0, 2, 4], "nothing": null, "echoed": 3})
+    );
+    // The message to the host is a line on stderr.
+    assert!(
+        text(&output.stderr).contains(r#"{"got":[0,2,4]}"#),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn children_are_joined_and_a_failed_child_raises() {
+    assert_eq!(
+        result("family", json!(4)),
+        json!({"values": [0, 1, 4, 9], "caught": "child-failed"})
+    );
+}
+
+#[test]
+fn a_raised_exception_fails_the_workflow_with_its_traceback() {
+    let stderr = failure("fail", json!("out of stock"), &[]);
+    assert!(stderr.contains("ValueError: out of stock"), "{stderr}");
+    assert!(stderr.contains("suite.py"), "{stderr}");
+}
+
+#[test]
+fn a_cancelled_workflow_cleans_up_and_ends_cancelled() {
+    let output = run("canceller", Value::Null, &[]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout).trim(), "\"child-cancelled\"");
+    assert!(
+        text(&output.stderr).contains("cleaned up"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn a_new_execution_takes_the_patched_branch() {
+    assert_eq!(result("patched", Value::Null), json!(true));
+}
+
+#[test]
+fn files_sockets_threads_and_subprocesses_are_not_there() {
+    for (what, expect) in [
+        ("file", "No such file or directory"),
+        ("socket", "a workflow opens no sockets"),
+        ("thread", "a workflow runs no threads"),
+        ("subprocess", "wasi does not support processes"),
+    ] {
+        let stderr = failure("forbidden", json!(what), &[]);
+        assert!(stderr.contains("failed: Traceback"), "{what}: {stderr}");
+        assert!(stderr.contains(expect), "{what}: {stderr}");
+    }
+}
+
+#[test]
+fn an_endless_loop_is_stopped_by_the_step_limit() {
+    let stderr = failure("spin", Value::Null, &["--step-limit", "500ms"]);
+    assert!(
+        stderr.contains("ran longer than the step time limit of 500ms"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_memory_bomb_is_stopped_by_the_memory_limit() {
+    let stderr = failure("bomb", Value::Null, &["--max-memory", "96MiB"]);
+    assert!(stderr.contains("96 MiB"), "{stderr}");
+}
+
+/// The `reads` entry point's first message to the host: what it read before its first sleep.
+fn first_reads(stderr: &str) -> Value {
+    let line = stderr
+        .lines()
+        .find(|line| line.contains("\"ctx_random\""))
+        .unwrap_or_else(|| panic!("no reads in:\n{stderr}"));
+    let (start, end) = (line.find('{').unwrap(), line.rfind('}').unwrap());
+    serde_json::from_str(&line[start..=end]).unwrap()
+}
+
+#[test]
+fn a_workflow_killed_after_its_reads_reads_the_same_when_it_resumes() {
+    let dir = tempdir("python", "reads");
+    let store = dir.join("store.db");
+    let store = store.to_str().unwrap();
+    // Commits: the module, the start, the first step (its reads and its message): killed there.
+    let crashed = wfhost()
+        .arg("run")
+        .arg(suite())
+        .args(["reads", "--store", store, "--id", "reads"])
+        .env("WFHOST_CRASH_AFTER_COMMITS", "3")
+        .output()
+        .unwrap();
+    assert!(!crashed.status.success());
+    let before = first_reads(&text(&crashed.stderr));
+    let resumed = wfhost()
+        .args(["resume", "--store", store])
+        .output()
+        .unwrap();
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let again = wfhost()
+        .arg("run")
+        .arg(suite())
+        .args(["reads", "--store", store, "--id", "reads"])
+        .output()
+        .unwrap();
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    let after: Value = serde_json::from_str(text(&again.stdout).trim()).unwrap();
+    assert_eq!(after, before);
+    // And a replay of its journal with the same module finds nothing different.
+    let replay = wfhost()
+        .args(["replay", "--store", store, "reads"])
+        .output()
+        .unwrap();
+    assert!(replay.status.success(), "{}", text(&replay.stderr));
+}
+
+#[test]
+fn a_replay_with_a_script_that_does_something_else_names_the_step() {
+    let dir = tempdir("python", "replay");
+    let store = dir.join("store.db");
+    let store = store.to_str().unwrap();
+    let output = wfhost()
+        .arg("run")
+        .arg(suite())
+        .args(["timers", "--input", "2", "--store", store, "--id", "t"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    // The same entry point, sleeping once rather than twice at first.
+    let changed = dir.join("changed.py");
+    std::fs::write(
+        &changed,
+        "import wfhost\n\n@wfhost.entry\nasync def timers(ctx, n):\n    await ctx.sleep(1)\n    \
+         return {}\n",
+    )
+    .unwrap();
+    let built = wfhost().arg("build").arg(&changed).output().unwrap();
+    assert!(built.status.success(), "{}", text(&built.stderr));
+    let replay = wfhost()
+        .args(["replay", "--store", store, "t", "--module"])
+        .arg(dir.join("changed.wasm"))
+        .output()
+        .unwrap();
+    assert_eq!(replay.status.code(), Some(1), "{}", text(&replay.stderr));
+    let said = format!("{}{}", text(&replay.stdout), text(&replay.stderr));
+    assert!(said.contains("step"), "{said}");
+}
+
+#[test]
+fn a_script_that_does_not_load_fails_the_build_with_its_traceback() {
+    let dir = tempdir("python", "broken");
+    for (name, source, expect) in [
+        ("syntax.py", "import wfhost\ndef (:\n", "SyntaxError"),
+        (
+            "missing.py",
+            "import wfhost\nimport no_such_module\n",
+            "no_such_module",
+        ),
+        (
+            "none.py",
+            "import wfhost\n\nasync def f(ctx, x):\n    return x\n",
+            "no entry point",
+        ),
+        (
+            "sync.py",
+            "import wfhost\n\n@wfhost.entry\ndef f(ctx, x):\n    return x\n",
+            "async def",
+        ),
+    ] {
+        let script = dir.join(name);
+        std::fs::write(&script, source).unwrap();
+        let output = wfhost().arg("build").arg(&script).output().unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{name}: {}",
+            text(&output.stderr)
+        );
+        assert!(
+            text(&output.stderr).contains(expect),
+            "{name}: {}",
+            text(&output.stderr)
+        );
+        assert!(!script.with_extension("wasm").exists(), "{name}");
+    }
+}

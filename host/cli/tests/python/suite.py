@@ -1,0 +1,159 @@
+"""The scenario suite of Python workflows: what host/cli/tests/python.rs runs."""
+
+import datetime
+import json
+import random
+import time
+import uuid
+
+import wfhost
+from helpers import double
+
+
+@wfhost.entry
+async def greet(ctx, name):
+    ctx.info(f"greeting {name}")
+    return f"Hello, {name}!"
+
+
+@wfhost.entry
+async def timers(ctx, n):
+    # Several timers at once: they end in the order of their lengths, whatever the order made.
+    order = []
+
+    async def nap(i):
+        await ctx.sleep(0.01 * (n - i))
+        order.append(i)
+        return i
+
+    values = await wfhost.gather(*[nap(i) for i in range(n)])
+    first, _ = await wfhost.select(ctx.sleep(3600), ctx.sleep(0.01))
+    return {"values": values, "order": order, "first": first}
+
+
+@wfhost.entry
+async def echo(ctx, n):
+    for _ in range(n):
+        message = await ctx.recv()
+        await ctx.send(message["from"], double(message["value"]))
+    return n
+
+
+@wfhost.entry
+async def messages(ctx, n):
+    child = await ctx.spawn("echo", n)
+    got = []
+    for i in range(n):
+        await ctx.send(child, {"from": ctx.pid, "value": i})
+        got.append(await ctx.recv())
+    nothing = await ctx.recv(timeout=0.01)
+    await ctx.send(wfhost.HOST, {"got": got})
+    return {"got": got, "nothing": nothing, "echoed": await ctx.join(child)}
+
+
+@wfhost.entry
+async def square(ctx, n):
+    return n * n
+
+
+@wfhost.entry
+async def fail(ctx, text):
+    raise ValueError(text)
+
+
+@wfhost.entry
+async def family(ctx, n):
+    children = [await ctx.spawn("square", i) for i in range(n)]
+    values = await wfhost.gather(*[ctx.join(child) for child in children])
+    bad = await ctx.spawn("fail", "a bad child")
+    try:
+        await ctx.join(bad)
+        caught = None
+    except wfhost.CommandError as error:
+        caught = error.kind
+    return {"values": values, "caught": caught}
+
+
+@wfhost.entry
+async def stubborn(ctx, _):
+    try:
+        await ctx.sleep(3600)
+        return "slept"
+    except wfhost.Cancelled:
+        # Clean-up still runs commands.
+        await ctx.sleep(0.001)
+        await ctx.send(wfhost.HOST, "cleaned up")
+        raise
+
+
+@wfhost.entry
+async def canceller(ctx, _):
+    child = await ctx.spawn("stubborn", None)
+    await ctx.sleep(0.01)
+    await ctx.cancel(child)
+    try:
+        await ctx.join(child)
+    except wfhost.CommandError as error:
+        return error.kind
+    return "not cancelled"
+
+
+@wfhost.entry
+async def patched(ctx, _):
+    return ctx.patched("v2")
+
+
+@wfhost.entry
+async def call(ctx, value):
+    return await ctx.call("double", value)
+
+
+@wfhost.entry
+async def reads(ctx, _):
+    # The standard library's clocks and randomness, and the context's: a durable host journals
+    # what they read, so a workflow started again after a crash reads the same.
+    seen = {
+        "time": time.time(),
+        "now": datetime.datetime.now().isoformat(),
+        "random": random.random(),
+        "uuid": str(uuid.uuid4()),
+        "ctx_random": ctx.random(),
+        "ctx_now": ctx.now().isoformat(),
+    }
+    # Printed at once (a message to the host goes out when the step is journaled).
+    print(json.dumps(seen), flush=True)
+    await ctx.sleep(0.05)
+    return seen
+
+
+@wfhost.entry
+async def forbidden(ctx, what):
+    if what == "file":
+        with open("/etc/hostname") as f:
+            return f.read()
+    if what == "socket":
+        import socket
+
+        socket.create_connection(("example.com", 80))
+    if what == "thread":
+        import threading
+
+        threading.Thread(target=print).start()
+    if what == "subprocess":
+        import subprocess
+
+        subprocess.run(["ls"])
+    return "allowed"
+
+
+@wfhost.entry
+async def spin(ctx, _):
+    while True:
+        pass
+
+
+@wfhost.entry
+async def bomb(ctx, _):
+    hoard = []
+    while True:
+        hoard.append(bytearray(1 << 20))
