@@ -260,6 +260,12 @@ def _load(files, main):
     _sys.meta_path.insert(0, _Absent())
     _sys.meta_path.insert(1, _Sources(files, ModuleSpec, linecache))
     importlib.import_module(main)
+    # What loading made is there for good: kept out of the cycle collector's generations, so
+    # that no workflow's collection walks (and so writes to) the whole snapshot's heap.
+    import gc
+
+    gc.collect()
+    gc.freeze()
     if not _entries:
         raise ValueError(
             f"module '{main}' registers no entry point: decorate an 'async def' with @wfhost.entry"
