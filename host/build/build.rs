@@ -23,6 +23,7 @@ fn main() {
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
 
     for watched in [
+        "Cargo.toml",
         "runtimes/Cargo.toml",
         "runtimes/Cargo.lock",
         "runtimes/.cargo/config.toml",

@@ -2,18 +2,22 @@
 //! sources on stdin, and snapshots the instance into a new module (`wasmtime-wizer`).
 //!
 //! The initialization is the workflow's own top-level code, run here on the builder's machine:
-//! it gets no files, no network, no environment and no arguments, only stdin and stdout, and it
-//! is stopped after [`TIME_LIMIT`].
+//! it gets no files, no network, no environment and no arguments, only stdin and stdout; it
+//! cannot wait (WASI's `poll_oneoff` traps, as on a host), its memory is bounded by
+//! [`MAX_MEMORY`], and it is stopped after [`TIME_LIMIT`]. Its clocks are fixed and its
+//! randomness a stream seeded from its input, so the same sources build the same module.
 
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use wasmtime::{Config, Engine, Instance, Linker, Module, Store, Val};
+use wasmtime::{
+    Caller, Config, Engine, Instance, Linker, Module, Store, StoreLimits, StoreLimitsBuilder, Val,
+};
 use wasmtime_wasi::p1::{self, WasiP1Ctx};
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
-use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::{Deterministic, HostMonotonicClock, HostWallClock, WasiCtxBuilder};
 use wasmtime_wizer::{InstanceState, SnapshotVal, ValType, Wizer};
 
 /// How long a workflow's top-level code may run at build time.
@@ -21,6 +25,55 @@ pub(crate) const TIME_LIMIT: Duration = Duration::from_secs(60);
 
 /// The most the initialization may print.
 const MAX_OUTPUT: usize = 16 << 20;
+
+/// The most memory the initialization may grow to.
+pub(crate) const MAX_MEMORY: usize = 512 << 20;
+
+/// The wasm stack the initialization may use, and the thread it runs on (with room for the host's
+/// own frames): an interpreter importing modules recurses deeply.
+const WASM_STACK: usize = 8 << 20;
+const THREAD_STACK: usize = 32 << 20;
+
+/// What the initialization's store holds.
+struct Building {
+    wasi: WasiP1Ctx,
+    limits: StoreLimits,
+}
+
+/// The build's clocks: one instant, always (2000-01-01T00:00:00Z).
+struct Fixed;
+
+impl HostWallClock for Fixed {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::from_secs(946_684_800)
+    }
+}
+
+impl HostMonotonicClock for Fixed {
+    fn resolution(&self) -> u64 {
+        1
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+/// 4 KiB of randomness that depends only on `input`.
+fn stream(input: &[u8]) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let seed = Sha256::digest(input);
+    (0u32..128)
+        .flat_map(|block| {
+            let mut hasher = Sha256::new();
+            hasher.update(seed);
+            hasher.update(block.to_le_bytes());
+            hasher.finalize().to_vec()
+        })
+        .collect()
+}
 
 /// What the initialization left.
 pub(crate) struct Initialized {
@@ -35,11 +88,22 @@ pub(crate) struct Initialized {
 /// Runs `runtime`'s initialization with `stdin`; an error is the runtime's failure (a trap, a
 /// snapshot that could not be taken), not the workflow's (that is on stdout).
 pub(crate) fn run(runtime: &[u8], stdin: Vec<u8>) -> Result<Initialized, String> {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("wfhost-build".into())
+            .stack_size(THREAD_STACK)
+            .spawn_scoped(scope, || run_here(runtime, stdin))
+            .map_err(|e| format!("cannot start the build's thread: {e}"))?
+            .join()
+            .map_err(|_| "the build's thread panicked".to_string())?
+    })
+}
+
+fn run_here(runtime: &[u8], stdin: Vec<u8>) -> Result<Initialized, String> {
     let mut config = Config::new();
     config.epoch_interruption(true);
-    // An interpreter importing modules recurses deeply.
-    config.max_wasm_stack(8 << 20);
-    config.async_stack_size(9 << 20);
+    config.max_wasm_stack(WASM_STACK);
+    config.async_stack_size(WASM_STACK + (1 << 20));
     let engine = Engine::new(&config).map_err(|e| e.to_string())?;
 
     let wizer = Wizer::new();
@@ -48,17 +112,43 @@ pub(crate) fn run(runtime: &[u8], stdin: Vec<u8>) -> Result<Initialized, String>
 
     let stdout = MemoryOutputPipe::new(MAX_OUTPUT);
     let stderr = MemoryOutputPipe::new(MAX_OUTPUT);
+    let randomness = stream(&stdin);
     let wasi = WasiCtxBuilder::new()
         .stdin(MemoryInputPipe::new(stdin))
         .stdout(stdout.clone())
         .stderr(stderr.clone())
+        .wall_clock(Fixed)
+        .monotonic_clock(Fixed)
+        .secure_random(Deterministic::new(randomness.clone()))
+        .insecure_random(Deterministic::new(randomness))
+        .insecure_random_seed(0)
         .build_p1();
-    let mut store = Store::new(&engine, wasi);
+    let limits = StoreLimitsBuilder::new()
+        .memory_size(MAX_MEMORY)
+        .trap_on_grow_failure(true)
+        .build();
+    let mut store = Store::new(&engine, Building { wasi, limits });
+    store.limiter(|building| &mut building.limits);
     store.set_epoch_deadline(1);
     let ticker = Ticker::start(engine.clone());
 
-    let mut linker: Linker<WasiP1Ctx> = Linker::new(&engine);
-    p1::add_to_linker_sync(&mut linker, |cx| cx).map_err(|e| e.to_string())?;
+    let mut linker: Linker<Building> = Linker::new(&engine);
+    p1::add_to_linker_sync(&mut linker, |building| &mut building.wasi)
+        .map_err(|e| e.to_string())?;
+    // Waiting blocks the thread where no epoch can stop it: refused, as a host refuses it.
+    linker.allow_shadowing(true);
+    linker
+        .func_wrap(
+            "wasi_snapshot_preview1",
+            "poll_oneoff",
+            |_: Caller<'_, Building>, _: i32, _: i32, _: i32, _: i32| -> wasmtime::Result<i32> {
+                Err(wasmtime::Error::msg(
+                    "the workflow's top-level code waited (time.sleep): a workflow waits with \
+                     `await ctx.sleep(...)` inside an entry point",
+                ))
+            },
+        )
+        .map_err(|e| e.to_string())?;
     // The host's own functions (`wfhost::patched`, ...) are for workflows that run: the
     // initialization only loads code, and a call of one fails it.
     linker
@@ -99,7 +189,7 @@ pub(crate) fn run(runtime: &[u8], stdin: Vec<u8>) -> Result<Initialized, String>
                     TIME_LIMIT.as_secs()
                 ));
             } else {
-                return Err(format!("{error:?}"));
+                return Err(format!("{error:#}"));
             }
         }
     };
@@ -136,7 +226,7 @@ impl Drop for Ticker {
 
 /// The instance, as `wasmtime-wizer` reads it for the snapshot.
 struct Snapshot<'a> {
-    store: &'a mut Store<WasiP1Ctx>,
+    store: &'a mut Store<Building>,
     instance: Instance,
 }
 

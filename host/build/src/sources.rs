@@ -9,6 +9,9 @@ use crate::BuildError;
 /// At most this many bytes of sources in all.
 const MAX_BYTES: u64 = 32 << 20;
 
+/// At most this many source files.
+const MAX_FILES: usize = 20_000;
+
 /// Folders never searched: version control, caches, virtual environments, build output.
 fn skipped(dir: &Path) -> bool {
     let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -34,22 +37,28 @@ pub(crate) fn collect(
         }
         let mut pending = vec![root.clone()];
         while let Some(dir) = pending.pop() {
-            let entries = std::fs::read_dir(&dir)
-                .map_err(|e| BuildError::Sources(format!("reading {}: {e}", dir.display())))?;
+            // A folder this user cannot read holds nothing of theirs to build.
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
             let mut entries: Vec<_> = entries.filter_map(Result::ok).collect();
             entries.sort_by_key(|entry| entry.file_name());
             for entry in entries {
                 let path = entry.path();
-                let Ok(kind) = entry.file_type() else {
+                // Links are not followed (a link to a secret would be packed into the module,
+                // one to a device would never end): only plain files and folders.
+                let Ok(metadata) = std::fs::symlink_metadata(&path) else {
                     continue;
                 };
-                if kind.is_dir() {
+                if metadata.is_dir() {
                     if !skipped(&path) {
                         pending.push(path);
                     }
                     continue;
                 }
-                if path.extension().and_then(|e| e.to_str()) != Some(extension) {
+                if !metadata.is_file()
+                    || path.extension().and_then(|e| e.to_str()) != Some(extension)
+                {
                     continue;
                 }
                 let Some(relative) = relative(root, &path) else {
@@ -58,16 +67,21 @@ pub(crate) fn collect(
                 if files.contains_key(&relative) {
                     continue;
                 }
-                let source = std::fs::read_to_string(&path)
-                    .map_err(|e| BuildError::Sources(format!("reading {}: {e}", path.display())))?;
-                total += source.len() as u64;
-                if total > MAX_BYTES {
+                total += metadata.len();
+                if total > MAX_BYTES || files.len() >= MAX_FILES {
                     return Err(BuildError::Sources(format!(
-                        "the sources come to more than {} MiB: is a large folder among them? \
-                         Build from a folder that holds only the workflow",
+                        "the sources come to more than {} MiB or {MAX_FILES} files: is a large \
+                         folder among them? Build from a folder that holds only the workflow",
                         MAX_BYTES >> 20
                     )));
                 }
+                let mut source = String::new();
+                std::fs::File::open(&path)
+                    .and_then(|file| {
+                        use std::io::Read as _;
+                        file.take(metadata.len()).read_to_string(&mut source)
+                    })
+                    .map_err(|e| BuildError::Sources(format!("reading {}: {e}", path.display())))?;
                 files.insert(relative, source);
             }
         }

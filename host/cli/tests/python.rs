@@ -12,21 +12,30 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Value};
 
+/// Builds `script` into `module` with `wfhost build`: the module's bytes.
+fn build(script: &Path, module: &Path) -> Vec<u8> {
+    let output = wfhost()
+        .arg("build")
+        .arg(script)
+        .arg("--output")
+        .arg(module)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout).trim(), module.display().to_string());
+    std::fs::read(module).unwrap()
+}
+
+fn suite_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/suite.py")
+}
+
 /// The suite's module, built once for the whole file.
 fn suite() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let dir = tempdir("python", "suite");
-        let module = dir.join("suite.wasm");
-        let output = wfhost()
-            .arg("build")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/suite.py"))
-            .arg("--output")
-            .arg(&module)
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{}", text(&output.stderr));
-        assert_eq!(text(&output.stdout).trim(), module.display().to_string());
+        let module = tempdir("python", "suite").join("suite.wasm");
+        build(&suite_script(), &module);
         module
     })
 }
@@ -47,6 +56,20 @@ fn result(entry: &str, input: Value) -> Value {
     let output = run(entry, input, &[]);
     assert!(output.status.success(), "{entry}: {}", text(&output.stderr));
     serde_json::from_str(text(&output.stdout).trim()).unwrap()
+}
+
+/// A run that must succeed with `expected` and say `said` on stderr (a log line, a message to
+/// the host).
+fn result_saying(entry: &str, input: Value, expected: Value, said: &str) {
+    let output = run(entry, input, &[]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let value: Value = serde_json::from_str(text(&output.stdout).trim()).unwrap();
+    assert_eq!(value, expected);
+    assert!(
+        text(&output.stderr).contains(said),
+        "{entry}: {}",
+        text(&output.stderr)
+    );
 }
 
 /// The error line of a run that must fail with exit code 1.
@@ -94,10 +117,7 @@ fn the_build_prints_the_module_and_inspect_lists_the_entry_points() {
 
 #[test]
 fn an_entry_point_returns_its_value_and_logs() {
-    let output = run("greet", json!("Ada"), &[]);
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    assert_eq!(text(&output.stdout).trim(), "\"Hello, Ada!\"");
-    assert!(text(&output.stderr).contains("greeting Ada"));
+    result_saying("greet", json!("Ada"), json!("Hello, Ada!"), "greeting Ada");
 }
 
 #[test]
@@ -110,18 +130,12 @@ fn timers_run_at_once_and_end_in_the_order_of_their_lengths() {
 
 #[test]
 fn messages_go_between_workflows_and_to_the_host() {
-    let output = run("messages", json!(3), &[]);
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let value: Value = serde_json::from_str(text(&output.stdout).trim()).unwrap();
-    assert_eq!(
-        value,
-        json!({"got": [0, 2, 4], "nothing": null, "echoed": 3})
-    );
     // The message to the host is a line on stderr.
-    assert!(
-        text(&output.stderr).contains(r#"{"got":[0,2,4]}"#),
-        "{}",
-        text(&output.stderr)
+    result_saying(
+        "messages",
+        json!(3),
+        json!({"got": [0, 2, 4], "nothing": null, "echoed": 3}),
+        r#"{"got":[0,2,4]}"#,
     );
 }
 
@@ -142,14 +156,45 @@ fn a_raised_exception_fails_the_workflow_with_its_traceback() {
 
 #[test]
 fn a_cancelled_workflow_cleans_up_and_ends_cancelled() {
-    let output = run("canceller", Value::Null, &[]);
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    assert_eq!(text(&output.stdout).trim(), "\"child-cancelled\"");
-    assert!(
-        text(&output.stderr).contains("cleaned up"),
-        "{}",
-        text(&output.stderr)
+    result_saying(
+        "canceller",
+        json!("stubborn"),
+        json!("child-cancelled"),
+        "cleaned up",
     );
+}
+
+#[test]
+fn except_exception_does_not_swallow_a_cancel() {
+    assert_eq!(
+        result("canceller", json!("swallow")),
+        json!("child-cancelled")
+    );
+}
+
+#[test]
+fn a_coroutine_a_failed_gather_abandons_is_closed_and_its_finally_runs() {
+    result_saying(
+        "abandon",
+        Value::Null,
+        json!("short failed"),
+        "the abandoned coroutine closed",
+    );
+}
+
+#[test]
+fn blocking_sleeps_and_a_coroutine_awaited_twice_are_refused_with_the_reason() {
+    let stderr = failure("misuse", json!("sleep"), &[]);
+    assert!(stderr.contains("await ctx.sleep(seconds)"), "{stderr}");
+    let stderr = failure("misuse", json!("twice"), &[]);
+    assert!(stderr.contains("awaited already"), "{stderr}");
+}
+
+#[test]
+fn the_same_sources_build_the_same_module() {
+    let dir = tempdir("python", "twice");
+    let first = build(&suite_script(), &dir.join("first.wasm"));
+    assert!(first == build(&suite_script(), &dir.join("second.wasm")));
 }
 
 #[test]
@@ -285,6 +330,12 @@ fn a_script_that_does_not_load_fails_the_build_with_its_traceback() {
             "import wfhost\n\n@wfhost.entry\ndef f(ctx, x):\n    return x\n",
             "async def",
         ),
+        (
+            "sleeps.py",
+            "import time\ntime.sleep(3600)\n",
+            "await ctx.sleep",
+        ),
+        ("hoards.py", "hoard = bytearray(1 << 30)\n", "memory"),
     ] {
         let script = dir.join(name);
         std::fs::write(&script, source).unwrap();
@@ -301,5 +352,40 @@ fn a_script_that_does_not_load_fails_the_build_with_its_traceback() {
             text(&output.stderr)
         );
         assert!(!script.with_extension("wasm").exists(), "{name}");
+    }
+}
+
+#[test]
+fn the_order_example_does_what_the_rust_one_does() {
+    let dir = tempdir("python", "order");
+    let module = dir.join("shop.wasm");
+    build(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/order-py/shop.py"),
+        &module,
+    );
+    for fail_at in [None, Some("reserve"), Some("charge"), Some("ship")] {
+        let mut order = json!({"id": "o-1", "sku": "kettle", "quantity": 2, "amount_cents": 4999});
+        if let Some(step) = fail_at {
+            order["fail_at"] = json!(step);
+        }
+        let outcome = |module: &Path| -> Value {
+            let output = wfhost()
+                .arg("run")
+                .arg(module)
+                .args(["place_order", "--input", &order.to_string()])
+                .output()
+                .unwrap();
+            assert!(
+                output.status.success(),
+                "{fail_at:?}: {}",
+                text(&output.stderr)
+            );
+            serde_json::from_str(text(&output.stdout).trim()).unwrap()
+        };
+        assert_eq!(
+            outcome(&module),
+            outcome(Path::new(wfhost_test_programs::ORDER)),
+            "{fail_at:?}"
+        );
     }
 }

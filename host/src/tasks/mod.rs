@@ -12,14 +12,12 @@
 //! the host stops: a durable workflow's pending call is in its journal and is called again after
 //! recovery, with the same idempotency key, which puts the task back on the board.
 
-mod board;
-
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use wfcontract::{CommandError, Payload};
 
-pub(crate) use board::Board;
+pub(crate) use wfhost_store::tasks::{Board, Outcomes};
 pub use wfhost_store::tasks::{
     Task, TaskError, TaskSettings, DEFAULT_MAX_TASKS, DEFAULT_TASK_TIMEOUT,
 };
@@ -162,26 +160,5 @@ impl Tasks {
                 None => board.call(function, input, key).await,
             },
         }
-    }
-}
-
-/// Where a board in memory keeps what workers answered durable workflows' calls, by the
-/// workflow's number and the call's tag (see [`Tasks::keep_outcomes`]).
-pub(crate) trait Outcomes: Send + Sync {
-    /// Keeps `outcome`, durably, before it returns.
-    fn keep(&self, call: (u64, u64), outcome: &Result<Payload, CommandError>)
-        -> Result<(), String>;
-
-    /// The outcome kept for `call`, if one is.
-    fn kept(&self, call: (u64, u64)) -> Option<Result<Payload, CommandError>>;
-}
-
-/// `instant` as wall-clock time.
-fn wall(instant: Instant) -> SystemTime {
-    let now = Instant::now();
-    if instant >= now {
-        SystemTime::now() + (instant - now)
-    } else {
-        SystemTime::now() - (now - instant)
     }
 }

@@ -39,9 +39,10 @@ HOST = 0
 _entries = {}
 
 
-class Cancelled(Exception):
+class Cancelled(BaseException):
     """Raised at the await in progress when the workflow is cancelled. A workflow may catch it
-    to clean up (its commands still run); one that lets it out ends as cancelled."""
+    to clean up (its commands still run); one that lets it out ends as cancelled. Like asyncio's
+    ``CancelledError``, it is not an ``Exception``: ``except Exception`` does not swallow it."""
 
 
 class CommandError(Exception):
@@ -64,6 +65,10 @@ class _Pending:
 
     def __await__(self):
         return (yield self)
+
+    def __del__(self):
+        # Never awaited: the command is abandoned (a timer is dropped at the host).
+        _wfhost.forget(self._id)
 
 
 def entry(name_or_function=None):
@@ -170,11 +175,16 @@ class Context:
 
     def http(self, method, url, headers=None, body=b"", timeout=None):
         """An outbound HTTP request (the host allows only what its allowlist says): a dict with
-        ``status``, ``headers`` (a list of ``(name, value)``) and ``body`` (bytes). ``body``
-        may be bytes or a str (sent as UTF-8)."""
+        ``status``, ``headers`` (a list of ``(name, value)``) and ``body`` (bytes). ``headers``
+        is a dict or a list of pairs (for a name given twice); ``body`` bytes or a str (sent as
+        UTF-8)."""
         if isinstance(body, str):
             body = body.encode()
-        pairs = [] if headers is None else [(str(k), str(v)) for k, v in dict(headers).items()]
+        if headers is None:
+            headers = []
+        elif isinstance(headers, dict):
+            headers = headers.items()
+        pairs = [(str(name), str(value)) for name, value in headers]
         head = {
             "method": str(method),
             "url": str(url),
@@ -236,6 +246,10 @@ class _Absent:
         return None
 
 
+def _no_sleep(*args, **kwargs):
+    raise RuntimeError("a workflow waits with 'await ctx.sleep(seconds)', not time.sleep")
+
+
 def _no_threads(*args, **kwargs):
     raise RuntimeError(
         "a workflow runs no threads: start several commands and await them together with "
@@ -253,12 +267,16 @@ def _load(files, main):
 
     import _thread
     import threading
+    import time
 
     _thread.start_new_thread = _no_threads
     _thread.start_joinable_thread = _no_threads
     threading.Thread.start = _no_threads
+    time.sleep = _no_sleep
     _sys.meta_path.insert(0, _Absent())
-    _sys.meta_path.insert(1, _Sources(files, ModuleSpec, linecache))
+    # After the interpreter's own finders: the standard library cannot be shadowed by a file
+    # of the same name, as CPython's built-in and frozen modules cannot.
+    _sys.meta_path.append(_Sources(files, ModuleSpec, linecache))
     importlib.import_module(main)
     # What loading made is there for good: kept out of the cycle collector's generations, so
     # that no workflow's collection walks (and so writes to) the whole snapshot's heap.
@@ -276,8 +294,10 @@ def _load(files, main):
 def _start(name, pid, parent, value):
     """The coroutine of entry point ``name`` for a new workflow. Its random module, if imported,
     is seeded from the host's journaled entropy, so each workflow draws its own numbers and a
-    replay draws the same ones."""
+    replay draws the same ones. The entropy is read whether or not ``random`` is imported, so
+    that adding or removing an import does not change what a replay reads."""
+    seed = _wfhost.entropy()
     module = _sys.modules.get("random")
     if module is not None:
-        module.seed(_wfhost.entropy())
+        module.seed(seed)
     return _entries[name](Context(pid, parent, name), value)

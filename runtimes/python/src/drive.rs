@@ -4,7 +4,7 @@
 //! SDK), so awaiting several, or `wfhost.gather`, runs them at once.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
@@ -22,6 +22,8 @@ pub(crate) type Outcome = Result<PyObjectRef, PyBaseExceptionRef>;
 pub(crate) type Pending = Pin<Box<dyn Future<Output = Outcome>>>;
 
 thread_local! {
+    /// The coroutines being driven, by address: one is driven once.
+    static DRIVEN: RefCell<HashSet<usize>> = RefCell::new(HashSet::new());
     /// The workflow's context (one workflow per instance).
     static CTX: RefCell<Option<wfguest::Ctx>> = const { RefCell::new(None) };
     /// Commands started and not yet awaited, by the handle their `_Pending` holds.
@@ -46,12 +48,26 @@ pub(crate) fn pend(future: impl Future<Output = Outcome> + 'static) -> u64 {
     handle
 }
 
+/// Drops the command of handle `handle`, if it was never awaited: the SDK abandons it.
+pub(crate) fn forget(handle: u64) {
+    // Taken out first and dropped after the table is free again: dropping it may run Python
+    // (a coroutine closed), which may forget more.
+    let abandoned = PENDING.with(|pending| pending.borrow_mut().remove(&handle));
+    drop(abandoned);
+}
+
 /// What awaiting `object` waits for: the command of a `_Pending`, or a coroutine driven here.
 pub(crate) fn awaited(
     vm: &VirtualMachine,
     object: &PyObjectRef,
 ) -> Result<Pending, PyBaseExceptionRef> {
     if object.downcast_ref::<PyCoroutine>().is_some() {
+        let address = object.as_object() as *const _ as *const u8 as usize;
+        if DRIVEN.with(|driven| driven.borrow().contains(&address)) {
+            return Err(vm.new_runtime_error(
+                "this coroutine is awaited already: await each coroutine once",
+            ));
+        }
         return Ok(drive(object.clone()));
     }
     let handle = object
@@ -100,15 +116,59 @@ fn resume(vm: &VirtualMachine, coroutine: &PyObjectRef, input: Outcome) -> Resum
     }
 }
 
+/// A coroutine being driven: closed (`GeneratorExit` at its await, so its `finally` blocks run)
+/// if its driver is dropped before it ended, as when a `select` it lost or a `gather` that
+/// failed abandons it.
+struct Driven {
+    coroutine: PyObjectRef,
+    address: usize,
+    ended: bool,
+}
+
+impl Driven {
+    fn new(coroutine: PyObjectRef) -> Driven {
+        let address = coroutine.as_object() as *const _ as *const u8 as usize;
+        DRIVEN.with(|driven| driven.borrow_mut().insert(address));
+        Driven {
+            coroutine,
+            address,
+            ended: false,
+        }
+    }
+
+    /// It ended: nothing to close.
+    fn end(&mut self) {
+        self.ended = true;
+    }
+}
+
+impl Drop for Driven {
+    fn drop(&mut self) {
+        DRIVEN.with(|driven| driven.borrow_mut().remove(&self.address));
+        if !self.ended {
+            with_vm(|vm, _| {
+                let _ = vm.call_method(&self.coroutine, "close", ());
+            });
+        }
+    }
+}
+
 /// Drives `coroutine` to its end.
 pub(crate) fn drive(coroutine: PyObjectRef) -> Pending {
+    let mut driven = Driven::new(coroutine);
     Box::pin(async move {
         let mut input: Outcome = with_vm(|vm, _| Ok(vm.ctx.none()));
         loop {
-            let resumed = with_vm(|vm, _| resume(vm, &coroutine, input));
+            let resumed = with_vm(|vm, _| resume(vm, &driven.coroutine, input));
             input = match resumed {
-                Resumed::Returned(value) => return Ok(value),
-                Resumed::Raised(exception) => return Err(exception),
+                Resumed::Returned(value) => {
+                    driven.end();
+                    return Ok(value);
+                }
+                Resumed::Raised(exception) => {
+                    driven.end();
+                    return Err(exception);
+                }
                 Resumed::Yielded(yielded) => match with_vm(|vm, _| awaited(vm, &yielded)) {
                     Ok(pending) => pending.await,
                     Err(exception) => Err(exception),

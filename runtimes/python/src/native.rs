@@ -212,6 +212,12 @@ pub(crate) mod _wfhost {
         Ok(drive::ctx(vm)?.patched(&change))
     }
 
+    /// Abandons the command of a `_Pending` that was never awaited (its `__del__`).
+    #[pyfunction]
+    fn forget(handle: u64) {
+        drive::forget(handle);
+    }
+
     #[pyfunction]
     fn gather(awaitables: Vec<PyObjectRef>, vm: &VirtualMachine) -> PyResult<u64> {
         let pending = awaitables

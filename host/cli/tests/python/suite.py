@@ -87,8 +87,8 @@ async def stubborn(ctx, _):
 
 
 @wfhost.entry
-async def canceller(ctx, _):
-    child = await ctx.spawn("stubborn", None)
+async def canceller(ctx, entry):
+    child = await ctx.spawn(entry, None)
     await ctx.sleep(0.01)
     await ctx.cancel(child)
     try:
@@ -157,3 +157,47 @@ async def bomb(ctx, _):
     hoard = []
     while True:
         hoard.append(bytearray(1 << 20))
+
+
+@wfhost.entry
+async def swallow(ctx, _):
+    # A retry loop's `except Exception` does not swallow a cancel: it is not an Exception.
+    while True:
+        try:
+            await ctx.sleep(3600)
+        except Exception:
+            continue
+
+
+@wfhost.entry
+async def abandon(ctx, _):
+    async def long():
+        try:
+            await ctx.sleep(3600)
+        finally:
+            ctx.info("the abandoned coroutine closed")
+
+    async def short():
+        await ctx.sleep(0.01)
+        raise ValueError("short failed")
+
+    try:
+        await wfhost.gather(long(), short())
+    except ValueError as error:
+        return str(error)
+    return "no failure"
+
+
+@wfhost.entry
+async def misuse(ctx, what):
+    if what == "sleep":
+        time.sleep(1)
+    if what == "twice":
+
+        async def work():
+            await ctx.sleep(0.01)
+            return 1
+
+        twice = work()
+        return await wfhost.gather(twice, twice)
+    return "allowed"

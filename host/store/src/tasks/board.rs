@@ -1,5 +1,6 @@
-//! The board's state: tasks by number, a queue of waiting tasks per function, the pollers
-//! waiting per function, and the deadlines of taken tasks, which a reaper thread watches.
+//! The board of activity tasks in memory, for one host: tasks by number, a queue of waiting
+//! tasks per function, the pollers waiting per function, and the deadlines of taken tasks, which
+//! a reaper thread watches.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, OnceLock, Weak};
@@ -16,7 +17,9 @@ const REAPER_NAP: Duration = Duration::from_secs(1);
 
 type Done = oneshot::Sender<Result<Payload, CommandError>>;
 
-pub(crate) struct Board {
+/// The board of activity tasks in memory, for one host (the engine's `Tasks::new`). For the
+/// engine; not for applications.
+pub struct Board {
     settings: TaskSettings,
     /// Where the outcomes of durable workflows' calls are kept from a completion's answer until
     /// the step that takes each is journaled (the host's store), once a host is built with it.
@@ -219,7 +222,8 @@ impl BoardState {
 }
 
 impl Board {
-    pub(crate) fn start(settings: TaskSettings) -> Arc<Board> {
+    /// An empty board, with its reaper thread.
+    pub fn start(settings: TaskSettings) -> Arc<Board> {
         let board = Arc::new(Board {
             settings,
             outcomes: OnceLock::new(),
@@ -243,23 +247,26 @@ impl Board {
     }
 
     /// Keeps the outcomes of durable workflows' calls in `outcomes` (the host's store).
-    pub(crate) fn keep_outcomes(&self, outcomes: Arc<dyn Outcomes>) {
+    pub fn keep_outcomes(&self, outcomes: Arc<dyn Outcomes>) {
         let _ = self.outcomes.set(outcomes);
     }
 
-    pub(crate) fn function_of(&self, task: &str) -> Option<String> {
+    /// The function task `task` calls, if it is on the board.
+    pub fn function_of(&self, task: &str) -> Option<String> {
         let (number, _) = parse(task)?;
         let state = self.state.lock();
         state.tasks.get(&number).map(|e| e.function.to_string())
     }
 
-    pub(crate) fn counts(&self) -> (usize, usize) {
+    /// Tasks queued and taken.
+    pub fn counts(&self) -> (usize, usize) {
         let state = self.state.lock();
         let taken = state.deadlines.len();
         (state.tasks.len() - taken, taken)
     }
 
-    pub(crate) async fn poll(&self, functions: &[String], wait: Duration) -> Option<Task> {
+    /// The next task for one of `functions`, waiting up to `wait` for one.
+    pub async fn poll(&self, functions: &[String], wait: Duration) -> Option<Task> {
         let (sender, mut receiver) = oneshot::channel();
         let waiter = {
             let mut state = self.state.lock();
@@ -315,7 +322,7 @@ impl Board {
     /// Completes task `task`'s current delivery with `result`. A durable workflow's outcome is
     /// kept in the host's store first (the answer then means the workflow has it, whatever
     /// happens to the host before the step that takes it is journaled): blocks on that write.
-    pub(crate) fn complete(
+    pub fn complete(
         &self,
         task: &str,
         result: Result<Payload, CommandError>,
@@ -364,7 +371,8 @@ impl Board {
         Ok(())
     }
 
-    pub(crate) fn heartbeat(&self, task: &str) -> Result<SystemTime, TaskError> {
+    /// Moves task `task`'s deadline on: the new deadline.
+    pub fn heartbeat(&self, task: &str) -> Result<SystemTime, TaskError> {
         let mut state = self.state.lock();
         let now = Instant::now();
         let number = match state.current(task, now) {
@@ -415,7 +423,9 @@ impl Board {
         }
     }
 
-    pub(crate) async fn call(
+    /// Calls `function` with `input` through a task, to its outcome. `key`: the call's
+    /// idempotency key; `call`: a durable workflow's (workflow, tag), whose outcome is kept.
+    pub async fn call(
         &self,
         function: Arc<str>,
         input: Payload,

@@ -1,9 +1,13 @@
 //! What an activity task is, as every board of them (in memory, or in a PostgreSQL store) gives
 //! it to a worker, and why a board refuses a completion.
 
-use std::time::{Duration, SystemTime};
+mod board;
 
-use wfcontract::Payload;
+use std::time::{Duration, Instant, SystemTime};
+
+use wfcontract::{CommandError, Payload};
+
+pub use board::Board;
 
 /// How long a worker holds a task before it is offered to another, unless it heartbeats, unless
 /// a board's settings say otherwise.
@@ -91,4 +95,25 @@ pub enum TaskError {
     /// The store that holds the tasks could not be reached: ask again.
     #[error("the tasks' store could not be reached: {0}; ask again")]
     Unavailable(String),
+}
+
+/// Where a board in memory keeps what workers answered durable workflows' calls, by the
+/// workflow's number and the call's tag (the engine's `Tasks::keep_outcomes`).
+pub trait Outcomes: Send + Sync {
+    /// Keeps `outcome`, durably, before it returns.
+    fn keep(&self, call: (u64, u64), outcome: &Result<Payload, CommandError>)
+        -> Result<(), String>;
+
+    /// The outcome kept for `call`, if one is.
+    fn kept(&self, call: (u64, u64)) -> Option<Result<Payload, CommandError>>;
+}
+
+/// `instant` as wall-clock time.
+fn wall(instant: Instant) -> SystemTime {
+    let now = Instant::now();
+    if instant >= now {
+        SystemTime::now() + (instant - now)
+    } else {
+        SystemTime::now() - (now - instant)
+    }
 }
