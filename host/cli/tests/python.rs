@@ -90,20 +90,24 @@ fn the_build_prints_the_module_and_inspect_lists_the_entry_points() {
     assert!(output.status.success(), "{}", text(&output.stderr));
     let listed = text(&output.stdout);
     for entry in [
+        "abandon",
         "bomb",
         "call",
         "canceller",
         "echo",
         "fail",
         "family",
+        "fetch",
         "forbidden",
         "greet",
         "messages",
+        "misuse",
         "patched",
         "reads",
         "spin",
         "square",
         "stubborn",
+        "swallow",
         "timers",
     ] {
         assert!(
@@ -388,4 +392,68 @@ fn the_order_example_does_what_the_rust_one_does() {
             "{fail_at:?}"
         );
     }
+}
+
+/// A server on 127.0.0.1 that answers one request: 200, its body reversed, and in `x-seen` the
+/// request's method and its `x-` headers.
+fn one_answer() -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "http://127.0.0.1:{}/echo",
+        listener.local_addr().unwrap().port()
+    );
+    std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let mut seen = vec![line.split_whitespace().next().unwrap().to_string()];
+        let mut length = 0;
+        loop {
+            let mut header = String::new();
+            reader.read_line(&mut header).unwrap();
+            let Some((name, value)) = header.trim().split_once(':') else {
+                break;
+            };
+            let (name, value) = (name.to_ascii_lowercase(), value.trim());
+            if name == "content-length" {
+                length = value.parse().unwrap();
+            } else if name.starts_with("x-") {
+                seen.push(format!("{name}={value}"));
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+        body.reverse();
+        let mut stream = stream;
+        write!(
+            stream,
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-seen: {}\r\nconnection: close\r\n\r\n",
+            body.len(),
+            seen.join(" ")
+        )
+        .unwrap();
+        stream.write_all(&body).unwrap();
+    });
+    url
+}
+
+#[test]
+fn an_outbound_request_goes_through_the_hosts_allowlist() {
+    let url = one_answer();
+    let output = run(
+        "fetch",
+        json!(url),
+        &["--allow-http", &url, "--allow-private-http"],
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let value: Value = serde_json::from_str(text(&output.stdout).trim()).unwrap();
+    assert_eq!(
+        value,
+        json!({"status": 200, "body": "gnip", "seen": "POST x-one=1 x-two=2"})
+    );
+    // Not allowed: refused, and the workflow sees why.
+    let stderr = failure("fetch", json!(url), &[]);
+    assert!(stderr.contains("not-allowed"), "{stderr}");
 }

@@ -201,3 +201,16 @@ async def misuse(ctx, what):
         twice = work()
         return await wfhost.gather(twice, twice)
     return "allowed"
+
+
+@wfhost.entry
+async def fetch(ctx, url):
+    response = await ctx.http(
+        "POST", url, headers=[("x-one", "1"), ("x-two", "2")], body="ping", timeout=30
+    )
+    headers = dict(response["headers"])
+    return {
+        "status": response["status"],
+        "body": response["body"].decode(),
+        "seen": headers.get("x-seen"),
+    }
