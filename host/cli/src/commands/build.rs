@@ -77,8 +77,20 @@ fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let name = path
         .file_name()
         .with_context(|| format!("{} names no file", path.display()))?;
-    let temporary = path.with_file_name(format!(".{}.partial", name.to_string_lossy()));
-    std::fs::write(&temporary, bytes)
-        .with_context(|| format!("writing {}", temporary.display()))?;
-    std::fs::rename(&temporary, path).with_context(|| format!("writing {}", path.display()))
+    // Named for this process, so that two builds of one script do not write into one file; gone
+    // again if the write fails (a full disk), so that nothing half written is left behind.
+    let temporary = path.with_file_name(format!(
+        ".{}.{}.partial",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let written = std::fs::write(&temporary, bytes)
+        .with_context(|| format!("writing {}", temporary.display()))
+        .and_then(|()| {
+            std::fs::rename(&temporary, path).with_context(|| format!("writing {}", path.display()))
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
 }
