@@ -1,5 +1,5 @@
 //! Builds the language runtimes (`runtimes/`, a workspace of their own) for wasm32-wasip1 and
-//! puts each module where `src/runtime.rs` includes it. They build in a target directory beside
+//! puts each module where `src/python.rs` and `src/js.rs` include it. They build in a target directory beside
 //! this build's profiles (`<target>/wfhost-runtimes`), shared by every profile and command, so
 //! that a debug build, a release build and clippy build them once.
 
@@ -9,7 +9,10 @@ use std::process::Command;
 const TARGET: &str = "wasm32-wasip1";
 
 /// (package, the module's file name as cargo writes it).
-const RUNTIMES: &[(&str, &str)] = &[("wfhost-python", "wfhost_python.wasm")];
+const RUNTIMES: &[(&str, &str)] = &[
+    ("wfhost-python", "wfhost_python.wasm"),
+    ("wfhost-js", "wfhost_js.wasm"),
+];
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
@@ -30,6 +33,9 @@ fn main() {
         "runtimes/python/Cargo.toml",
         "runtimes/python/src",
         "runtimes/python/py",
+        "runtimes/js/Cargo.toml",
+        "runtimes/js/src",
+        "runtimes/js/js",
         "guest-sdk/Cargo.toml",
         "guest-sdk/src",
         "wit/Cargo.toml",

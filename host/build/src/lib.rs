@@ -1,4 +1,4 @@
-//! Builds wfhost modules from sources in languages other than Rust.
+//! Builds wfhost modules from sources in languages other than Rust: Python and JavaScript.
 //!
 //! A language is a runtime: an interpreter inside an ordinary wfhost module (`runtimes/` in the
 //! repository, built for wasm32-wasip1 by this crate's build script and included in it). A build
@@ -16,11 +16,14 @@
 //! ```
 #![deny(missing_docs)]
 
+mod js;
 mod manifest;
 mod preinit;
 mod python;
+mod runtime;
 mod sources;
 
+pub use js::{javascript, TYPES as JAVASCRIPT_TYPES};
 pub use python::python;
 
 /// A module built from sources.

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{manifest, preinit, sources, BuildError, Built};
+use crate::{runtime, sources, BuildError, Built};
 
 /// The Python runtime, as `build.rs` built it.
 const RUNTIME: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/wfhost_python.wasm"));
@@ -24,7 +24,7 @@ pub fn python(main: &Path, paths: &[PathBuf]) -> Result<Built, BuildError> {
     let root = main.parent().unwrap_or(Path::new("/")).to_path_buf();
     let mut roots = vec![root.clone()];
     roots.extend(paths.iter().cloned());
-    let files = sources::collect(&roots, "py")?;
+    let files = sources::Sources::collect(&roots, &sources::PYTHON)?.into_files();
     let module_name = sources::relative(&root, &main)
         .and_then(|path| path.strip_suffix(".py").map(|stem| stem.replace('/', ".")))
         .filter(|name| {
@@ -38,44 +38,9 @@ pub fn python(main: &Path, paths: &[PathBuf]) -> Result<Built, BuildError> {
                 main.display()
             ))
         })?;
-    let stdin = serde_json::to_vec(&serde_json::json!({ "main": module_name, "files": files }))
-        .map_err(|e| BuildError::Sources(e.to_string()))?;
-    let initialized = preinit::run(RUNTIME, stdin).map_err(|message| BuildError::Runtime {
-        language: "Python",
-        message,
-    })?;
-    let answer: serde_json::Value = serde_json::from_slice(last_line(&initialized.stdout))
-        .map_err(|_| BuildError::Runtime {
-            language: "Python",
-            message: format!(
-                "it printed no answer. Its output:\n{}{}",
-                String::from_utf8_lossy(&initialized.stdout),
-                String::from_utf8_lossy(&initialized.stderr)
-            ),
-        })?;
-    if let Some(error) = answer.get("error").and_then(|e| e.as_str()) {
-        return Err(BuildError::Load(error.to_string()));
-    }
-    let entries: Vec<String> = answer
-        .get("entries")
-        .and_then(|entries| serde_json::from_value(entries.clone()).ok())
-        .unwrap_or_default();
-    let Some(mut module) = initialized.module else {
-        return Err(BuildError::Runtime {
-            language: "Python",
-            message: "it exited without an answer".into(),
-        });
-    };
-    manifest::write(&mut module, &entries);
-    Ok(Built { module, entries })
-}
-
-/// The last line `output` holds (what a runtime answers with, after whatever the workflow's
-/// top-level code printed).
-fn last_line(output: &[u8]) -> &[u8] {
-    let trimmed = output.strip_suffix(b"\n").unwrap_or(output);
-    match trimmed.iter().rposition(|&b| b == b'\n') {
-        Some(at) => &trimmed[at + 1..],
-        None => trimmed,
-    }
+    runtime::initialize(
+        RUNTIME,
+        "Python",
+        serde_json::json!({ "main": module_name, "files": files }),
+    )
 }

@@ -12,33 +12,78 @@ const MAX_BYTES: u64 = 32 << 20;
 /// At most this many source files.
 const MAX_FILES: usize = 20_000;
 
-/// Folders never searched: version control, caches, virtual environments, build output.
-fn skipped(dir: &Path) -> bool {
-    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    name.starts_with('.')
-        || matches!(name, "__pycache__" | "node_modules" | "target")
-        || dir.join("pyvenv.cfg").is_file()
+/// What a language's sources are: files with these extensions, outside folders of these names.
+pub(crate) struct Language {
+    pub(crate) extensions: &'static [&'static str],
+    pub(crate) skipped: &'static [&'static str],
 }
 
-/// The sources with extension `extension` under each of `roots` (the first root's files win
-/// over a later root's of the same path), by path relative to their root with `/` between names.
-pub(crate) fn collect(
-    roots: &[PathBuf],
-    extension: &str,
-) -> Result<BTreeMap<String, String>, BuildError> {
-    let mut files = BTreeMap::new();
-    let mut total = 0u64;
-    for root in roots {
-        if !root.is_dir() {
-            return Err(BuildError::Sources(format!(
-                "{} is not a folder: --path names folders of sources",
-                root.display()
-            )));
+/// Python's: `.py` files; no caches, packages of other languages or build output.
+pub(crate) const PYTHON: Language = Language {
+    extensions: &["py"],
+    skipped: &["__pycache__", "node_modules", "target"],
+};
+
+/// JavaScript's: modules and JSON (`package.json` among them). `node_modules` is added package
+/// by package, as the workflow's `package.json` names them (`js.rs`).
+pub(crate) const JAVASCRIPT: Language = Language {
+    extensions: &["js", "mjs", "cjs", "json"],
+    skipped: &["node_modules", "target", "__pycache__"],
+};
+
+/// Folders never searched: hidden ones (version control, caches), the language's skipped names,
+/// virtual environments.
+fn skipped(dir: &Path, language: &Language) -> bool {
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.starts_with('.') || language.skipped.contains(&name) || dir.join("pyvenv.cfg").is_file()
+}
+
+/// Source files by path relative to the workflow's root, with `/` between names.
+#[derive(Default)]
+pub(crate) struct Sources {
+    files: BTreeMap<String, String>,
+    total: u64,
+}
+
+impl Sources {
+    /// The sources with `language`'s extensions under each of `roots` (the first root's files
+    /// win over a later root's of the same path).
+    pub(crate) fn collect(roots: &[PathBuf], language: &Language) -> Result<Sources, BuildError> {
+        let mut sources = Sources::default();
+        for root in roots {
+            if !root.is_dir() {
+                return Err(BuildError::Sources(format!(
+                    "{} is not a folder: --path names folders of sources",
+                    root.display()
+                )));
+            }
+            sources.add_tree(root, "", language)?;
         }
-        let mut pending = vec![root.clone()];
-        while let Some(dir) = pending.pop() {
+        Ok(sources)
+    }
+
+    /// The source of `path`, if there.
+    pub(crate) fn get(&self, path: &str) -> Option<&str> {
+        self.files.get(path).map(String::as_str)
+    }
+
+    /// The files, by path.
+    pub(crate) fn into_files(self) -> BTreeMap<String, String> {
+        self.files
+    }
+
+    /// Adds the files under `dir` (those not there already), each named `prefix` and its path
+    /// under `dir`.
+    pub(crate) fn add_tree(
+        &mut self,
+        dir: &Path,
+        prefix: &str,
+        language: &Language,
+    ) -> Result<(), BuildError> {
+        let mut pending = vec![dir.to_path_buf()];
+        while let Some(folder) = pending.pop() {
             // A folder this user cannot read holds nothing of theirs to build.
-            let Ok(entries) = std::fs::read_dir(&dir) else {
+            let Ok(entries) = std::fs::read_dir(&folder) else {
                 continue;
             };
             let mut entries: Vec<_> = entries.filter_map(Result::ok).collect();
@@ -51,24 +96,28 @@ pub(crate) fn collect(
                     continue;
                 };
                 if metadata.is_dir() {
-                    if !skipped(&path) {
+                    if !skipped(&path, language) {
                         pending.push(path);
                     }
                     continue;
                 }
-                if !metadata.is_file()
-                    || path.extension().and_then(|e| e.to_str()) != Some(extension)
-                {
+                let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+                if !metadata.is_file() || !language.extensions.contains(&extension) {
                     continue;
                 }
-                let Some(relative) = relative(root, &path) else {
+                let Some(relative) = relative(dir, &path) else {
                     continue;
                 };
-                if files.contains_key(&relative) {
+                let relative = if prefix.is_empty() {
+                    relative
+                } else {
+                    format!("{prefix}/{relative}")
+                };
+                if self.files.contains_key(&relative) {
                     continue;
                 }
-                total += metadata.len();
-                if total > MAX_BYTES || files.len() >= MAX_FILES {
+                self.total += metadata.len();
+                if self.total > MAX_BYTES || self.files.len() >= MAX_FILES {
                     return Err(BuildError::Sources(format!(
                         "the sources come to more than {} MiB or {MAX_FILES} files: is a large \
                          folder among them? Build from a folder that holds only the workflow",
@@ -82,11 +131,11 @@ pub(crate) fn collect(
                         file.take(metadata.len()).read_to_string(&mut source)
                     })
                     .map_err(|e| BuildError::Sources(format!("reading {}: {e}", path.display())))?;
-                files.insert(relative, source);
+                self.files.insert(relative, source);
             }
         }
+        Ok(())
     }
-    Ok(files)
 }
 
 /// `path` relative to `root`, names joined with `/`; `None` for a name that is not UTF-8.

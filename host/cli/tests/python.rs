@@ -4,96 +4,39 @@
 
 mod common;
 
-use common::{tempdir, text, wfhost};
+use common::scripts::{self, Suite};
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::path::Path;
 use std::sync::OnceLock;
 
 use serde_json::{json, Value};
 
-/// Builds `script` into `module` with `wfhost build`: the module's bytes.
-fn build(script: &Path, module: &Path) -> Vec<u8> {
-    let output = wfhost()
-        .arg("build")
-        .arg(script)
-        .arg("--output")
-        .arg(module)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    assert_eq!(text(&output.stdout).trim(), module.display().to_string());
-    std::fs::read(module).unwrap()
+/// The suite, built once for the whole file.
+fn suite() -> &'static Suite {
+    static SUITE: OnceLock<Suite> = OnceLock::new();
+    SUITE.get_or_init(|| Suite::new("python", "py"))
 }
 
-fn suite_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/suite.py")
-}
-
-/// The suite's module, built once for the whole file.
-fn suite() -> &'static Path {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let module = tempdir("python", "suite").join("suite.wasm");
-        build(&suite_script(), &module);
-        module
-    })
-}
-
-fn run(entry: &str, input: Value, flags: &[&str]) -> Output {
-    wfhost()
-        .arg("run")
-        .arg(suite())
-        .arg(entry)
-        .args(["--input", &input.to_string()])
-        .args(flags)
-        .output()
-        .unwrap()
-}
-
-/// The result of a run that must succeed.
 fn result(entry: &str, input: Value) -> Value {
-    let output = run(entry, input, &[]);
-    assert!(output.status.success(), "{entry}: {}", text(&output.stderr));
-    serde_json::from_str(text(&output.stdout).trim()).unwrap()
+    suite().result(entry, input)
 }
 
-/// A run that must succeed with `expected` and say `said` on stderr (a log line, a message to
-/// the host).
 fn result_saying(entry: &str, input: Value, expected: Value, said: &str) {
-    let output = run(entry, input, &[]);
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let value: Value = serde_json::from_str(text(&output.stdout).trim()).unwrap();
-    assert_eq!(value, expected);
-    assert!(
-        text(&output.stderr).contains(said),
-        "{entry}: {}",
-        text(&output.stderr)
-    );
+    suite().result_saying(entry, input, expected, said)
 }
 
-/// The error line of a run that must fail with exit code 1.
 fn failure(entry: &str, input: Value, flags: &[&str]) -> String {
-    let output = run(entry, input, flags);
-    assert_eq!(
-        output.status.code(),
-        Some(1),
-        "{entry}: {}",
-        text(&output.stderr)
-    );
-    text(&output.stderr)
+    suite().failure(entry, input, flags)
 }
 
 #[test]
 fn the_build_prints_the_module_and_inspect_lists_the_entry_points() {
-    let output = wfhost().arg("inspect").arg(suite()).output().unwrap();
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let listed = text(&output.stdout);
-    for entry in [
+    suite().lists(&[
         "abandon",
         "bomb",
         "call",
         "canceller",
+        "counter",
         "echo",
         "fail",
         "family",
@@ -104,19 +47,13 @@ fn the_build_prints_the_module_and_inspect_lists_the_entry_points() {
         "misuse",
         "patched",
         "reads",
+        "remind",
         "spin",
         "square",
         "stubborn",
         "swallow",
         "timers",
-    ] {
-        assert!(
-            listed
-                .lines()
-                .any(|line| line.trim() == entry || line.contains(&format!(" {entry}"))),
-            "{entry} not in:\n{listed}"
-        );
-    }
+    ]);
 }
 
 #[test]
@@ -196,9 +133,7 @@ fn blocking_sleeps_and_a_coroutine_awaited_twice_are_refused_with_the_reason() {
 
 #[test]
 fn the_same_sources_build_the_same_module() {
-    let dir = tempdir("python", "twice");
-    let first = build(&suite_script(), &dir.join("first.wasm"));
-    assert!(first == build(&suite_script(), &dir.join("second.wasm")));
+    suite().builds_the_same_module_twice();
 }
 
 #[test]
@@ -235,89 +170,24 @@ fn a_memory_bomb_is_stopped_by_the_memory_limit() {
     assert!(stderr.contains("96 MiB"), "{stderr}");
 }
 
-/// The `reads` entry point's first message to the host: what it read before its first sleep.
-fn first_reads(stderr: &str) -> Value {
-    let line = stderr
-        .lines()
-        .find(|line| line.contains("\"ctx_random\""))
-        .unwrap_or_else(|| panic!("no reads in:\n{stderr}"));
-    let (start, end) = (line.find('{').unwrap(), line.rfind('}').unwrap());
-    serde_json::from_str(&line[start..=end]).unwrap()
-}
-
 #[test]
 fn a_workflow_killed_after_its_reads_reads_the_same_when_it_resumes() {
-    let dir = tempdir("python", "reads");
-    let store = dir.join("store.db");
-    let store = store.to_str().unwrap();
-    // Commits: the module, the start, the first step (its reads and its message): killed there.
-    let crashed = wfhost()
-        .arg("run")
-        .arg(suite())
-        .args(["reads", "--store", store, "--id", "reads"])
-        .env("WFHOST_CRASH_AFTER_COMMITS", "3")
-        .output()
-        .unwrap();
-    assert!(!crashed.status.success());
-    let before = first_reads(&text(&crashed.stderr));
-    let resumed = wfhost()
-        .args(["resume", "--store", store])
-        .output()
-        .unwrap();
-    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
-    let again = wfhost()
-        .arg("run")
-        .arg(suite())
-        .args(["reads", "--store", store, "--id", "reads"])
-        .output()
-        .unwrap();
-    assert!(again.status.success(), "{}", text(&again.stderr));
-    let after: Value = serde_json::from_str(text(&again.stdout).trim()).unwrap();
-    assert_eq!(after, before);
-    // And a replay of its journal with the same module finds nothing different.
-    let replay = wfhost()
-        .args(["replay", "--store", store, "reads"])
-        .output()
-        .unwrap();
-    assert!(replay.status.success(), "{}", text(&replay.stderr));
+    suite().reads_survive_a_crash();
 }
 
 #[test]
 fn a_replay_with_a_script_that_does_something_else_names_the_step() {
-    let dir = tempdir("python", "replay");
-    let store = dir.join("store.db");
-    let store = store.to_str().unwrap();
-    let output = wfhost()
-        .arg("run")
-        .arg(suite())
-        .args(["timers", "--input", "2", "--store", store, "--id", "t"])
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", text(&output.stderr));
     // The same entry point, sleeping once rather than twice at first.
-    let changed = dir.join("changed.py");
-    std::fs::write(
-        &changed,
+    suite().replay_names_the_changed_step(
+        "changed.py",
         "import wfhost\n\n@wfhost.entry\nasync def timers(ctx, n):\n    await ctx.sleep(1)\n    \
          return {}\n",
-    )
-    .unwrap();
-    let built = wfhost().arg("build").arg(&changed).output().unwrap();
-    assert!(built.status.success(), "{}", text(&built.stderr));
-    let replay = wfhost()
-        .args(["replay", "--store", store, "t", "--module"])
-        .arg(dir.join("changed.wasm"))
-        .output()
-        .unwrap();
-    assert_eq!(replay.status.code(), Some(1), "{}", text(&replay.stderr));
-    let said = format!("{}{}", text(&replay.stdout), text(&replay.stderr));
-    assert!(said.contains("step"), "{said}");
+    );
 }
 
 #[test]
 fn a_script_that_does_not_load_fails_the_build_with_its_traceback() {
-    let dir = tempdir("python", "broken");
-    for (name, source, expect) in [
+    suite().refuses_to_build(&[
         ("syntax.py", "import wfhost\ndef (:\n", "SyntaxError"),
         (
             "missing.py",
@@ -340,120 +210,33 @@ fn a_script_that_does_not_load_fails_the_build_with_its_traceback() {
             "await ctx.sleep",
         ),
         ("hoards.py", "hoard = bytearray(1 << 30)\n", "memory"),
-    ] {
-        let script = dir.join(name);
-        std::fs::write(&script, source).unwrap();
-        let output = wfhost().arg("build").arg(&script).output().unwrap();
-        assert_eq!(
-            output.status.code(),
-            Some(2),
-            "{name}: {}",
-            text(&output.stderr)
-        );
-        assert!(
-            text(&output.stderr).contains(expect),
-            "{name}: {}",
-            text(&output.stderr)
-        );
-        assert!(!script.with_extension("wasm").exists(), "{name}");
-    }
+    ]);
 }
 
 #[test]
 fn the_order_example_does_what_the_rust_one_does() {
-    let dir = tempdir("python", "order");
-    let module = dir.join("shop.wasm");
-    build(
+    scripts::order_example_matches_rust(
+        "python",
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/order-py/shop.py"),
-        &module,
     );
-    for fail_at in [None, Some("reserve"), Some("charge"), Some("ship")] {
-        let mut order = json!({"id": "o-1", "sku": "kettle", "quantity": 2, "amount_cents": 4999});
-        if let Some(step) = fail_at {
-            order["fail_at"] = json!(step);
-        }
-        let outcome = |module: &Path| -> Value {
-            let output = wfhost()
-                .arg("run")
-                .arg(module)
-                .args(["place_order", "--input", &order.to_string()])
-                .output()
-                .unwrap();
-            assert!(
-                output.status.success(),
-                "{fail_at:?}: {}",
-                text(&output.stderr)
-            );
-            serde_json::from_str(text(&output.stdout).trim()).unwrap()
-        };
-        assert_eq!(
-            outcome(&module),
-            outcome(Path::new(wfhost_test_programs::ORDER)),
-            "{fail_at:?}"
-        );
-    }
-}
-
-/// A server on 127.0.0.1 that answers one request: 200, its body reversed, and in `x-seen` the
-/// request's method and its `x-` headers.
-fn one_answer() -> String {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!(
-        "http://127.0.0.1:{}/echo",
-        listener.local_addr().unwrap().port()
-    );
-    std::thread::spawn(move || {
-        let (stream, _) = listener.accept().unwrap();
-        let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        let mut seen = vec![line.split_whitespace().next().unwrap().to_string()];
-        let mut length = 0;
-        loop {
-            let mut header = String::new();
-            reader.read_line(&mut header).unwrap();
-            let Some((name, value)) = header.trim().split_once(':') else {
-                break;
-            };
-            let (name, value) = (name.to_ascii_lowercase(), value.trim());
-            if name == "content-length" {
-                length = value.parse().unwrap();
-            } else if name.starts_with("x-") {
-                seen.push(format!("{name}={value}"));
-            }
-        }
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).unwrap();
-        body.reverse();
-        let mut stream = stream;
-        write!(
-            stream,
-            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-seen: {}\r\nconnection: close\r\n\r\n",
-            body.len(),
-            seen.join(" ")
-        )
-        .unwrap();
-        stream.write_all(&body).unwrap();
-    });
-    url
 }
 
 #[test]
 fn an_outbound_request_goes_through_the_hosts_allowlist() {
-    let url = one_answer();
-    let output = run(
-        "fetch",
-        json!(url),
-        &["--allow-http", &url, "--allow-private-http"],
-    );
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let value: Value = serde_json::from_str(text(&output.stdout).trim()).unwrap();
-    assert_eq!(
-        value,
-        json!({"status": 200, "body": "gnip", "seen": "POST x-one=1 x-two=2"})
-    );
-    // Not allowed: refused, and the workflow sees why.
-    let stderr = failure("fetch", json!(url), &[]);
-    assert!(stderr.contains("not-allowed"), "{stderr}");
+    suite().fetches_through_the_allowlist();
+}
+
+#[test]
+fn the_time_skipping_harness_runs_a_python_workflow() {
+    suite().skips_time();
+}
+
+#[test]
+fn messages_and_a_worker_call_survive_a_killed_server() {
+    suite().serves_across_a_kill();
+}
+
+#[test]
+fn a_running_workflow_is_upgraded_to_a_compatible_script() {
+    suite().upgrades_a_running_workflow("return total  # v1", "return {\"total\": total}  # v2");
 }

@@ -3,6 +3,7 @@
 //! thing due when no process can step.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -99,6 +100,8 @@ pub(super) struct Driver {
     env: TestEnv,
     now: Duration,
     start_nanos: u64,
+    /// `start_nanos + now`, which the processes' WASI clocks read.
+    clock: Arc<AtomicU64>,
     procs: BTreeMap<Pid, Proc>,
     ended: HashMap<Pid, std::result::Result<Payload, Failure>>,
     /// Each child's parent.
@@ -135,6 +138,7 @@ impl Driver {
             env,
             now: Duration::ZERO,
             start_nanos,
+            clock: Arc::new(AtomicU64::new(start_nanos)),
             procs: BTreeMap::new(),
             ended: HashMap::new(),
             parents: HashMap::new(),
@@ -200,6 +204,11 @@ impl Driver {
                 ));
             }
             self.now = self.now.max(when);
+            self.clock.store(
+                self.start_nanos
+                    .saturating_add(u64::try_from(self.now.as_nanos()).unwrap_or(u64::MAX)),
+                Ordering::Release,
+            );
             self.fire(due);
         }
     }
@@ -257,6 +266,10 @@ impl Driver {
             }
             .spec(None, Arc::clone(&self.env.wasm.limits)),
         );
+        process.set_virtual_clock(crate::wasm::reads::VirtualClock {
+            now: Arc::clone(&self.clock),
+            start: self.start_nanos,
+        });
         process
             .init(&InitContext::new(pid, parent), entry, input)
             .map_err(|e| Error::new(ErrorKind::InvalidInput, e.message()))?;

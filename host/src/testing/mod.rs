@@ -21,7 +21,8 @@
 //! every command), except time: sleeps, `ctx.now()` and the timeouts built on them follow the
 //! virtual clock, which starts at [`TestEnv::starting_at`] (2026-01-01T00:00:00Z unless told
 //! otherwise); a step itself takes no virtual time. WASI's clocks (what `std::time` reads inside
-//! the guest) stay real: use `ctx.now()`. `ctx.random()` is seeded ([`TestEnv::seed`]), so a run
+//! a Rust guest, `time.time()` in Python, `Date.now()` in JavaScript) read the virtual clock too,
+//! and the monotonic one counts from the run's start. `ctx.random()` is seeded ([`TestEnv::seed`]), so a run
 //! is the same each time. Nothing is journaled: this tests what a workflow does, not how a host
 //! keeps it (`wfhost replay` and the durable tests do that). As on a host, a cancel reaches a
 //! process before its other events, a parent's join takes its child's result (a second join

@@ -8,6 +8,8 @@
 //! traps.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -62,11 +64,21 @@ pub(crate) enum Reads {
     },
 }
 
+/// A clock a test moves (`wfhost::testing`): nanoseconds since the Unix epoch, and the reading
+/// its monotonic clock counts from.
+#[derive(Clone, Debug)]
+pub(crate) struct VirtualClock {
+    pub(crate) now: Arc<AtomicU64>,
+    pub(crate) start: u64,
+}
+
 /// Where a process's monotonic clock counts from, and how its reads are served.
 #[derive(Debug)]
 pub(crate) struct ReadState {
     pub(crate) origin: Instant,
     pub(crate) reads: Reads,
+    /// What its clocks read instead of the machine's, under a test's virtual clock.
+    pub(crate) virtual_clock: Option<VirtualClock>,
 }
 
 impl Default for ReadState {
@@ -74,6 +86,7 @@ impl Default for ReadState {
         ReadState {
             origin: Instant::now(),
             reads: Reads::Live,
+            virtual_clock: None,
         }
     }
 }
@@ -202,12 +215,18 @@ pub(crate) fn shadow(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
             }
             let state = &mut caller.data_mut().reads;
             let origin = state.origin;
+            let moved = state.virtual_clock.clone();
             let read = state.serve("clock", || Read::Clock {
                 id,
-                nanos: match id {
-                    0 => nanos_since(SystemTime::now()),
+                nanos: match (id, moved) {
+                    (0, None) => nanos_since(SystemTime::now()),
                     // The CPU clocks are not kept apart: the monotonic one answers for them.
-                    _ => u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX),
+                    (_, None) => u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX),
+                    (0, Some(clock)) => clock.now.load(Ordering::Acquire),
+                    (_, Some(clock)) => clock
+                        .now
+                        .load(Ordering::Acquire)
+                        .saturating_sub(clock.start),
                 },
             })?;
             let Read::Clock { nanos, .. } = read else {

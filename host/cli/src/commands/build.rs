@@ -8,24 +8,30 @@ use std::path::{Path, PathBuf};
 /// (installing the target with rustup first if it is missing); cargo's progress and errors go to
 /// stderr. A Python workflow is the `.py` file that registers its entry points
 /// (`@wfhost.entry`): it is packed with every `.py` file under its folder and under each
-/// `--path`, loaded once by the Python runtime (its top-level code runs, with no files, network
-/// or environment, for at most a minute), and the loaded interpreter is written into
-/// `<file>.wasm` beside it (or `--output`).
+/// `--path`. A JavaScript workflow is the ES module (`.js`, `.mjs`) that exports its entry
+/// points (`export async function`): it is packed with the modules under its project's folder
+/// (the nearest holding a `package.json`), the packages its `package.json` depends on, and
+/// each `--path`. Either is loaded once by its language's runtime (its top-level code runs,
+/// with no files, network or environment, for at most a minute), and the loaded interpreter is
+/// written into `<file>.wasm` beside it (or `--output`).
 #[derive(Debug, clap::Parser)]
 pub struct BuildCommand {
-    /// The workflow: a crate's directory (holding its Cargo.toml), or a Python file (`.py`).
+    /// The workflow: a crate's directory (holding its Cargo.toml), a Python file (`.py`) or a
+    /// JavaScript module (`.js`, `.mjs`).
     source: PathBuf,
 
     /// Build with the dev profile instead of release (Rust).
     #[arg(long)]
     debug: bool,
 
-    /// A folder of pure-Python packages the workflow imports (a virtual environment's
-    /// site-packages, a vendored folder); repeatable. Searched after the workflow's own folder.
+    /// A folder of pure-Python or pure-JavaScript packages the workflow imports (a virtual
+    /// environment's site-packages, a vendored folder); repeatable. Searched after the
+    /// workflow's own folder.
     #[arg(long = "path", value_name = "DIR")]
     paths: Vec<PathBuf>,
 
-    /// Where to write the module of a Python workflow (default: beside the file, `.wasm`).
+    /// Where to write the module of a Python or JavaScript workflow (default: beside the file,
+    /// `.wasm`).
     #[arg(long, short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
 }
@@ -33,17 +39,36 @@ pub struct BuildCommand {
 impl BuildCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let module = match self.source.extension().and_then(|e| e.to_str()) {
-            Some("py") => self.build_python()?,
+            Some("py") => self.write(wfhost_build::python(&self.source, &self.paths)?)?,
+            Some("js" | "mjs") => {
+                self.write(wfhost_build::javascript(&self.source, &self.paths)?)?
+            }
+            Some("ts" | "mts") => anyhow::bail!(
+                "{} is TypeScript: compile it to a JavaScript module first (tsc or esbuild, \
+                 target ES2022, module ESNext) and build the .js file; `wfhost types` writes \
+                 the types of the \"wfhost\" module",
+                self.source.display()
+            ),
             _ if self.source.is_file() => anyhow::bail!(
-                "{} is neither a crate's folder nor a Python file (.py): name the folder that \
-                 holds the workflow's Cargo.toml, or its .py file",
+                "{} is neither a crate's folder, a Python file (.py) nor a JavaScript module \
+                 (.js, .mjs): name the folder that holds the workflow's Cargo.toml, or the file \
+                 that defines its entry points",
                 self.source.display()
             ),
             _ => {
+                if !self.source.join("Cargo.toml").is_file() && self.source.is_dir() {
+                    anyhow::bail!(
+                        "{} holds no Cargo.toml: for a Python or JavaScript workflow, name the \
+                         file that defines its entry points (wfhost build {}/shop.py); the \
+                         files beside it are packed with it",
+                        self.source.display(),
+                        self.source.display()
+                    );
+                }
                 if !self.paths.is_empty() || self.output.is_some() {
                     anyhow::bail!(
-                        "--path and --output are for Python workflows; a crate's module is \
-                         where cargo writes it"
+                        "--path and --output are for Python and JavaScript workflows; a \
+                         crate's module is where cargo writes it"
                     );
                 }
                 wfhost_cli::build::build_workflow(&self.source, !self.debug)?
@@ -53,8 +78,8 @@ impl BuildCommand {
         Ok(())
     }
 
-    fn build_python(&self) -> anyhow::Result<PathBuf> {
-        let built = wfhost_build::python(&self.source, &self.paths)?;
+    /// Writes a module built from sources: where it went.
+    fn write(&self, built: wfhost_build::Built) -> anyhow::Result<PathBuf> {
         let output = self
             .output
             .clone()

@@ -18,6 +18,7 @@ mod send;
 mod serve;
 mod start;
 mod status;
+mod types;
 mod upgrade;
 // Runs commands in process groups of their own.
 #[cfg(unix)]
@@ -45,6 +46,7 @@ pub enum Command {
     Prune(prune::PruneCommand),
     Upgrade(upgrade::UpgradeCommand),
     Schedule(schedule::ScheduleCommand),
+    Types(types::TypesCommand),
     #[cfg(unix)]
     Worker(worker::WorkerCommand),
 }
@@ -71,6 +73,7 @@ impl Command {
             Command::Prune(command) => command.execute(),
             Command::Upgrade(command) => command.execute(),
             Command::Schedule(command) => command.execute(),
+            Command::Types(command) => command.execute(),
             #[cfg(unix)]
             Command::Worker(command) => command.execute(),
         }

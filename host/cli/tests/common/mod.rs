@@ -3,6 +3,7 @@
 
 pub mod chromium;
 pub mod http;
+pub mod scripts;
 pub mod tasks;
 
 use std::path::PathBuf;

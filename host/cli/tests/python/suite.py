@@ -214,3 +214,29 @@ async def fetch(ctx, url):
         "body": response["body"].decode(),
         "seen": headers.get("x-seen"),
     }
+
+
+@wfhost.entry
+async def counter(ctx, _):
+    # Adds up the numbers it is sent until "stop".
+    total = 0
+    while True:
+        message = await ctx.recv()
+        if message == "stop":
+            break
+        total += message
+    return total  # v1
+
+
+@wfhost.entry
+async def remind(ctx, days):
+    # A day's sleep, a worker's text and a message to the host, `days` times: under the test
+    # harness's virtual clock, the language's clock and the context's move with the sleeps.
+    start, ctx_start = time.time(), ctx.now()
+    for day in range(1, days + 1):
+        await ctx.sleep(86_400)
+        await ctx.send(wfhost.HOST, await ctx.call("reminder_text", day))
+    return {
+        "days": round((time.time() - start) / 86_400),
+        "ctx_days": round((ctx.now() - ctx_start).total_seconds() / 86_400),
+    }

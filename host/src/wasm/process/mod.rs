@@ -210,6 +210,11 @@ impl WasmProcess {
         std::mem::replace(&mut self.reads.reads, reads)
     }
 
+    /// Makes its WASI clocks read `clock` instead of the machine's (a test's virtual clock).
+    pub(crate) fn set_virtual_clock(&mut self, clock: crate::wasm::reads::VirtualClock) {
+        self.reads.virtual_clock = Some(clock);
+    }
+
     /// Makes its monotonic clock read `nanos` now (a process replayed in a new host goes on from
     /// the last value its journal gave it).
     pub(crate) fn set_monotonic(&mut self, nanos: u64) {

@@ -1,0 +1,143 @@
+//! JavaScript: Boa inside a wfhost module (`runtimes/js`), pre-initialized with the workflow's
+//! ES modules.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use crate::sources::{self, Sources, JAVASCRIPT};
+use crate::{runtime, BuildError, Built};
+
+/// The JavaScript runtime, as `build.rs` built it.
+const RUNTIME: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/wfhost_js.wasm"));
+
+/// The types of the `wfhost` module and the context, for TypeScript (`wfhost.d.ts`).
+pub const TYPES: &str = include_str!("../../../runtimes/js/js/wfhost.d.ts");
+
+/// Builds the JavaScript workflow whose entry points `main` (an ES module, `.js` or `.mjs`)
+/// exports: its exported `async function`s.
+///
+/// The workflow's root is the nearest folder at or above `main`'s that holds a `package.json`
+/// (else `main`'s folder): every `.js`, `.mjs`, `.cjs` and `.json` file under it is packed, and
+/// from its `node_modules` the packages its `package.json` names in `dependencies` (and theirs,
+/// in turn); then the files under each of `paths`, as if they lay at the root.
+pub fn javascript(main: &Path, paths: &[PathBuf]) -> Result<Built, BuildError> {
+    let extension = main.extension().and_then(|e| e.to_str());
+    if !matches!(extension, Some("js" | "mjs")) || !main.is_file() {
+        return Err(BuildError::Sources(format!(
+            "{} is not a JavaScript module: name the .js or .mjs file that exports the entry \
+             points (compile TypeScript to JavaScript first, with tsc or esbuild)",
+            main.display()
+        )));
+    }
+    let main = main
+        .canonicalize()
+        .map_err(|e| BuildError::Sources(format!("{}: {e}", main.display())))?;
+    let folder = main.parent().unwrap_or(Path::new("/"));
+    let root = folder
+        .ancestors()
+        .find(|dir| dir.join("package.json").is_file())
+        .unwrap_or(folder)
+        .to_path_buf();
+    let mut sources = Sources::collect(std::slice::from_ref(&root), &JAVASCRIPT)?;
+    add_dependencies(&mut sources, &root)?;
+    for path in paths {
+        if !path.is_dir() {
+            return Err(BuildError::Sources(format!(
+                "{} is not a folder: --path names folders of sources",
+                path.display()
+            )));
+        }
+        sources.add_tree(path, "", &JAVASCRIPT)?;
+    }
+    let main_path = sources::relative(&root, &main).ok_or_else(|| {
+        BuildError::Sources(format!("{} has a name that is not UTF-8", main.display()))
+    })?;
+    runtime::initialize(
+        RUNTIME,
+        "JavaScript",
+        serde_json::json!({ "main": main_path, "files": sources.into_files() }),
+    )
+}
+
+/// The dependencies `package.json` at `folder` (relative to the root) names.
+fn dependencies(sources: &Sources, folder: &str) -> Vec<String> {
+    let manifest = if folder.is_empty() {
+        "package.json".to_string()
+    } else {
+        format!("{folder}/package.json")
+    };
+    let Some(manifest) = sources
+        .get(&manifest)
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+    else {
+        return Vec::new();
+    };
+    ["dependencies", "optionalDependencies", "peerDependencies"]
+        .iter()
+        .filter_map(|key| manifest.get(*key).and_then(|deps| deps.as_object()))
+        .flat_map(|deps| deps.keys().cloned())
+        .collect()
+}
+
+/// Packs the packages the root's `package.json` depends on, and theirs in turn, each found as
+/// Node finds it: in the `node_modules` of the depending package's folder or a folder above it.
+/// A dependency not installed is skipped (an optional one, or one never imported); an import of
+/// it fails the build with the module's name.
+fn add_dependencies(sources: &mut Sources, root: &Path) -> Result<(), BuildError> {
+    let mut done = BTreeSet::new();
+    let mut pending: Vec<(String, String)> = dependencies(sources, "")
+        .into_iter()
+        .map(|name| (String::new(), name))
+        .collect();
+    while let Some((from, name)) = pending.pop() {
+        if name
+            .split('/')
+            .any(|part| part.is_empty() || part == "." || part == "..")
+        {
+            continue;
+        }
+        let mut folder = from.clone();
+        let found = loop {
+            let candidate = if folder.is_empty() {
+                format!("node_modules/{name}")
+            } else {
+                format!("{folder}/node_modules/{name}")
+            };
+            let on_disk = root.join(&candidate);
+            let is_folder = std::fs::symlink_metadata(&on_disk).is_ok_and(|m| m.is_dir());
+            if is_folder {
+                break Some(candidate);
+            }
+            if folder.is_empty() {
+                break None;
+            }
+            folder = parent_package(&folder);
+        };
+        let Some(package) = found else {
+            continue;
+        };
+        if !done.insert(package.clone()) {
+            continue;
+        }
+        sources.add_tree(&root.join(&package), &package, &JAVASCRIPT)?;
+        pending.extend(
+            dependencies(sources, &package)
+                .into_iter()
+                .map(|dependency| (package.clone(), dependency)),
+        );
+    }
+    Ok(())
+}
+
+/// The folder above `folder` in which to look for `node_modules` next: above the `node_modules`
+/// that holds it, if it is a package.
+fn parent_package(folder: &str) -> String {
+    match folder.rfind("/node_modules/") {
+        Some(at) => folder[..at].to_string(),
+        None if folder.starts_with("node_modules/") => String::new(),
+        None => match folder.rfind('/') {
+            Some(at) => folder[..at].to_string(),
+            None => String::new(),
+        },
+    }
+}
