@@ -16,10 +16,11 @@ pub const TYPES: &str = include_str!("../../../runtimes/js/js/wfhost.d.ts");
 /// Builds the JavaScript workflow whose entry points `main` (an ES module, `.js` or `.mjs`)
 /// exports: its exported `async function`s.
 ///
-/// The workflow's root is the nearest folder at or above `main`'s that holds a `package.json`
-/// (else `main`'s folder): every `.js`, `.mjs`, `.cjs` and `.json` file under it is packed, and
-/// from its `node_modules` the packages its `package.json` names in `dependencies` (and theirs,
-/// in turn); then the files under each of `paths`, as if they lay at the root.
+/// Packed with it: every `.js`, `.mjs`, `.cjs` and `.json` file under `main`'s folder; the
+/// project's `package.json` (the nearest at or above that folder) and, from the project's
+/// `node_modules`, the packages it names in `dependencies` (and theirs, in turn); then the files
+/// under each of `paths`, as if they lay at the project's root. Nothing else above `main`'s
+/// folder is read, and no link is followed.
 pub fn javascript(main: &Path, paths: &[PathBuf]) -> Result<Built, BuildError> {
     let extension = main.extension().and_then(|e| e.to_str());
     if !matches!(extension, Some("js" | "mjs")) || !main.is_file() {
@@ -38,7 +39,16 @@ pub fn javascript(main: &Path, paths: &[PathBuf]) -> Result<Built, BuildError> {
         .find(|dir| dir.join("package.json").is_file())
         .unwrap_or(folder)
         .to_path_buf();
-    let mut sources = Sources::collect(std::slice::from_ref(&root), &JAVASCRIPT)?;
+    let mut sources = Sources::default();
+    let prefix = sources::relative(&root, folder).ok_or_else(|| {
+        BuildError::Sources(format!("{} has a name that is not UTF-8", folder.display()))
+    })?;
+    sources.add_tree(folder, &prefix, &JAVASCRIPT)?;
+    if prefix.is_empty() {
+        // The folder is the project: its package.json is among its files already.
+    } else {
+        sources.add_file(&root.join("package.json"), "package.json")?;
+    }
     add_dependencies(&mut sources, &root)?;
     for path in paths {
         if !path.is_dir() {
@@ -104,8 +114,18 @@ fn add_dependencies(sources: &mut Sources, root: &Path) -> Result<(), BuildError
                 format!("{folder}/node_modules/{name}")
             };
             let on_disk = root.join(&candidate);
-            let is_folder = std::fs::symlink_metadata(&on_disk).is_ok_and(|m| m.is_dir());
-            if is_folder {
+            if std::fs::symlink_metadata(&on_disk).is_ok() {
+                // A package reached through a link (pnpm's layout, `npm link`, workspaces)
+                // could lie anywhere: refused, rather than packing what it points to.
+                let real = on_disk.canonicalize().ok();
+                if real.as_deref() != Some(on_disk.as_path()) || !on_disk.is_dir() {
+                    return Err(BuildError::Sources(format!(
+                        "{} is a link or not a folder: wfhost build packs only packages installed \
+                         as folders inside the project (npm and yarn install them so; with pnpm, \
+                         set node-linker=hoisted)",
+                        on_disk.display()
+                    )));
+                }
                 break Some(candidate);
             }
             if folder.is_empty() {

@@ -72,6 +72,17 @@ impl Sources {
         self.files
     }
 
+    /// Adds the plain file at `path` (not a link), named `name`, if it is not there already.
+    pub(crate) fn add_file(&mut self, path: &Path, name: &str) -> Result<(), BuildError> {
+        let Ok(metadata) = std::fs::symlink_metadata(path) else {
+            return Ok(());
+        };
+        if !metadata.is_file() || self.files.contains_key(name) {
+            return Ok(());
+        }
+        self.read(path, name.to_string(), metadata.len())
+    }
+
     /// Adds the files under `dir` (those not there already), each named `prefix` and its path
     /// under `dir`.
     pub(crate) fn add_tree(
@@ -116,24 +127,30 @@ impl Sources {
                 if self.files.contains_key(&relative) {
                     continue;
                 }
-                self.total += metadata.len();
-                if self.total > MAX_BYTES || self.files.len() >= MAX_FILES {
-                    return Err(BuildError::Sources(format!(
-                        "the sources come to more than {} MiB or {MAX_FILES} files: is a large \
-                         folder among them? Build from a folder that holds only the workflow",
-                        MAX_BYTES >> 20
-                    )));
-                }
-                let mut source = String::new();
-                std::fs::File::open(&path)
-                    .and_then(|file| {
-                        use std::io::Read as _;
-                        file.take(metadata.len()).read_to_string(&mut source)
-                    })
-                    .map_err(|e| BuildError::Sources(format!("reading {}: {e}", path.display())))?;
-                self.files.insert(relative, source);
+                self.read(&path, relative, metadata.len())?;
             }
         }
+        Ok(())
+    }
+
+    /// Reads the source at `path` (of `len` bytes) as `name`, within the limits.
+    fn read(&mut self, path: &Path, name: String, len: u64) -> Result<(), BuildError> {
+        self.total += len;
+        if self.total > MAX_BYTES || self.files.len() >= MAX_FILES {
+            return Err(BuildError::Sources(format!(
+                "the sources come to more than {} MiB or {MAX_FILES} files: is a large folder \
+                 among them? Build from a folder that holds only the workflow",
+                MAX_BYTES >> 20
+            )));
+        }
+        let mut source = String::new();
+        std::fs::File::open(path)
+            .and_then(|file| {
+                use std::io::Read as _;
+                file.take(len).read_to_string(&mut source)
+            })
+            .map_err(|e| BuildError::Sources(format!("reading {}: {e}", path.display())))?;
+        self.files.insert(name, source);
         Ok(())
     }
 }

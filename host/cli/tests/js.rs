@@ -33,6 +33,7 @@ fn the_build_prints_the_module_and_inspect_lists_the_exported_async_functions() 
         "bomb",
         "call",
         "canceller",
+        "clock",
         "counter",
         "deep",
         "echo",
@@ -45,10 +46,13 @@ fn the_build_prints_the_module_and_inspect_lists_the_exported_async_functions() 
         "patched",
         "reads",
         "remind",
+        "select",
         "spin",
         "square",
         "stubborn",
+        "stuck",
         "timers",
+        "values",
     ]);
 }
 
@@ -327,4 +331,106 @@ fn messages_and_a_worker_call_survive_a_killed_server() {
 #[test]
 fn a_running_workflow_is_upgraded_to_a_compatible_script() {
     suite().upgrades_a_running_workflow("return total; // v1", "return { total }; // v2");
+}
+
+#[test]
+fn select_abandons_the_commands_that_lost() {
+    assert_eq!(
+        result("select", Value::Null),
+        json!({"first": 1, "got": [2, 4], "second": 1, "value": 2})
+    );
+}
+
+#[test]
+fn a_promise_nothing_can_settle_fails_the_workflow_rather_than_hanging_it() {
+    let stderr = failure("stuck", Value::Null, &[]);
+    assert!(
+        stderr.contains("awaits a promise that nothing can settle"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn values_are_json_as_json_stringify_writes_them() {
+    assert_eq!(
+        result("values", Value::Null),
+        json!({
+            "date": "1970-01-01T00:00:00.000Z",
+            "custom": "custom",
+            "map": {},
+            "nan": null,
+            "big": 1e21,
+            "negative_zero": 0,
+            "whole": 3
+        })
+    );
+    let stderr = failure("values", json!("cycle"), &[]);
+    assert!(stderr.contains("a workflow's values are JSON"), "{stderr}");
+}
+
+#[test]
+fn the_clock_is_read_once_a_step() {
+    assert_eq!(
+        result("clock", Value::Null),
+        json!({"same": true, "moved": true})
+    );
+}
+
+#[test]
+fn linked_packages_and_packages_naming_each_other_are_refused_with_the_reason() {
+    let dir = tempdir("js", "links");
+    let write = |path: &str, text: &str| {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write("outside/secret/index.js", "export const secret = 1;\n");
+    write(
+        "project/package.json",
+        r#"{"dependencies": {"linked": "1", "a": "1", "b": "1"}}"#,
+    );
+    write(
+        "project/shop.js",
+        "import { secret } from 'linked';\nexport async function f() { return secret; }\n",
+    );
+    std::fs::create_dir_all(dir.join("project/node_modules")).unwrap();
+    std::os::unix::fs::symlink(
+        dir.join("outside/secret"),
+        dir.join("project/node_modules/linked"),
+    )
+    .unwrap();
+    let output = wfhost()
+        .arg("build")
+        .arg(dir.join("project/shop.js"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("is a link or not a folder"),
+        "{}",
+        text(&output.stderr)
+    );
+    // Two packages whose entries name each other's folders: not found, not a crash.
+    std::fs::remove_file(dir.join("project/node_modules/linked")).unwrap();
+    write("project/node_modules/a/package.json", r#"{"main": "../b"}"#);
+    write("project/node_modules/b/package.json", r#"{"main": "../a"}"#);
+    write(
+        "project/package.json",
+        r#"{"dependencies": {"a": "1", "b": "1"}}"#,
+    );
+    write(
+        "project/shop.js",
+        "import a from 'a';\nexport async function f() { return a; }\n",
+    );
+    let output = wfhost()
+        .arg("build")
+        .arg(dir.join("project/shop.js"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("cannot find module 'a'"),
+        "{}",
+        text(&output.stderr)
+    );
 }

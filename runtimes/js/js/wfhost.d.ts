@@ -62,7 +62,8 @@ declare module "wfhost" {
     readonly entry: string;
     /** Completes after `ms` milliseconds of the host's time. */
     sleep(ms: number): Promise<void>;
-    /** The host's time in milliseconds since the Unix epoch (as `Date.now()`). */
+    /** The time the current step began, in milliseconds since the Unix epoch (what
+     * `Date.now()` gives during the step). */
     now(): number;
     /** A number in [0, 1). */
     random(): number;
@@ -84,6 +85,10 @@ declare module "wfhost" {
     call<T = any>(name: string, input?: Json): Promise<T>;
     /** An outbound HTTP request, through the host's allowlist. */
     http(url: string, options?: HttpOptions): Promise<HttpResponse>;
+    /** The first of `commands` (what these methods return, not yet settled) to complete:
+     * `[index, value]`. The others are abandoned: a `recv` leaves its message for the next one.
+     * (`Promise.race` leaves the losers running: a `recv` that lost still takes a message.) */
+    select(commands: Array<Promise<any>>): Promise<[number, any]>;
     /** Whether the code after patch `changeId` runs (see `wfhost upgrade`). */
     patched(changeId: string): boolean;
   }

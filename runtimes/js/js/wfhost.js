@@ -14,7 +14,8 @@
 //     }
 //
 // A command starts when its method is called and completes when awaited, so several run at
-// once: `await Promise.all([ctx.call("a", 1), ctx.call("b", 2)])`.
+// once: `await Promise.all([ctx.call("a", 1), ctx.call("b", 2)])`. `ctx.select([...])` waits
+// for the first of several and abandons the others (`Promise.race` would leave them running).
 
 import * as native from "wfhost:native";
 
@@ -118,7 +119,8 @@ export class Context {
     return native.sleep(milliseconds(ms, "a sleep"));
   }
 
-  /** The host's time in milliseconds since the Unix epoch (as `Date.now()`), journaled. */
+  /** The time the current step began, in milliseconds since the Unix epoch: what `Date.now()`
+   * gives during the step (the host's clock, read once a step and journaled). */
   now() {
     return native.now();
   }
@@ -187,6 +189,14 @@ export class Context {
     };
     const [status, answered, answer] = await native.http(head, bytes(body));
     return new HttpResponse(status, answered, answer);
+  }
+
+  /** The first of `commands` (what the context's methods return, not yet settled) to
+   * complete: `[index, value]`, or its error. The others are abandoned: a `recv` leaves its
+   * message for the next one, a `sleep`'s timer is dropped. (`Promise.race` leaves the losers
+   * running: a `recv` that lost one still takes the next message.) */
+  select(commands) {
+    return native.select(...commands);
   }
 
   /** Whether the code after patch `changeId` runs (see `wfhost upgrade`). */

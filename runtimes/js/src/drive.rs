@@ -9,8 +9,9 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use boa_engine::builtins::promise::{PromiseState, ResolvingFunctions};
+use boa_engine::object::builtins::JsArray;
 use boa_engine::object::builtins::JsPromise;
-use boa_engine::{js_error, Context, JsResult, JsValue};
+use boa_engine::{js_error, Context, JsObject, JsResult, JsValue};
 
 use crate::{engine, values, with_js, Loaded};
 
@@ -21,7 +22,9 @@ type Settle = Box<dyn FnOnce(&mut Context, &Loaded) -> JsResult<JsValue>>;
 /// A command in flight and the promise it settles.
 struct Waiting {
     future: Pin<Box<dyn Future<Output = Settle>>>,
-    promise: ResolvingFunctions,
+    /// The promise, for `ctx.select` to find the command by.
+    promise: JsObject,
+    resolvers: ResolvingFunctions,
 }
 
 thread_local! {
@@ -44,7 +47,6 @@ pub(crate) fn promise<T: 'static>(
     convert: impl FnOnce(&mut Context, T) -> JsResult<JsValue> + 'static,
     context: &mut Context,
 ) -> JsValue {
-    let (promise, resolvers) = JsPromise::new_pending(context);
     let future = async move {
         let result = future.await;
         Box::new(
@@ -56,13 +58,94 @@ pub(crate) fn promise<T: 'static>(
             },
         ) as Settle
     };
+    wait_for(Box::pin(future), context)
+}
+
+/// Keeps `future` in flight: the promise it settles.
+fn wait_for(future: Pin<Box<dyn Future<Output = Settle>>>, context: &mut Context) -> JsValue {
+    let (promise, resolvers) = JsPromise::new_pending(context);
+    let object = JsObject::from(promise.clone());
     WAITING.with(|waiting| {
         waiting.borrow_mut().push(Waiting {
-            future: Box::pin(future),
-            promise: resolvers,
+            future,
+            promise: object,
+            resolvers,
         })
     });
     promise.into()
+}
+
+/// `ctx.select(commands)`: the first of the commands (promises the context's methods
+/// returned, not yet settled) to complete, as `[index, value]`, or its error; the others are
+/// abandoned, as a Rust workflow's futures are when dropped (a `recv` leaves its message for the
+/// next one, a `sleep`'s timer is dropped at the host). `Promise.race` cannot do that: a command
+/// it lost keeps running.
+pub(crate) fn select(commands: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    if commands.is_empty() {
+        return Err(js_error!(TypeError: "ctx.select needs something to wait for"));
+    }
+    let mut taken = Vec::with_capacity(commands.len());
+    for (index, command) in commands.iter().enumerate() {
+        let found = command.as_object().and_then(|object| {
+            WAITING.with(|waiting| {
+                let mut waiting = waiting.borrow_mut();
+                let at = waiting
+                    .iter()
+                    .position(|entry| JsObject::equals(&entry.promise, &object))?;
+                Some(waiting.remove(at))
+            })
+        });
+        match found {
+            Some(entry) => taken.push(entry),
+            None => {
+                // Put back what was taken: the call changes nothing.
+                WAITING.with(|waiting| waiting.borrow_mut().extend(taken));
+                return Err(js_error!(
+                    TypeError: "ctx.select takes commands still in flight (what ctx.sleep, \
+                     ctx.recv, ctx.call, ctx.join, ... return, not yet awaited to their end); \
+                     item {} is not one",
+                    index
+                ));
+            }
+        }
+    }
+    let future = async move {
+        let (index, settle) = std::future::poll_fn(|cx| {
+            for (index, entry) in taken.iter_mut().enumerate() {
+                if let Poll::Ready(settle) = entry.future.as_mut().poll(cx) {
+                    return Poll::Ready((index, settle));
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        let winner = taken.swap_remove(index).resolvers;
+        // The losers' futures go with `taken`: abandoned.
+        drop(taken);
+        Box::new(
+            move |context: &mut Context, loaded: &Loaded| -> JsResult<JsValue> {
+                match settle(context, loaded) {
+                    Ok(value) => {
+                        // The command's own promise settles too, for whoever holds it.
+                        let _ =
+                            winner
+                                .resolve
+                                .call(&JsValue::undefined(), &[value.clone()], context);
+                        Ok(JsArray::from_iter([JsValue::new(index as f64), value], context).into())
+                    }
+                    Err(error) => {
+                        let value = error.into_opaque(context)?;
+                        let _ =
+                            winner
+                                .reject
+                                .call(&JsValue::undefined(), &[value.clone()], context);
+                        Err(boa_engine::JsError::from_opaque(value))
+                    }
+                }
+            },
+        ) as Settle
+    };
+    Ok(wait_for(Box::pin(future), context))
 }
 
 /// Waits until at least one command completes, and settles the promises of those that did, in
@@ -77,7 +160,7 @@ async fn settle_completed() {
                 .borrow_mut()
                 .retain_mut(|entry| match entry.future.as_mut().poll(cx) {
                     Poll::Ready(settle) => {
-                        completed.push((settle, entry.promise.clone()));
+                        completed.push((settle, entry.resolvers.clone()));
                         false
                     }
                     Poll::Pending => true,
@@ -148,6 +231,15 @@ async fn drive(
             Err(error) => Err(failure(&error, context)),
         })?;
         match state {
+            PromiseState::Pending if WAITING.with(|waiting| waiting.borrow().is_empty()) => {
+                // Nothing in flight can settle what it waits for: it would wait for ever, and a
+                // cancel would find no command to end.
+                return Err(wfguest::Error::msg(
+                    "the workflow awaits a promise that nothing can settle: no command of the \
+                     context is in flight (a workflow waits with ctx.sleep, ctx.recv, ctx.join, \
+                     ctx.call, ...)",
+                ));
+            }
             PromiseState::Pending => settle_completed().await,
             PromiseState::Fulfilled(value) => {
                 return with_js(|context, _| {

@@ -5,12 +5,13 @@
 //! or depend on the collector's timing (`WeakRef`, `FinalizationRegistry`, `Atomics.wait`) is
 //! not there.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::path::Path;
 use std::rc::Rc;
 use std::task::Poll;
+use std::time::Duration;
 
 use boa_engine::context::time::JsInstant;
 use boa_engine::context::{Clock, HostHooks};
@@ -37,26 +38,59 @@ const STACK_LIMIT: usize = 1 << 20;
 thread_local! {
     /// `Math.random`'s generator: seeded from journaled entropy when each workflow starts.
     static RANDOM: RefCell<SmallRng> = RefCell::new(SmallRng::from_seed([0; 32]));
+    /// The time the step began, once read.
+    static STEP_TIME: Cell<Option<Duration>> = const { Cell::new(None) };
+    /// `JSON.stringify` as the engine made it (a workflow may replace the global).
+    static STRINGIFY: RefCell<Option<JsObject>> = const { RefCell::new(None) };
 }
 
-/// The host's wall clock, through WASI (which a durable host journals), for `Date`.
+/// A new step begins: the clock is read again when next asked.
+pub(crate) fn new_step() {
+    STEP_TIME.with(|time| time.set(None));
+}
+
+/// The time the current step began, since the Unix epoch: WASI's wall clock (which a durable
+/// host journals), read once a step. Every `Date.now()`, `new Date()` and `ctx.now()` of a
+/// step gives it, as a Temporal workflow's clock does, so that a step reads the clock once
+/// however often the code asks (and adding a log line that prints the date does not shift the
+/// journal's reads).
+pub(crate) fn step_time() -> Duration {
+    STEP_TIME.with(|time| {
+        *time.get().get_or_insert_with(|| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::SystemTime::UNIX_EPOCH)
+                .unwrap_or_default();
+            time.set(Some(now));
+            now
+        })
+    })
+}
+
+/// The host's clock for `Date`: the step's time.
 struct HostClock;
-
-fn since_epoch() -> std::time::Duration {
-    std::time::SystemTime::now()
-        .duration_since(std::time::SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-}
 
 impl Clock for HostClock {
     fn now(&self) -> JsInstant {
-        let now = since_epoch();
+        let now = step_time();
         JsInstant::new(now.as_secs(), now.subsec_nanos())
     }
 
     fn system_time_millis(&self) -> i64 {
-        i64::try_from(since_epoch().as_millis()).unwrap_or(i64::MAX)
+        i64::try_from(step_time().as_millis()).unwrap_or(i64::MAX)
     }
+}
+
+/// `value` as `JSON.stringify` writes it (`None` for what it leaves out: `undefined`, a
+/// function).
+pub(crate) fn stringify(value: &JsValue, context: &mut Context) -> JsResult<Option<String>> {
+    let function = STRINGIFY
+        .with(|stringify| stringify.borrow().clone())
+        .ok_or_else(|| js_error!(Error: "no JSON.stringify"))?;
+    let text = function.call(&JsValue::undefined(), std::slice::from_ref(value), context)?;
+    if text.is_undefined() {
+        return Ok(None);
+    }
+    Ok(Some(text.to_string(context)?.to_std_string_escaped()))
 }
 
 /// Every workflow runs in UTC: the host's time zone is not the workflow's to read.
@@ -152,6 +186,14 @@ fn install(context: &mut Context) -> JsResult<()> {
         .ok_or_else(|| js_error!(Error: "no Math"))?;
     let random = NativeFunction::from_fn_ptr(math_random).to_js_function(context.realm());
     math.set(js_string!("random"), random, true, context)?;
+    let stringify = global
+        .get(js_string!("JSON"), context)?
+        .as_object()
+        .ok_or_else(|| js_error!(Error: "no JSON"))?
+        .get(js_string!("stringify"), context)?
+        .as_object()
+        .ok_or_else(|| js_error!(Error: "no JSON.stringify"))?;
+    STRINGIFY.with(|slot| *slot.borrow_mut() = Some(stringify));
     let prelude = Script::parse(
         Source::from_bytes(PRELUDE).with_path(Path::new("<wfhost prelude>")),
         None,

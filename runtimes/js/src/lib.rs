@@ -206,11 +206,13 @@ extern "C" fn wfhost_reserve(len: u32) -> u32 {
 
 #[no_mangle]
 extern "C" fn wfhost_init(len: u32) -> u64 {
+    engine::new_step();
     wfguest::__private::init(len, names(), lookup)
 }
 
 #[no_mangle]
 extern "C" fn wfhost_step(len: u32) -> u64 {
+    engine::new_step();
     wfguest::__private::step(len)
 }
 

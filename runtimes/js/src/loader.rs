@@ -52,6 +52,9 @@ const NODE_BUILTINS: &[&str] = &[
     "zlib",
 ];
 
+/// The most `package.json`s one resolution follows, one naming the next's folder.
+const MAX_HOPS: usize = 8;
+
 /// The sources and the modules made of them.
 pub(crate) struct Loader {
     files: BTreeMap<String, String>,
@@ -119,7 +122,8 @@ impl Loader {
                 .source(path)
                 .ok_or_else(|| js_error!(Error: "cannot find module '{}'", path))?;
             if path.ends_with(".json") {
-                Module::parse_json(JsString::from(source), context)?
+                Module::parse_json(JsString::from(source), context)
+                    .map_err(|error| js_error!(SyntaxError: "{}: {}", path, error))?
             } else if cjs::is_commonjs(self, path) {
                 let exports = cjs::require_path(self, path, context)?;
                 exports_module(exports, context)?
@@ -192,6 +196,12 @@ impl Loader {
     /// `path` itself, with `.js`, `.mjs`, `.cjs` or `.json` added, or its folder's index or
     /// package entry.
     fn file_or_folder(&self, path: &str) -> Option<String> {
+        self.file_or_folder_within(path, 0)
+    }
+
+    /// [`file_or_folder`](Self::file_or_folder), `depth` folders' `package.json`s in: a
+    /// package whose entry names a folder whose entry names ... ends at [`MAX_HOPS`].
+    fn file_or_folder_within(&self, path: &str, depth: usize) -> Option<String> {
         if self.files.contains_key(path) {
             return Some(path.to_string());
         }
@@ -202,8 +212,10 @@ impl Loader {
             }
         }
         let folder = path.trim_end_matches('/');
-        if let Some(entry) = self.package_entry(folder, ".") {
-            return Some(entry);
+        if depth < MAX_HOPS {
+            if let Some(entry) = self.package_entry_within(folder, ".", depth + 1) {
+                return Some(entry);
+            }
         }
         ["index.js", "index.mjs", "index.cjs", "index.json"]
             .iter()
@@ -248,6 +260,10 @@ impl Loader {
     /// What `folder/package.json` names for `subpath` (`.` or `./sub`): its `exports`, or for
     /// `.` its `module` or `main`.
     fn package_entry(&self, folder: &str, subpath: &str) -> Option<String> {
+        self.package_entry_within(folder, subpath, 0)
+    }
+
+    fn package_entry_within(&self, folder: &str, subpath: &str, depth: usize) -> Option<String> {
         let manifest = self.files.get(&join_name(folder, "package.json"))?;
         let manifest: serde_json::Value = serde_json::from_str(manifest).ok()?;
         let target = match manifest.get("exports") {
@@ -259,10 +275,14 @@ impl Loader {
             None => return None,
         };
         let path = join(folder, &target)?;
-        self.files
-            .contains_key(&path)
-            .then_some(path.clone())
-            .or_else(|| self.file_or_folder(&path))
+        if self.files.contains_key(&path) {
+            return Some(path);
+        }
+        // An entry naming its own folder (`"main": "."`) is that folder's index.
+        if path == folder {
+            return None;
+        }
+        self.file_or_folder_within(&path, depth)
     }
 }
 

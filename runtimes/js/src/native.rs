@@ -3,6 +3,8 @@
 //! command starts when called (the SDK yields it to the host with the step) and returns the
 //! promise its completion settles (`drive.rs`).
 
+use std::future::Future;
+use std::task::Poll;
 use std::time::Duration;
 
 use boa_engine::module::SyntheticModuleInitializer;
@@ -33,6 +35,7 @@ const COMMANDS: &[(&str, Native)] = &[
     ("call", call),
     ("http", http),
     ("patched", patched),
+    ("select", select),
 ];
 
 /// What the globals are made of (`engine.rs` hands them to the prelude).
@@ -136,13 +139,10 @@ fn sleep(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsVal
     Ok(drive::promise(ctx()?.sleep(duration), none, context))
 }
 
-/// The host's time in whole milliseconds since the Unix epoch: WASI's clock, which a durable
-/// host journals.
+/// The host's time in whole milliseconds since the Unix epoch, as `Date.now()` reads it: the
+/// time the step began (`engine::step_time`).
 fn now(_: &JsValue, _: &[JsValue], _: &mut Context) -> JsResult<JsValue> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::SystemTime::UNIX_EPOCH)
-        .map_err(|_| js_error!(Error: "the host's clock is before 1970"))?;
-    Ok(JsValue::new(now.as_millis() as f64))
+    Ok(JsValue::new(crate::engine::step_time().as_millis() as f64))
 }
 
 /// A number in [0, 1) from 53 journaled random bits.
@@ -168,19 +168,43 @@ fn send(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValu
     Ok(drive::promise(ctx()?.send(to, &value), none, context))
 }
 
+/// The message future and, with a timeout, its timer are made here, when `recv` is called: the
+/// timer's command goes out in order with the others the code starts.
 fn recv(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
     let ctx = ctx()?;
     let timeout = args.get_or_undefined(0);
-    if timeout.is_undefined() {
+    let timeout = if timeout.is_undefined() {
+        None
+    } else {
+        Some(milliseconds(timeout, context)?)
+    };
+    let message = ctx.recv_message();
+    let Some(timeout) = timeout else {
         return Ok(drive::promise(
-            async move { ctx.recv::<serde_json::Value>().await },
+            async move { message.await?.decode::<serde_json::Value>() },
             json,
             context,
         ));
-    }
-    let timeout = milliseconds(timeout, context)?;
+    };
+    let timer = ctx.sleep(timeout);
     Ok(drive::promise(
-        async move { ctx.recv_timeout::<serde_json::Value>(timeout).await },
+        async move {
+            let mut message = std::pin::pin!(message);
+            let mut timer = std::pin::pin!(timer);
+            std::future::poll_fn(|cx| {
+                if let Poll::Ready(message) = message.as_mut().poll(cx) {
+                    return Poll::Ready(
+                        message.and_then(|m| m.decode::<serde_json::Value>().map(Some)),
+                    );
+                }
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(Ok(())) => Poll::Ready(Ok(None)),
+                    Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+                    Poll::Pending => Poll::Pending,
+                }
+            })
+            .await
+        },
         |context, value| match value {
             Some(value) => json(context, value),
             None => Ok(JsValue::undefined()),
@@ -285,6 +309,11 @@ fn patched(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsV
         ));
     }
     Ok(JsValue::new(ctx()?.patched(&change)))
+}
+
+/// `select(...commands)`: see [`drive::select`].
+fn select(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    drive::select(args, context)
 }
 
 /// `print(stream, text)`: a line on stdout (1) or stderr (2), as `console` writes.

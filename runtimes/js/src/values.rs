@@ -10,41 +10,30 @@ pub(crate) fn to_js(value: &serde_json::Value, context: &mut Context) -> JsResul
     JsValue::from_json(value, context)
 }
 
-/// A JavaScript value as JSON, as `JSON.stringify` would see it (`undefined` is `null`).
+/// A JavaScript value as JSON, as `JSON.stringify` writes it (`toJSON`, getters, dates; what
+/// it leaves out, `undefined` or a function, is `null`). What it cannot write (a cycle, a
+/// BigInt) or JSON nested deeper than 128 levels is a `TypeError` that says so.
 pub(crate) fn to_json(value: &JsValue, context: &mut Context) -> JsResult<serde_json::Value> {
-    match value.to_json(context) {
-        Ok(json) => Ok(whole_numbers(json.unwrap_or(serde_json::Value::Null))),
+    let text = match crate::engine::stringify(value, context) {
+        Ok(text) => text,
         Err(error) => {
             let said = describe(&error, context);
-            Err(js_error!(
+            return Err(js_error!(
                 TypeError: "a workflow's values are JSON (objects, arrays, strings, numbers, \
                  booleans, null): {}",
                 said
-            ))
+            ));
         }
-    }
-}
-
-/// `value` with each number that is a whole one in JavaScript's safe range written as an
-/// integer (`3`, not `3.0`), as `JSON.stringify` writes it.
-fn whole_numbers(value: serde_json::Value) -> serde_json::Value {
-    use serde_json::Value;
-    const SAFE: f64 = 9_007_199_254_740_991.0;
-    match value {
-        Value::Number(number) => match number.as_f64() {
-            Some(float) if number.is_f64() && float.fract() == 0.0 && float.abs() <= SAFE => {
-                Value::from(float as i64)
-            }
-            _ => Value::Number(number),
-        },
-        Value::Array(items) => Value::Array(items.into_iter().map(whole_numbers).collect()),
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .map(|(key, value)| (key, whole_numbers(value)))
-                .collect(),
-        ),
-        other => other,
-    }
+    };
+    let Some(text) = text else {
+        return Ok(serde_json::Value::Null);
+    };
+    serde_json::from_str(&text).map_err(|error| {
+        js_error!(
+            TypeError: "a workflow's values are JSON of at most 128 levels: {}",
+            error
+        )
+    })
 }
 
 /// A new `Context` of the `wfhost` module.

@@ -192,3 +192,47 @@ export async function remind(ctx, days) {
     ctx_days: Math.round((ctx.now() - ctxStart) / 86_400_000),
   };
 }
+
+export async function select(ctx) {
+  const child = await ctx.spawn("echo", 2);
+  // A recv that loses to a timer is abandoned: the messages go to the recvs after it.
+  const [first] = await ctx.select([ctx.recv(), ctx.sleep(10)]);
+  await ctx.send(child, { from: ctx.pid, value: 1 });
+  await ctx.send(child, { from: ctx.pid, value: 2 });
+  const got = [await ctx.recv(), await ctx.recv()];
+  const [second, value] = await ctx.select([ctx.sleep(3_600_000), ctx.join(child)]);
+  return { first, got, second, value };
+}
+
+export async function stuck() {
+  await new Promise(() => {});
+}
+
+export async function values(ctx, what) {
+  if (what === "cycle") {
+    const cycle = {};
+    cycle.self = cycle;
+    return cycle;
+  }
+  return {
+    date: new Date(0),
+    custom: { toJSON: () => "custom" },
+    map: new Map([[1, 2]]),
+    skipped: undefined,
+    nan: NaN,
+    big: 1e21,
+    negative_zero: -0,
+    whole: 3,
+  };
+}
+
+export async function clock(ctx) {
+  // The clock is the step's: read once a step, however often the code asks.
+  const a = Date.now();
+  let spin = 0;
+  for (let i = 0; i < 200_000; i++) spin += i;
+  const b = new Date().getTime();
+  const c = ctx.now();
+  await ctx.sleep(20);
+  return { same: a === b && b === c && spin > 0, moved: Date.now() - a >= 20 };
+}
