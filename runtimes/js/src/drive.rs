@@ -127,18 +127,20 @@ pub(crate) fn select(commands: &[JsValue], context: &mut Context) -> JsResult<Js
                 match settle(context, loaded) {
                     Ok(value) => {
                         // The command's own promise settles too, for whoever holds it.
-                        let _ =
-                            winner
-                                .resolve
-                                .call(&JsValue::undefined(), &[value.clone()], context);
+                        let _ = winner.resolve.call(
+                            &JsValue::undefined(),
+                            std::slice::from_ref(&value),
+                            context,
+                        );
                         Ok(JsArray::from_iter([JsValue::new(index as f64), value], context).into())
                     }
                     Err(error) => {
                         let value = error.into_opaque(context)?;
-                        let _ =
-                            winner
-                                .reject
-                                .call(&JsValue::undefined(), &[value.clone()], context);
+                        let _ = winner.reject.call(
+                            &JsValue::undefined(),
+                            std::slice::from_ref(&value),
+                            context,
+                        );
                         Err(boa_engine::JsError::from_opaque(value))
                     }
                 }
