@@ -254,6 +254,63 @@ fn a_spawn_that_finds_no_free_instance_takes_a_warm_one() {
     host.shutdown(Duration::from_secs(1));
 }
 
+/// Checks, in `init`, that it starts as a fresh instance does (its data byte 5, its mutable
+/// global 0, zeros past its input: a divide-by-zero trap if not), then leaves a secret in all of
+/// them without growing its memory. Its step traps with `unreachable`, ending the process.
+const RESIDUE: &str = r#"
+(module
+  (memory (export "memory") 1)
+  (global $left (mut i32) (i32.const 0))
+  (data (i32.const 4096) "\05")
+  (func $leaked (i32.div_u (i32.const 1) (i32.const 0)) drop)
+  (func (export "wfhost_reserve") (param i32) (result i32) i32.const 1024)
+  (func (export "wfhost_init") (param i32) (result i64)
+    (local $at i32)
+    (if (i32.ne (i32.load8_u (i32.const 4096)) (i32.const 5)) (then (call $leaked)))
+    (if (i32.ne (global.get $left) (i32.const 0)) (then (call $leaked)))
+    (local.set $at (i32.const 8192))
+    (loop $scan
+      (if (i32.load8_u (local.get $at)) (then (call $leaked)))
+      (local.set $at (i32.add (local.get $at) (i32.const 1)))
+      (br_if $scan (i32.lt_u (local.get $at) (i32.const 65536))))
+    (memory.fill (i32.const 2048) (i32.const 0xAA) (i32.const 63488))
+    (global.set $left (i32.const 7))
+    (i32.store8 (i32.const 0) (i32.const 0))
+    i64.const 1)
+  (func (export "wfhost_step") (param i32) (result i64) unreachable)
+  (func (export "wfhost_panic_message") (result i64) i64.const 0)
+  (@custom "wfhost-manifest" "wfhost-abi 2\nentry go\n"))
+"#;
+
+/// A process started in the warm instance another process of its module left finds nothing of
+/// it: its memory is the image again and its globals their initial values.
+#[test]
+fn a_process_started_in_a_warm_instance_finds_nothing_of_the_last_one() {
+    let host = Host::builder()
+        .workers(1)
+        .hibernation(Hibernation::Off)
+        .build()
+        .unwrap();
+    host.load_module_bytes("residue", &wat::parse_str(RESIDUE).unwrap())
+        .unwrap();
+    for i in 0..5 {
+        let error = host
+            .spawn("residue", "go", Payload::empty())
+            .unwrap()
+            .wait_timeout(PATIENCE)
+            .expect("finished")
+            .expect_err("its step traps");
+        assert!(
+            error.to_string().contains("unreachable"),
+            "process {i} found what the last one left: {error}"
+        );
+    }
+    let residency = host.residency();
+    // The first started fresh; each later one in the instance the one before it left.
+    assert_eq!((residency.warm_starts, residency.warm_instances), (4, 1));
+    host.shutdown(Duration::from_secs(1));
+}
+
 /// A module unloaded, or replaced under its name, is freed once nothing runs it: its compiled
 /// code, its memory image and its warm instances.
 #[test]

@@ -138,7 +138,13 @@ fn an_endless_loop_is_stopped_by_the_step_limit() {
 
 #[test]
 fn a_memory_bomb_is_stopped_by_the_memory_limit() {
-    let stderr = failure("bomb", Value::Null, &["--max-memory", "96MiB"]);
+    // A step limit well past what filling 96 MiB takes on a loaded machine: the memory limit is
+    // what must stop it.
+    let stderr = failure(
+        "bomb",
+        Value::Null,
+        &["--max-memory", "96MiB", "--step-limit", "120s"],
+    );
     assert!(stderr.contains("96 MiB"), "{stderr}");
 }
 

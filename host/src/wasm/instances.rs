@@ -30,7 +30,7 @@ pub struct Residency {
     /// Processes holding a live wasm instance.
     pub live_instances: usize,
     /// Instances kept for reuse: given up by hibernating or finished processes, taken by the next
-    /// restore of the same module instead of a new instantiation. At most 16 per module, only
+    /// restore or start of a process of the same module instead of a new instantiation. At most 16 per module, only
     /// while the instance capacity has room for them, and given up first when a process needs an
     /// instance and none is free. They count against the capacity.
     pub warm_instances: usize,
@@ -53,6 +53,8 @@ pub struct Residency {
     pub hibernations: u64,
     /// Restores from hibernation since the host started.
     pub restores: u64,
+    /// Processes started in a warm instance since the host started.
+    pub warm_starts: u64,
     /// Pooled memory slots (one per instance with one memory) that held an instance and hold
     /// none now, kept for the next instance (see
     /// [`HostBuilder::page_scan_reset`](crate::HostBuilder::page_scan_reset)). 0 when memory is
@@ -140,6 +142,7 @@ pub(crate) struct Instances {
     buffer_bytes: AtomicUsize,
     hibernations: AtomicU64,
     restores: AtomicU64,
+    warm_starts: AtomicU64,
 }
 
 /// A live instance, counted until dropped; dropping it hands the count to the longest waiter.
@@ -182,6 +185,7 @@ impl Instances {
             buffer_bytes: AtomicUsize::new(0),
             hibernations: AtomicU64::new(0),
             restores: AtomicU64::new(0),
+            warm_starts: AtomicU64::new(0),
         }
     }
 
@@ -376,6 +380,11 @@ impl Instances {
         }
     }
 
+    /// A process started in a warm instance.
+    pub(crate) fn started_warm(&self) {
+        self.warm_starts.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// One more instance kept warm (`true`) or one taken back (`false`).
     pub(crate) fn warm(&self, kept: bool) {
         if kept {
@@ -421,6 +430,7 @@ impl Instances {
             buffer_bytes: self.buffer_bytes.load(Ordering::Relaxed),
             hibernations: self.hibernations.load(Ordering::Relaxed),
             restores: self.restores.load(Ordering::Relaxed),
+            warm_starts: self.warm_starts.load(Ordering::Relaxed),
             pooled_idle_slots: 0,
             pooled_resident_bytes: 0,
             compiles: 0,

@@ -348,6 +348,9 @@ impl Loaded {
 pub(crate) struct Hibernating {
     pub(crate) plan: HibernationPlan,
     pub(crate) globals: Vec<ModuleExport>,
+    /// What a fresh instance holds before its process's `init` (what differs from the image),
+    /// taken from the first fresh instance: a process starts in a warm instance by restoring it.
+    pub(crate) fresh: std::sync::OnceLock<crate::wasm::hibernate::Snapshot>,
 }
 
 /// Names each compile.
@@ -405,7 +408,11 @@ pub(crate) fn link(
                 _ => Err(format!("its export '{name}' is not a global")),
             })
             .collect::<std::result::Result<Vec<_>, String>>()?;
-        Ok(Hibernating { plan, globals })
+        Ok(Hibernating {
+            plan,
+            globals,
+            fresh: std::sync::OnceLock::new(),
+        })
     });
     let compiled = Compiled {
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),

@@ -17,8 +17,9 @@ use crate::wasm::process::Live;
 /// Warm instances kept per module at most.
 const WARM_PER_MODULE: usize = 16;
 
-/// A warm instance's memory may be at most this large: a process that grew its memory does not
-/// leave it resident for others.
+/// A warm instance's memory may be at most this large, or as large as a fresh instance's (a
+/// module whose initialized heap is larger, such as a language runtime's): a process that grew
+/// its memory does not leave it resident for others.
 const WARM_MAX_MEMORY: usize = 4 << 20;
 
 /// The host's warm instances, by module.
@@ -28,10 +29,11 @@ pub(crate) struct WarmPool {
 }
 
 impl WarmPool {
-    /// Keeps `live`, an instance of module `module`, if there is room here and in the host's
-    /// instance capacity; otherwise it is dropped (and its instance given back).
-    pub(crate) fn offer(&self, module: u64, live: Live, instances: &Instances) {
-        if !instances.may_keep_warm() || live.memory_size() > WARM_MAX_MEMORY {
+    /// Keeps `live`, an instance of module `module` whose fresh instances have `fresh` bytes of
+    /// memory, if there is room here and in the host's instance capacity; otherwise it is
+    /// dropped (and its instance given back).
+    pub(crate) fn offer(&self, module: u64, fresh: usize, live: Live, instances: &Instances) {
+        if !instances.may_keep_warm() || live.memory_size() > WARM_MAX_MEMORY.max(fresh) {
             return;
         }
         let refused = {
@@ -49,9 +51,15 @@ impl WarmPool {
         drop(refused);
     }
 
-    /// A warm instance of module `module`, if one is kept.
-    pub(crate) fn take(&self, module: u64, instances: &Instances) -> Option<Live> {
-        let live = self.by_module.lock().get_mut(&module)?.pop()?;
+    /// A warm instance of module `module` whose memory has `bytes` bytes (what a restore over
+    /// it needs), if one is kept.
+    pub(crate) fn take(&self, module: u64, bytes: usize, instances: &Instances) -> Option<Live> {
+        let live = {
+            let mut pool = self.by_module.lock();
+            let kept = pool.get_mut(&module)?;
+            let at = kept.iter().rposition(|live| live.memory_size() == bytes)?;
+            kept.swap_remove(at)
+        };
         instances.warm(false);
         Some(live)
     }

@@ -12,7 +12,7 @@ export async function timers(ctx, n) {
   // Several timers at once: they end in the order of their lengths, whatever the order made.
   const order = [];
   const nap = async (i) => {
-    await ctx.sleep(10 * (n - i));
+    await ctx.sleep(100 * (n - i));
     order.push(i);
     return i;
   };
@@ -137,7 +137,7 @@ export async function spin() {
 
 export async function bomb() {
   const hoard = [];
-  for (;;) hoard.push(new Array(1 << 16).fill(1.5));
+  for (let i = 0; ; i++) hoard.push("x".repeat(4 << 20) + i);
 }
 
 export async function deep(ctx, n) {

@@ -22,7 +22,7 @@ async def timers(ctx, n):
     order = []
 
     async def nap(i):
-        await ctx.sleep(0.01 * (n - i))
+        await ctx.sleep(0.1 * (n - i))
         order.append(i)
         return i
 

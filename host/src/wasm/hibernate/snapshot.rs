@@ -26,6 +26,11 @@ const WASM_PAGE: usize = 65_536;
 static ZEROS: [u8; CHUNK] = [0; CHUNK];
 
 impl Snapshot {
+    /// The size of the linear memory it was taken of, in bytes.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.memory_bytes
+    }
+
     /// Saves the state of a process's instance: its globals, and the chunks of `memory` that differ
     /// from `image`.
     pub(crate) fn take<T>(

@@ -486,9 +486,10 @@ impl WasmProcess {
             &live.globals,
             &hibernating.plan.image,
         );
+        let fresh = fresh_bytes(hibernating);
         self.runtime
             .warm
-            .offer(compiled.id, *live, &self.runtime.instances);
+            .offer(compiled.id, fresh, *live, &self.runtime.instances);
         self.set_scratch(Vec::new());
         let bytes = snapshot.size();
         tracing::debug!(pid = %self.pid, saved = bytes, "process hibernated");
@@ -497,19 +498,108 @@ impl WasmProcess {
         self.spent(started);
     }
 
+    /// A warm instance of the module, reset to what a fresh one holds before `init`, if one is
+    /// kept and the module's fresh state is known. Only for modules whose instantiation runs no
+    /// code that could read WASI (no start function, which hibernation refuses anyway, and no
+    /// `_initialize`): a process started warm must read what one started fresh reads, or its
+    /// journal would not replay in a fresh instance.
+    fn start_warm(&mut self) -> Option<Live> {
+        let compiled = Arc::clone(&self.spec.module.compiled);
+        let hibernating = compiled.hibernation.as_ref().ok()?;
+        if compiled.exports.initialize.is_some() {
+            return None;
+        }
+        let fresh = hibernating.fresh.get()?;
+        let mut live =
+            self.runtime
+                .warm
+                .take(compiled.id, fresh.memory_bytes(), &self.runtime.instances)?;
+        self.adopt(&mut live);
+        match fresh.restore_over(
+            &mut live.store,
+            live.memory,
+            &live.globals,
+            &hibernating.plan.image,
+        ) {
+            Ok(true) => {
+                self.runtime.instances.started_warm();
+                Some(live)
+            }
+            // A memory that grew, or no page map: a fresh instance instead (this one is given
+            // back as it goes).
+            Ok(false) => None,
+            Err(error) => {
+                tracing::warn!(
+                    pid = %self.pid,
+                    "could not reset a warm instance ({error:#}); starting in a fresh one"
+                );
+                None
+            }
+        }
+    }
+
+    /// Keeps what the fresh instance `live` holds, before its `init`, as the module's fresh
+    /// state, if none is kept yet (see [`start_warm`](Self::start_warm)).
+    fn keep_fresh(&self, live: &mut Live) {
+        let compiled = &self.spec.module.compiled;
+        let Ok(hibernating) = &compiled.hibernation else {
+            return;
+        };
+        if compiled.exports.initialize.is_some() || hibernating.fresh.get().is_some() {
+            return;
+        }
+        let fresh = Snapshot::take(
+            &mut live.store,
+            live.memory,
+            &live.globals,
+            &hibernating.plan.image,
+        );
+        let _ = hibernating.fresh.set(fresh);
+    }
+
+    /// Makes a warm instance, another process's before, this process's: its own WASI (its
+    /// logs), its limits, no reads of the last one's.
+    fn adopt(&mut self, live: &mut Live) {
+        let muted = self.muted;
+        let logs = self.logs.get_or_insert_with(|| {
+            let logs = Logs::new(self.pid, self.workflow.clone());
+            logs.mute(muted);
+            Box::new(logs)
+        });
+        let state = live.store.data_mut();
+        state.wasi = logs.wasi();
+        state.limits = crate::wasm::GuestLimiter::new(&self.spec.limits);
+        state.reads = ReadState::default();
+    }
+
     /// Restores the snapshot into a warm instance of the module, if one is kept and fits.
     fn wake_warm(&mut self) -> bool {
         let compiled = Arc::clone(&self.spec.module.compiled);
-        let (Ok(hibernating), Some(logs), Some(snapshot)) =
-            (&compiled.hibernation, &self.logs, &self.snapshot)
+        let Ok(hibernating) = &compiled.hibernation else {
+            return false;
+        };
+        let Some(bytes) = self
+            .snapshot
+            .as_ref()
+            .map(|snapshot| snapshot.memory_bytes())
         else {
             return false;
         };
-        let Some(mut live) = self.runtime.warm.take(compiled.id, &self.runtime.instances) else {
+        if self.logs.is_none() {
+            return false;
+        }
+        let Some(mut live) = self
+            .runtime
+            .warm
+            .take(compiled.id, bytes, &self.runtime.instances)
+        else {
             return false;
         };
-        // The instance's WASI context was its last process's: this one gets its own.
-        live.store.data_mut().wasi = logs.wasi();
+        // The instance was its last process's: this one gets its own WASI and limits.
+        self.adopt(&mut live);
+        let Some(snapshot) = &self.snapshot else {
+            return false;
+        };
         match snapshot.restore_over(
             &mut live.store,
             live.memory,
@@ -593,6 +683,14 @@ impl WasmProcess {
     }
 }
 
+/// The memory a fresh instance of the module has: what a warm instance may keep.
+fn fresh_bytes(hibernating: &crate::wasm::module::Hibernating) -> usize {
+    hibernating
+        .fresh
+        .get()
+        .map_or(0, crate::wasm::hibernate::Snapshot::memory_bytes)
+}
+
 /// Sets a store's time budget (`ticks` epoch ticks) and fuel for one call.
 fn arm_store(store: &mut wasmtime::Store<crate::wasm::GuestState>, ticks: u64, fuel: Option<u64>) {
     store.set_epoch_deadline(ticks);
@@ -626,19 +724,29 @@ impl Process for WasmProcess {
                 info.unknown_entry(method).to_string(),
             ));
         }
-        let slot = match self.reserved.take() {
-            Some(slot) => slot,
-            None => self.runtime.take_instance().map_err(|refusal| {
-                self.fail(
-                    FailureKind::Limit,
-                    format_args!("could not be given an instance: {refusal}"),
-                )
-            })?,
-        };
         let started = Instant::now();
-        let live = self.instantiate(true, slot);
-        self.spent(started);
-        self.live = Some(Box::new(live?));
+        if let Some(live) = self.start_warm() {
+            // The warm instance counts against the capacity already: a slot reserved for this
+            // process goes back.
+            drop(self.reserved.take());
+            self.spent(started);
+            self.live = Some(Box::new(live));
+        } else {
+            let slot = match self.reserved.take() {
+                Some(slot) => slot,
+                None => self.runtime.take_instance().map_err(|refusal| {
+                    self.fail(
+                        FailureKind::Limit,
+                        format_args!("could not be given an instance: {refusal}"),
+                    )
+                })?,
+            };
+            let live = self.instantiate(true, slot);
+            self.spent(started);
+            let mut live = live?;
+            self.keep_fresh(&mut live);
+            self.live = Some(Box::new(live));
+        }
         let request = InitRequest {
             pid: ctx.pid(),
             parent: ctx.parent(),
@@ -753,10 +861,15 @@ impl Process for WasmProcess {
     }
 
     fn close(&mut self) {
-        if let (Some(live), Ok(_)) = (self.live.take(), &self.spec.module.compiled.hibernation) {
-            self.runtime
-                .warm
-                .offer(self.spec.module.compiled.id, *live, &self.runtime.instances);
+        if let (Some(live), Ok(hibernating)) =
+            (self.live.take(), &self.spec.module.compiled.hibernation)
+        {
+            self.runtime.warm.offer(
+                self.spec.module.compiled.id,
+                fresh_bytes(hibernating),
+                *live,
+                &self.runtime.instances,
+            );
         }
         self.release();
         if let Some(logs) = &self.logs {
