@@ -42,16 +42,6 @@ pub(crate) fn everything(
     }
 }
 
-/// The workflows that have ended, as the store has them.
-pub(crate) fn finished(
-    client: &wfhost_client::Client,
-) -> Result<Vec<(String, WorkflowJson)>, String> {
-    Ok(everything(client)?
-        .into_iter()
-        .filter(|(_, w)| w.is_finished())
-        .collect())
-}
-
 /// Checks workflow `id`'s end (`found`: as the store has it, `None` if it has no such
 /// workflow) against the history; an unfinished one is a violation only when `must_end`.
 pub(crate) fn workflow(history: &mut History, id: &str, found: Option<&WorkflowJson>) {
