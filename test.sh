@@ -7,8 +7,13 @@
 # - PostgreSQL's server binaries (Debian's `postgresql`): the tests start servers of their own;
 # - promtool (Debian's `prometheus`): the metrics tests check the exposition with it;
 # - Chromium and ChromeDriver (Debian's `chromium`, `chromium-driver`): the web UI's test;
+# - Node.js (Debian's `nodejs`): the JavaScript client's tests;
 # - Python packages (PyPI, into target/test-tools/venv): openapi-spec-validator, which checks
-#   the API's OpenAPI document.
+#   the API's OpenAPI document; pytest and httpx, for the Python client's own tests.
+#
+# Then, when no arguments narrow the run, the client packages' own tests, by their own runners
+# against a real `wfhost serve --http`: `pytest` for guest-sdk/python (installed into the venv as
+# a user installs it, `pip install ./guest-sdk/python`), `node --test` for guest-sdk/js.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -27,6 +32,7 @@ fi
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
 if [ "${#missing[@]}" -gt 0 ]; then
     say "installing Debian's ${missing[*]}"
     sudo=""
@@ -53,4 +59,18 @@ fi
 WFHOST_TEST_TOOLS="$(cd "$target/test-tools" && pwd)"
 export WFHOST_TEST_TOOLS
 
-exec cargo test --workspace "$@"
+cargo test --workspace "$@"
+if [ "$#" -gt 0 ]; then
+    exit 0
+fi
+
+# The packages' tests start the CLI the workspace's tests built.
+cargo build -q -p wfhost-cli
+WFHOST_BIN="$(cd "$target/debug" && pwd)/wfhost"
+export WFHOST_BIN
+say "the Python client's tests (pytest)"
+"$venv/bin/pip" install -q --disable-pip-version-check './guest-sdk/python[test]'
+python="$(cd "$venv/bin" && pwd)/python"
+(cd guest-sdk/python && "$python" -m pytest -q -p no:cacheprovider)
+say "the JavaScript client's tests (node --test)"
+(cd guest-sdk/js && node --test test/)

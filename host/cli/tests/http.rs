@@ -167,6 +167,107 @@ fn a_workflow_from_its_module_to_its_result() {
 }
 
 #[test]
+fn a_start_waits_for_the_result_in_one_request() {
+    let (_dir, server) = sqlite_server("start-and-wait");
+    let api = server.client();
+    let module = put_probe(&api);
+
+    // Ended within the wait: the result in the start's own answer.
+    let started = api
+        .start_and_wait(
+            &start_request("sw-1", &module, "echo", json!({"n": 7})),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+    assert!(started.new);
+    assert_eq!(started.workflow.status, "completed");
+    assert_eq!(
+        json_of(started.workflow.result.as_ref().unwrap()),
+        json!({"n": 7})
+    );
+    // The same start again: nothing new, the same result (200).
+    let body = serde_json::to_string(
+        &json!({"id": "sw-1", "module": module, "entry": "echo", "input": {"n": 7}}),
+    )
+    .unwrap();
+    let request = format!(
+        "POST /v1/workflows?wait=5s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, answer) = raw(&server.addr(), request.as_bytes());
+    assert_eq!(status, 200, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["new"], false);
+    assert_eq!(answer["workflow"]["result"], json!({"n": 7}));
+
+    // Still running at the deadline: 202, and where it stands.
+    let body = serde_json::to_string(
+        &json!({"id": "sw-2", "module": module, "entry": "wait_message", "input": 600_000}),
+    )
+    .unwrap();
+    let request = format!(
+        "POST /v1/workflows?wait=50ms HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, answer) = raw(&server.addr(), request.as_bytes());
+    assert_eq!(status, 202, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(
+        (answer["new"].clone(), answer["workflow"]["status"].clone()),
+        (json!(true), json!("running"))
+    );
+    // Its message comes; the start sent again waits for it to end.
+    api.send(
+        "sw-2",
+        &serde_json::value::to_raw_value(&json!("go")).unwrap(),
+    )
+    .unwrap();
+    let ended = api
+        .start_and_wait(
+            &start_request("sw-2", &module, "wait_message", json!(600_000)),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+    assert!(!ended.new);
+    assert_eq!(ended.workflow.status, "completed");
+    assert_eq!(
+        json_of(ended.workflow.result.as_ref().unwrap()),
+        json!("go")
+    );
+
+    // A failure is an answer, not an error: the workflow's error is in it.
+    let failed = api
+        .start_and_wait(
+            &start_request("sw-3", &module, "fail", json!("on purpose")),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+    assert_eq!(failed.workflow.status, "failed");
+    assert!(failed
+        .workflow
+        .error
+        .unwrap()
+        .message
+        .contains("on purpose"));
+
+    // A bad wait starts nothing.
+    let body = serde_json::to_string(
+        &json!({"id": "sw-4", "module": module, "entry": "echo", "input": 1}),
+    )
+    .unwrap();
+    let request = format!(
+        "POST /v1/workflows?wait=soon HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, answer) = raw(&server.addr(), request.as_bytes());
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(api.status("sw-4").unwrap_err().status(), Some(404));
+}
+
+#[test]
 fn pages_follow_a_cursor_to_the_end() {
     let (_dir, server) = sqlite_server("pages");
     let api = server.client();
@@ -429,6 +530,7 @@ fn the_openapi_document_describes_every_route_and_every_route_answers() {
             "POST /v1/tasks/poll",
             "POST /v1/tasks/{task}/complete",
             "POST /v1/tasks/{task}/heartbeat",
+            "POST /v1/tasks/{task}/release",
             "POST /v1/workflows",
             "POST /v1/workflows/{id}/cancel",
             "POST /v1/workflows/{id}/messages",

@@ -1,6 +1,6 @@
 //! [`Client`]: the HTTP API of a `wfhost serve`, one method per route, blocking.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::de::DeserializeOwned;
@@ -35,6 +35,7 @@ pub struct Client {
     token: Option<String>,
     agent: ureq::Agent,
     timeout: Duration,
+    retry_for: Duration,
 }
 
 impl std::fmt::Debug for Client {
@@ -64,6 +65,7 @@ impl Client {
             token: None,
             agent: agent(None),
             timeout: DEFAULT_TIMEOUT,
+            retry_for: DEFAULT_RETRY_FOR,
         })
     }
 
@@ -106,6 +108,14 @@ impl Client {
         self
     }
 
+    /// How long a call keeps asking again a server that is starting or restarting (a `503`
+    /// that says to ask again, or a refused connection); default [`DEFAULT_RETRY_FOR`]. Zero:
+    /// never asked again.
+    pub fn with_retry_for(mut self, retry_for: Duration) -> Client {
+        self.retry_for = retry_for;
+        self
+    }
+
     /// The server's address, as given.
     pub fn url(&self) -> &str {
         &self.base
@@ -114,11 +124,10 @@ impl Client {
     /// Stores a module (its `.wasm` bytes): what the server knows of it, and whether it was
     /// new (`false`: the store had it).
     pub fn put_module(&self, wasm: &[u8]) -> Result<(ModuleJson, bool)> {
-        let request = self
-            .post("/v1/modules")
-            .header("content-type", "application/wasm");
-        let (status, module) = answer(request.send(wasm), self.timeout)?;
-        Ok((module, status == 201))
+        let body = Body::Bytes("application/wasm", wasm);
+        let (status, module) =
+            self.exchange(Method::Post, "/v1/modules", body, None, Repeat::Safe)?;
+        Ok((decode(status, &module)?, status == 201))
     }
 
     /// The modules the store keeps.
@@ -131,7 +140,19 @@ impl Client {
     /// timeout, say); without one, the server makes one, and each start is a workflow of its
     /// own.
     pub fn start(&self, start: &StartRequest) -> Result<StartedJson> {
-        self.post_json("/v1/workflows", start)
+        let repeat = Repeat::when(start.id.is_some());
+        self.post_json("/v1/workflows", start, None, repeat)
+            .map(|(_, started)| started)
+    }
+
+    /// Starts a workflow and waits up to `wait` for it to end, in one request (the server
+    /// caps the wait): it as it stands then (its result when it ended) and whether this start
+    /// made it. A workflow that existed is not started again: it is waited for.
+    pub fn start_and_wait(&self, start: &StartRequest, wait: Duration) -> Result<StartedJson> {
+        let path = format!("/v1/workflows?wait={}", crate::duration::format(wait));
+        let repeat = Repeat::when(start.id.is_some());
+        self.post_json(&path, start, Some(wait), repeat)
+            .map(|(_, started)| started)
     }
 
     /// Where workflow `id` stands.
@@ -149,34 +170,34 @@ impl Client {
         self.get(&path, wait)
     }
 
-    /// Sends the JSON `message` to workflow `id`.
+    /// Sends the JSON `message` to workflow `id`. Not sent again after a refusal that may
+    /// have been applied: a message may not be wanted twice.
     pub fn send(&self, id: &str, message: &RawValue) -> Result<SentJson> {
         let path = format!("/v1/workflows/{}/messages", segment(id));
-        let request = self.post(&path).header("content-type", "application/json");
-        answer(request.send(message.get()), self.timeout).map(|(_, sent)| sent)
+        let body = Body::Bytes("application/json", message.get().as_bytes());
+        let (status, sent) = self.exchange(Method::Post, &path, body, None, Repeat::Once)?;
+        decode(status, &sent)
     }
 
     /// Asks workflow `id` to cancel.
     pub fn cancel(&self, id: &str) -> Result<CancelJson> {
-        let path = format!("/v1/workflows/{}/cancel", segment(id));
-        answer(self.post(&path).send_empty(), self.timeout).map(|(_, c)| c)
+        self.post_empty(&format!("/v1/workflows/{}/cancel", segment(id)))
     }
 
     /// Removes finished workflows (see [`PruneRequest`]).
     pub fn prune(&self, request: &PruneRequest) -> Result<PrunedJson> {
-        self.post_json("/v1/prune", request)
+        self.post_json("/v1/prune", request, None, Repeat::Safe)
+            .map(|(_, pruned)| pruned)
     }
 
     /// Pauses workflow `id`: it takes no step until unpaused.
     pub fn pause(&self, id: &str) -> Result<PauseJson> {
-        let path = format!("/v1/workflows/{}/pause", segment(id));
-        answer(self.post(&path).send_empty(), self.timeout).map(|(_, p)| p)
+        self.post_empty(&format!("/v1/workflows/{}/pause", segment(id)))
     }
 
     /// Unpauses workflow `id`: it takes what waited for it, and goes on.
     pub fn unpause(&self, id: &str) -> Result<PauseJson> {
-        let path = format!("/v1/workflows/{}/unpause", segment(id));
-        answer(self.post(&path).send_empty(), self.timeout).map(|(_, p)| p)
+        self.post_empty(&format!("/v1/workflows/{}/unpause", segment(id)))
     }
 
     /// Gives running workflow `id` the module `module` (a SHA-256 the store keeps: see
@@ -187,12 +208,14 @@ impl Client {
         let body = UpgradeRequest {
             module: module.to_string(),
         };
-        self.post_json(&path, &body)
+        self.post_json(&path, &body, None, Repeat::Safe)
+            .map(|(_, upgraded)| upgraded)
     }
 
     /// Creates a schedule.
     pub fn create_schedule(&self, request: &ScheduleRequest) -> Result<ScheduleJson> {
-        self.post_json("/v1/schedules", request)
+        self.post_json("/v1/schedules", request, None, Repeat::Safe)
+            .map(|(_, schedule)| schedule)
     }
 
     /// Every schedule.
@@ -207,29 +230,23 @@ impl Client {
 
     /// Pauses schedule `id` (`pause`) or resumes it (`resume`).
     pub fn change_schedule(&self, id: &str, verb: &str) -> Result<ScheduleChangeJson> {
-        let path = format!("/v1/schedules/{}/{verb}", segment(id));
-        answer(self.post(&path).send_empty(), self.timeout).map(|(_, c)| c)
+        self.post_empty(&format!("/v1/schedules/{}/{verb}", segment(id)))
     }
 
     /// Deletes schedule `id` (the workflows it started stay).
     pub fn delete_schedule(&self, id: &str) -> Result<ScheduleChangeJson> {
-        let url = format!("{}/v1/schedules/{}", self.base, segment(id));
-        let mut request = self
-            .agent
-            .delete(&url)
-            .config()
-            .timeout_global(Some(self.timeout))
-            .build();
-        if let Some(token) = &self.token {
-            request = request.header("authorization", &format!("Bearer {token}"));
-        }
-        answer(request.call(), self.timeout).map(|(_, body)| body)
+        let path = format!("/v1/schedules/{}", segment(id));
+        let (status, body) =
+            self.exchange(Method::Delete, &path, Body::None, None, Repeat::Safe)?;
+        decode(status, &body)
     }
 
-    /// Fires schedule `id` now: the workflow it started.
+    /// Fires schedule `id` now: the workflow it started. Not sent again after a refusal
+    /// that may have been applied: each firing is a workflow of its own.
     pub fn trigger_schedule(&self, id: &str) -> Result<StartedJson> {
         let path = format!("/v1/schedules/{}/trigger", segment(id));
-        answer(self.post(&path).send_empty(), self.timeout).map(|(_, s)| s)
+        let (status, body) = self.exchange(Method::Post, &path, Body::None, None, Repeat::Once)?;
+        decode(status, &body)
     }
 
     /// A page of the store's workflows.
@@ -276,37 +293,20 @@ impl Client {
 
     /// The server's metrics, in Prometheus' text format.
     pub fn metrics(&self) -> Result<String> {
-        let mut request = self
-            .agent
-            .get(format!("{}/metrics", self.base))
-            .config()
-            .timeout_global(Some(self.timeout))
-            .build();
-        if let Some(token) = &self.token {
-            request = request.header("authorization", &format!("Bearer {token}"));
-        }
-        let mut response = request.call().map_err(|e| transport(e, self.timeout))?;
-        let status = response.status().as_u16();
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(MAX_RESPONSE)
-            .read_to_string()
-            .map_err(|e| transport(e, self.timeout))?;
-        if status >= 400 {
-            return Err(refusal(status, body.as_bytes()));
-        }
-        Ok(body)
+        let (_, body) = self.exchange(Method::Get, "/metrics", Body::None, None, Repeat::Safe)?;
+        String::from_utf8(body)
+            .map_err(|_| Error::local("bad_answer", "the server's metrics are not UTF-8"))
     }
 
     /// The next task for one of `functions`, waiting up to `wait` for one (`None`: none came).
+    /// Asked again only when the server took nothing (a task given in an answer that was lost
+    /// comes back after its deadline).
     pub fn poll_task(&self, functions: &[String], wait: Duration) -> Result<Option<TaskJson>> {
         let body = PollRequest {
             functions: functions.to_vec(),
             wait: Some(crate::duration::format(wait)),
         };
-        let timeout = self.timeout.saturating_add(wait);
-        let (status, body) = self.post_raw("/v1/tasks/poll", &body, timeout)?;
+        let (status, body) = self.post_raw("/v1/tasks/poll", &body, Some(wait), Repeat::Once)?;
         if status == 204 {
             return Ok(None);
         }
@@ -317,7 +317,8 @@ impl Client {
     /// worker after its deadline) is refused with status 409 (code `task_moved_on`).
     pub fn complete_task(&self, task: &str, completion: &CompleteRequest) -> Result<()> {
         let path = format!("/v1/tasks/{}/complete", segment(task));
-        self.post_raw(&path, completion, self.timeout).map(|_| ())
+        self.post_raw(&path, completion, None, Repeat::Once)
+            .map(|_| ())
     }
 
     /// Completes task `task` and takes the next task for one of `functions`, waiting up to
@@ -337,8 +338,7 @@ impl Client {
             }),
             ..completion
         };
-        let timeout = self.timeout.saturating_add(wait);
-        let (status, body) = self.post_raw(&path, &completion, timeout)?;
+        let (status, body) = self.post_raw(&path, &completion, Some(wait), Repeat::Once)?;
         if status == 204 {
             return Ok(None);
         }
@@ -348,8 +348,17 @@ impl Client {
     /// Moves task `task`'s deadline on.
     pub fn heartbeat_task(&self, task: &str) -> Result<HeartbeatJson> {
         let path = format!("/v1/tasks/{}/heartbeat", segment(task));
-        let (status, body) = self.post_raw(&path, &serde_json::json!({}), self.timeout)?;
-        decode(status, &body)
+        let body = serde_json::json!({});
+        self.post_json(&path, &body, None, Repeat::Safe)
+            .map(|(_, beat)| beat)
+    }
+
+    /// Gives task `task` back, for another worker to take now (a worker that stops before
+    /// it finished the task).
+    pub fn release_task(&self, task: &str) -> Result<()> {
+        let path = format!("/v1/tasks/{}/release", segment(task));
+        self.exchange(Method::Post, &path, Body::None, None, Repeat::Safe)
+            .map(|_| ())
     }
 
     /// The OpenAPI document of the API.
@@ -357,42 +366,15 @@ impl Client {
         self.get("/v1/openapi.json", None)
     }
 
-    fn post(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
-        self.post_within(path, self.timeout)
-    }
-
-    /// A POST of `path` that may take `timeout`.
-    fn post_within(
-        &self,
-        path: &str,
-        timeout: Duration,
-    ) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
-        let url = format!("{}{path}", self.base);
-        let request = self
-            .agent
-            .post(&url)
-            .config()
-            .timeout_global(Some(timeout))
-            .build();
-        match &self.token {
-            Some(token) => request.header("authorization", &format!("Bearer {token}")),
-            None => request,
-        }
-    }
-
     fn get<T: DeserializeOwned>(&self, path: &str, wait: Option<Duration>) -> Result<T> {
-        let url = format!("{}{path}", self.base);
-        let timeout = self.timeout.saturating_add(wait.unwrap_or_default());
-        let mut request = self
-            .agent
-            .get(&url)
-            .config()
-            .timeout_global(Some(timeout))
-            .build();
-        if let Some(token) = &self.token {
-            request = request.header("authorization", &format!("Bearer {token}"));
-        }
-        answer(request.call(), timeout).map(|(_, body)| body)
+        let (status, body) = self.exchange(Method::Get, path, Body::None, wait, Repeat::Safe)?;
+        decode(status, &body)
+    }
+
+    /// A POST without a body, of a route that is safe to repeat.
+    fn post_empty<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        let (status, body) = self.exchange(Method::Post, path, Body::None, None, Repeat::Safe)?;
+        decode(status, &body)
     }
 
     /// Posts `body` as JSON; the status and the body of an answer that is not a refusal.
@@ -400,19 +382,197 @@ impl Client {
         &self,
         path: &str,
         body: &B,
-        timeout: Duration,
+        wait: Option<Duration>,
+        repeat: Repeat,
     ) -> Result<(u16, Vec<u8>)> {
         let body = serde_json::to_vec(body)
             .map_err(|e| Error::local("bad_request", format!("cannot write the request: {e}")))?;
-        let request = self
-            .post_within(path, timeout)
-            .header("content-type", "application/json");
-        received(request.send(&body[..]), timeout)
+        let body = Body::Bytes("application/json", &body);
+        self.exchange(Method::Post, path, body, wait, repeat)
     }
 
-    fn post_json<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> Result<T> {
-        let (status, body) = self.post_raw(path, body, self.timeout)?;
-        decode(status, &body)
+    fn post_json<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        wait: Option<Duration>,
+        repeat: Repeat,
+    ) -> Result<(u16, T)> {
+        let (status, body) = self.post_raw(path, body, wait, repeat)?;
+        decode(status, &body).map(|body| (status, body))
+    }
+
+    /// One call, asked again while the server says it is starting or restarting (within
+    /// [`with_retry_for`](Self::with_retry_for)): the status and the body of an answer that is
+    /// not a refusal, or the error a refusal carries.
+    fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Body<'_>,
+        wait: Option<Duration>,
+        repeat: Repeat,
+    ) -> Result<(u16, Vec<u8>)> {
+        let timeout = self.timeout.saturating_add(wait.unwrap_or_default());
+        let deadline = Instant::now().checked_add(self.retry_for);
+        let mut pause = FIRST_PAUSE;
+        loop {
+            let answer = self.exchange_once(method, path, body, timeout);
+            let Some(asked) = again(&answer, repeat, pause) else {
+                return answer.map_err(|failed| failed.error);
+            };
+            let now = Instant::now();
+            match deadline {
+                Some(deadline) if now + asked <= deadline => {
+                    std::thread::sleep(asked);
+                    pause = (pause * 2).min(LONGEST_PAUSE);
+                }
+                _ => return answer.map_err(|failed| failed.error),
+            }
+        }
+    }
+
+    /// One call, once: the answer, or the error with the `Retry-After` of a `503`.
+    fn exchange_once(
+        &self,
+        method: Method,
+        path: &str,
+        body: Body<'_>,
+        timeout: Duration,
+    ) -> std::result::Result<(u16, Vec<u8>), Failed> {
+        let url = format!("{}{path}", self.base);
+        let bearer = self.token.as_ref().map(|token| format!("Bearer {token}"));
+        let response = match method {
+            Method::Get | Method::Delete => {
+                let request = if method == Method::Get {
+                    self.agent.get(&url)
+                } else {
+                    self.agent.delete(&url)
+                };
+                let mut request = request.config().timeout_global(Some(timeout)).build();
+                if let Some(bearer) = &bearer {
+                    request = request.header("authorization", bearer);
+                }
+                request.call()
+            }
+            Method::Post => {
+                let mut request = self
+                    .agent
+                    .post(&url)
+                    .config()
+                    .timeout_global(Some(timeout))
+                    .build();
+                if let Some(bearer) = &bearer {
+                    request = request.header("authorization", bearer);
+                }
+                match body {
+                    Body::None => request.send_empty(),
+                    Body::Bytes(kind, bytes) => request.header("content-type", kind).send(bytes),
+                }
+            }
+        };
+        received(response, timeout)
+    }
+}
+
+/// How long a call keeps asking again a server that is starting or restarting.
+pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// The first pause before asking again a server that gave no `Retry-After`; it doubles up to
+/// [`LONGEST_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const LONGEST_PAUSE: Duration = Duration::from_secs(2);
+
+/// The `503` codes of a server that refused before doing anything: it has no host yet, is
+/// stopping, or holds as many requests or connections as it takes.
+const NOTHING_DONE: [&str; 4] = [
+    "unavailable",
+    "shutting_down",
+    "too_many_waiting",
+    "too_many_connections",
+];
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Method {
+    Get,
+    Post,
+    Delete,
+}
+
+#[derive(Clone, Copy)]
+enum Body<'a> {
+    None,
+    /// The content type and the bytes.
+    Bytes(&'static str, &'a [u8]),
+}
+
+/// Whether a call may be sent again when it is not known whether the server did it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Repeat {
+    /// Doing it twice is doing it once (a read, a start with an id, a cancel).
+    Safe,
+    /// Sent again only when the server surely did nothing.
+    Once,
+}
+
+impl Repeat {
+    fn when(safe: bool) -> Repeat {
+        if safe {
+            Repeat::Safe
+        } else {
+            Repeat::Once
+        }
+    }
+}
+
+/// How long to wait before asking again, when `answer` says to: a `503` the server gave
+/// (after its `Retry-After`, at most [`LONGEST_PAUSE`]) when it did nothing or the call is
+/// safe to repeat; a connection the server refused (nothing was sent) or, for a call safe to
+/// repeat, one it dropped.
+fn again(
+    answer: &std::result::Result<(u16, Vec<u8>), Failed>,
+    repeat: Repeat,
+    pause: Duration,
+) -> Option<Duration> {
+    let failed = answer.as_ref().err()?;
+    let error = &failed.error;
+    match error.status() {
+        Some(503) if repeat == Repeat::Safe || NOTHING_DONE.contains(&error.code()) => Some(
+            failed
+                .retry_after
+                .map_or(pause, |asked| asked.clamp(FIRST_PAUSE, LONGEST_PAUSE)),
+        ),
+        Some(_) => None,
+        None if error.code() == "refused" => Some(pause),
+        None if failed.dropped && repeat == Repeat::Safe => Some(pause),
+        None => None,
+    }
+}
+
+/// A call that failed, with what says whether to ask again.
+struct Failed {
+    error: Error,
+    /// A `503`'s `Retry-After`.
+    retry_after: Option<Duration>,
+    /// The server closed the connection (it stopped, or a kept-alive connection had gone):
+    /// the call may or may not have been done.
+    dropped: bool,
+}
+
+impl Failed {
+    fn transport(error: ureq::Error, timeout: Duration) -> Failed {
+        let dropped = matches!(&error, ureq::Error::Io(e) if matches!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::BrokenPipe
+                | std::io::ErrorKind::UnexpectedEof
+        ));
+        Failed {
+            error: transport(error, timeout),
+            retry_after: None,
+            dropped,
+        }
     }
 }
 
@@ -456,30 +616,32 @@ fn query<T: Serialize>(params: &T) -> Result<String> {
     })
 }
 
-/// The status and the decoded body of an answer, or the error it carries.
-fn answer<T: DeserializeOwned>(
-    response: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-    timeout: Duration,
-) -> Result<(u16, T)> {
-    let (status, body) = received(response, timeout)?;
-    decode(status, &body).map(|body| (status, body))
-}
-
-/// The status and the body of an answer that is not a refusal, or the error a refusal carries.
+/// The status and the body of an answer that is not a refusal, or the error a refusal
+/// carries (with the wait a `503`'s `Retry-After` asks for).
 fn received(
     response: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     timeout: Duration,
-) -> Result<(u16, Vec<u8>)> {
-    let mut response = response.map_err(|e| transport(e, timeout))?;
+) -> std::result::Result<(u16, Vec<u8>), Failed> {
+    let mut response = response.map_err(|e| Failed::transport(e, timeout))?;
     let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
     let body = response
         .body_mut()
         .with_config()
         .limit(MAX_RESPONSE)
         .read_to_vec()
-        .map_err(|e| transport(e, timeout))?;
+        .map_err(|e| Failed::transport(e, timeout))?;
     if status >= 400 {
-        return Err(refusal(status, &body));
+        return Err(Failed {
+            error: refusal(status, &body),
+            retry_after,
+            dropped: false,
+        });
     }
     Ok((status, body))
 }
@@ -519,6 +681,15 @@ fn transport(error: ureq::Error, timeout: Duration) -> Error {
         ureq::Error::Timeout(_) => Error::local(
             "timeout",
             format!("the server did not answer within {timeout:?}"),
+        ),
+        // Nothing was sent: safe to send again, whatever the call.
+        ureq::Error::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Error::local(
+            "refused",
+            format!("cannot reach the server (is it running?): {e}"),
+        ),
+        ureq::Error::ConnectionFailed => Error::local(
+            "refused",
+            "cannot reach the server (is it running?): the connection failed",
         ),
         ureq::Error::Io(e) => Error::local("unreachable", format!("cannot reach the server: {e}")),
         ureq::Error::HostNotFound => Error::local(

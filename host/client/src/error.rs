@@ -23,8 +23,9 @@ impl Error {
         }
     }
 
-    /// A call that got no answer, or one this client could not read: `unreachable`,
-    /// `timeout`, `bad_answer`, `bad_request` (the call was never sent).
+    /// A call that got no answer, or one this client could not read: `refused` (no server
+    /// listened: nothing was sent), `unreachable`, `timeout`, `bad_answer`, `bad_request` (the
+    /// call was never sent).
     pub(crate) fn local(code: &str, message: impl Into<String>) -> Error {
         Error {
             status: None,
@@ -39,7 +40,8 @@ impl Error {
     }
 
     /// A word programs can match (see [`ErrorDetail::code`](crate::wire::ErrorDetail::code)),
-    /// or, for a call that got no answer, `unreachable`, `timeout` or `bad_answer`.
+    /// or, for a call that got no answer, `refused`, `unreachable`, `timeout` or
+    /// `bad_answer`.
     pub fn code(&self) -> &str {
         &self.code
     }

@@ -36,5 +36,5 @@ pub mod duration;
 mod error;
 pub mod wire;
 
-pub use client::{segment, Client, DEFAULT_TIMEOUT};
+pub use client::{segment, Client, DEFAULT_RETRY_FOR, DEFAULT_TIMEOUT};
 pub use error::{Error, Result};

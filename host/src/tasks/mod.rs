@@ -105,6 +105,15 @@ impl Tasks {
         }
     }
 
+    /// Gives task `task` back: the next poll takes it now, not at its deadline (a worker that
+    /// stops before it finished the task).
+    pub async fn release(&self, task: &str) -> Result<(), TaskError> {
+        match &self.kind {
+            Kind::Local(board) => board.release(task),
+            Kind::Shared(board) => board.release(task).await,
+        }
+    }
+
     /// The function of the task a delivery's name names, if it is on the board.
     pub async fn function_of(&self, task: &str) -> Result<Option<String>, TaskError> {
         match &self.kind {

@@ -601,6 +601,29 @@ impl PgTaskBoard {
         }
     }
 
+    /// Gives task `task` back, for the next poll to take now rather than at its deadline.
+    pub async fn release(&self, task: &str) -> Result<(), TaskError> {
+        let (id, token) = parse(task).ok_or_else(|| TaskError::Unknown(task.into()))?;
+        let client = self
+            .client()
+            .await
+            .map_err(|e| TaskError::Unavailable(e.to_string()))?;
+        let row = client
+            .query_opt(
+                "WITH t AS (UPDATE tasks SET deadline = now(), token = NULL \
+                 WHERE id = $1 AND token = $2 AND outcome IS NULL AND deadline > now() \
+                 RETURNING function) \
+                 SELECT pg_notify('wfhost_task_new', function) FROM t",
+                &[&id, &token],
+            )
+            .await
+            .map_err(|e| TaskError::Unavailable(e.to_string()))?;
+        match row {
+            Some(_) => Ok(()),
+            None => Err(self.why_not(&client, task, id, token).await),
+        }
+    }
+
     /// Why delivery `token` of task `id` cannot be completed or heartbeaten.
     async fn why_not(&self, client: &Client, task: &str, id: i64, token: i64) -> TaskError {
         let moved = |why: String| TaskError::MovedOn {

@@ -391,6 +391,31 @@ impl Board {
         Ok(wall(deadline))
     }
 
+    /// Gives task `task` back: a worker that will not finish it (it is stopping) lets the next
+    /// poll have it now rather than at its deadline. Its attempt counts on with that delivery.
+    pub fn release(&self, task: &str) -> Result<(), TaskError> {
+        let mut state = self.state.lock();
+        let number = match state.current(task, Instant::now()) {
+            Ok(number) => number,
+            Err(error) => {
+                self.expire_late(&mut state, task);
+                return Err(error);
+            }
+        };
+        let entry = state.tasks.get_mut(&number).expect("current tasks exist");
+        let (_, deadline) = entry.taken.take().expect("current tasks are taken");
+        tracing::info!(
+            function = %entry.function,
+            attempt = entry.attempt,
+            "a worker gave a task back: offering it again"
+        );
+        state.deadlines.remove(&(deadline, number));
+        if state.offer(number, self.timeout()) {
+            self.reaper.notify_one();
+        }
+        Ok(())
+    }
+
     /// A completion or heartbeat that came after its delivery's deadline, before the reaper saw
     /// it: the task goes to another worker now.
     fn expire_late(&self, state: &mut BoardState, task: &str) {
@@ -633,6 +658,33 @@ mod tests {
                 }
                 Err(other) => panic!("{other}"),
             }
+        });
+    }
+
+    #[test]
+    fn a_task_given_back_goes_to_the_next_poll_at_once() {
+        let rt = runtime();
+        let board = Board::start(TaskSettings::default());
+        rt.block_on(async {
+            let call = board.call("charge".into(), json("1"), Some("k".into()), None);
+            let mut call = std::pin::pin!(call);
+            assert!(futures::poll!(call.as_mut()).is_pending());
+            let functions = ["charge".to_string()];
+            let first = board.poll(&functions, Duration::ZERO).await.unwrap();
+            board.release(&first.task).unwrap();
+            assert_eq!(board.counts(), (1, 0));
+            // Not at its deadline (a minute away): now, with the same key, its attempt on.
+            let second = board.poll(&functions, Duration::ZERO).await.unwrap();
+            assert_eq!(
+                (second.attempt, second.idempotency_key.as_deref()),
+                (2, Some("k"))
+            );
+            // The delivery given back is refused, and gives nothing back twice.
+            let late = board.complete(&first.task, Ok(json("1"))).unwrap_err();
+            assert!(matches!(late, TaskError::MovedOn { .. }), "{late}");
+            assert!(board.release(&first.task).is_err());
+            board.complete(&second.task, Ok(json("2"))).unwrap();
+            assert_eq!(call.await, Ok(json("2")));
         });
     }
 

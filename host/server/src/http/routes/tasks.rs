@@ -30,6 +30,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(poll))
         .routes(routes!(complete))
         .routes(routes!(heartbeat))
+        .routes(routes!(release))
 }
 
 /// The next task for one of the functions a worker serves, waiting up to `wait` for one.
@@ -190,6 +191,26 @@ async fn heartbeat(
         deadline: rfc3339(deadline),
         deadline_ms: ms,
     }))
+}
+
+/// Gives a task back, for another worker to take now rather than at its deadline: a worker
+/// that stops before it finished the task. The next delivery counts its attempt on.
+#[utoipa::path(post, path = "/v1/tasks/{task}/release", operation_id = "releaseTask", tag = "tasks",
+    params(("task" = String, Path, description = "The task's name, as the poll gave it")),
+    responses(
+        (status = 204, description = "Given back"),
+        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 409, description = "The task moved on: nothing to give back", body = ErrorBody),
+    ))]
+async fn release(
+    State(state): State<Arc<AppState>>,
+    scope: Option<Extension<WorkerScope>>,
+    Path(task): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let tasks = board(&state)?;
+    check_scope(&tasks, scope.as_ref(), &task).await?;
+    tasks.release(&task).await.map_err(task_error)?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 fn board(state: &AppState) -> Result<Tasks, ApiError> {

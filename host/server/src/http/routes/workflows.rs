@@ -49,27 +49,53 @@ pub(super) fn check_hash(hash: &str) -> Result<(), ApiError> {
     )))
 }
 
-/// Starts a workflow.
+/// Starts a workflow; with `wait`, also waits up to that long for it to end (one request where
+/// a start and a result would be two): `201` (started) or `200` (it existed) with the result
+/// when it ended in time, `202` with where it stands when it had not.
 #[utoipa::path(post, path = "/v1/workflows", operation_id = "startWorkflow", tag = "workflows",
     request_body = StartRequest,
+    params(WaitParams),
     responses(
-        (status = 201, description = "Started", body = StartedJson),
-        (status = 200, description = "It existed with the same module, entry point and input: nothing started", body = StartedJson),
-        (status = 400, description = "Bad JSON, id, entry point or input", body = ErrorBody),
+        (status = 201, description = "Started (and, with `wait`, ended in time: its result is in it)", body = StartedJson),
+        (status = 200, description = "It existed with the same module, entry point and input: nothing started (with `wait`, it ended in time)", body = StartedJson),
+        (status = 202, description = "With `wait`: started, or it existed, and still running at the deadline", body = StartedJson),
+        (status = 400, description = "Bad JSON, id, entry point, input or wait", body = ErrorBody),
         (status = 404, description = "No module with that hash", body = ErrorBody),
         (status = 409, description = "The id exists with another module, entry point or input", body = ErrorBody),
+        (status = 503, description = "With `wait`: too many requests wait already (nothing was started)", body = ErrorBody),
     ))]
 async fn start(
     State(state): State<Arc<AppState>>,
+    QueryParams(params): QueryParams<WaitParams>,
     JsonBody(start): JsonBody<StartRequest>,
 ) -> Result<(StatusCode, Json<StartedJson>), ApiError> {
     check_hash(&start.module)?;
+    let wait = wait(&state, params.wait.as_deref())?;
+    // The place among the requests that wait is taken before the start: a refusal starts
+    // nothing.
+    let place = if wait.is_zero() {
+        None
+    } else {
+        Some(waiting(&state)?)
+    };
     let input = Payload::json_bytes(start.input.get().as_bytes().to_vec());
     let started = call(&state, Default::default(), move |client| {
         client.start_stored(start.id.as_deref(), &start.module, &start.entry, &input)
     })
     .await?;
-    let status = if started.new {
+    let mut workflow = started.workflow;
+    if place.is_some() && !workflow.is_finished() {
+        let client = state.client()?;
+        let limit = state.request_timeout + wait;
+        let ended = client.result_async(&workflow.id, Some(wait));
+        workflow = tokio::time::timeout(limit, ended)
+            .await
+            .map_err(|_| timed_out(limit))??;
+    }
+    drop(place);
+    let status = if ran_past_the_wait(wait, &workflow) {
+        StatusCode::ACCEPTED
+    } else if started.new {
         StatusCode::CREATED
     } else {
         StatusCode::OK
@@ -78,9 +104,14 @@ async fn start(
         status,
         Json(StartedJson {
             new: started.new,
-            workflow: convert::workflow(&started.workflow),
+            workflow: convert::workflow(&workflow),
         }),
     ))
+}
+
+/// Whether a start that waited (`wait` given) left the workflow still running at its deadline.
+fn ran_past_the_wait(wait: std::time::Duration, workflow: &wfhost::WorkflowStatus) -> bool {
+    !wait.is_zero() && !workflow.is_finished()
 }
 
 /// A page of workflows, oldest first.

@@ -1,0 +1,152 @@
+"""The client against a real server: every operation, with exact answers."""
+
+import pytest
+
+from conftest import Server
+from wfhost_client import (
+    BadRequest,
+    Client,
+    Conflict,
+    NotFound,
+    StillRunning,
+    Unauthorized,
+    Unreachable,
+    WorkflowCancelled,
+    WorkflowFailed,
+)
+
+
+def test_a_module_is_stored_once_and_a_start_is_idempotent(client, shop):
+    first = client.put_module(shop)
+    again = client.put_module(shop)
+    assert (first.new, again.new, again.hash) == (True, False, first.hash)
+    assert {"echo", "fail", "wait_message", "charge"} <= set(first.entry_points)
+    assert [m.hash for m in client.modules()] == [first.hash]
+
+    started = client.start(first.hash, "echo", {"n": 1}, id="e-1")
+    assert (started.id, started.new) == ("e-1", True)
+    assert client.result("e-1", wait=60) == {"n": 1}
+    same = client.start(first.hash, "echo", {"n": 1}, id="e-1")
+    assert (same.new, same.status, same.result) == (False, "completed", {"n": 1})
+    with pytest.raises(Conflict) as refused:
+        client.start(first.hash, "echo", {"n": 2}, id="e-1")
+    assert refused.value.status == 409 and refused.value.code == "conflict"
+    assert "another input" in refused.value.message
+    anonymous = client.start(first.hash, "echo", None)
+    assert anonymous.id.startswith("wf-") and anonymous.new
+
+
+def test_start_and_wait_in_one_request(client, module):
+    done = client.start(module, "echo", [1, 2], id="sw-1", wait=60)
+    assert (done.new, done.status, done.result) == (True, "completed", [1, 2])
+    assert client.execute(module, "echo", "x", id="sw-2") == "x"
+    # Sent again: the same result, nothing started.
+    assert client.execute(module, "echo", "x", id="sw-2") == "x"
+    with pytest.raises(WorkflowFailed) as failed:
+        client.execute(module, "fail", "card declined", id="sw-3")
+    assert failed.value.kind == "failed"
+    assert "card declined" in failed.value.workflow.error["message"]
+    # Not ended within the wait: where it stands.
+    waiting = client.start(module, "wait_message", 600, id="sw-4", wait=0.05)
+    assert (waiting.status, waiting.new) == ("running", True)
+    with pytest.raises(StillRunning) as running:
+        client.result("sw-4", wait=0.05)
+    assert running.value.workflow.status == "running"
+    assert client.send("sw-4", {"go": True}) == 1
+    assert client.result("sw-4", wait="60s") == {"go": True}
+
+
+def test_operations_on_a_workflow(client, module):
+    client.start(module, "wait_message", 600, id="op-1")
+    assert client.pause("op-1") is True
+    assert client.pause("op-1") is False
+    assert client.status("op-1").paused is True
+    client.send("op-1", "while paused")
+    assert client.unpause("op-1") is True
+    assert client.result("op-1", wait=60) == "while paused"
+    history = list(client.history("op-1", page_size=1))
+    assert len(history) == client.status("op-1").steps
+    assert [s["step"] for s in history] == list(range(1, len(history) + 1))
+
+    client.start(module, "wait_message", 600, id="op-2")
+    assert client.cancel("op-2") == "asked"
+    with pytest.raises(WorkflowCancelled):
+        client.result("op-2", wait=60)
+    assert client.cancel("op-2") == "ended"
+    with pytest.raises(NotFound) as unknown:
+        client.status("nobody")
+    assert unknown.value.code == "unknown_workflow"
+    with pytest.raises(BadRequest):
+        client.start("not-a-hash", "echo", 1)
+    with pytest.raises(TypeError):
+        client.start(module, "echo", {1, 2})
+
+
+def test_a_listing_follows_its_pages(client, module):
+    ids = [f"page-{n}" for n in range(5)]
+    for id in ids:
+        client.start(module, "echo", id, id=id, wait=60)
+    listed = [w.id for w in client.list(prefix="page-", page_size=2)]
+    assert listed == ids
+    assert [w.id for w in client.list(prefix="page-", status="running")] == []
+    counts = client.counts(prefix="page-")
+    assert (counts["completed"], counts["running"]) == (5, 0)
+
+
+def test_schedules(client, module):
+    created = client.create_schedule("nightly", module, "echo", "tick", cron="0 0 2 * * *", time_zone="UTC")
+    assert created["id"] == "nightly"
+    assert [s["id"] for s in client.schedules()] == ["nightly"]
+    assert client.pause_schedule("nightly") is True
+    assert client.schedule("nightly")["paused"] is True
+    assert client.resume_schedule("nightly") is True
+    fired = client.trigger_schedule("nightly")
+    assert client.result(fired.id, wait=60) == "tick"
+    assert client.delete_schedule("nightly") is True
+    with pytest.raises(NotFound):
+        client.schedule("nightly")
+
+
+def test_a_token_is_required_and_sent(tmp_path, shop):
+    token = tmp_path / "token"
+    token.write_text("s3cret-token-for-tests\n")
+    server = Server(tmp_path, ["--token-file", str(token)]).start()
+    try:
+        with Client(server.url) as anonymous:
+            with pytest.raises(Unauthorized) as refused:
+                anonymous.modules()
+            assert refused.value.status == 401
+        with Client(server.url, token="s3cret-token-for-tests") as client:
+            module = client.put_module(shop).hash
+            assert client.execute(module, "echo", 5) == 5
+    finally:
+        server.kill()
+
+
+def test_a_restarting_server_is_ridden_out(tmp_path, shop):
+    server = Server(tmp_path, []).start()
+    try:
+        client = Client(server.url, retry_for=120)
+        module = client.put_module(shop).hash
+        client.start(module, "wait_message", 600, id="durable-1")
+        server.kill()
+        # Nothing listens: without time to ask again, said as it is.
+        with Client(server.url, retry_for=0) as impatient:
+            with pytest.raises(Unreachable) as down:
+                impatient.status("durable-1")
+            assert down.value.code == "refused"
+        # Started again (not waited for): the client asks until it answers, and the
+        # workflow is there, still waiting for its message.
+        server.start(ready=False)
+        assert client.status("durable-1").status == "running"
+        client.send("durable-1", "after the restart")
+        assert client.result("durable-1", wait=60) == "after the restart"
+        client.close()
+    finally:
+        server.kill()
+
+
+def test_bad_addresses_are_refused_before_anything_is_sent():
+    with pytest.raises(Exception) as refused:
+        Client("wf.db")
+    assert "http://HOST:PORT" in str(refused.value)
