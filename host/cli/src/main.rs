@@ -2,6 +2,7 @@
 
 mod args;
 mod commands;
+mod config;
 mod events;
 mod exit;
 mod output;
@@ -9,7 +10,7 @@ mod output;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use tracing_subscriber::EnvFilter;
 
 /// Runs WebAssembly workflows: sandboxed workflows written in Rust, compiled to wasm32-wasip1.
@@ -70,7 +71,30 @@ fn forget_empty_settings() {
 
 fn main() -> ExitCode {
     forget_empty_settings();
-    let cli = Cli::parse();
+    // `wfhost serve --config FILE`: the file's settings as flags, before clap reads them.
+    let expanded = match config::expand(std::env::args_os().collect()) {
+        Ok(expanded) => expanded,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let matches = match (
+        Cli::command().try_get_matches_from(expanded.args),
+        &expanded.file,
+    ) {
+        (Ok(matches), _) => matches,
+        // A setting of the file that its flag does not take: said with the file's name.
+        (Err(error), Some(file)) if config::about_the_file(&error, &expanded.from_file) => {
+            eprintln!("error: {:#}", config::refused(file, &error));
+            return ExitCode::from(2);
+        }
+        (Err(error), _) => error.exit(),
+    };
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some(serve) = matches.subcommand_matches("serve") {
+        cli.command.describe(serve, &expanded.from_file);
+    }
     init_logging(cli.verbose);
     match cli.command.execute() {
         Ok(()) => ExitCode::SUCCESS,

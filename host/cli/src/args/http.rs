@@ -89,6 +89,21 @@ impl HttpArgs {
         Ok(Some(api))
     }
 
+    /// Whether --http is given.
+    pub fn given(&self) -> bool {
+        self.http.is_some()
+    }
+
+    /// Checks what can be checked without listening: the token file, the address's exposure,
+    /// the TLS certificate and key.
+    pub fn check(&self, max_module: usize) -> anyhow::Result<()> {
+        self.api(&Metrics::new(), max_module)?;
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            Tls::from_pem_files(cert, key)?;
+        }
+        Ok(())
+    }
+
     /// Serves `api` on --http's address.
     pub fn serve(&self, api: &Api) -> anyhow::Result<Serving> {
         let addr = self.http.as_deref().unwrap_or_default();

@@ -4,6 +4,7 @@
 mod backup;
 mod build;
 mod cancel;
+mod config;
 mod history;
 mod inspect;
 mod list;
@@ -49,6 +50,46 @@ pub enum Command {
     Types(types::TypesCommand),
     #[cfg(unix)]
     Worker(worker::WorkerCommand),
+    Config(config::ConfigCommand),
+}
+
+/// `wfhost serve`'s arguments, for the settings of a configuration file.
+pub(crate) fn serve_command() -> clap::Command {
+    <serve::ServeCommand as clap::CommandFactory>::command()
+}
+
+/// Serve's settings from `args` (`serve`'s own, without the program's name; those of `file`
+/// among them), checked as `wfhost serve` checks them before it serves: its settings in words.
+pub(crate) fn check_serve(
+    args: Vec<std::ffi::OsString>,
+    file: &std::path::Path,
+    from_file: &[String],
+) -> anyhow::Result<String> {
+    let refused = |e: clap::Error| crate::config::refused(file, &e);
+    let matches = serve_command()
+        .try_get_matches_from(args)
+        .map_err(refused)?;
+    let serve = <serve::ServeCommand as clap::FromArgMatches>::from_arg_matches(&matches)
+        .map_err(refused)?;
+    serve.check()?;
+    Ok(crate::config::effective(
+        &serve_command(),
+        &matches,
+        from_file,
+    ))
+}
+
+impl Command {
+    /// Says the settings `wfhost serve` runs with (`matches`: its own), when this is serve.
+    pub fn describe(&mut self, matches: &clap::ArgMatches, from_file: &[String]) {
+        if let Command::Serve(serve) = self {
+            serve.describe(crate::config::effective(
+                &serve_command(),
+                matches,
+                from_file,
+            ));
+        }
+    }
 }
 
 impl Command {
@@ -76,6 +117,7 @@ impl Command {
             Command::Types(command) => command.execute(),
             #[cfg(unix)]
             Command::Worker(command) => command.execute(),
+            Command::Config(command) => command.execute(),
         }
     }
 }

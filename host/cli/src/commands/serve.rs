@@ -23,6 +23,13 @@ use crate::args::units::parse_duration;
 /// SQLite file it is the only host. Stopping gives what it runs back to the other hosts at once.
 #[derive(Debug, clap::Parser)]
 pub struct ServeCommand {
+    /// Read settings from this TOML file, each key named as its flag (`store = "wf.db"`,
+    /// `http = "127.0.0.1:8080"`, `worker-function = ["payments.charge"]`, `on-demand = true`).
+    /// Flags on the command line win over environment variables, which win over the file.
+    /// `wfhost config check FILE` checks one without serving.
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+
     /// The store: a PostgreSQL URL (hosts share it) or a SQLite file (this host alone).
     #[arg(long, value_name = "STORE", env = "WFHOST_STORE")]
     store: Location,
@@ -67,11 +74,45 @@ pub struct ServeCommand {
 
     #[command(flatten)]
     workers_fns: crate::args::outbound::WorkerFunctionArgs,
+
+    /// The settings it runs with, in words (set after parsing; logged at start).
+    #[arg(skip)]
+    settings: String,
 }
 
 impl ServeCommand {
-    pub fn execute(self) -> anyhow::Result<()> {
+    /// Says the settings it runs with when it starts.
+    pub fn describe(&mut self, settings: String) {
+        self.settings = settings;
+    }
+
+    /// What can be checked without serving: the settings agree with each other, and the
+    /// token and TLS files can be read.
+    pub fn check(&self) -> anyhow::Result<()> {
+        self.consistent()?;
+        self.http.check(self.limits.max_module_size())
+    }
+
+    /// The settings agree with each other.
+    fn consistent(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.claim > 0, "--claim must be at least 1");
+        anyhow::ensure!(
+            !self.workers_fns.any() || self.http.given(),
+            "--worker-function needs --http: activity workers take their tasks from the HTTP API"
+        );
+        Ok(())
+    }
+
+    pub fn execute(self) -> anyhow::Result<()> {
+        self.consistent()?;
+        match &self.config {
+            Some(file) => eprintln!(
+                "wfhost serve: settings ({}): {}",
+                file.display(),
+                self.settings
+            ),
+            None => eprintln!("wfhost serve: settings: {}", self.settings),
+        }
         let metrics = Metrics::new();
         let tasks = self.workers_fns.tasks(&self.store)?;
         let mut api = self.http.api(&metrics, self.limits.max_module_size())?;
@@ -80,10 +121,6 @@ impl ServeCommand {
                 api = Some(self.workers_fns.api(with, tasks)?);
             }
         }
-        anyhow::ensure!(
-            !self.workers_fns.any() || api.is_some(),
-            "--worker-function needs --http: activity workers take their tasks from the HTTP API"
-        );
         let mut server = Server::new()
             .poll(self.poll)
             .claim(self.claim)
