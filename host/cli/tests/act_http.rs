@@ -405,4 +405,45 @@ fn the_attempts_of_one_call_carry_one_key() {
         .collect();
     assert_eq!(words.len(), 3, "{words:?}");
     assert!(words[2].contains("again (attempt 3 of #"), "{words:?}");
+    // In words: the request's method and URL, the answer's status and body, not postcard.
+    let url = format!("{base}/flaky");
+    assert!(
+        words[0].ends_with(&format!("call 'wfhost.http': GET {url}")),
+        "{words:?}"
+    );
+    let answers: Vec<(String, Value)> = history
+        .steps
+        .iter()
+        .flat_map(|step| step.events.iter())
+        .filter(|e| e["answers"] == "call" || e["answers"] == "retry")
+        .map(|e| {
+            (
+                e["words"].as_str().unwrap_or_default().to_string(),
+                e.clone(),
+            )
+        })
+        .collect();
+    let last = answers.last().unwrap();
+    assert!(
+        last.0
+            .ends_with("'wfhost.http' answered 200 10 bytes: ok after 3"),
+        "{answers:?}"
+    );
+    assert_eq!(
+        (last.1["ok"]["status"].clone(), last.1["ok"]["body"].clone()),
+        (json!(200), json!("ok after 3"))
+    );
+    let first_yield = &history
+        .steps
+        .iter()
+        .flat_map(|s| s.yields.iter())
+        .find(|y| y["kind"] == "call")
+        .unwrap();
+    assert_eq!(
+        (
+            first_yield["input"]["method"].clone(),
+            first_yield["input"]["url"].clone()
+        ),
+        (json!("GET"), json!(url))
+    );
 }

@@ -11,6 +11,7 @@
 //! | [`Client::serving`] a host | the host itself (a start runs in it, a message reaches it at once) and its store | the HTTP API's handlers, embedders |
 
 mod backend;
+mod builtin_words;
 mod narrator;
 mod prune;
 mod remote;

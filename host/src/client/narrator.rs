@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 use wfcontract::{Command, Encoding, Event, EventKind, Payload, Pid, Status, Yield};
 
+use super::builtin_words;
 use super::types::{HistoryStep, Page};
 use super::Client;
 use crate::error::Result;
@@ -179,15 +180,19 @@ impl<'a> Narrator<'a> {
             ),
             Command::Join(pid) => format!("join {}", self.pid(*pid)),
             Command::Cancel(pid) => format!("cancel {}", self.pid(*pid)),
-            Command::Call(call) => {
-                format!("call '{}' with {}", call.name, payload_text(&call.input))
-            }
+            Command::Call(call) => match builtin_words::input(&call.name, &call.input) {
+                Some((words, _)) => format!("call '{}': {words}", call.name),
+                None => format!("call '{}' with {}", call.name, payload_text(&call.input)),
+            },
             Command::Retry(retry) => format!(
-                "call '{}' again (attempt {} of {}) with {}",
+                "call '{}' again (attempt {} of {}){}",
                 retry.call.name,
                 retry.attempt,
                 retry.first,
-                payload_text(&retry.call.input)
+                match builtin_words::input(&retry.call.name, &retry.call.input) {
+                    Some((words, _)) => format!(": {words}"),
+                    None => format!(" with {}", payload_text(&retry.call.input)),
+                }
             ),
             Command::Now => "now".into(),
             Command::Random => "random".into(),
@@ -226,10 +231,10 @@ impl<'a> Narrator<'a> {
                 "input": payload_json(&spawn.input),
             }),
             Command::Join(pid) | Command::Cancel(pid) => json!({ "target": pid.0 }),
-            Command::Call(call) => json!({ "name": call.name, "input": payload_json(&call.input) }),
+            Command::Call(call) => json!({ "name": call.name, "input": call_input_json(call) }),
             Command::Retry(retry) => json!({
                 "name": retry.call.name,
-                "input": payload_json(&retry.call.input),
+                "input": call_input_json(&retry.call),
                 "first": retry.first.0,
                 "attempt": retry.attempt,
             }),
@@ -273,10 +278,15 @@ impl<'a> Narrator<'a> {
                 format!("{} ended with {}", self.pid(*pid), payload_text(data)),
                 payload_json(data),
             ),
-            Some(Command::Call(call) | Command::Retry(wfcontract::RetryRequest { call, .. })) => (
-                format!("'{}' answered {}", call.name, payload_text(data)),
-                payload_json(data),
-            ),
+            Some(Command::Call(call) | Command::Retry(wfcontract::RetryRequest { call, .. })) => {
+                match builtin_words::answer(&call.name, data) {
+                    Some((words, value)) => (format!("'{}' answered {words}", call.name), value),
+                    None => (
+                        format!("'{}' answered {}", call.name, payload_text(data)),
+                        payload_json(data),
+                    ),
+                }
+            }
             _ => (payload_text(data), payload_json(data)),
         }
     }
@@ -357,6 +367,12 @@ fn level(level: wfcontract::Level) -> &'static str {
         Level::Warn => "warn",
         Level::Error => "error",
     }
+}
+
+/// A call's input as JSON: the host's own functions' requests as what they ask.
+fn call_input_json(call: &wfcontract::CallRequest) -> Value {
+    builtin_words::input(&call.name, &call.input)
+        .map_or_else(|| payload_json(&call.input), |(_, v)| v)
 }
 
 /// A payload as JSON: itself when it is JSON, else its encoding, size and bytes in hex.
