@@ -73,4 +73,4 @@ say "the Python client's tests (pytest)"
 python="$(cd "$venv/bin" && pwd)/python"
 (cd guest-sdk/python && "$python" -m pytest -q -p no:cacheprovider)
 say "the JavaScript client's tests (node --test)"
-(cd guest-sdk/js && node --test test/)
+(cd guest-sdk/js && node --test test/*.test.js)

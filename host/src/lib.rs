@@ -95,6 +95,11 @@ pub mod store {
     pub use crate::client::{new_id, DEFAULT_PAGE, MAX_PAGE};
     pub use crate::durable::store::{Holder, Location, SyncMode};
 
+    /// `url` with the password of its user (`postgres://wf:***@db/wf`) masked, for logs.
+    pub fn redact(url: &str) -> String {
+        wfhost_store::redact(url)
+    }
+
     /// Who holds the SQLite store at `path` (its one host), if one does.
     pub fn holder(path: impl AsRef<std::path::Path>) -> Option<Holder> {
         crate::durable::store::SqliteStore::holder(path)

@@ -61,6 +61,11 @@ def test_a_call_is_served_with_its_key_and_attempt(client, module, running):
     assert (function, attempt) == ("payments.charge", 1)
     assert key and key.startswith("c-1")
     assert worker.worker.completed == 1
+    # The server saw the worker by its name, and took its completion.
+    (charge,) = [f for f in client.workers() if f["function"] == "payments.charge"]
+    assert [p["name"] for p in charge["pollers"]] == [worker.worker.name]
+    assert charge["pollers"][0]["host"] == worker.worker.machine
+    assert (charge["completed"], charge["failed"], charge["waiting"]) == (1, 0, 0)
 
 
 def test_errors_say_whether_a_retry_may_help(client, module, running):

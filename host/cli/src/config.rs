@@ -277,12 +277,8 @@ fn masked(long: &str, value: &OsStr) -> String {
         return "***".into();
     }
     // scheme://user:password@host
-    if let Some((scheme, rest)) = text.split_once("://") {
-        if let Some((credentials, host)) = rest.split_once('@') {
-            if let Some((user, _)) = credentials.split_once(':') {
-                return format!("{scheme}://{user}:***@{host}");
-            }
-        }
+    if text.contains("://") {
+        return wfhost::store::redact(&text);
     }
     // key=value connection strings: password=...
     if text.contains("password=") {

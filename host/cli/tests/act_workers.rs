@@ -651,3 +651,124 @@ fn a_completion_answered_204_survives_the_host_before_the_step_takes_it() {
         .unwrap()
         .is_none());
 }
+
+#[test]
+fn workers_and_the_tasks_they_leave_are_visible() {
+    let dir = common::tempdir("act-workers", "visible");
+    let store = dir.join("wf.db");
+    let server = HttpServer::start(
+        &dir,
+        store.to_str().unwrap(),
+        &[
+            "--worker-function",
+            "payments.charge",
+            "--worker-function",
+            "inventory.reserve",
+        ],
+    );
+    let api = server.client();
+    let module = put_probe(&api);
+    let view = api.workers().unwrap();
+    let names: Vec<&str> = view.functions.iter().map(|f| f.function.as_str()).collect();
+    assert_eq!(names, ["inventory.reserve", "payments.charge"]);
+    assert!(view
+        .functions
+        .iter()
+        .all(|f| f.pollers.is_empty() && f.waiting == 0));
+
+    // A call nobody polls for: a task waiting, and no pollers.
+    api.start(&start_request(
+        "v1",
+        &module,
+        "call",
+        json!(["payments.charge", 5]),
+    ))
+    .unwrap();
+    let charge = |api: &wfhost_client::Client| {
+        api.workers()
+            .unwrap()
+            .functions
+            .into_iter()
+            .find(|f| f.function == "payments.charge")
+            .unwrap()
+    };
+    common::wait_until("the task waits", || charge(&api).waiting == 1);
+    let waiting = charge(&api);
+    assert_eq!((waiting.in_flight, waiting.pollers.len()), (0, 0));
+    assert!(waiting.oldest_waiting_ms.is_some());
+
+    // A named worker takes it: in flight, and the worker is seen.
+    let billing = server.client().with_worker_name("billing-1", "machine-a");
+    let task = billing
+        .poll_task(&functions(&["payments.charge"]), Duration::from_secs(30))
+        .unwrap()
+        .expect("a task");
+    let taken = charge(&api);
+    assert_eq!((taken.waiting, taken.in_flight), (0, 1));
+    assert_eq!(taken.pollers.len(), 1);
+    let poller = &taken.pollers[0];
+    assert_eq!(
+        (poller.name.as_str(), poller.host.as_str(), poller.polling),
+        ("billing-1", "machine-a", false)
+    );
+    billing
+        .complete_task(&task.task, &ok(json!("charged")))
+        .unwrap();
+    let done = charge(&api);
+    assert_eq!((done.in_flight, done.completed, done.failed), (0, 1, 0));
+    assert_eq!(
+        result(
+            api.result("v1", Some(Duration::from_secs(60)))
+                .unwrap()
+                .result
+                .as_ref()
+                .unwrap()
+        ),
+        json!({"ok": "charged"})
+    );
+
+    // A poll that waits shows as polling while it waits; an unnamed one by its address.
+    let anonymous = server.client();
+    let reserve = functions(&["inventory.reserve"]);
+    let polling =
+        std::thread::spawn(move || anonymous.poll_task(&reserve, Duration::from_secs(60)));
+    let reserving = |api: &wfhost_client::Client| {
+        api.workers()
+            .unwrap()
+            .functions
+            .into_iter()
+            .find(|f| f.function == "inventory.reserve")
+            .unwrap()
+    };
+    common::wait_until("the poll waits", || {
+        reserving(&api).pollers.first().is_some_and(|p| p.polling)
+    });
+    assert_eq!(reserving(&api).pollers[0].name, "127.0.0.1");
+    api.start(&start_request(
+        "v2",
+        &module,
+        "call",
+        json!(["inventory.reserve", 1]),
+    ))
+    .unwrap();
+    let task = polling
+        .join()
+        .unwrap()
+        .unwrap()
+        .expect("the waiting poll gets it");
+    api.complete_task(&task.task, &error("out of stock", false))
+        .unwrap();
+    assert_eq!(reserving(&api).failed, 1);
+
+    // The metrics say the same.
+    let metrics = api.metrics().unwrap();
+    for line in [
+        "wfhost_tasks_waiting{function=\"payments.charge\"} 0",
+        "wfhost_task_pollers{function=\"payments.charge\"} 1",
+        "wfhost_task_wait_seconds_count{function=\"payments.charge\"} 1",
+        "wfhost_task_completions_total{function=\"payments.charge\",outcome=\"result\"} 1",
+        "wfhost_task_completions_total{function=\"inventory.reserve\",outcome=\"error\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
+}

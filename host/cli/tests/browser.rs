@@ -73,7 +73,12 @@ async fn the_ui_in_a_real_browser() {
     let server = HttpServer::start(
         &dir,
         store.to_str().unwrap(),
-        &["--token-file", token_file.to_str().unwrap()],
+        &[
+            "--token-file",
+            token_file.to_str().unwrap(),
+            "--worker-function",
+            "payments.charge",
+        ],
     );
     let api = server.client().with_token(TOKEN);
     let module = put_probe(&api);
@@ -484,6 +489,23 @@ async fn the_ui_in_a_real_browser() {
     })
     .await;
     screenshot(&client, "hosts").await;
+
+    // The workers page: the function served, and nobody polling for it.
+    client.goto(&format!("{base}/#/workers")).await.unwrap();
+    until("the worker function and its pollers", || async {
+        let row = text_of(&client, "tr[data-function=\"payments.charge\"]").await?;
+        Ok(row.contains("no worker polls for it"))
+    })
+    .await;
+    assert_eq!(
+        text_of(
+            &client,
+            "tr[data-function=\"payments.charge\"] [data-waiting]"
+        )
+        .await
+        .unwrap(),
+        "0"
+    );
 
     // A phone's width: the list still reads (the wide columns give way).
     client.set_window_size(390, 844).await.unwrap();

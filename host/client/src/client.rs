@@ -13,7 +13,7 @@ use crate::wire::{
     HistoryPage, HistoryParams, HostList, ListParams, ModuleJson, ModuleList, OutboxPage,
     OutboxParams, PauseJson, PollRequest, PruneRequest, PrunedJson, ScheduleChangeJson,
     ScheduleJson, ScheduleList, ScheduleRequest, SentJson, StartRequest, StartedJson, TaskJson,
-    UpgradeJson, UpgradeRequest, WaitsJson, WorkflowJson, WorkflowPage,
+    UpgradeJson, UpgradeRequest, WaitsJson, WorkersJson, WorkflowJson, WorkflowPage,
 };
 
 /// How long a call may take unless it waits on purpose (a result or the outbox with `wait`).
@@ -36,6 +36,9 @@ pub struct Client {
     agent: ureq::Agent,
     timeout: Duration,
     retry_for: Duration,
+    /// A worker's name and machine, sent with its polls.
+    worker: Option<String>,
+    machine: Option<String>,
 }
 
 impl std::fmt::Debug for Client {
@@ -66,6 +69,8 @@ impl Client {
             agent: agent(None),
             timeout: DEFAULT_TIMEOUT,
             retry_for: DEFAULT_RETRY_FOR,
+            worker: None,
+            machine: None,
         })
     }
 
@@ -113,6 +118,18 @@ impl Client {
     /// never asked again.
     pub fn with_retry_for(mut self, retry_for: Duration) -> Client {
         self.retry_for = retry_for;
+        self
+    }
+
+    /// Names the worker this client polls for (`GET /v1/workers` shows it so), and the
+    /// machine it runs on.
+    pub fn with_worker_name(
+        mut self,
+        name: impl Into<String>,
+        machine: impl Into<String>,
+    ) -> Client {
+        self.worker = Some(name.into());
+        self.machine = Some(machine.into());
         self
     }
 
@@ -305,6 +322,8 @@ impl Client {
         let body = PollRequest {
             functions: functions.to_vec(),
             wait: Some(crate::duration::format(wait)),
+            worker: self.worker.clone(),
+            host: self.machine.clone(),
         };
         let (status, body) = self.post_raw("/v1/tasks/poll", &body, Some(wait), Repeat::Once)?;
         if status == 204 {
@@ -335,6 +354,8 @@ impl Client {
             next: Some(PollRequest {
                 functions: functions.to_vec(),
                 wait: Some(crate::duration::format(wait)),
+                worker: self.worker.clone(),
+                host: self.machine.clone(),
             }),
             ..completion
         };
@@ -359,6 +380,11 @@ impl Client {
         let path = format!("/v1/tasks/{}/release", segment(task));
         self.exchange(Method::Post, &path, Body::None, None, Repeat::Safe)
             .map(|_| ())
+    }
+
+    /// The workers the server has seen and the tasks of each function.
+    pub fn workers(&self) -> Result<WorkersJson> {
+        self.get("/v1/workers", None)
     }
 
     /// The OpenAPI document of the API.
@@ -414,7 +440,8 @@ impl Client {
         repeat: Repeat,
     ) -> Result<(u16, Vec<u8>)> {
         let timeout = self.timeout.saturating_add(wait.unwrap_or_default());
-        let deadline = Instant::now().checked_add(self.retry_for);
+        // Counted from the first failure: a long wait that a restart cut short is asked again.
+        let mut deadline = None;
         let mut pause = FIRST_PAUSE;
         loop {
             let answer = self.exchange_once(method, path, body, timeout);
@@ -422,7 +449,7 @@ impl Client {
                 return answer.map_err(|failed| failed.error);
             };
             let now = Instant::now();
-            match deadline {
+            match *deadline.get_or_insert_with(|| now.checked_add(self.retry_for)) {
                 Some(deadline) if now + asked <= deadline => {
                     std::thread::sleep(asked);
                     pause = (pause * 2).min(LONGEST_PAUSE);

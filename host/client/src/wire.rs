@@ -639,6 +639,57 @@ pub struct PollRequest {
     /// How long to wait for a task (`30s`; capped by the server). None: answer at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<String>,
+    /// The worker's name, as `GET /v1/workers` shows its pollers (`billing-7`). None: its
+    /// address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// The machine it runs on. None: its address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+/// The workers this server has seen and the tasks of each function (`GET /v1/workers`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct WorkersJson {
+    /// Each function served (`--worker-function`), polled for, or with tasks, by name.
+    pub functions: Vec<FunctionWorkersJson>,
+}
+
+/// One function's workers and tasks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct FunctionWorkersJson {
+    /// The function.
+    pub function: String,
+    /// The workers that polled this server for it in the last hour, latest first.
+    pub pollers: Vec<PollerJson>,
+    /// Tasks waiting for a worker (of every host's workflows, on a store hosts share).
+    pub waiting: u64,
+    /// How long the oldest waiting task has waited since its call, in milliseconds.
+    pub oldest_waiting_ms: Option<u64>,
+    /// Tasks workers hold now.
+    pub in_flight: u64,
+    /// Completions with a result this server took since it started.
+    pub completed: u64,
+    /// Completions with an error this server took since it started.
+    pub failed: u64,
+}
+
+/// A worker that polls for a function.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct PollerJson {
+    /// Its name (the poll's `worker`, else its address).
+    pub name: String,
+    /// Its machine (the poll's `host`, else its address).
+    pub host: String,
+    /// When it last polled, RFC 3339.
+    pub last_poll: String,
+    /// The same, in milliseconds since the Unix epoch.
+    pub last_poll_ms: u64,
+    /// Whether a poll of its waits now.
+    pub polling: bool,
 }
 
 /// A task for a worker: one call of a function it serves.

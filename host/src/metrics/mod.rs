@@ -164,6 +164,10 @@ pub(crate) struct Core {
     pub(crate) http_seconds: Family<Route, Histogram, fn() -> Histogram>,
     pub(crate) http_connections: Gauge,
     pub(crate) http_waiting: Gauge,
+    pub(crate) tasks_waiting: Family<Function, Gauge>,
+    pub(crate) task_pollers: Family<Function, Gauge>,
+    pub(crate) task_wait_seconds: Family<Function, Histogram, fn() -> Histogram>,
+    pub(crate) task_completions: Family<Call, Counter>,
 }
 
 impl std::fmt::Debug for Core {
@@ -206,6 +210,49 @@ impl Metrics {
         self.core.http_waiting.inc_by(change);
     }
 
+    /// A task of `function` given to a worker after its call waited `waited` for it. For
+    /// `wfhost-server`, which serves the task routes; not for applications.
+    #[doc(hidden)]
+    pub fn task_delivered(&self, function: &str, waited: std::time::Duration) {
+        self.core
+            .task_wait_seconds
+            .get_or_create(&Function {
+                function: Arc::from(function),
+            })
+            .observe(waited.as_secs_f64());
+    }
+
+    /// A worker's completion of a task of `function`: `result`, `error`, or `moved_on` (refused:
+    /// the task had gone to another worker). For `wfhost-server`; not for applications.
+    #[doc(hidden)]
+    pub fn task_completed(&self, function: &str, outcome: &'static str) {
+        self.core
+            .task_completions
+            .get_or_create(&Call {
+                function: Arc::from(function),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// How many tasks of `function` wait for a worker, and how many workers poll for it, now.
+    /// For `wfhost-server`; not for applications.
+    #[doc(hidden)]
+    pub fn task_levels(&self, function: &str, waiting: u64, pollers: u64) {
+        let function = Function {
+            function: Arc::from(function),
+        };
+        let level = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.core
+            .tasks_waiting
+            .get_or_create(&function)
+            .set(level(waiting));
+        self.core
+            .task_pollers
+            .get_or_create(&function)
+            .set(level(pollers));
+    }
+
     /// An empty registry with wfhost's metrics in it.
     pub fn new() -> Metrics {
         let core = Arc::new(Core {
@@ -228,6 +275,10 @@ impl Metrics {
             http_seconds: Family::new_with_constructor(wait_buckets),
             http_connections: Gauge::default(),
             http_waiting: Gauge::default(),
+            tasks_waiting: Family::default(),
+            task_pollers: Family::default(),
+            task_wait_seconds: Family::new_with_constructor(wait_buckets),
+            task_completions: Family::default(),
         });
         {
             let mut registry = core.registry.lock();
@@ -305,6 +356,28 @@ impl Metrics {
                 "HTTP requests waiting (result?wait= for a workflow to end, outbox?wait= for its \
                  message)",
                 core.http_waiting.clone(),
+            );
+            r.register(
+                "wfhost_tasks_waiting",
+                "Activity tasks waiting for a worker, by function (read when scraped)",
+                core.tasks_waiting.clone(),
+            );
+            r.register(
+                "wfhost_task_pollers",
+                "Workers that polled this server for a function in the last minute, by function",
+                core.task_pollers.clone(),
+            );
+            r.register(
+                "wfhost_task_wait_seconds",
+                "How long activity tasks waited for a worker, from the call to the delivery, by \
+                 function",
+                core.task_wait_seconds.clone(),
+            );
+            r.register(
+                "wfhost_task_completions",
+                "Workers' completions of activity tasks, by function and outcome (result, error, \
+                 moved_on: refused, the task had gone to another worker)",
+                core.task_completions.clone(),
             );
             r.register_collector(Box::new(HostCollector(Arc::downgrade(&core))));
         }

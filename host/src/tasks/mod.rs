@@ -19,7 +19,7 @@ use wfcontract::{CommandError, Payload};
 
 pub(crate) use wfhost_store::tasks::{Board, Outcomes};
 pub use wfhost_store::tasks::{
-    Task, TaskError, TaskSettings, DEFAULT_MAX_TASKS, DEFAULT_TASK_TIMEOUT,
+    FunctionTasks, Task, TaskError, TaskSettings, DEFAULT_MAX_TASKS, DEFAULT_TASK_TIMEOUT,
 };
 use wfhost_store::PgTaskBoard as SharedBoard;
 
@@ -119,6 +119,15 @@ impl Tasks {
         match &self.kind {
             Kind::Local(board) => Ok(board.function_of(task)),
             Kind::Shared(board) => board.function_of(task).await,
+        }
+    }
+
+    /// Each function's open tasks: how many wait for a worker (and how long the oldest has),
+    /// how many workers hold.
+    pub async fn summary(&self) -> Result<Vec<FunctionTasks>, TaskError> {
+        match &self.kind {
+            Kind::Local(board) => Ok(board.summary()),
+            Kind::Shared(board) => board.summary().await,
         }
     }
 

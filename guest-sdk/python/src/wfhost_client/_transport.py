@@ -95,7 +95,8 @@ class Transport:
             headers["content-type"] = content_type
         if params:
             params = {k: _param(v) for k, v in params.items() if v is not None}
-        deadline = time.monotonic() + self.retry_for
+        # Counted from the first failure: a long wait that a restart cut short is asked again.
+        deadline = None
         pause = FIRST_PAUSE
         while True:
             try:
@@ -129,6 +130,8 @@ class Transport:
                 again = None
                 if response.status_code == 503 and (safe or failure.code in NOTHING_DONE):
                     again = _retry_after(response) or pause
+            if deadline is None:
+                deadline = time.monotonic() + self.retry_for
             if again is None or time.monotonic() + again > deadline:
                 raise failure
             time.sleep(again)

@@ -307,6 +307,12 @@ class Client:
 
     # The server
 
+    def workers(self) -> list:
+        """For each worker function: the workers polling for it (`name`, `host`,
+        `last_poll_ms`, `polling`), the tasks waiting (`waiting`, `oldest_waiting_ms`), in
+        flight, completed and failed (`GET /v1/workers`)."""
+        return self._api.call("GET", "/v1/workers").json()["functions"]
+
     def ready(self) -> bool:
         """Whether the server is ready: its store reachable, its lease held (asked again
         while it is starting, within `retry_for`)."""

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -65,7 +67,9 @@ class Worker:
     ...     return payments.charge(order["amount"], key=task.idempotency_key)
     >>> worker.run()   # until Ctrl-C or SIGTERM, then a graceful stop
 
-    A function takes the call's input (JSON), and the `Task` when it has a second parameter; it
+    `name` is how the server shows this worker among a function's pollers (`GET /v1/workers`;
+    default `HOST:PID`). A function takes the call's input (JSON), and the `Task` when it has a
+    second parameter; it
     may be `async`. Its return value (JSON) is the call's result; `Rejected` fails the call for
     good; any other exception fails it as worth retrying (the workflow's policy decides).
     """
@@ -80,6 +84,7 @@ class Worker:
         timeout: float = 30.0,
         retry_for: float = 30.0,
         verify: Any = True,
+        name: Optional[str] = None,
     ):
         if concurrency < 1:
             raise ValueError("a worker runs at least one task at once: concurrency >= 1")
@@ -91,6 +96,9 @@ class Worker:
             verify=verify,
             user_agent=f"wfhost-worker-python/{__version__}",
         )
+        self.machine = socket.gethostname()
+        self.name = name or f"{self.machine}:{os.getpid()}"
+        """This worker's name, as `GET /v1/workers` shows it."""
         self._functions: Dict[str, Callable] = {}
         self._with_task: Dict[str, bool] = {}
         self._concurrency = concurrency
@@ -175,7 +183,12 @@ class Worker:
                 answer = self._api.call(
                     "POST",
                     "/v1/tasks/poll",
-                    body={"functions": functions, "wait": duration(self._poll_wait)},
+                    body={
+                        "functions": functions,
+                        "wait": duration(self._poll_wait),
+                        "worker": self.name,
+                        "host": self.machine,
+                    },
                     wait=self._poll_wait,
                     safe=False,
                 )

@@ -152,7 +152,9 @@ impl WorkerFunctionArgs {
         mut api: wfhost_server::http::Api,
         tasks: &Tasks,
     ) -> anyhow::Result<wfhost_server::http::Api> {
-        api = api.tasks(tasks.clone());
+        api = api
+            .tasks(tasks.clone())
+            .worker_functions(&self.worker_function);
         for (functions, path) in &self.worker_token_file {
             let token = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read the worker token file {}", path.display()))?;

@@ -72,6 +72,26 @@ impl Target {
     }
 }
 
+impl Target {
+    /// A client of the server's HTTP API itself, for what only a server knows (its workers):
+    /// an error naming `what` without --server.
+    pub fn api(&self, what: &str) -> anyhow::Result<wfhost_client::Client> {
+        let Some(server) = self.server.as_deref().filter(|_| self.store.is_none()) else {
+            bail!("{what} are known to a server only: give --server URL (or set WFHOST_SERVER)");
+        };
+        let mut client = wfhost_client::Client::new(server)?;
+        if let Some(token) = token(self.token_file.as_deref())? {
+            client = client.with_token(token);
+        }
+        if let Some(path) = &self.ca_file {
+            let pem = std::fs::read(path)
+                .with_context(|| format!("cannot read --ca-file {}", path.display()))?;
+            client = client.with_root_certificates(&pem)?;
+        }
+        Ok(client)
+    }
+}
+
 /// The token in `file` (trimmed), or in the WFHOST_TOKEN variable; none if neither is given.
 pub fn token(file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
     let token = match file {

@@ -24,6 +24,7 @@ mod upgrade;
 // Runs commands in process groups of their own.
 #[cfg(unix)]
 mod worker;
+mod workers;
 
 /// The subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -50,6 +51,7 @@ pub enum Command {
     Types(types::TypesCommand),
     #[cfg(unix)]
     Worker(worker::WorkerCommand),
+    Workers(workers::WorkersCommand),
     Config(config::ConfigCommand),
 }
 
@@ -117,6 +119,7 @@ impl Command {
             Command::Types(command) => command.execute(),
             #[cfg(unix)]
             Command::Worker(command) => command.execute(),
+            Command::Workers(command) => command.execute(),
             Command::Config(command) => command.execute(),
         }
     }

@@ -23,19 +23,67 @@ pub struct StatusCommand {
 }
 
 impl StatusCommand {
+    /// The calls among `open` that a host serves, in words: a worker function's with how its
+    /// tasks stand (`call 'payments.charge' #3: a worker function, 2 tasks waiting, no worker
+    /// polls for it`).
+    fn calls(&self, open: &[wfhost::OpenYield]) -> Vec<String> {
+        let named: Vec<(String, u64)> = open
+            .iter()
+            .filter(|o| o.unserved.is_none())
+            .filter_map(|o| match &o.yielded.command {
+                wfhost::contract::Command::Call(call) => Some((call.name.clone(), o.yielded.tag.0)),
+                wfhost::contract::Command::Retry(retry) => {
+                    Some((retry.call.name.clone(), o.yielded.tag.0))
+                }
+                _ => None,
+            })
+            .collect();
+        if named.is_empty() {
+            return Vec::new();
+        }
+        let workers = self
+            .target
+            .api("workers")
+            .and_then(|api| Ok(api.workers()?))
+            .ok();
+        named
+            .into_iter()
+            .map(|(name, tag)| {
+                let function = workers
+                    .as_ref()
+                    .and_then(|w| w.functions.iter().find(|f| f.function == name));
+                match function {
+                    None => format!("call '{name}' #{tag}"),
+                    Some(f) => {
+                        let pollers = match f.pollers.iter().filter(|p| p.polling).count() {
+                            _ if f.pollers.is_empty() => "no worker polls for it".to_string(),
+                            0 => format!("{} worker(s) polled for it lately", f.pollers.len()),
+                            n => format!("{n} worker(s) polling"),
+                        };
+                        format!(
+                            "call '{name}' #{tag}: a worker function, {} task(s) waiting, {} in \
+                             flight, {pollers}",
+                            f.waiting, f.in_flight
+                        )
+                    }
+                }
+            })
+            .collect()
+    }
+
     pub fn execute(self) -> anyhow::Result<()> {
         let client = self.target.client()?;
         let workflow = client.status(&self.id)?;
         // What it waits for that its host cannot give it (a function that host does not
-        // serve): said by a host, so only through a server.
-        let unserved: Vec<String> = if workflow.is_finished() || !self.target.is_server() {
+        // serve), and the calls it waits on (a worker's, with how that function's tasks
+        // stand): said by a host, so only through a server.
+        let open = if workflow.is_finished() || !self.target.is_server() {
             Vec::new()
         } else {
-            client
-                .waits(&self.id)
-                .map(|waits| waits.open.into_iter().filter_map(|o| o.unserved).collect())
-                .unwrap_or_default()
+            client.waits(&self.id).map(|w| w.open).unwrap_or_default()
         };
+        let unserved: Vec<String> = open.iter().filter_map(|o| o.unserved.clone()).collect();
+        let calls = self.calls(&open);
         let status = status_word(&workflow);
         let result = workflow.result.as_ref().map(|p| {
             crate::args::show::render(p)
@@ -72,6 +120,7 @@ impl StatusCommand {
                     "paused": workflow.paused,
                     "unread_messages": workflow.unread,
                     "unserved": unserved,
+                    "calls": calls,
                 })
             )?;
             return Ok(());
@@ -98,6 +147,9 @@ impl StatusCommand {
         }
         for why in &unserved {
             outln!("waits:    {why}")?;
+        }
+        for call in &calls {
+            outln!("waits:    {call}")?;
         }
         outln!("started:  {}", time(workflow.started))?;
         if let Some(finished) = workflow.finished {

@@ -86,7 +86,9 @@ struct RunnerContext {
 impl WorkerCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         anyhow::ensure!(self.concurrency > 0, "--concurrency must be at least 1");
-        let mut client = Client::new(&self.server)?;
+        let machine = machine_name();
+        let name = format!("wfhost-worker@{machine}:{}", std::process::id());
+        let mut client = Client::new(&self.server)?.with_worker_name(name, machine);
         if let Some(token) = crate::args::target::token(self.token_file.as_deref())? {
             client = client.with_token(token);
         }
@@ -362,4 +364,15 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// This machine's name, as the server shows the worker's pollers.
+fn machine_name() -> String {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .map(|name| name.trim().to_string())
+        .chain(std::env::var("HOSTNAME").ok())
+        .find(|name| !name.is_empty())
+        .unwrap_or_else(|| "unknown".to_string())
 }

@@ -84,6 +84,7 @@ impl Api {
                 store_calls: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_STORE_CALLS)),
                 tasks: None,
                 worker_tokens: Vec::new(),
+                workers: Arc::default(),
             }),
         }
     }
@@ -102,6 +103,7 @@ impl Api {
             store_calls: Arc::clone(&shared.store_calls),
             tasks: shared.tasks.clone(),
             worker_tokens: shared.worker_tokens.clone(),
+            workers: Arc::clone(&shared.workers),
         });
         change(&mut state);
         Api {
@@ -130,6 +132,13 @@ impl Api {
     /// Default: none (`404`).
     pub fn tasks(self, tasks: Tasks) -> Api {
         self.with(|state| state.tasks = Some(tasks))
+    }
+
+    /// The functions the hosts serve through workers (`--worker-function`): `GET /v1/workers`
+    /// shows each, also before any worker polled for it.
+    pub fn worker_functions(self, functions: &[String]) -> Api {
+        let workers = Arc::new(super::workers::Workers::new(functions.to_vec()));
+        self.with(|state| state.workers = workers)
     }
 
     /// Also admits `token` on the `/v1/tasks` routes, for the workers of `functions` only: a

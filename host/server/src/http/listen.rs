@@ -290,7 +290,7 @@ async fn accept(
         };
         // Reap what finished, so the set stays as large as the connections open.
         while tasks.try_join_next().is_some() {}
-        let (stream, _peer) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(accepted) => {
                 backoff.accepted();
                 accepted
@@ -316,6 +316,7 @@ async fn accept(
         };
         let connection = Connection {
             router: router.clone(),
+            peer,
             header_timeout: options.header_timeout,
             stopped: stopped.clone(),
             metrics: metrics.clone(),
@@ -470,6 +471,8 @@ fn busy(max: usize) -> String {
 /// One connection's settings.
 struct Connection {
     router: Router,
+    /// Who is at the other end: each request carries it (`ConnectInfo`).
+    peer: std::net::SocketAddr,
     header_timeout: Duration,
     stopped: watch::Receiver<bool>,
     metrics: Option<wfhost::Metrics>,
@@ -491,7 +494,17 @@ impl Connection {
         if let Some(metrics) = &self.metrics {
             metrics.http_connections(1);
         }
-        let service = TowerToHyperService::new(self.router.clone());
+        let peer = self.peer;
+        let service = tower::util::MapRequest::new(
+            self.router.clone(),
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                request
+            },
+        );
+        let service = TowerToHyperService::new(service);
         let builder = self.builder();
         let connection = builder.serve_connection(TokioIo::new(stream), service);
         tokio::pin!(connection);

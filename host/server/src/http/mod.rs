@@ -42,6 +42,7 @@ mod openapi;
 mod routes;
 mod state;
 mod ui;
+mod workers;
 
 pub use api::{
     Api, DEFAULT_MAX_BODY, DEFAULT_MAX_MODULE, DEFAULT_MAX_STORE_CALLS, DEFAULT_MAX_WAIT,

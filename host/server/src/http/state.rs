@@ -29,6 +29,8 @@ pub(crate) struct AppState {
     pub(crate) tasks: Option<Tasks>,
     /// Workers' own tokens (their SHA-256), each with the functions it serves.
     pub(crate) worker_tokens: Vec<([u8; 32], WorkerScope)>,
+    /// The workers seen polling, and how their completions went.
+    pub(crate) workers: Arc<super::workers::Workers>,
 }
 
 /// The functions a worker's own token serves: set on a request that came with one.

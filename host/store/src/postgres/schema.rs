@@ -269,6 +269,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE modules ADD COLUMN kept BIGINT NOT NULL DEFAULT 0;
     ALTER TABLE modules ADD COLUMN unused_since BIGINT;
     ",
+    // 13: when a task's call was made, for how long tasks wait for a worker (`GET /v1/workers`,
+    // `wfhost_task_wait_seconds`).
+    "
+    ALTER TABLE tasks ADD COLUMN queued_at TIMESTAMPTZ NOT NULL DEFAULT now();
+    ",
 ];
 
 /// The error a commit fails with when its host lost its lease (`wfhost.mark`).

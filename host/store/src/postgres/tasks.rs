@@ -26,7 +26,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio_postgres::{AsyncMessage, Client, NoTls};
 use wfcontract::{CommandError, Encoding, ErrorKind, Payload};
 
-use crate::tasks::{Task, TaskError, TaskSettings};
+use crate::tasks::{FunctionTasks, Task, TaskError, TaskSettings};
 
 type Done = oneshot::Sender<Result<Payload, CommandError>>;
 
@@ -518,7 +518,8 @@ impl PgTaskBoard {
                        AND NOT h.dead AND h.lease_until > now() \
                        ORDER BY t.seq LIMIT 1 FOR UPDATE OF t SKIP LOCKED) \
                      RETURNING id, function, input, encoding, key, attempt, \
-                       (extract(epoch FROM deadline) * 1000)::bigint",
+                       (extract(epoch FROM deadline) * 1000)::bigint, \
+                       (extract(epoch FROM now() - queued_at) * 1000)::bigint",
                     &[&functions, &token, &(timeout_ms as f64)],
                 )
                 .await
@@ -526,17 +527,22 @@ impl PgTaskBoard {
             if let Some(row) = row {
                 let id: i64 = row.get(0);
                 let attempt: i32 = row.get(5);
-                return Ok(Some(Task::new(
-                    format!("{id}.{token:016x}"),
-                    row.get(1),
-                    Payload {
-                        encoding: encoding_of(row.get(3)),
-                        bytes: wfcontract::PayloadBytes::from_slice(row.get::<_, &[u8]>(2)),
-                    },
-                    row.get(4),
-                    u32::try_from(attempt).unwrap_or(0),
-                    millis(row.get(6)),
-                )));
+                return Ok(Some(
+                    Task::new(
+                        format!("{id}.{token:016x}"),
+                        row.get(1),
+                        Payload {
+                            encoding: encoding_of(row.get(3)),
+                            bytes: wfcontract::PayloadBytes::from_slice(row.get::<_, &[u8]>(2)),
+                        },
+                        row.get(4),
+                        u32::try_from(attempt).unwrap_or(0),
+                        millis(row.get(6)),
+                    )
+                    .waited(Duration::from_millis(
+                        u64::try_from(row.get::<_, i64>(7)).unwrap_or(0),
+                    )),
+                ));
             }
             let now = tokio::time::Instant::now();
             if now >= until {
@@ -599,6 +605,41 @@ impl PgTaskBoard {
             Some(row) => Ok(millis(row.get(0))),
             None => Err(self.why_not(&client, task, id, token).await),
         }
+    }
+
+    /// Each function's open tasks: how many wait for a worker (and how long the oldest has),
+    /// how many workers hold. Tasks of every host's workflows, as a poll sees them.
+    pub async fn summary(&self) -> Result<Vec<FunctionTasks>, TaskError> {
+        let client = self
+            .client()
+            .await
+            .map_err(|e| TaskError::Unavailable(e.to_string()))?;
+        let rows = client
+            .query(
+                "SELECT t.function, \
+                   count(*) FILTER (WHERE t.deadline IS NULL OR t.deadline <= now()), \
+                   (extract(epoch FROM now() - min(t.queued_at) \
+                     FILTER (WHERE t.deadline IS NULL OR t.deadline <= now())) * 1000)::bigint, \
+                   count(*) FILTER (WHERE t.deadline > now()) \
+                 FROM tasks t JOIN hosts h ON h.id = t.host \
+                 WHERE t.outcome IS NULL AND NOT h.dead AND h.lease_until > now() \
+                 GROUP BY t.function ORDER BY t.function",
+                &[],
+            )
+            .await
+            .map_err(|e| TaskError::Unavailable(e.to_string()))?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let mut tasks = FunctionTasks::new(row.get(0));
+                tasks.waiting = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
+                tasks.oldest_waiting = row
+                    .get::<_, Option<i64>>(2)
+                    .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
+                tasks.in_flight = u64::try_from(row.get::<_, i64>(3)).unwrap_or(0);
+                tasks
+            })
+            .collect())
     }
 
     /// Gives task `task` back, for the next poll to take now rather than at its deadline.

@@ -10,7 +10,7 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::oneshot;
 use wfcontract::{CommandError, ErrorKind, Payload};
 
-use super::{wall, Outcomes, Task, TaskError, TaskSettings};
+use super::{wall, FunctionTasks, Outcomes, Task, TaskError, TaskSettings};
 
 /// The longest the reaper sleeps, so that it notices the board has gone.
 const REAPER_NAP: Duration = Duration::from_secs(1);
@@ -67,6 +67,8 @@ struct BoardTask {
     /// The current delivery's token and deadline, while a worker holds it.
     taken: Option<(u64, Instant)>,
     done: Option<Done>,
+    /// When the call made it.
+    queued: Instant,
 }
 
 struct Waiter {
@@ -166,7 +168,8 @@ impl BoardState {
             entry.key.clone(),
             entry.attempt,
             wall(deadline),
-        );
+        )
+        .waited(entry.queued.elapsed());
         (task, deadline)
     }
 
@@ -256,6 +259,29 @@ impl Board {
         let (number, _) = parse(task)?;
         let state = self.state.lock();
         state.tasks.get(&number).map(|e| e.function.to_string())
+    }
+
+    /// Each function's tasks: how many wait for a worker (and since when the oldest has been
+    /// waiting), how many workers hold.
+    pub fn summary(&self) -> Vec<FunctionTasks> {
+        let state = self.state.lock();
+        let now = Instant::now();
+        let mut functions: HashMap<&str, FunctionTasks> = HashMap::new();
+        for entry in state.tasks.values() {
+            let summary = functions
+                .entry(&entry.function)
+                .or_insert_with(|| FunctionTasks::new(entry.function.to_string()));
+            if entry.taken.is_some() {
+                summary.in_flight += 1;
+            } else {
+                summary.waiting += 1;
+                let age = now.saturating_duration_since(entry.queued);
+                summary.oldest_waiting = Some(summary.oldest_waiting.map_or(age, |a| a.max(age)));
+            }
+        }
+        let mut functions: Vec<FunctionTasks> = functions.into_values().collect();
+        functions.sort_by(|a, b| a.function.cmp(&b.function));
+        functions
     }
 
     /// Tasks queued and taken.
@@ -488,6 +514,7 @@ impl Board {
                     attempt: 0,
                     taken: None,
                     done: Some(done),
+                    queued: Instant::now(),
                 },
             );
             if state.offer(number, self.timeout()) {

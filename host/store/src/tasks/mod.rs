@@ -53,6 +53,9 @@ pub struct Task {
     pub attempt: u32,
     /// When the task goes to another worker unless completed or heartbeaten.
     pub deadline: SystemTime,
+    /// How long the call waited for this delivery since it was made (its earlier deliveries
+    /// included).
+    pub waited: Duration,
 }
 
 impl Task {
@@ -74,6 +77,40 @@ impl Task {
             idempotency_key,
             attempt,
             deadline,
+            waited: Duration::ZERO,
+        }
+    }
+
+    /// With how long the call waited for this delivery. For the boards; not for applications.
+    #[doc(hidden)]
+    pub fn waited(mut self, waited: Duration) -> Task {
+        self.waited = waited;
+        self
+    }
+}
+
+/// One function's tasks on a board.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FunctionTasks {
+    /// The function.
+    pub function: String,
+    /// Tasks waiting for a worker.
+    pub waiting: u64,
+    /// How long the oldest of them has waited since its call was made.
+    pub oldest_waiting: Option<Duration>,
+    /// Tasks workers hold.
+    pub in_flight: u64,
+}
+
+impl FunctionTasks {
+    /// No tasks of `function`.
+    pub fn new(function: String) -> FunctionTasks {
+        FunctionTasks {
+            function,
+            waiting: 0,
+            oldest_waiting: None,
+            in_flight: 0,
         }
     }
 }

@@ -9,6 +9,7 @@ mod retention;
 mod schedules;
 mod tasks;
 mod upgrade;
+mod workers;
 mod workflows;
 
 use std::sync::Arc;
@@ -33,6 +34,7 @@ pub(crate) fn guarded(state: &AppState) -> OpenApiRouter<Arc<AppState>> {
         .merge(retention::routes())
         .merge(upgrade::routes())
         .merge(schedules::routes())
+        .merge(workers::routes())
         .layer(axum::extract::DefaultBodyLimit::max(state.max_body));
     json.merge(modules::routes(state))
 }
@@ -89,4 +91,22 @@ pub(crate) fn wait(state: &AppState, wait: Option<&str>) -> Result<Duration, Api
     let wait = wfhost_client::duration::parse(text)
         .map_err(|e| ApiError::bad_request(format!("wait: {e}")))?;
     Ok(wait.min(state.max_wait))
+}
+
+/// `time` in milliseconds since the Unix epoch.
+pub(crate) fn millis(time: std::time::SystemTime) -> u64 {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `time` in RFC 3339 (UTC, milliseconds); past what a date says, its milliseconds.
+pub(crate) fn rfc3339(time: std::time::SystemTime) -> String {
+    let ms = millis(time);
+    i64::try_from(ms)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map_or_else(
+            || ms.to_string(),
+            |time| time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        )
 }

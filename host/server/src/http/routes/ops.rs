@@ -52,6 +52,9 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Result<Json<Health>, ApiE
     }))
 }
 
+/// How long a scrape waits for the tasks' counts.
+const TASKS_READ: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The metrics: OpenMetrics when asked for (`Accept: application/openmetrics-text`, as
 /// Prometheus asks), Prometheus' text format otherwise.
 #[utoipa::path(get, path = "/metrics", operation_id = "metrics", tag = "operations",
@@ -68,6 +71,10 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         )
         .into_response();
     };
+    // The task gauges, read now (a store that does not answer in time leaves them as they were).
+    if state.tasks.is_some() {
+        let _ = tokio::time::timeout(TASKS_READ, super::workers::view(&state)).await;
+    }
     let open = headers
         .get_all(header::ACCEPT)
         .iter()

@@ -1,10 +1,10 @@
 //! `/v1/tasks`: activity workers take the tasks of the functions they serve, complete them, and
 //! heartbeat the long ones.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -14,6 +14,7 @@ use wfhost::contract::{CommandError, ErrorKind, Payload};
 use wfhost_client::wire::{self, CompleteRequest, ErrorBody, HeartbeatJson, PollRequest, TaskJson};
 
 use super::workflows::{waiting, Waiting};
+use super::{millis, rfc3339};
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
 use crate::http::state::{AppState, WorkerScope};
@@ -47,10 +48,11 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
 async fn poll(
     State(state): State<Arc<AppState>>,
     scope: Option<Extension<WorkerScope>>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     JsonBody(request): JsonBody<PollRequest>,
 ) -> Result<Response, ApiError> {
     let tasks = board(&state)?;
-    let poll = Poll::check(&state, scope.as_ref(), request)?;
+    let poll = Poll::check(&state, scope.as_ref(), peer.as_ref(), request)?;
     poll.run(&tasks).await
 }
 
@@ -59,6 +61,9 @@ struct Poll {
     functions: Vec<String>,
     wait: std::time::Duration,
     _place: Option<Waiting>,
+    state: Arc<AppState>,
+    /// Who polls: its name and machine.
+    worker: (String, String),
 }
 
 impl Poll {
@@ -66,6 +71,7 @@ impl Poll {
     fn check(
         state: &Arc<AppState>,
         scope: Option<&Extension<WorkerScope>>,
+        peer: Option<&Extension<ConnectInfo<SocketAddr>>>,
         request: PollRequest,
     ) -> Result<Poll, ApiError> {
         if request.functions.is_empty() || request.functions.len() > MAX_FUNCTIONS {
@@ -91,24 +97,53 @@ impl Poll {
         } else {
             Some(waiting(state)?)
         };
+        let address = peer.map_or_else(|| "unknown".to_string(), |p| p.0 .0.ip().to_string());
+        let name = named(request.worker).unwrap_or_else(|| address.clone());
+        let host = named(request.host).unwrap_or(address);
         Ok(Poll {
             functions: request.functions,
             wait,
             _place: place,
+            state: Arc::clone(state),
+            worker: (name, host),
         })
     }
 
     /// The next task, or `204`.
     async fn run(self, tasks: &Tasks) -> Result<Response, ApiError> {
+        let (name, host) = self.worker.clone();
+        let polling = self.state.workers.polling(&self.functions, name, host);
         let task = tasks
             .poll(&self.functions, self.wait)
             .await
             .map_err(task_error)?;
+        drop(polling);
         Ok(match task {
-            Some(task) => Json(task_json(task)).into_response(),
+            Some(task) => {
+                if let Some(metrics) = &self.state.metrics {
+                    metrics.task_delivered(&task.function, task.waited);
+                }
+                Json(task_json(task)).into_response()
+            }
             None => StatusCode::NO_CONTENT.into_response(),
         })
     }
+}
+
+/// A worker's own name or machine, as it gave it: at most 128 printable characters, or none.
+fn named(given: Option<String>) -> Option<String> {
+    let given = given?;
+    let given = given.trim();
+    if given.is_empty() {
+        return None;
+    }
+    Some(
+        given
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(128)
+            .collect(),
+    )
 }
 
 /// Completes a task with the function's result or error, and, if `next` asks, takes the next
@@ -127,11 +162,12 @@ impl Poll {
 async fn complete(
     State(state): State<Arc<AppState>>,
     scope: Option<Extension<WorkerScope>>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     Path(task): Path<String>,
     JsonBody(request): JsonBody<CompleteRequest>,
 ) -> Result<Response, ApiError> {
     let tasks = board(&state)?;
-    check_scope(&tasks, scope.as_ref(), &task).await?;
+    let function = check_scope(&tasks, scope.as_ref(), &task).await?;
     // A worker that writes every field sends `"result": null` beside its error: the error.
     let result = request
         .result
@@ -156,10 +192,25 @@ async fn complete(
     // The next poll is checked (and has its place) before the completion is applied: an
     // error answer always means nothing was applied.
     let next = match request.next {
-        Some(next) => Some(Poll::check(&state, scope.as_ref(), next)?),
+        Some(next) => Some(Poll::check(&state, scope.as_ref(), peer.as_ref(), next)?),
         None => None,
     };
-    tasks.complete(&task, outcome).await.map_err(task_error)?;
+    let ok = outcome.is_ok();
+    let completed = tasks.complete(&task, outcome).await;
+    if let Some(function) = &function {
+        let outcome = match &completed {
+            Ok(()) if ok => "result",
+            Ok(()) => "error",
+            Err(_) => "moved_on",
+        };
+        if completed.is_ok() {
+            state.workers.completed(function, ok);
+        }
+        if let Some(metrics) = &state.metrics {
+            metrics.task_completed(function, outcome);
+        }
+    }
+    completed.map_err(task_error)?;
     match next {
         // Applied either way: a poll that fails now answers as one that found nothing.
         Some(next) => Ok(next
@@ -213,7 +264,7 @@ async fn release(
     Ok(StatusCode::NO_CONTENT)
 }
 
-fn board(state: &AppState) -> Result<Tasks, ApiError> {
+pub(super) fn board(state: &AppState) -> Result<Tasks, ApiError> {
     state.tasks.clone().ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -223,18 +274,19 @@ fn board(state: &AppState) -> Result<Tasks, ApiError> {
     })
 }
 
-/// With a worker's own token, the task must be of a function it serves.
+/// With a worker's own token, the task must be of a function it serves. The task's function,
+/// if it is on the board.
 async fn check_scope(
     tasks: &Tasks,
     scope: Option<&Extension<WorkerScope>>,
     task: &str,
-) -> Result<(), ApiError> {
-    let Some(Extension(scope)) = scope else {
-        return Ok(());
-    };
-    match tasks.function_of(task).await.map_err(task_error)? {
-        Some(function) if !scope.serves(&function) => Err(forbidden(&function)),
-        _ => Ok(()),
+) -> Result<Option<String>, ApiError> {
+    let function = tasks.function_of(task).await.map_err(task_error)?;
+    match (scope, &function) {
+        (Some(Extension(scope)), Some(function)) if !scope.serves(function) => {
+            Err(forbidden(function))
+        }
+        _ => Ok(function),
     }
 }
 
@@ -249,30 +301,13 @@ fn forbidden(function: &str) -> ApiError {
     )
 }
 
-fn task_error(error: TaskError) -> ApiError {
+pub(super) fn task_error(error: TaskError) -> ApiError {
     let (status, code) = match error {
         TaskError::Unknown(_) => (StatusCode::NOT_FOUND, "no_such_task"),
         TaskError::MovedOn { .. } => (StatusCode::CONFLICT, "task_moved_on"),
         TaskError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
     };
     ApiError::new(status, code, error.to_string())
-}
-
-fn millis(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// `time` in RFC 3339 (UTC, milliseconds); past what a date says, its milliseconds.
-fn rfc3339(time: SystemTime) -> String {
-    let ms = millis(time);
-    i64::try_from(ms)
-        .ok()
-        .and_then(chrono::DateTime::from_timestamp_millis)
-        .map_or_else(
-            || ms.to_string(),
-            |time| time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        )
 }
 
 fn task_json(task: Task) -> TaskJson {

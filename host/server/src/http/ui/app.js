@@ -631,6 +631,45 @@ async function openChildren(details) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Workers: who serves each worker function, and the tasks waiting for one
+
+// A duration in milliseconds as people say it.
+function ago(ms) {
+  if (ms < 1000) return ms + ' ms';
+  if (ms < 60000) return (ms / 1000).toFixed(1) + ' s';
+  return Math.floor(ms / 60000) + ' min ' + String(Math.floor((ms % 60000) / 1000)).padStart(2, '0') + ' s';
+}
+
+async function workersPage(view) {
+  markNav('workers');
+  show(h('<h1>Workers</h1><div id="workers"></div>'));
+  ui.poll = async () => {
+    let answer;
+    try { answer = await api('/v1/workers'); } catch (error) {
+      if (view !== ui.view) return;
+      document.getElementById('workers').replaceChildren(h(error.status === 404
+        ? '<p class="muted">This server serves no worker functions (<code>--worker-function NAME</code>).</p>'
+        : errorBox(error)));
+      return;
+    }
+    if (view !== ui.view) return;
+    const now = Date.now();
+    const rows = answer.functions.map((f) => {
+      const pollers = f.pollers.length === 0
+        ? `<span class="${f.waiting ? 'error-kind' : 'muted'}">no worker polls for it</span>`
+        : f.pollers.map((p) => `<div data-poller="${esc(p.name)}">${esc(p.name)} <span class="muted">on ${esc(p.host)}, ${p.polling ? 'polling now' : 'last poll ' + ago(now - p.last_poll_ms) + ' ago'}</span></div>`).join('');
+      return `<tr data-function="${esc(f.function)}"><td>${esc(f.function)}</td><td class="num" data-waiting>${f.waiting}</td>
+        <td class="wide">${f.oldest_waiting_ms == null ? '<span class="muted">-</span>' : ago(f.oldest_waiting_ms)}</td>
+        <td class="num" data-in-flight>${f.in_flight}</td><td class="num">${f.completed}</td><td class="num">${f.failed}</td><td>${pollers}</td></tr>`;
+    }).join('');
+    document.getElementById('workers').replaceChildren(h(answer.functions.length
+      ? `<table class="workflows"><thead><tr><th>Function</th><th>Waiting</th><th class="wide">Oldest waiting</th><th>In flight</th><th>Completed</th><th>Failed</th><th>Workers</th></tr></thead><tbody>${rows}</tbody></table>`
+      : '<p class="muted">No worker functions.</p>'));
+  };
+  await refresh();
+}
+
+// ---------------------------------------------------------------------------------------------
 // Hosts, and the store's figures from the metrics
 
 async function hostsPage(view) {
@@ -813,6 +852,7 @@ async function route() {
       await workflowPage(view, id);
     }
     else if (hash.startsWith('#/hosts')) await hostsPage(view);
+    else if (hash.startsWith('#/workers')) await workersPage(view);
     else if (hash.startsWith('#/schedules')) await schedulesPage(view);
     else await workflowsPage(view);
   } catch (error) {
