@@ -243,3 +243,65 @@ fn a_completion_reaches_the_workflow_whichever_host_runs_it_by_then() {
         "every call's task went with the step that took it"
     );
 }
+
+#[test]
+fn every_hosts_tasks_are_seen_and_one_given_back_goes_to_the_next_poll() {
+    let dir = common::tempdir("act-hosts", "visible");
+    let store = Postgres::shared().database("act_hosts_visible");
+    let a = HttpServer::start(&dir, &store, &ARGS);
+    let b = HttpServer::start(&dir, &store, &ARGS);
+    let (on_a, on_b) = (a.client(), b.client());
+    let module = put_probe(&on_a);
+    on_a.start(&start_request("v0", &module, "call", json!(["payments.charge", 0])))
+        .unwrap();
+    on_b.start(&start_request("v1", &module, "call", json!(["payments.charge", 1])))
+        .unwrap();
+    let charge = |api: &wfhost_client::Client| {
+        api.workers()
+            .unwrap()
+            .functions
+            .into_iter()
+            .find(|f| f.function == "payments.charge")
+            .unwrap()
+    };
+    // Either host sees both hosts' tasks waiting.
+    common::wait_until("both tasks wait", || charge(&on_b).waiting == 2);
+    assert_eq!(charge(&on_a).waiting, 2);
+    assert!(charge(&on_a).oldest_waiting_ms.is_some());
+
+    // A task given back through one host goes to the next poll through the other, at once
+    // (its deadline is 2 s away), with its key and its attempt counted on.
+    let functions = vec!["payments.charge".to_string()];
+    let first = on_b
+        .poll_task(&functions, Duration::ZERO)
+        .unwrap()
+        .expect("a task");
+    assert_eq!((charge(&on_a).waiting, charge(&on_a).in_flight), (1, 1));
+    on_b.release_task(&first.task).unwrap();
+    let again = on_b.release_task(&first.task).unwrap_err();
+    assert_eq!(again.status(), Some(409), "{again}");
+    let mut taken = Vec::new();
+    while taken.len() < 2 {
+        let task = on_a
+            .poll_task(&functions, Duration::from_secs(30))
+            .unwrap()
+            .expect("a task");
+        taken.push(task);
+    }
+    let second = taken
+        .iter()
+        .find(|t| t.idempotency_key == first.idempotency_key)
+        .expect("the task given back");
+    assert_eq!(second.attempt, first.attempt + 1);
+    let late = on_a.complete_task(&first.task, &ok(json!(0))).unwrap_err();
+    assert_eq!(late.status(), Some(409), "{late}");
+    for task in &taken {
+        on_a.complete_task(&task.task, &ok(result(&task.input))).unwrap();
+    }
+    for id in ["v0", "v1"] {
+        let done = on_b.result(id, Some(Duration::from_secs(60))).unwrap();
+        assert_eq!(done.status, "completed", "{done:?}");
+    }
+    let done = charge(&on_a);
+    assert_eq!((done.waiting, done.in_flight, done.completed), (0, 0, 2));
+}
