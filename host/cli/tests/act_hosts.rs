@@ -252,10 +252,20 @@ fn every_hosts_tasks_are_seen_and_one_given_back_goes_to_the_next_poll() {
     let b = HttpServer::start(&dir, &store, &ARGS);
     let (on_a, on_b) = (a.client(), b.client());
     let module = put_probe(&on_a);
-    on_a.start(&start_request("v0", &module, "call", json!(["payments.charge", 0])))
-        .unwrap();
-    on_b.start(&start_request("v1", &module, "call", json!(["payments.charge", 1])))
-        .unwrap();
+    on_a.start(&start_request(
+        "v0",
+        &module,
+        "call",
+        json!(["payments.charge", 0]),
+    ))
+    .unwrap();
+    on_b.start(&start_request(
+        "v1",
+        &module,
+        "call",
+        json!(["payments.charge", 1]),
+    ))
+    .unwrap();
     let charge = |api: &wfhost_client::Client| {
         api.workers()
             .unwrap()
@@ -296,7 +306,8 @@ fn every_hosts_tasks_are_seen_and_one_given_back_goes_to_the_next_poll() {
     let late = on_a.complete_task(&first.task, &ok(json!(0))).unwrap_err();
     assert_eq!(late.status(), Some(409), "{late}");
     for task in &taken {
-        on_a.complete_task(&task.task, &ok(result(&task.input))).unwrap();
+        on_a.complete_task(&task.task, &ok(result(&task.input)))
+            .unwrap();
     }
     for id in ["v0", "v1"] {
         let done = on_b.result(id, Some(Duration::from_secs(60))).unwrap();
