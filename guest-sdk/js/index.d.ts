@@ -294,7 +294,8 @@ export class Client {
    * Starts entry point `entry` of `module` with `input` (null by default). A start with an id
    * that exists with the same module, entry and input answers that workflow (`new` false);
    * with another, it throws `Conflict` (code `conflict`). With `wait`, also waits that long for
-   * it to end, and answers it as it stands then (its `result` when it ended in time).
+   * it to end, and answers it as it stands then (its `result` when it ended in time); without
+   * an id, such a start gets one made here (`wf-` and a UUID), so that it is safe to ask again.
    */
   start(
     module: string | ModuleInfo,
@@ -345,7 +346,8 @@ export class Client {
     id: string,
     options?: { after?: string; limit?: number; wait?: Duration },
   ): Promise<OutboxPage>;
-  /** Creates a schedule. Safe to repeat. */
+  /** Creates a schedule. Not asked again after an answer that may have been lost (it would
+   * find its own schedule: `Conflict`). */
   createSchedule(request: ScheduleRequest): Promise<Schedule>;
   /** Every schedule, by id. */
   schedules(): Promise<Schedule[]>;

@@ -1,6 +1,7 @@
 // `Client`: the HTTP API of a `wfhost serve --http` server, one method per route, all async.
 // What the server answers in snake_case is given back in camelCase objects (`Workflow`,
 // `Schedule`), with times as `Date`s and the server's JSON kept as `raw`.
+import { randomUUID } from "node:crypto";
 
 import { StillRunning, WorkflowCancelled, WorkflowFailed } from "./errors.js";
 import { Transport, duration, query, segment } from "./http.js";
@@ -314,9 +315,10 @@ export class Client {
     if (overlap !== undefined) request.overlap = overlap;
     if (catchUp !== undefined) request.catch_up = catchUp;
     if (jitter !== undefined) request.jitter = duration(jitter).text;
+    // Not sent again after a lost answer: it would find its own schedule (a 409).
     const { body } = await this.#http.request("POST", "/v1/schedules", {
       json: request,
-      safe: true,
+      safe: false,
     });
     return new Schedule(body);
   }
@@ -378,13 +380,16 @@ export class Client {
     return body;
   }
 
-  /** Starts `request` and waits up to `ms` (at most one request's wait) for it to end. */
+  /** Starts `request` and waits up to `ms` (at most one request's wait) for it to end. A
+   * request without an id gets one here: a wait a restart cut short is then safe to ask again,
+   * and the caller always has the workflow's id. */
   async #startAndWait(request, ms) {
+    if (request.id === undefined) request.id = `wf-${randomUUID()}`;
     const wait = Math.min(ms, MAX_WAIT);
     const { body } = await this.#http.request("POST", `/v1/workflows?wait=${wait}ms`, {
       json: request,
       wait,
-      safe: request.id !== undefined,
+      safe: true,
     });
     return new Workflow(body.workflow, body.new);
   }

@@ -2,8 +2,8 @@
 // a server's restart invisible to the caller. The rules are the Rust client's
 // (host/client/src/client.rs), so that every client of a server behaves alike:
 //
-// - A 503 whose code says the server did nothing (`unavailable`, `shutting_down`,
-//   `too_many_waiting`, `too_many_connections`) is asked again, whatever the call.
+// - A 503 whose code says the server did nothing (`not_ready`, `too_many_waiting`,
+//   `too_many_connections`) is asked again, whatever the call.
 // - Any other 503 is asked again only for a call that is safe to repeat (doing it twice is doing
 //   it once: a read, a start with an id, a cancel, a heartbeat).
 // - A refused connection (nothing listened, so nothing was sent) is asked again, whatever the
@@ -19,13 +19,10 @@ import { BadRequest, Timeout, Unreachable, WfhostError, refusal } from "./errors
 const FIRST_PAUSE = 100;
 const LONGEST_PAUSE = 2_000;
 
-/** The 503 codes of a server that refused before doing anything. */
-const NOTHING_DONE = new Set([
-  "unavailable",
-  "shutting_down",
-  "too_many_waiting",
-  "too_many_connections",
-]);
+/** The 503 codes of a server that refused before doing anything: it has no host yet, or holds
+ * as many requests or connections as it takes. Others (`unavailable`, `shutting_down`,
+ * `store`) may come after a write. */
+const NOTHING_DONE = new Set(["not_ready", "too_many_waiting", "too_many_connections"]);
 
 /** Socket errors that mean the connection was dropped once the request may have been sent. */
 const DROPPED = new Set([

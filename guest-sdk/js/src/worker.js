@@ -33,6 +33,8 @@ const LONGEST_PAUSE = 2_000;
 
 /** The shortest time between two heartbeats of a task. */
 const MIN_HEARTBEAT = 1_000;
+/** The longest time between two heartbeats of one task. */
+const MAX_HEARTBEAT = 20_000;
 
 /** Why a task's signal was aborted. */
 class TaskMovedOn extends Error {
@@ -191,7 +193,15 @@ export class Worker {
       deadline: new Date(json.deadline_ms),
       signal: controller.signal,
     };
-    const tracked = { task, json, controller, released: false, heartbeat: null, settled: null };
+    const tracked = {
+      task,
+      json,
+      controller,
+      released: false,
+      heartbeat: null,
+      settled: null,
+      lease: json.lease_ms,
+    };
     this.#running.set(task.id, tracked);
     if (this.#stopping) {
       tracked.settled = Promise.resolve();
@@ -248,10 +258,11 @@ export class Worker {
     }
   }
 
-  /** Heartbeats the task at a third of the time left to its deadline (at least 1 s apart). */
+  /** Heartbeats the task a third of its lease after the last time (1 s to 20 s apart). The
+   * lease is the server's (`lease_ms`, by its own clock: this machine's may differ). */
   #scheduleHeartbeat(tracked) {
-    const left = tracked.task.deadline.getTime() - Date.now();
-    const every = Math.max(Math.floor(left / 3), MIN_HEARTBEAT);
+    const lease = tracked.lease ?? tracked.task.deadline.getTime() - Date.now();
+    const every = Math.min(Math.max(Math.floor(lease / 3), MIN_HEARTBEAT), MAX_HEARTBEAT);
     tracked.heartbeat = setTimeout(() => this.#heartbeat(tracked), every);
   }
 
@@ -263,6 +274,7 @@ export class Worker {
         safe: true,
       });
       task.deadline = new Date(body.deadline_ms);
+      tracked.lease = body.lease_ms;
     } catch (error) {
       if (error.status === 409 || error.status === 404) {
         // Another worker has it, or it is done with: this one's completion would be refused.

@@ -56,10 +56,15 @@ pub(crate) fn expand(args: Vec<OsString>) -> anyhow::Result<Expanded> {
     let mut from_file = Vec::new();
     for (key, value) in &settings {
         let arg = setting(&command, key, &file)?;
+        let set = |name: &OsStr| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+        // Left out when the command line gives it, or a flag it cannot go with; or when its
+        // variable is set (the token's, WFHOST_TOKEN, stands for the token file).
         let overridden = flag_given(given, arg)
-            || arg
-                .get_env()
-                .is_some_and(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()));
+            || command
+                .get_arguments()
+                .any(|other| conflicting(&command, arg, other) && flag_given(given, other))
+            || arg.get_env().is_some_and(set)
+            || (key == "token-file" && set(OsStr::new("WFHOST_TOKEN")));
         if overridden {
             continue;
         }
@@ -203,6 +208,18 @@ fn scalar(key: &str, value: &toml::Value) -> anyhow::Result<String> {
     })
 }
 
+/// Whether `a` and `b` cannot be given together (either says so).
+fn conflicting(command: &clap::Command, a: &clap::Arg, b: &clap::Arg) -> bool {
+    let names = |arg: &clap::Arg| -> Vec<String> {
+        command
+            .get_arg_conflicts_with(arg)
+            .iter()
+            .map(|c| c.get_id().to_string())
+            .collect()
+    };
+    names(a).contains(&b.get_id().to_string()) || names(b).contains(&a.get_id().to_string())
+}
+
 /// The value of `--name VALUE` or `--name=VALUE` in `args`.
 fn flag_value(args: &[OsString], name: &str) -> Option<OsString> {
     let long = format!("--{name}");
@@ -280,18 +297,51 @@ fn masked(long: &str, value: &OsStr) -> String {
     if text.contains("://") {
         return wfhost::store::redact(&text);
     }
-    // key=value connection strings: password=...
-    if text.contains("password=") {
-        return text
-            .split(' ')
-            .map(|part| match part.split_once('=') {
-                Some(("password", _)) => "password=***".to_string(),
-                _ => part.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join(" ");
+    // key=value connection strings: password=..., password = '...'
+    if text.contains("password") {
+        return masked_password(&text);
     }
     text.into_owned()
+}
+
+/// A `key=value` connection string (libpq's, as PostgreSQL's clients read it: blanks around
+/// `=`, values quoted with `'` and `\` escapes) with its password's value masked.
+fn masked_password(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("password") {
+        out.push_str(&rest[..at + "password".len()]);
+        rest = &rest[at + "password".len()..];
+        let after_key = rest.trim_start();
+        let Some(value) = after_key.strip_prefix('=') else {
+            continue;
+        };
+        let value = value.trim_start();
+        out.push_str("=***");
+        // The value: quoted up to its closing quote, or up to the next blank.
+        let end = if let Some(quoted) = value.strip_prefix('\'') {
+            let mut chars = quoted.char_indices();
+            let mut close = quoted.len();
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => {
+                        chars.next();
+                    }
+                    '\'' => {
+                        close = i + 1;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            1 + close
+        } else {
+            value.find(char::is_whitespace).unwrap_or(value.len())
+        };
+        rest = &value[end.min(value.len())..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -308,6 +358,15 @@ mod tests {
             masked("store", OsStr::new("host=db user=wf password=hunter2")),
             "host=db user=wf password=***"
         );
+        assert_eq!(
+            masked("store", OsStr::new("host=db password = hunter2 dbname=wf")),
+            "host=db password=*** dbname=wf"
+        );
+        assert_eq!(
+            masked("store", OsStr::new("password='hunter 2\\' x' dbname=wf")),
+            "password=*** dbname=wf"
+        );
+        assert_eq!(masked("store", OsStr::new("password")), "password");
         assert_eq!(masked("store", OsStr::new("wf.db")), "wf.db");
         assert_eq!(
             masked("token-file", OsStr::new("/etc/wf.token")),

@@ -107,12 +107,21 @@ fn flags_win_over_the_environment_which_wins_over_the_file() {
     let file = dir.join("wfhost.toml");
     std::fs::write(
         &file,
-        "store = \"from-file.db\"\nhttp = \"127.0.0.1:0\"\ngrace = \"1s\"\nmax-waiting = 7\n",
+        "store = \"from-file.db\"\nhttp = \"127.0.0.1:0\"\ngrace = \"1s\"\nmax-waiting = 7\n\
+         on-demand = true\n",
     )
     .unwrap();
     let (settings, _, mut child) = serve(
         &dir,
-        &["--config", file.to_str().unwrap(), "--grace", "2s"],
+        // --pooling cannot go with the file's on-demand: the flag wins, the file's is left out.
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--grace",
+            "2s",
+            "--pooling",
+            "8",
+        ],
         &[("WFHOST_STORE", "from-env.db")],
     );
     for expected in [
@@ -120,10 +129,12 @@ fn flags_win_over_the_environment_which_wins_over_the_file() {
         "store=from-env.db (env)",
         "max-waiting=7 (file)",
         "http=127.0.0.1:0 (file)",
+        "pooling=8 (flag)",
     ] {
         assert!(settings.contains(expected), "{expected} in {settings}");
     }
     assert!(!settings.contains("from-file.db"), "{settings}");
+    assert!(!settings.contains("on-demand"), "{settings}");
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(dir.join("from-env.db").exists() && !dir.join("from-file.db").exists());
@@ -170,6 +181,29 @@ fn a_check_says_what_is_wrong_and_masks_secrets() {
         assert!(err.contains(says), "{name}: {err}");
         assert_eq!(err.lines().filter(|l| l.starts_with("error:")).count(), 1, "{name}: {err}");
     }
+    // WFHOST_TOKEN stands for the token file, as a flag's variable does for its flag.
+    let token = write("token", "s3cret\n");
+    let with_token = write(
+        "token.toml",
+        &format!("store = \"wf.db\"\ntoken-file = \"{}\"\n", token.display()),
+    );
+    let (code, out, err) = check(&with_token);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("token-file="), "{out}");
+    let output = wfhost()
+        .args(["config", "check"])
+        .arg(&with_token)
+        .env_remove("WFHOST_MODULE_CACHE")
+        .env("WFHOST_TOKEN", "from-the-environment")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        !text(&output.stdout).contains("token-file="),
+        "{}",
+        text(&output.stdout)
+    );
+
     let (code, _, err) = check(&dir.join("absent.toml"));
     assert_eq!(code, 2);
     assert!(err.contains("cannot read the configuration file"), "{err}");

@@ -164,7 +164,8 @@ impl Client {
 
     /// Starts a workflow and waits up to `wait` for it to end, in one request (the server
     /// caps the wait): it as it stands then (its result when it ended) and whether this start
-    /// made it. A workflow that existed is not started again: it is waited for.
+    /// made it. A workflow that existed is not started again: it is waited for. Give the start
+    /// an id: then it is safe to send again, which a wait cut short by a restart calls for.
     pub fn start_and_wait(&self, start: &StartRequest, wait: Duration) -> Result<StartedJson> {
         let path = format!("/v1/workflows?wait={}", crate::duration::format(wait));
         let repeat = Repeat::when(start.id.is_some());
@@ -231,7 +232,8 @@ impl Client {
 
     /// Creates a schedule.
     pub fn create_schedule(&self, request: &ScheduleRequest) -> Result<ScheduleJson> {
-        self.post_json("/v1/schedules", request, None, Repeat::Safe)
+        // Sent again after a lost answer it would find its own schedule: `409`.
+        self.post_json("/v1/schedules", request, None, Repeat::Once)
             .map(|(_, schedule)| schedule)
     }
 
@@ -378,7 +380,8 @@ impl Client {
     /// it finished the task).
     pub fn release_task(&self, task: &str) -> Result<()> {
         let path = format!("/v1/tasks/{}/release", segment(task));
-        self.exchange(Method::Post, &path, Body::None, None, Repeat::Safe)
+        // Sent again after a lost answer it would find the task moved on: `409`.
+        self.exchange(Method::Post, &path, Body::None, None, Repeat::Once)
             .map(|_| ())
     }
 
@@ -510,14 +513,10 @@ pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(30);
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const LONGEST_PAUSE: Duration = Duration::from_secs(2);
 
-/// The `503` codes of a server that refused before doing anything: it has no host yet, is
-/// stopping, or holds as many requests or connections as it takes.
-const NOTHING_DONE: [&str; 4] = [
-    "unavailable",
-    "shutting_down",
-    "too_many_waiting",
-    "too_many_connections",
-];
+/// The `503` codes of a server that refused before doing anything: it has no host yet (it is
+/// starting, or starting again), or holds as many requests or connections as it takes. Others
+/// (`unavailable`, `shutting_down`, `store`) may come after a write.
+const NOTHING_DONE: [&str; 3] = ["not_ready", "too_many_waiting", "too_many_connections"];
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Method {

@@ -716,6 +716,10 @@ pub struct TaskJson {
     pub deadline: String,
     /// The same, in milliseconds since the Unix epoch.
     pub deadline_ms: u64,
+    /// How long from this answer to the deadline, by the server's clock, in milliseconds: what a
+    /// worker times its heartbeats by (its own clock may differ from the server's).
+    #[serde(default)]
+    pub lease_ms: u64,
 }
 
 /// A worker's answer to a task (`POST /v1/tasks/{task}/complete`): a result or an error.
@@ -774,6 +778,10 @@ pub struct HeartbeatJson {
     pub deadline: String,
     /// The same, in milliseconds since the Unix epoch.
     pub deadline_ms: u64,
+    /// How long from this answer to the deadline, by the server's clock, in milliseconds: what a
+    /// worker times its heartbeats by (its own clock may differ from the server's).
+    #[serde(default)]
+    pub lease_ms: u64,
 }
 
 /// A payload as the API shows it: the JSON itself when it is JSON, else `{"encoding", "size",

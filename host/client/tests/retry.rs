@@ -56,7 +56,7 @@ fn scripted(answers: Vec<(u16, &'static str)>) -> Scripted {
 
 const STARTING: (u16, &str) = (
     503,
-    r#"{"error": {"code": "unavailable", "message": "the server has no host just now"}}"#,
+    r#"{"error": {"code": "not_ready", "message": "the server has no host just now"}}"#,
 );
 const STORE: (u16, &str) = (
     503,
@@ -89,7 +89,7 @@ fn a_server_that_is_starting_is_asked_again_until_it_answers() {
 
 #[test]
 fn a_start_without_an_id_is_not_sent_again_when_it_may_have_been_done() {
-    // "unavailable": nothing was done, so even a start without an id is asked again.
+    // "not_ready": nothing was done, so even a start without an id is asked again.
     let server = scripted(vec![STARTING, STARTED]);
     let client = Client::new(&server.url).unwrap();
     assert!(client.start(&start(None)).unwrap().new);
@@ -124,7 +124,7 @@ fn without_time_to_retry_the_refusal_is_the_answer() {
         .unwrap()
         .with_retry_for(Duration::ZERO);
     let error = client.ready().unwrap_err();
-    assert_eq!((error.status(), error.code()), (Some(503), "unavailable"));
+    assert_eq!((error.status(), error.code()), (Some(503), "not_ready"));
     assert_eq!(server.requests.load(Ordering::SeqCst), 1);
 }
 

@@ -10,14 +10,52 @@ use wfcontract::{Encoding, Header, HttpRequest, HttpResponse, Payload, RetryPoli
 /// The most of a body the words show; the JSON has it all (as JSON or text where it is).
 const SHOWN_BODY: usize = 200;
 
-/// Headers whose values are credentials: shown as `***`.
-const SECRET_HEADERS: [&str; 5] = [
-    "authorization",
-    "proxy-authorization",
+/// What a header's or a query parameter's name holds when its value is a credential (any case):
+/// such values are shown as `***`. Broad on purpose: the API a workflow calls names its
+/// credentials, not the workflow's author.
+const SECRET_NAMES: [&str; 10] = [
+    "auth",
+    "token",
+    "key",
+    "secret",
+    "session",
     "cookie",
-    "set-cookie",
-    "x-api-key",
+    "password",
+    "passwd",
+    "signature",
+    "credential",
 ];
+
+/// Whether a header or parameter named `name` holds a credential.
+fn secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    SECRET_NAMES.iter().any(|s| name.contains(s))
+}
+
+/// `url` as it may be shown: a password in it and the values of credential parameters masked.
+fn shown_url(url: &str) -> String {
+    let url = wfhost_store::redact(url);
+    let Some((base, query)) = url.split_once('?') else {
+        return url;
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((query, fragment)) => (query, Some(fragment)),
+        None => (query, None),
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if secret(name) => format!("{name}=***"),
+            _ => pair.to_string(),
+        })
+        .collect();
+    let mut shown = format!("{base}?{}", query.join("&"));
+    if let Some(fragment) = fragment {
+        shown.push('#');
+        shown.push_str(fragment);
+    }
+    shown
+}
 
 /// The input of a call to `name` in words and as JSON, when `name` is one of the host's own
 /// functions and the input reads as its request.
@@ -28,7 +66,8 @@ pub(super) fn input(name: &str, input: &Payload) -> Option<(String, Value)> {
     match name {
         HTTP_FUNCTION => {
             let request: HttpRequest = postcard::from_bytes(&input.bytes).ok()?;
-            let mut words = format!("{} {}", request.method, request.url);
+            let url = shown_url(&request.url);
+            let mut words = format!("{} {url}", request.method);
             if !request.body.is_empty() {
                 words.push_str(&format!(
                     ", {}",
@@ -37,7 +76,7 @@ pub(super) fn input(name: &str, input: &Payload) -> Option<(String, Value)> {
             }
             let value = json!({
                 "method": request.method,
-                "url": request.url,
+                "url": url,
                 "headers": headers_json(&request.headers),
                 "body": body_json(&request.body),
                 "body_size": request.body.len(),
@@ -128,10 +167,14 @@ fn headers_json(headers: &[Header]) -> Value {
     headers
         .iter()
         .map(|h| {
-            let secret = SECRET_HEADERS
-                .iter()
-                .any(|s| h.name.eq_ignore_ascii_case(s));
-            json!([h.name, if secret { "***" } else { h.value.as_str() }])
+            json!([
+                h.name,
+                if secret(&h.name) {
+                    "***"
+                } else {
+                    h.value.as_str()
+                }
+            ])
         })
         .collect()
 }
@@ -197,6 +240,29 @@ mod tests {
         // Not the host's own function, or not its request: the payload as it is.
         assert!(input("payments.charge", &postcard(&request)).is_none());
         assert!(input(HTTP_FUNCTION, &Payload::json_bytes(b"{}".to_vec())).is_none());
+    }
+
+    #[test]
+    fn credentials_in_headers_and_urls_are_masked() {
+        for name in [
+            "Authorization",
+            "api-key",
+            "X-Goog-Api-Key",
+            "PRIVATE-TOKEN",
+            "x-amz-security-token",
+            "Cookie",
+        ] {
+            assert!(secret(name), "{name}");
+        }
+        assert!(!secret("content-type") && !secret("accept"));
+        assert_eq!(
+            shown_url("https://u:p4ss@api.example.com/v1?q=kettle&api_key=abc&sig=1#top"),
+            "https://u:***@api.example.com/v1?q=kettle&api_key=***&sig=1#top"
+        );
+        assert_eq!(
+            shown_url("https://api.example.com/v1"),
+            "https://api.example.com/v1"
+        );
     }
 
     #[test]

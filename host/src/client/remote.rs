@@ -23,6 +23,10 @@ use crate::error::{Error, ErrorKind, Result};
 /// allow an answer to take.
 const ASK_AT_MOST: Duration = Duration::from_secs(55);
 
+/// How long to wait before asking again a server that answered `503` after the API's client
+/// had asked again for its `retry_for` (it is recovering a large store).
+const RETRY_AFTER: Duration = Duration::from_millis(500);
+
 pub(crate) struct RemoteBackend {
     pub(crate) location: Location,
     /// `None` when the URL cannot be a server's (said at the first call).
@@ -134,8 +138,15 @@ impl Backend for RemoteBackend {
                 (Some(_), None) => Some(ASK_AT_MOST),
             };
             let asked = left.map(|left| left.min(ASK_AT_MOST));
-            // A server starting or between two hosts is asked again by the API's client.
-            let answer = self.api()?.result(id, asked).map_err(|e| error(&e))?;
+            let answer = match self.api()?.result(id, asked) {
+                // The API's client asked again for its `retry_for`; a server that takes longer
+                // to come back (a long recovery) is asked again within the wait.
+                Err(e) if e.status() == Some(503) && left.is_some_and(|l| l > RETRY_AFTER) => {
+                    std::thread::sleep(RETRY_AFTER);
+                    continue;
+                }
+                answer => answer.map_err(|e| error(&e))?,
+            };
             let status = status_of(answer)?;
             if status.is_finished() || left.is_none_or(|left| left <= ASK_AT_MOST) {
                 return Ok(status);

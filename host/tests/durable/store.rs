@@ -412,7 +412,7 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
                      DROP TRIGGER workflow_counts_removed ON workflows; \
                      DROP FUNCTION workflow_counts_add; DROP FUNCTION workflow_counts_move; \
                      DROP INDEX tasks_call; ALTER TABLE tasks DROP COLUMN workflow, \
-                     DROP COLUMN tag; \
+                     DROP COLUMN tag, DROP COLUMN queued_at; \
                      INSERT INTO workflows (num, id, module, module_name, entry, input, \
                      started, root) VALUES (4, 'w4', 'm', 'm', 'main', '', 0, 4), \
                      (5, 'w5', 'm', 'm', 'other', '', 0, 5); \

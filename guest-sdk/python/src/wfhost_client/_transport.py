@@ -1,8 +1,7 @@
 """One call to the server, asked again while the server is starting or restarting.
 
 Asked again, within the client's `retry_for`: a `503` whose code says the server did nothing
-(it had no host yet, was stopping, or held as many requests or connections as it takes), for
-any call; any `503` for a call safe to repeat; a refused connection (nothing was sent), for any
+(it had no host yet, or held as many requests or connections as it takes), for any call; any `503` for a call safe to repeat; a refused connection (nothing was sent), for any
 call; a dropped connection, for a call safe to repeat. The pause is the `503`'s `Retry-After`
 (between 0.1 s and 2 s), else 0.1 s doubling to 2 s. A call that may have been done (a start
 without an id, a message) is never sent twice.
@@ -19,7 +18,10 @@ import httpx
 
 from .errors import Timeout, Unreachable, WfhostError, refusal
 
-NOTHING_DONE = frozenset({"unavailable", "shutting_down", "too_many_waiting", "too_many_connections"})
+# The 503 codes of a server that refused before doing anything: it has no host yet, or holds as
+# many requests or connections as it takes. Others (`unavailable`, `shutting_down`, `store`) may
+# come after a write.
+NOTHING_DONE = frozenset({"not_ready", "too_many_waiting", "too_many_connections"})
 FIRST_PAUSE = 0.1
 NOTHING = object()
 """No body (a message may be `None`: JSON's null)."""
@@ -84,9 +86,11 @@ class Transport:
         params: Optional[dict] = None,
         wait: float = 0.0,
         safe: bool = True,
+        retry_for: Optional[float] = None,
     ) -> httpx.Response:
         """The answer to one call that is not a refusal; raises the refusal's error otherwise.
-        `safe`: doing it twice is doing it once (a read, a start with an id, a cancel)."""
+        `safe`: doing it twice is doing it once (a read, a start with an id, a cancel).
+        `retry_for`: this call's own time to ask again (the client's by default)."""
         content = raw
         headers = {}
         if body is not NOTHING:
@@ -131,7 +135,7 @@ class Transport:
                 if response.status_code == 503 and (safe or failure.code in NOTHING_DONE):
                     again = _retry_after(response) or pause
             if deadline is None:
-                deadline = time.monotonic() + self.retry_for
+                deadline = time.monotonic() + (self.retry_for if retry_for is None else retry_for)
             if again is None or time.monotonic() + again > deadline:
                 raise failure
             time.sleep(again)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any, Iterator, Optional, Union
 
 from . import __version__
@@ -97,16 +98,22 @@ class Client:
         """Starts entry point `entry` of `module` (its hash) with `input` (JSON). With an id a
         start is idempotent: one that existed started the same way is not started again
         (`new` is False), one started otherwise is refused (`Conflict`). With `wait` (seconds,
-        or `"30s"`), also waits that long for it to end, in the same request: the workflow
-        then holds its `result` (or `error`) when it ended in time."""
-        body = {"module": module, "entry": entry, "input": dumps(input)}
-        if id is not None:
-            body["id"] = id
+        or `"30s"`; at most 55 s, one request's), also waits that long for it to end, in the
+        same request: the workflow then holds its `result` (or `error`) when it ended in time.
+        A start that waits without an id gets one made here (`wf-` and a UUID), so that it is
+        safe to ask again."""
         params = None
         waited = 0.0
         if wait is not None:
-            params = {"wait": duration(wait)}
-            waited = _seconds(wait)
+            params = {"wait": duration(min(_seconds(wait), ASK_AT_MOST))}
+            waited = min(_seconds(wait), ASK_AT_MOST)
+            # A start that waits gets an id here when it has none: a wait a restart cut short
+            # is then safe to ask again, and the caller always has the workflow's id.
+            if id is None:
+                id = f"wf-{uuid.uuid4()}"
+        body = {"module": module, "entry": entry, "input": dumps(input)}
+        if id is not None:
+            body["id"] = id
         answer = self._api.call(
             "POST", "/v1/workflows", body=body, params=params, wait=waited, safe=id is not None
         ).json()
@@ -125,9 +132,11 @@ class Client:
         `WorkflowFailed` or `WorkflowCancelled` as it ended, `StillRunning` when it had not
         ended within `wait`."""
         total = _seconds(wait)
-        workflow = self.start(module, entry, input, id=id, wait=min(total, ASK_AT_MOST))
-        if not workflow.is_finished and total > ASK_AT_MOST:
-            return self.result(workflow.id, wait=total - ASK_AT_MOST)
+        deadline = time.monotonic() + total
+        workflow = self.start(module, entry, input, id=id, wait=total)
+        left = deadline - time.monotonic()
+        if not workflow.is_finished and workflow.status != "damaged" and left > 0:
+            workflow = self.wait(workflow.id, wait=left)
         return _outcome(workflow, total)
 
     def status(self, id: str) -> Workflow:
@@ -137,11 +146,10 @@ class Client:
     def wait(self, id: str, wait: Wait = 30.0) -> Workflow:
         """Where workflow `id` stands once it ends, waiting up to `wait` for that; still
         running at the deadline, where it stands then."""
-        total = _seconds(wait)
-        deadline = time.monotonic() + total
+        deadline = time.monotonic() + _seconds(wait)
         while True:
-            left = max(0.0, deadline - time.monotonic())
-            asked = min(left, ASK_AT_MOST)
+            # The server caps each wait (`--max-wait`): asked again until the wait is spent.
+            asked = min(max(0.0, deadline - time.monotonic()), ASK_AT_MOST)
             data = self._api.call(
                 "GET",
                 f"/v1/workflows/{segment(id)}/result",
@@ -149,7 +157,9 @@ class Client:
                 wait=asked,
             ).json()
             workflow = Workflow.of(data)
-            if workflow.is_finished or workflow.status == "damaged" or left <= ASK_AT_MOST:
+            if workflow.is_finished or workflow.status == "damaged":
+                return workflow
+            if time.monotonic() >= deadline:
                 return workflow
 
     def result(self, id: str, wait: Wait = 30.0) -> Any:
@@ -278,7 +288,8 @@ class Client:
             body["every"] = duration(every)
         if jitter is not None:
             body["jitter"] = duration(jitter)
-        return self._api.call("POST", "/v1/schedules", body=body).json()
+        # Not sent again after a lost answer: it would find its own schedule (`Conflict`).
+        return self._api.call("POST", "/v1/schedules", body=body, safe=False).json()
 
     def schedules(self) -> list:
         """Every schedule."""

@@ -18,7 +18,6 @@ import signal
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Optional
@@ -30,6 +29,15 @@ from .errors import Conflict, NotFound, WfhostError
 log = logging.getLogger("wfhost_client.worker")
 
 LONGEST_PAUSE = 2.0
+
+LONGEST_BEAT = 20.0
+"""The longest time between two heartbeats of one task."""
+
+
+def _beat_in(lease: float) -> float:
+    """How long after a delivery or heartbeat that gave the task `lease` seconds to heartbeat
+    again: a third of it, between 1 s and [`LONGEST_BEAT`]."""
+    return min(max(lease / 3, 1.0), LONGEST_BEAT)
 
 
 class Rejected(Exception):
@@ -52,7 +60,10 @@ class Task:
     deadline: datetime
     """When the task goes to another worker unless heartbeaten (the worker does that)."""
     lease: float = 60.0
-    """How long each delivery and heartbeat holds the task (the server's `--task-timeout`)."""
+    """How long the delivery (or the last heartbeat) gave the task, as the server said."""
+    next_beat: float = 0.0
+    """When to heartbeat next, by this process's monotonic clock (never by comparing its
+    wall clock with the server's: the two may differ)."""
     moved_on: threading.Event = field(default_factory=threading.Event, repr=False)
     """Set when the task moved on (its deadline passed and another worker has it) or the
     worker stops without waiting for it: a long function may look, and stop early."""
@@ -146,13 +157,15 @@ class Worker:
         self._stopping.clear()
         self._stopped.clear()
         restore = self._trap_signals() if stop_on_signals else {}
-        pool = ThreadPoolExecutor(self._concurrency, thread_name_prefix="wfhost-task")
         beats = threading.Thread(target=self._heartbeat, name="wfhost-heartbeat", daemon=True)
         beats.start()
         try:
-            self._poll(pool)
+            self._poll()
         finally:
-            self._finish(pool)
+            if not self._stopping.is_set():
+                # Ended by an error (a refused poll): the running tasks still get their grace.
+                self.stop(self._grace)
+            self._finish()
             for signum, handler in restore.items():
                 signal.signal(signum, handler)
             self._stopped.set()
@@ -172,7 +185,7 @@ class Worker:
 
     # The loop
 
-    def _poll(self, pool: ThreadPoolExecutor) -> None:
+    def _poll(self) -> None:
         functions = sorted(self._functions)
         pause = 0.1
         while not self._stopping.is_set():
@@ -191,6 +204,8 @@ class Worker:
                     },
                     wait=self._poll_wait,
                     safe=False,
+                    # Asked again here, where a stop is seen, not inside the transport.
+                    retry_for=0.0,
                 )
             except WfhostError as error:
                 self._slots.release()
@@ -207,15 +222,14 @@ class Worker:
                 self._slots.release()
                 continue
             data = answer.json()
-            deadline = datetime.fromtimestamp(data["deadline_ms"] / 1000, tz=timezone.utc)
             task = Task(
                 id=data["task"],
                 function=data["function"],
                 idempotency_key=data.get("idempotency_key"),
                 attempt=data.get("attempt", 1),
-                deadline=deadline,
-                lease=max(1.0, (deadline - datetime.now(timezone.utc)).total_seconds()),
+                deadline=datetime.fromtimestamp(data["deadline_ms"] / 1000, tz=timezone.utc),
             )
+            self._leased(task, data)
             if self._stopping.is_set():
                 # Taken as the worker stops: the next worker gets it now.
                 self._release(task)
@@ -223,7 +237,28 @@ class Worker:
                 return
             with self._lock:
                 self._running[task.id] = task
-            pool.submit(self._serve, task, data.get("input"))
+            # A thread each, a daemon: a function that never returns does not keep the process
+            # alive once the worker has stopped and given its task back.
+            threading.Thread(
+                target=self._serve,
+                args=(task, data.get("input")),
+                name=f"wfhost-task-{task.function}",
+                daemon=True,
+            ).start()
+
+    @staticmethod
+    def _leased(task: Task, answer: dict) -> None:
+        """Notes what a delivery or heartbeat gave `task`: its deadline, and when to heartbeat
+        next, timed by the lease the server measured (`lease_ms`, by its own clock: this
+        machine's may differ) and this process's monotonic clock."""
+        task.deadline = datetime.fromtimestamp(answer["deadline_ms"] / 1000, tz=timezone.utc)
+        if "lease_ms" in answer:
+            task.lease = answer["lease_ms"] / 1000
+        else:
+            # An older server: the deadline against this clock, which the bounds of `_beat_in`
+            # keep from going far wrong.
+            task.lease = (task.deadline - datetime.now(timezone.utc)).total_seconds()
+        task.next_beat = time.monotonic() + _beat_in(task.lease)
 
     def _serve(self, task: Task, input: Any) -> None:
         try:
@@ -262,21 +297,20 @@ class Worker:
             return {"error": {"message": f"{type(error).__name__}: {error}", "retryable": True}}
 
     def _heartbeat(self) -> None:
-        """Moves each running task's deadline on when a third of its time is left."""
+        """Moves each running task's deadline on, a third of its lease after the last time
+        (between 1 s and 20 s, by this process's monotonic clock)."""
         while not self._stopped.is_set():
-            now = datetime.now(timezone.utc)
+            now = time.monotonic()
             with self._lock:
                 running = list(self._running.values())
             for task in running:
-                left = (task.deadline - now).total_seconds()
-                # A third of its time left (at least a second): move its deadline on.
-                if task.moved_on.is_set() or left > max(1.0, task.lease / 3):
+                if task.moved_on.is_set() or now < task.next_beat:
                     continue
                 try:
-                    beat = self._api.call("POST", f"/v1/tasks/{segment(task.id)}/heartbeat")
-                    task.deadline = datetime.fromtimestamp(
-                        beat.json()["deadline_ms"] / 1000, tz=timezone.utc
+                    beat = self._api.call(
+                        "POST", f"/v1/tasks/{segment(task.id)}/heartbeat", retry_for=1.0
                     )
+                    self._leased(task, beat.json())
                 except (Conflict, NotFound):
                     log.warning("task %s (%s) moved on: stop working on it", task.id, task.function)
                     task.moved_on.set()
@@ -285,7 +319,7 @@ class Worker:
             if self._stopping.wait(0.5) and not running:
                 return
 
-    def _finish(self, pool: ThreadPoolExecutor) -> None:
+    def _finish(self) -> None:
         """Waits up to the grace for the running tasks, gives back the rest."""
         left = self._stop_at + self._grace - time.monotonic()
         with self._idle:
@@ -294,11 +328,10 @@ class Worker:
         for task in unfinished:
             task.moved_on.set()
             self._release(task)
-        pool.shutdown(wait=False, cancel_futures=True)
 
     def _release(self, task: Task) -> None:
         try:
-            self._api.call("POST", f"/v1/tasks/{segment(task.id)}/release")
+            self._api.call("POST", f"/v1/tasks/{segment(task.id)}/release", retry_for=2.0)
             log.info("task %s (%s) given back", task.id, task.function)
         except WfhostError as error:
             log.warning("task %s not given back (it goes at its deadline): %s", task.id, error)

@@ -13,6 +13,10 @@ use wfhost::{Client, Metrics};
 
 use super::error::ApiError;
 
+/// The code of a `503` from a server with no host (starting, or starting again): nothing was
+/// done, and every client asks again.
+pub(crate) const NOT_READY: &str = "not_ready";
+
 /// What every handler shares.
 pub(crate) struct AppState {
     pub(crate) client: RwLock<Option<Client>>,
@@ -56,7 +60,7 @@ impl AppState {
         self.client.read().clone().ok_or_else(|| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
+                NOT_READY,
                 "the server has no host just now (it is starting, starting again after losing \
                  its store, or stopping; or it serves metrics only): ask again",
             )

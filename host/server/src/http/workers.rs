@@ -20,12 +20,18 @@ const RECENT: Duration = Duration::from_secs(60);
 /// not grow the server without bound.
 const MAX_POLLERS: usize = 1_000;
 
+/// The most functions seen when the server was not told which it serves: a client that polls
+/// for made-up names does not grow it without bound either.
+const MAX_FUNCTIONS: usize = 1_000;
+
 /// Who polls for each function, and how completions went.
 #[derive(Debug, Default)]
 pub(crate) struct Workers {
     /// The functions the server serves (`--worker-function`), shown even before a worker comes.
     served: Vec<String>,
     seen: Mutex<HashMap<String, Seen>>,
+    /// The functions the metrics' gauges have a series of.
+    gauged: Mutex<std::collections::HashSet<String>>,
 }
 
 #[derive(Debug, Default)]
@@ -71,7 +77,31 @@ impl Workers {
         Workers {
             served,
             seen: Mutex::default(),
+            gauged: Mutex::default(),
         }
+    }
+
+    /// Whether `function` is one to keep what is seen of: one the server serves (when it was
+    /// told which), or, if not, one of the first [`MAX_FUNCTIONS`] seen.
+    fn keeps(&self, seen: &HashMap<String, Seen>, function: &str) -> bool {
+        if !self.served.is_empty() {
+            return self.served.iter().any(|f| f == function);
+        }
+        seen.contains_key(function) || seen.len() < MAX_FUNCTIONS
+    }
+
+    /// The functions the gauges now cover (`functions`), and those they covered before and no
+    /// longer do: their gauges go to zero.
+    pub(crate) fn gauges(&self, functions: &[String]) -> Vec<String> {
+        let mut gauged = self.gauged.lock();
+        let gone = gauged
+            .iter()
+            .filter(|f| !functions.contains(f))
+            .cloned()
+            .collect();
+        gauged.clear();
+        gauged.extend(functions.iter().cloned());
+        gone
     }
 
     /// A poll by worker `name` on `host` for `functions`, polling until the guard is dropped.
@@ -84,6 +114,9 @@ impl Workers {
         let now = SystemTime::now();
         let mut seen = self.seen.lock();
         for function in functions {
+            if !self.keeps(&seen, function) {
+                continue;
+            }
             let pollers = &mut seen.entry(function.clone()).or_default().pollers;
             if pollers.len() >= MAX_POLLERS && !pollers.contains_key(&name) {
                 forget_oldest(pollers);
@@ -107,6 +140,9 @@ impl Workers {
     /// A completion of a task of `function`, with a result (`ok`) or an error.
     pub(crate) fn completed(&self, function: &str, ok: bool) {
         let mut seen = self.seen.lock();
+        if !self.keeps(&seen, function) {
+            return;
+        }
         let seen = seen.entry(function.to_string()).or_default();
         if ok {
             seen.completed += 1;
@@ -217,8 +253,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn what_is_kept_is_bounded() {
+        // Told what it serves: other names are not kept.
+        let served = Arc::new(Workers::new(vec!["a.served".into()]));
+        let made_up: Vec<String> = (0..100).map(|n| format!("made.up{n}")).collect();
+        drop(served.polling(&made_up, "w".into(), "m".into()));
+        served.completed("made.up1", true);
+        let names: Vec<String> = served
+            .view(Vec::new())
+            .functions
+            .into_iter()
+            .map(|f| f.function)
+            .collect();
+        assert_eq!(names, ["a.served"]);
+        // Not told: the first MAX_FUNCTIONS names, no more.
+        let open = Arc::new(Workers::new(Vec::new()));
+        let many: Vec<String> = (0..MAX_FUNCTIONS + 50).map(|n| format!("f{n}")).collect();
+        for chunk in many.chunks(64) {
+            drop(open.polling(chunk, "w".into(), "m".into()));
+        }
+        assert_eq!(open.view(Vec::new()).functions.len(), MAX_FUNCTIONS);
+        // A function the gauges covered and no longer do goes to zero.
+        assert!(open.gauges(&["x".into(), "y".into()]).is_empty());
+        assert_eq!(open.gauges(&["y".into()]), ["x"]);
+    }
+
+    #[test]
     fn pollers_are_seen_while_they_poll_and_after() {
-        let workers = Arc::new(Workers::new(vec!["b.served".into()]));
+        let workers = Arc::new(Workers::new(vec!["a.charge".into(), "b.served".into()]));
         let functions = ["a.charge".to_string()];
         let poll = workers.polling(&functions, "w1".into(), "m1".into());
         let view = workers.view(Vec::new());

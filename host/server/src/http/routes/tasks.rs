@@ -241,6 +241,7 @@ async fn heartbeat(
     Ok(Json(HeartbeatJson {
         deadline: rfc3339(deadline),
         deadline_ms: ms,
+        lease_ms: lease_ms(deadline),
     }))
 }
 
@@ -322,5 +323,13 @@ fn task_json(task: Task) -> TaskJson {
         attempt: task.attempt,
         deadline: rfc3339(task.deadline),
         deadline_ms: ms,
+        lease_ms: lease_ms(task.deadline),
     }
+}
+
+/// How long from now to `deadline`, in milliseconds.
+fn lease_ms(deadline: std::time::SystemTime) -> u64 {
+    deadline
+        .duration_since(std::time::SystemTime::now())
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

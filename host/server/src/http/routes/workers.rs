@@ -41,6 +41,12 @@ pub(crate) async fn view(state: &AppState) -> Result<WorkersJson, ApiError> {
                 crate::http::workers::Workers::recent(function),
             );
         }
+        // A function that had tasks (on a store hosts share, another host's) and has none
+        // now: its gauges say so, rather than their last value.
+        let now: Vec<String> = view.functions.iter().map(|f| f.function.clone()).collect();
+        for gone in state.workers.gauges(&now) {
+            metrics.task_levels(&gone, 0, 0);
+        }
     }
     Ok(view)
 }
