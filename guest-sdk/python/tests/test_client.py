@@ -150,3 +150,4 @@ def test_bad_addresses_are_refused_before_anything_is_sent():
     with pytest.raises(Exception) as refused:
         Client("wf.db")
     assert "http://HOST:PORT" in str(refused.value)
+

@@ -772,3 +772,52 @@ fn workers_and_the_tasks_they_leave_are_visible() {
         assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
     }
 }
+
+#[test]
+fn a_cancelled_workflows_task_leaves_the_board() {
+    let dir = common::tempdir("act-workers", "cancelled");
+    let store = dir.join("wf.db");
+    let server = HttpServer::start(
+        &dir,
+        store.to_str().unwrap(),
+        &["--worker-function", "payments.charge"],
+    );
+    let api = server.client();
+    let module = put_probe(&api);
+    api.start(&start_request(
+        "gone",
+        &module,
+        "call",
+        json!(["payments.charge", 1]),
+    ))
+    .unwrap();
+    let charge = functions(&["payments.charge"]);
+    let task = api
+        .poll_task(&charge, Duration::from_secs(30))
+        .unwrap()
+        .expect("a task");
+    api.heartbeat_task(&task.task).unwrap();
+    api.cancel("gone").unwrap();
+    // The probe's `call` answers its call's error: the cancel reaches the call, and it ends.
+    let done = api.result("gone", Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(done.status, "completed");
+    assert_eq!(
+        result(done.result.as_ref().unwrap())["message"],
+        "cancelled",
+        "{done:?}"
+    );
+    // Nothing waits for its answer: the task goes, and the worker hears so at its heartbeat.
+    common::wait_until("the task leaves the board", || {
+        api.heartbeat_task(&task.task)
+            .is_err_and(|e| e.status() == Some(409))
+    });
+    let late = api
+        .complete_task(&task.task, &ok(json!("charged")))
+        .unwrap_err();
+    assert_eq!(late.status(), Some(409), "{late}");
+    let view = api.workers().unwrap();
+    assert_eq!(
+        (view.functions[0].waiting, view.functions[0].in_flight),
+        (0, 0)
+    );
+}

@@ -71,7 +71,7 @@ impl Scheduler {
             .map(|_| Local::new(config.budget))
             .collect();
         let queues = Queues::new(locals.iter().map(Local::stealers).collect());
-        let shared = Arc::new(Shared::new(config, queues, observer));
+        let shared = Arc::new(Shared::new(config, queues, observer, handlers.watchers()));
         let handlers = Arc::new(handlers);
         shared
             .timer

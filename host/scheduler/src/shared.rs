@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     /// Serves `sleep` and ends processes that outlive their cancel grace period.
     pub(crate) timer: Timer,
     pub(crate) observer: Option<Arc<dyn Observer>>,
+    /// The handlers told of a watched process's end and forgotten commands (`call`, `retry`).
+    pub(crate) watchers: Vec<Arc<dyn crate::handlers::Handler>>,
 }
 
 impl Fire for Shared {
@@ -111,6 +113,7 @@ impl Shared {
         config: Config,
         queues: Queues,
         observer: Option<Arc<dyn Observer>>,
+        watchers: Vec<Arc<dyn crate::handlers::Handler>>,
     ) -> Shared {
         Shared {
             counters: CounterSet::new(config.workers),
@@ -127,6 +130,16 @@ impl Shared {
             stop_condvar: parking_lot::Condvar::new(),
             timer: Timer::default(),
             observer,
+            watchers,
+        }
+    }
+
+    /// Tells the watchers that process `slot` forgot the command of `tag`, if it is watched.
+    pub(crate) fn forgot(&self, slot: &Slot, tag: wfcontract::Tag) {
+        if slot.watched.load(Ordering::Relaxed) {
+            for watcher in &self.watchers {
+                watcher.forgot(slot.pid, tag);
+            }
         }
     }
 
@@ -323,6 +336,13 @@ impl Shared {
         slot.state.complete();
         if slot.has_timers.load(Ordering::Relaxed) {
             self.timer.forget_all(slot.pid);
+        }
+        if slot.watched.load(Ordering::Relaxed) {
+            for watcher in &self.watchers {
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| watcher.ended(slot.pid))) {
+                    tracing::warn!(pid = %slot.pid, "a handler's end panicked: {}", panic_message(&*panic));
+                }
+            }
         }
         if let Err(error) = &result {
             tracing::debug!(pid = %slot.pid, %error, "process failed");

@@ -35,6 +35,9 @@ pub(crate) struct SlotOf<P: ?Sized> {
     pub(crate) behind: std::sync::atomic::AtomicBool,
     /// Set by the first `sleep`: the timer may hold entries to drop when the process ends.
     pub(crate) has_timers: std::sync::atomic::AtomicBool,
+    /// Set by a handler that runs something for the process ([`Context::watch_end`]): the
+    /// call handlers hear of its end and its forgotten commands.
+    pub(crate) watched: std::sync::atomic::AtomicBool,
     /// May cancel and join only its own children (see `Spawn::confined`).
     pub(crate) confined: bool,
     /// Not cancelled by a stop, nor waited for (see `Spawn::survives_stop`).
@@ -282,6 +285,7 @@ impl<P: Process> SlotOf<P> {
             charge: std::sync::atomic::AtomicU64::new(0),
             behind: std::sync::atomic::AtomicBool::new(false),
             has_timers: std::sync::atomic::AtomicBool::new(false),
+            watched: std::sync::atomic::AtomicBool::new(false),
             confined: false,
             survives_stop: false,
             released: std::sync::atomic::AtomicBool::new(false),

@@ -1389,3 +1389,61 @@ fn a_parents_joins_of_one_child_are_bounded_too() {
     let (joined, refused): (u32, u32) = de(&parent.wait_timeout(PATIENCE).unwrap().unwrap());
     assert_eq!((joined, refused), (10, 15));
 }
+
+#[test]
+fn the_call_handler_hears_of_a_watched_processs_forgotten_calls_and_its_end() {
+    /// Records what it hears; watches the processes that call.
+    #[derive(Default)]
+    struct Watching {
+        heard: Mutex<Vec<String>>,
+    }
+    impl wfhost_scheduler::Handler for Watching {
+        fn handle(&self, request: wfhost_scheduler::Request, cx: &wfhost_scheduler::Context<'_>) {
+            if request.command.call().is_some_and(|c| c.name == "watched") {
+                cx.watch_end();
+            }
+        }
+        fn ended(&self, pid: Pid) {
+            self.heard.lock().push(format!("ended {}", pid.0));
+        }
+        fn forgot(&self, pid: Pid, tag: Tag) {
+            self.heard
+                .lock()
+                .push(format!("forgot {} {}", pid.0, tag.0));
+        }
+    }
+    let watching = Arc::new(Watching::default());
+    let scheduler = Scheduler::builder()
+        .workers(1)
+        .handler_arc(CommandKind::Call, watching.clone())
+        .handler_arc(CommandKind::Retry, watching.clone())
+        .build()
+        .unwrap();
+    // Calls (tag 1), forgets it, sleeps a moment, ends; one that never watches does the same.
+    let caller = |name: &'static str| {
+        Proc::new((), move |_, env, _, out| {
+            if env.first {
+                out.push(Tag(1), call(name));
+                out.push(Tag(0), Command::Forget(Tag(1)));
+                out.push(Tag(2), Command::Sleep(Duration::from_millis(1)));
+                out.status = Status::Wait;
+            } else {
+                out.status = Status::Done(Payload::empty());
+            }
+        })
+    };
+    let watched = scheduler
+        .spawn_handle(caller("watched"), "watched", Payload::empty())
+        .unwrap();
+    let pid = watched.pid();
+    watched.wait_timeout(PATIENCE).unwrap().unwrap();
+    let quiet = scheduler
+        .spawn_handle(caller("quiet"), "quiet", Payload::empty())
+        .unwrap();
+    quiet.wait_timeout(PATIENCE).unwrap().unwrap();
+    // Told once each, though the handler serves two kinds; nothing of the one that never asked.
+    assert_eq!(
+        *watching.heard.lock(),
+        [format!("forgot {} 1", pid.0), format!("ended {}", pid.0)]
+    );
+}

@@ -17,7 +17,7 @@ use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 use tokio::task::{AbortHandle, JoinError, JoinHandle};
 use tokio::time::Instant;
-use wfcontract::{CommandError, ErrorKind, Payload, Pid};
+use wfcontract::{CommandError, ErrorKind, Payload, Pid, Tag};
 use wfhost_scheduler::Completer;
 
 use super::{Body, CallInfo};
@@ -35,6 +35,10 @@ pub(super) type Tasks = Arc<Mutex<HashMap<u64, Option<AbortHandle>>>>;
 /// How many calls each process has in flight; a process with none has no entry.
 pub(super) type CallsByProcess = Arc<Mutex<HashMap<Pid, usize>>>;
 
+/// The task of each call in flight, by its process and the tag it was yielded with: what a
+/// process that ends, or forgets a call, has aborted.
+pub(super) type CallsByTag = Arc<Mutex<HashMap<Pid, HashMap<Tag, u64>>>>;
+
 /// A running blocking call's state, shared with its thread.
 const RUNNING: u8 = 0;
 const DONE: u8 = 1;
@@ -47,12 +51,14 @@ pub(super) struct Finish {
     /// `None` once completed.
     pub(super) completer: Option<Completer>,
     pub(super) pid: Pid,
+    pub(super) tag: Tag,
     pub(super) name: Arc<str>,
     pub(super) id: u64,
     /// Whether the bookkeeping is done.
     pub(super) settled: bool,
     pub(super) in_flight: Arc<AtomicUsize>,
     pub(super) by_process: CallsByProcess,
+    pub(super) by_tag: CallsByTag,
     pub(super) tasks: Tasks,
     pub(super) stopping: Arc<AtomicBool>,
     /// Where the call is counted, and when it came in.
@@ -77,11 +83,22 @@ impl Finish {
         }
     }
 
-    /// Counts the call out and removes its task's entry, once.
-    fn settle(&mut self) {
+    /// Counts the call out and removes its task's entry, once: whether its process still waited
+    /// for it (false: it ended, or forgot the call, and the task was aborted for that).
+    fn settle(&mut self) -> bool {
         if std::mem::replace(&mut self.settled, true) {
-            return;
+            return true;
         }
+        let awaited = {
+            let mut by_tag = self.by_tag.lock();
+            let awaited = by_tag
+                .get_mut(&self.pid)
+                .is_some_and(|calls| calls.remove(&self.tag).is_some());
+            if by_tag.get(&self.pid).is_some_and(HashMap::is_empty) {
+                by_tag.remove(&self.pid);
+            }
+            awaited
+        };
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
         {
             let mut by_process = self.by_process.lock();
@@ -98,6 +115,7 @@ impl Finish {
         if tasks.remove(&self.id).is_none() && !self.stopping.load(Ordering::Acquire) {
             tasks.insert(self.id, None);
         }
+        awaited
     }
 
     /// Completes the call with `result`, the bookkeeping done first so that a workflow calling
@@ -122,12 +140,20 @@ impl Finish {
 
 impl Drop for Finish {
     fn drop(&mut self) {
-        self.settle();
+        let awaited = self.settle();
         let Some(completer) = self.completer.take() else {
             return;
         };
         let name = &self.name;
-        let error = if std::thread::panicking() {
+        let error = if !awaited {
+            // Aborted on purpose: nothing waits for the answer.
+            CommandError::new(
+                ErrorKind::Cancelled,
+                format!(
+                    "host function '{name}' was abandoned: its process ended, or stopped waiting                      for it"
+                ),
+            )
+        } else if std::thread::panicking() {
             tracing::error!(
                 pid = %self.pid,
                 function = %name,

@@ -34,7 +34,8 @@ use wfcontract::{Command, CommandError, ErrorKind, Payload, Pid, RetryPolicy, Ta
 use wfhost_scheduler::{Completer, Context, Handler, Request};
 
 use super::call::{
-    panicked_with, shutting_down, Call, CallsByProcess, CatchPanic, Finish, Tasks, MAX_ABANDONED,
+    panicked_with, shutting_down, Call, CallsByProcess, CallsByTag, CatchPanic, Finish, Tasks,
+    MAX_ABANDONED,
 };
 use super::{CallInfo, HostFunction};
 
@@ -85,6 +86,8 @@ pub(crate) struct Functions {
     in_flight: Arc<AtomicUsize>,
     /// Each process's share of `in_flight`.
     by_process: CallsByProcess,
+    /// Each call's task by its process and tag, to abort those nothing waits for any more.
+    by_tag: CallsByTag,
     abandoned: Arc<AtomicUsize>,
     stopping: Arc<AtomicBool>,
     /// Every call's task, to abort them at shutdown.
@@ -168,6 +171,7 @@ impl Functions {
             permits: Arc::new(Semaphore::new(settings.threads.max(1))),
             in_flight: Arc::new(AtomicUsize::new(0)),
             by_process: Arc::default(),
+            by_tag: Arc::default(),
             abandoned: Arc::new(AtomicUsize::new(0)),
             stopping: Arc::new(AtomicBool::new(false)),
             tasks: Arc::default(),
@@ -360,15 +364,24 @@ impl Functions {
 
     /// The guard of call `id` of `pid`'s, which completes it through `completer`.
     #[inline]
-    fn finish(&self, id: u64, pid: Pid, name: &Arc<str>, completer: Completer) -> Finish {
+    fn finish(
+        &self,
+        id: u64,
+        (pid, tag): (Pid, Tag),
+        name: &Arc<str>,
+        completer: Completer,
+    ) -> Finish {
+        self.by_tag.lock().entry(pid).or_default().insert(tag, id);
         Finish {
             completer: Some(completer),
             pid,
+            tag,
             name: Arc::clone(name),
             id,
             settled: false,
             in_flight: Arc::clone(&self.in_flight),
             by_process: Arc::clone(&self.by_process),
+            by_tag: Arc::clone(&self.by_tag),
             tasks: Arc::clone(&self.tasks),
             stopping: Arc::clone(&self.stopping),
             metrics: self
@@ -404,6 +417,24 @@ impl Functions {
             handle: admitted.handle,
             permits: Arc::clone(&self.permits),
             abandoned: Arc::clone(&self.abandoned),
+        }
+    }
+
+    /// Aborts the tasks of `calls` (nothing waits for them), those that have not ended. A task
+    /// aborted before it ran its function never runs it; an async one running is dropped where
+    /// it waits; a blocking one runs to its end on its thread, its answer going nowhere.
+    fn abort(&self, calls: impl IntoIterator<Item = u64>) {
+        // Taken under the lock, aborted outside it: a task dropped at once takes the lock in its
+        // guard.
+        let tasks: Vec<AbortHandle> = {
+            let tasks = self.tasks.lock();
+            calls
+                .into_iter()
+                .filter_map(|id| tasks.get(&id).cloned().flatten())
+                .collect()
+        };
+        for task in tasks {
+            task.abort();
         }
     }
 
@@ -469,7 +500,14 @@ impl Handler for Functions {
         let id = self.next_task.fetch_add(1, Ordering::Relaxed);
         // From here on the guard owns the completion and the bookkeeping, whatever becomes of
         // the task (which may be dropped inside `spawn` itself, if the runtime has shut down).
-        let finish = self.finish(id, request.pid, &admitted.name, cx.completer(request.tag));
+        // Told when the process ends or forgets the call: its task is aborted then.
+        cx.watch_end();
+        let finish = self.finish(
+            id,
+            (request.pid, request.tag),
+            &admitted.name,
+            cx.completer(request.tag),
+        );
         let handle = admitted.handle.clone();
         let call = self.call(
             request.pid,
@@ -478,6 +516,23 @@ impl Handler for Functions {
             admitted,
         );
         self.register(id, spawn(&handle, call, finish));
+    }
+
+    fn ended(&self, pid: Pid) {
+        let calls = self.by_tag.lock().remove(&pid).unwrap_or_default();
+        self.abort(calls.into_values());
+    }
+
+    fn forgot(&self, pid: Pid, tag: Tag) {
+        let call = {
+            let mut by_tag = self.by_tag.lock();
+            let call = by_tag.get_mut(&pid).and_then(|calls| calls.remove(&tag));
+            if by_tag.get(&pid).is_some_and(HashMap::is_empty) {
+                by_tag.remove(&pid);
+            }
+            call
+        };
+        self.abort(call);
     }
 
     fn shutdown(&self) {

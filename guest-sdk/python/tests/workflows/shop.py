@@ -32,3 +32,4 @@ async def charge_or_say(ctx, order):
         return await ctx.call("payments.charge", order)
     except wfhost.CommandError as error:
         return {"error": error.kind, "message": str(error)}
+

@@ -51,6 +51,20 @@ pub trait Handler: Send + Sync + 'static {
     /// Called once at scheduler shutdown, after the workers have stopped: stop threads, drop
     /// pending work.
     fn shutdown(&self) {}
+
+    /// Process `pid` ended (or stopped on this scheduler): drop what this handler still runs for
+    /// it. Called only for a process this handler asked to hear of ([`Context::watch_end`]),
+    /// once, by the thread that ends it; only for the handlers of `call` and `retry`.
+    fn ended(&self, pid: Pid) {
+        let _ = pid;
+    }
+
+    /// Process `pid` forgot the command it yielded with `tag` (it waits for its completion no
+    /// more): drop what this handler runs for it. As [`ended`](Self::ended), for a process that
+    /// asked, and for the handlers of `call` and `retry`.
+    fn forgot(&self, pid: Pid, tag: Tag) {
+        let _ = (pid, tag);
+    }
 }
 
 impl<F> Handler for F
@@ -98,6 +112,15 @@ impl Context<'_> {
     /// Whether the requesting process may act only on its own children.
     pub fn confined(&self) -> bool {
         self.slot.confined
+    }
+
+    /// Asks that the handlers of `call` and `retry` hear when the requesting process ends, and
+    /// when it forgets a command ([`Handler::ended`], [`Handler::forgot`]). A process that never
+    /// asks costs its end nothing.
+    pub fn watch_end(&self) {
+        self.slot
+            .watched
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Completes yield `tag` of the requesting process now.
@@ -212,6 +235,20 @@ impl Handlers {
 
     pub(crate) fn get(&self, kind: CommandKind) -> Option<&Arc<dyn Handler>> {
         self.table[kind.index()].as_ref()
+    }
+
+    /// The handlers of `call` and `retry` (once each, if one handles both): those told of a
+    /// watched process's end and of its forgotten commands.
+    pub(crate) fn watchers(&self) -> Vec<Arc<dyn Handler>> {
+        let mut watchers: Vec<Arc<dyn Handler>> = Vec::new();
+        for kind in [CommandKind::Call, CommandKind::Retry] {
+            if let Some(handler) = self.get(kind) {
+                if !watchers.iter().any(|w| Arc::ptr_eq(w, handler)) {
+                    watchers.push(Arc::clone(handler));
+                }
+            }
+        }
+        watchers
     }
 
     pub(crate) fn registered(&self) -> impl Iterator<Item = CommandKind> + '_ {

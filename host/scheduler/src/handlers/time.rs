@@ -32,10 +32,13 @@ pub(crate) fn sleep(request: Request, cx: &Context<'_>) {
     }
 }
 
-/// `forget`: drops a sleep the process no longer waits for.
+/// `forget`: drops a sleep (or a call) the process no longer waits for.
 pub(crate) fn forget(request: Request, cx: &Context<'_>) {
     if let Command::Forget(tag) = request.command {
-        cx.scheduler().shared.timer.forget(request.pid, tag);
+        let shared = &cx.scheduler().shared;
+        shared.timer.forget(request.pid, tag);
+        // A call it forgot: its handler drops what runs for it.
+        shared.forgot(cx.slot, tag);
     }
 }
 
