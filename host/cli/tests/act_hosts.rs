@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::http::{put_probe, start_request, HttpServer};
-use common::tasks::{ok, result};
+use common::tasks::{ok, result, tasks_of};
 use serde_json::json;
 use wfhost_test_programs::postgres::Postgres;
 
@@ -266,14 +266,7 @@ fn every_hosts_tasks_are_seen_and_one_given_back_goes_to_the_next_poll() {
         json!(["payments.charge", 1]),
     ))
     .unwrap();
-    let charge = |api: &wfhost_client::Client| {
-        api.workers()
-            .unwrap()
-            .functions
-            .into_iter()
-            .find(|f| f.function == "payments.charge")
-            .unwrap()
-    };
+    let charge = |api: &wfhost_client::Client| tasks_of(api, "payments.charge");
     // Either host sees both hosts' tasks waiting.
     common::wait_until("both tasks wait", || charge(&on_b).waiting == 2);
     assert_eq!(charge(&on_a).waiting, 2);

@@ -10,7 +10,7 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use common::http::{put_probe, start_request, HttpServer};
-use common::tasks::{error, ok, result};
+use common::tasks::{error, ok, result, tasks_of};
 use common::wfhost;
 use serde_json::{json, Value};
 use wfhost_client::wire::CompleteRequest;
@@ -684,14 +684,7 @@ fn workers_and_the_tasks_they_leave_are_visible() {
         json!(["payments.charge", 5]),
     ))
     .unwrap();
-    let charge = |api: &wfhost_client::Client| {
-        api.workers()
-            .unwrap()
-            .functions
-            .into_iter()
-            .find(|f| f.function == "payments.charge")
-            .unwrap()
-    };
+    let charge = |api: &wfhost_client::Client| tasks_of(api, "payments.charge");
     common::wait_until("the task waits", || charge(&api).waiting == 1);
     let waiting = charge(&api);
     assert_eq!((waiting.in_flight, waiting.pollers.len()), (0, 0));
@@ -732,14 +725,7 @@ fn workers_and_the_tasks_they_leave_are_visible() {
     let reserve = functions(&["inventory.reserve"]);
     let polling =
         std::thread::spawn(move || anonymous.poll_task(&reserve, Duration::from_secs(60)));
-    let reserving = |api: &wfhost_client::Client| {
-        api.workers()
-            .unwrap()
-            .functions
-            .into_iter()
-            .find(|f| f.function == "inventory.reserve")
-            .unwrap()
-    };
+    let reserving = |api: &wfhost_client::Client| tasks_of(api, "inventory.reserve");
     common::wait_until("the poll waits", || {
         reserving(&api).pollers.first().is_some_and(|p| p.polling)
     });

@@ -29,3 +29,16 @@ pub fn error(message: &str, retryable: bool) -> CompleteRequest {
         next: None,
     }
 }
+
+/// How `function`'s workers and tasks stand, as the server behind `api` says.
+pub fn tasks_of(
+    api: &wfhost_client::Client,
+    function: &str,
+) -> wfhost_client::wire::FunctionWorkersJson {
+    api.workers()
+        .unwrap()
+        .functions
+        .into_iter()
+        .find(|f| f.function == function)
+        .unwrap_or_else(|| panic!("the server shows no function '{function}'"))
+}

@@ -355,13 +355,7 @@ impl Board {
     ) -> Result<(), TaskError> {
         let (number, call) = {
             let mut state = self.state.lock();
-            let number = match state.current(task, Instant::now()) {
-                Ok(number) => number,
-                Err(error) => {
-                    self.expire_late(&mut state, task);
-                    return Err(error);
-                }
-            };
+            let number = self.held(&mut state, task, Instant::now())?;
             let entry = state.tasks.get_mut(&number).expect("current tasks exist");
             // This delivery is over: another completion of it, or a heartbeat, is refused, and
             // no deadline offers it again meanwhile.
@@ -401,13 +395,7 @@ impl Board {
     pub fn heartbeat(&self, task: &str) -> Result<SystemTime, TaskError> {
         let mut state = self.state.lock();
         let now = Instant::now();
-        let number = match state.current(task, now) {
-            Ok(number) => number,
-            Err(error) => {
-                self.expire_late(&mut state, task);
-                return Err(error);
-            }
-        };
+        let number = self.held(&mut state, task, now)?;
         let deadline = now + self.timeout();
         let entry = state.tasks.get_mut(&number).expect("current tasks exist");
         let (token, old) = entry.taken.expect("current tasks are taken");
@@ -421,25 +409,18 @@ impl Board {
     /// poll have it now rather than at its deadline. Its attempt counts on with that delivery.
     pub fn release(&self, task: &str) -> Result<(), TaskError> {
         let mut state = self.state.lock();
-        let number = match state.current(task, Instant::now()) {
-            Ok(number) => number,
-            Err(error) => {
-                self.expire_late(&mut state, task);
-                return Err(error);
-            }
-        };
-        let entry = state.tasks.get_mut(&number).expect("current tasks exist");
-        let (_, deadline) = entry.taken.take().expect("current tasks are taken");
-        tracing::info!(
-            function = %entry.function,
-            attempt = entry.attempt,
-            "a worker gave a task back: offering it again"
-        );
-        state.deadlines.remove(&(deadline, number));
-        if state.offer(number, self.timeout()) {
-            self.reaper.notify_one();
-        }
+        let number = self.held(&mut state, task, Instant::now())?;
+        let (_, deadline) = state.tasks[&number].taken.expect("current tasks are taken");
+        self.offer_again(&mut state, number, deadline, "a worker gave a task back");
         Ok(())
+    }
+
+    /// The number of the task whose current delivery `task` names, or why it is not one: a
+    /// delivery past its deadline that the reaper has not seen yet goes to another worker now.
+    fn held(&self, state: &mut BoardState, task: &str, now: Instant) -> Result<u64, TaskError> {
+        state
+            .current(task, now)
+            .inspect_err(|_| self.expire_late(state, task))
     }
 
     /// A completion or heartbeat that came after its delivery's deadline, before the reaper saw
@@ -460,13 +441,20 @@ impl Board {
 
     /// Offers a taken task whose deadline passed to another worker.
     fn expire(&self, state: &mut BoardState, number: u64, deadline: Instant) {
+        let why = "a task's worker neither completed it nor heartbeat by its deadline";
+        self.offer_again(state, number, deadline, why);
+    }
+
+    /// Offers taken task `number` (its delivery's deadline `deadline`) to another worker, for
+    /// the reason `why` says.
+    fn offer_again(&self, state: &mut BoardState, number: u64, deadline: Instant, why: &str) {
         state.deadlines.remove(&(deadline, number));
         if let Some(entry) = state.tasks.get_mut(&number) {
             entry.taken = None;
             tracing::info!(
                 function = %entry.function,
                 attempt = entry.attempt,
-                "a task's worker neither completed it nor heartbeat by its deadline: offering it again"
+                "{why}: offering it again"
             );
         }
         if state.offer(number, self.timeout()) {
