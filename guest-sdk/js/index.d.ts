@@ -96,6 +96,8 @@ export class Workflow {
   readonly damaged: string | null;
   /** Paused by an operator. */
   readonly paused: boolean;
+  /** Its number among the runs of its id: 1, and one more at each reset. */
+  readonly run: number;
   /** A cancel was asked for it. */
   readonly cancelAsked: boolean;
   /** Messages waiting for it (or never read, once it ended). */
@@ -210,6 +212,32 @@ export interface UpgradeAnswer {
   steps: number;
   /** It ran that module already: nothing changed. */
   already: boolean;
+}
+
+/** Options of a reset. */
+export interface ResetOptions {
+  /** The last step the new run keeps (0: none, it starts over); by default the step before
+   * the one that ended the run (or took its cancel). */
+  toStep?: number;
+  /** A module to run in place of its own: a hash the store keeps, what `putModule` answered,
+   * or `.wasm` bytes (stored first). It must replay the steps kept. */
+  module?: string | ModuleInfo | Uint8Array;
+}
+
+/** What a reset did. */
+export interface ResetAnswer {
+  /** The workflow's id: the new run's. */
+  id: string;
+  /** The new run's number among the runs of its id. */
+  run: number;
+  /** The id the run before is kept under (`<id>/run-1`, ...). */
+  previous: string;
+  /** The steps the new run kept (replayed, not run again). */
+  steps: number;
+  /** The SHA-256 of the module the new run runs. */
+  module: string;
+  /** Messages the run before took after the steps kept, sent again to the new run. */
+  messages: number;
 }
 
 /** A schedule to create. */
@@ -334,6 +362,15 @@ export class Client {
   /** Gives running workflow `id` a new module, if its journal replays the same with it; a 409
    * `Conflict` names the step that differs otherwise. */
   upgrade(id: string, module: string | ModuleInfo): Promise<UpgradeAnswer>;
+  /** Resets finished workflow `id`: a new run keeps its journal up to `toStep`, replays it and
+   * goes on under the same id; the run before is kept as `<id>/run-<n>`. A 409 `Conflict` when
+   * it has not finished, or the module does not replay the steps kept; a 400 `BadRequest` for
+   * a child or a step past the last that may be kept. Not asked again after an answer that may
+   * have been applied (it would find the new run running). */
+  reset(id: string, options?: ResetOptions): Promise<ResetAnswer>;
+  /** The runs of workflow `id`, first to last: those resets ended (`<id>/run-1`, ...), then
+   * the one `id` names now. */
+  runs(id: string): Promise<Workflow[]>;
   /** Every step of workflow `id`'s journal, a page (of `pageSize`) at a time. */
   history(id: string, options?: { pageSize?: number }): AsyncGenerator<Step, void, undefined>;
   /** Every workflow the filters let through, oldest first, a page at a time. */

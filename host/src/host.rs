@@ -374,6 +374,62 @@ impl Host {
         self.durable()?.upgrade(self.engine(), id, wasm, grants)
     }
 
+    /// Resets finished top-level workflow `id`: a new run of it keeps its journal up to step
+    /// `to_step` (`None`: up to the step before the one that ended it, or before the one that
+    /// took its cancel) and goes on from there, under the same id; with `wasm`, it runs that
+    /// module in place of its own, which must replay the steps kept ([`ErrorKind::Conflict`]
+    /// names the step that differs otherwise).
+    ///
+    /// The steps kept are replayed, not run again. What the run did after them is done again by
+    /// the new run, with idempotency keys of its own (`order-7/run-2#5`: a worker or a service
+    /// that deduplicates by key sees new work). Messages clients sent the run that it took after
+    /// the steps kept are sent to the new run again, then those it never read; messages from
+    /// workflows are not (they come again as the new run asks again). The run before is kept,
+    /// with its journal, result and children, under the id `order-7/run-1`. The steps kept are
+    /// replayed as the new run before anything is written ([`ErrorKind::Conflict`] if one
+    /// differs, as one that used its process number does).
+    ///
+    /// Refused: a workflow that has not finished (cancel it first), a child (reset its
+    /// top-level workflow), a run a reset ended, and a reset whose kept steps spawned a child
+    /// (that child belongs to the run before; the error says to which step it may go back). The new module runs with
+    /// the grants of a module this host loaded with the same bytes, if any, or else none (see
+    /// [`reset_with`](Self::reset_with)).
+    pub fn reset(
+        &self,
+        id: &str,
+        to_step: Option<u64>,
+        wasm: Option<&[u8]>,
+    ) -> Result<crate::WorkflowReset> {
+        self.reset_with(id, to_step, wasm, Grants::default())
+    }
+
+    /// As [`reset`](Self::reset), with `grants` for a module this host has not loaded (a new
+    /// one, or the one the workflow ran, kept in the store).
+    pub fn reset_with(
+        &self,
+        id: &str,
+        to_step: Option<u64>,
+        wasm: Option<&[u8]>,
+        grants: Grants,
+    ) -> Result<crate::WorkflowReset> {
+        self.engine().running()?;
+        self.durable()?
+            .reset(self.engine(), id, to_step, wasm, grants, true)
+    }
+
+    /// As [`reset`](Self::reset), without starting the new run here: it waits in the store for
+    /// whoever recovers it (what a tool's host over a store it does not serve does).
+    pub fn reset_unstarted(
+        &self,
+        id: &str,
+        to_step: Option<u64>,
+        wasm: Option<&[u8]>,
+    ) -> Result<crate::WorkflowReset> {
+        self.engine().running()?;
+        self.durable()?
+            .reset(self.engine(), id, to_step, wasm, Grants::default(), false)
+    }
+
     /// Starts every unfinished workflow of the store again: each starts from its latest snapshot
     /// (see [`HostBuilder::snapshots`](crate::HostBuilder::snapshots)), or a fresh instance of
     /// the module it started with (kept in the store by hash), replays the journal after that, checking that it does what the

@@ -25,9 +25,16 @@ pub fn bad_id(id: &str) -> Option<&'static str> {
     )
 }
 
-/// The workflow ids of the durable processes running in this host, by pid, and back.
+/// The id run `run` of top-level workflow `id` takes once a reset ends it: `order-7/run-1`. No
+/// start takes it (an id has no '/'), nor a child (theirs end in where they were spawned).
+pub fn run_id(id: &str, run: u64) -> String {
+    format!("{id}/run-{run}")
+}
+
+/// The workflow ids of the durable processes running in this host, by pid, and back; and the
+/// runs of the top-level ids a reset gave a new run, for their idempotency keys.
 #[derive(Debug, Default)]
-pub(crate) struct Ids(RwLock<IdMaps>);
+pub(crate) struct Ids(RwLock<IdMaps>, RwLock<FxHashMap<Arc<str>, u64>>);
 
 /// Workflow ids by pid, and pids by workflow id.
 /// (Pids are the host's own numbers, hashed fast; ids are a client's, hashed with a hasher
@@ -59,10 +66,14 @@ impl Ids {
         None
     }
 
+    /// Forgets `pid`, and its id unless the id names another process now (a claim that lost
+    /// to a reset's new run, say, must not take the id from it).
     pub(crate) fn remove(&self, pid: Pid) {
         let mut ids = self.0.write();
         if let Some(id) = ids.0.remove(&pid) {
-            ids.1.remove(&id);
+            if ids.1.get(&id) == Some(&pid) {
+                ids.1.remove(&id);
+            }
         }
     }
 
@@ -89,9 +100,30 @@ impl Ids {
         self.0.read().0.get(&pid).cloned()
     }
 
+    /// Notes that top-level workflow `id` runs as run `run` of its id: a reset's (`run` > 1),
+    /// or a first one (a new start of an id whose runs were pruned), which forgets any.
+    pub(crate) fn set_run(&self, id: &str, run: u64) {
+        if run > 1 {
+            self.1.write().insert(Arc::from(id), run);
+        } else if !self.1.read().is_empty() {
+            self.1.write().remove(id);
+        }
+    }
+
     /// The idempotency key of yield `tag` of `pid`: its workflow id and the yield's tag, which
-    /// a replay gives the same yield again.
+    /// a replay gives the same yield again. In a run a reset started (run 2 on), and in its
+    /// children, the id names the run as the run's past id will (`order-7/run-2#4`,
+    /// `order-7/run-2/3.0#1`), so that what a run asks again after a reset has keys of its own.
     pub(crate) fn key(&self, pid: Pid, tag: Tag) -> Option<String> {
-        self.get(pid).map(|id| format!("{id}#{}", tag.0))
+        let id = self.get(pid)?;
+        let runs = self.1.read();
+        if !runs.is_empty() {
+            let root = id.split('/').next().unwrap_or(&id);
+            if let Some(run) = runs.get(root) {
+                let rest = &id[root.len()..];
+                return Some(format!("{}{rest}#{}", run_id(root, *run), tag.0));
+            }
+        }
+        Some(format!("{id}#{}", tag.0))
     }
 }

@@ -68,7 +68,7 @@ pub use client::{
 };
 pub use durable::snapshot::Snapshots;
 pub use durable::store::SyncMode;
-pub use durable::{Damage, DurableCounters, Upgraded, WorkflowResult};
+pub use durable::{Damage, DurableCounters, Upgraded, WorkflowReset, WorkflowResult};
 pub use error::{Error, ErrorKind, Result};
 pub use functions::{
     CallInfo, HostFunction, HttpSettings, DEFAULT_FUNCTION_CALLS_PER_PROCESS,
@@ -76,7 +76,7 @@ pub use functions::{
 };
 pub use grants::Grants;
 pub use host::Host;
-pub use ids::bad_id;
+pub use ids::{bad_id, run_id};
 pub use metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 pub use observe::Observer;
 pub use run::{Message, Run, SpawnOptions};

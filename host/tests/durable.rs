@@ -10,6 +10,7 @@ mod durable {
     mod guarantees;
     mod postgres;
     mod recovery;
+    mod reset;
     mod restart;
     mod server;
     mod snapshots;

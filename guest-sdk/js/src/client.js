@@ -39,6 +39,7 @@ export class Workflow {
     this.error = json.error ?? null;
     this.damaged = json.damaged ?? null;
     this.paused = json.paused ?? false;
+    this.run = json.run ?? 1;
     this.cancelAsked = json.cancel_asked;
     this.unreadMessages = json.unread_messages;
     if (isNew !== undefined) this.new = isNew;
@@ -216,6 +217,31 @@ export class Client {
       safe: true,
     });
     return body;
+  }
+
+  /** Resets finished workflow `id`: a new run keeps its journal up to step `toStep` (by
+   * default the step before the one that ended it), replays it and goes on under the same id,
+   * with `module` (a hash, what `putModule` answered, or `.wasm` bytes, stored first) in place
+   * of its own if given: `{id, run, previous, steps, module, messages}`, the run before kept as
+   * `previous` (`<id>/run-1`, ...). A 409 `Conflict` when it has not finished or the module
+   * does not replay the steps kept. Never sent twice (it would find the new run running). */
+  async reset(id, { toStep, module } = {}) {
+    const request = {};
+    if (toStep !== undefined && toStep !== null) request.to_step = toStep;
+    if (module instanceof Uint8Array) module = await this.putModule(module);
+    if (module !== undefined && module !== null) request.module = hashOf(module);
+    const { body } = await this.#http.request("POST", `/v1/workflows/${segment(id)}/reset`, {
+      json: request,
+      safe: false,
+    });
+    return body;
+  }
+
+  /** The runs of workflow `id`, first to last: those resets ended (`<id>/run-1`, ...), then
+   * the one `id` names now. */
+  async runs(id) {
+    const { body } = await this.#http.request("GET", `/v1/workflows/${segment(id)}/runs`);
+    return body.runs.map((workflow) => new Workflow(workflow));
   }
 
   /** The steps of workflow `id`'s journal, as the server writes them, a page at a time. */

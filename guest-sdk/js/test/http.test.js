@@ -118,6 +118,23 @@ describe("asking again", () => {
     assert.equal(asked.length, 2);
   });
 
+  test("a reset is not sent twice; its runs are asked again", async () => {
+    script = [busy("store")];
+    await assert.rejects(new Client(url).reset("w", { toStep: 2 }), Unavailable);
+    assert.equal(asked.length, 1);
+    assert.equal(asked[0].url, "/v1/workflows/w/reset");
+    assert.deepEqual(JSON.parse(asked[0].body), { to_step: 2 });
+
+    asked = [];
+    script = [busy("store"), { status: 200, json: { runs: [workflow("w")] } }];
+    const runs = await new Client(url).runs("w");
+    assert.deepEqual(
+      runs.map((w) => [w.id, w.run]),
+      [["w", 1]],
+    );
+    assert.equal(asked.length, 2);
+  });
+
   test("a dropped connection is asked again only for a call safe to repeat", async () => {
     script = [{ drop: true }];
     await assert.rejects(new Client(url).send("w", "once"), (error) => {

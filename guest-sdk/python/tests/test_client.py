@@ -151,3 +151,65 @@ def test_bad_addresses_are_refused_before_anything_is_sent():
         Client("wf.db")
     assert "http://HOST:PORT" in str(refused.value)
 
+
+
+def test_a_finished_workflow_is_reset_and_its_runs_listed(client, module, shop):
+    with pytest.raises(WorkflowFailed):
+        client.execute(module, "fail", "card declined", id="rs-1")
+    assert client.status("rs-1").run == 1
+    assert [(w.id, w.run) for w in client.runs("rs-1")] == [("rs-1", 1)]
+
+    # By default from the step before the one that failed it: its first, so none is kept.
+    reset = client.reset("rs-1")
+    assert reset == {
+        "id": "rs-1",
+        "run": 2,
+        "previous": "rs-1/run-1",
+        "steps": 0,
+        "module": module,
+        "messages": 0,
+    }
+    with pytest.raises(WorkflowFailed) as failed:
+        client.result("rs-1", wait=60)
+    assert failed.value.workflow.run == 2
+    runs = client.runs("rs-1")
+    assert [(w.id, w.run, w.status) for w in runs] == [
+        ("rs-1/run-1", 1, "failed"),
+        ("rs-1", 2, "failed"),
+    ]
+    assert runs[0].error["message"] == runs[1].error["message"]
+
+    # A module given as its bytes is stored first, then named by its hash.
+    again = client.reset("rs-1", to_step=0, module=shop)
+    assert (again["run"], again["previous"], again["steps"], again["module"]) == (
+        3,
+        "rs-1/run-2",
+        0,
+        module,
+    )
+    with pytest.raises(WorkflowFailed):
+        client.result("rs-1", wait=60)
+    assert [(w.id, w.run) for w in client.runs("rs-1")] == [
+        ("rs-1/run-1", 1),
+        ("rs-1/run-2", 2),
+        ("rs-1", 3),
+    ]
+
+    # Refused: a step past the last that may be kept, a workflow still running, an unknown id
+    # or module.
+    with pytest.raises(BadRequest) as past:
+        client.reset("rs-1", to_step=5)
+    assert (past.value.status, past.value.code) == (400, "invalid_input")
+    client.start(module, "wait_message", 600, id="rs-2")
+    with pytest.raises(Conflict) as running:
+        client.reset("rs-2")
+    assert (running.value.status, running.value.code) == (409, "conflict")
+    assert [(w.id, w.run, w.status) for w in client.runs("rs-2")] == [("rs-2", 1, "running")]
+    with pytest.raises(NotFound) as unknown:
+        client.reset("nobody")
+    assert unknown.value.code == "unknown_workflow"
+    with pytest.raises(NotFound) as unknown:
+        client.runs("nobody")
+    assert unknown.value.code == "unknown_workflow"
+    with pytest.raises(NotFound):
+        client.reset("rs-1", module="0" * 64)

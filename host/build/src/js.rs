@@ -7,9 +7,6 @@ use std::path::{Path, PathBuf};
 use crate::sources::{self, Sources, JAVASCRIPT};
 use crate::{runtime, BuildError, Built};
 
-/// The JavaScript runtime, as `build.rs` built it.
-const RUNTIME: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/wfhost_js.wasm"));
-
 /// The types of the `wfhost` module and the context, for TypeScript (`wfhost.d.ts`).
 pub const TYPES: &str = include_str!("../../../runtimes/js/js/wfhost.d.ts");
 
@@ -63,8 +60,7 @@ pub fn javascript(main: &Path, paths: &[PathBuf]) -> Result<Built, BuildError> {
         BuildError::Sources(format!("{} has a name that is not UTF-8", main.display()))
     })?;
     runtime::initialize(
-        RUNTIME,
-        "JavaScript",
+        runtime::JAVASCRIPT,
         serde_json::json!({ "main": main_path, "files": sources.into_files() }),
     )
 }

@@ -1,7 +1,8 @@
 //! Builds wfhost modules from sources in languages other than Rust: Python and JavaScript.
 //!
 //! A language is a runtime: an interpreter inside an ordinary wfhost module (`runtimes/` in the
-//! repository, built for wasm32-wasip1 by this crate's build script and included in it). A build
+//! repository, built for wasm32-wasip1 on first use into the build's target directory, or by
+//! this crate's build script and included in it with the feature `embedded`). A build
 //! runs the runtime's initialization once, under wasmtime, with the workflow's sources on its
 //! stdin: the interpreter starts and imports the workflow's code, which registers its entry
 //! points. `wasmtime-wizer` then snapshots the instance's memory into a new module, and the
@@ -22,6 +23,8 @@ mod preinit;
 mod python;
 mod runtime;
 mod sources;
+#[cfg(not(feature = "embedded"))]
+mod toolchain;
 
 pub use js::{javascript, TYPES as JAVASCRIPT_TYPES};
 pub use python::python;

@@ -5,9 +5,6 @@ use std::path::{Path, PathBuf};
 
 use crate::{runtime, sources, BuildError, Built};
 
-/// The Python runtime, as `build.rs` built it.
-const RUNTIME: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/wfhost_python.wasm"));
-
 /// Builds the Python workflow whose entry points `main` (a `.py` file) registers. Every `.py`
 /// file under `main`'s folder is packed with it (importable by its path: `orders/flows.py` is
 /// `orders.flows`), and those under each of `paths` (pure-Python packages), after them.
@@ -39,8 +36,7 @@ pub fn python(main: &Path, paths: &[PathBuf]) -> Result<Built, BuildError> {
             ))
         })?;
     runtime::initialize(
-        RUNTIME,
-        "Python",
+        runtime::PYTHON,
         serde_json::json!({ "main": module_name, "files": files }),
     )
 }

@@ -480,6 +480,27 @@ async fn the_ui_in_a_real_browser() {
     .await;
     assert_eq!(api.status("waiter-cancel").unwrap().status, "cancelled");
 
+    // Reset from the page, after a confirmation: a new run goes on, the run before is linked.
+    let reset = client
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css("#reset-button:not([disabled])"))
+        .await
+        .unwrap();
+    reset.click().await.unwrap();
+    client.accept_alert().await.unwrap();
+    until("it says what the reset did", || async {
+        let state = text_of(&client, "#reset-state").await?;
+        Ok(state.starts_with("Run 2 keeps") && state.contains("waiter-cancel/run-1"))
+    })
+    .await;
+    let now = api.status("waiter-cancel").unwrap();
+    assert_eq!((now.run, now.status.as_str()), (2, "running"));
+    assert_eq!(
+        api.status("waiter-cancel/run-1").unwrap().status,
+        "cancelled"
+    );
+
     // The hosts page, with the journal's figures from the metrics: this host committed.
     client.goto(&format!("{base}/#/hosts")).await.unwrap();
     until("the host and its commits", || async {
@@ -514,7 +535,8 @@ async fn the_ui_in_a_real_browser() {
         .await
         .unwrap();
     until("the list at a phone's width", || async {
-        Ok(count(&client, "table.workflows tbody tr").await == 3)
+        // The three, and the run of one a reset ended.
+        Ok(count(&client, "table.workflows tbody tr").await == 4)
     })
     .await;
     screenshot(&client, "workflows-phone").await;
@@ -555,9 +577,14 @@ async fn the_ui_in_a_real_browser() {
     })
     .await;
     assert_eq!(
-        api.status("waiter-cancel").unwrap_err().status(),
+        api.status("waiter-cancel/run-1").unwrap_err().status(),
         Some(404),
-        "the cancelled workflow was removed"
+        "the cancelled run was removed"
+    );
+    assert_eq!(
+        api.status("waiter-cancel").unwrap().run,
+        2,
+        "its new run stays"
     );
     assert_eq!(api.status("waiter-api").unwrap().status, "completed");
 

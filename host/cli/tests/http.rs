@@ -521,6 +521,7 @@ fn the_openapi_document_describes_every_route_and_every_route_answers() {
             "GET /v1/workflows/{id}/history",
             "GET /v1/workflows/{id}/outbox",
             "GET /v1/workflows/{id}/result",
+            "GET /v1/workflows/{id}/runs",
             "GET /v1/workflows/{id}/waits",
             "POST /v1/modules",
             "POST /v1/prune",
@@ -536,6 +537,7 @@ fn the_openapi_document_describes_every_route_and_every_route_answers() {
             "POST /v1/workflows/{id}/cancel",
             "POST /v1/workflows/{id}/messages",
             "POST /v1/workflows/{id}/pause",
+            "POST /v1/workflows/{id}/reset",
             "POST /v1/workflows/{id}/unpause",
             "POST /v1/workflows/{id}/upgrade",
         ]

@@ -11,9 +11,10 @@ use crate::error::{Error, Result};
 use crate::wire::{
     CancelJson, CompleteRequest, CountParams, CountsJson, ErrorBody, Health, HeartbeatJson,
     HistoryPage, HistoryParams, HostList, ListParams, ModuleJson, ModuleList, OutboxPage,
-    OutboxParams, PauseJson, PollRequest, PruneRequest, PrunedJson, ScheduleChangeJson,
-    ScheduleJson, ScheduleList, ScheduleRequest, SentJson, StartRequest, StartedJson, TaskJson,
-    UpgradeJson, UpgradeRequest, WaitsJson, WorkersJson, WorkflowJson, WorkflowPage,
+    OutboxParams, PauseJson, PollRequest, PruneRequest, PrunedJson, ResetJson, ResetRequest,
+    ScheduleChangeJson, ScheduleJson, ScheduleList, ScheduleRequest, SentJson, StartRequest,
+    StartedJson, TaskJson, UpgradeJson, UpgradeRequest, WaitsJson, WorkersJson, WorkflowJson,
+    WorkflowPage,
 };
 
 /// How long a call may take unless it waits on purpose (a result or the outbox with `wait`).
@@ -228,6 +229,14 @@ impl Client {
         };
         self.post_json(&path, &body, None, Repeat::Safe)
             .map(|(_, upgraded)| upgraded)
+    }
+
+    /// Resets the finished workflow `id` (`POST /v1/workflows/{id}/reset`). Sent once: asked
+    /// again after a lost answer it would find the new run running (`409`).
+    pub fn reset(&self, id: &str, request: &ResetRequest) -> Result<ResetJson> {
+        let path = format!("/v1/workflows/{}/reset", segment(id));
+        self.post_json(&path, request, None, Repeat::Once)
+            .map(|(_, reset)| reset)
     }
 
     /// Creates a schedule.

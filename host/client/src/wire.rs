@@ -147,6 +147,14 @@ pub struct WorkflowJson {
     /// it is also damaged).
     #[serde(default)]
     pub paused: bool,
+    /// Its number among the runs of its id: 1, and one more at each reset (the runs before are
+    /// kept as `<id>/run-1`, `<id>/run-2`, ...).
+    #[serde(default = "first_run")]
+    pub run: u64,
+}
+
+fn first_run() -> u64 {
+    1
 }
 
 /// The statuses of a workflow that has not finished.
@@ -544,6 +552,47 @@ pub struct ScheduleChangeJson {
 pub struct UpgradeRequest {
     /// The new module's SHA-256, as `POST /v1/modules` answered it.
     pub module: String,
+}
+
+/// A reset of a finished workflow (`POST /v1/workflows/{id}/reset`): a new run keeps its
+/// journal up to a step and goes on from there.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ResetRequest {
+    /// The last step the new run keeps (0: none, it starts over). Left out: the step before the
+    /// one that ended the run (or took its cancel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_step: Option<u64>,
+    /// A module the store keeps (`POST /v1/modules` first), by its SHA-256, to run in place of
+    /// the workflow's own: it must replay the steps kept. Left out: its own module.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+}
+
+/// What a reset did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ResetJson {
+    /// The workflow's id: the new run's.
+    pub id: String,
+    /// The new run's number among the runs of its id.
+    pub run: u64,
+    /// The id the run before is kept under.
+    pub previous: String,
+    /// The steps the new run kept (replayed, not run again).
+    pub steps: u64,
+    /// The SHA-256 of the module the new run runs.
+    pub module: String,
+    /// Messages the run before took after the steps kept, sent again to the new run.
+    pub messages: u64,
+}
+
+/// The runs of one id (`GET /v1/workflows/{id}/runs`), first to last.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct RunsJson {
+    /// The runs resets ended (their ids `<id>/run-1`, ...), then the one the id names now.
+    pub runs: Vec<WorkflowJson>,
 }
 
 /// What an upgrade did. A refused one is a 409 whose message names the step that differs.

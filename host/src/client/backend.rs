@@ -14,7 +14,7 @@ use super::types::{
     Cancelled, Fired, HistoryStep, HostStatus, ListQuery, OutboxPage, Page, PauseChange,
     PruneQuery, Pruned, Started, StoredModule, Waits, WorkflowCounts, WorkflowStatus,
 };
-use super::Start;
+use super::{ModuleRef, Start};
 use crate::durable::store::Location;
 use crate::error::Result;
 use crate::schedules::{NewSchedule, Schedule};
@@ -41,6 +41,12 @@ pub(crate) trait Backend: Schedules + Send + Sync + 'static {
     fn pause(&self, id: &str, paused: bool) -> Result<PauseChange>;
     fn upgrade(&self, id: &str, wasm: &[u8]) -> Result<Upgraded>;
     fn upgrade_stored(&self, id: &str, module: &str) -> Result<Upgraded>;
+    fn reset(
+        &self,
+        id: &str,
+        to_step: Option<u64>,
+        module: Option<ModuleRef<'_>>,
+    ) -> Result<crate::WorkflowReset>;
 
     fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>>;
     fn counts(&self, query: &ListQuery) -> Result<WorkflowCounts>;

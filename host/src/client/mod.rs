@@ -252,6 +252,48 @@ impl Client {
         self.backend.upgrade_stored(id, module)
     }
 
+    /// Resets the finished top-level workflow `id`: a new run of it keeps its journal up to
+    /// step `to_step` (`None`: up to the step before the one that ended it) and goes on from
+    /// there under the same id, with `wasm` in place of its module if given (it must replay the
+    /// steps kept). The run before is kept as `<id>/run-<n>`. See
+    /// [`Host::reset`](crate::Host::reset) for what is done again and what is refused. It needs
+    /// a host: a client of a serving host or of a server.
+    pub fn reset(
+        &self,
+        id: &str,
+        to_step: Option<u64>,
+        wasm: Option<&[u8]>,
+    ) -> Result<crate::WorkflowReset> {
+        self.backend.reset(id, to_step, wasm.map(ModuleRef::Bytes))
+    }
+
+    /// As [`reset`](Self::reset), with a module the store keeps, by its SHA-256, if any.
+    pub fn reset_stored(
+        &self,
+        id: &str,
+        to_step: Option<u64>,
+        module: Option<&str>,
+    ) -> Result<crate::WorkflowReset> {
+        self.backend.reset(id, to_step, module.map(ModuleRef::Hash))
+    }
+
+    /// The runs of workflow `id`, first to last: those a reset ended (`<id>/run-1`, ...), and
+    /// the one the id names now.
+    pub fn runs(&self, id: &str) -> Result<Vec<WorkflowStatus>> {
+        let current = self.status(id)?;
+        let mut runs = Vec::with_capacity(current.run as usize);
+        for run in 1..current.run {
+            match self.status(&crate::ids::run_id(id, run)) {
+                Ok(status) => runs.push(status),
+                // Pruned since: the runs left are shown.
+                Err(error) if error.kind() == ErrorKind::UnknownWorkflow => {}
+                Err(error) => return Err(error),
+            }
+        }
+        runs.push(current);
+        Ok(runs)
+    }
+
     /// A page of the store's workflows that `query` lets through, oldest first, and the cursor
     /// of the next page. A page is read with the index on workflow numbers from the cursor on,
     /// never the whole table at once (a filter that matches few reads on until it has a page).
@@ -411,8 +453,8 @@ pub(crate) fn parse_cursor(cursor: &str) -> Result<u64> {
 pub(super) fn needs_host() -> Error {
     Error::new(
         ErrorKind::Config,
-        "an upgrade replays the workflow's journal against the new module, which takes a host: \
-         upgrade through the server that runs the store (`--server URL`), or with a host of \
-         this program's own over the store",
+        "an upgrade or a reset replays the workflow's journal, which takes a host: ask the \
+         server that runs the store (`--server URL`), or a host of this program's own over the \
+         store",
     )
 }

@@ -202,6 +202,32 @@ impl Backend for RemoteBackend {
         })
     }
 
+    fn reset(
+        &self,
+        id: &str,
+        to_step: Option<u64>,
+        module: Option<super::ModuleRef<'_>>,
+    ) -> Result<crate::WorkflowReset> {
+        let module = match module {
+            None => None,
+            Some(super::ModuleRef::Hash(hash)) => Some(hash.to_string()),
+            Some(super::ModuleRef::Bytes(wasm)) => {
+                let (stored, _) = self.api()?.put_module(wasm).map_err(|e| error(&e))?;
+                Some(stored.hash)
+            }
+        };
+        let request = wire::ResetRequest { to_step, module };
+        let answer = self.api()?.reset(id, &request).map_err(|e| error(&e))?;
+        Ok(crate::WorkflowReset {
+            id: answer.id,
+            run: answer.run,
+            previous: answer.previous,
+            steps: answer.steps,
+            module: answer.module,
+            messages: answer.messages,
+        })
+    }
+
     fn waits(&self, id: &str) -> Result<super::Waits> {
         let answer = self.api()?.waits(id).map_err(|e| error(&e))?;
         let open = answer
@@ -548,6 +574,7 @@ fn status_of(json: WorkflowJson) -> Result<WorkflowStatus> {
         waiting_for_host: json.waiting_for_host,
         cancel_asked: json.cancel_asked,
         paused: json.paused,
+        run: json.run,
     })
 }
 

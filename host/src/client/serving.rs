@@ -160,6 +160,7 @@ impl ServingBackend {
                     unread: 0,
                     owner: None,
                     paused: false,
+                    run: 1,
                 });
                 self.mark_host(&mut workflow);
                 Ok(Started {
@@ -474,12 +475,18 @@ impl Backend for ServingBackend {
         if self.shared() {
             return self.store.send(id, message);
         }
+        // Unfinished and not running here (it waits for its module, or is damaged, or a reset's
+        // new run is starting): kept for the recovery that starts it, under the lock recoveries
+        // take, so that one starting it now either reads the message or runs it first.
+        let taking = self.durable.taking.lock();
+        if self.durable.ids.pid_of(id).is_some() {
+            drop(taking);
+            return self.send(id, message);
+        }
         let workflow = self.store.find(id)?;
         if workflow.state != crate::durable::store::State::Running {
             return Err(self.store.not_running(id));
         }
-        // Unfinished and not running here (it waits for its module, or is damaged): kept for
-        // the recovery that starts it.
         self.durable.keep_message(workflow.start.num, message)
     }
 
@@ -504,7 +511,17 @@ impl Backend for ServingBackend {
                 Err(error) => Err(error),
             },
             None => {
-                // Kept for the recovery that starts it.
+                // Kept for the recovery that starts it, under the lock recoveries take (as a
+                // message is).
+                let taking = self.durable.taking.lock();
+                if self.durable.ids.pid_of(id).is_some() {
+                    drop(taking);
+                    return self.cancel(id);
+                }
+                let status = self.store.status(id)?;
+                if status.is_finished() {
+                    return Ok(Cancelled::Ended(status.state));
+                }
                 self.durable.keep_cancel(Pid(status.number))?;
                 let now = self.store.status(id)?;
                 Ok(match now.state {
@@ -556,6 +573,31 @@ impl Backend for ServingBackend {
             )
         })?;
         self.host.upgrade_with(id, &wasm, self.grants.clone())
+    }
+
+    fn reset(
+        &self,
+        id: &str,
+        to_step: Option<u64>,
+        module: Option<super::ModuleRef<'_>>,
+    ) -> Result<crate::WorkflowReset> {
+        let stored;
+        let wasm = match module {
+            None => None,
+            Some(super::ModuleRef::Bytes(bytes)) => Some(bytes),
+            Some(super::ModuleRef::Hash(hash)) => {
+                stored = self.store.module(hash)?.ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::UnknownModule,
+                        format!(
+                            "the store keeps no module {hash}: store it first (`POST /v1/modules`)"
+                        ),
+                    )
+                })?;
+                Some(&stored[..])
+            }
+        };
+        self.host.reset_with(id, to_step, wasm, self.grants.clone())
     }
 
     fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {

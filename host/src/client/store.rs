@@ -493,6 +493,15 @@ impl Backend for StoreBackend {
         Err(needs_host())
     }
 
+    fn reset(
+        &self,
+        _id: &str,
+        _to_step: Option<u64>,
+        _module: Option<super::ModuleRef<'_>>,
+    ) -> Result<crate::WorkflowReset> {
+        Err(needs_host())
+    }
+
     fn list(&self, query: &ListQuery) -> Result<Page<WorkflowStatus>> {
         query.check()?;
         let after = match &query.after {

@@ -131,6 +131,9 @@ pub struct WorkflowStatus {
     /// Paused by an operator: it takes no step until unpaused
     /// ([`Client::pause`](super::Client::pause)).
     pub paused: bool,
+    /// Its number among the runs of its id: 1, and one more at each reset
+    /// ([`Client::reset`](super::Client::reset)); the runs before are kept as `<id>/run-1`, ...
+    pub run: u64,
 }
 
 impl WorkflowStatus {
@@ -172,6 +175,7 @@ impl WorkflowStatus {
             waiting_for_host: false,
             cancel_asked: workflow.cancel != crate::durable::store::Cancel::No,
             paused: workflow.paused && workflow.state == crate::durable::store::State::Running,
+            run: workflow.run,
         }
     }
 

@@ -26,6 +26,7 @@ mod pending;
 pub(crate) mod process;
 pub mod record;
 pub(crate) mod recover;
+pub(crate) mod reset;
 pub(crate) mod resolve;
 pub(crate) mod snapshot;
 pub(crate) mod start;
@@ -34,6 +35,7 @@ pub(crate) mod upgrade;
 pub(crate) mod waiters;
 pub(crate) mod writer;
 
+pub use reset::WorkflowReset;
 pub use resolve::Damage;
 pub use snapshot::DurableCounters;
 pub use start::WorkflowResult;
@@ -97,6 +99,8 @@ pub(crate) struct Durable {
     pub(crate) paused: pause::Paused,
     /// The upgrades waiting for the processes of workflows that run here (`upgrade.rs`).
     pub(crate) upgrades: upgrade::Upgrades,
+    /// Held while a reset runs (`reset.rs`): one at a time.
+    pub(crate) resetting: Mutex<()>,
     /// When workflows save snapshots.
     pub(crate) snapshots: Snapshots,
     pub(crate) counts: Counts,
@@ -242,6 +246,7 @@ impl Durable {
             gate: Mutex::new(None),
             paused: pause::Paused::default(),
             upgrades: upgrade::Upgrades::default(),
+            resetting: Mutex::new(()),
             snapshots,
             counts: Counts::default(),
             lease: OnceLock::new(),

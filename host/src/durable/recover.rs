@@ -11,11 +11,35 @@ use wfcontract::{Payload, Pid};
 
 use super::process::DurableProcess;
 use super::resolve::{hold_damaged_trees, Damage, Ready, Resolved};
-use super::store::{Cancel, Op, StoredMessage, Workflow};
+use super::store::{Cancel, Op, State, StoredMessage, Workflow};
 use super::{store_error, Durable};
 use crate::engine::{Engine, Spawned};
 use crate::error::Result;
 use crate::grants::Grants;
+
+impl Durable {
+    /// Notes the run of the top-level workflow whose tree holds workflow `id` (a child's id
+    /// starts with it), for the idempotency keys of a tree whose top-level workflow does not run.
+    fn note_root_run(&self, id: &str) {
+        let Some((root, _)) = id.split_once('/') else {
+            return;
+        };
+        if let Ok(Some(workflow)) = self.reader.lock().workflow(root) {
+            if workflow.start.parent.is_none() {
+                self.ids.set_run(root, workflow.run);
+            }
+        }
+    }
+}
+
+/// Which workflows a claim takes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Which<'a> {
+    /// Up to this many trees (on a store of this host's own: every unfinished workflow).
+    Any(usize),
+    /// The tree of the unfinished top-level workflow of this id, which has no children yet.
+    Tree(&'a str),
+}
 
 /// What a recovery started: the top-level workflows (children are followed by their parents),
 /// the numbers of all, and the cancels owed once the gate opens.
@@ -69,9 +93,19 @@ impl Durable {
         grants: Option<Grants>,
         limit: usize,
     ) -> Result<Vec<(String, Spawned)>> {
+        self.claim_which(engine, grants, Which::Any(limit))
+    }
+
+    /// As [`claim`](Self::claim), of the workflows `which` names.
+    pub(crate) fn claim_which(
+        self: &Arc<Self>,
+        engine: &Engine,
+        grants: Option<Grants>,
+        which: Which<'_>,
+    ) -> Result<Vec<(String, Spawned)>> {
         let mut claimed = Vec::new();
         let mut handled = FxHashSet::default();
-        let result = self.claim_and_start(engine, grants, limit, &mut claimed, &mut handled);
+        let result = self.claim_and_start(engine, grants, which, &mut claimed, &mut handled);
         if result.is_err() {
             // What was claimed and not started goes back, for this host or another to claim.
             let left: Vec<u64> = claimed
@@ -100,7 +134,7 @@ impl Durable {
         self: &Arc<Self>,
         engine: &Engine,
         grants: Option<Grants>,
-        limit: usize,
+        which: Which<'_>,
         claimed: &mut Vec<u64>,
         handled: &mut FxHashSet<u64>,
     ) -> Result<Vec<(String, Spawned)>> {
@@ -111,7 +145,7 @@ impl Durable {
         // No recovered workflow steps before every one of them is there and has its messages.
         self.close_gate();
         let gate = Gate(self);
-        let Some((unfinished, messages)) = self.gather(limit, claimed)? else {
+        let Some((unfinished, messages)) = self.gather(which, claimed)? else {
             drop(gate);
             self.take_waiting();
             return Ok(Vec::new());
@@ -150,16 +184,35 @@ impl Durable {
     /// there are none); on a store of its own, every one.
     fn gather(
         &self,
-        limit: usize,
+        which: Which<'_>,
         claimed_out: &mut Vec<u64>,
     ) -> Result<Option<(Vec<Workflow>, Vec<StoredMessage>)>> {
         let Some(lease) = self.lease.get() else {
             let mut reader = self.reader.lock();
-            let unfinished = reader.workflows(true).map_err(store_error)?;
-            let messages = reader.messages().map_err(store_error)?;
-            return Ok(Some((parents_first(unfinished), messages)));
+            return Ok(Some(match which {
+                Which::Any(_) => {
+                    let unfinished = reader.workflows(true).map_err(store_error)?;
+                    let messages = reader.messages().map_err(store_error)?;
+                    (parents_first(unfinished), messages)
+                }
+                Which::Tree(id) => {
+                    // A top-level workflow that has not spawned yet (a reset's new run).
+                    let workflow = reader.workflow(id).map_err(store_error)?;
+                    let Some(workflow) = workflow.filter(|w| w.state == State::Running) else {
+                        return Ok(None);
+                    };
+                    let num = workflow.start.num;
+                    let mut messages = reader.messages().map_err(store_error)?;
+                    messages.retain(|m| m.message.receiver == num || m.message.sender == num);
+                    (vec![workflow], messages)
+                }
+            }));
         };
-        let claimed = lease.store.lock().claim(limit, None).map_err(store_error)?;
+        let (limit, id) = match which {
+            Which::Any(limit) => (limit, None),
+            Which::Tree(id) => (1, Some(id)),
+        };
+        let claimed = lease.store.lock().claim(limit, id).map_err(store_error)?;
         claimed_out.extend(&claimed);
         if claimed.is_empty() {
             return Ok(None);
@@ -345,6 +398,9 @@ impl Durable {
             None => process.recovered(saved, records),
         };
         self.ids.insert(pid, Arc::clone(&id));
+        if start.parent.is_none() {
+            self.ids.set_run(&start.id, workflow.run);
+        }
         if workflow.paused {
             // Held from its first turn, as it was before the restart.
             self.mark_paused(start.num, true);
@@ -356,6 +412,10 @@ impl Durable {
             .map(Pid)
             .filter(|p| started.recovered.contains(&p.0));
         let orphaned = start.parent.is_some() && parent.is_none();
+        if orphaned {
+            // Its top-level workflow ended: its run (for the keys of this tree) is read here.
+            self.note_root_run(&start.id);
+        }
         // Held until the gate opens: it takes no turn before every one of them is there.
         let spawned = match engine.spawn_workflow(process, pid, parent, &start.entry, input, true) {
             Ok(spawned) => spawned,
@@ -449,7 +509,7 @@ fn parents_first(mut workflows: Vec<Workflow>) -> Vec<Workflow> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::durable::store::{Cancel, NewWorkflow, State};
+    use crate::durable::store::{Cancel, NewWorkflow};
 
     fn workflow(num: u64, parent: Option<u64>) -> Workflow {
         Workflow {
@@ -472,6 +532,7 @@ mod tests {
             unread: 0,
             owner: None,
             paused: false,
+            run: 1,
         }
     }
 

@@ -137,6 +137,8 @@ impl Durable {
                 )),
             };
         }
+        // A first run: keys of its own, whatever ran under its id before (runs pruned since).
+        self.ids.set_run(&id, 1);
         let spawned = match engine.spawn_workflow(process, pid, None, entry, input, false) {
             Ok(spawned) => spawned,
             Err(error) => {

@@ -152,10 +152,9 @@ impl Durable {
         })
     }
 
-    /// The unfinished workflow `id`, or why there is nothing to upgrade.
-    fn running_workflow(&self, id: &str) -> Result<Workflow> {
-        let workflow = self
-            .reader
+    /// Workflow `id` as the store has it, or an [`ErrorKind::UnknownWorkflow`] error.
+    pub(crate) fn stored_workflow(&self, id: &str) -> Result<Workflow> {
+        self.reader
             .lock()
             .workflow(id)
             .map_err(store_error)?
@@ -164,7 +163,12 @@ impl Durable {
                     ErrorKind::UnknownWorkflow,
                     format!("no workflow '{id}' in the store"),
                 )
-            })?;
+            })
+    }
+
+    /// The unfinished workflow `id`, or why there is nothing to upgrade.
+    fn running_workflow(&self, id: &str) -> Result<Workflow> {
+        let workflow = self.stored_workflow(id)?;
         if workflow.state != State::Running {
             return Err(Error::new(
                 ErrorKind::InvalidInput,
@@ -301,6 +305,20 @@ impl Durable {
         workflow: &Workflow,
         records: Vec<StepRecord>,
     ) -> Result<u64> {
+        let id = &workflow.start.id;
+        self.replays(process, workflow, records)?
+            .map_err(|why| refused(id, &why))
+    }
+
+    /// Replays `records` (the first steps of workflow `workflow`'s journal) in `process` (of
+    /// another module, not started), which is then closed: the steps replayed, or why the
+    /// module differs (`Ok(Err(why))`, naming the step). An error: the check could not run.
+    pub(crate) fn replays(
+        self: &Arc<Self>,
+        process: crate::wasm::WasmProcess,
+        workflow: &Workflow,
+        records: Vec<StepRecord>,
+    ) -> Result<std::result::Result<u64, String>> {
         let start = &workflow.start;
         let input = stored_input(workflow)?;
         let hash = process.sha256();
@@ -315,22 +333,21 @@ impl Durable {
         )
         .checking(records);
         let ctx = InitContext::new(Pid(start.num), start.parent.map(Pid));
-        process
-            .check_replay(&ctx, &start.entry, input)
-            .map_err(|e| match e.kind() {
-                FailureKind::Nondeterminism => refused(&start.id, e.message()),
-                // The check could not run (no instance, no memory for it now): nothing is
-                // known against the new module, and nothing changed.
-                _ => Error::new(
-                    ErrorKind::Unavailable,
-                    format!(
-                        "workflow '{}' could not be checked against the new module now ({}): \
+        match process.check_replay(&ctx, &start.entry, input) {
+            Ok(steps) => Ok(Ok(steps)),
+            Err(e) if e.kind() == FailureKind::Nondeterminism => Ok(Err(e.message().to_string())),
+            // The check could not run (no instance, no memory for it now): nothing is known
+            // against the new module, and nothing changed.
+            Err(e) => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "workflow '{}' could not be checked against the new module now ({}): \
                          nothing changed; try again",
-                        start.id,
-                        e.message()
-                    ),
+                    start.id,
+                    e.message()
                 ),
-            })
+            )),
+        }
     }
 }
 

@@ -160,6 +160,7 @@ pub(crate) struct Core {
     pub(crate) renewals: Family<Outcome, Counter>,
     pub(crate) claimed: Counter,
     pub(crate) takeovers: Counter,
+    pub(crate) resets: Counter,
     pub(crate) http_requests: Family<Request, Counter>,
     pub(crate) http_seconds: Family<Route, Histogram, fn() -> Histogram>,
     pub(crate) http_connections: Gauge,
@@ -271,6 +272,7 @@ impl Metrics {
             renewals: Family::default(),
             claimed: Counter::default(),
             takeovers: Counter::default(),
+            resets: Counter::default(),
             http_requests: Family::default(),
             http_seconds: Family::new_with_constructor(wait_buckets),
             http_connections: Gauge::default(),
@@ -335,6 +337,11 @@ impl Metrics {
                 "Workflows claimed from a host that had owned them (it stopped, or its lease ran \
                  out)",
                 core.takeovers.clone(),
+            );
+            r.register(
+                "wfhost_workflow_resets",
+                "Finished workflows this host reset to run again from one of their steps",
+                core.resets.clone(),
             );
             r.register(
                 "wfhost_http_requests",

@@ -25,7 +25,7 @@ pub mod time;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use location::{ClientStore, HostStore, Location, Open};
 pub use ops::{
-    Ending, HostMessage, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, ScheduleAdvance,
+    Ending, HostMessage, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, Reset, ScheduleAdvance,
     ScheduleRow,
 };
 pub use postgres::{PgStore, PgTaskBoard};

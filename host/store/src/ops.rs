@@ -237,6 +237,31 @@ pub struct ScheduleAdvance {
     pub started: u64,
 }
 
+/// A reset: a finished top-level workflow's run goes on, under the same id, as a new run that
+/// keeps the first steps of its journal. The run before keeps its rows (its journal, its
+/// result, its children) under the id of a past run (`order-7/run-1`, its children's ids
+/// likewise), so that it can still be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reset {
+    /// The workflow's id.
+    pub id: String,
+    /// The number of the run it resets: written only if the id still names it, finished.
+    pub from: u64,
+    /// The run before's workflows (it and every one of its tree), each with its id from now on.
+    pub renamed: Vec<(u64, String)>,
+    /// The new run: a new number under the same id.
+    pub workflow: NewWorkflow,
+    /// The new run's number among the runs of the id (the first is 1).
+    pub run: u64,
+    /// The steps it keeps, copied from the run before (under the new number).
+    pub steps: Vec<NewStep>,
+    /// Messages for the new run, in the order it is to take them: those clients sent the run
+    /// before that it took after the steps kept, then those it never read, sent again.
+    pub messages: Vec<NewMessage>,
+    /// The run before's messages it never read (sent again in `messages`): they go.
+    pub dropped: Vec<u64>,
+}
+
 /// One thing to write. A batch of them is written in one transaction, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -351,6 +376,10 @@ pub enum Op {
     },
     /// A schedule moved on after a look.
     AdvanceSchedule(ScheduleAdvance),
+    /// A finished top-level workflow runs again from one of its steps (see [`Reset`]): written
+    /// whole, or not at all when the run it resets is no longer the one its id names (another
+    /// reset came first). Whether it was can be read back: the id then names the new run.
+    Reset(Box<Reset>),
     /// A workflow's journal could not be read back (`Some(why)`), or can again (`None`).
     Damaged {
         /// The workflow.
@@ -373,6 +402,9 @@ pub(crate) fn elided(ops: &[Op]) -> (HashSet<u64>, Option<u64>) {
             }
             Op::Step(step) => {
                 elided.extend(step.consumed.iter().filter(|id| sent.contains(id)));
+            }
+            Op::Reset(reset) => {
+                last_message = last_message.max(reset.messages.iter().map(|m| m.id).max());
             }
             _ => {}
         }

@@ -180,6 +180,10 @@ pub trait Read: Send {
     /// [`Workflow::unread`], but are not among them.
     fn messages(&mut self) -> StoreResult<Vec<StoredMessage>>;
 
+    /// The messages clients (not workflows) sent workflow `num` that it never read, in number
+    /// order: what a reset hands its new run.
+    fn unread_from_clients(&mut self, num: u64) -> StoreResult<Vec<NewMessage>>;
+
     /// The refused messages sent by `senders`: why, for those that had not heard before a
     /// restart.
     fn refused_from(&mut self, senders: &[u64]) -> StoreResult<Vec<StoredMessage>>;
@@ -292,6 +296,11 @@ pub trait Cluster: Send {
     /// it spawned) that no live host owns, or only the tree of workflow `id`: the numbers of
     /// the workflows this host now owns.
     fn claim(&mut self, limit: usize, id: Option<&str>) -> StoreResult<Vec<u64>>;
+
+    /// Writes a reset (see [`Reset`](crate::Reset)) in a transaction of its own, its new run
+    /// owned by no host (for one to claim): whether it was written (not when the id no longer
+    /// names the finished run it resets).
+    fn reset(&mut self, reset: &crate::Reset) -> StoreResult<bool>;
 
     /// How many unfinished workflows no other host is known to run: none owns them, or the
     /// host that does is dead, let its lease run out, or has not renewed it since this host

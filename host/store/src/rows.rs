@@ -69,6 +69,9 @@ pub struct Workflow {
     pub owner: Option<u64>,
     /// Paused by an operator: it takes no step until it is unpaused.
     pub paused: bool,
+    /// Its number among the runs of its id: 1, and one more at each reset ([`crate::Reset`]).
+    /// A child's is 1 (its top-level workflow's says which run it belongs to).
+    pub run: u64,
 }
 
 /// Whether a workflow was asked to cancel.

@@ -28,6 +28,7 @@ pub const TABLES: &[(&str, &[&str])] = &[
             "cancel",
             "damaged",
             "paused",
+            "run",
         ],
     ),
     ("steps", &["num", "seq", "at", "record"]),

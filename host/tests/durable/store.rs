@@ -392,6 +392,7 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
                      ALTER TABLE modules DROP COLUMN kept; ALTER TABLE modules DROP COLUMN unused_since; \
                      DROP INDEX workflows_finished; DROP INDEX workflows_module; \
                      ALTER TABLE workflows DROP COLUMN paused; DROP TABLE schedules; \
+                     ALTER TABLE workflows DROP COLUMN run; \
                      INSERT INTO workflows (num, id, module, module_name, entry, input, started) \
                      VALUES (4, 'w4', 'm', 'm', 'main', x'', 0), \
                      (5, 'w5', 'm', 'm', 'other', x'', 0); \
@@ -407,6 +408,7 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
                      DROP TABLE workflow_counts; DROP TABLE workflow_count_changes; \
                      DROP INDEX workflows_finished; DROP INDEX workflows_module; \
                      ALTER TABLE workflows DROP COLUMN paused; DROP TABLE schedules; \
+                     ALTER TABLE workflows DROP COLUMN run; \
                      DROP TRIGGER workflow_counts_started ON workflows; \
                      DROP TRIGGER workflow_counts_changed ON workflows; \
                      DROP TRIGGER workflow_counts_removed ON workflows; \

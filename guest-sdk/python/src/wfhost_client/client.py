@@ -198,6 +198,33 @@ class Client:
             "POST", f"/v1/workflows/{segment(id)}/upgrade", body={"module": module}
         ).json()
 
+    def reset(
+        self, id: str, to_step: Optional[int] = None, module: Union[str, bytes, None] = None
+    ) -> dict:
+        """Resets finished workflow `id`: a new run keeps its journal up to step `to_step` (by
+        default the step before the one that ended it), replays it and goes on under the same
+        id, with `module` (a hash the store keeps, or `.wasm` bytes, stored first) in place of
+        its own if given. What the reset did: `{"id", "run", "previous", "steps", "module",
+        "messages"}`; the run before is kept as `previous` (`<id>/run-1`, ...). `Conflict` when
+        it has not finished, or the module does not replay the steps kept. Not sent again after
+        an answer that may have been lost (it would find the new run running: `Conflict`)."""
+        body: dict = {}
+        if to_step is not None:
+            body["to_step"] = to_step
+        if isinstance(module, (bytes, bytearray, memoryview)):
+            module = self.put_module(bytes(module)).hash
+        if module is not None:
+            body["module"] = module
+        return self._api.call(
+            "POST", f"/v1/workflows/{segment(id)}/reset", body=body, safe=False
+        ).json()
+
+    def runs(self, id: str) -> list:
+        """The runs of workflow `id`, first to last: those resets ended (`<id>/run-1`, ...),
+        then the one `id` names now."""
+        answer = self._api.call("GET", f"/v1/workflows/{segment(id)}/runs").json()
+        return [Workflow.of(data) for data in answer["runs"]]
+
     def list(
         self,
         *,

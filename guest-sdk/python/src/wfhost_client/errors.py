@@ -40,7 +40,8 @@ class NotFound(WfhostError):
 
 
 class Conflict(WfhostError):
-    """409: the id exists with another module, entry point or input; or a task moved on."""
+    """409: the id exists with another module, entry point or input; a task moved on; or a
+    reset found the workflow running, or a module that does not replay its steps."""
 
 
 class TooLarge(WfhostError):

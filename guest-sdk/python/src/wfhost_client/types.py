@@ -44,6 +44,8 @@ class Workflow:
     unread_messages: int = 0
     cancel_asked: bool = False
     paused: bool = False
+    run: int = 1
+    """Its number among the runs of its id: 1, and one more at each reset."""
     new: Optional[bool] = None
     """For a start: whether this start made it (False: it existed, started the same way)."""
     raw: dict = field(default_factory=dict, repr=False)
@@ -78,6 +80,7 @@ class Workflow:
             unread_messages=data.get("unread_messages", 0),
             cancel_asked=data.get("cancel_asked", False),
             paused=data.get("paused", False),
+            run=data.get("run", 1),
             new=new,
             raw=data,
         )

@@ -11,6 +11,7 @@ mod list;
 mod pause;
 mod prune;
 mod replay;
+mod reset;
 mod result;
 mod resume;
 mod run;
@@ -47,6 +48,7 @@ pub enum Command {
     Unpause(pause::UnpauseCommand),
     Prune(prune::PruneCommand),
     Upgrade(upgrade::UpgradeCommand),
+    Reset(reset::ResetCommand),
     Schedule(schedule::ScheduleCommand),
     Types(types::TypesCommand),
     #[cfg(unix)]
@@ -115,6 +117,7 @@ impl Command {
             Command::Unpause(command) => command.execute(),
             Command::Prune(command) => command.execute(),
             Command::Upgrade(command) => command.execute(),
+            Command::Reset(command) => command.execute(),
             Command::Schedule(command) => command.execute(),
             Command::Types(command) => command.execute(),
             #[cfg(unix)]

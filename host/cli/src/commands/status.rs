@@ -118,6 +118,7 @@ impl StatusCommand {
                     })),
                     "damaged": workflow.damaged,
                     "paused": workflow.paused,
+                    "run": workflow.run,
                     "unread_messages": workflow.unread,
                     "unserved": unserved,
                     "calls": calls,
@@ -136,6 +137,16 @@ impl StatusCommand {
             (None, false) => "",
         };
         outln!("status:   {status}{waiting}")?;
+        if workflow.run > 1 {
+            let before: Vec<String> = (1..workflow.run)
+                .map(|run| wfhost::run_id(&workflow.id, run))
+                .collect();
+            outln!(
+                "run:      {} (reset; the runs before: {})",
+                workflow.run,
+                before.join(", ")
+            )?;
+        }
         if let Some(why) = &workflow.damaged {
             outln!(
                 "damaged:  {why} (left as it was; a host resumes it once the store is repaired \

@@ -46,6 +46,7 @@ pub(crate) fn workflow(status: &WorkflowStatus) -> WorkflowJson {
         unread_messages: status.unread,
         cancel_asked: status.cancel_asked,
         paused: status.paused,
+        run: status.run,
     }
 }
 

@@ -16,6 +16,7 @@ mod conn;
 mod lease;
 mod listen;
 mod read;
+mod reset;
 mod schedules;
 mod schema;
 mod tasks;
@@ -460,6 +461,10 @@ impl Cluster for PgStore {
         self.claim_trees(limit, id)
     }
 
+    fn reset(&mut self, reset: &super::Reset) -> StoreResult<bool> {
+        self.reset_run(reset)
+    }
+
     fn release(&mut self) -> StoreResult<()> {
         self.release_all()
     }
@@ -641,6 +646,27 @@ impl Read for PgStore {
 
     fn messages(&mut self) -> StoreResult<Vec<super::StoredMessage>> {
         self.read("reading messages", read::messages)
+    }
+
+    fn unread_from_clients(&mut self, num: u64) -> StoreResult<Vec<super::NewMessage>> {
+        let number = read::int(num)?;
+        self.read("reading unread messages", |conn| {
+            Ok(conn
+                .query(
+                    "SELECT id, payload FROM messages \
+                     WHERE receiver = $1 AND sender = 0 AND refused IS NULL ORDER BY id",
+                    &[&number],
+                )?
+                .iter()
+                .map(|row| super::NewMessage {
+                    id: row.get::<_, i64>(0) as u64,
+                    receiver: num,
+                    sender: 0,
+                    payload: row.get(1),
+                    local: false,
+                })
+                .collect())
+        })
     }
 
     fn host_messages(

@@ -30,7 +30,7 @@ macro_rules! workflow_columns {
          error_kind, error, finished, \
          coalesce((SELECT max(seq) FROM steps s WHERE s.num = w.num), 0), cancel, damaged, \
          (SELECT count(*) FROM messages m WHERE m.receiver = w.num AND m.refused IS NULL), \
-         owner, paused"
+         owner, paused, run"
     };
 }
 
@@ -56,6 +56,7 @@ fn workflow_row(row: &Row) -> Workflow {
         unread: uint(row.get(16)),
         owner: row.get::<_, Option<i64>>(17).map(uint),
         paused: row.get(18),
+        run: uint(row.get(19)).max(1),
     }
 }
 

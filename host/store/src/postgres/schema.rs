@@ -274,6 +274,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE tasks ADD COLUMN queued_at TIMESTAMPTZ NOT NULL DEFAULT now();
     ",
+    // 14: a workflow's number among the runs of its id (a reset starts a new run).
+    "
+    ALTER TABLE workflows ADD COLUMN run BIGINT NOT NULL DEFAULT 1;
+    ",
 ];
 
 /// The error a commit fails with when its host lost its lease (`wfhost.mark`).

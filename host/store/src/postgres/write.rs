@@ -223,6 +223,13 @@ impl<'a> Plan<'a> {
                             .into(),
                     )
                 }
+                Op::Reset(_) => {
+                    return Err(
+                        "on PostgreSQL, a reset is written in a transaction of its own \
+                         (Cluster::reset), not through the journal"
+                            .into(),
+                    )
+                }
                 Op::TaskOutcome { .. } => {
                     return Err(
                         "on PostgreSQL, a task's outcome is kept in its row of the tasks, not \

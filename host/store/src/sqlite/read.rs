@@ -18,7 +18,7 @@ const WORKFLOW_COLUMNS: &str = "num, id, parent, module, module_name, entry, inp
          coalesce((SELECT max(seq) FROM log l WHERE l.num = workflows.num), 0)), \
      cancel, damaged, \
      (SELECT count(*) FROM messages m WHERE m.receiver = workflows.num AND m.refused IS NULL), \
-     paused";
+     paused, run";
 
 fn workflow_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workflow> {
     let state = State::from_code(row.get(8)?);
@@ -42,6 +42,7 @@ fn workflow_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workflow> {
         unread: row.get::<_, i64>(16)?.max(0) as u64,
         owner: None,
         paused: row.get::<_, i64>(17)? != 0,
+        run: row.get::<_, i64>(18)?.max(1) as u64,
     })
 }
 
@@ -526,6 +527,32 @@ impl Read for SqliteStore {
             .into_iter()
             .filter(|m| m.refused.is_some() && senders.contains(&m.message.sender))
             .collect())
+    }
+
+    fn unread_from_clients(&mut self, num: u64) -> StoreResult<Vec<NewMessage>> {
+        let mut statement = self
+            .conn
+            .prepare(
+                "SELECT id, payload FROM messages \
+                 WHERE receiver = ?1 AND sender = 0 AND refused IS NULL ORDER BY id",
+            )
+            .map_err(sql("reading unread messages"))?;
+        let rows = statement
+            .query_map(
+                params![int(num).map_err(sql("reading unread messages"))?],
+                |row| {
+                    Ok(NewMessage {
+                        id: row.get::<_, i64>(0)? as u64,
+                        receiver: num,
+                        sender: 0,
+                        payload: row.get(1)?,
+                        local: false,
+                    })
+                },
+            )
+            .map_err(sql("reading unread messages"))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql("reading unread messages"))
     }
 
     fn messages(&mut self) -> StoreResult<Vec<StoredMessage>> {

@@ -186,6 +186,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (num, tag)
     ) WITHOUT ROWID;
     ",
+    // 14: a workflow's number among the runs of its id (a reset starts a new run).
+    "
+    ALTER TABLE workflows ADD COLUMN run INTEGER NOT NULL DEFAULT 1;
+    ",
 ];
 
 /// The version this build writes.

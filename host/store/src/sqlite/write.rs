@@ -6,7 +6,7 @@ use rusqlite::params;
 
 use super::{int, SqliteStore, LOG_BYTES, LOG_STEPS};
 use crate::StoreResult;
-use crate::{Ending, NewMessage, NewStep, NewWorkflow, Op, State, StoreError};
+use crate::{Ending, NewMessage, NewStep, NewWorkflow, Op, Reset, State, StoreError};
 
 /// Writes `op`; `elided` are the messages sent and taken within this transaction, neither
 /// written nor deleted.
@@ -84,6 +84,7 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
         | Op::DeleteSchedule { .. }
         | Op::PauseSchedule { .. }
         | Op::AdvanceSchedule(_) => super::schedules::write(tx, op)?,
+        Op::Reset(reset) => write_reset(tx, reset, elided)?,
         Op::Damaged { num, why } => {
             tx.prepare_cached("UPDATE workflows SET damaged = ?2 WHERE num = ?1")?
                 .execute(params![int(*num)?, why])?;
@@ -118,6 +119,41 @@ fn write_start(tx: &rusqlite::Transaction<'_>, w: &NewWorkflow) -> rusqlite::Res
         w.input,
         int(w.started)?
     ])?;
+    Ok(())
+}
+
+/// Writes a reset whole, or nothing when its id no longer names the finished run it resets.
+fn write_reset(
+    tx: &rusqlite::Transaction<'_>,
+    reset: &Reset,
+    elided: &HashSet<u64>,
+) -> rusqlite::Result<()> {
+    // The run before is the id's, finished: only then does anything change.
+    let current = tx
+        .prepare_cached("SELECT 1 FROM workflows WHERE num = ?1 AND id = ?2 AND state <> 0")?
+        .exists(params![int(reset.from)?, reset.id])?;
+    if !current {
+        return Ok(());
+    }
+    for (num, id) in &reset.renamed {
+        tx.prepare_cached("UPDATE workflows SET id = ?2 WHERE num = ?1")?
+            .execute(params![int(*num)?, id])?;
+    }
+    write_start(tx, &reset.workflow)?;
+    tx.prepare_cached("UPDATE workflows SET run = ?2 WHERE num = ?1")?
+        .execute(params![int(reset.workflow.num)?, int(reset.run)?])?;
+    for step in &reset.steps {
+        write_step(tx, step, elided)?;
+    }
+    // Messages the run before never read are the new run's, numbered again after those it
+    // took (`messages`), so that they keep their order.
+    for id in &reset.dropped {
+        tx.prepare_cached("DELETE FROM messages WHERE id = ?1 AND receiver = ?2")?
+            .execute(params![int(*id)?, int(reset.from)?])?;
+    }
+    for message in &reset.messages {
+        write_message(tx, message)?;
+    }
     Ok(())
 }
 

@@ -5,6 +5,7 @@
 mod hosts;
 mod modules;
 mod ops;
+mod reset;
 mod retention;
 mod schedules;
 mod tasks;
@@ -33,6 +34,7 @@ pub(crate) fn guarded(state: &AppState) -> OpenApiRouter<Arc<AppState>> {
         .merge(tasks::routes())
         .merge(retention::routes())
         .merge(upgrade::routes())
+        .merge(reset::routes())
         .merge(schedules::routes())
         .merge(workers::routes())
         .layer(axum::extract::DefaultBodyLimit::max(state.max_body));

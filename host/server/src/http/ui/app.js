@@ -409,6 +409,11 @@ async function workflowPage(view, id) {
         <p class="muted">New code for this workflow: its journal is replayed against the new module first, and it switches only if every step is the same.</p>
         <form id="upgrade"><input id="upgrade-file" type="file" accept=".wasm,application/wasm" aria-label="The new module (.wasm)">
         <div class="actions"><button id="upgrade-button" type="submit">Upgrade</button><span id="upgrade-state" class="muted"></span></div></form></section>
+      <section class="panel"><h2>Reset</h2>
+        <p class="muted">Once it has finished: a new run keeps its journal up to a step and goes on from there. What it did after that step is done again; the run before is kept.</p>
+        <form id="reset"><label>Keep steps up to <input id="reset-step" type="number" min="0" placeholder="before the failure" aria-label="The last step kept"></label>
+        <input id="reset-file" type="file" accept=".wasm,application/wasm" aria-label="Fixed code (.wasm, optional)">
+        <div class="actions"><button id="reset-button" class="danger" type="submit" disabled>Reset</button><span id="reset-state" class="muted"></span></div></form></section>
     </div>
     <h2>Children</h2><div id="children"><span class="muted">-</span></div>
     <h2>History <span id="step-count" class="muted"></span></h2><div id="waits"></div><ol class="timeline" id="timeline"></ol><div id="more-steps"></div>`));
@@ -448,6 +453,26 @@ async function workflowPage(view, id) {
         : 'Upgraded: ' + done.steps + ' step(s) replayed the same; it runs ' + done.to.slice(0, 16) + '… now.';
       await refresh();
     } catch (error) { state.textContent = 'Not upgraded: ' + error.message; }
+  });
+  document.getElementById('reset').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const state = document.getElementById('reset-state');
+    const step = document.getElementById('reset-step').value;
+    const file = document.getElementById('reset-file').files[0];
+    const where = step === '' ? 'the step before the one that failed it' : 'step ' + step;
+    if (!confirm('Reset workflow ' + id + ' to ' + where + (file ? ', with ' + file.name : '') + '? A new run goes on from there: what it did after that step is done again.')) return;
+    state.textContent = 'Resetting…';
+    try {
+      const request = {};
+      if (step !== '') request.to_step = Number(step);
+      if (file) {
+        const stored = await api('/v1/modules', { method: 'POST', headers: { 'Content-Type': 'application/wasm' }, body: await file.arrayBuffer() });
+        request.module = stored.hash;
+      }
+      const done = await api(wf(id) + '/reset', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(request) });
+      state.replaceChildren(h(`<span>Run ${done.run} keeps ${done.steps} step(s) and goes on; the run before is <a href="#/w/${encodeURIComponent(done.previous)}">${esc(done.previous)}</a>.</span>`));
+      await refresh();
+    } catch (error) { state.textContent = 'Not reset: ' + error.message; }
   });
   document.getElementById('cancel-button').addEventListener('click', async () => {
     if (!confirm('Cancel workflow ' + id + '?')) return;
@@ -540,6 +565,7 @@ function renderFacts(w) {
     <dt>Started</dt><dd>${time(w.started)}</dd>
     <dt>Ended</dt><dd>${ended}</dd>
     <dt>Host</dt><dd>${w.host ? esc(w.host) : (w.waiting_for_host ? 'waiting for a host' : '-')}</dd>
+    ${runFacts(w)}
     <dt>Unread messages</dt><dd>${w.unread_messages}</dd>
     ${w.damaged ? `<dt>Damaged</dt><dd class="error">${esc(w.damaged)}</dd>` : ''}
     <dt>Input</dt><dd>${payload(w.input, w.input_encoding)}</dd>
@@ -551,6 +577,24 @@ function renderFacts(w) {
   for (const b of [document.getElementById('cancel-button'), document.getElementById('send-button'), pause, document.getElementById('upgrade-button')]) {
     if (b && ui.finished) b.disabled = true;
   }
+  // Only a finished top-level workflow is reset (not a run a reset ended: its id has '/').
+  const reset = document.getElementById('reset-button');
+  if (reset) reset.disabled = !ui.finished || w.parentText !== null || w.id.includes("/");
+}
+
+// The runs of a workflow's id: which this is, and links to the others.
+function runFacts(w) {
+  const past = /^(.*)\/run-(\d+)$/.exec(w.id);
+  if (past && w.parentText === null) {
+    return `<dt>Run</dt><dd>${esc(past[2])}, ended by a reset: the id runs on as <a href="#/w/${encodeURIComponent(past[1])}">${esc(past[1])}</a></dd>`;
+  }
+  if (!(w.run > 1)) return '';
+  const before = [];
+  for (let run = 1; run < w.run; run++) {
+    const id = w.id + '/run-' + run;
+    before.push(`<a href="#/w/${encodeURIComponent(id)}">${esc(id)}</a>`);
+  }
+  return `<dt>Run</dt><dd>${w.run} (after a reset; the runs before: ${before.join(', ')})</dd>`;
 }
 
 function words(item) {
