@@ -41,6 +41,26 @@ export interface ModuleInfo {
   entryPoints: string[];
   /** Its size in bytes. */
   size: number;
+  /** The names it was stored under, each with its version (empty when none); in what
+   * `putModule` answers with a `name`, the version this upload has. */
+  names: ModuleVersion[];
+}
+
+/** A version of a module name: `orders` version 3 is `orders@3` in a start. */
+export interface ModuleVersion {
+  /** The name. */
+  name: string;
+  /** Its version: 1, and one more at each upload of other bytes under the name. */
+  version: number;
+}
+
+/** Options of `putModule`. */
+export interface PutModuleOptions {
+  /** A name to store it under too (1 to 100 ASCII letters, digits, `-`, `_` or `.`, a letter
+   * first; anything else is a 400 `BadRequest`): it takes the name's next version, unless it
+   * is the name's latest already. A start may then name it by the name (its latest version)
+   * or `name@version`. */
+  name?: string;
 }
 
 /** What `putModule` answers: the module, and whether this call stored it. */
@@ -68,7 +88,7 @@ export class Workflow {
   readonly entry: string;
   /** The SHA-256 of its module. */
   readonly module: string;
-  /** The name its module goes by. */
+  /** The name its module goes by (the module's name when it was started by one). */
   readonly moduleName: string;
   /** Its number in the store (its pid while it runs). */
   readonly number: number;
@@ -219,8 +239,9 @@ export interface ResetOptions {
   /** The last step the new run keeps (0: none, it starts over); by default the step before
    * the one that ended the run (or took its cancel). */
   toStep?: number;
-  /** A module to run in place of its own: a hash the store keeps, what `putModule` answered,
-   * or `.wasm` bytes (stored first). It must replay the steps kept. */
+  /** A module to run in place of its own: a hash the store keeps, a name or `name@version`,
+   * what `putModule` answered, or `.wasm` bytes (stored first). It must replay the steps
+   * kept. */
   module?: string | ModuleInfo | Uint8Array;
 }
 
@@ -314,16 +335,21 @@ export class Client {
   constructor(url: string, options?: ClientOptions);
   /** The server's address, as given (without a trailing `/`). */
   readonly url: string;
-  /** Stores a module (its `.wasm` bytes). Safe to repeat: a module is stored by its SHA-256. */
-  putModule(bytes: Uint8Array): Promise<PutModule>;
-  /** The modules the store keeps. */
+  /** Stores a module (its `.wasm` bytes), under `options.name` too if given (`names` then
+   * holds the version it has). Safe to repeat: a module is stored by its SHA-256, and the
+   * same bytes under the same name store nothing new. */
+  putModule(bytes: Uint8Array, options?: PutModuleOptions): Promise<PutModule>;
+  /** The modules the store keeps, each with the names it was stored under. */
   modules(): Promise<ModuleInfo[]>;
   /**
-   * Starts entry point `entry` of `module` with `input` (null by default). A start with an id
-   * that exists with the same module, entry and input answers that workflow (`new` false);
-   * with another, it throws `Conflict` (code `conflict`). With `wait`, also waits that long for
-   * it to end, and answers it as it stands then (its `result` when it ended in time); without
-   * an id, such a start gets one made here (`wf-` and a UUID), so that it is safe to ask again.
+   * Starts entry point `entry` of `module` (a hash, what `putModule` answered, a name it was
+   * stored under: its latest version, or `name@version`; an unknown one throws `NotFound`,
+   * code `unknown_module`) with `input` (null by default); started by a name, its
+   * `moduleName` is the name. A start with an id that exists with the same module, entry and
+   * input answers that workflow (`new` false); with another, it throws `Conflict` (code
+   * `conflict`). With `wait`, also waits that long for it to end, and answers it as it stands
+   * then (its `result` when it ended in time); without an id, such a start gets one made here
+   * (`wf-` and a UUID), so that it is safe to ask again.
    */
   start(
     module: string | ModuleInfo,
@@ -359,8 +385,9 @@ export class Client {
   pause(id: string): Promise<PauseAnswer>;
   /** Unpauses workflow `id`: it takes what waited for it and goes on. */
   unpause(id: string): Promise<PauseAnswer>;
-  /** Gives running workflow `id` a new module, if its journal replays the same with it; a 409
-   * `Conflict` names the step that differs otherwise. */
+  /** Gives running workflow `id` a new module (a hash, a name or `name@version`, or what
+   * `putModule` answered), if its journal replays the same with it; a 409 `Conflict` names
+   * the step that differs otherwise. */
   upgrade(id: string, module: string | ModuleInfo): Promise<UpgradeAnswer>;
   /** Resets finished workflow `id`: a new run keeps its journal up to `toStep`, replays it and
    * goes on under the same id; the run before is kept as `<id>/run-<n>`. A 409 `Conflict` when

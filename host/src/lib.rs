@@ -62,9 +62,10 @@ pub use builder::{
     DEFAULT_MAX_CHILDREN, DEFAULT_MAX_PROCESSES,
 };
 pub use client::{
-    utc_time, Cancelled, Client, Failure, Fired, HistoryStep, HostStatus, ListQuery, Narrator,
-    OpenYield, OutboxMessage, OutboxPage, Page, PauseChange, PruneQuery, Pruned, Started,
-    StoredModule, Waits, WorkflowCounts, WorkflowState, WorkflowStatus, SCHEDULES_LOOK_EVERY,
+    bad_module_name, bad_module_reference, utc_time, Cancelled, Client, Failure, Fired,
+    HistoryStep, HostStatus, ListQuery, ModuleVersion, Narrator, OpenYield, OutboxMessage,
+    OutboxPage, Page, PauseChange, PruneQuery, Pruned, Started, StoredModule, Waits,
+    WorkflowCounts, WorkflowState, WorkflowStatus, SCHEDULES_LOOK_EVERY,
 };
 pub use durable::snapshot::Snapshots;
 pub use durable::store::SyncMode;
@@ -124,9 +125,9 @@ pub mod __testing {
     pub use crate::durable::record::StepRecord;
     pub use crate::durable::store::shape::{Shape, INDEXES, TABLES};
     pub use crate::durable::store::{
-        Cancel, Ending, Filter, Held, HostMessage, Journal, Location, NewMessage, NewSnapshot,
-        NewStep, NewWorkflow, Op, PruneCandidate, PruneFilter, Read, SqliteStore, State,
-        StateCounts, SyncMode, Workflow,
+        Cancel, Ending, Filter, Held, HostMessage, Journal, Location, ModuleName, NewMessage,
+        NewSnapshot, NewStep, NewWorkflow, Op, PruneCandidate, PruneFilter, Read, SqliteStore,
+        State, StateCounts, Submit, SyncMode, Workflow,
     };
     pub use crate::durable::store::{Journal as Store, Open, PgStore, StoreError, StoreErrorKind};
 

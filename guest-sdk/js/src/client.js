@@ -91,7 +91,8 @@ function outcome(workflow) {
   }
 }
 
-/** A module's hash, whether given as the hash or as what `putModule` answered. */
+/** How a request names a module: the string given (a hash, a name or `name@version`), or the
+ * hash of what `putModule` answered. */
 function hashOf(module) {
   return typeof module === "string" ? module : module?.hash;
 }
@@ -118,27 +119,33 @@ export class Client {
     return this.#http.base;
   }
 
-  /** Stores a module (its `.wasm` bytes): `{hash, entryPoints, size, new}`, `new` false when
-   * the store had it. Safe to repeat: a module is stored by its SHA-256. */
-  async putModule(bytes) {
-    const { status, body } = await this.#http.request("POST", "/v1/modules", {
+  /** Stores a module (its `.wasm` bytes): `{hash, entryPoints, size, names, new}`, `new` false
+   * when the store had it. With `name`, under that name too: it takes the name's next version
+   * (unless it is the name's latest already), which `names` holds (`[{name, version}]`), and a
+   * start may name it by the name (its latest version) or `name@version`. Safe to repeat: a
+   * module is stored by its SHA-256, and the same bytes under the same name store nothing new. */
+  async putModule(bytes, { name } = {}) {
+    const { status, body } = await this.#http.request("POST", `/v1/modules${query({ name })}`, {
       bytes,
       safe: true,
     });
     return moduleOf(body, status === 201);
   }
 
-  /** The modules the store keeps: `[{hash, entryPoints, size}]`. */
+  /** The modules the store keeps: `[{hash, entryPoints, size, names}]`, `names` the names
+   * (`{name, version}`) each was stored under. */
   async modules() {
     const { body } = await this.#http.request("GET", "/v1/modules");
     return body.modules.map((module) => moduleOf(module));
   }
 
-  /** Starts entry point `entry` of `module` (a hash, or what `putModule` answered) with
-   * `input`: the workflow, with `new` false when it existed with the same module, entry and
-   * input (a start with an id is safe to repeat; another input is a 409 `Conflict`). With
-   * `wait` (seconds, or `"30s"`), waits that long for it to end, in as few requests as the
-   * server allows; it is answered as it stands then. */
+  /** Starts entry point `entry` of `module` (a hash, what `putModule` answered, a name it was
+   * stored under: its latest version, or `name@version`; an unknown one is a 404 `NotFound`)
+   * with `input`: the workflow, with `new` false when it existed with the same module, entry
+   * and input (a start with an id is safe to repeat; another input is a 409 `Conflict`).
+   * Started by a name, the workflow's `moduleName` is the name. With `wait` (seconds, or
+   * `"30s"`), waits that long for it to end, in as few requests as the server allows; it is
+   * answered as it stands then. */
   async start(module, entry, input = null, { id, wait } = {}) {
     const request = { module: hashOf(module), entry, input };
     if (id !== undefined && id !== null) request.id = id;
@@ -209,7 +216,8 @@ export class Client {
     return this.#change(`/v1/workflows/${segment(id)}/unpause`);
   }
 
-  /** Gives running workflow `id` module `module` if its journal replays the same with it:
+  /** Gives running workflow `id` module `module` (a hash, a name or `name@version`, or what
+   * `putModule` answered) if its journal replays the same with it:
    * `{from, to, steps, already}`; a 409 `Conflict` names the step that differs. */
   async upgrade(id, module) {
     const { body } = await this.#http.request("POST", `/v1/workflows/${segment(id)}/upgrade`, {
@@ -221,10 +229,11 @@ export class Client {
 
   /** Resets finished workflow `id`: a new run keeps its journal up to step `toStep` (by
    * default the step before the one that ended it), replays it and goes on under the same id,
-   * with `module` (a hash, what `putModule` answered, or `.wasm` bytes, stored first) in place
-   * of its own if given: `{id, run, previous, steps, module, messages}`, the run before kept as
-   * `previous` (`<id>/run-1`, ...). A 409 `Conflict` when it has not finished or the module
-   * does not replay the steps kept. Never sent twice (it would find the new run running). */
+   * with `module` (a hash, a name or `name@version`, what `putModule` answered, or `.wasm`
+   * bytes, stored first) in place of its own if given: `{id, run, previous, steps, module,
+   * messages}`, the run before kept as `previous` (`<id>/run-1`, ...). A 409 `Conflict` when
+   * it has not finished or the module does not replay the steps kept. Never sent twice (it
+   * would find the new run running). */
   async reset(id, { toStep, module } = {}) {
     const request = {};
     if (toStep !== undefined && toStep !== null) request.to_step = toStep;
@@ -435,7 +444,12 @@ export class Client {
 
 /** A module's JSON in camelCase, with whether the call that answered it stored it. */
 function moduleOf(json, isNew) {
-  const module = { hash: json.hash, entryPoints: json.entry_points, size: json.size };
+  const module = {
+    hash: json.hash,
+    entryPoints: json.entry_points,
+    size: json.size,
+    names: (json.names ?? []).map(({ name, version }) => ({ name, version })),
+  };
   if (isNew !== undefined) module.new = isNew;
   return module;
 }

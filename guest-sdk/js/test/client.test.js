@@ -4,7 +4,15 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { Client, Conflict, StillRunning, Workflow, WorkflowFailed } from "../index.js";
+import {
+  BadRequest,
+  Client,
+  Conflict,
+  NotFound,
+  StillRunning,
+  Workflow,
+  WorkflowFailed,
+} from "../index.js";
 import { shopModule, startServer } from "./helpers.js";
 
 let server;
@@ -22,6 +30,16 @@ before(async () => {
 after(async () => {
   await server?.close();
 });
+
+/** `bytes` with a custom section more: the same code, other bytes (another hash). */
+function anotherModule(bytes) {
+  const name = new TextEncoder().encode("wfhost-client-test");
+  const content = [name.length, ...name, "2".charCodeAt(0)];
+  const another = new Uint8Array(bytes.length + 2 + content.length);
+  another.set(bytes);
+  another.set([0, content.length, ...content], bytes.length);
+  return another;
+}
 
 describe("modules and starts", () => {
   test("a module is new once, then known", async () => {
@@ -56,6 +74,65 @@ describe("modules and starts", () => {
       assert.equal(first.hash, module);
       const second = await other.putModule(new Uint8Array(wasm));
       assert.equal(second.new, false);
+    } finally {
+      await fresh.close();
+    }
+  });
+
+  test("a module stored under a name is started by the name, or by name@version", async () => {
+    // A store of its own, so that the name's versions and the modules listed are this test's.
+    const fresh = await startServer();
+    try {
+      const named = new Client(fresh.url);
+      const first = await named.putModule(wasm, { name: "shop" });
+      assert.equal(first.new, true);
+      assert.equal(first.hash, module);
+      assert.deepEqual(first.names, [{ name: "shop", version: 1 }]);
+      // Sent again, the same bytes under the same name: nothing new, still version 1.
+      const again = await named.putModule(wasm, { name: "shop" });
+      assert.equal(again.new, false);
+      assert.equal(again.hash, module);
+      assert.deepEqual(again.names, [{ name: "shop", version: 1 }]);
+      assert.deepEqual(
+        (await named.modules()).map((m) => [m.hash, m.names]),
+        [[module, [{ name: "shop", version: 1 }]]],
+      );
+
+      const started = await named.start("shop", "echo", "by name", { id: "named-1", wait: 30 });
+      assert.equal(started.module, module);
+      assert.equal(started.moduleName, "shop");
+      assert.equal(started.result, "by name");
+      assert.equal((await named.status("named-1")).moduleName, "shop");
+
+      // Other bytes under the name: its next version, which the name alone now starts.
+      const second = await named.putModule(anotherModule(wasm), { name: "shop" });
+      assert.equal(second.new, true);
+      assert.notEqual(second.hash, module);
+      assert.deepEqual(second.names, [{ name: "shop", version: 2 }]);
+      const latest = await named.start("shop", "echo", 2, { id: "named-2", wait: 30 });
+      assert.deepEqual([latest.module, latest.moduleName, latest.result], [second.hash, "shop", 2]);
+      const pinned = await named.start("shop@1", "echo", 1, { id: "named-3", wait: 30 });
+      assert.deepEqual([pinned.module, pinned.moduleName, pinned.result], [module, "shop", 1]);
+      const listed = Object.fromEntries((await named.modules()).map((m) => [m.hash, m.names]));
+      assert.deepEqual(listed, {
+        [module]: [{ name: "shop", version: 1 }],
+        [second.hash]: [{ name: "shop", version: 2 }],
+      });
+
+      await assert.rejects(named.putModule(wasm, { name: "1-shop" }), (error) => {
+        assert.ok(error instanceof BadRequest);
+        assert.equal(error.status, 400);
+        assert.equal(error.code, "bad_request");
+        return true;
+      });
+      for (const unknown of ["nope", "shop@3"]) {
+        await assert.rejects(named.start(unknown, "echo", 1), (error) => {
+          assert.ok(error instanceof NotFound);
+          assert.equal(error.status, 404);
+          assert.equal(error.code, "unknown_module");
+          return true;
+        });
+      }
     } finally {
       await fresh.close();
     }

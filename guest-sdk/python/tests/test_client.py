@@ -7,6 +7,7 @@ from wfhost_client import (
     BadRequest,
     Client,
     Conflict,
+    ModuleVersion,
     NotFound,
     StillRunning,
     Unauthorized,
@@ -34,6 +35,56 @@ def test_a_module_is_stored_once_and_a_start_is_idempotent(client, shop):
     assert "another input" in refused.value.message
     anonymous = client.start(first.hash, "echo", None)
     assert anonymous.id.startswith("wf-") and anonymous.new
+
+
+def another_module(wasm: bytes) -> bytes:
+    """`wasm` with a custom section more: the same code, other bytes (another hash)."""
+    name = b"wfhost-client-test"
+    content = bytes([len(name)]) + name + b"2"
+    return wasm + bytes([0, len(content)]) + content
+
+
+def test_a_module_is_named_and_started_by_its_name(client, shop):
+    first = client.put_module(shop, name="shop")
+    assert (first.new, first.names) == (True, [ModuleVersion("shop", 1)])
+    # Sent again, the same bytes under the same name: nothing new, still version 1.
+    again = client.put_module(shop, name="shop")
+    assert (again.new, again.hash, again.names) == (False, first.hash, [ModuleVersion("shop", 1)])
+    assert [(m.hash, m.names) for m in client.modules()] == [
+        (first.hash, [ModuleVersion("shop", 1)])
+    ]
+
+    started = client.start("shop", "echo", "by name", id="named-1", wait=60)
+    assert (started.module, started.module_name, started.result) == (
+        first.hash,
+        "shop",
+        "by name",
+    )
+    assert client.status("named-1").module_name == "shop"
+
+    # Other bytes under the name: its next version, which the name alone now starts.
+    second = client.put_module(another_module(shop), name="shop")
+    assert (second.new, second.names) == (True, [ModuleVersion("shop", 2)])
+    assert second.hash != first.hash
+    latest = client.start("shop", "echo", 2, id="named-2", wait=60)
+    assert (latest.module, latest.module_name, latest.result) == (second.hash, "shop", 2)
+    pinned = client.start("shop@1", "echo", 1, id="named-3", wait=60)
+    assert (pinned.module, pinned.module_name, pinned.result) == (first.hash, "shop", 1)
+    listed = {m.hash: m.names for m in client.modules()}
+    assert listed == {
+        first.hash: [ModuleVersion("shop", 1)],
+        second.hash: [ModuleVersion("shop", 2)],
+    }
+
+    with pytest.raises(BadRequest) as bad:
+        client.put_module(shop, name="1-shop")
+    assert (bad.value.status, bad.value.code) == (400, "bad_request")
+    with pytest.raises(NotFound) as unknown:
+        client.start("nope", "echo", 1)
+    assert (unknown.value.status, unknown.value.code) == (404, "unknown_module")
+    with pytest.raises(NotFound) as unknown:
+        client.start("shop@3", "echo", 1)
+    assert (unknown.value.status, unknown.value.code) == (404, "unknown_module")
 
 
 def test_start_and_wait_in_one_request(client, module):
@@ -77,7 +128,7 @@ def test_operations_on_a_workflow(client, module):
         client.status("nobody")
     assert unknown.value.code == "unknown_workflow"
     with pytest.raises(BadRequest):
-        client.start("not-a-hash", "echo", 1)
+        client.start("not a hash", "echo", 1)
     with pytest.raises(TypeError):
         client.start(module, "echo", {1, 2})
 

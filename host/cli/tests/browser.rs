@@ -511,6 +511,20 @@ async fn the_ui_in_a_real_browser() {
     .await;
     screenshot(&client, "hosts").await;
 
+    // The modules page: a module deployed under a name shows its version.
+    let probe = wfhost_test_programs::probe_version(1);
+    let (named, _) = api.put_module_named(&probe, "shop").unwrap();
+    client.goto(&format!("{base}/#/modules")).await.unwrap();
+    until("the named module and its version", || async {
+        let names = text_of(
+            &client,
+            &format!("tr[data-module=\"{}\"] [data-names]", named.hash),
+        )
+        .await?;
+        Ok(names == "shop@1")
+    })
+    .await;
+
     // The workers page: the function served, and nobody polling for it.
     client.goto(&format!("{base}/#/workers")).await.unwrap();
     until("the worker function and its pollers", || async {

@@ -130,8 +130,11 @@ fn upgraded_through_kill(dir: &Path, store: &str, v2: &Path, v3: &Path) {
     assert!(err.contains("has ended"), "{err}");
     let missing = api.upgrade("nobody", &new_module).unwrap_err();
     assert_eq!(missing.status(), Some(404), "{missing}");
-    let bad = api.upgrade("early", "not-a-hash").unwrap_err();
+    // Neither a hash nor a name; a name nothing was stored under.
+    let bad = api.upgrade("early", "not a hash").unwrap_err();
     assert_eq!(bad.status(), Some(400), "{bad}");
+    let unnamed = api.upgrade("early", "nobody-named-this").unwrap_err();
+    assert_eq!(unnamed.status(), Some(404), "{unnamed}");
 
     // With no server running, `--store` switches a workflow no host runs: on SQLite, any; on a
     // store hosts share, the killed host's workflow is its own until another claims it, and

@@ -142,9 +142,23 @@ impl Client {
     /// Stores a module (its `.wasm` bytes): what the server knows of it, and whether it was
     /// new (`false`: the store had it).
     pub fn put_module(&self, wasm: &[u8]) -> Result<(ModuleJson, bool)> {
+        self.put_module_at("/v1/modules", wasm)
+    }
+
+    /// As [`put_module`](Self::put_module), under name `name`: it takes the name's next
+    /// version (its `names` says which), unless it is the name's latest already.
+    pub fn put_module_named(&self, wasm: &[u8], name: &str) -> Result<(ModuleJson, bool)> {
+        let path = format!(
+            "/v1/modules?name={}",
+            utf8_percent_encode(name, NON_ALPHANUMERIC)
+        );
+        self.put_module_at(&path, wasm)
+    }
+
+    fn put_module_at(&self, path: &str, wasm: &[u8]) -> Result<(ModuleJson, bool)> {
         let body = Body::Bytes("application/wasm", wasm);
-        let (status, module) =
-            self.exchange(Method::Post, "/v1/modules", body, None, Repeat::Safe)?;
+        // Sent again, the same bytes under the same name change nothing.
+        let (status, module) = self.exchange(Method::Post, path, body, None, Repeat::Safe)?;
         Ok((decode(status, &module)?, status == 201))
     }
 

@@ -47,6 +47,31 @@ pub struct ModuleJson {
     pub entry_points: Vec<String>,
     /// Its size in bytes.
     pub size: u64,
+    /// The names it was uploaded under, with its version of each (stored with `?name=`: the
+    /// one it was given).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<ModuleNameJson>,
+}
+
+/// A version of a module name: `orders` version 3 is `orders@3` in a start.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ModuleNameJson {
+    /// The name.
+    pub name: String,
+    /// Its version: 1, and one more at each upload of other bytes under the name.
+    pub version: u64,
+}
+
+/// Which name a module is stored under (`POST /v1/modules?name=orders`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+pub struct ModuleParams {
+    /// A name for it: it takes the name's next version (unless it is the name's latest
+    /// already), and a start may name it so (`orders`, or `orders@3`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// The modules the store keeps (`GET /v1/modules`).
@@ -65,7 +90,8 @@ pub struct StartRequest {
     /// The workflow's id; without one, the server makes one (`wf-` and 16 hex digits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
-    /// The SHA-256 of a stored module (`POST /v1/modules` answers it).
+    /// The module: the SHA-256 of a stored module (`POST /v1/modules` answers it), a name it
+    /// was stored under (its latest version), or `name@version`.
     pub module: String,
     /// The entry point to start.
     pub entry: String,
@@ -550,7 +576,8 @@ pub struct ScheduleChangeJson {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct UpgradeRequest {
-    /// The new module's SHA-256, as `POST /v1/modules` answered it.
+    /// The new module: its SHA-256, as `POST /v1/modules` answered it, a name it was stored
+    /// under (its latest version), or `name@version`.
     pub module: String,
 }
 
@@ -563,8 +590,9 @@ pub struct ResetRequest {
     /// one that ended the run (or took its cancel).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_step: Option<u64>,
-    /// A module the store keeps (`POST /v1/modules` first), by its SHA-256, to run in place of
-    /// the workflow's own: it must replay the steps kept. Left out: its own module.
+    /// A module the store keeps (`POST /v1/modules` first), by its SHA-256, a name or
+    /// `name@version`, to run in place of the workflow's own: it must replay the steps kept.
+    /// Left out: its own module.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module: Option<String>,
 }

@@ -29,7 +29,7 @@ pub(crate) trait Backend: Schedules + Send + Sync + 'static {
     /// Where the workflows are: the store, or the server.
     fn location(&self) -> &Location;
 
-    fn put_module(&self, wasm: &[u8]) -> Result<StoredModule>;
+    fn put_module(&self, wasm: &[u8], name: Option<&str>) -> Result<StoredModule>;
     fn modules(&self) -> Result<Vec<StoredModule>>;
     fn module(&self, hash: &str) -> Result<Option<Vec<u8>>>;
 

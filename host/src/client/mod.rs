@@ -12,6 +12,7 @@
 
 mod backend;
 mod builtin_words;
+mod names;
 mod narrator;
 mod prune;
 mod remote;
@@ -26,11 +27,12 @@ use std::time::Duration;
 
 use wfcontract::Payload;
 
+pub use names::{bad_module_name, bad_module_reference};
 pub use narrator::{utc_time, Narrator};
 pub use schedules::SCHEDULES_LOOK_EVERY;
 pub use types::{
-    Cancelled, Failure, Fired, HistoryStep, HostStatus, ListQuery, OpenYield, OutboxMessage,
-    OutboxPage, Page, PauseChange, PruneQuery, Pruned, Started, StoredModule, Waits,
+    Cancelled, Failure, Fired, HistoryStep, HostStatus, ListQuery, ModuleVersion, OpenYield,
+    OutboxMessage, OutboxPage, Page, PauseChange, PruneQuery, Pruned, Started, StoredModule, Waits,
     WorkflowCounts, WorkflowState, WorkflowStatus, DEFAULT_PAGE, MAX_PAGE,
 };
 
@@ -42,6 +44,9 @@ use backend::Backend;
 use remote::RemoteBackend;
 use serving::ServingBackend;
 use store::StoreBackend;
+
+/// The store backend, for the durable layer's writes that clients make on a shared store.
+pub(crate) type StoreClient = StoreBackend;
 
 /// A client of workflows: of a store, of a `wfhost serve --http` server, or of a host this
 /// program runs (see the module's table). Cheap to clone: clones share connections.
@@ -66,6 +71,8 @@ impl std::fmt::Debug for Client {
 pub(crate) enum ModuleRef<'a> {
     Bytes(&'a [u8]),
     Hash(&'a str),
+    /// A hash, `name` or `name@version` (`names.rs`).
+    Named(&'a str),
 }
 
 /// A start, as every backend takes it.
@@ -131,7 +138,19 @@ impl Client {
     /// manifest, another ABI) is an [`ErrorKind::BadModule`] error saying why; one the store
     /// has already is left as it is ([`StoredModule::new`] is false).
     pub fn put_module(&self, wasm: &[u8]) -> Result<StoredModule> {
-        self.backend.put_module(wasm)
+        self.backend.put_module(wasm, None)
+    }
+
+    /// As [`put_module`](Self::put_module), under name `name`: the module takes the name's
+    /// next version, unless it is the name's latest already ([`StoredModule::names`] says
+    /// which). A start names it `name` (its latest version) or `name@version`
+    /// ([`start_named`](Self::start_named)), and its workflows show the name. A name that is
+    /// not one is an [`ErrorKind::InvalidInput`] error ([`bad_module_name`]).
+    pub fn put_module_named(&self, wasm: &[u8], name: &str) -> Result<StoredModule> {
+        if let Some(why) = bad_module_name(name) {
+            return Err(Error::new(ErrorKind::InvalidInput, why));
+        }
+        self.backend.put_module(wasm, Some(name))
     }
 
     /// The modules the store keeps, by hash, with their entry points.
@@ -183,6 +202,26 @@ impl Client {
         self.backend.start(&Start {
             id,
             module: ModuleRef::Hash(hash),
+            module_name: None,
+            entry,
+            input,
+        })
+    }
+
+    /// As [`start_stored`](Self::start_stored), with the module named `module`: its SHA-256,
+    /// a name it was uploaded under ([`put_module_named`](Self::put_module_named): the name's
+    /// latest version), or `name@version`. Started by name, the workflow shows the name.
+    pub fn start_named(
+        &self,
+        id: Option<&str>,
+        module: &str,
+        entry: &str,
+        input: &Payload,
+    ) -> Result<Started> {
+        names::Reference::parse(module)?;
+        self.backend.start(&Start {
+            id,
+            module: ModuleRef::Named(module),
             module_name: None,
             entry,
             input,

@@ -74,14 +74,14 @@ impl Backend for RemoteBackend {
         &self.location
     }
 
-    fn put_module(&self, wasm: &[u8]) -> Result<StoredModule> {
-        let (module, new) = self.api()?.put_module(wasm).map_err(|e| error(&e))?;
-        Ok(StoredModule {
-            hash: module.hash,
-            entry_points: module.entry_points,
-            size: module.size,
-            new,
-        })
+    fn put_module(&self, wasm: &[u8], name: Option<&str>) -> Result<StoredModule> {
+        let api = self.api()?;
+        let (module, new) = match name {
+            Some(name) => api.put_module_named(wasm, name),
+            None => api.put_module(wasm),
+        }
+        .map_err(|e| error(&e))?;
+        Ok(stored_of(module, new))
     }
 
     fn modules(&self) -> Result<Vec<StoredModule>> {
@@ -89,19 +89,15 @@ impl Backend for RemoteBackend {
         Ok(list
             .modules
             .into_iter()
-            .map(|module| StoredModule {
-                hash: module.hash,
-                entry_points: module.entry_points,
-                size: module.size,
-                new: false,
-            })
+            .map(|module| stored_of(module, false))
             .collect())
     }
 
     fn start(&self, start: &Start<'_>) -> Result<Started> {
         let hash = match start.module {
-            ModuleRef::Bytes(bytes) => self.put_module(bytes)?.hash,
-            ModuleRef::Hash(hash) => hash.to_string(),
+            ModuleRef::Bytes(bytes) => self.put_module(bytes, None)?.hash,
+            // The server reads names.
+            ModuleRef::Hash(module) | ModuleRef::Named(module) => module.to_string(),
         };
         let input = json_of(start.input, "the input")?;
         // The id is made here, not by the server: a start retried after a lost answer is the
@@ -210,7 +206,9 @@ impl Backend for RemoteBackend {
     ) -> Result<crate::WorkflowReset> {
         let module = match module {
             None => None,
-            Some(super::ModuleRef::Hash(hash)) => Some(hash.to_string()),
+            Some(super::ModuleRef::Hash(hash) | super::ModuleRef::Named(hash)) => {
+                Some(hash.to_string())
+            }
             Some(super::ModuleRef::Bytes(wasm)) => {
                 let (stored, _) = self.api()?.put_module(wasm).map_err(|e| error(&e))?;
                 Some(stored.hash)
@@ -541,6 +539,23 @@ fn payload(raw: &serde_json::value::RawValue, encoding: Option<&str>) -> Result<
 
 fn state_of(name: &str) -> Result<WorkflowState> {
     WorkflowState::parse(name).ok_or_else(|| bad_answer(&format!("a status '{name}'")))
+}
+
+/// A module as the server showed it.
+fn stored_of(module: wire::ModuleJson, new: bool) -> StoredModule {
+    let mut stored = StoredModule::inspected(&module.hash, &[]);
+    stored.entry_points = module.entry_points;
+    stored.size = module.size;
+    stored.new = new;
+    stored.names = module
+        .names
+        .into_iter()
+        .map(|n| super::ModuleVersion {
+            name: n.name,
+            version: n.version,
+        })
+        .collect();
+    stored
 }
 
 /// A workflow as the server showed it.

@@ -124,9 +124,13 @@ impl ServingBackend {
     /// Starts `start` (its id given).
     fn start_with_id(&self, start: &Start<'_>) -> Result<Started> {
         let id = start.id.unwrap_or_default().to_string();
-        let (hash, bytes) = match start.module {
-            ModuleRef::Bytes(bytes) => (ModuleInfo::inspect(bytes)?.sha256, Some(bytes)),
-            ModuleRef::Hash(hash) => (hash.to_string(), None),
+        let (hash, bytes, shown) = match start.module {
+            ModuleRef::Bytes(bytes) => (ModuleInfo::inspect(bytes)?.sha256, Some(bytes), None),
+            ModuleRef::Hash(hash) => (hash.to_string(), None, None),
+            ModuleRef::Named(reference) => {
+                let (hash, shown) = self.store.resolve_start(&id, reference)?;
+                (hash, None, shown)
+            }
         };
         let loaded = match self.loaded(&hash, bytes) {
             Ok(loaded) => loaded,
@@ -142,7 +146,7 @@ impl ServingBackend {
         let started = self.durable.start_loaded(
             self.host.engine(),
             &id,
-            &loaded,
+            (&loaded, shown.as_deref()),
             start.entry,
             start.input.clone(),
         );
@@ -377,7 +381,7 @@ impl Backend for ServingBackend {
 
     /// Keeps a module in the store (what it says of itself checked first, as `wfhost inspect`
     /// does); it is compiled when a workflow first starts it.
-    fn put_module(&self, wasm: &[u8]) -> Result<StoredModule> {
+    fn put_module(&self, wasm: &[u8], name: Option<&str>) -> Result<StoredModule> {
         let info = ModuleInfo::inspect(wasm)?;
         let limit = self.host.engine().wasm.limits.max_module_bytes;
         if wasm.len() > limit {
@@ -393,7 +397,14 @@ impl Backend for ServingBackend {
         let had = self.store.module(&info.sha256)?.is_some();
         // Stored again even if it was there: its time moves on, so that a prune keeps it.
         self.durable.keep_module(&info.sha256, wasm)?;
-        Ok(StoredModule::of(&info, !had))
+        let mut stored = StoredModule::of(&info, !had);
+        if let Some(name) = name {
+            self.durable.name_module(&self.store, name, &info.sha256)?;
+            stored
+                .names
+                .extend(self.store.version_of(name, &info.sha256)?);
+        }
+        Ok(stored)
     }
 
     fn modules(&self) -> Result<Vec<StoredModule>> {
@@ -566,6 +577,8 @@ impl Backend for ServingBackend {
     }
 
     fn upgrade_stored(&self, id: &str, module: &str) -> Result<Upgraded> {
+        let (hash, _) = self.store.resolve(module)?;
+        let module = &hash;
         let wasm = self.store.module(module)?.ok_or_else(|| {
             Error::new(
                 ErrorKind::UnknownModule,
@@ -585,7 +598,9 @@ impl Backend for ServingBackend {
         let wasm = match module {
             None => None,
             Some(super::ModuleRef::Bytes(bytes)) => Some(bytes),
-            Some(super::ModuleRef::Hash(hash)) => {
+            Some(super::ModuleRef::Hash(reference) | super::ModuleRef::Named(reference)) => {
+                let (hash, _) = self.store.resolve(reference)?;
+                let hash = &hash;
                 stored = self.store.module(hash)?.ok_or_else(|| {
                     Error::new(
                         ErrorKind::UnknownModule,

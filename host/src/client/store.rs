@@ -341,7 +341,7 @@ impl Backend for StoreBackend {
         &self.location
     }
 
-    fn put_module(&self, bytes: &[u8]) -> Result<StoredModule> {
+    fn put_module(&self, bytes: &[u8], name: Option<&str>) -> Result<StoredModule> {
         let info = ModuleInfo::inspect(bytes)?;
         let had = self.read(|store| store.module(&info.sha256))?.is_some();
         // Stored again even if it was there, on a store clients write: its time moves on, so
@@ -349,22 +349,33 @@ impl Backend for StoreBackend {
         if !had || matches!(self.location, Location::Postgres(_)) {
             self.submit(true, |store| store.submit_module(&info.sha256, bytes))?;
         }
-        Ok(StoredModule::of(&info, !had))
+        let mut stored = StoredModule::of(&info, !had);
+        if let Some(name) = name {
+            self.submit(true, |store| store.submit_module_name(name, &info.sha256))?;
+            stored.names.extend(self.version_of(name, &info.sha256)?);
+        }
+        Ok(stored)
     }
 
     fn modules(&self) -> Result<Vec<StoredModule>> {
         let listed = self.read(|store| store.module_list())?;
+        let mut names = self.names_by_hash()?;
         let mut modules = Vec::with_capacity(listed.len());
         for (hash, _) in listed {
-            if let Some(known) = self.inspected.lock().get(&hash) {
-                modules.push(known.clone());
-                continue;
-            }
-            if let Some(bytes) = self.read(|store| store.module(&hash))? {
-                let module = StoredModule::inspected(&hash, &bytes);
-                self.inspected.lock().insert(hash, module.clone());
-                modules.push(module);
-            }
+            let known = self.inspected.lock().get(&hash).cloned();
+            let mut module = match known {
+                Some(known) => known,
+                None => match self.read(|store| store.module(&hash))? {
+                    Some(bytes) => {
+                        let module = StoredModule::inspected(&hash, &bytes);
+                        self.inspected.lock().insert(hash.clone(), module.clone());
+                        module
+                    }
+                    None => continue,
+                },
+            };
+            module.names = names.remove(&hash).unwrap_or_default();
+            modules.push(module);
         }
         Ok(modules)
     }
@@ -380,12 +391,15 @@ impl Backend for StoreBackend {
         }
         self.refuse_own()?;
         let stored;
+        let mut shown = start.module_name.map(str::to_string);
         let bytes = match start.module {
             ModuleRef::Bytes(bytes) => bytes,
-            ModuleRef::Hash(hash) => {
+            ModuleRef::Hash(reference) | ModuleRef::Named(reference) => {
+                let (hash, name) = self.resolve_start(&id, reference)?;
+                shown = shown.or(name);
                 stored = self
-                    .read(|store| store.module(hash))?
-                    .ok_or_else(|| unknown_module(hash))?;
+                    .read(|store| store.module(&hash))?
+                    .ok_or_else(|| unknown_module(&hash))?;
                 &stored[..]
             }
         };
@@ -400,7 +414,7 @@ impl Backend for StoreBackend {
             id: id.clone(),
             parent: None,
             module: info.sha256.clone(),
-            module_name: start.module_name.unwrap_or(&info.sha256).to_string(),
+            module_name: shown.unwrap_or_else(|| info.sha256.clone()),
             entry: start.entry.to_string(),
             input: encoded.clone(),
             started: now_millis(),

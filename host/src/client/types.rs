@@ -442,6 +442,24 @@ pub struct StoredModule {
     /// [`Client::put_module`](super::Client::put_module): whether this call stored it
     /// (`false`: the store had it).
     pub new: bool,
+    /// The names it was uploaded under, with its version of each, by name
+    /// ([`Client::put_module_named`](super::Client::put_module_named): the one it was given).
+    pub names: Vec<ModuleVersion>,
+}
+
+/// A version of a module name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModuleVersion {
+    /// The name.
+    pub name: String,
+    /// Its version: 1, and one more at each upload of other bytes under the name.
+    pub version: u64,
+}
+
+impl std::fmt::Display for ModuleVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.name, self.version)
+    }
 }
 
 impl StoredModule {
@@ -451,6 +469,7 @@ impl StoredModule {
             entry_points: info.entries.clone(),
             size: info.size as u64,
             new,
+            names: Vec::new(),
         }
     }
 
@@ -463,6 +482,7 @@ impl StoredModule {
                 .unwrap_or_default(),
             size: bytes.len() as u64,
             new: false,
+            names: Vec::new(),
         }
     }
 }

@@ -518,6 +518,25 @@ impl Durable {
         }])
     }
 
+    /// Module `hash` (kept already) takes the next version of name `name`, unless the name's
+    /// latest version is that module: through the journal on a store of this host's own, in a
+    /// transaction of its own (`client`'s) on a store hosts share.
+    pub(crate) fn name_module(
+        &self,
+        client: &crate::client::StoreClient,
+        name: &str,
+        hash: &str,
+    ) -> crate::Result<()> {
+        if self.lease.get().is_some() {
+            return client.submit(true, |store| store.submit_module_name(name, hash));
+        }
+        self.write(vec![store::Op::NameModule {
+            name: name.to_string(),
+            hash: hash.to_string(),
+            at: now_millis(),
+        }])
+    }
+
     /// A message from the host to durable workflow `to`: on disk before it is delivered, so a
     /// restart delivers it if no step took it.
     pub(crate) fn send_from_host(

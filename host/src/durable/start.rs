@@ -69,16 +69,18 @@ impl Durable {
         input: Payload,
     ) -> Result<(Spawned, Option<NewWorkflow>)> {
         let loaded = engine.entry(module, entry)?;
-        self.start_loaded(engine, id, &loaded, entry, input)
+        self.start_loaded(engine, id, (&loaded, None), entry, input)
     }
 
     /// As [`start_new`](Self::start_new), of module `loaded`, which the caller holds (so that
-    /// no unload of its name comes between the look and the start).
+    /// no unload of its name comes between the look and the start), shown (`wfhost list`, the
+    /// workflow's `module_name`) under the name it was started by if given (a stored module's
+    /// name: never the name the engine loads it under, whose grants it does not get).
     pub(crate) fn start_loaded(
         self: &Arc<Self>,
         engine: &Engine,
         id: &str,
-        loaded: &Loaded,
+        (loaded, shown): (&Loaded, Option<&str>),
         entry: &str,
         input: Payload,
     ) -> Result<(Spawned, Option<NewWorkflow>)> {
@@ -115,7 +117,7 @@ impl Durable {
             id: id.to_string(),
             parent: None,
             module: hash.clone(),
-            module_name: loaded.name.to_string(),
+            module_name: shown.map_or_else(|| loaded.name.to_string(), str::to_string),
             entry: entry.to_string(),
             input: encoded.clone(),
             started: now_millis(),

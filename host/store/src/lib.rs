@@ -33,7 +33,7 @@ pub use redact::redact;
 pub use roles::{
     Cluster, Filter, Held, Journal, PruneCandidate, PruneFilter, Read, StateCounts, Submit,
 };
-pub use rows::{Cancel, HostInfo, HostRow, State, Step, StoredMessage, Workflow};
+pub use rows::{Cancel, HostInfo, HostRow, ModuleName, State, Step, StoredMessage, Workflow};
 pub use sqlite::{Holder, SqliteStore};
 pub use sync::SyncMode;
 

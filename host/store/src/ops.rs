@@ -272,6 +272,17 @@ pub enum Op {
         /// The bytes.
         bytes: std::sync::Arc<[u8]>,
     },
+    /// Module `hash` (kept by an `Op::Module`) takes the next version of name `name`, unless
+    /// that name's latest version is that module already. Only the SQLite store takes this
+    /// through its journal (on PostgreSQL, `Submit::submit_module_name` writes it).
+    NameModule {
+        /// The name.
+        name: String,
+        /// The module's SHA-256, hex.
+        hash: String,
+        /// When, in milliseconds since the Unix epoch.
+        at: u64,
+    },
     /// A workflow starts.
     Start(NewWorkflow),
     /// A top-level workflow starts on a store hosts share, unless one of its id exists (another

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    HostInfo, HostMessage, HostRow, NewMessage, NewSnapshot, NewWorkflow, Op, ScheduleRow, State,
-    Step, StoreResult, StoredMessage, Wake, Workflow,
+    HostInfo, HostMessage, HostRow, ModuleName, NewMessage, NewSnapshot, NewWorkflow, Op,
+    ScheduleRow, State, Step, StoreResult, StoredMessage, Wake, Workflow,
 };
 
 /// Which workflows a listing shows (every field narrows it; none: all of them).
@@ -203,6 +203,13 @@ pub trait Read: Send {
     /// Every module the store keeps: its hash and its size in bytes, by hash.
     fn module_list(&mut self) -> StoreResult<Vec<(String, u64)>>;
 
+    /// Every version of every module name, by name, then version.
+    fn module_names(&mut self) -> StoreResult<Vec<ModuleName>>;
+
+    /// Version `version` of module name `name` (`None`: its latest), if there is one.
+    fn module_named(&mut self, name: &str, version: Option<u64>)
+        -> StoreResult<Option<ModuleName>>;
+
     /// Those of the workflows numbered `nums` that have finished.
     fn finished_among(&mut self, nums: &[u64]) -> StoreResult<Vec<u64>>;
 
@@ -352,6 +359,10 @@ pub trait Submit: Read {
 
     /// Keeps a module's bytes under its hash (once: a hash the store has is left as it is).
     fn submit_module(&mut self, hash: &str, bytes: &[u8]) -> StoreResult<()>;
+
+    /// Gives module `hash` (kept already) the next version of name `name`, unless the name's
+    /// latest version is that module already (see `Op::NameModule`).
+    fn submit_module_name(&mut self, name: &str, hash: &str) -> StoreResult<()>;
 
     /// Sends `payload` (a postcard-encoded `Payload`) to the unfinished workflow `id`, for its
     /// host to deliver: the message's number, or `None` if no such workflow runs.

@@ -158,3 +158,17 @@ pub struct HostRow {
     /// The unfinished workflows it owns.
     pub workflows: u64,
 }
+
+/// A version of a module name: the module stored under it at that upload (`POST
+/// /v1/modules?name=orders`, `wfhost deploy --name orders`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModuleName {
+    /// The name.
+    pub name: String,
+    /// Its version: 1, and one more at each upload of other bytes under the name.
+    pub version: u64,
+    /// The module's SHA-256, in hex.
+    pub hash: String,
+    /// When it was named so, in milliseconds since the Unix epoch.
+    pub at: u64,
+}

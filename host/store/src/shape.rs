@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 /// PostgreSQL store's ownership and claim columns, the SQLite store's log).
 pub const TABLES: &[(&str, &[&str])] = &[
     ("modules", &["hash", "bytes"]),
+    ("module_names", &["name", "version", "hash", "at"]),
     (
         "workflows",
         &[

@@ -197,12 +197,16 @@ fn messages_taken_after_the_steps_kept_are_sent_again_and_a_cancel_is_not_kept()
     );
 
     // One it never read goes to the new run after those it took, in the order they came.
+    // Paused while both come, so that both are taken in before it ends.
     let run = host
         .start("one", "probe", "collect", json(value!(1)))
         .unwrap();
+    wait_steps(&client, "one", 1);
+    client.pause("one").unwrap();
     for n in [1, 2] {
         host.send(run.pid(), Payload::to_json(&n).unwrap()).unwrap();
     }
+    client.unpause("one").unwrap();
     let done = finished(&client, "one");
     assert_eq!(done.result.unwrap().decode::<Vec<u32>>().unwrap(), [1]);
     assert_eq!(done.unread, 1);

@@ -4,8 +4,9 @@
 //! status and the children of a workflow, as the web UI reads them.
 
 use wfhost::__testing::{
-    Cancel, Ending, Filter, Held, HostMessage, Location, NewMessage, NewSnapshot, NewStep,
-    NewWorkflow, Op, Open as _, PruneFilter, State, StateCounts, Store, SyncMode,
+    Cancel, Ending, Filter, Held, HostMessage, Location, ModuleName, NewMessage, NewSnapshot,
+    NewStep, NewWorkflow, Op, Open as _, PgStore, PruneFilter, State, StateCounts, Store,
+    Submit as _, SyncMode,
 };
 use wfhost_test_programs::postgres::Postgres;
 
@@ -392,7 +393,7 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
                      ALTER TABLE modules DROP COLUMN kept; ALTER TABLE modules DROP COLUMN unused_since; \
                      DROP INDEX workflows_finished; DROP INDEX workflows_module; \
                      ALTER TABLE workflows DROP COLUMN paused; DROP TABLE schedules; \
-                     ALTER TABLE workflows DROP COLUMN run; \
+                     ALTER TABLE workflows DROP COLUMN run; DROP TABLE module_names; \
                      INSERT INTO workflows (num, id, module, module_name, entry, input, started) \
                      VALUES (4, 'w4', 'm', 'm', 'main', x'', 0), \
                      (5, 'w5', 'm', 'm', 'other', x'', 0); \
@@ -408,7 +409,7 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
                      DROP TABLE workflow_counts; DROP TABLE workflow_count_changes; \
                      DROP INDEX workflows_finished; DROP INDEX workflows_module; \
                      ALTER TABLE workflows DROP COLUMN paused; DROP TABLE schedules; \
-                     ALTER TABLE workflows DROP COLUMN run; \
+                     ALTER TABLE workflows DROP COLUMN run; DROP TABLE module_names; \
                      DROP TRIGGER workflow_counts_started ON workflows; \
                      DROP TRIGGER workflow_counts_changed ON workflows; \
                      DROP TRIGGER workflow_counts_removed ON workflows; \
@@ -1022,4 +1023,114 @@ fn rows(location: &Location, query: &str) -> String {
             .to_string(),
         other => panic!("no tables at {other:?}"),
     }
+}
+
+#[test]
+fn module_names_take_versions_and_a_prune_keeps_each_names_latest() {
+    for location in locations("module-names") {
+        module_names(&location);
+    }
+}
+
+/// Module `hash` named `name`, as a host names it on this store.
+fn name(location: &Location, store: &mut dyn Store, name: &str, hash: &str) {
+    match location {
+        Location::Postgres(url) => PgStore::open_existing(url)
+            .unwrap()
+            .submit_module_name(name, hash)
+            .unwrap(),
+        _ => store
+            .commit(&[Op::NameModule {
+                name: name.into(),
+                hash: hash.into(),
+                at: 5,
+            }])
+            .unwrap(),
+    }
+}
+
+fn module_names(location: &Location) {
+    let mut store = open(location);
+    let module = |hash: &str| Op::Module {
+        hash: hash.into(),
+        bytes: vec![0, 97, 115, 109].into(),
+    };
+    store
+        .commit(&[module("a"), module("b"), module("c")])
+        .unwrap();
+    // `a` twice in a row is one version; `b` is the next.
+    for (n, hash) in [
+        ("orders", "a"),
+        ("orders", "a"),
+        ("orders", "b"),
+        ("other", "c"),
+    ] {
+        name(location, &mut *store, n, hash);
+    }
+    let versions = |store: &mut dyn Store| -> Vec<(String, u64, String)> {
+        store
+            .module_names()
+            .unwrap()
+            .into_iter()
+            .map(
+                |ModuleName {
+                     name,
+                     version,
+                     hash,
+                     ..
+                 }| (name, version, hash),
+            )
+            .collect()
+    };
+    let want = |rows: &[(&str, u64, &str)]| -> Vec<(String, u64, String)> {
+        rows.iter()
+            .map(|(n, v, h)| (n.to_string(), *v, h.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        versions(&mut *store),
+        want(&[("orders", 1, "a"), ("orders", 2, "b"), ("other", 1, "c")]),
+        "{location:?}"
+    );
+    let latest = store.module_named("orders", None).unwrap().unwrap();
+    assert_eq!((latest.version, latest.hash.as_str()), (2, "b"));
+    let first = store.module_named("orders", Some(1)).unwrap().unwrap();
+    assert_eq!(first.hash, "a");
+    assert!(store.module_named("orders", Some(3)).unwrap().is_none());
+    assert!(store.module_named("nobody", None).unwrap().is_none());
+
+    // Workflows of each module end and are pruned, with everything stored so far let go: the
+    // latest version of each name stays, `orders@1` goes with its module.
+    let mut ops = Vec::new();
+    for (num, hash) in [(1, "a"), (2, "b"), (3, "c")] {
+        let Op::Start(mut workflow) = start(num) else {
+            unreachable!()
+        };
+        workflow.module = hash.into();
+        ops.push(Op::Start(workflow));
+        ops.push(end(num, b"r"));
+    }
+    store.commit(&ops).unwrap();
+    store
+        .commit(&[Op::Prune {
+            roots: vec![1, 2, 3],
+            kept_before: i64::MAX as u64,
+            marked_before: i64::MAX as u64,
+        }])
+        .unwrap();
+    assert!(store.module("a").unwrap().is_none(), "{location:?}");
+    for kept in ["b", "c"] {
+        assert!(store.module(kept).unwrap().is_some(), "{location:?} {kept}");
+    }
+    assert_eq!(
+        versions(&mut *store),
+        want(&[("orders", 2, "b"), ("other", 1, "c")]),
+        "{location:?}"
+    );
+    // Named again after the prune, `a` is the next version: versions never go back.
+    name(location, &mut *store, "orders", "a");
+    assert_eq!(
+        store.module_named("orders", None).unwrap().unwrap().version,
+        3
+    );
 }

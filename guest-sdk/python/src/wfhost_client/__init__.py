@@ -28,7 +28,7 @@ from .errors import (  # noqa: E402
     WorkflowDamaged,
     WorkflowFailed,
 )
-from .types import Module, OutboxMessage, OutboxPage, Workflow  # noqa: E402
+from .types import Module, ModuleVersion, OutboxMessage, OutboxPage, Workflow  # noqa: E402
 from .worker import Rejected, Task, Worker  # noqa: E402
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "Conflict",
     "Forbidden",
     "Module",
+    "ModuleVersion",
     "NotFound",
     "OutboxMessage",
     "OutboxPage",

@@ -71,17 +71,26 @@ class Client:
 
     # Modules
 
-    def put_module(self, wasm: Union[bytes, str]) -> Module:
+    def put_module(self, wasm: Union[bytes, str], name: Optional[str] = None) -> Module:
         """Stores a module (its `.wasm` bytes, or the path of its file): what the server knows
-        of it (`hash`, `entry_points`), and whether it was new."""
+        of it (`hash`, `entry_points`), and whether it was new. With `name` (1 to 100 ASCII
+        letters, digits, `-`, `_` or `.`, a letter first), under that name too: it takes the
+        name's next version unless it is the name's latest already, and `names` holds the
+        version it has (`BadRequest` for a name that is not one). A start may then name it by
+        the name (its latest version) or `name@version`."""
         if isinstance(wasm, str):
             with open(wasm, "rb") as file:
                 wasm = file.read()
-        answer = self._api.call("POST", "/v1/modules", raw=wasm, content_type="application/wasm")
+        params = None if name is None else {"name": name}
+        # Safe to send again: the same bytes under the same name store nothing new.
+        answer = self._api.call(
+            "POST", "/v1/modules", raw=wasm, content_type="application/wasm", params=params
+        )
         return Module.of(answer.json(), new=answer.status_code == 201)
 
     def modules(self) -> list:
-        """The modules the store keeps."""
+        """The modules the store keeps, each with the names (and versions) it was stored
+        under."""
         return [Module.of(m) for m in self._api.call("GET", "/v1/modules").json()["modules"]]
 
     # Workflows
@@ -95,7 +104,9 @@ class Client:
         id: Optional[str] = None,
         wait: Optional[Wait] = None,
     ) -> Workflow:
-        """Starts entry point `entry` of `module` (its hash) with `input` (JSON). With an id a
+        """Starts entry point `entry` of `module` (its hash, a name it was stored under: the
+        name's latest version, or `name@version`; `NotFound` for an unknown one) with `input`
+        (JSON); started by a name, the workflow's `module_name` is the name. With an id a
         start is idempotent: one that existed started the same way is not started again
         (`new` is False), one started otherwise is refused (`Conflict`). With `wait` (seconds,
         or `"30s"`; at most 55 s, one request's), also waits that long for it to end, in the
@@ -192,8 +203,9 @@ class Client:
         return answer["pause"] == "done"
 
     def upgrade(self, id: str, module: str) -> dict:
-        """Gives running workflow `id` the module `module` (a hash the store keeps) if its
-        journal replays the same with it; `Conflict` names the step that differs otherwise."""
+        """Gives running workflow `id` the module `module` (a hash the store keeps, a name or
+        `name@version`) if its journal replays the same with it; `Conflict` names the step
+        that differs otherwise."""
         return self._api.call(
             "POST", f"/v1/workflows/{segment(id)}/upgrade", body={"module": module}
         ).json()
@@ -203,11 +215,12 @@ class Client:
     ) -> dict:
         """Resets finished workflow `id`: a new run keeps its journal up to step `to_step` (by
         default the step before the one that ended it), replays it and goes on under the same
-        id, with `module` (a hash the store keeps, or `.wasm` bytes, stored first) in place of
-        its own if given. What the reset did: `{"id", "run", "previous", "steps", "module",
-        "messages"}`; the run before is kept as `previous` (`<id>/run-1`, ...). `Conflict` when
-        it has not finished, or the module does not replay the steps kept. Not sent again after
-        an answer that may have been lost (it would find the new run running: `Conflict`)."""
+        id, with `module` (a hash the store keeps, a name or `name@version`, or `.wasm` bytes,
+        stored first) in place of its own if given. What the reset did: `{"id", "run",
+        "previous", "steps", "module", "messages"}`; the run before is kept as `previous`
+        (`<id>/run-1`, ...). `Conflict` when it has not finished, or the module does not replay
+        the steps kept. Not sent again after an answer that may have been lost (it would find
+        the new run running: `Conflict`)."""
         body: dict = {}
         if to_step is not None:
             body["to_step"] = to_step

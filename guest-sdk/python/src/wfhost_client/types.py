@@ -87,12 +87,23 @@ class Workflow:
 
 
 @dataclass
+class ModuleVersion:
+    """A version of a module name: `orders` version 3 is `orders@3` in a start."""
+
+    name: str
+    version: int
+
+
+@dataclass
 class Module:
     """A module the store keeps."""
 
     hash: str
     entry_points: list
     size: int
+    names: list = field(default_factory=list)
+    """The names it was uploaded under, each with its version (`ModuleVersion`); for an upload
+    with a name, the one it was given."""
     new: Optional[bool] = None
     """For an upload: whether the store did not have it."""
     raw: dict = field(default_factory=dict, repr=False)
@@ -103,6 +114,7 @@ class Module:
             hash=data["hash"],
             entry_points=list(data.get("entry_points", [])),
             size=data.get("size", 0),
+            names=[ModuleVersion(n["name"], n["version"]) for n in data.get("names", [])],
             new=new,
             raw=data,
         )

@@ -20,9 +20,11 @@ pub fn each_running(
         loop {
             let page = client.list(&query)?;
             for workflow in &page.items {
+                // A hash's start of at least 8 digits (a shorter one reads as a name only).
                 let ours = info.entries.contains(&workflow.entry)
                     && of.is_none_or(|of| {
-                        workflow.module_name == of || workflow.module.starts_with(of)
+                        workflow.module_name == of
+                            || (of.len() >= 8 && workflow.module.starts_with(of))
                     });
                 if ours {
                     each(workflow)?;

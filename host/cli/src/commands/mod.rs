@@ -5,9 +5,11 @@ mod backup;
 mod build;
 mod cancel;
 mod config;
+mod deploy;
 mod history;
 mod inspect;
 mod list;
+mod modules;
 mod pause;
 mod prune;
 mod replay;
@@ -33,6 +35,8 @@ pub enum Command {
     Build(build::BuildCommand),
     Run(Box<run::RunCommand>),
     Inspect(inspect::InspectCommand),
+    Deploy(deploy::DeployCommand),
+    Modules(modules::ModulesCommand),
     Resume(Box<resume::ResumeCommand>),
     List(list::ListCommand),
     History(history::HistoryCommand),
@@ -102,6 +106,8 @@ impl Command {
             Command::Build(command) => command.execute(),
             Command::Run(command) => command.execute(),
             Command::Inspect(command) => command.execute(),
+            Command::Deploy(command) => command.execute(),
+            Command::Modules(command) => command.execute(),
             Command::Resume(command) => command.execute(),
             Command::List(command) => command.execute(),
             Command::History(command) => command.execute(),

@@ -30,8 +30,8 @@ pub struct ReplayCommand {
     #[arg(long, requires = "module")]
     all: bool,
 
-    /// With --all: only the workflows started from this module (its name, or the start of its
-    /// hash).
+    /// With --all: only the workflows started from this module (its name, or at least the first
+    /// 8 digits of its hash).
     #[arg(long, value_name = "MODULE", requires = "all")]
     of: Option<String>,
 

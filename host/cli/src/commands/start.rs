@@ -16,7 +16,10 @@ use crate::output::outln;
 /// (exit code 3).
 #[derive(Debug, clap::Parser)]
 pub struct StartCommand {
-    /// The workflow module: a `.wasm` file, or a workflow crate's directory (built first).
+    /// The workflow module: a `.wasm` file, a workflow crate's directory (built first), or one
+    /// the store keeps: a name it was deployed under (`orders`: its latest version; `orders@3`)
+    /// or its hash (a file or folder of that name here is taken first). A start by name is
+    /// checked by the host that runs it, not here.
     module: PathBuf,
 
     /// The entry point to start.
@@ -49,14 +52,33 @@ impl StartCommand {
     pub fn execute(self) -> anyhow::Result<()> {
         let input =
             crate::args::input::read_input(self.input.as_deref(), self.input_file.as_deref())?;
-        let (path, bytes) = module_with(&self.module, &self.entry)?;
         if let Some(why) = self.id.as_deref().and_then(wfhost::bad_id) {
             bail!("{why}");
         }
+        let payload = Payload::json_bytes(input.into_bytes());
+        // Not a file or folder here, nor a path: a module the store keeps, by name or hash.
+        let looks_like_a_file = self
+            .module
+            .extension()
+            .is_some_and(|e| ["wasm", "py", "js", "mjs", "ts"].contains(&&*e.to_string_lossy()));
+        let reference = self.module.to_str().filter(|text| {
+            !self.module.exists()
+                && !looks_like_a_file
+                && !text.contains(std::path::MAIN_SEPARATOR)
+                && wfhost::bad_module_reference(text).is_none()
+        });
+        if let Some(reference) = reference {
+            let client = self.target.client()?;
+            client.takes_work()?;
+            let started = client
+                .start_named(self.id.as_deref(), reference, &self.entry, &payload)
+                .map_err(refused)?;
+            return said(started);
+        }
+        let (path, bytes) = module_with(&self.module, &self.entry)?;
         let client = self.target.client()?;
         // A store that takes no client starts says so before anything is checked.
         client.takes_work()?;
-        let payload = Payload::json_bytes(input.into_bytes());
         let name = path
             .file_stem()
             .map_or_else(|| "main".into(), |s| s.to_string_lossy().into_owned());
@@ -66,18 +88,8 @@ impl StartCommand {
         }
         let started = client
             .start(self.id.as_deref(), &bytes, &name, &self.entry, &payload)
-            .map_err(|e| match e.kind() {
-                wfhost::ErrorKind::Conflict => anyhow::Error::new(e).context("nothing started"),
-                _ => e.into(),
-            })?;
-        let id = started.id;
-        if started.new {
-            eprintln!("started {id}");
-        } else {
-            eprintln!("{id} exists already, started the same way: nothing started");
-        }
-        outln!("{id}")?;
-        Ok(())
+            .map_err(refused)?;
+        said(started)
     }
 
     /// Refuses an input past `--max-payload`, or one the entry point does not take: its start
@@ -92,4 +104,24 @@ impl StartCommand {
         host.shutdown(Duration::from_secs(1));
         checked.map_err(|e| anyhow::Error::new(e).context("nothing started"))
     }
+}
+
+/// A refused start, in words.
+fn refused(error: wfhost::Error) -> anyhow::Error {
+    match error.kind() {
+        wfhost::ErrorKind::Conflict => anyhow::Error::new(error).context("nothing started"),
+        _ => error.into(),
+    }
+}
+
+/// Says what a start did, and prints the workflow's id.
+fn said(started: wfhost::Started) -> anyhow::Result<()> {
+    let id = started.id;
+    if started.new {
+        eprintln!("started {id}");
+    } else {
+        eprintln!("{id} exists already, started the same way: nothing started");
+    }
+    outln!("{id}")?;
+    Ok(())
 }

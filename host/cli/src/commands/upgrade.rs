@@ -35,7 +35,8 @@ pub struct UpgradeCommand {
     #[arg(long, requires = "of")]
     all: bool,
 
-    /// With --all: the module whose workflows to upgrade (its name, or the start of its hash).
+    /// With --all: the module whose workflows to upgrade (its name, or at least the first 8
+    /// digits of its hash).
     #[arg(long, value_name = "MODULE", requires = "all")]
     of: Option<String>,
 

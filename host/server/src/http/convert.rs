@@ -1,7 +1,8 @@
 //! The library's answers as the API's JSON (`wfhost_client::wire`).
 
 use wfhost_client::wire::{
-    self, CancelJson, FailureJson, HostJson, ModuleJson, PauseJson, StepJson, WorkflowJson,
+    self, CancelJson, FailureJson, HostJson, ModuleJson, ModuleNameJson, PauseJson, StepJson,
+    WorkflowJson,
 };
 
 use wfhost::{
@@ -55,6 +56,14 @@ pub(crate) fn module(module: &StoredModule) -> ModuleJson {
         hash: module.hash.clone(),
         entry_points: module.entry_points.clone(),
         size: module.size,
+        names: module
+            .names
+            .iter()
+            .map(|n| ModuleNameJson {
+                name: n.name.clone(),
+                version: n.version,
+            })
+            .collect(),
     }
 }
 

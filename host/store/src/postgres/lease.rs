@@ -446,6 +446,25 @@ impl PgStore {
         })
     }
 
+    /// From a client or a host: module `hash` takes the next version of name `name`, unless the
+    /// name's latest version is that module. Uploads of one name number their versions one at a
+    /// time (the table's lock).
+    pub(super) fn name_module(&mut self, name: &str, hash: &str) -> StoreResult<()> {
+        self.transaction("naming a module", super::READ_PATIENCE, |conn| {
+            conn.query("LOCK TABLE module_names IN SHARE ROW EXCLUSIVE MODE", &[])?;
+            conn.query(
+                "INSERT INTO module_names (name, version, hash, at) \
+                 SELECT $1, coalesce(max(version), 0) + 1, $2, \
+                        (extract(epoch FROM now()) * 1000)::int8 \
+                 FROM module_names WHERE name = $1 \
+                 HAVING coalesce((SELECT hash FROM module_names WHERE name = $1 \
+                                  ORDER BY version DESC LIMIT 1), '') <> $2",
+                &[&name, &hash],
+            )
+            .map(drop)
+        })
+    }
+
     pub(super) fn cancel_id(&mut self, id: &str) -> StoreResult<bool> {
         let rows = self.transaction("asking for a cancel", super::READ_PATIENCE, |conn| {
             let rows = conn.query(

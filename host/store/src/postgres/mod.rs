@@ -527,6 +527,10 @@ impl Submit for PgStore {
         self.keep_module(hash, bytes)
     }
 
+    fn submit_module_name(&mut self, name: &str, hash: &str) -> StoreResult<()> {
+        self.name_module(name, hash)
+    }
+
     fn submit_message(&mut self, id: &str, payload: &[u8]) -> StoreResult<Option<u64>> {
         self.send_to_id(id, payload)
     }
@@ -734,6 +738,21 @@ impl Read for PgStore {
 
     fn module_list(&mut self) -> StoreResult<Vec<(String, u64)>> {
         self.read("listing modules", read::module_list)
+    }
+
+    fn module_names(&mut self) -> StoreResult<Vec<super::ModuleName>> {
+        self.read("listing module names", read::module_names)
+    }
+
+    fn module_named(
+        &mut self,
+        name: &str,
+        version: Option<u64>,
+    ) -> StoreResult<Option<super::ModuleName>> {
+        let version = version.map(read::int).transpose()?;
+        self.read("reading a module name", |conn| {
+            read::module_named(conn, name, version)
+        })
     }
 
     fn finished_among(&mut self, nums: &[u64]) -> StoreResult<Vec<u64>> {

@@ -4,9 +4,9 @@ use tokio_postgres::{Error, Row};
 
 use super::Conn;
 use crate::{
-    Cancel, Ending, Filter, Held, HostInfo, HostMessage, HostRow, NewMessage, NewSnapshot,
-    NewWorkflow, State, StateCounts, Step, StoreError, StoreErrorKind, StoreResult, StoredMessage,
-    Workflow,
+    Cancel, Ending, Filter, Held, HostInfo, HostMessage, HostRow, ModuleName, NewMessage,
+    NewSnapshot, NewWorkflow, State, StateCounts, Step, StoreError, StoreErrorKind, StoreResult,
+    StoredMessage, Workflow,
 };
 
 /// A number as the store keeps it (signed), or an error for one it cannot hold.
@@ -463,6 +463,41 @@ pub(super) fn module_list(conn: &mut Conn) -> Result<Vec<(String, u64)>, Error> 
         .iter()
         .map(|row| (row.get(0), uint(row.get(1))))
         .collect())
+}
+
+fn module_name(row: &Row) -> ModuleName {
+    ModuleName {
+        name: row.get(0),
+        version: uint(row.get(1)),
+        hash: row.get(2),
+        at: uint(row.get(3)),
+    }
+}
+
+pub(super) fn module_names(conn: &mut Conn) -> Result<Vec<ModuleName>, Error> {
+    Ok(conn
+        .query(
+            "SELECT name, version, hash, at FROM module_names ORDER BY name, version",
+            &[],
+        )?
+        .iter()
+        .map(module_name)
+        .collect())
+}
+
+pub(super) fn module_named(
+    conn: &mut Conn,
+    name: &str,
+    version: Option<i64>,
+) -> Result<Option<ModuleName>, Error> {
+    Ok(conn
+        .query_opt(
+            "SELECT name, version, hash, at FROM module_names \
+             WHERE name = $1 AND ($2::int8 IS NULL OR version = $2) ORDER BY version DESC LIMIT 1",
+            &[&name, &version],
+        )?
+        .as_ref()
+        .map(module_name))
 }
 
 pub(super) fn latest_host_messages(

@@ -278,6 +278,17 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE workflows ADD COLUMN run BIGINT NOT NULL DEFAULT 1;
     ",
+    // 15: module names and their versions (`wfhost deploy --name orders`).
+    "
+    CREATE TABLE module_names (
+        name TEXT NOT NULL,
+        version BIGINT NOT NULL,
+        hash TEXT NOT NULL,
+        at BIGINT NOT NULL,
+        PRIMARY KEY (name, version)
+    );
+    CREATE INDEX module_names_hash ON module_names (hash);
+    ",
 ];
 
 /// The error a commit fails with when its host lost its lease (`wfhost.mark`).

@@ -223,6 +223,13 @@ impl<'a> Plan<'a> {
                             .into(),
                     )
                 }
+                Op::NameModule { .. } => {
+                    return Err(
+                        "on PostgreSQL, a module's name is written in a transaction of its own \
+                         (Submit::submit_module_name), not through the journal"
+                            .into(),
+                    )
+                }
                 Op::Reset(_) => {
                     return Err(
                         "on PostgreSQL, a reset is written in a transaction of its own \
@@ -516,11 +523,16 @@ impl Statements {
                      OR EXISTS (SELECT 1 FROM snapshots y WHERE y.module = modules.hash) \
                      OR EXISTS (SELECT 1 FROM schedules z WHERE z.module = modules.hash)) \
                    RETURNING hash) \
-                 DELETE FROM modules WHERE unused_since < $1 AND kept < $2 \
+                 , gone AS (DELETE FROM modules WHERE unused_since < $1 AND kept < $2 \
                    AND hash NOT IN (SELECT hash FROM used) \
                    AND NOT EXISTS (SELECT 1 FROM workflows x WHERE x.module = modules.hash) \
                    AND NOT EXISTS (SELECT 1 FROM snapshots y WHERE y.module = modules.hash) \
-                   AND NOT EXISTS (SELECT 1 FROM schedules z WHERE z.module = modules.hash)",
+                   AND NOT EXISTS (SELECT 1 FROM schedules z WHERE z.module = modules.hash) \
+                   AND NOT EXISTS (SELECT 1 FROM module_names n WHERE n.hash = modules.hash \
+                     AND n.version = (SELECT max(version) FROM module_names l \
+                                      WHERE l.name = n.name)) \
+                   RETURNING hash) \
+                 DELETE FROM module_names WHERE hash IN (SELECT hash FROM gone)",
             )?,
             outbox: conn.prepare(
                 "INSERT INTO outbox (num, tag, at, payload) \

@@ -138,12 +138,18 @@ pub(super) fn prune(
          OR EXISTS (SELECT 1 FROM schedules WHERE module = modules.hash))",
     )?
     .execute(params![kept_before])?;
+    // The latest version of a name is kept (starts by the name run it), older ones go as any
+    // module, with their names.
     tx.prepare_cached(
         "DELETE FROM modules WHERE unused_since < ?1 AND kept < ?2 \
          AND NOT EXISTS (SELECT 1 FROM workflows WHERE module = modules.hash) \
          AND NOT EXISTS (SELECT 1 FROM snapshots WHERE module = modules.hash) \
-         AND NOT EXISTS (SELECT 1 FROM schedules WHERE module = modules.hash)",
+         AND NOT EXISTS (SELECT 1 FROM schedules WHERE module = modules.hash) \
+         AND NOT EXISTS (SELECT 1 FROM module_names n WHERE n.hash = modules.hash \
+             AND n.version = (SELECT max(version) FROM module_names l WHERE l.name = n.name))",
     )?
     .execute(params![marked_before, kept_before])?;
+    tx.prepare_cached("DELETE FROM module_names WHERE hash NOT IN (SELECT hash FROM modules)")?
+        .execute([])?;
     Ok(())
 }

@@ -7,8 +7,9 @@ use super::int;
 use super::{sql, SqliteStore};
 use crate::roles::Visit;
 use crate::{
-    Cancel, Ending, Filter, Held, HostMessage, Journal, NewMessage, NewSnapshot, NewWorkflow, Op,
-    Read, ScheduleRow, State, StateCounts, Step, StoreResult, StoredMessage, Workflow,
+    Cancel, Ending, Filter, Held, HostMessage, Journal, ModuleName, NewMessage, NewSnapshot,
+    NewWorkflow, Op, Read, ScheduleRow, State, StateCounts, Step, StoreResult, StoredMessage,
+    Workflow,
 };
 
 const WORKFLOW_COLUMNS: &str = "num, id, parent, module, module_name, entry, input, started, \
@@ -19,6 +20,15 @@ const WORKFLOW_COLUMNS: &str = "num, id, parent, module, module_name, entry, inp
      cancel, damaged, \
      (SELECT count(*) FROM messages m WHERE m.receiver = workflows.num AND m.refused IS NULL), \
      paused, run";
+
+fn module_name(row: &rusqlite::Row<'_>) -> rusqlite::Result<ModuleName> {
+    Ok(ModuleName {
+        name: row.get(0)?,
+        version: row.get::<_, i64>(1)?.max(0) as u64,
+        hash: row.get(2)?,
+        at: row.get::<_, i64>(3)?.max(0) as u64,
+    })
+}
 
 fn workflow_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workflow> {
     let state = State::from_code(row.get(8)?);
@@ -414,6 +424,35 @@ impl Read for SqliteStore {
             })
             .map_err(sql(what))?;
         rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql(what))
+    }
+
+    fn module_names(&mut self) -> StoreResult<Vec<ModuleName>> {
+        let what = "listing module names";
+        let mut statement = self
+            .conn
+            .prepare_cached(
+                "SELECT name, version, hash, at FROM module_names ORDER BY name, version",
+            )
+            .map_err(sql(what))?;
+        let rows = statement.query_map([], module_name).map_err(sql(what))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql(what))
+    }
+
+    fn module_named(
+        &mut self,
+        name: &str,
+        version: Option<u64>,
+    ) -> StoreResult<Option<ModuleName>> {
+        let what = "reading a module name";
+        let version = version.map(int).transpose().map_err(sql(what))?;
+        self.conn
+            .prepare_cached(
+                "SELECT name, version, hash, at FROM module_names \
+                 WHERE name = ?1 AND (?2 IS NULL OR version = ?2) ORDER BY version DESC LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row(params![name, version], module_name).optional())
             .map_err(sql(what))
     }
 

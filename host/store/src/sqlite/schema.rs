@@ -190,6 +190,17 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE workflows ADD COLUMN run INTEGER NOT NULL DEFAULT 1;
     ",
+    // 15: module names and their versions (`wfhost deploy --name orders`).
+    "
+    CREATE TABLE module_names (
+        name TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        hash TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        PRIMARY KEY (name, version)
+    ) WITHOUT ROWID;
+    CREATE INDEX module_names_hash ON module_names(hash);
+    ",
 ];
 
 /// The version this build writes.

@@ -21,6 +21,15 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
             )?
             .execute(params![hash, &bytes[..], int(crate::time::now_millis())?])?;
         }
+        Op::NameModule { name, hash, at } => {
+            tx.prepare_cached(
+                "INSERT INTO module_names (name, version, hash, at) \
+                 SELECT ?1, coalesce(max(version), 0) + 1, ?2, ?3 FROM module_names WHERE name = ?1 \
+                 HAVING coalesce((SELECT hash FROM module_names WHERE name = ?1 \
+                                  ORDER BY version DESC LIMIT 1), '') <> ?2",
+            )?
+            .execute(params![name, hash, int(*at)?])?;
+        }
         Op::TaskOutcome { num, tag, outcome } => {
             tx.prepare_cached(
                 "INSERT OR REPLACE INTO task_outcomes (num, tag, outcome) VALUES (?1, ?2, ?3)",

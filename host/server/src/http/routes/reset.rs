@@ -43,8 +43,10 @@ async fn reset(
 ) -> Result<Json<ResetJson>, ApiError> {
     let module = match &request.module {
         Some(module) => {
-            super::workflows::check_hash(module)?;
-            Some(module.to_ascii_lowercase())
+            if let Some(why) = wfhost::bad_module_reference(module) {
+                return Err(ApiError::bad_request(why));
+            }
+            Some(module.clone())
         }
         None => None,
     };

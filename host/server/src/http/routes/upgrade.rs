@@ -37,8 +37,10 @@ async fn upgrade(
     WorkflowId(id): WorkflowId,
     JsonBody(request): JsonBody<UpgradeRequest>,
 ) -> Result<Json<UpgradeJson>, ApiError> {
-    super::workflows::check_hash(&request.module)?;
-    let module = request.module.to_ascii_lowercase();
+    if let Some(why) = wfhost::bad_module_reference(&request.module) {
+        return Err(ApiError::bad_request(why));
+    }
+    let module = request.module;
     let upgraded = call(&state, Default::default(), move |client| {
         client.upgrade_stored(&id, &module)
     })

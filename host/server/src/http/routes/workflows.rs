@@ -60,7 +60,7 @@ pub(super) fn check_hash(hash: &str) -> Result<(), ApiError> {
         (status = 200, description = "It existed with the same module, entry point and input: nothing started (with `wait`, it ended in time)", body = StartedJson),
         (status = 202, description = "With `wait`: started, or it existed, and still running at the deadline", body = StartedJson),
         (status = 400, description = "Bad JSON, id, entry point, input or wait", body = ErrorBody),
-        (status = 404, description = "No module with that hash", body = ErrorBody),
+        (status = 404, description = "No module with that hash or name (or that version of it)", body = ErrorBody),
         (status = 409, description = "The id exists with another module, entry point or input", body = ErrorBody),
         (status = 503, description = "With `wait`: too many requests wait already (nothing was started)", body = ErrorBody),
     ))]
@@ -69,7 +69,9 @@ async fn start(
     QueryParams(params): QueryParams<WaitParams>,
     JsonBody(start): JsonBody<StartRequest>,
 ) -> Result<(StatusCode, Json<StartedJson>), ApiError> {
-    check_hash(&start.module)?;
+    if let Some(why) = wfhost::bad_module_reference(&start.module) {
+        return Err(ApiError::bad_request(why));
+    }
     let wait = wait(&state, params.wait.as_deref())?;
     // The place among the requests that wait is taken before the start: a refusal starts
     // nothing.
@@ -80,7 +82,7 @@ async fn start(
     };
     let input = Payload::json_bytes(start.input.get().as_bytes().to_vec());
     let started = call(&state, Default::default(), move |client| {
-        client.start_stored(start.id.as_deref(), &start.module, &start.entry, &input)
+        client.start_named(start.id.as_deref(), &start.module, &start.entry, &input)
     })
     .await?;
     let mut workflow = started.workflow;

@@ -714,6 +714,31 @@ async function workersPage(view) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Modules: what the store keeps, with the names and versions they were deployed under
+
+async function modulesPage(view) {
+  markNav('modules');
+  show(h('<h1>Modules</h1><p class="muted">Deployed under a name (<code>wfhost deploy SOURCE --name NAME</code>), a module is that name\'s next version: a start names it <code>NAME</code> (the latest) or <code>NAME@VERSION</code>.</p><div id="modules"></div>'));
+  ui.poll = async () => {
+    const answer = await api('/v1/modules');
+    if (view !== ui.view) return;
+    const named = (m) => (m.names || []).map((n) => n.name + '@' + n.version);
+    const modules = answer.modules.slice().sort((a, b) => {
+      const [x, y] = [named(a)[0] || '~' + a.hash, named(b)[0] || '~' + b.hash];
+      return x < y ? -1 : x > y ? 1 : 0;
+    });
+    const rows = modules.map((m) => `<tr data-module="${esc(m.hash)}">
+      <td data-names>${named(m).length ? named(m).map(esc).join(', ') : '<span class="muted">-</span>'}</td>
+      <td class="mono" title="SHA-256">${esc(m.hash.slice(0, 16))}…</td>
+      <td class="num wide">${bytes(m.size)}</td><td>${m.entry_points.map(esc).join(', ')}</td></tr>`).join('');
+    document.getElementById('modules').replaceChildren(h(modules.length
+      ? `<table class="workflows"><thead><tr><th>Names</th><th>Module</th><th class="wide">Size</th><th>Entry points</th></tr></thead><tbody>${rows}</tbody></table>`
+      : '<p class="muted">The store keeps no modules yet.</p>'));
+  };
+  await refresh();
+}
+
+// ---------------------------------------------------------------------------------------------
 // Hosts, and the store's figures from the metrics
 
 async function hostsPage(view) {
@@ -897,6 +922,7 @@ async function route() {
     }
     else if (hash.startsWith('#/hosts')) await hostsPage(view);
     else if (hash.startsWith('#/workers')) await workersPage(view);
+    else if (hash.startsWith('#/modules')) await modulesPage(view);
     else if (hash.startsWith('#/schedules')) await schedulesPage(view);
     else await workflowsPage(view);
   } catch (error) {
