@@ -31,6 +31,11 @@ export interface ClientOptions {
   /** How long, in milliseconds from its first failure, a call asks a server that is starting
    * or restarting again (default 30,000; 0: never). */
   retryFor?: number;
+  /** A W3C trace context (`00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`) sent as the
+   * `traceparent` header with every call: a traced server (`wfhost serve --otlp-endpoint`)
+   * makes its spans, and the workflows started, children of it. Not checked here beyond being
+   * a string; a server ignores one it cannot read. A start's own `traceparent` wins. */
+  traceparent?: string;
 }
 
 /** A module the store keeps. */
@@ -76,6 +81,9 @@ export interface StartOptions {
   id?: string;
   /** Also wait this long for it to end (`start`), or at most this long (`execute`: 60 s). */
   wait?: Duration;
+  /** The W3C trace context this start joins, in place of the client's (`ClientOptions`): on
+   * a traced server the workflow runs as a child of the request's span, a child of this. */
+  traceparent?: string;
 }
 
 /** Where a workflow stands: the server's `WorkflowJson` in camelCase. */
@@ -477,6 +485,12 @@ export interface Task {
   readonly idempotencyKey: string | null;
   /** Which delivery of the call this is, from 1. */
   readonly attempt: number;
+  /** The call's W3C trace context (`00-<trace id>-<span id>-<flags>`: the span of the
+   * workflow's call) when the server is traced (`wfhost serve --otlp-endpoint`), else null.
+   * Continue the trace: make your spans children of `task.traceparent`, e.g. with
+   * OpenTelemetry's TraceContext propagator (`propagation.extract(ROOT_CONTEXT,
+   * { traceparent: task.traceparent })`). */
+  readonly traceparent: string | null;
   /** When the task goes to another worker unless heartbeaten; moved on by each heartbeat. */
   readonly deadline: Date;
   /** Aborted when the task moved on (another worker has it: this one's result would be

@@ -40,6 +40,12 @@
 //!   down 100 timers 30 ms apart (a step and its commit each): the commits and how many took
 //!   over 100 ms (from the commit-duration histogram), with nothing else going on and while
 //!   `Client::prune` removes every finished one (alternating); and how long the prune took.
+//! - `traced`: the durable sagas with a tracer (`HostBuilder::tracer`: OpenTelemetry's SDK, its
+//!   batch processor handing the spans to an exporter that counts and drops them) and without,
+//!   alternating: steps per second each, and the spans exported per round; then, each in a
+//!   process of its own, 20,000 workflows started and sleeping an hour (`WFHOST_BENCH_NAPS`),
+//!   traced and not: the resident bytes a workflow adds once the free heap is given back (a
+//!   traced one holds its run's span while it waits).
 //!
 //! `WFHOST_BENCH_ROUNDS` (default 3) sets the rounds; figures are medians. Stores go to a fresh
 //! temporary directory (`TMPDIR`), on the disk whose sync cost they measure.
@@ -68,6 +74,11 @@ fn main() {
     if let [flag, url] = args.as_slice() {
         if flag == "--failover-child" {
             return failover_child(url);
+        }
+    }
+    if let [flag, traced, dir] = args.as_slice() {
+        if flag == "--napping-child" {
+            return napping_child(traced == "traced", Path::new(dir));
         }
     }
     let wanted = common::wanted(&args);
@@ -101,6 +112,9 @@ fn main() {
     }
     if wanted("stores") {
         stores(rounds, &dir);
+    }
+    if wanted("traced") {
+        traced(rounds, &dir);
     }
     if wanted("prune") {
         prune(rounds, count("WFHOST_BENCH_PRUNE", 100_000), &dir);
@@ -182,9 +196,20 @@ fn functions(builder: HostBuilder) -> HostBuilder {
 /// One round of `SAGAS` order sagas, durable in `store` or in memory: the steps they took and
 /// the seconds they took.
 fn saga_round(store: Option<Location>) -> (u64, f64) {
+    traced_saga_round(store, None)
+}
+
+/// As [`saga_round`], the host traced by `tracer` if given.
+fn traced_saga_round(
+    store: Option<Location>,
+    tracer: Option<opentelemetry_sdk::trace::SdkTracer>,
+) -> (u64, f64) {
     let mut builder = functions(Host::builder());
     if let Some(store) = &store {
         builder = builder.store(store, SyncMode::Full);
+    }
+    if let Some(tracer) = tracer {
+        builder = builder.tracer(tracer);
     }
     let host = builder.build().expect("host");
     host.load_module_with("probe", PROBE, Grants::default().allow_all_functions())
@@ -259,6 +284,120 @@ fn sagas(rounds: usize, dir: &Path) {
          {:.1} MiB (with its module and write-ahead log)",
         size / (1024.0 * 1024.0)
     );
+}
+
+/// Spans exported, counted and dropped.
+#[derive(Debug, Default)]
+struct Sink(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl opentelemetry_sdk::trace::SpanExporter for Sink {
+    async fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.0
+            .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+fn traced(rounds: usize, dir: &Path) {
+    use opentelemetry::trace::TracerProvider as _;
+    let spans = std::cell::RefCell::new(Vec::new());
+    let run = |traced: bool| {
+        let path = fresh(dir, "traced.db");
+        let exported = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let provider = traced.then(|| {
+            opentelemetry_sdk::trace::SdkTracerProvider::builder()
+                .with_batch_exporter(Sink(std::sync::Arc::clone(&exported)))
+                .build()
+        });
+        let tracer = provider.as_ref().map(|p| p.tracer("wfhost"));
+        let (steps, seconds) = traced_saga_round(Some(Location::from(&path)), tracer);
+        if let Some(provider) = provider {
+            provider.shutdown().expect("the provider stops");
+            spans
+                .borrow_mut()
+                .push(exported.load(std::sync::atomic::Ordering::Relaxed) as f64);
+        }
+        steps as f64 / seconds
+    };
+    let (traced, plain) = alternate(rounds, || 1.0 / run(true), || 1.0 / run(false));
+    println!(
+        "traced: durable sagas {:.0} steps/s traced, {:.0} steps/s not  traced/not={:.2}  \
+         ({:.0} spans exported a round; the SDK's queue drops past 2,048 waiting)",
+        1.0 / traced,
+        1.0 / plain,
+        plain / traced,
+        median(spans.into_inner()),
+    );
+    let napping = |traced: bool| {
+        let output = std::process::Command::new(std::env::current_exe().expect("the bench"))
+            .args([
+                "--napping-child",
+                if traced { "traced" } else { "plain" },
+                dir.to_str().expect("a path"),
+            ])
+            .output()
+            .expect("the child runs");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout)
+            .trim()
+            .parse::<f64>()
+            .expect("bytes")
+    };
+    let (traced, plain) = alternate(rounds, || napping(true), || napping(false));
+    println!(
+        "traced: {} workflows sleeping: {traced:.0} bytes a workflow traced, {plain:.0} not \
+         (+{:.0})",
+        count("WFHOST_BENCH_NAPS", 20_000),
+        traced - plain
+    );
+}
+
+/// Starts `WFHOST_BENCH_NAPS` workflows that sleep an hour on a host of its own (traced, to a
+/// sink, or not) and prints the resident bytes each adds once they wait.
+fn napping_child(traced: bool, dir: &Path) {
+    use opentelemetry::trace::TracerProvider as _;
+    let n = count("WFHOST_BENCH_NAPS", 20_000);
+    let provider = traced.then(|| {
+        opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_batch_exporter(Sink::default())
+            .build()
+    });
+    let mut builder = Host::builder().store(
+        fresh(dir, &format!("naps-{}.db", std::process::id())),
+        SyncMode::Normal,
+    );
+    if let Some(provider) = &provider {
+        builder = builder.tracer(provider.tracer("wfhost"));
+    }
+    let host = builder.build().expect("host");
+    host.load_module("probe", PROBE).expect("probe module");
+    // One started first, so that what every host holds once is not counted.
+    let start = |i: usize| {
+        let input = Payload::to_json(&3_600_000u64).expect("encodes");
+        host.start(&format!("nap-{i}"), "probe", "nap", input)
+            .expect("starts")
+    };
+    start(0);
+    while host.counters().steps < 1 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // SAFETY: `malloc_trim` only gives free heap pages back to the OS.
+    unsafe { libc::malloc_trim(0) };
+    let before = common::resident_bytes();
+    for i in 1..=n {
+        start(i);
+    }
+    while host.counters().steps < n as u64 + 1 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // SAFETY: as above.
+    unsafe { libc::malloc_trim(0) };
+    let after = common::resident_bytes();
+    println!("{}", (after - before) / n as f64);
+    std::process::exit(0);
 }
 
 /// The bytes of every step record in the store.
@@ -828,6 +967,7 @@ fn prune(rounds: usize, finished: usize, dir: &Path) {
                         entry: "main".into(),
                         input: vec![0],
                         started: 1,
+                        trace: None,
                     }));
                     for seq in 1..=5 {
                         ops.push(Op::Step(NewStep {

@@ -86,6 +86,8 @@ pub struct HostBuilder {
     snapshots: Snapshots,
     lease: Duration,
     metrics: Option<Metrics>,
+    /// Spans of durable workflows' runs, steps and calls ([`HostBuilder::tracer`]).
+    traces: Option<Arc<crate::trace::Traces>>,
     /// The built-in HTTP client's settings, once anything is allowed.
     http: Option<HttpSettings>,
     retry_policies: HashMap<String, RetryPolicy>,
@@ -167,6 +169,7 @@ impl Default for HostBuilder {
             snapshots: Snapshots::default(),
             lease: DEFAULT_LEASE,
             metrics: None,
+            traces: None,
             http: None,
             retry_policies: HashMap::new(),
             tasks: None,
@@ -534,6 +537,21 @@ impl HostBuilder {
         self
     }
 
+    /// Records what durable workflows do as OpenTelemetry spans of `tracer`'s (from a tracer
+    /// provider of the embedder's: `provider.tracer("wfhost")`): a span for each run (its
+    /// parent: what [`Client::traced`](crate::Client::traced) names for a start, or the spawning
+    /// workflow's run), each step taken live and each call made (host functions, `wfhost.http`,
+    /// worker tasks: what serves the call gets its `traceparent` in [`CallInfo`]). Default:
+    /// none, and no span is made. See the [`trace`](crate::trace) module.
+    pub fn tracer<T>(mut self, tracer: T) -> HostBuilder
+    where
+        T: opentelemetry::trace::Tracer + Send + Sync + 'static,
+        T::Span: Send + Sync + 'static,
+    {
+        self.traces = Some(crate::trace::Traces::new(Box::new(tracer)));
+        self
+    }
+
     /// Starts the host: the engine, the epoch ticker, the worker threads and, when a host function
     /// is registered, the runtime that runs host functions.
     pub fn build(mut self) -> Result<Host> {
@@ -750,7 +768,12 @@ impl HostBuilder {
                         .then_some((info.pid.0, info.tag));
                     async move {
                         tasks
-                            .call(info.name, input, info.idempotency_key, call)
+                            .call(
+                                info.name,
+                                input,
+                                (info.idempotency_key, info.traceparent),
+                                call,
+                            )
                             .await
                     }
                 })
@@ -791,11 +814,15 @@ impl HostBuilder {
                 runtime: self.runtime.take(),
                 keys: durable.as_ref().map(|_| Arc::clone(ids)),
                 metrics: self.metrics.clone(),
+                traces: durable.as_ref().and(self.traces.clone()),
             },
         )
         .map_err(|e| config(format!("could not start the host-function runtime: {e}")))?;
         if let Some(durable) = durable {
             durable.set_served(functions.served());
+            if let Some(traces) = &self.traces {
+                durable.set_traces(Arc::clone(traces));
+            }
         }
         let functions: Arc<dyn Handler> = Arc::new(functions);
         // A step's input must fit in the guest's memory beside everything else it holds.

@@ -55,6 +55,7 @@ pub mod schedules;
 mod spawner;
 pub mod tasks;
 pub mod testing;
+pub mod trace;
 mod wasm;
 
 pub use builder::{

@@ -139,13 +139,18 @@ impl GuestSpawner {
         let (Some(child), Some(durable)) = (child, &self.durable) else {
             return Ok(Spawn::new(process, request.entry, request.input).confined(confined));
         };
+        // Its run's span is a child of its parent's run's.
+        let run = durable
+            .traces()
+            .and_then(|traces| traces.traceparent_of(parent));
         let process = DurableProcess::new(
             process,
             Arc::clone(durable),
             Arc::clone(&child.id),
             Arc::from(info.sha256.as_str()),
         )
-        .reserved(child.pid);
+        .reserved(child.pid)
+        .traced(run.as_deref(), &request.entry, (None, false));
         durable.ids.insert(child.pid, Arc::clone(&child.id));
         Ok(Spawn::new(process, request.entry, request.input)
             .confined(confined)

@@ -108,10 +108,12 @@ export class Client {
 
   /**
    * @param {string} url `http://host:port` or `https://host:port`
-   * @param {{token?: string, timeout?: number, retryFor?: number}} [options] times in ms
+   * @param {{token?: string, timeout?: number, retryFor?: number, traceparent?: string}} [options]
+   *   times in ms; `traceparent`: a W3C trace context sent with every call (a traced server's
+   *   spans, and the workflows started, become children of it)
    */
-  constructor(url, { token, timeout = 30_000, retryFor = 30_000 } = {}) {
-    this.#http = new Transport(url, { token, timeout, retryFor });
+  constructor(url, { token, timeout = 30_000, retryFor = 30_000, traceparent } = {}) {
+    this.#http = new Transport(url, { token, timeout, retryFor, traceparent });
   }
 
   /** The server's address, as given (without a trailing `/`). */
@@ -145,20 +147,22 @@ export class Client {
    * and input (a start with an id is safe to repeat; another input is a 409 `Conflict`).
    * Started by a name, the workflow's `moduleName` is the name. With `wait` (seconds, or
    * `"30s"`), waits that long for it to end, in as few requests as the server allows; it is
-   * answered as it stands then. */
-  async start(module, entry, input = null, { id, wait } = {}) {
+   * answered as it stands then. With `traceparent` (in place of the client's), the workflow
+   * joins that W3C trace context on a traced server, as a child of the request's span. */
+  async start(module, entry, input = null, { id, wait, traceparent } = {}) {
     const request = { module: hashOf(module), entry, input };
     if (id !== undefined && id !== null) request.id = id;
     if (wait === undefined || wait === null) {
       const { body } = await this.#http.request("POST", "/v1/workflows", {
         json: request,
         safe: request.id !== undefined,
+        traceparent,
       });
       return new Workflow(body.workflow, body.new);
     }
     const total = duration(wait).ms;
     const deadline = Date.now() + total;
-    const started = await this.#startAndWait(request, total);
+    const started = await this.#startAndWait(request, total, traceparent);
     if (started.ended || Date.now() >= deadline) return started;
     const ended = await this.#awaitEnd(started.id, deadline - Date.now());
     return new Workflow(ended.raw, started.new);
@@ -166,13 +170,13 @@ export class Client {
 
   /** Starts a workflow and waits up to `wait` (60 s) for it to end: its result. A failed one
    * throws `WorkflowFailed`, a cancelled one `WorkflowCancelled`, one still running
-   * `StillRunning`. */
-  async execute(module, entry, input = null, { id, wait = 60 } = {}) {
+   * `StillRunning`. `traceparent` as `start` takes it. */
+  async execute(module, entry, input = null, { id, wait = 60, traceparent } = {}) {
     const request = { module: hashOf(module), entry, input };
     if (id !== undefined && id !== null) request.id = id;
     const total = duration(wait).ms;
     const deadline = Date.now() + total;
-    let workflow = await this.#startAndWait(request, total);
+    let workflow = await this.#startAndWait(request, total, traceparent);
     if (!workflow.ended && Date.now() < deadline) {
       workflow = await this.#awaitEnd(workflow.id, deadline - Date.now());
     }
@@ -418,13 +422,14 @@ export class Client {
   /** Starts `request` and waits up to `ms` (at most one request's wait) for it to end. A
    * request without an id gets one here: a wait a restart cut short is then safe to ask again,
    * and the caller always has the workflow's id. */
-  async #startAndWait(request, ms) {
+  async #startAndWait(request, ms, traceparent) {
     if (request.id === undefined) request.id = `wf-${randomUUID()}`;
     const wait = Math.min(ms, MAX_WAIT);
     const { body } = await this.#http.request("POST", `/v1/workflows?wait=${wait}ms`, {
       json: request,
       wait,
       safe: true,
+      traceparent,
     });
     return new Workflow(body.workflow, body.new);
   }

@@ -120,9 +120,16 @@ export function sleep(ms, signal) {
 export class Transport {
   /**
    * @param {string} url `http://host:port` or `https://host:port`, maybe with a path
-   * @param {{token?: string|null, timeout?: number, retryFor?: number}} options milliseconds
+   * @param {object} options
+   * @param {string|null} [options.token]
+   * @param {number} [options.timeout] milliseconds
+   * @param {number} [options.retryFor] milliseconds
+   * @param {string|null} [options.traceparent] a W3C trace context sent with every call
    */
-  constructor(url, { token = null, timeout = 30_000, retryFor = 30_000 } = {}) {
+  constructor(
+    url,
+    { token = null, timeout = 30_000, retryFor = 30_000, traceparent = null } = {},
+  ) {
     const base = String(url).replace(/\/+$/, "");
     if (!/^https?:\/\//.test(base)) {
       throw new BadRequest(
@@ -132,6 +139,7 @@ export class Transport {
     }
     this.base = base;
     this.token = token || null;
+    this.traceparent = checkTraceparent(traceparent);
     this.timeout = timeout;
     this.retryFor = retryFor;
   }
@@ -149,19 +157,30 @@ export class Transport {
    * @param {boolean} [options.safe] whether doing it twice is doing it once (default: not a POST)
    * @param {AbortSignal} [options.signal] abandons the call (and its retries) when aborted
    * @param {number} [options.retryFor] this call's retry window (ms), if not the client's
+   * @param {string|null} [options.traceparent] this call's W3C trace context, if not the
+   *   client's
    * @returns {Promise<{status: number, body: any}>}
    */
   async request(
     method,
     path,
-    { json, bytes, wait = 0, safe = method !== "POST", signal, retryFor = this.retryFor } = {},
+    {
+      json,
+      bytes,
+      wait = 0,
+      safe = method !== "POST",
+      signal,
+      retryFor = this.retryFor,
+      traceparent = null,
+    } = {},
   ) {
+    traceparent = checkTraceparent(traceparent) ?? this.traceparent;
     // The window opens at the first failure, not at the call: a wait of 55 s that a restart
     // drops still has the whole window to find the server again.
     let until = null;
     let pause = FIRST_PAUSE;
     for (;;) {
-      const answer = await this.#once(method, path, json, bytes, wait, signal);
+      const answer = await this.#once(method, path, json, bytes, wait, signal, traceparent);
       if (answer.ok) return answer;
       const asked = again(answer, safe, pause);
       until ??= Date.now() + retryFor;
@@ -174,9 +193,10 @@ export class Transport {
   }
 
   /** One exchange: `{ok: true, status, body}`, or `{ok: false, error, retryAfter, dropped}`. */
-  async #once(method, path, json, bytes, wait, signal) {
+  async #once(method, path, json, bytes, wait, signal, traceparent) {
     const headers = { "user-agent": USER_AGENT };
     if (this.token) headers.authorization = `Bearer ${this.token}`;
+    if (traceparent !== null) headers.traceparent = traceparent;
     let body;
     if (bytes !== undefined) {
       headers["content-type"] = "application/wasm";
@@ -217,6 +237,16 @@ export class Transport {
       );
     }
   }
+}
+
+/** A W3C `traceparent` as given (null or undefined: null); anything but a string throws. The
+ * server reads it as W3C Trace Context says, and ignores one it cannot read. */
+function checkTraceparent(traceparent) {
+  if (traceparent === undefined || traceparent === null) return null;
+  if (typeof traceparent !== "string") {
+    throw new TypeError(`a traceparent is a string, not ${typeof traceparent}`);
+  }
+  return traceparent;
 }
 
 /** A signal aborted when either is: `AbortSignal.any`, which Node has from 20.3 on. */

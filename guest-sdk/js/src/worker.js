@@ -94,7 +94,10 @@ export class Worker {
   }
 
   /** Serves function `name` with `fn(input, task)`: what it returns (undefined: null) is the
-   * result; a `Rejected` it throws fails the call for good, any other throw retryably. */
+   * result; a `Rejected` it throws fails the call for good, any other throw retryably. `task`
+   * is `{id, function, idempotencyKey, attempt, traceparent, deadline, signal}`: `traceparent`
+   * the call's W3C trace context on a traced server (else null), for the function's spans to
+   * continue. */
   register(name, fn) {
     if (typeof name !== "string" || name === "")
       throw new TypeError("a function's name is a string");
@@ -185,11 +188,16 @@ export class Worker {
   /** Starts running `json`, a task the server gave: the task as the worker tracks it. */
   #start(json) {
     const controller = new AbortController();
+    // What the function gets: `traceparent` is the call's W3C trace context (the span of the
+    // workflow's call) when the server is traced (`--otlp-endpoint`), else null. Continue the
+    // trace: make your spans children of task.traceparent, e.g. with OpenTelemetry's
+    // TraceContext propagator.
     const task = {
       id: json.task,
       function: json.function,
       idempotencyKey: json.idempotency_key ?? null,
       attempt: json.attempt,
+      traceparent: json.traceparent ?? null,
       deadline: new Date(json.deadline_ms),
       signal: controller.signal,
     };

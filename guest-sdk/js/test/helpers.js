@@ -140,7 +140,12 @@ async function launch(server) {
     writeFileSync(file, server.token, { mode: 0o600 });
     args.push("--token-file", file);
   }
-  const child = spawn(binary(), args, { stdio: ["ignore", "pipe", "pipe"] });
+  // No collector (OTEL_EXPORTER_OTLP_ENDPOINT) from the caller's environment: a test that
+  // traces says so in its arguments.
+  const env = Object.fromEntries(
+    Object.entries(process.env).filter(([name]) => !name.startsWith("OTEL_")),
+  );
+  const child = spawn(binary(), args, { stdio: ["ignore", "pipe", "pipe"], env });
   live.add(child);
   let gone = null;
   child.exited = new Promise((done) =>

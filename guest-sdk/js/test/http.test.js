@@ -197,6 +197,26 @@ describe("requests and answers", () => {
     assert.deepEqual(JSON.parse(body), { x: 1 });
   });
 
+  test("a traceparent goes with every call; a start's own wins", async () => {
+    const mine = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const theirs = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    script = [started, { status: 200, json: workflow("w") }, started, started, started];
+    const traced = new Client(url, { traceparent: mine });
+    await traced.start("m", "e");
+    await traced.status("w");
+    await traced.start("m", "e", null, { traceparent: theirs });
+    await new Client(url).start("m", "e", null, { traceparent: theirs });
+    await new Client(url).start("m", "e");
+    assert.deepEqual(
+      asked.map((a) => a.headers.traceparent),
+      [mine, mine, theirs, theirs, undefined],
+    );
+    // Anything but a string is refused before anything is sent.
+    assert.throws(() => new Client(url, { traceparent: 17 }), TypeError);
+    await assert.rejects(new Client(url).start("m", "e", null, { traceparent: {} }), TypeError);
+    assert.equal(asked.length, 5);
+  });
+
   test("a long wait is asked in requests of at most 55 s", async () => {
     script = [
       { status: 202, json: workflow("w") },

@@ -1,5 +1,6 @@
 // The worker against a real server: a workflow's call served, a rejection, several tasks at
-// once, and a stop that gives an unfinished task back to another worker.
+// once, a stop that gives an unfinished task back to another worker, and the trace context a
+// traced server gives each task.
 //
 // Every test synchronises on promises the functions resolve; none sleeps.
 
@@ -8,6 +9,13 @@ import { after, afterEach, before, describe, test } from "node:test";
 
 import { Client, Rejected, Worker, WorkflowFailed } from "../index.js";
 import { deferred, shopModule, startServer, watchRequests } from "./helpers.js";
+
+/** A W3C trace context as a caller sends it, and another. */
+const CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN = "00f067aa0ba902b7";
+const CALLER = `00-${CALLER_TRACE}-${CALLER_SPAN}-01`;
+const OTHER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+const TRACEPARENT = /^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$/;
 
 let server;
 let client;
@@ -74,6 +82,8 @@ describe("worker", { timeout: 60_000 }, () => {
     assert.ok(task.deadline instanceof Date);
     assert.ok(task.deadline.getTime() > Date.now());
     assert.equal(task.signal.aborted, false);
+    // The server is not traced: no trace context.
+    assert.equal(task.traceparent, null);
     // The server saw the worker by its name, and took its completion.
     const charge = (await client.workers()).functions.find((f) => f.function === "payments.charge");
     assert.deepEqual(
@@ -81,6 +91,22 @@ describe("worker", { timeout: 60_000 }, () => {
       [workers[0].worker.name],
     );
     assert.equal(charge.completed, 1);
+  });
+
+  test("an untraced server gives a task no trace context, whatever the start sent", async () => {
+    const seen = [];
+    serve(async (input, task) => {
+      seen.push(task.traceparent);
+      return input.id;
+    });
+    const result = await client.execute(
+      module,
+      "checkout",
+      { id: 13 },
+      { id: "untraced", traceparent: CALLER },
+    );
+    assert.deepEqual(result, { order: 13, receipt: 13 });
+    assert.deepEqual(seen, [null]);
   });
 
   test("a function returning nothing answers null", async () => {
@@ -290,5 +316,65 @@ describe("heartbeats", { timeout: 60_000 }, () => {
       await stopWorkers();
       await hasty.close();
     }
+  });
+});
+
+describe("traces", { timeout: 60_000 }, () => {
+  // A server traced to a collector that cannot be reached: exports fail (and are only logged),
+  // tasks still carry the trace context.
+  let traced;
+  let tracedClient;
+  let tracedModule;
+
+  before(async () => {
+    traced = await startServer({ args: ["--otlp-endpoint", "http://127.0.0.1:9"] });
+    tracedClient = new Client(traced.url);
+    tracedModule = (await tracedClient.putModule(await shopModule())).hash;
+  });
+
+  after(async () => {
+    await stopWorkers();
+    await traced?.close();
+  });
+
+  test("a task carries its call's trace context, in the trace of the start", async () => {
+    const seen = new Map();
+    serve(
+      async (input, task) => {
+        seen.set(input.id, task.traceparent);
+        return input.id;
+      },
+      {},
+      traced,
+    );
+    const run = async (on, id, options = {}) =>
+      (await on.execute(tracedModule, "checkout", { id }, { id: `trace-${id}`, ...options }))
+        .receipt;
+    // No trace of the caller's: the server's own.
+    assert.equal(await run(tracedClient, 1), 1);
+    // The start's traceparent: the workflow, and so its call, joins the caller's trace.
+    assert.equal(await run(tracedClient, 2, { traceparent: CALLER }), 2);
+    await tracedClient.start(tracedModule, "checkout", { id: 3 }, {
+      id: "trace-3",
+      traceparent: CALLER,
+    });
+    assert.deepEqual(await tracedClient.result("trace-3", { wait: 30 }), { order: 3, receipt: 3 });
+    // The client's traceparent, with every call; a start's own wins over it.
+    assert.equal(await run(new Client(traced.url, { traceparent: CALLER }), 4), 4);
+    assert.equal(
+      await run(new Client(traced.url, { traceparent: OTHER }), 5, { traceparent: CALLER }),
+      5,
+    );
+    assert.deepEqual([...seen.keys()].sort(), [1, 2, 3, 4, 5]);
+    for (const [id, traceparent] of seen) {
+      assert.match(traceparent, TRACEPARENT, `task ${id}`);
+    }
+    const traceId = (id) => seen.get(id).split("-")[1];
+    const spanIds = [...seen.values()].map((traceparent) => traceparent.split("-")[2]);
+    assert.notEqual(traceId(1), CALLER_TRACE);
+    assert.deepEqual([2, 3, 4, 5].map(traceId), Array(4).fill(CALLER_TRACE));
+    // The task's span is the workflow's call, a descendant of the caller's span, not it.
+    assert.ok(!spanIds.includes(CALLER_SPAN));
+    assert.equal(new Set(spanIds).size, 5);
   });
 });

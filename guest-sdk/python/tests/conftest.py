@@ -62,7 +62,13 @@ class Server:
             ],
             stdout=subprocess.DEVNULL,
             stderr=log,
-            env={k: v for k, v in os.environ.items() if k != "WFHOST_TOKEN"},
+            # Neither a token nor a collector (OTEL_EXPORTER_OTLP_ENDPOINT) from the caller's
+            # environment: a test that traces says so in its arguments.
+            env={
+                k: v
+                for k, v in os.environ.items()
+                if k != "WFHOST_TOKEN" and not k.startswith("OTEL_")
+            },
         )
         if ready:
             self.wait_ready()

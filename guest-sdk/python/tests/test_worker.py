@@ -1,6 +1,8 @@
 """The worker against a real server: results, errors, concurrency, heartbeats, a graceful
-stop that gives back what it holds, and a server that restarts under it."""
+stop that gives back what it holds, a server that restarts under it, and the trace context a
+traced server gives each task."""
 
+import re
 import threading
 
 import pytest
@@ -182,3 +184,80 @@ def test_a_worker_outlives_a_server_restart(server, client, module, running):
     assert client.execute(module, "charge", {"n": 2}, id="after") == 4
     worker.stop()
     assert worker.worker.completed == 2
+
+
+TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$")
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+CALLER = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
+OTHER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_a_traced_server_gives_each_task_its_calls_trace_context(tmp_path, shop):
+    # A collector that cannot be reached: exports fail (and are only logged), tasks still carry
+    # the trace context.
+    server = Server(
+        tmp_path,
+        ["--worker-function", "payments.charge", "--otlp-endpoint", "http://127.0.0.1:9"],
+    ).start()
+    try:
+        client = Client(server.url)
+        module = client.put_module(shop).hash
+        worker = Running(server.url)
+        seen = {}
+
+        @worker.worker.function("payments.charge")
+        def charge(order, task):
+            seen[order["n"]] = task.traceparent
+            return order["n"]
+
+        worker.start()
+        # No trace of the caller's: the server's own.
+        assert client.execute(module, "charge", {"n": 1}, id="trace-1") == 1
+        # The start's traceparent: the workflow, and so its call, joins the caller's trace.
+        assert client.execute(module, "charge", {"n": 2}, id="trace-2", traceparent=CALLER) == 2
+        client.start(module, "charge", {"n": 3}, id="trace-3", traceparent=CALLER)
+        assert client.result("trace-3", wait=60) == 3
+        # The client's traceparent, with every call; a start's own wins over it.
+        with Client(server.url, traceparent=CALLER) as traced:
+            assert traced.execute(module, "charge", {"n": 4}, id="trace-4") == 4
+        with Client(server.url, traceparent=OTHER) as other:
+            assert other.execute(module, "charge", {"n": 5}, id="trace-5", traceparent=CALLER) == 5
+        worker.stop()
+        client.close()
+    finally:
+        server.kill()
+    assert sorted(seen) == [1, 2, 3, 4, 5]
+    for n, traceparent in seen.items():
+        assert traceparent is not None and TRACEPARENT.match(traceparent), (n, traceparent)
+    trace_ids = {n: traceparent.split("-")[1] for n, traceparent in seen.items()}
+    span_ids = {n: traceparent.split("-")[2] for n, traceparent in seen.items()}
+    assert trace_ids[1] != CALLER_TRACE
+    assert [trace_ids[n] for n in (2, 3, 4, 5)] == [CALLER_TRACE] * 4
+    # The task's span is the workflow's call, a descendant of the caller's span, not it.
+    assert CALLER_SPAN not in span_ids.values()
+    assert len(set(span_ids.values())) == 5
+
+
+def test_an_untraced_server_gives_no_trace_context(client, module, running):
+    seen = []
+    worker = running()
+
+    @worker.worker.function("payments.charge")
+    def charge(order, task):
+        seen.append(task.traceparent)
+        return order["n"]
+
+    worker.start()
+    # A traceparent sent to a server that does not trace: nothing comes of it.
+    assert client.execute(module, "charge", {"n": 1}, id="untraced", traceparent=CALLER) == 1
+    worker.stop()
+    assert seen == [None]
+
+
+def test_a_traceparent_is_a_string():
+    with pytest.raises(TypeError):
+        Client("http://127.0.0.1:9", traceparent=b"00-...")
+    with Client("http://127.0.0.1:9") as client:
+        with pytest.raises(TypeError):
+            client.start("m", "e", traceparent=17)

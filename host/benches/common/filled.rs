@@ -37,6 +37,7 @@ pub fn fill(path: &Path, workflows: usize) {
                 entry: if n % 10 == 0 { "refund" } else { "order" }.into(),
                 input: input.clone(),
                 started: 1_700_000_000_000 + num,
+                trace: None,
             }));
             // Every one ended (a host would otherwise take up the unfinished ones): most
             // completed, some failed, some cancelled.

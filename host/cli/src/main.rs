@@ -6,6 +6,7 @@ mod config;
 mod events;
 mod exit;
 mod output;
+mod traces;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

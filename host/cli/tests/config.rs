@@ -175,6 +175,7 @@ fn a_check_says_what_is_wrong_and_masks_secrets() {
         ("nested.toml", "store = \"wf.db\"\nconfig = \"other.toml\"\n", "`config` names another file"),
         ("workers.toml", "store = \"wf.db\"\nworker-function = \"a.b\"\n", "--worker-function needs --http"),
         ("missing.toml", "http = \"127.0.0.1:8080\"\n", "--store <STORE>"),
+        ("otlp.toml", "store = \"wf.db\"\notlp-endpoint = \"localhost:4318\"\n", "the OTLP endpoint 'localhost:4318' is not an http:// or https:// URL"),
     ] {
         let (code, out, err) = check(&write(name, text));
         assert_eq!((code, out.as_str()), (2, ""), "{name}: {err}");

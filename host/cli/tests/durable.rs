@@ -369,6 +369,7 @@ fn list_pages_a_large_store_by_cursor() {
                     entry: "nap".into(),
                     input: input.clone(),
                     started: num,
+                    trace: None,
                 })
             })
             .collect();

@@ -40,6 +40,8 @@ pub struct Client {
     /// A worker's name and machine, sent with its polls.
     worker: Option<String>,
     machine: Option<String>,
+    /// A W3C `traceparent` sent with every call: the caller's span, the parent of the server's.
+    traceparent: Option<String>,
 }
 
 impl std::fmt::Debug for Client {
@@ -72,7 +74,16 @@ impl Client {
             retry_for: DEFAULT_RETRY_FOR,
             worker: None,
             machine: None,
+            traceparent: None,
         })
+    }
+
+    /// Sends `traceparent` (W3C Trace Context: the caller's span) with every call: the server's
+    /// span for the request is its child, and so are the runs of the workflows it starts.
+    pub fn with_traceparent(mut self, traceparent: impl Into<String>) -> Client {
+        let traceparent = traceparent.into();
+        self.traceparent = (!traceparent.is_empty()).then_some(traceparent);
+        self
     }
 
     /// Sends `token` as `Authorization: Bearer` with every call (the server's `--token-file`).
@@ -506,6 +517,9 @@ impl Client {
                 if let Some(bearer) = &bearer {
                     request = request.header("authorization", bearer);
                 }
+                if let Some(parent) = &self.traceparent {
+                    request = request.header("traceparent", parent);
+                }
                 request.call()
             }
             Method::Post => {
@@ -517,6 +531,9 @@ impl Client {
                     .build();
                 if let Some(bearer) = &bearer {
                     request = request.header("authorization", bearer);
+                }
+                if let Some(parent) = &self.traceparent {
+                    request = request.header("traceparent", parent);
                 }
                 match body {
                     Body::None => request.send_empty(),

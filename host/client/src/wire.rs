@@ -797,6 +797,10 @@ pub struct TaskJson {
     /// worker times its heartbeats by (its own clock may differ from the server's).
     #[serde(default)]
     pub lease_ms: u64,
+    /// When the server is traced: the W3C `traceparent` of the call's span, the parent of the
+    /// worker's spans for the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// A worker's answer to a task (`POST /v1/tasks/{task}/complete`): a result or an error.

@@ -56,6 +56,8 @@ pub(crate) type StoreClient = StoreBackend;
 #[derive(Clone)]
 pub struct Client {
     backend: Arc<dyn Backend>,
+    /// The span its starts' runs are children of ([`traced`](Self::traced)).
+    trace: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -83,6 +85,8 @@ pub(crate) struct Start<'a> {
     pub(crate) module_name: Option<&'a str>,
     pub(crate) entry: &'a str,
     pub(crate) input: &'a Payload,
+    /// The span the workflow's runs are children of (a W3C `traceparent`), if any.
+    pub(crate) trace: Option<&'a str>,
 }
 
 impl Client {
@@ -96,7 +100,10 @@ impl Client {
             Location::Server(url) => Arc::new(RemoteBackend::new(location.clone(), url)),
             _ => Arc::new(StoreBackend::new(location)),
         };
-        Client { backend }
+        Client {
+            backend,
+            trace: None,
+        }
     }
 
     /// A client of `host`, which runs beside it in this program (the HTTP API's handlers are
@@ -107,6 +114,7 @@ impl Client {
     pub fn serving(host: &Host, grants: Grants) -> Result<Client> {
         Ok(Client {
             backend: Arc::new(ServingBackend::new(host, grants)?),
+            trace: None,
         })
     }
 
@@ -114,16 +122,34 @@ impl Client {
     /// `--token-file`). Only a client of a server sends it; others ignore it.
     pub fn with_token(self, token: &str) -> Client {
         match self.backend.with_token(token) {
-            Some(backend) => Client { backend },
+            Some(backend) => Client {
+                backend,
+                trace: self.trace.clone(),
+            },
             None => self,
         }
+    }
+
+    /// The same client, its starts traced as children of the span `traceparent` names (W3C
+    /// Trace Context: `00-<trace id>-<span id>-<flags>`; one that is not is ignored, as the
+    /// standard says): the workflows' runs are that span's children, in its trace, and a client
+    /// of a server sends it as the request's `traceparent`. The HTTP API's handlers give their
+    /// request's span.
+    pub fn traced(self, traceparent: &str) -> Client {
+        // Kept as version 00 writes it: a later version's extra fields go.
+        let trace = crate::trace::parse_traceparent(traceparent)
+            .map(|span| Arc::from(crate::trace::traceparent(&span)));
+        Client { trace, ..self }
     }
 
     /// The same client of a server, trusting the certificates in `pem` for `https://` (a
     /// server whose certificate no public authority signed).
     pub fn with_root_certificates(self, pem: &[u8]) -> Result<Client> {
         Ok(match self.backend.with_root_certificates(pem)? {
-            Some(backend) => Client { backend },
+            Some(backend) => Client {
+                backend,
+                trace: self.trace.clone(),
+            },
             None => self,
         })
     }
@@ -186,6 +212,7 @@ impl Client {
             module_name: Some(module_name),
             entry,
             input,
+            trace: self.trace.as_deref(),
         })
     }
 
@@ -205,6 +232,7 @@ impl Client {
             module_name: None,
             entry,
             input,
+            trace: self.trace.as_deref(),
         })
     }
 
@@ -225,6 +253,7 @@ impl Client {
             module_name: None,
             entry,
             input,
+            trace: self.trace.as_deref(),
         })
     }
 

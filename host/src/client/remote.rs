@@ -108,7 +108,11 @@ impl Backend for RemoteBackend {
             entry: start.entry.to_string(),
             input,
         };
-        let started = self.api()?.start(&request).map_err(|e| error(&e))?;
+        let started = match start.trace {
+            Some(parent) => self.api()?.clone().with_traceparent(parent).start(&request),
+            None => self.api()?.start(&request),
+        }
+        .map_err(|e| error(&e))?;
         Ok(Started {
             id: started.workflow.id.clone(),
             new: started.new,

@@ -192,6 +192,7 @@ fn start_firing(direct: &impl Direct, schedule: &Schedule, id: &str) -> Result<S
         module_name: None,
         entry: &schedule.entry,
         input: &schedule.input,
+        trace: None,
     })
 }
 

@@ -148,7 +148,7 @@ impl ServingBackend {
             &id,
             (&loaded, shown.as_deref()),
             start.entry,
-            start.input.clone(),
+            (start.input.clone(), start.trace),
         );
         match started {
             // Its result is read from the store; what it sends the host is kept there.

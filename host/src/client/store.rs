@@ -418,6 +418,7 @@ impl Backend for StoreBackend {
             entry: start.entry.to_string(),
             input: encoded.clone(),
             started: now_millis(),
+            trace: start.trace.map(str::to_string),
         };
         let started = self.submit(true, |store| {
             store.submit_start((&info.sha256, bytes), &workflow)

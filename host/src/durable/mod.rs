@@ -91,6 +91,8 @@ pub(crate) struct Durable {
     scheduler: OnceLock<WeakSchedulerHandle>,
     /// The names of the functions this host serves (set once its functions are built).
     served: OnceLock<Arc<std::collections::HashSet<String>>>,
+    /// The spans of its workflows' runs and steps, when the host is traced.
+    traces: OnceLock<Arc<crate::trace::Traces>>,
     modules: Arc<Modules>,
     /// While a recovery starts workflows, the wakers of those it started, which wait for it to
     /// finish before their first step (a parent's first step joins children that must exist).
@@ -242,6 +244,7 @@ impl Durable {
             failed: AtomicBool::new(false),
             scheduler: OnceLock::new(),
             served: OnceLock::new(),
+            traces: OnceLock::new(),
             modules,
             gate: Mutex::new(None),
             paused: pause::Paused::default(),
@@ -333,6 +336,16 @@ impl Durable {
     /// The functions this host serves (see `Functions::wait_for_a_host`).
     pub(crate) fn set_served(&self, served: Arc<std::collections::HashSet<String>>) {
         let _ = self.served.set(served);
+    }
+
+    /// Traces its workflows with `traces`.
+    pub(crate) fn set_traces(&self, traces: Arc<crate::trace::Traces>) {
+        let _ = self.traces.set(traces);
+    }
+
+    /// The host's traces, if it is traced.
+    pub(crate) fn traces(&self) -> Option<&Arc<crate::trace::Traces>> {
+        self.traces.get()
     }
 
     /// Whether this host serves function `name`: a durable workflow's call to one it does not

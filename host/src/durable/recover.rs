@@ -396,7 +396,12 @@ impl Durable {
         let process = match standing {
             Some(standing) => process.dormant(standing),
             None => process.recovered(saved, records),
-        };
+        }
+        .traced(
+            start.trace.as_deref(),
+            &start.entry,
+            (Some(start.started), workflow.steps > 0),
+        );
         self.ids.insert(pid, Arc::clone(&id));
         if start.parent.is_none() {
             self.ids.set_run(&start.id, workflow.run);
@@ -522,6 +527,7 @@ mod tests {
                 entry: String::new(),
                 input: Vec::new(),
                 started: 0,
+                trace: None,
             },
             state: State::Running,
             ending: None,

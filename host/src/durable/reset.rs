@@ -210,6 +210,8 @@ impl Durable {
                 entry: workflow.start.entry.clone(),
                 input: workflow.start.input.clone(),
                 started: now_millis(),
+                // The new run's span is in the trace of the runs before it.
+                trace: workflow.start.trace.clone(),
             },
             run: workflow.run + 1,
             steps: steps

@@ -69,20 +69,21 @@ impl Durable {
         input: Payload,
     ) -> Result<(Spawned, Option<NewWorkflow>)> {
         let loaded = engine.entry(module, entry)?;
-        self.start_loaded(engine, id, (&loaded, None), entry, input)
+        self.start_loaded(engine, id, (&loaded, None), entry, (input, None))
     }
 
     /// As [`start_new`](Self::start_new), of module `loaded`, which the caller holds (so that
     /// no unload of its name comes between the look and the start), shown (`wfhost list`, the
     /// workflow's `module_name`) under the name it was started by if given (a stored module's
-    /// name: never the name the engine loads it under, whose grants it does not get).
+    /// name: never the name the engine loads it under, whose grants it does not get); `trace`:
+    /// the span its runs are children of (a W3C `traceparent`), if any.
     pub(crate) fn start_loaded(
         self: &Arc<Self>,
         engine: &Engine,
         id: &str,
         (loaded, shown): (&Loaded, Option<&str>),
         entry: &str,
-        input: Payload,
+        (input, trace): (Payload, Option<&str>),
     ) -> Result<(Spawned, Option<NewWorkflow>)> {
         engine.running()?;
         self.writable()?;
@@ -111,7 +112,14 @@ impl Durable {
         }
         // Its start runs now, before anything is written: nothing is written for an input the
         // entry point does not take.
-        let process = self.started_process(engine, loaded, pid, &id, entry, &input)?;
+        let started = now_millis();
+        let process = self
+            .started_process(engine, loaded, pid, &id, entry, &input)?
+            .traced(trace, entry, (Some(started), false));
+        // Kept as version 00 writes it.
+        let trace = trace
+            .and_then(crate::trace::parse_traceparent)
+            .map(|span| crate::trace::traceparent(&span));
         let start = NewWorkflow {
             num: pid.0,
             id: id.to_string(),
@@ -120,7 +128,8 @@ impl Durable {
             module_name: shown.map_or_else(|| loaded.name.to_string(), str::to_string),
             entry: entry.to_string(),
             input: encoded.clone(),
-            started: now_millis(),
+            started,
+            trace,
         };
         // On a shared store, what clients write for it is taken once it runs here: until then
         // the inbox leaves its messages in the store and keeps its cancels (without holding

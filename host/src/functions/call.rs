@@ -63,6 +63,8 @@ pub(super) struct Finish {
     pub(super) stopping: Arc<AtomicBool>,
     /// Where the call is counted, and when it came in.
     pub(super) metrics: Option<(crate::metrics::Metrics, std::time::Instant)>,
+    /// The call's span, in a traced host: ended with the call's outcome.
+    pub(super) span: Option<opentelemetry::global::BoxedSpan>,
 }
 
 impl Finish {
@@ -123,6 +125,9 @@ impl Finish {
     pub(super) fn complete(mut self, result: Result<Payload, CommandError>) {
         self.settle();
         self.count(&result);
+        if let Some(span) = self.span.take() {
+            crate::trace::end(span, result.as_ref().err());
+        }
         if let Err(error) = &result {
             if error.kind == ErrorKind::Timeout {
                 tracing::warn!(
@@ -183,6 +188,9 @@ impl Drop for Finish {
                 ),
             )
         };
+        if let Some(span) = self.span.take() {
+            crate::trace::end(span, Some(&error));
+        }
         let result = Err(error);
         self.count(&result);
         completer.complete(result);

@@ -61,6 +61,10 @@ pub struct CallInfo {
     /// Which attempt at the call this is: 1, then 2 and on for the attempts the workflow's retry
     /// policy makes. Every attempt has the first one's idempotency key.
     pub attempt: u32,
+    /// When the host is traced ([`HostBuilder::tracer`](crate::HostBuilder::tracer)): the W3C
+    /// `traceparent` of this call's span, for what serves it to continue the trace (`wfhost.http`
+    /// sends it as a header; a worker's task carries it).
+    pub traceparent: Option<String>,
 }
 
 type Blocking = dyn Fn(CallInfo, Payload) -> Result<Payload, CommandError> + Send + Sync;

@@ -64,6 +64,8 @@ pub(crate) struct FunctionSettings {
     pub(crate) keys: Option<Arc<crate::ids::Ids>>,
     /// Where calls are counted, if anywhere.
     pub(crate) metrics: Option<crate::metrics::Metrics>,
+    /// In a traced durable host: the spans of its workflows' runs, for their calls' spans.
+    pub(crate) traces: Option<Arc<crate::trace::Traces>>,
 }
 
 /// The `call` handler.
@@ -95,6 +97,7 @@ pub(crate) struct Functions {
     next_task: AtomicU64,
     keys: Option<Arc<crate::ids::Ids>>,
     metrics: Option<crate::metrics::Metrics>,
+    traces: Option<Arc<crate::trace::Traces>>,
     /// Each function's retry policy, for `wfhost.retry-policy`; kept after shutdown empties
     /// `functions` (they are plain values).
     policies: HashMap<String, RetryPolicy>,
@@ -178,6 +181,7 @@ impl Functions {
             next_task: AtomicU64::new(0),
             keys: settings.keys,
             metrics: settings.metrics,
+            traces: settings.traces,
         })
     }
 
@@ -388,6 +392,7 @@ impl Functions {
                 .metrics
                 .clone()
                 .map(|metrics| (metrics, std::time::Instant::now())),
+            span: None,
         }
     }
 
@@ -401,14 +406,25 @@ impl Functions {
         (tag, first, attempt): (Tag, Tag, u32),
         input: Payload,
         admitted: Admitted,
+        finish: &mut Finish,
     ) -> Call {
+        let idempotency_key = self.keys.as_ref().and_then(|ids| ids.key(pid, first));
+        let attempt = attempt.max(1);
+        let traced = self.traces.as_ref().and_then(|traces| {
+            traces.call(pid, &admitted.name, attempt, idempotency_key.as_deref())
+        });
+        let traceparent = traced.map(|(span, parent)| {
+            finish.span = Some(span);
+            parent
+        });
         Call {
             info: CallInfo {
                 pid,
                 name: admitted.name,
-                idempotency_key: self.keys.as_ref().and_then(|ids| ids.key(pid, first)),
+                idempotency_key,
                 tag: tag.0,
-                attempt: attempt.max(1),
+                attempt,
+                traceparent,
             },
             input,
             body: admitted.function.body,
@@ -502,7 +518,7 @@ impl Handler for Functions {
         // the task (which may be dropped inside `spawn` itself, if the runtime has shut down).
         // Told when the process ends or forgets the call: its task is aborted then.
         cx.watch_end();
-        let finish = self.finish(
+        let mut finish = self.finish(
             id,
             (request.pid, request.tag),
             &admitted.name,
@@ -514,6 +530,7 @@ impl Handler for Functions {
             (request.tag, first, attempt),
             call.input,
             admitted,
+            &mut finish,
         );
         self.register(id, spawn(&handle, call, finish));
     }

@@ -168,14 +168,18 @@ impl Tasks {
         &self,
         function: Arc<str>,
         input: Payload,
-        key: Option<String>,
+        (key, traceparent): (Option<String>, Option<String>),
         call: Option<(u64, u64)>,
     ) -> Result<Payload, CommandError> {
         match &self.kind {
-            Kind::Local(board) => board.call(function, input, key, call).await,
+            Kind::Local(board) => board.call(function, input, key, traceparent, call).await,
             Kind::Shared(board) => match call {
-                Some(call) => board.call_durable(function, input, key, call).await,
-                None => board.call(function, input, key).await,
+                Some(call) => {
+                    board
+                        .call_durable(function, input, key, traceparent, call)
+                        .await
+                }
+                None => board.call(function, input, key, traceparent).await,
             },
         }
     }

@@ -24,6 +24,9 @@ pub struct NewWorkflow {
     pub input: Vec<u8>,
     /// When it started, in milliseconds since the Unix epoch.
     pub started: u64,
+    /// The span its runs are children of, as a W3C `traceparent`: the request that started it,
+    /// its parent workflow's run, or (a trace's root) its first run. `None`: untraced.
+    pub trace: Option<String>,
 }
 
 impl NewWorkflow {

@@ -30,6 +30,7 @@ pub const TABLES: &[(&str, &[&str])] = &[
             "damaged",
             "paused",
             "run",
+            "trace",
         ],
     ),
     ("steps", &["num", "seq", "at", "record"]),

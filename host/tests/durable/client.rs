@@ -28,6 +28,7 @@ fn start(num: u64) -> Op {
         .into(),
         input: postcard::to_allocvec(&Payload::empty()).unwrap(),
         started: 1_000 + num,
+        trace: None,
     })
 }
 

@@ -124,6 +124,7 @@ fn a_nul_in_what_a_guest_says_cannot_fail_a_postgres_commit() {
             entry: "main\0".into(),
             input: Vec::new(),
             started: 0,
+            trace: None,
         })])
         .unwrap();
     store

@@ -49,6 +49,8 @@ fn start(num: u64) -> Op {
         entry: "main".into(),
         input: Vec::new(),
         started: 0,
+        // Odd workflows are traced: the store keeps their runs' parent.
+        trace: (num % 2 == 1).then(|| format!("00-{num:032x}-{num:016x}-01")),
     })
 }
 
@@ -126,6 +128,14 @@ fn steps_read_back_in_order(location: &Location) {
         .collect();
     assert_eq!(counts, vec![20_000, 20_000, 0]);
     assert_eq!(store.workflow("w2").unwrap().unwrap().steps, 20_000);
+    // Each start reads back as it was written, its trace with it.
+    for num in 1..=3 {
+        let Op::Start(written) = start(num) else {
+            unreachable!()
+        };
+        let read = store.workflow(&format!("w{num}")).unwrap().unwrap().start;
+        assert_eq!(read, written);
+    }
     drop(store);
     let mut store = open(location);
     assert_eq!(
@@ -194,6 +204,7 @@ fn counts_and_children(location: &Location) {
             entry: "child".into(),
             input: Vec::new(),
             started: num,
+            trace: None,
         })
     };
     let failed = |num: u64, kind: &str| Op::End {
@@ -394,6 +405,7 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
                      DROP INDEX workflows_finished; DROP INDEX workflows_module; \
                      ALTER TABLE workflows DROP COLUMN paused; DROP TABLE schedules; \
                      ALTER TABLE workflows DROP COLUMN run; DROP TABLE module_names; \
+                     ALTER TABLE workflows DROP COLUMN trace; \
                      INSERT INTO workflows (num, id, module, module_name, entry, input, started) \
                      VALUES (4, 'w4', 'm', 'm', 'main', x'', 0), \
                      (5, 'w5', 'm', 'm', 'other', x'', 0); \
@@ -410,12 +422,13 @@ fn a_store_from_before_kept_counts_counts_the_workflows_it_had_once_migrated() {
                      DROP INDEX workflows_finished; DROP INDEX workflows_module; \
                      ALTER TABLE workflows DROP COLUMN paused; DROP TABLE schedules; \
                      ALTER TABLE workflows DROP COLUMN run; DROP TABLE module_names; \
+                     ALTER TABLE workflows DROP COLUMN trace; \
                      DROP TRIGGER workflow_counts_started ON workflows; \
                      DROP TRIGGER workflow_counts_changed ON workflows; \
                      DROP TRIGGER workflow_counts_removed ON workflows; \
                      DROP FUNCTION workflow_counts_add; DROP FUNCTION workflow_counts_move; \
                      DROP INDEX tasks_call; ALTER TABLE tasks DROP COLUMN workflow, \
-                     DROP COLUMN tag, DROP COLUMN queued_at; \
+                     DROP COLUMN tag, DROP COLUMN queued_at, DROP COLUMN traceparent; \
                      INSERT INTO workflows (num, id, module, module_name, entry, input, \
                      started, root) VALUES (4, 'w4', 'm', 'm', 'main', '', 0, 4), \
                      (5, 'w5', 'm', 'm', 'other', '', 0, 5); \
@@ -604,6 +617,7 @@ fn a_page_by_id_prefix_holds_exactly_the_workflows_whose_ids_start_so() {
                 entry: "main".into(),
                 input: Vec::new(),
                 started: num,
+                trace: None,
             })
         };
         let mut ops = vec![Op::Module {
@@ -817,6 +831,7 @@ fn pruned(location: &Location) {
             entry: "main".into(),
             input: Vec::new(),
             started: num,
+            trace: None,
         })
     };
     let ended = |num: u64, at: u64| Op::End {

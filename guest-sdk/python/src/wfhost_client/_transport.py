@@ -55,6 +55,7 @@ class Transport:
         retry_for: float,
         verify: Any = True,
         user_agent: str,
+        traceparent: Optional[str] = None,
     ):
         base = url.rstrip("/")
         if not (base.startswith("http://") or base.startswith("https://")):
@@ -65,6 +66,8 @@ class Transport:
         headers = {"user-agent": user_agent}
         if token:
             headers["authorization"] = f"Bearer {token}"
+        if traceparent is not None:
+            headers["traceparent"] = check_traceparent(traceparent)
         self.base = base
         self.timeout = timeout
         self.retry_for = retry_for
@@ -87,12 +90,16 @@ class Transport:
         wait: float = 0.0,
         safe: bool = True,
         retry_for: Optional[float] = None,
+        traceparent: Optional[str] = None,
     ) -> httpx.Response:
         """The answer to one call that is not a refusal; raises the refusal's error otherwise.
         `safe`: doing it twice is doing it once (a read, a start with an id, a cancel).
-        `retry_for`: this call's own time to ask again (the client's by default)."""
+        `retry_for`: this call's own time to ask again (the client's by default).
+        `traceparent`: this call's W3C trace context, in place of the client's."""
         content = raw
         headers = {}
+        if traceparent is not None:
+            headers["traceparent"] = check_traceparent(traceparent)
         if body is not NOTHING:
             content = json.dumps(body).encode()
         if content is not None:
@@ -140,6 +147,14 @@ class Transport:
                 raise failure
             time.sleep(again)
             pause = min(pause * 2, LONGEST_PAUSE)
+
+
+def check_traceparent(traceparent: Any) -> str:
+    """`traceparent` if it is a string (sent as the `traceparent` header; the server reads it
+    as W3C Trace Context says, and ignores one it cannot read)."""
+    if not isinstance(traceparent, str):
+        raise TypeError(f"a traceparent is a string, not {type(traceparent).__name__}")
+    return traceparent
 
 
 def _param(value: Any) -> str:

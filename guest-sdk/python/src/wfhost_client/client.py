@@ -34,7 +34,11 @@ class Client:
     `token`: the server's token (`--token-file`), sent with every call. `timeout`: how long a
     call may take, its waits excepted. `retry_for`: how long a call keeps asking again a server
     that is starting or restarting (0: never). `verify`: TLS verification (`False`, or the
-    path of a CA bundle for a server's own certificate).
+    path of a CA bundle for a server's own certificate). `traceparent`: a W3C trace context
+    (`00-<trace id>-<span id>-<flags>`) sent as the `traceparent` header with every call, so
+    that a traced server (`wfhost serve --otlp-endpoint`) makes its spans, and the workflows
+    started, children of the caller's span; `start(..., traceparent=...)` gives one call its
+    own. A server ignores one it cannot read.
     """
 
     def __init__(
@@ -45,6 +49,7 @@ class Client:
         timeout: float = DEFAULT_TIMEOUT,
         retry_for: float = DEFAULT_RETRY_FOR,
         verify: Any = True,
+        traceparent: Optional[str] = None,
     ):
         self._api = Transport(
             url,
@@ -53,6 +58,7 @@ class Client:
             retry_for=retry_for,
             verify=verify,
             user_agent=f"wfhost-client-python/{__version__}",
+            traceparent=traceparent,
         )
 
     @property
@@ -103,6 +109,7 @@ class Client:
         *,
         id: Optional[str] = None,
         wait: Optional[Wait] = None,
+        traceparent: Optional[str] = None,
     ) -> Workflow:
         """Starts entry point `entry` of `module` (its hash, a name it was stored under: the
         name's latest version, or `name@version`; `NotFound` for an unknown one) with `input`
@@ -112,7 +119,8 @@ class Client:
         or `"30s"`; at most 55 s, one request's), also waits that long for it to end, in the
         same request: the workflow then holds its `result` (or `error`) when it ended in time.
         A start that waits without an id gets one made here (`wf-` and a UUID), so that it is
-        safe to ask again."""
+        safe to ask again. `traceparent` (in place of the client's): the W3C trace context the
+        workflow joins, as a child of the caller's span, on a traced server."""
         params = None
         waited = 0.0
         if wait is not None:
@@ -126,7 +134,13 @@ class Client:
         if id is not None:
             body["id"] = id
         answer = self._api.call(
-            "POST", "/v1/workflows", body=body, params=params, wait=waited, safe=id is not None
+            "POST",
+            "/v1/workflows",
+            body=body,
+            params=params,
+            wait=waited,
+            safe=id is not None,
+            traceparent=traceparent,
         ).json()
         return Workflow.of(answer["workflow"], new=answer["new"])
 
@@ -138,13 +152,14 @@ class Client:
         *,
         id: Optional[str] = None,
         wait: Wait = 60.0,
+        traceparent: Optional[str] = None,
     ) -> Any:
-        """Starts a workflow and waits for its result: the value it returned. Raises
-        `WorkflowFailed` or `WorkflowCancelled` as it ended, `StillRunning` when it had not
-        ended within `wait`."""
+        """Starts a workflow (as `start`, `traceparent` too) and waits for its result: the
+        value it returned. Raises `WorkflowFailed` or `WorkflowCancelled` as it ended,
+        `StillRunning` when it had not ended within `wait`."""
         total = _seconds(wait)
         deadline = time.monotonic() + total
-        workflow = self.start(module, entry, input, id=id, wait=total)
+        workflow = self.start(module, entry, input, id=id, wait=total, traceparent=traceparent)
         left = deadline - time.monotonic()
         if not workflow.is_finished and workflow.status != "damaged" and left > 0:
             workflow = self.wait(workflow.id, wait=left)

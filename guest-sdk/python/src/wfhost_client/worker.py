@@ -5,7 +5,8 @@ A worker long-polls the server for tasks of the functions registered with it, ru
 thread of its own (at most `concurrency` at once), heartbeats each while it runs so that it
 keeps it, and answers with the function's result or error. The call's idempotency key and the
 task's attempt come with the task: the key is the same for every delivery of one call, also
-after the host restarts, so do the effect once per key.
+after the host restarts, so do the effect once per key. A traced server
+(`wfhost serve --otlp-endpoint`) gives the call's trace context too (`task.traceparent`).
 """
 
 from __future__ import annotations
@@ -67,6 +68,12 @@ class Task:
     moved_on: threading.Event = field(default_factory=threading.Event, repr=False)
     """Set when the task moved on (its deadline passed and another worker has it) or the
     worker stops without waiting for it: a long function may look, and stop early."""
+    traceparent: Optional[str] = None
+    """The W3C trace context of the call (`00-<trace id>-<span id>-<flags>`), the span of the
+    workflow's call, when the server is traced (`wfhost serve --otlp-endpoint`); None otherwise.
+    Continue the trace: make your spans children of it, e.g. with OpenTelemetry's
+    TraceContext propagator (`TraceContextTextMapPropagator().extract({"traceparent":
+    task.traceparent})`)."""
 
 
 class Worker:
@@ -228,6 +235,7 @@ class Worker:
                 idempotency_key=data.get("idempotency_key"),
                 attempt=data.get("attempt", 1),
                 deadline=datetime.fromtimestamp(data["deadline_ms"] / 1000, tz=timezone.utc),
+                traceparent=data.get("traceparent"),
             )
             self._leased(task, data)
             if self._stopping.is_set():

@@ -54,10 +54,14 @@ impl Target {
         self.server.is_some() && self.store.is_none()
     }
 
-    /// A client of them.
+    /// A client of them. A `TRACEPARENT` in the environment (OpenTelemetry's carrier: a traced
+    /// script's span) is the parent of the runs it starts.
     pub fn client(&self) -> anyhow::Result<Client> {
         let location = self.location()?;
         let mut client = Client::open(location);
+        if let Ok(parent) = std::env::var("TRACEPARENT") {
+            client = client.traced(&parent);
+        }
         if self.is_server() {
             if let Some(token) = token(self.token_file.as_deref())? {
                 client = client.with_token(&token);

@@ -75,6 +75,14 @@ pub struct ServeCommand {
     #[command(flatten)]
     workers_fns: crate::args::outbound::WorkerFunctionArgs,
 
+    /// Export traces over OTLP (HTTP, protobuf) to the OpenTelemetry collector at this address
+    /// (http://HOST:4318; `/v1/traces` is added): a span for each workflow run, step and call
+    /// (host functions, HTTP, worker tasks, which get the call's `traceparent`), and for each
+    /// API request, a child of the request's `traceparent`. The SDK's OTEL_* variables
+    /// (OTEL_SERVICE_NAME, OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER, ...) apply.
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+
     /// The settings it runs with, in words (set after parsing; logged at start).
     #[arg(skip)]
     settings: String,
@@ -90,6 +98,7 @@ impl ServeCommand {
     /// token and TLS files can be read.
     pub fn check(&self) -> anyhow::Result<()> {
         self.consistent()?;
+        crate::traces::configured(self.otlp_endpoint.as_deref())?;
         self.http.check(self.limits.max_module_size())
     }
 
@@ -114,8 +123,16 @@ impl ServeCommand {
             None => eprintln!("wfhost serve: settings: {}", self.settings),
         }
         let metrics = Metrics::new();
+        // Dropped last: what is left of the traces is sent once the host has stopped.
+        let exporter = match crate::traces::configured(self.otlp_endpoint.as_deref())? {
+            Some(url) => Some(crate::traces::Exporter::start(&url)?),
+            None => None,
+        };
         let tasks = self.workers_fns.tasks(&self.store)?;
         let mut api = self.http.api(&metrics, self.limits.max_module_size())?;
+        if let Some(exporter) = &exporter {
+            api = api.map(|api| api.tracer(exporter.tracer()));
+        }
         if let Some(tasks) = &tasks {
             if let Some(with) = api.take() {
                 api = Some(self.workers_fns.api(with, tasks)?);
@@ -147,7 +164,7 @@ impl ServeCommand {
         let mut hosts = 0u32;
         let served = server.run(|| {
             let host = self
-                .build(&metrics, tasks.as_ref())
+                .build(&metrics, tasks.as_ref(), exporter.as_ref())
                 .map_err(|e| wfhost::Error::new(wfhost::ErrorKind::Config, format!("{e:#}")))?;
             if hosts > 0 {
                 eprintln!("wfhost serve: the store was lost; starting again as a new host");
@@ -170,6 +187,7 @@ impl ServeCommand {
         &self,
         metrics: &Metrics,
         tasks: Option<&wfhost::tasks::Tasks>,
+        exporter: Option<&crate::traces::Exporter>,
     ) -> anyhow::Result<Host> {
         let builder = crate::args::host::builder(
             self.workers,
@@ -177,7 +195,10 @@ impl ServeCommand {
             &self.cache,
             Some((&self.store, &self.durability)),
         )?;
-        let builder = self.workers_fns.apply(builder, tasks);
+        let mut builder = self.workers_fns.apply(builder, tasks);
+        if let Some(exporter) = exporter {
+            builder = builder.tracer(exporter.tracer());
+        }
         crate::args::host::build(builder.metrics(metrics))
     }
 }

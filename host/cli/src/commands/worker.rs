@@ -31,7 +31,8 @@ const STDERR_TAIL: usize = 2_000;
 /// (JSON; nothing is null) is the result. A non-zero exit is an error the workflow may retry,
 /// with the end of stderr as its message; exit 100 is an error not worth retrying. The command
 /// also gets WFHOST_FUNCTION, WFHOST_TASK, WFHOST_ATTEMPT and WFHOST_IDEMPOTENCY_KEY (do the
-/// effect once per key). While it runs, the worker heartbeats the task; if the task moves on
+/// effect once per key), and TRACEPARENT when the server is traced (the call's span: the parent
+/// of the command's spans). While it runs, the worker heartbeats the task; if the task moves on
 /// (the server gave it to another worker), the command is killed.
 ///
 ///     wfhost worker --server http://127.0.0.1:8080 --function email.send -- ./send-email.sh
@@ -171,7 +172,13 @@ fn run(shared: &RunnerContext, task: &TaskJson) -> Option<CompleteRequest> {
             next: None,
         })
     };
-    let mut child = match Command::new(&shared.command[0])
+    let mut command = Command::new(&shared.command[0]);
+    // The call's span, as OpenTelemetry's environment carrier names it; never the worker's own.
+    match &task.traceparent {
+        Some(parent) => command.env("TRACEPARENT", parent),
+        None => command.env_remove("TRACEPARENT"),
+    };
+    let mut child = match command
         .args(&shared.command[1..])
         .env("WFHOST_FUNCTION", &task.function)
         .env("WFHOST_TASK", &task.task)

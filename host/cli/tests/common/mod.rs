@@ -38,12 +38,18 @@ pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// The binary, with a module cache of the tests' own rather than the user's.
+/// The binary, with a module cache of the tests' own rather than the user's, and none of the
+/// OpenTelemetry settings of the environment the tests run in (a test that traces sets its own).
 pub fn wfhost() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_wfhost"));
     command.env_remove("RUST_LOG").env(
         "WFHOST_MODULE_CACHE",
         std::env::temp_dir().join("wfhost-tests-module-cache"),
     );
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("OTEL_") {
+            command.env_remove(name);
+        }
+    }
     command
 }

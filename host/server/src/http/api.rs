@@ -85,6 +85,7 @@ impl Api {
                 tasks: None,
                 worker_tokens: Vec::new(),
                 workers: Arc::default(),
+                tracer: None,
             }),
         }
     }
@@ -104,6 +105,7 @@ impl Api {
             tasks: shared.tasks.clone(),
             worker_tokens: shared.worker_tokens.clone(),
             workers: Arc::clone(&shared.workers),
+            tracer: shared.tracer.clone(),
         });
         change(&mut state);
         Api {
@@ -171,6 +173,19 @@ impl Api {
     pub fn metrics(self, metrics: &Metrics) -> Api {
         let metrics = metrics.clone();
         self.with(|state| state.metrics = Some(metrics))
+    }
+
+    /// Records a span of `tracer`'s for each request to `/v1/` (`POST /v1/workflows`, of kind
+    /// server), a child of the request's W3C `traceparent` if it has one: the runs of the
+    /// workflows a request starts are children of its span (with the host's
+    /// [`HostBuilder::tracer`](wfhost::HostBuilder::tracer)). Default: none.
+    pub fn tracer<T>(self, tracer: T) -> Api
+    where
+        T: opentelemetry::trace::Tracer + Send + Sync + 'static,
+        T::Span: Send + Sync + 'static,
+    {
+        let tracer = Arc::new(opentelemetry::global::BoxedTracer::new(Box::new(tracer)));
+        self.with(|state| state.tracer = Some(tracer))
     }
 
     /// The largest JSON body a route takes, in bytes ([`DEFAULT_MAX_BODY`]); past it, `413`.
@@ -314,7 +329,16 @@ async fn admit(state: &AppState, mut request: Request, next: Next) -> Response {
     if announced.is_some_and(|length| length > limit as u64) {
         return super::extract::too_large().into_response();
     }
-    next.run(request).await
+    // Admitted: traced from here (a refused request is no span of anyone's trace).
+    let span = state
+        .tracer
+        .as_deref()
+        .and_then(|tracer| super::traces::RequestSpan::start(tracer, &mut request));
+    let response = next.run(request).await;
+    if let Some(span) = span {
+        span.end(&response);
+    }
+    response
 }
 
 /// `401`, and the connection closed: a client without the token keeps none.

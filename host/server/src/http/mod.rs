@@ -41,6 +41,7 @@ mod listen;
 mod openapi;
 mod routes;
 mod state;
+mod traces;
 mod ui;
 mod workers;
 

@@ -35,6 +35,8 @@ pub(crate) struct AppState {
     pub(crate) worker_tokens: Vec<([u8; 32], WorkerScope)>,
     /// The workers seen polling, and how their completions went.
     pub(crate) workers: Arc<super::workers::Workers>,
+    /// The tracer of the requests' spans ([`Api::tracer`](super::Api::tracer)).
+    pub(crate) tracer: Option<Arc<opentelemetry::global::BoxedTracer>>,
 }
 
 /// The functions a worker's own token serves: set on a request that came with one.

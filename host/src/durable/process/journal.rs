@@ -220,6 +220,7 @@ impl DurableProcess {
             entry: spawn.entry.clone(),
             input: postcard::to_allocvec(&spawn.input).unwrap_or_default(),
             started: at,
+            trace: self.run_traceparent(),
         }));
         Some((child, id, hash))
     }

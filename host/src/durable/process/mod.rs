@@ -89,6 +89,9 @@ pub(crate) struct DurableProcess {
     /// Its entry point was started already ([`start_now`](Self::start_now)): `init` has nothing
     /// left to run.
     started: bool,
+    /// In a traced host: its run's span (`trace.rs`), from its first live step here until it
+    /// ends or leaves the host.
+    run: Option<Box<crate::trace::RunSpan>>,
 }
 
 impl DurableProcess {
@@ -126,6 +129,46 @@ impl DurableProcess {
             ended: false,
             reserved: None,
             started: false,
+            run: None,
+        }
+    }
+
+    /// In a traced host, its run's span is a child of `parent` (a `traceparent`), started at
+    /// `started` (milliseconds since the epoch) unless it is `resumed` (taken up after a
+    /// restart, or from another host), when it takes its first live step here.
+    pub(crate) fn traced(
+        mut self,
+        parent: Option<&str>,
+        entry: &str,
+        started: (Option<u64>, bool),
+    ) -> DurableProcess {
+        if self.durable.traces().is_some() {
+            self.run = Some(Box::new(crate::trace::RunSpan::new(parent, entry, started)));
+        }
+        self
+    }
+
+    /// The `traceparent` of its run's span, once it has one: its children's runs are the
+    /// span's children.
+    pub(crate) fn run_traceparent(&self) -> Option<String> {
+        self.run.as_ref().and_then(|run| run.traceparent())
+    }
+
+    /// Starts its run's span if a call it waits for is made again now (re-armed after a
+    /// restart, before any live step): the call's span is the run's child.
+    fn trace_rearmed(&mut self, rearmed: &[Yield]) {
+        if let (Some(run), Some(traces)) = (self.run.as_mut(), self.durable.traces()) {
+            if rearmed.iter().any(|y| y.command.call().is_some()) {
+                run.live(traces, self.pid);
+            }
+        }
+    }
+
+    /// Ends its run's span, if it has one: ended with `error`, or ok (`Some(None)`), or
+    /// (`None`) left for another run of it (the host stops, or lets it go).
+    fn end_run(&mut self, outcome: Option<Option<&str>>) {
+        if let (Some(run), Some(traces)) = (self.run.as_mut(), self.durable.traces()) {
+            run.end(traces, (self.pid, &self.id, &self.module), outcome);
         }
     }
 
@@ -354,6 +397,7 @@ impl Process for DurableProcess {
             self.recovering = false;
             let standing = std::mem::take(&mut self.standing);
             self.rearm_these(standing, &mut rearmed);
+            self.trace_rearmed(&rearmed);
             let (status, receive) = self.last.clone().unwrap_or((Status::Continue, 0));
             // Its events wait for its next step, which restores it.
             self.answer_from_journal(events, out, (status, receive), rearmed);
@@ -370,6 +414,7 @@ impl Process for DurableProcess {
                 None => self.last.take(),
             };
             self.rearm(&mut rearmed);
+            self.trace_rearmed(&rearmed);
             if let Some((status, receive)) = last {
                 let new = events.len() > 0;
                 if !new {
@@ -387,14 +432,25 @@ impl Process for DurableProcess {
         }
         self.events.clear();
         let mut stashed = std::mem::take(&mut self.stash);
-        if stashed.is_empty() {
+        let span = match (self.run.as_mut(), self.durable.traces()) {
+            (Some(run), Some(traces)) => {
+                let run = run.live(traces, self.pid);
+                Some(traces.step(run, self.seq + 1, stashed.len() + events.len()))
+            }
+            _ => None,
+        };
+        let stepped = if stashed.is_empty() {
             self.events.extend(events.as_slice().iter().cloned());
-            self.inner.step(events, out)?;
+            self.inner.step(events, out)
         } else {
             stashed.extend(events.as_slice().iter().cloned());
             self.events.extend(stashed.iter().cloned());
-            self.inner.step(Events::new(&mut stashed), out)?;
+            self.inner.step(Events::new(&mut stashed), out)
+        };
+        if let Some(span) = span {
+            crate::trace::end_step(span, out, stepped.as_ref().err());
         }
+        stepped?;
         self.rearmed = rearmed.len();
         if !rearmed.is_empty() {
             out.yields.splice(0..0, rearmed);
@@ -411,6 +467,11 @@ impl Process for DurableProcess {
             return;
         }
         self.ended = true;
+        let failure = result
+            .as_ref()
+            .err()
+            .map(|error| error.message().to_string());
+        self.end_run(Some(failure.as_deref()));
         let ending = match result {
             Ok(payload) => Ending::Done(postcard::to_allocvec(payload).unwrap_or_default()),
             Err(error) => Ending::Failed {
@@ -435,6 +496,7 @@ impl Process for DurableProcess {
     }
 
     fn close(&mut self) {
+        self.end_run(None);
         self.durable.ids.remove(self.pid);
         self.inner.close();
     }
@@ -442,6 +504,8 @@ impl Process for DurableProcess {
 
 impl Drop for DurableProcess {
     fn drop(&mut self) {
+        // Neither ended nor closed (the scheduler does one or the other to what it ran).
+        self.end_run(None);
         let Some(child) = self.reserved.take() else {
             return;
         };

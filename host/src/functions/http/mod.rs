@@ -124,7 +124,12 @@ impl HttpClient {
                     )
                 })?;
                 let response = client
-                    .send(request, info.idempotency_key, info.attempt)
+                    .send(
+                        request,
+                        info.idempotency_key,
+                        info.attempt,
+                        info.traceparent,
+                    )
                     .await?;
                 Payload::encode(input.encoding, &response).map_err(|e| {
                     CommandError::new(
@@ -194,6 +199,7 @@ impl HttpClient {
         request: HttpRequest,
         key: Option<String>,
         attempt: u32,
+        traceparent: Option<String>,
     ) -> Result<HttpResponse, CommandError> {
         let invalid = |why: String| CommandError::new(ErrorKind::InvalidInput, why);
         let mut url = Url::parse(&request.url)
@@ -237,6 +243,14 @@ impl HttpClient {
                     HeaderName::from_static("wfhost-attempt"),
                     HeaderValue::from(attempt),
                 );
+            }
+        }
+        // The call's span, as the parent of what the server does with it (W3C Trace Context),
+        // unless the workflow gives a trace of its own.
+        let name = HeaderName::from_static("traceparent");
+        if let Some(parent) = traceparent.filter(|_| !headers.contains_key(&name)) {
+            if let Ok(value) = HeaderValue::from_str(&parent) {
+                headers.insert(name, value);
             }
         }
         let limit = request

@@ -286,7 +286,7 @@ impl PgStore {
             };
             let rows = conn.query(
                 "INSERT INTO workflows (num, id, parent, module, module_name, entry, input, \
-                 started, root, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $1, $9) \
+                 started, root, owner, trace) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $1, $9, $10) \
                  ON CONFLICT (id) DO NOTHING RETURNING num",
                 &[
                     &num,
@@ -298,6 +298,7 @@ impl PgStore {
                     &workflow.input,
                     &started,
                     &owner,
+                    &workflow.trace,
                 ],
             )?;
             if !rows.is_empty() && owner.is_none() {

@@ -30,7 +30,7 @@ macro_rules! workflow_columns {
          error_kind, error, finished, \
          coalesce((SELECT max(seq) FROM steps s WHERE s.num = w.num), 0), cancel, damaged, \
          (SELECT count(*) FROM messages m WHERE m.receiver = w.num AND m.refused IS NULL), \
-         owner, paused, run"
+         owner, paused, run, trace"
     };
 }
 
@@ -46,6 +46,7 @@ fn workflow_row(row: &Row) -> Workflow {
             entry: row.get(5),
             input: row.get(6),
             started: uint(row.get(7)),
+            trace: row.get(20),
         },
         state,
         ending: Ending::from_columns(state, row.get(9), row.get(10), row.get(11)),

@@ -57,7 +57,8 @@ impl PgStore {
             }
             conn.query(
                 "INSERT INTO workflows (num, id, parent, module, module_name, entry, input, \
-                 started, root, owner, run) VALUES ($1, $2, NULL, $3, $4, $5, $6, $7, $1, NULL, $8)",
+                 started, root, owner, run, trace) \
+                 VALUES ($1, $2, NULL, $3, $4, $5, $6, $7, $1, NULL, $8, $9)",
                 &[
                     &num,
                     &w.id,
@@ -67,6 +68,7 @@ impl PgStore {
                     &w.input,
                     &started,
                     &run,
+                    &w.trace,
                 ],
             )?;
             for (seq, at, record) in &steps {

@@ -289,6 +289,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX module_names_hash ON module_names (hash);
     ",
+    // 16: the span a workflow's runs are children of (a W3C `traceparent`), for its traces; a
+    // task's call's span, handed to its worker.
+    "
+    ALTER TABLE workflows ADD COLUMN trace TEXT;
+    ALTER TABLE tasks ADD COLUMN traceparent TEXT;
+    ",
 ];
 
 /// The error a commit fails with when its host lost its lease (`wfhost.mark`).

@@ -191,6 +191,7 @@ impl PgTaskBoard {
         function: Arc<str>,
         input: Payload,
         key: Option<String>,
+        traceparent: Option<String>,
     ) -> Result<Payload, CommandError> {
         let host = self.host.load(Ordering::Acquire);
         if host == 0 {
@@ -230,8 +231,8 @@ impl PgTaskBoard {
         let client = self.client().await.map_err(|e| unavailable("a call", e))?;
         client
             .query_one(
-                "WITH t AS (INSERT INTO tasks (id, host, function, input, encoding, key) \
-                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING id) \
+                "WITH t AS (INSERT INTO tasks (id, host, function, input, encoding, key, \
+                 traceparent) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id) \
                  SELECT id, pg_notify('wfhost_task_new', $3) FROM t",
                 &[
                     &id,
@@ -240,6 +241,7 @@ impl PgTaskBoard {
                     &&input.bytes[..],
                     &encoding_code(input.encoding),
                     &key,
+                    &traceparent,
                 ],
             )
             .await
@@ -266,6 +268,7 @@ impl PgTaskBoard {
         function: Arc<str>,
         input: Payload,
         key: Option<String>,
+        traceparent: Option<String>,
         (workflow, tag): (u64, u64),
     ) -> Result<Payload, CommandError> {
         // Tags and numbers past i64 never reach here (the host refuses such yields).
@@ -278,7 +281,10 @@ impl PgTaskBoard {
         // over answers the call. It waits instead (the host's shutdown drops it).
         let mut wait = Duration::from_millis(50);
         let (id, inserted) = loop {
-            match self.take_call(&function, &input, &key, workflow, tag).await {
+            match self
+                .take_call(&function, &input, (&key, &traceparent), workflow, tag)
+                .await
+            {
                 Ok(Some(row)) => break row,
                 Ok(None) => {
                     return Err(CommandError::new(
@@ -355,7 +361,7 @@ impl PgTaskBoard {
         &self,
         function: &str,
         input: &Payload,
-        key: &Option<String>,
+        (key, traceparent): (&Option<String>, &Option<String>),
         workflow: i64,
         tag: i64,
     ) -> Result<Option<(i64, bool)>, String> {
@@ -367,11 +373,12 @@ impl PgTaskBoard {
         let row = client
             .query_opt(
                 "WITH t AS (INSERT INTO tasks (id, host, function, input, encoding, key, \
-                   workflow, tag) \
-                   SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE EXISTS \
+                   workflow, tag, traceparent) \
+                   SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE EXISTS \
                      (SELECT 1 FROM workflows w WHERE w.num = $7 AND w.owner = $2) \
                    ON CONFLICT (workflow, tag) WHERE workflow IS NOT NULL \
-                   DO UPDATE SET host = excluded.host RETURNING id, xmax = 0 AS inserted) \
+                   DO UPDATE SET host = excluded.host, traceparent = excluded.traceparent \
+                   RETURNING id, xmax = 0 AS inserted) \
                  SELECT id, inserted, pg_notify('wfhost_task_new', $3) FROM t",
                 &[
                     &token().max(1),
@@ -382,6 +389,7 @@ impl PgTaskBoard {
                     key,
                     &workflow,
                     &tag,
+                    traceparent,
                 ],
             )
             .await
@@ -519,7 +527,7 @@ impl PgTaskBoard {
                        ORDER BY t.seq LIMIT 1 FOR UPDATE OF t SKIP LOCKED) \
                      RETURNING id, function, input, encoding, key, attempt, \
                        (extract(epoch FROM deadline) * 1000)::bigint, \
-                       (extract(epoch FROM now() - queued_at) * 1000)::bigint",
+                       (extract(epoch FROM now() - queued_at) * 1000)::bigint, traceparent",
                     &[&functions, &token, &(timeout_ms as f64)],
                 )
                 .await
@@ -541,7 +549,8 @@ impl PgTaskBoard {
                     )
                     .waited(Duration::from_millis(
                         u64::try_from(row.get::<_, i64>(7)).unwrap_or(0),
-                    )),
+                    ))
+                    .traceparent(row.get(8)),
                 ));
             }
             let now = tokio::time::Instant::now();

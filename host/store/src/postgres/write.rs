@@ -94,6 +94,7 @@ struct Starts<'a> {
     entry: Vec<Text<'a>>,
     input: Vec<&'a [u8]>,
     started: Vec<i64>,
+    trace: Vec<Option<&'a str>>,
     /// The nearest ancestor not started in this batch (itself, for a top-level workflow): its
     /// tree is the workflow's.
     root_of: Vec<i64>,
@@ -123,6 +124,7 @@ impl<'a> Starts<'a> {
         self.entry.push(text(&w.entry));
         self.input.push(&w.input);
         self.started.push(int(w.started, "time")?);
+        self.trace.push(w.trace.as_deref());
         Ok(())
     }
 
@@ -150,6 +152,7 @@ impl<'a> Starts<'a> {
                 &self.started,
                 &self.root_of,
                 owner,
+                &self.trace,
             ],
         );
     }
@@ -379,14 +382,14 @@ impl<'p> Pipeline<'p> {
 macro_rules! starts {
     () => {
         "INSERT INTO workflows (num, id, parent, module, module_name, entry, input, \
-     started, root, owner) \
+     started, root, owner, trace) \
      SELECT t.num, t.id, t.parent, t.module, t.module_name, t.entry, t.input, \
      t.started, CASE WHEN t.root_of = t.num THEN t.num ELSE \
      coalesce((SELECT w.root FROM workflows w WHERE w.num = t.root_of), t.root_of) \
-     END, $10 \
+     END, $10, t.trace \
      FROM unnest($1::int8[], $2::text[], $3::int8[], $4::text[], $5::text[], \
-     $6::text[], $7::bytea[], $8::int8[], $9::int8[]) \
-     AS t(num, id, parent, module, module_name, entry, input, started, root_of)"
+     $6::text[], $7::bytea[], $8::int8[], $9::int8[], $11::text[]) \
+     AS t(num, id, parent, module, module_name, entry, input, started, root_of, trace)"
     };
 }
 
@@ -873,6 +876,7 @@ mod tests {
             entry: String::new(),
             input: Vec::new(),
             started: 0,
+            trace: None,
         };
         let ops = vec![
             Op::StartOnce(start(1, None)),

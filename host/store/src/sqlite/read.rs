@@ -19,7 +19,7 @@ const WORKFLOW_COLUMNS: &str = "num, id, parent, module, module_name, entry, inp
          coalesce((SELECT max(seq) FROM log l WHERE l.num = workflows.num), 0)), \
      cancel, damaged, \
      (SELECT count(*) FROM messages m WHERE m.receiver = workflows.num AND m.refused IS NULL), \
-     paused, run";
+     paused, run, trace";
 
 fn module_name(row: &rusqlite::Row<'_>) -> rusqlite::Result<ModuleName> {
     Ok(ModuleName {
@@ -42,6 +42,7 @@ fn workflow_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Workflow> {
             entry: row.get(5)?,
             input: row.get(6)?,
             started: row.get::<_, i64>(7)? as u64,
+            trace: row.get(19)?,
         },
         state,
         ending: Ending::from_columns(state, row.get(9)?, row.get(10)?, row.get(11)?),

@@ -201,6 +201,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ) WITHOUT ROWID;
     CREATE INDEX module_names_hash ON module_names(hash);
     ",
+    // 16: the span a workflow's runs are children of (a W3C `traceparent`), for its traces.
+    "
+    ALTER TABLE workflows ADD COLUMN trace TEXT;
+    ",
 ];
 
 /// The version this build writes.

@@ -116,7 +116,7 @@ fn write(tx: &rusqlite::Transaction<'_>, op: &Op, elided: &HashSet<u64>) -> rusq
 fn write_start(tx: &rusqlite::Transaction<'_>, w: &NewWorkflow) -> rusqlite::Result<()> {
     tx.prepare_cached(
         "INSERT INTO workflows (num, id, parent, module, module_name, entry, input, \
-         started) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+         started, trace) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?
     .execute(params![
         int(w.num)?,
@@ -126,7 +126,8 @@ fn write_start(tx: &rusqlite::Transaction<'_>, w: &NewWorkflow) -> rusqlite::Res
         w.module_name,
         w.entry,
         w.input,
-        int(w.started)?
+        int(w.started)?,
+        w.trace
     ])?;
     Ok(())
 }

@@ -60,6 +60,8 @@ struct BoardTask {
     function: Arc<str>,
     input: Payload,
     key: Option<String>,
+    /// The call's span (W3C `traceparent`), for its worker.
+    traceparent: Option<String>,
     /// A durable workflow's call: the workflow's number and the call's tag.
     call: Option<(u64, u64)>,
     /// Deliveries so far.
@@ -169,7 +171,8 @@ impl BoardState {
             entry.attempt,
             wall(deadline),
         )
-        .waited(entry.queued.elapsed());
+        .waited(entry.queued.elapsed())
+        .traceparent(entry.traceparent.clone());
         (task, deadline)
     }
 
@@ -469,6 +472,7 @@ impl Board {
         function: Arc<str>,
         input: Payload,
         key: Option<String>,
+        traceparent: Option<String>,
         call: Option<(u64, u64)>,
     ) -> Result<Payload, CommandError> {
         // Answered before the host stopped, and kept: the answer, with no task.
@@ -498,6 +502,7 @@ impl Board {
                     function: Arc::clone(&function),
                     input,
                     key,
+                    traceparent,
                     call,
                     attempt: 0,
                     taken: None,
@@ -610,7 +615,14 @@ mod tests {
         let rt = runtime();
         let board = Board::start(TaskSettings::default());
         rt.block_on(async {
-            let call = board.call("charge".into(), json("7"), Some("w#3".into()), None);
+            let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+            let call = board.call(
+                "charge".into(),
+                json("7"),
+                Some("w#3".into()),
+                Some(parent.into()),
+                None,
+            );
             let mut call = std::pin::pin!(call);
             assert!(futures::poll!(call.as_mut()).is_pending());
             assert_eq!(board.counts(), (1, 0));
@@ -618,6 +630,7 @@ mod tests {
             let task = board.poll(&functions, Duration::ZERO).await.unwrap();
             assert_eq!((task.function.as_str(), task.attempt), ("charge", 1));
             assert_eq!(task.idempotency_key.as_deref(), Some("w#3"));
+            assert_eq!(task.traceparent.as_deref(), Some(parent));
             assert_eq!(task.input, json("7"));
             assert_eq!(board.counts(), (0, 1));
             board.complete(&task.task, Ok(json("\"ok\""))).unwrap();
@@ -645,7 +658,7 @@ mod tests {
             let poll = board.poll(&functions, Duration::from_secs(30));
             let mut poll = std::pin::pin!(poll);
             assert!(futures::poll!(poll.as_mut()).is_pending());
-            let call = board.call("charge".into(), json("1"), None, None);
+            let call = board.call("charge".into(), json("1"), None, None, None);
             let mut call = std::pin::pin!(call);
             assert!(futures::poll!(call.as_mut()).is_pending());
             let first = poll.await.unwrap();
@@ -681,7 +694,7 @@ mod tests {
         let rt = runtime();
         let board = Board::start(TaskSettings::default());
         rt.block_on(async {
-            let call = board.call("charge".into(), json("1"), Some("k".into()), None);
+            let call = board.call("charge".into(), json("1"), Some("k".into()), None, None);
             let mut call = std::pin::pin!(call);
             assert!(futures::poll!(call.as_mut()).is_pending());
             let functions = ["charge".to_string()];
@@ -709,7 +722,7 @@ mod tests {
         let board = Board::start(TaskSettings::default());
         rt.block_on(async {
             for n in 0..5_000u64 {
-                let call = board.call("idle".into(), json(&n.to_string()), None, None);
+                let call = board.call("idle".into(), json(&n.to_string()), None, None, None);
                 let mut call = Box::pin(call);
                 assert!(futures::poll!(call.as_mut()).is_pending());
             }
@@ -725,7 +738,7 @@ mod tests {
         let rt = runtime();
         let board = Board::start(TaskSettings::default());
         rt.block_on(async {
-            let call = board.call("charge".into(), json("1"), None, None);
+            let call = board.call("charge".into(), json("1"), None, None, None);
             let mut call = Box::pin(call);
             assert!(futures::poll!(call.as_mut()).is_pending());
             drop(call);

@@ -56,6 +56,9 @@ pub struct Task {
     /// How long the call waited for this delivery since it was made (its earlier deliveries
     /// included).
     pub waited: Duration,
+    /// The W3C `traceparent` of the call's span, when the host is traced: the worker's spans
+    /// for the task are its children.
+    pub traceparent: Option<String>,
 }
 
 impl Task {
@@ -78,6 +81,7 @@ impl Task {
             attempt,
             deadline,
             waited: Duration::ZERO,
+            traceparent: None,
         }
     }
 
@@ -85,6 +89,13 @@ impl Task {
     #[doc(hidden)]
     pub fn waited(mut self, waited: Duration) -> Task {
         self.waited = waited;
+        self
+    }
+
+    /// With the call's span. For the boards; not for applications.
+    #[doc(hidden)]
+    pub fn traceparent(mut self, traceparent: Option<String>) -> Task {
+        self.traceparent = traceparent;
         self
     }
 }

@@ -324,6 +324,7 @@ fn task_json(task: Task) -> TaskJson {
         deadline: rfc3339(task.deadline),
         deadline_ms: ms,
         lease_ms: lease_ms(task.deadline),
+        traceparent: task.traceparent,
     }
 }
 

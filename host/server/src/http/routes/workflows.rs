@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 use serde_json::value::RawValue;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -20,6 +20,7 @@ use crate::http::convert;
 use crate::http::error::ApiError;
 use crate::http::extract::{JsonBody, QueryParams, RawBody, WorkflowId};
 use crate::http::state::AppState;
+use crate::http::traces::Traced;
 use wfhost::store::{DEFAULT_PAGE, MAX_PAGE};
 use wfhost::{ListQuery, WorkflowState};
 
@@ -66,6 +67,7 @@ pub(super) fn check_hash(hash: &str) -> Result<(), ApiError> {
     ))]
 async fn start(
     State(state): State<Arc<AppState>>,
+    traced: Option<Extension<Traced>>,
     QueryParams(params): QueryParams<WaitParams>,
     JsonBody(start): JsonBody<StartRequest>,
 ) -> Result<(StatusCode, Json<StartedJson>), ApiError> {
@@ -82,6 +84,11 @@ async fn start(
     };
     let input = Payload::json_bytes(start.input.get().as_bytes().to_vec());
     let started = call(&state, Default::default(), move |client| {
+        // The run is a child of the request's span.
+        let client = match &traced {
+            Some(Extension(Traced(parent))) => client.traced(parent),
+            None => client,
+        };
         client.start_named(start.id.as_deref(), &start.module, &start.entry, &input)
     })
     .await?;
