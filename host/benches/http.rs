@@ -139,6 +139,16 @@ fn starts(rounds: usize, dir: &Path) {
     let mut direct = Vec::new();
     let mut http_latency = Vec::new();
     let mut direct_latency = Vec::new();
+    // Commits a start (each start's own and its workflow's one step and end), each side.
+    let (mut http_commits, mut direct_commits) = (Vec::new(), Vec::new());
+    let commits = || {
+        metrics
+            .encode_text()
+            .lines()
+            .find_map(|line| line.strip_prefix("wfhost_journal_commits_total "))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
     // For profiling one side alone: WFHOST_BENCH_ONLY=http or library.
     let only = std::env::var("WFHOST_BENCH_ONLY").unwrap_or_default();
     for _ in 0..rounds {
@@ -146,6 +156,7 @@ fn starts(rounds: usize, dir: &Path) {
         if only == "library" {
             over_http.push(f64::NAN);
         } else {
+            let before = commits();
             let (rate, latencies) = drive(clients, total, |client, n| {
                 let start = wfhost_client::wire::StartRequest {
                     id: Some(format!("h{r}-{n}")),
@@ -158,11 +169,13 @@ fn starts(rounds: usize, dir: &Path) {
             });
             over_http.push(rate);
             http_latency.extend(latencies);
+            http_commits.push((commits() - before) / total as f64);
         }
         if only == "http" {
             direct.push(f64::NAN);
             continue;
         }
+        let before = commits();
         let (rate, latencies) = drive(clients, total, |_, n| {
             let started = library
                 .start_stored(Some(&format!("d{r}-{n}")), &module, "echo", &input)
@@ -171,16 +184,20 @@ fn starts(rounds: usize, dir: &Path) {
         });
         direct.push(rate);
         direct_latency.extend(latencies);
+        direct_commits.push((commits() - before) / total as f64);
     }
     let (h, d) = (median(over_http), median(direct));
     println!(
         "starts: {clients} clients, {total} a round: http {h:.0}/s (p50 {:.2} ms, p99 {:.2} ms), \
-         library {d:.0}/s (p50 {:.2} ms, p99 {:.2} ms); http/library {:.2}",
+         library {d:.0}/s (p50 {:.2} ms, p99 {:.2} ms); http/library {:.2}; commits a start: \
+         http {:.3}, library {:.3}",
         percentile(http_latency.clone(), 0.5) * 1e3,
         percentile(http_latency, 0.99) * 1e3,
         percentile(direct_latency.clone(), 0.5) * 1e3,
         percentile(direct_latency, 0.99) * 1e3,
         h / d,
+        median(http_commits),
+        median(direct_commits),
     );
     serving.stop();
     host.shutdown(Duration::from_secs(5));

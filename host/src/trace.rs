@@ -180,12 +180,13 @@ impl RunSpan {
     }
 }
 
-/// A span's error message: at most [`MAX_MESSAGE`] bytes of `message`.
+/// A span's error message: `message`, cut to at most [`MAX_MESSAGE`] bytes (`...` ends a cut
+/// one).
 fn capped(message: &str) -> String {
     if message.len() <= MAX_MESSAGE {
         return message.to_string();
     }
-    let mut end = MAX_MESSAGE;
+    let mut end = MAX_MESSAGE - 3;
     while !message.is_char_boundary(end) {
         end -= 1;
     }
@@ -287,6 +288,19 @@ pub(crate) fn run_traceparent(run: &Context) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_is_cut_at_a_character_within_its_bytes() {
+        assert_eq!(capped("short"), "short");
+        let long = "é".repeat(200);
+        let cut = capped(&long);
+        assert!(
+            cut.len() <= MAX_MESSAGE && cut.ends_with("..."),
+            "{}",
+            cut.len()
+        );
+        assert!(long.starts_with(cut.trim_end_matches("...")));
+    }
 
     #[test]
     fn a_traceparent_is_read_as_the_w3c_format_says() {

@@ -39,24 +39,56 @@ pub(crate) fn traces_url(endpoint: &str) -> anyhow::Result<String> {
     Ok(url.to_string())
 }
 
-/// Where traces go, from `--otlp-endpoint` (`flag`, which clap fills from
-/// `OTEL_EXPORTER_OTLP_ENDPOINT` when it is not given) or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
-/// (the whole URL): `None` when nothing names a collector, or the SDK's variables turn traces
-/// off (`OTEL_SDK_DISABLED=true`, `OTEL_TRACES_EXPORTER=none`). A setting that cannot be used
-/// (not an http:// URL, a protocol other than http/protobuf) is an error when the command line
-/// or the configuration file gave it; from the environment, where a platform may have set it
-/// for other programs, it is said in the log and the host serves untraced.
+/// `url` (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`: the whole URL spans are sent to) as it is,
+/// or an error for what is not an `http://` or `https://` URL.
+fn whole_url(url: &str) -> anyhow::Result<String> {
+    let url = url.trim();
+    let shown = wfhost::store::redact(url);
+    let parsed = url::Url::parse(url)
+        .with_context(|| format!("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT '{shown}' is not a URL"))?;
+    anyhow::ensure!(
+        matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some(),
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT '{shown}' is not an http:// or https:// URL"
+    );
+    Ok(url.to_string())
+}
+
+/// Where traces go (see [`configured_by`]), from `--otlp-endpoint` and the environment.
 pub(crate) fn configured(flag: Option<&str>) -> anyhow::Result<Option<String>> {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let from_env = flag.is_some() && var("OTEL_EXPORTER_OTLP_ENDPOINT").as_deref() == flag;
-    let signal = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
-    let (url, from_env) = match (flag, signal) {
-        (Some(endpoint), _) => (traces_url(endpoint), from_env),
-        (None, Some(url)) => (traces_url(&url), true),
-        (None, None) => return Ok(None),
+    configured_by(flag, |name| std::env::var(name).ok())
+}
+
+/// Where traces go, from `--otlp-endpoint` (`flag`, which clap fills from
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` when neither the command line nor the configuration file gives
+/// it) and the variables `var` reads: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the whole URL) wins
+/// over `OTEL_EXPORTER_OTLP_ENDPOINT` (the collector's base), as OpenTelemetry's specification
+/// says, and a flag or the file over both; an empty variable is none. `None` when nothing names
+/// a collector, or the SDK's variables turn traces off (`OTEL_SDK_DISABLED=true`,
+/// `OTEL_TRACES_EXPORTER=none`). A setting that cannot be used (not an http:// URL, a protocol
+/// other than http/protobuf) is an error when the command line or the configuration file gave
+/// it; from the environment, where a platform may have set it for other programs, it is said
+/// in the log and the host serves untraced.
+fn configured_by(
+    flag: Option<&str>,
+    var: impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<Option<String>> {
+    let var = |name: &str| {
+        var(name)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
     };
-    let off = var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
-        || var("OTEL_TRACES_EXPORTER").is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
+    let flag = flag.map(str::trim).filter(|f| !f.is_empty());
+    let generic = var("OTEL_EXPORTER_OTLP_ENDPOINT");
+    // Clap gives the generic variable as the flag: the same value is the variable's.
+    let given = flag.filter(|f| generic.as_deref() != Some(*f));
+    let (url, from_env) = match (given, var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), generic) {
+        (Some(endpoint), _, _) => (traces_url(endpoint), false),
+        (None, Some(url), _) => (whole_url(&url), true),
+        (None, None, Some(endpoint)) => (traces_url(&endpoint), true),
+        (None, None, None) => return Ok(None),
+    };
+    let off = var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        || var("OTEL_TRACES_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none"));
     if off {
         eprintln!("wfhost serve: traces are off (OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none)");
         return Ok(None);
@@ -64,7 +96,7 @@ pub(crate) fn configured(flag: Option<&str>) -> anyhow::Result<Option<String>> {
     let protocol =
         var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL"));
     let checked = url.and_then(|url| match protocol {
-        Some(protocol) if protocol.trim() != "http/protobuf" => Err(anyhow::anyhow!(
+        Some(protocol) if protocol != "http/protobuf" => Err(anyhow::anyhow!(
             "traces are exported over OTLP/HTTP with protobuf (http/protobuf), not \
              '{protocol}' as OTEL_EXPORTER_OTLP_PROTOCOL says: give the collector's HTTP \
              address (port 4318) and unset the protocol, or set it to http/protobuf"
@@ -186,7 +218,67 @@ impl HttpClient for Ureq {
 
 #[cfg(test)]
 mod tests {
-    use super::traces_url;
+    use super::{configured_by, traces_url};
+
+    /// Where traces go with `flag` and the variables `vars`.
+    fn configured(flag: Option<&str>, vars: &[(&str, &str)]) -> Result<Option<String>, String> {
+        let vars: std::collections::HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        configured_by(flag, |name| vars.get(name).cloned()).map_err(|e| format!("{e:#}"))
+    }
+
+    #[test]
+    fn the_flag_wins_then_the_traces_variable_then_the_base() {
+        let base = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://base:4318");
+        let whole = (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "http://c:4318/otlp/traces",
+        );
+        let url = |u: &str| Ok(Some(u.to_string()));
+        assert_eq!(configured(None, &[]), Ok(None));
+        // Clap fills the flag from the base variable: the same value is the variable's.
+        assert_eq!(
+            configured(Some("http://base:4318"), &[base]),
+            url("http://base:4318/v1/traces")
+        );
+        assert_eq!(
+            configured(Some("http://base:4318"), &[base, whole]),
+            url("http://c:4318/otlp/traces")
+        );
+        assert_eq!(configured(None, &[whole]), url("http://c:4318/otlp/traces"));
+        assert_eq!(
+            configured(Some("http://flag:4318"), &[base, whole]),
+            url("http://flag:4318/v1/traces")
+        );
+        // Empty is none.
+        assert_eq!(
+            configured(Some(""), &[("OTEL_EXPORTER_OTLP_ENDPOINT", "")]),
+            Ok(None)
+        );
+        assert_eq!(configured(Some("  "), &[]), Ok(None));
+        // Off.
+        for off in [
+            ("OTEL_SDK_DISABLED", "true"),
+            ("OTEL_TRACES_EXPORTER", "none"),
+        ] {
+            assert_eq!(configured(Some("http://flag:4318"), &[off]), Ok(None));
+        }
+        // What cannot be used: an error from a flag, untraced from the environment.
+        let grpc = ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
+        let error = configured(Some("http://flag:4318"), &[grpc]).unwrap_err();
+        assert!(error.contains("not 'grpc'"), "{error}");
+        assert_eq!(
+            configured(Some("http://base:4318"), &[base, grpc]),
+            Ok(None)
+        );
+        assert!(configured(Some("collector:4317"), &[]).is_err());
+        let bad = ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317");
+        assert_eq!(configured(Some("collector:4317"), &[bad]), Ok(None));
+        let bad_whole = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4317");
+        assert_eq!(configured(None, &[bad_whole]), Ok(None));
+    }
 
     #[test]
     fn the_traces_path_is_added_to_a_collector_s_address() {

@@ -170,6 +170,13 @@ fn attribute(span: &Span, key: &str) -> Option<String> {
     })
 }
 
+/// A span's status: its code (0 unset, 1 ok, 2 error) and message.
+fn status(span: &Span) -> (i32, String) {
+    span.status
+        .as_ref()
+        .map_or((0, String::new()), |s| (s.code, s.message.clone()))
+}
+
 /// The span id a `traceparent` names, checking its trace is `trace`.
 fn span_of(traceparent: &str, trace: &str) -> String {
     let parts: Vec<&str> = traceparent.split('-').collect();
@@ -236,12 +243,24 @@ fn a_callers_trace_goes_through_the_request_the_run_its_steps_its_calls_and_its_
     let done = api.result("tree", Some(Duration::from_secs(60))).unwrap();
     assert_eq!(done.status, "completed", "{done:?}");
 
+    // A failure: its run's span is an error, with the failure's message.
+    api.start(&start_request(
+        "broken",
+        &module,
+        "fail",
+        json!("out of stock"),
+    ))
+    .unwrap();
+    let done = api.result("broken", Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(done.status, "failed", "{done:?}");
+
     let mut heard = Heards::default();
     heard.until(&rx, |h| {
-        h.named("POST /v1/workflows").len() == 3
+        h.named("POST /v1/workflows").len() == 4
             && h.run_of("run call_retrying", "pay").is_some()
             && h.run_of("run http_get", "fetch").is_some()
             && h.named("run nest").len() == 2
+            && h.run_of("run fail", "broken").is_some()
             && !h.hellos.is_empty()
             && h.named("call payments.charge").len() == 1
             && h.named("call wfhost.http").len() == 1
@@ -255,7 +274,21 @@ fn a_callers_trace_goes_through_the_request_the_run_its_steps_its_calls_and_its_
     }
     // The requests' spans are the caller's span's children.
     let starts = heard.named("POST /v1/workflows");
-    assert_eq!(starts.len(), 3);
+    assert_eq!(starts.len(), 4);
+    // Each run ended with its workflow: ok, or the failure as the span's error.
+    for name in ["run call_retrying", "run http_get", "run nest"] {
+        for run in heard.named(name) {
+            assert_eq!(status(run), (1, String::new()), "{name}");
+            assert_eq!(attribute(run, "wfhost.left"), None, "{name}");
+        }
+    }
+    let broken = heard.run_of("run fail", "broken").unwrap();
+    assert_eq!(status(broken).0, 2);
+    assert!(
+        status(broken).1.contains("out of stock"),
+        "{:?}",
+        status(broken)
+    );
     for start in &starts {
         assert_eq!(hex(&start.parent_span_id), CALLER);
         assert_eq!(start.kind, SpanKind::Server as i32);
@@ -466,6 +499,7 @@ fn crash(dir: &std::path::Path, store: &str, extra: &[&str]) {
         "the request's span is its parent"
     );
     assert_eq!(attribute(run, "wfhost.resumed").as_deref(), Some("true"));
+    assert_eq!(status(run), (1, String::new()), "ended ok");
     let calls = heard.children_of(run, "call payments.charge");
     assert_eq!(calls.len(), 1);
     assert_eq!(hex(&calls[0].span_id), again);

@@ -25,7 +25,8 @@ pub struct NewWorkflow {
     /// When it started, in milliseconds since the Unix epoch.
     pub started: u64,
     /// The span its runs are children of, as a W3C `traceparent`: the request that started it,
-    /// its parent workflow's run, or (a trace's root) its first run. `None`: untraced.
+    /// or its parent workflow's run. `None`: started with no trace (each host's run of it is a
+    /// trace's root).
     pub trace: Option<String>,
 }
 

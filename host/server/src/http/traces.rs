@@ -1,9 +1,10 @@
 //! The requests' spans (OpenTelemetry), when the API is traced ([`Api::tracer`](super::Api::tracer)):
-//! one for each admitted request to `/v1/` that changes something, and each read whose caller
-//! traces it (sends a `traceparent`), a child of the request's `traceparent`; a start's workflow
-//! runs as the span's child. Workers' polls and heartbeats are none (a worker's idle chatter:
-//! the task's own span is the call's), and neither are untraced reads (the web UI's, every 2
-//! seconds a tab).
+//! one for each admitted request to `/v1/` that changes something, and each read and each
+//! worker's completion whose caller traces it (sends a `traceparent`), a child of the request's
+//! `traceparent`; a start's workflow runs as the span's child. Workers' polls and heartbeats are
+//! none (a worker's idle chatter: the task's own span is the call's), and neither are untraced
+//! reads (the web UI's, every 2 seconds a tab) or completions (each would be a trace of its
+//! own).
 
 use axum::extract::{MatchedPath, Request};
 use axum::response::Response;
@@ -47,7 +48,7 @@ impl RequestSpan {
             .and_then(|value| value.to_str().ok())
             .and_then(wfhost::trace::parse_traceparent);
         let read = matches!(method.as_str(), "GET" | "HEAD" | "OPTIONS");
-        if read && parent.is_none() {
+        if (read || path.starts_with("/v1/tasks/")) && parent.is_none() {
             return None;
         }
         let parent = match parent {

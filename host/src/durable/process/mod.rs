@@ -463,15 +463,18 @@ impl Process for DurableProcess {
     }
 
     fn end(&mut self, result: &ProcessResult) {
+        if !self.durable.is_stopping() {
+            // Whether its last step journaled its end already (`ended`) or not.
+            let failure = result
+                .as_ref()
+                .err()
+                .map(|error| error.message().to_string());
+            self.end_run(Some(failure.as_deref()));
+        }
         if self.ended || self.durable.is_stopping() {
             return;
         }
         self.ended = true;
-        let failure = result
-            .as_ref()
-            .err()
-            .map(|error| error.message().to_string());
-        self.end_run(Some(failure.as_deref()));
         let ending = match result {
             Ok(payload) => Ending::Done(postcard::to_allocvec(payload).unwrap_or_default()),
             Err(error) => Ending::Failed {
