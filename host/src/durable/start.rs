@@ -116,10 +116,6 @@ impl Durable {
         let process = self
             .started_process(engine, loaded, pid, &id, entry, &input)?
             .traced(trace, entry, (Some(started), false));
-        // Kept as version 00 writes it.
-        let trace = trace
-            .and_then(crate::trace::parse_traceparent)
-            .map(|span| crate::trace::traceparent(&span));
         let start = NewWorkflow {
             num: pid.0,
             id: id.to_string(),
@@ -129,7 +125,8 @@ impl Durable {
             entry: entry.to_string(),
             input: encoded.clone(),
             started,
-            trace,
+            // As `Client::traced` wrote it (version 00).
+            trace: trace.map(str::to_string),
         };
         // On a shared store, what clients write for it is taken once it runs here: until then
         // the inbox leaves its messages in the store and keeps its cancels (without holding
