@@ -583,7 +583,9 @@ fn past_its_open_file_limit_a_server_answers_503_and_says_so() {
     let server = HttpServer::start_under(
         &dir,
         store.to_str().unwrap(),
-        &["--max-connections", "20000"],
+        // The held connections send nothing: they must outlast the checks, however slow the
+        // machine, rather than be closed by the header timeout (10 s by default).
+        &["--max-connections", "20000", "--header-timeout", "10m"],
         &[],
         &["prlimit", "--nofile=300:300", "--"],
     );
