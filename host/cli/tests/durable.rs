@@ -219,7 +219,11 @@ fn a_run_killed_after_any_commit_resumes_to_the_same_result() {
             .unwrap()
             .to_string()
     });
-    assert!(crashed >= 50, "only {crashed} crash points were reached");
+    // Every commit of the run is a crash point. How many there are depends on how the writer
+    // batches steps: its steps that stay inside the journal (children, messages, joins) share
+    // commits with those that wait (24 to 26 here; 50 to 60 when every step waited for its
+    // own). This checks that the sweep covered a run's worth of them, not a count of commits.
+    assert!(crashed >= 18, "only {crashed} crash points were reached");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -228,7 +232,7 @@ fn a_run_killed_after_any_commit_resumes_to_the_same_result() {
 fn a_run_on_postgres_killed_after_any_commit_resumes_to_the_same_result() {
     let server = Postgres::shared();
     let crashed = sweep((1..).step_by(3), |n| server.database(&format!("crash{n}")));
-    assert!(crashed >= 10, "only {crashed} crash points were reached");
+    assert!(crashed >= 6, "only {crashed} crash points were reached");
 }
 
 /// Kills the run after commit `n` for each `n` of `points` (up to 400) until a run finishes
@@ -319,7 +323,9 @@ fn a_resumed_workflow_does_not_print_again_what_its_replayed_steps_printed() {
             PROBE,
             "print_around_sleep",
             "--input",
-            r#"["before the sleep", 1, "after the sleep"]"#,
+            // A second's sleep: the first step goes on before it is on disk (a sleep stays
+            // inside the journal), so the kill must come before the timer fires.
+            r#"["before the sleep", 1000, "after the sleep"]"#,
             "--store",
             store,
             "--id",

@@ -1,6 +1,7 @@
 //! The journal's writer: one thread that writes what every worker hands it in batches, one
 //! transaction and one sync per batch (group commit), and then lets each step's effects go.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -18,10 +19,18 @@ use crate::metrics::{ending_outcome, Kind, Metrics, Outcome};
 /// that a batch does not hold the steps behind it for long.
 const MAX_BATCH: usize = 8_192;
 
+/// The longest a batch of steps that nobody waits for waits for more (`gather`). Nobody is told
+/// anything of them until a later commit: waiting costs only how soon they are on disk (and a
+/// message to a workflow another host runs, which that host reads from the store).
+const AHEAD_WAIT: Duration = Duration::from_millis(1);
+
 /// Who hears that an entry is on disk.
 pub(crate) enum Done {
     /// A held step of this process: released.
     Release(Release, Pid),
+    /// A step of this process that went on without waiting (its effects stay inside the
+    /// journal): one fewer of its steps ahead of the disk. Lost, the process is stopped.
+    Ahead(Arc<AtomicU32>, Pid),
     /// A caller waiting (a start, a message from the host, a cancel).
     Reply(Sender<Result<(), StoreError>>),
     /// Nobody waits.
@@ -221,12 +230,7 @@ fn run(
     let mut ops: Vec<Op> = Vec::new();
     while let Ok(first) = receiver.recv() {
         batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match receiver.try_recv() {
-                Ok(entry) => batch.push(entry),
-                Err(_) => break,
-            }
-        }
+        gather(receiver, &mut batch);
         let broken = failed.lock().clone();
         let started = Instant::now();
         let result = match broken {
@@ -250,7 +254,7 @@ fn run(
             let lost: Vec<Pid> = batch
                 .iter()
                 .filter_map(|entry| match entry.done {
-                    Done::Release(_, pid) => Some(pid),
+                    Done::Release(_, pid) | Done::Ahead(_, pid) => Some(pid),
                     _ => None,
                 })
                 .collect();
@@ -259,6 +263,9 @@ fn run(
         for entry in batch.drain(..) {
             match (entry.done, &result) {
                 (Done::Release(release, _), Ok(())) => release.release(),
+                (Done::Ahead(ahead, _), _) => {
+                    ahead.fetch_sub(1, Ordering::AcqRel);
+                }
                 (Done::Release(..), Err(_)) | (Done::Nothing, _) => {}
                 (Done::Reply(reply), result) => {
                     let _ = reply.send(result.clone());
@@ -276,6 +283,40 @@ fn run(
             if let Err(error) = store.tidy(false) {
                 fail(failed, on_failure, &error, &[]);
             }
+        }
+    }
+}
+
+/// Adds to `batch` what is queued behind its first entry. A batch that nobody waits for (only
+/// steps that went on before their commit, `Done::Ahead`) waits up to [`AHEAD_WAIT`] for more,
+/// and for the first entry someone waits for, which it then takes with everything queued: a
+/// parent that spawns a child and joins it shares one commit with the child's end, where
+/// committing its step at once would have cost a commit of its own.
+fn gather(receiver: &Receiver<Submission>, batch: &mut Vec<Submission>) {
+    let drain = |batch: &mut Vec<Submission>| {
+        while batch.len() < MAX_BATCH {
+            match receiver.try_recv() {
+                Ok(entry) => batch.push(entry),
+                Err(_) => break,
+            }
+        }
+    };
+    drain(batch);
+    if !batch
+        .iter()
+        .all(|entry| matches!(entry.done, Done::Ahead(..)))
+    {
+        return;
+    }
+    let deadline = Instant::now() + AHEAD_WAIT;
+    while batch.len() < MAX_BATCH {
+        let Ok(entry) = receiver.recv_deadline(deadline) else {
+            return;
+        };
+        let waited_for = !matches!(entry.done, Done::Ahead(..));
+        batch.push(entry);
+        if waited_for {
+            return drain(batch);
         }
     }
 }

@@ -1,6 +1,9 @@
 //! An application's host killed after N journal commits, for many N, then started again: every
 //! order saga ends as in an uninterrupted run, and a host call whose answer was journaled is never
-//! made again (one whose answer was not may be, with the same idempotency key).
+//! made again (one whose answer was not may be, with the same idempotency key). Some sagas are
+//! the children of a workflow whose steps go on before they are on disk, and which, after each,
+//! calls a host function with a random number it drew: a call made before the draw was on disk
+//! would be made again, after a crash, under the same key with another number.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -16,6 +19,15 @@ use wfhost_test_programs::postgres::Postgres;
 use super::common::{host_on, json, order_functions, saga_calls, saga_result, tempdir, PATIENCE};
 
 const ORDERS: u32 = 10;
+/// Orders `ORDERS..ORDERS + TREE_ORDERS` run as the children of one workflow, `tree`, which
+/// spawns and joins them one after another and, after each, calls `charge` with a random number:
+/// steps that go on before they are on disk (see `order_tree`).
+const TREE_ORDERS: u32 = 3;
+
+/// The host calls of a run: the sagas' and `tree`'s own.
+fn total_calls() -> usize {
+    (0..ORDERS + TREE_ORDERS).map(saga_calls).sum::<usize>() + TREE_ORDERS as usize
+}
 /// Set in the copy of this test binary that plays the application: the store to use.
 const STORE: &str = "WFHOST_TEST_ORDERS_STORE";
 const LOG: &str = "WFHOST_TEST_ORDERS_LOG";
@@ -34,10 +46,16 @@ fn application(store: &Path, log: &Path, phase: &str, snapshot_every: u64) -> Va
         .lease(std::time::Duration::from_millis(300));
     let host = host_on(order_functions(builder, log, phase), store);
     host.recover().unwrap();
-    let runs: Vec<_> = (0..ORDERS)
-        .map(|n| loop {
-            let id = format!("order-{n}");
-            match host.start(&id, "probe", "order_saga", json(json!(n))) {
+    let starts = (0..ORDERS)
+        .map(|n| (format!("order-{n}"), "order_saga", json!(n)))
+        .chain([(
+            "tree".to_string(),
+            "order_tree",
+            json!([ORDERS, TREE_ORDERS]),
+        )]);
+    let runs: Vec<_> = starts
+        .map(|(id, entry, input)| loop {
+            match host.start(&id, "probe", entry, json(input.clone())) {
                 Ok(run) => break run,
                 // Owned by the crashed host until its lease runs out; then claimed here.
                 Err(error) if error.kind() == wfhost::ErrorKind::Unavailable => {
@@ -63,15 +81,28 @@ fn application(store: &Path, log: &Path, phase: &str, snapshot_every: u64) -> Va
 }
 
 fn expected() -> Value {
-    Value::Array((0..ORDERS).map(saga_result).collect())
+    let tree = (ORDERS..ORDERS + TREE_ORDERS).map(saga_result).collect();
+    Value::Array(
+        (0..ORDERS)
+            .map(saga_result)
+            .chain([Value::Array(tree)])
+            .collect(),
+    )
 }
 
-/// The log's calls: key → phases it ran in, in order.
+/// The log's calls: key → phases it ran in, in order. Every call made under one key carried
+/// the same function and input (what an idempotency key promises the service it reaches).
 fn calls(log: &Path) -> BTreeMap<String, Vec<String>> {
     let mut calls: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut made: BTreeMap<String, String> = BTreeMap::new();
     for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
-        let mut words = line.split(' ');
+        let mut words = line.splitn(3, ' ');
         let (phase, key) = (words.next().unwrap(), words.next().unwrap());
+        let call = words.next().unwrap_or_default();
+        let first = made
+            .entry(key.to_string())
+            .or_insert_with(|| call.to_string());
+        assert_eq!(first, call, "key {key} was called with two inputs");
         calls
             .entry(key.to_string())
             .or_default()
@@ -154,7 +185,7 @@ fn order_sagas_call_each_host_function_once_per_key() {
     let (store, log) = (dir.join("wf.db"), dir.join("calls.log"));
     assert_eq!(application(&store, &log, "run", 1_000), expected());
     let calls = calls(&log);
-    let total: usize = (0..ORDERS).map(saga_calls).sum();
+    let total = total_calls();
     assert_eq!(calls.len(), total, "{calls:?}");
     assert!(calls.values().all(|phases| phases.len() == 1), "{calls:?}");
     assert_eq!(journaled_answers(&store).len(), total);
@@ -192,7 +223,7 @@ fn sweep(
     points: impl Iterator<Item = u64>,
     mut store_for: impl FnMut(u64) -> std::path::PathBuf,
 ) -> usize {
-    let total: usize = (0..ORDERS).map(saga_calls).sum();
+    let total = total_calls();
     let mut crashed = 0;
     let mut repeated = 0;
     for n in points.take_while(|n| *n <= 300) {

@@ -3,6 +3,7 @@
 //! that write them, and the hold that keeps the step's effects back until they are on disk. The
 //! decisions reach the yields' handlers as notes on the yields themselves ([`Hold::note`]).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use wfcontract::{Command, EventKind, SendRequest, SpawnRequest, Status, StepOutput};
@@ -14,6 +15,14 @@ use crate::durable::record::StepRecord;
 use crate::durable::store::{Ending, NewMessage, NewStep, NewWorkflow, Op};
 use crate::durable::writer::{Done, Submission};
 use crate::wasm::reads::Reads;
+
+/// The most steps of one workflow that go on before they are on disk
+/// ([`DurableProcess::go_on`]).
+const MAX_AHEAD: u32 = 32;
+
+/// Past this many entries queued for the writer, no step goes on before its commit: a tree of
+/// workflows, each within [`MAX_AHEAD`], cannot pile up unwritten steps.
+const MAX_QUEUED: usize = 16_384;
 
 /// What journaling a step's yields decided: the ops that write it, and how many of the leading
 /// yields go before the step is on disk.
@@ -60,7 +69,14 @@ impl DurableProcess {
             }
         }
         self.seq = seq;
-        self.hold_for(ops, hold, early);
+        // A step all of whose effects stay inside the journal, and that does not end the
+        // workflow, is not held at all: the workflow goes on to its next step while this one is
+        // written (see `go_on`).
+        let inside = rearmed == 0 && early == out.yields.len() && !self.ended;
+        match inside {
+            true => self.go_on(ops, hold, early),
+            false => self.hold_for(ops, hold, early),
+        }
     }
 
     /// The host-function calls whose answers `record` takes, or that it gives up (`forget`), by
@@ -136,46 +152,73 @@ impl DurableProcess {
         };
         let yields = std::mem::take(&mut record.output.yields);
         for (index, y) in yields.iter().enumerate() {
-            // A yield the process may not make is refused at dispatch, the same way every time:
-            // nothing to prepare for it.
-            if self.inner.check(&y.command).is_err() {
-                continue;
-            }
-            match &y.command {
-                Command::Sleep(duration) => {
-                    let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-                    record.dues.push((y.tag, now.saturating_add(nanos)));
-                }
-                Command::Send(send)
-                    if self.durable.ids.contains(send.to)
-                        || self.durable.runs_elsewhere(send.to) =>
-                {
-                    let number = self.journal_send(send, &mut decided.ops);
-                    record.sent.push((y.tag, number));
-                    hold.note(rearmed + index, Note::Numbered(number));
-                    // The leading messages to journaled workflows go before this step is on
-                    // disk (see `hold_for`).
-                    if rearmed == 0 && index == decided.early {
-                        decided.early += 1;
-                    }
-                }
-                Command::Spawn(spawn) => {
-                    let at = now / 1_000_000;
-                    if let Some((child, id, module)) =
-                        self.journal_spawn(spawn, seq, index, at, &mut decided.ops)
-                    {
-                        record.spawned.push((y.tag, child));
-                        hold.note(rearmed + index, Note::Child(child, id, module));
-                    }
-                }
-                Command::Cancel(target) if self.durable.ids.contains(*target) => {
-                    decided.ops.push(Op::Cancel { num: target.0 });
-                }
-                _ => {}
+            // The leading yields that stay inside the journal go before this step is on disk
+            // (see `hold_for`).
+            let inside = self.decide_one(record, y, (rearmed, seq, index, now), hold, &mut decided);
+            if inside && rearmed == 0 && index == decided.early {
+                decided.early += 1;
             }
         }
         record.output.yields = yields;
         decided
+    }
+
+    /// The host's decision about yield `index` of step `seq` (after `rearmed` re-armed
+    /// yields), made at `now`: whether what it does stays inside the journal, so that it may
+    /// take effect before the step is on disk. It does if whatever it changes is journaled
+    /// after this step, by this host's one writer, so that no crash keeps the effect and loses
+    /// the step: a wait (a sleep, a join, the clock, random bits), a message to a journaled
+    /// workflow, a child, a cancel of a workflow here, a yield refused at dispatch. What leaves
+    /// the journal (a host call, a log line, a message to the host or to a process with no
+    /// journal) and a forget (which may stop a call's task) wait for the commit.
+    fn decide_one(
+        &mut self,
+        record: &mut StepRecord,
+        y: &wfcontract::Yield,
+        (rearmed, seq, index, now): (usize, u64, usize, u64),
+        hold: &Hold<'_>,
+        decided: &mut Decided,
+    ) -> bool {
+        // A yield the process may not make is refused at dispatch, the same way every time:
+        // nothing to prepare for it. Except a call: whether one is refused can change by then
+        // (it waits for a host that serves its function, as many as a workflow may), and it
+        // then leaves the journal.
+        if self.inner.check(&y.command).is_err() {
+            return y.command.call().is_none();
+        }
+        match &y.command {
+            Command::Sleep(duration) => {
+                let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+                record.dues.push((y.tag, now.saturating_add(nanos)));
+                true
+            }
+            Command::SleepUntil(_) | Command::Join(_) | Command::Now | Command::Random => true,
+            Command::Send(send)
+                if self.durable.ids.contains(send.to) || self.durable.runs_elsewhere(send.to) =>
+            {
+                let number = self.journal_send(send, &mut decided.ops);
+                record.sent.push((y.tag, number));
+                hold.note(rearmed + index, Note::Numbered(number));
+                true
+            }
+            Command::Spawn(spawn) => {
+                let at = now / 1_000_000;
+                let journaled = self.journal_spawn(spawn, seq, index, at, &mut decided.ops);
+                // A spawn journaled no child for waits (its module is not loaded now: it fails
+                // at dispatch, unless the module is loaded by then).
+                let Some((child, id, module)) = journaled else {
+                    return false;
+                };
+                record.spawned.push((y.tag, child));
+                hold.note(rearmed + index, Note::Child(child, id, module));
+                true
+            }
+            Command::Cancel(target) if self.durable.ids.contains(*target) => {
+                decided.ops.push(Op::Cancel { num: target.0 });
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Writes a message to a journaled workflow (in `ops`): its number.
@@ -223,6 +266,40 @@ impl DurableProcess {
             trace: self.run_traceparent(),
         }));
         Some((child, id, hash))
+    }
+
+    /// Hands `ops`, the journal of a step whose effects all stay inside the journal, to the
+    /// writer without holding the step: its yields are acted on, and the workflow takes its
+    /// next step, before it is on disk. That is safe because everything the step starts is
+    /// journaled after it by the same writer, and batches commit in order: a crash that loses
+    /// this step loses what followed from it too, and a failed write stops every workflow whose
+    /// steps it lost (the store takes nothing after its first failure). What a later step sends
+    /// out of the journal waits for that step's own commit, which comes after this one's.
+    ///
+    /// At most [`MAX_AHEAD`] such steps of one workflow wait for the writer at once, and none
+    /// go on while [`MAX_QUEUED`] entries are queued: past that the step is held as any other,
+    /// so workflows that never leave the journal cannot outrun the disk.
+    fn go_on(&mut self, ops: Vec<Op>, hold: &Hold<'_>, early: usize) {
+        let ahead = self.ahead.get_or_insert_with(Default::default);
+        // Only this process adds (one step at a time), the writer takes away: a load suffices.
+        // And however many workflows go on, the writer's queue stays bounded.
+        if ahead.load(Ordering::Acquire) >= MAX_AHEAD || self.durable.writer.pending() >= MAX_QUEUED
+        {
+            return self.hold_for(ops, hold, early);
+        }
+        ahead.fetch_add(1, Ordering::AcqRel);
+        let submitted = self.durable.writer.submit(Submission {
+            ops,
+            done: Done::Ahead(Arc::clone(ahead), self.pid),
+        });
+        if let Err(error) = submitted {
+            ahead.fetch_sub(1, Ordering::AcqRel);
+            // Held and never released: nothing of it may happen unjournaled. The process stops
+            // where its journal ends.
+            drop(hold.hold());
+            tracing::error!(pid = %self.pid, workflow = %self.id, "a step could not be journaled: {error}");
+            self.durable.store_failed(&error, &[self.pid]);
+        }
     }
 
     /// Hands `ops` to the journal's writer and holds the step's effects until they are on

@@ -89,6 +89,9 @@ pub(crate) struct DurableProcess {
     /// Its entry point was started already ([`start_now`](Self::start_now)): `init` has nothing
     /// left to run.
     started: bool,
+    /// Its steps handed to the writer without being held, not yet on disk (`journal.rs`):
+    /// made at its first such step.
+    ahead: Option<Arc<std::sync::atomic::AtomicU32>>,
     /// In a traced host: its run's span (`trace.rs`), from its first live step here until it
     /// ends or leaves the host.
     run: Option<Box<crate::trace::RunSpan>>,
@@ -129,6 +132,7 @@ impl DurableProcess {
             ended: false,
             reserved: None,
             started: false,
+            ahead: None,
             run: None,
         }
     }

@@ -779,6 +779,24 @@ pub async fn order_saga(ctx: Ctx, order: u32) -> Result<Value, Error> {
     Ok(json!({ "order": order, "receipts": receipts }))
 }
 
+/// The order sagas of orders `first..first + count`, each a child workflow, spawned and joined
+/// one after another: their results in order. After each it draws a random number and calls
+/// `charge` with `"ORDER:NUMBER"`, leaving the answer out of its result. Its spawns, joins and
+/// draws stay inside the journal, so a durable host lets those steps go on before they are on
+/// disk; a call must wait until the draw it carries is, or a crash could make the call again
+/// under the same key with another number.
+pub async fn order_tree(ctx: Ctx, (first, count): (u32, u32)) -> Result<Vec<Value>, Error> {
+    let mut results = Vec::new();
+    for n in first..first + count {
+        let child = ctx.spawn("order_saga", &n).await?;
+        results.push(ctx.join::<Value>(child).await?);
+        let drawn = ctx.random().await?;
+        ctx.call::<_, String>("charge", &format!("{n}:{drawn}"))
+            .await?;
+    }
+    Ok(results)
+}
+
 /// The tiny guest's `tally` as a later build might change it: the same input and result, but a
 /// nap after each number. Replaying a journal `tiny` wrote with it is a nondeterminism error.
 pub async fn tally(ctx: Ctx, count: u32) -> Result<(u32, u64), Error> {
@@ -1011,6 +1029,7 @@ wfguest::entry_points!(
     print_around_sleep,
     durable_activity,
     order_saga,
+    order_tree,
     tally,
     ticks,
     long_history,
