@@ -235,3 +235,40 @@ fn a_clean_stop_leaves_the_whole_store_in_its_file() {
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_dir_all(copy.parent().unwrap());
 }
+
+/// A workflow whose steps never leave the journal (500 readings of the clock in a row, a step
+/// each) goes on before its steps are on disk, up to 32 of them at a time: every reading it
+/// returns is the one its journal holds, in the order it took them, and a host that stops
+/// cleanly leaves all of it in the store.
+#[test]
+fn steps_that_go_on_before_their_commit_are_journaled_as_the_workflow_saw_them() {
+    use wfhost::__testing::StepRecord;
+    use wfhost::contract::EventKind;
+    const READINGS: u64 = 500;
+    let dir = tempdir("ahead");
+    let store = dir.join("wf.db");
+    let host = host_on(Host::builder(), &store);
+    let seen: Vec<u64> = host
+        .start("clock", "probe", "ticks", json(value!(READINGS)))
+        .unwrap()
+        .wait_timeout(PATIENCE)
+        .expect("it ends")
+        .unwrap()
+        .decode()
+        .unwrap();
+    host.shutdown(Duration::from_secs(5));
+    let mut reader = SqliteStore::open_existing(&store).unwrap();
+    let workflow = reader.workflow("clock").unwrap().expect("in the store");
+    let steps = reader.steps(workflow.start.num, 0).unwrap();
+    // One step for each reading, and the one that asked for the first.
+    assert_eq!(steps.len() as u64, READINGS + 1);
+    let journaled: Vec<u64> = steps
+        .iter()
+        .flat_map(|step| StepRecord::decode(&step.record).unwrap().events)
+        .filter(|event| event.kind == EventKind::YieldComplete)
+        .map(|event| event.data.decode::<u64>().unwrap())
+        .collect();
+    assert_eq!(seen.len() as u64, READINGS);
+    assert_eq!(journaled, seen);
+    let _ = std::fs::remove_dir_all(dir);
+}
