@@ -8,7 +8,8 @@
 //! - `sagas`: 10,000 order sagas at once, each three host calls with a 1 ms timer before each
 //!   (about 7 steps a saga); steps per second in memory and durable.
 //! - `latency`: one workflow asking for the time 2,000 times in a row, nothing else running: p50
-//!   and p99 of the gap between answers (one step with its commit, end to end).
+//!   and p99 of the gap between answers. A reading stays inside the journal, so a step goes on
+//!   before its commit: up to 32 in a row, and the next waits for the commit of them all (p99).
 //! - `bytes`: journal bytes per step and the store's size, after the sagas.
 //! - `children`: one workflow spawning 1,000 child workflows one after another, joining each
 //!   before the next (`WFHOST_BENCH_CHILDREN`), durable with `synchronous=FULL`: the time, and

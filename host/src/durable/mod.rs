@@ -1,5 +1,6 @@
-//! Durability: every step of a durable workflow is journaled before its effects happen, and a
-//! host started on an existing store recovers every unfinished workflow from its journal.
+//! Durability: every step of a durable workflow is journaled before its effects outside the
+//! journal happen (what stays inside goes at once: `process/journal.rs`), and a host started on
+//! an existing store recovers every unfinished workflow from its journal.
 //!
 //! This layer sits beneath the [`Host`](crate::Host) and never names it: it starts processes on
 //! the host's [`Engine`](crate::engine::Engine) and hands back what it started
