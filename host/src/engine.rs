@@ -110,7 +110,7 @@ impl Engine {
     /// (see [`Spawn::held`]).
     pub(crate) fn spawn_workflow(
         &self,
-        process: impl Process,
+        process: crate::durable::process::DurableProcess,
         pid: Pid,
         parent: Option<Pid>,
         entry: &str,
@@ -119,9 +119,13 @@ impl Engine {
     ) -> Result<Spawned> {
         let (result, receiver) = crossbeam_channel::bounded(1);
         let (outbox, messages) = wfhost_scheduler::outbox(self.outbox.0, self.outbox.1);
+        // As its module's grants say, whether it starts here or is recovered: one that may not
+        // reach any process cancels and joins only its own children.
+        let confined = !process.reaches_any_process();
         let mut spawn = Spawn::new(process, entry, input)
             .pid(pid)
             .survives_stop(true)
+            .confined(confined)
             .notify(result);
         spawn = match parent {
             Some(parent) => spawn.parent(parent),

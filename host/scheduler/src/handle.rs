@@ -316,6 +316,12 @@ impl SchedulerHandle {
         self.shared.slot(pid).is_some()
     }
 
+    /// The parent of process `pid` if the scheduler knows it (see [`exists`](Self::exists)):
+    /// `Some(None)` for a process spawned from outside.
+    pub fn parent_of(&self, pid: Pid) -> Option<Option<Pid>> {
+        self.shared.slot(pid).map(|slot| slot.parent)
+    }
+
     /// True once a stop has been requested.
     pub fn is_stopping(&self) -> bool {
         self.shared.stopping.load(Ordering::Acquire)

@@ -272,3 +272,48 @@ fn steps_that_go_on_before_their_commit_are_journaled_as_the_workflow_saw_them()
     assert_eq!(journaled, seen);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A durable workflow whose module may cancel only its own children asks to cancel a neighbour:
+/// refused, and nothing of it journaled, so the neighbour is not cancelled when a host recovers
+/// both after a restart either. (Top-level durable workflows used to run unconfined, and the
+/// cancel was cancelled at once; with them confined, it was still written to the store, where
+/// the restart delivered it.)
+#[test]
+fn a_refused_cancel_of_a_neighbour_is_not_delivered_after_a_restart() {
+    let dir = tempdir("confined-cancel");
+    let store = dir.join("wf.db");
+    let host = host_on(Host::builder(), &store);
+    let victim = host
+        .start("victim", "probe", "wait_message", json(value!(600_000)))
+        .unwrap();
+    let refused: serde_json::Value = host
+        .start(
+            "attacker",
+            "probe",
+            "cancel_unknown",
+            json(value!(victim.pid().0)),
+        )
+        .unwrap()
+        .wait_timeout(PATIENCE)
+        .expect("it ends")
+        .unwrap()
+        .decode()
+        .unwrap();
+    assert_eq!(refused["error"], "not-allowed", "{refused}");
+    host.shutdown(Duration::from_secs(5));
+    let host = host_on(Host::builder(), &store);
+    let recovered = host.recover().unwrap();
+    assert_eq!(recovered.len(), 1);
+    let (id, victim) = &recovered[0];
+    assert_eq!(id, "victim");
+    host.send(victim.pid(), json(value!("still here"))).unwrap();
+    let answer: Option<String> = victim
+        .wait_timeout(PATIENCE)
+        .expect("it ends")
+        .expect("not cancelled")
+        .decode()
+        .unwrap();
+    assert_eq!(answer.as_deref(), Some("still here"));
+    host.shutdown(Duration::from_secs(5));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -214,11 +214,27 @@ impl DurableProcess {
                 true
             }
             Command::Cancel(target) if self.durable.ids.contains(*target) => {
-                decided.ops.push(Op::Cancel { num: target.0 });
+                // A confined workflow may cancel only its own children: another cancel is
+                // refused at dispatch, and must not be journaled either, or a restart would
+                // deliver it.
+                if self.may_reach(*target) {
+                    decided.ops.push(Op::Cancel { num: target.0 });
+                }
                 true
             }
             _ => false,
         }
+    }
+
+    /// Whether it may act on process `target`: any process if its grants say so, else only its
+    /// own children (as the scheduler's handlers decide at dispatch).
+    fn may_reach(&self, target: wfcontract::Pid) -> bool {
+        self.inner.reaches_any_process()
+            || self
+                .durable
+                .scheduler()
+                .and_then(|scheduler| scheduler.parent_of(target))
+                == Some(Some(self.pid))
     }
 
     /// Writes a message to a journaled workflow (in `ops`): its number.

@@ -192,6 +192,11 @@ impl DurableProcess {
         Ok(())
     }
 
+    /// Whether its module may reach any process, not only its own children.
+    pub(crate) fn reaches_any_process(&self) -> bool {
+        self.inner.reaches_any_process()
+    }
+
     /// A workflow recovered after a restart: from `saved` if it has a snapshot, then the
     /// journaled steps `replay` (those after the snapshot, or all of them).
     pub(crate) fn recovered(
