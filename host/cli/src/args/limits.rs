@@ -118,6 +118,12 @@ pub struct LimitArgs {
     #[arg(long, value_name = "COMMAND|FUNCTION", value_parser = parse_denied)]
     deny: Vec<Denied>,
 
+    /// Let the workflows cancel and join any workflow by its number, not only their own
+    /// children: for supervisors whose code you trust. Without it, one workflow can neither stop
+    /// another nor read its result.
+    #[arg(long)]
+    allow_any_process: bool,
+
     #[command(flatten)]
     act: super::outbound::ActArgs,
 }
@@ -177,13 +183,16 @@ impl LimitArgs {
     }
 
     pub fn grants(&self) -> Grants {
-        self.deny.iter().fold(
-            self.act.grant(Grants::default()),
-            |grants, denied| match denied {
+        let granted = match self.allow_any_process {
+            true => Grants::default().allow_any_process(),
+            false => Grants::default(),
+        };
+        self.deny
+            .iter()
+            .fold(self.act.grant(granted), |grants, denied| match denied {
                 Denied::Command(kind) => grants.deny(*kind),
                 Denied::Function(name) => grants.deny_function(name.clone()),
-            },
-        )
+            })
     }
 }
 
