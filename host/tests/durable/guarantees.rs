@@ -276,7 +276,7 @@ fn steps_that_go_on_before_their_commit_are_journaled_as_the_workflow_saw_them()
 /// A durable workflow whose module may cancel only its own children asks to cancel a neighbour:
 /// refused, and nothing of it journaled, so the neighbour is not cancelled when a host recovers
 /// both after a restart either. (Top-level durable workflows used to run unconfined, and the
-/// cancel was cancelled at once; with them confined, it was still written to the store, where
+/// neighbour was cancelled at once; with them confined, it was still written to the store, where
 /// the restart delivered it.)
 #[test]
 fn a_refused_cancel_of_a_neighbour_is_not_delivered_after_a_restart() {
