@@ -10,6 +10,8 @@
 //!   that its memory and threads are its own): its threads and resident memory while they wait,
 //!   then every workflow sent the message that ends it, and the time until every waiter has
 //!   its answer.
+//! - `waiters-h2`: the same waiters over HTTP/2 (prior knowledge), `WFHOST_BENCH_H2_STREAMS`
+//!   (default 100) on each connection.
 //! - `list`: `GET /v1/workflows?limit=100` on a store of `WFHOST_BENCH_LIST` (default
 //!   1,000,000) workflows: the first page, a page in the middle and the last (by cursor), and a
 //!   filtered page; milliseconds each, medians of 20.
@@ -48,7 +50,11 @@ fn main() {
         starts(rounds, &dir);
     }
     if wanted("waiters") {
-        waiters(count("WFHOST_BENCH_WAITERS", 10_000), &dir);
+        waiters(count("WFHOST_BENCH_WAITERS", 10_000), None, &dir);
+    }
+    if wanted("waiters-h2") {
+        let streams = count("WFHOST_BENCH_H2_STREAMS", 100);
+        waiters(count("WFHOST_BENCH_WAITERS", 10_000), Some(streams), &dir);
     }
     if wanted("list") {
         list(count("WFHOST_BENCH_LIST", 1_000_000), &dir);
@@ -213,7 +219,14 @@ fn proc_status(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn waiters(waiters: usize, dir: &Path) {
+/// `waiters` clients waiting, each on a connection of its own, or `h2_streams` to an HTTP/2
+/// connection.
+fn waiters(waiters: usize, h2_streams: Option<usize>, dir: &Path) {
+    let name = if h2_streams.is_some() {
+        "waiters-h2"
+    } else {
+        "waiters"
+    };
     let bin = std::env::var("WFHOST_BENCH_BIN").unwrap_or_else(|_| {
         let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
         format!("{target}/release/wfhost")
@@ -222,8 +235,8 @@ fn waiters(waiters: usize, dir: &Path) {
         println!("waiters: skipped ({bin} is not built: cargo build --release -p wfhost-cli)");
         return;
     }
-    let store = dir.join("waiters.db");
-    let log = dir.join("waiters.log");
+    let store = dir.join(format!("{name}.db"));
+    let log = dir.join(format!("{name}.log"));
     /// The server, killed however the bench ends.
     struct Child(std::process::Child);
     impl Drop for Child {
@@ -300,25 +313,18 @@ fn waiters(waiters: usize, dir: &Path) {
     let answered = Arc::new(AtomicU64::new(0));
     let waiting: Vec<_> = {
         let _entered = runtime.enter();
-        (0..waiters)
-            .map(|n| {
-                let (addr, answered) = (addr.clone(), Arc::clone(&answered));
-                runtime.spawn(async move {
-                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                    let mut stream = tokio::net::TcpStream::connect(&addr).await.expect("connected");
-                    let request = format!(
-                        "GET /v1/workflows/w-{n}/result?wait=60s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-                    );
-                    stream.write_all(request.as_bytes()).await.expect("sent");
-                    let mut answer = Vec::new();
-                    stream.read_to_end(&mut answer).await.expect("an answer");
-                    let text = String::from_utf8_lossy(&answer);
-                    assert!(text.starts_with("HTTP/1.1 200"), "w-{n}: {text}");
-                    assert!(text.contains("\"result\":[7]"), "w-{n}: {text}");
-                    answered.fetch_add(1, Ordering::Relaxed);
+        match h2_streams {
+            None => (0..waiters)
+                .map(|n| runtime.spawn(wait_h1(addr.clone(), n, Arc::clone(&answered))))
+                .collect(),
+            Some(streams) => (0..waiters)
+                .step_by(streams.max(1))
+                .map(|first| {
+                    let ns = first..(first + streams.max(1)).min(waiters);
+                    runtime.spawn(wait_h2(addr.clone(), ns, Arc::clone(&answered)))
                 })
-            })
-            .collect()
+                .collect(),
+        }
     };
     // Every waiter connected and waiting: the server holds that many connections.
     let metrics = || api.metrics().unwrap_or_default();
@@ -369,12 +375,74 @@ fn waiters(waiters: usize, dir: &Path) {
     let all = sent.elapsed().as_secs_f64();
     assert_eq!(answered.load(Ordering::Relaxed), waiters as u64);
     println!(
-        "waiters: {waiters} waiting: server threads {threads}, resident {:.0} MiB (before the \
+        "{name}: {waiters} waiting: server threads {threads}, resident {:.0} MiB (before the \
          waiters {:.0} MiB); every one answered {all:.2} s after the first message was sent",
         rss as f64 / 1024.0,
         rss_before as f64 / 1024.0,
     );
     drop(server);
+}
+
+/// One waiter on a connection of its own, over HTTP/1.1.
+async fn wait_h1(addr: String, n: usize, answered: Arc<AtomicU64>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connected");
+    let request = format!(
+        "GET /v1/workflows/w-{n}/result?wait=60s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.expect("sent");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.expect("an answer");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 200"), "w-{n}: {text}");
+    assert!(text.contains("\"result\":[7]"), "w-{n}: {text}");
+    answered.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The waiters `ns` on one HTTP/2 connection, a stream each.
+async fn wait_h2(addr: String, ns: std::ops::Range<usize>, answered: Arc<AtomicU64>) {
+    use http_body_util::{BodyExt as _, Empty};
+    let stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connected");
+    let (sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("an HTTP/2 connection");
+    tokio::spawn(connection);
+    let waits: Vec<_> = ns
+        .map(|n| {
+            let (mut sender, addr, answered) =
+                (sender.clone(), addr.clone(), Arc::clone(&answered));
+            tokio::spawn(async move {
+                let request = hyper::Request::get(format!(
+                    "http://{addr}/v1/workflows/w-{n}/result?wait=60s"
+                ))
+                .body(Empty::<hyper::body::Bytes>::new())
+                .expect("a request");
+                sender.ready().await.expect("ready");
+                let answer = sender.send_request(request).await.expect("an answer");
+                let status = answer.status();
+                let body = answer
+                    .into_body()
+                    .collect()
+                    .await
+                    .expect("a body")
+                    .to_bytes();
+                let text = String::from_utf8_lossy(&body);
+                assert_eq!(status, 200, "w-{n}: {text}");
+                assert!(text.contains("\"result\":[7]"), "w-{n}: {text}");
+                answered.fetch_add(1, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    for wait in waits {
+        wait.await.expect("a waiter");
+    }
 }
 
 fn list(workflows: usize, dir: &Path) {

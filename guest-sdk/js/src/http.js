@@ -3,7 +3,7 @@
 // (host/client/src/client.rs), so that every client of a server behaves alike:
 //
 // - A 503 whose code says the server did nothing (`not_ready`, `too_many_waiting`,
-//   `too_many_connections`) is asked again, whatever the call.
+//   `too_many_connections`, `too_many_requests`) is asked again, whatever the call.
 // - Any other 503 is asked again only for a call that is safe to repeat (doing it twice is doing
 //   it once: a read, a start with an id, a cancel, a heartbeat).
 // - A refused connection (nothing listened, so nothing was sent) is asked again, whatever the
@@ -22,7 +22,7 @@ const LONGEST_PAUSE = 2_000;
 /** The 503 codes of a server that refused before doing anything: it has no host yet, or holds
  * as many requests or connections as it takes. Others (`unavailable`, `shutting_down`,
  * `store`) may come after a write. */
-const NOTHING_DONE = new Set(["not_ready", "too_many_waiting", "too_many_connections"]);
+const NOTHING_DONE = new Set(["not_ready", "too_many_waiting", "too_many_connections", "too_many_requests"]);
 
 /** Socket errors that mean the connection was dropped once the request may have been sent. */
 const DROPPED = new Set([

@@ -88,10 +88,10 @@ const started = { status: 201, json: { new: true, workflow: workflow("w") } };
 
 describe("asking again", () => {
   test("a 503 that did nothing is asked again, even for a start without an id", async () => {
-    script = [busy("not_ready"), busy("too_many_waiting"), started];
+    script = [busy("not_ready"), busy("too_many_waiting"), busy("too_many_requests"), started];
     const result = await new Client(url).start("m", "e");
     assert.equal(result.new, true);
-    assert.equal(asked.length, 3);
+    assert.equal(asked.length, 4);
   });
 
   test("another 503 is asked again only for a call safe to repeat", async () => {

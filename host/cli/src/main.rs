@@ -43,8 +43,10 @@ fn init_logging(verbose: u8) {
         Ok(directives) if !directives.is_empty() => EnvFilter::new(directives),
         _ => EnvFilter::new(match verbose {
             // Guest logs are the workflow's own output: shown by default.
-            0 => "warn,wfhost::guest=info",
-            1 => "info",
+            // HTTP/2's crate warns of what a client sends (a ping it did not ask for): a
+            // client could fill the log.
+            0 => "warn,h2=error,wfhost::guest=info",
+            1 => "info,h2=error",
             // The host's own debug lines, not its dependencies' (wasmtime's compiler is chatty).
             2 => "info,wfhost=debug,wfhost_scheduler=debug,wfhost_cli=debug",
             _ => "trace",

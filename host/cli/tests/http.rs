@@ -741,13 +741,8 @@ fn run_serves_its_metrics_while_it_runs() {
 #[test]
 fn https_with_a_certificate_of_its_own() {
     let dir = tempdir("tls");
-    let certified =
-        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-            .unwrap();
-    let pem = certified.cert.pem();
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&cert, &pem).unwrap();
-    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    let (certificate, cert, key) = common::http::self_signed(&dir);
+    let pem = certificate.pem();
     let store = dir.join("wf.db");
     let server = HttpServer::start(
         &dir,

@@ -454,6 +454,19 @@ fn what_a_web_page_could_send_is_refused() {
         (403, "cross_origin"),
         "{body}"
     );
+    // A target that names another host than its Host header: neither is taken.
+    let (status, body) = raw(
+        &addr,
+        format!(
+            "GET http://evil.example:8080/v1/workflows HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (400, "bad_request"),
+        "{body}"
+    );
     // IPv6's loopback is loopback.
     let (status, body) = get("Host: [::1]:8080\r\n".into());
     assert_eq!(status, 200, "{body}");

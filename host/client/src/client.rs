@@ -556,7 +556,12 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(2);
 /// The `503` codes of a server that refused before doing anything: it has no host yet (it is
 /// starting, or starting again), or holds as many requests or connections as it takes. Others
 /// (`unavailable`, `shutting_down`, `store`) may come after a write.
-const NOTHING_DONE: [&str; 3] = ["not_ready", "too_many_waiting", "too_many_connections"];
+const NOTHING_DONE: [&str; 4] = [
+    "not_ready",
+    "too_many_waiting",
+    "too_many_connections",
+    "too_many_requests",
+];
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Method {

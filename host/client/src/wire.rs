@@ -28,7 +28,8 @@ pub struct ErrorDetail {
     /// A word programs can match. The request's: `bad_request` (JSON, a parameter, an id),
     /// `unauthorized` (no token, or another), `cross_origin`, `not_loopback`, `not_found` (no
     /// such route), `method_not_allowed`, `too_large` (the body), `timeout` (the request took
-    /// too long), `too_many_waiting`, `too_many_connections`. The operation's, one per kind of
+    /// too long), `too_many_waiting`, `too_many_connections`, `too_many_requests` (over HTTP/2,
+    /// the requests at once). The operation's, one per kind of
     /// the library's errors (`wfhost::ErrorKind::name`): `unknown_workflow`, `unknown_module`,
     /// `unknown_entry`, `bad_module`, `invalid_input`, `trap`, `conflict`, `limit`,
     /// `damaged`, `unavailable`, `store`, `shutting_down`, `no_such_process`, ...

@@ -21,7 +21,9 @@ from .errors import Timeout, Unreachable, WfhostError, refusal
 # The 503 codes of a server that refused before doing anything: it has no host yet, or holds as
 # many requests or connections as it takes. Others (`unavailable`, `shutting_down`, `store`) may
 # come after a write.
-NOTHING_DONE = frozenset({"not_ready", "too_many_waiting", "too_many_connections"})
+NOTHING_DONE = frozenset(
+    {"not_ready", "too_many_waiting", "too_many_connections", "too_many_requests"}
+)
 FIRST_PAUSE = 0.1
 NOTHING = object()
 """No body (a message may be `None`: JSON's null)."""

@@ -35,7 +35,8 @@ pub struct HttpArgs {
     tls_key: Option<PathBuf>,
 
     /// The most connections open at once; past it, a new one is answered 503 and closed (over
-    /// TLS, only closed).
+    /// TLS, only closed). Over HTTP/2, where a connection carries up to 128 requests at once,
+    /// each request also takes one until it is answered; past it, the request is answered 503.
     #[arg(long, value_name = "N", default_value_t = wfhost_server::http::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
 

@@ -156,6 +156,18 @@ impl Drop for HttpServer {
     }
 }
 
+/// A certificate for 127.0.0.1 and localhost, signed by itself, written to `dir` as
+/// `cert.pem` and `key.pem`: the certificate, and the two files' paths.
+pub fn self_signed(dir: &Path) -> (rcgen::Certificate, PathBuf, PathBuf) {
+    let certified =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    (certified.cert, cert, key)
+}
+
 /// One raw exchange on a fresh connection: `request` as written, and the answer's status and
 /// body (the connection closed after it).
 pub fn raw(addr: &str, request: &[u8]) -> (u16, String) {

@@ -364,11 +364,30 @@ fn unauthorized(presented: bool) -> Response {
 /// token, asks for another host name than loopback's (a DNS name rebound to 127.0.0.1). A
 /// program that is not a browser sends no `Origin`.
 fn web_page(state: &AppState, request: &Request) -> Option<ApiError> {
-    // A `Host` that is not text names no loopback.
-    let host = request
+    // The host the request names: HTTP/2's `:authority` (a browser sends no `Host` over
+    // HTTP/2), or `Host`. A `Host` that is not text names no loopback; two that disagree are
+    // refused, so that neither check reads one while the router saw the other.
+    let authority = request
+        .uri()
+        .authority()
+        .map(|authority| authority.as_str().to_ascii_lowercase());
+    let named = request
         .headers()
         .get(header::HOST)
         .map(|value| value.to_str().unwrap_or("(not text)").to_ascii_lowercase());
+    let host = match (authority, named) {
+        (Some(authority), Some(named)) if authority != named => {
+            return Some(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!(
+                    "the request names two hosts, '{authority}' in its target and '{named}' in \
+                     its Host header: send one"
+                ),
+            ));
+        }
+        (authority, named) => authority.or(named),
+    };
     if let Some(origin) = request.headers().get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("").to_ascii_lowercase();
         let origin_host = origin

@@ -1,6 +1,7 @@
-//! Serving the API on a socket: HTTP/1.1 with hyper, TLS with rustls, on a tokio runtime of its
-//! own. What a client can hold is bounded here: connections open, the time to send a request's
-//! headers (an idle keep-alive connection is closed after it too), and a TLS handshake's time.
+//! Serving the API on a socket: HTTP/1.1 and HTTP/2 with hyper, TLS with rustls, on a tokio
+//! runtime of its own. What a client can hold is bounded here: connections open (and requests
+//! at once, over HTTP/2), the time to send a request's headers (an idle connection is closed
+//! after it too), and a TLS handshake's time.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -11,19 +12,20 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 use super::api::Api;
+use super::connection::{busy, speaks_h2, Connection, Counted};
 use wfhost::{Error, ErrorKind, Result};
 
 /// Connections open at once unless [`ServeOptions::max_connections`] says otherwise; past it, a
 /// new connection is answered `503` and closed (over TLS, closed without an answer, which would
-/// need a handshake). Each waiter of `result?wait=` holds one.
+/// need a handshake). Each waiter of `result?wait=` holds one: its connection over HTTP/1.1;
+/// over HTTP/2, where a connection carries many requests, its request does, and the
+/// connection one more.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 20_000;
 
 /// How long a client may take to send a request's headers, and how long a connection may sit
@@ -35,7 +37,7 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const BLOCKING_THREADS: usize = 32;
 
 /// How long writing to a client may stall: one that stops reading its answers is let go.
-const WRITE_STALL: Duration = Duration::from_secs(60);
+pub(super) const WRITE_STALL: Duration = Duration::from_secs(60);
 
 /// How long a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -155,7 +157,7 @@ impl Tls {
                     "the TLS certificate and key do not go together: {e}"
                 ))
             })?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Tls {
             config: Arc::new(config),
         })
@@ -319,22 +321,35 @@ async fn accept(
             peer,
             header_timeout: options.header_timeout,
             stopped: stopped.clone(),
-            metrics: metrics.clone(),
+            slots: Arc::clone(&slots),
+            max_slots: options.max_connections,
         };
-        let stream = Stalled::new(stream, WRITE_STALL);
+        let counted = Counted::new(metrics.clone());
+        let header_timeout = options.header_timeout;
         // A task each, of its own type: a plain connection's holds nothing of TLS.
         match tls.clone() {
             Some(tls) => tasks.spawn(async move {
+                let stream = Stalled::new(stream, WRITE_STALL);
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
-                    Ok(Ok(stream)) => connection.serve(stream).await,
+                    Ok(Ok(stream)) => {
+                        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                        connection.serve(stream, h2).await
+                    }
                     Ok(Err(error)) => tracing::debug!("a TLS handshake failed: {error}"),
                     Err(_) => tracing::debug!("a TLS handshake took too long"),
                 }
-                drop(slot);
+                // The slot first: once the count is down, the slot is free.
+                drop((slot, counted));
             }),
             None => tasks.spawn(async move {
-                connection.serve(stream).await;
-                drop(slot);
+                // Nothing sent within the header timeout: closed, as HTTP/1.1's timeout would.
+                if let Some(h2) = speaks_h2(&stream, header_timeout).await {
+                    connection
+                        .serve(Stalled::new(stream, WRITE_STALL), h2)
+                        .await;
+                }
+                // The slot first: once the count is down, the slot is free.
+                drop((slot, counted));
             }),
         };
     }
@@ -449,77 +464,5 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Stalled<S> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let poll = Pin::new(&mut self.inner).poll_shutdown(cx);
         self.watch(cx, poll)
-    }
-}
-
-/// The answer to a connection past the limit, written as it is accepted.
-fn busy(max: usize) -> String {
-    let body = serde_json::json!({"error": {
-        "code": "too_many_connections",
-        "message": format!(
-            "the server holds {max} connections, as many as it takes (--max-connections): ask again"
-        ),
-    }})
-    .to_string();
-    format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-         connection: close\r\nretry-after: 1\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-}
-
-/// One connection's settings.
-struct Connection {
-    router: Router,
-    /// Who is at the other end: each request carries it (`ConnectInfo`).
-    peer: std::net::SocketAddr,
-    header_timeout: Duration,
-    stopped: watch::Receiver<bool>,
-    metrics: Option<wfhost::Metrics>,
-}
-
-impl Connection {
-    fn builder(&self) -> hyper::server::conn::http1::Builder {
-        let mut builder = hyper::server::conn::http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(self.header_timeout)
-            .max_buf_size(64 * 1024);
-        builder
-    }
-
-    /// Serves requests on `stream` until the client goes, the connection idles past the
-    /// header timeout, or the server stops (then after the request in flight).
-    async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(mut self, stream: S) {
-        if let Some(metrics) = &self.metrics {
-            metrics.http_connections(1);
-        }
-        let peer = self.peer;
-        let service = tower::util::MapRequest::new(
-            self.router.clone(),
-            move |mut request: axum::http::Request<hyper::body::Incoming>| {
-                request
-                    .extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
-                request
-            },
-        );
-        let service = TowerToHyperService::new(service);
-        let builder = self.builder();
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
-        tokio::pin!(connection);
-        let result = tokio::select! {
-            result = connection.as_mut() => result,
-            _ = self.stopped.changed() => {
-                connection.as_mut().graceful_shutdown();
-                connection.await
-            }
-        };
-        if let Err(error) = result {
-            tracing::debug!("an HTTP connection ended: {error}");
-        }
-        if let Some(metrics) = &self.metrics {
-            metrics.http_connections(-1);
-        }
     }
 }

@@ -33,10 +33,12 @@
 //! ```
 
 mod api;
+mod connection;
 mod convert;
 mod descriptors;
 mod error;
 mod extract;
+mod h2;
 mod listen;
 mod openapi;
 mod routes;
