@@ -245,7 +245,10 @@ fn an_idle_http2_connection_is_closed_and_a_waiting_one_is_not() {
     assert_eq!(status, 202, "{body}");
     let body: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["status"], json!("running"), "{body}");
-    assert!(!driver.is_finished());
+    // Still open after the wait: it takes the next request (the idle time counts from the
+    // wait's end).
+    let (status, version, _) = runtime.block_on(get(sender.clone(), &addr, "/healthz"));
+    assert_eq!((status, version), (200, Version::HTTP_2));
     // Then idle: the server closes it (the client's side of it ends), though the client keeps
     // its handle to send more.
     let ended =
@@ -405,8 +408,9 @@ fn an_http2_answer_the_client_takes_nothing_of_closes_its_connection() {
             .unwrap();
         (sender, tokio::spawn(connection))
     });
-    // The web UI's script (50 KiB), its body never read: the server can send 1 KiB of it.
-    let script = Request::get(format!("http://{addr}/ui/app.js"))
+    // The web UI's style sheet (6 KiB: one chunk, the answer's last byte apart), its body never
+    // read: the server can send 1 KiB of it.
+    let script = Request::get(format!("http://{addr}/ui/app.css"))
         .body(Empty::<Bytes>::new())
         .unwrap();
     let held = runtime.block_on(async {
@@ -437,4 +441,47 @@ fn an_http2_answer_the_client_takes_nothing_of_closes_its_connection() {
     });
     assert!(closed.is_ok(), "the stalled answer's connection was kept");
     drop(held);
+}
+
+#[test]
+fn over_http2_the_host_a_request_names_is_checked_as_over_http1() {
+    let dir = tempdir("host");
+    let store = dir.join("wf.db");
+    let server = HttpServer::start(&dir, store.to_str().unwrap(), &[]);
+    let addr = server.addr();
+    let runtime = runtime();
+    let (sender, _driver) = runtime.block_on(connect(&addr));
+    // A name rebound to 127.0.0.1, on a server with no token: HTTP/2 names it in `:authority`.
+    let (status, _, body) =
+        runtime.block_on(get(sender.clone(), "evil.example:8080", "/v1/workflows"));
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (403, "not_loopback"),
+        "{body}"
+    );
+    // A user in the name.
+    let (status, _, body) = runtime.block_on(get(
+        sender.clone(),
+        &format!("127.0.0.1@{addr}"),
+        "/v1/workflows",
+    ));
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (400, "bad_request"),
+        "{body}"
+    );
+    // `:authority` and a `Host` header that disagree.
+    let request = Request::get(format!("http://{addr}/v1/workflows"))
+        .header("host", "localhost")
+        .body(Empty::new())
+        .unwrap();
+    let (status, _, body) = runtime.block_on(send(sender.clone(), request));
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (400, "bad_request"),
+        "{body}"
+    );
+    // Loopback's own name: answered.
+    let (status, _, body) = runtime.block_on(get(sender, &addr, "/v1/workflows"));
+    assert_eq!(status, 200, "{body}");
 }

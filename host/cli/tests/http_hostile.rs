@@ -522,10 +522,12 @@ fn every_acknowledged_start_survives_kill_9() {
                 for i in 0..125 {
                     let n = t * 125 + i;
                     let id = format!("k-{n}");
-                    // Every other one naps two seconds: those are running when the server
-                    // dies, and go on after the restart; the others end with their input.
+                    // Every other one naps ten seconds: those are running when the server
+                    // dies (and still when it is back, however long the restart takes on a
+                    // busy machine), and go on after the restart; the others end with their
+                    // input.
                     let (entry, input, result) = if n % 2 == 0 {
-                        ("nap", json!(2_000), json!("rested"))
+                        ("nap", json!(10_000), json!("rested"))
                     } else {
                         ("sleepy", json!(n % 7 + 1), json!(n % 7 + 1))
                     };

@@ -375,6 +375,19 @@ fn web_page(state: &AppState, request: &Request) -> Option<ApiError> {
         .headers()
         .get(header::HOST)
         .map(|value| value.to_str().unwrap_or("(not text)").to_ascii_lowercase());
+    // No browser sends a user in the host; a name with one (`127.0.0.1@evil.example`) is
+    // refused rather than read one way here and another elsewhere.
+    if let Some(with_user) = [&authority, &named]
+        .into_iter()
+        .flatten()
+        .find(|host| host.contains('@'))
+    {
+        return Some(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("the host '{with_user}' names a user: send the host alone"),
+        ));
+    }
     let host = match (authority, named) {
         (Some(authority), Some(named)) if authority != named => {
             return Some(ApiError::new(

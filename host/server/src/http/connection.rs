@@ -53,10 +53,11 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Whether a plain connection opens with HTTP/2's preface, read without taking it: `None` when
 /// it closes, fails or sends nothing for `timeout`. Three bytes of the preface decide (no
 /// HTTP/1.1 method begins with `PRI`); a client that sends fewer first is looked at again
-/// after a moment.
+/// after a pause that doubles (5 ms to 320 ms).
 pub(super) async fn speaks_h2(stream: &tokio::net::TcpStream, timeout: Duration) -> Option<bool> {
     let look = async {
         let mut first = [0u8; 3];
+        let mut pause = Duration::from_millis(5);
         loop {
             let read = stream.peek(&mut first).await.ok()?;
             if read == 0 {
@@ -68,7 +69,8 @@ pub(super) async fn speaks_h2(stream: &tokio::net::TcpStream, timeout: Duration)
             if read == first.len() {
                 return Some(true);
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(320));
         }
     };
     tokio::time::timeout(timeout, look).await.ok().flatten()

@@ -7,11 +7,14 @@
 //!   answered `503 too_many_requests` on its stream, and the connection goes on.
 //! - **Answers that stall.** HTTP/2's flow control holds back what a client does not take
 //!   before anything is written to the socket, where the connection's write stall cannot see
-//!   it. An answer is handed on in chunks of [`CHUNK`], and a connection with an answer that has
-//!   not moved for the write stall's time is closed.
-//! - **Idle connections.** One with no request in flight that takes none for the header
-//!   timeout is shut gracefully (hyper closes an idle HTTP/1.1 connection itself; an HTTP/2
-//!   one would stay open), and what it still sends has the write stall's time to go.
+//!   it. An answer is handed on in chunks of at most [`CHUNK`], its last byte alone and last of
+//!   all: hyper asks for the next chunk only once the stream's window covers what it holds, so
+//!   an answer is done only when all of it can go to the socket (where the write stall watches
+//!   it). A connection with an answer that has not moved for the write stall's time is closed.
+//! - **Idle connections.** One with no request in flight and no answer going out for the
+//!   header timeout is shut gracefully (hyper closes an idle HTTP/1.1 connection itself; an
+//!   HTTP/2 one would stay open), and closed if it is still there after as long again (a
+//!   graceful close waits for the client's answer to a ping).
 //! - **Clients without the token.** A `401` closes an HTTP/1.1 connection (`Connection:
 //!   close`, which HTTP/2 has no word for): over HTTP/2 it shuts the connection gracefully.
 
@@ -90,40 +93,44 @@ where
     let connection = builder.serve_connection(io, service);
     tokio::pin!(connection);
     let idle_limit = serve.header_timeout.max(Duration::from_millis(100));
-    tokio::select! {
-        result = connection.as_mut() => result,
-        _ = serve.stopped.changed() => {
-            connection.as_mut().graceful_shutdown();
-            connection.await
-        }
-        _ = activity.unauthorized.notified() => {
-            connection.as_mut().graceful_shutdown();
-            tokio::time::timeout(WRITE_STALL, connection).await.unwrap_or(Ok(()))
-        }
-        _ = stalled(&activity, WRITE_STALL) => {
-            tracing::debug!("an HTTP/2 connection's client took nothing of an answer for too long");
-            Ok(())
-        }
-        _ = idle(&activity, idle_limit) => {
-            connection.as_mut().graceful_shutdown();
-            match tokio::time::timeout(WRITE_STALL, connection).await {
-                Ok(result) => result,
-                Err(_) => {
-                    tracing::debug!("an idle HTTP/2 connection's answers were not taken in time");
-                    Ok(())
+    // Shut gracefully (idle, a 401, the server stopping): what is in flight may finish.
+    let mut shutting = false;
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            result = connection.as_mut() => return result,
+            _ = serve.stopped.changed(), if !stopping => {
+                // The server's grace bounds the rest.
+                stopping = true;
+                connection.as_mut().graceful_shutdown();
+            }
+            _ = activity.unauthorized.notified(), if !shutting => {
+                shutting = true;
+                connection.as_mut().graceful_shutdown();
+            }
+            _ = stalled(&activity, WRITE_STALL) => {
+                tracing::debug!("an HTTP/2 client took nothing of an answer for too long");
+                return Ok(());
+            }
+            _ = idle(&activity, idle_limit) => {
+                if shutting {
+                    tracing::debug!("an HTTP/2 connection shut for idling did not close");
+                    return Ok(());
                 }
+                shutting = true;
+                connection.as_mut().graceful_shutdown();
             }
         }
     }
 }
 
 /// What a connection is doing, as its requests and answers tell its watches.
-#[derive(Default)]
 struct Activity {
     /// Requests being answered now.
     running: AtomicUsize,
-    /// Requests taken since the connection opened.
-    started: AtomicU64,
+    /// When a request last began or ended, or an answer ended: milliseconds after `opened`.
+    last: AtomicU64,
+    opened: Instant,
     /// The answers being handed on, by number: when each last moved.
     answers: Mutex<HashMap<u64, Instant>>,
     /// Answers numbered since the connection opened.
@@ -132,19 +139,44 @@ struct Activity {
     unauthorized: tokio::sync::Notify,
 }
 
+impl Default for Activity {
+    fn default() -> Activity {
+        Activity {
+            running: AtomicUsize::new(0),
+            last: AtomicU64::new(0),
+            opened: Instant::now(),
+            answers: Mutex::new(HashMap::new()),
+            numbered: AtomicU64::new(0),
+            unauthorized: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+impl Activity {
+    fn touch(&self) {
+        let now = self.opened.elapsed().as_millis() as u64;
+        self.last.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.opened + Duration::from_millis(self.last.load(Ordering::Relaxed))
+    }
+}
+
 /// A request counted in [`Activity::running`] until its handler is done (or dropped).
 struct Running(Arc<Activity>);
 
 impl Running {
     fn new(activity: &Arc<Activity>) -> Running {
-        activity.started.fetch_add(1, Ordering::Relaxed);
         activity.running.fetch_add(1, Ordering::Relaxed);
+        activity.touch();
         Running(Arc::clone(activity))
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
+        self.0.touch();
         self.0.running.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -172,7 +204,9 @@ async fn answer(
             .header(header::RETRY_AFTER, "1")
             .body(Body::from(body))
             .unwrap_or_default();
-        return Ok(busy);
+        // Watched as any answer, with no slot to hold.
+        let activity = Arc::clone(&running.0);
+        return Ok(busy.map(|body| Body::new(Held::new(body, activity, None))));
     };
     request
         .extensions_mut()
@@ -183,23 +217,24 @@ async fn answer(
         activity.unauthorized.notify_one();
     }
     drop(running);
-    Ok(response.map(|body| Body::new(Held::new(body, activity, slot))))
+    Ok(response.map(|body| Body::new(Held::new(body, activity, Some(slot)))))
 }
 
-/// An answer's body, handed on in chunks of [`CHUNK`] at most, that holds its request's slot
-/// until it is all handed on (or its stream is reset), and tells its connection each time it
-/// moves.
+/// An answer's body, handed on in chunks of [`CHUNK`] at most and its last byte alone, that
+/// holds its request's slot until it is all handed on (or its stream is reset), and tells its
+/// connection each time it moves.
 struct Held {
     body: Body,
-    /// What is left of a chunk of the body larger than [`CHUNK`].
+    /// What is left of a frame of the body: the rest of a frame larger than [`CHUNK`], or the
+    /// answer's last byte.
     rest: Bytes,
     number: u64,
     activity: Arc<Activity>,
-    _slot: OwnedSemaphorePermit,
+    _slot: Option<OwnedSemaphorePermit>,
 }
 
 impl Held {
-    fn new(body: Body, activity: Arc<Activity>, slot: OwnedSemaphorePermit) -> Held {
+    fn new(body: Body, activity: Arc<Activity>, slot: Option<OwnedSemaphorePermit>) -> Held {
         let number = activity.numbered.fetch_add(1, Ordering::Relaxed);
         activity.answers.lock().insert(number, Instant::now());
         Held {
@@ -221,6 +256,7 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         self.activity.answers.lock().remove(&self.number);
+        self.activity.touch();
     }
 }
 
@@ -239,6 +275,7 @@ impl hyper::body::Body for Held {
                 other => return other,
             };
             match frame.into_data() {
+                Ok(data) if data.is_empty() => return Poll::Ready(Some(Ok(Frame::data(data)))),
                 Ok(data) => held.rest = data,
                 Err(frame) => {
                     held.moved();
@@ -246,7 +283,14 @@ impl hyper::body::Body for Held {
                 }
             }
         }
-        let chunk = held.rest.split_to(held.rest.len().min(CHUNK));
+        // The answer's last byte goes alone: see the module's notes.
+        let last = held.body.is_end_stream();
+        let size = if last && held.rest.len() <= CHUNK {
+            (held.rest.len() - 1).max(1)
+        } else {
+            held.rest.len().min(CHUNK)
+        };
+        let chunk = held.rest.split_to(size);
         held.moved();
         Poll::Ready(Some(Ok(Frame::data(chunk))))
     }
@@ -259,25 +303,30 @@ impl hyper::body::Body for Held {
         let inner = self.body.size_hint();
         let rest = self.rest.len() as u64;
         let mut hint = SizeHint::new();
-        hint.set_lower(inner.lower() + rest);
+        hint.set_lower(inner.lower().saturating_add(rest));
         if let Some(upper) = inner.upper() {
-            hint.set_upper(upper + rest);
+            hint.set_upper(upper.saturating_add(rest));
         }
         hint
     }
 }
 
-/// Returns once the connection has had no request in flight and taken none for `limit` (up to
-/// twice `limit` after its last request).
+/// Returns once the connection has had no request in flight and no answer going out for
+/// `limit` since the last began or ended.
 async fn idle(activity: &Activity, limit: Duration) {
-    let mut seen = activity.started.load(Ordering::Relaxed);
     loop {
-        tokio::time::sleep(limit).await;
-        let started = activity.started.load(Ordering::Relaxed);
-        if started == seen && activity.running.load(Ordering::Relaxed) == 0 {
+        let last = activity.last();
+        if activity.running.load(Ordering::Relaxed) > 0 || !activity.answers.lock().is_empty() {
+            tokio::time::sleep(limit).await;
+            continue;
+        }
+        tokio::time::sleep_until(last + limit).await;
+        let quiet = activity.last() == last
+            && activity.running.load(Ordering::Relaxed) == 0
+            && activity.answers.lock().is_empty();
+        if quiet {
             return;
         }
-        seen = started;
     }
 }
 
