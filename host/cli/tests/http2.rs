@@ -227,7 +227,7 @@ fn over_http2_each_request_takes_a_slot_of_max_connections() {
 fn an_idle_http2_connection_is_closed_and_a_waiting_one_is_not() {
     let dir = tempdir("idle");
     let store = dir.join("wf.db");
-    let server = HttpServer::start(&dir, store.to_str().unwrap(), &["--header-timeout", "1s"]);
+    let server = HttpServer::start(&dir, store.to_str().unwrap(), &["--header-timeout", "3s"]);
     let client = server.client();
     let module = put_probe(&client);
     client
@@ -235,12 +235,12 @@ fn an_idle_http2_connection_is_closed_and_a_waiting_one_is_not() {
         .unwrap();
     let addr = server.addr();
     let runtime = runtime();
-    // A wait four times the header timeout keeps its connection open, and is answered.
+    // A wait three times the header timeout keeps its connection open, and is answered.
     let (sender, driver) = runtime.block_on(connect(&addr));
     let (status, _, body) = runtime.block_on(get(
         sender.clone(),
         &addr,
-        "/v1/workflows/long/result?wait=4s",
+        "/v1/workflows/long/result?wait=9s",
     ));
     assert_eq!(status, 202, "{body}");
     let body: Value = serde_json::from_str(&body).unwrap();

@@ -13,10 +13,13 @@
 //!   it). A connection with an answer that has not moved for the write stall's time is closed.
 //! - **Idle connections.** One with no request in flight and no answer going out for the
 //!   header timeout is shut gracefully (hyper closes an idle HTTP/1.1 connection itself; an
-//!   HTTP/2 one would stay open), and closed if it is still there after as long again (a
-//!   graceful close waits for the client's answer to a ping).
+//!   HTTP/2 one would stay open), and closed if it is quiet as long again (a graceful close
+//!   waits for the client's answer to a ping), or at the latest after the write stall's time.
 //! - **Clients without the token.** A `401` closes an HTTP/1.1 connection (`Connection:
-//!   close`, which HTTP/2 has no word for): over HTTP/2 it shuts the connection gracefully.
+//!   close`, which HTTP/2 has no word for): over HTTP/2 it shuts the connection gracefully,
+//!   with the same bounds.
+//! - **Request bodies.** A stream's window is 64 KiB and the connection's 256 KiB: what a
+//!   client sends ahead of what the server reads (hyper's defaults are 1 MiB each).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -89,14 +92,18 @@ where
         .timer(TokioTimer::new())
         .max_concurrent_streams(H2_STREAMS)
         .max_header_list_size(MAX_HEADERS)
-        .max_send_buf_size(CHUNK);
+        .max_send_buf_size(CHUNK)
+        .initial_stream_window_size(64 * 1024)
+        .initial_connection_window_size(256 * 1024);
     let connection = builder.serve_connection(io, service);
     tokio::pin!(connection);
     let idle_limit = serve.header_timeout.max(Duration::from_millis(100));
-    // Shut gracefully (idle, a 401, the server stopping): what is in flight may finish.
-    let mut shutting = false;
+    // Shut gracefully (idle, a 401): what is in flight may finish, within the write stall's
+    // time; a second quiet spell closes it sooner.
+    let mut shut_by: Option<Instant> = None;
     let mut stopping = false;
     loop {
+        let shut_at = shut_by.unwrap_or_else(Instant::now);
         tokio::select! {
             result = connection.as_mut() => return result,
             _ = serve.stopped.changed(), if !stopping => {
@@ -104,21 +111,28 @@ where
                 stopping = true;
                 connection.as_mut().graceful_shutdown();
             }
-            _ = activity.unauthorized.notified(), if !shutting => {
-                shutting = true;
+            _ = activity.unauthorized.notified(), if shut_by.is_none() => {
                 connection.as_mut().graceful_shutdown();
+                activity.touch();
+                shut_by = Some(Instant::now() + WRITE_STALL);
             }
             _ = stalled(&activity, WRITE_STALL) => {
                 tracing::debug!("an HTTP/2 client took nothing of an answer for too long");
                 return Ok(());
             }
             _ = idle(&activity, idle_limit) => {
-                if shutting {
+                if shut_by.is_some() {
                     tracing::debug!("an HTTP/2 connection shut for idling did not close");
                     return Ok(());
                 }
-                shutting = true;
                 connection.as_mut().graceful_shutdown();
+                // The next quiet spell counts from here.
+                activity.touch();
+                shut_by = Some(Instant::now() + WRITE_STALL);
+            }
+            _ = tokio::time::sleep_until(shut_at), if shut_by.is_some() => {
+                tracing::debug!("an HTTP/2 connection did not close in time after being shut");
+                return Ok(());
             }
         }
     }

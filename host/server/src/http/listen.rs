@@ -343,20 +343,15 @@ async fn accept(
             }),
             None => tasks.spawn(async move {
                 // Nothing sent within the header timeout (or the server stopping first):
-                // closed, as HTTP/1.1's timeout would. HTTP/1.1's own timeout then has what is
-                // left of it.
-                let began = tokio::time::Instant::now();
+                // closed, as HTTP/1.1's timeout would. (HTTP/1.1's own timeout starts at the
+                // first bytes, so the first request's head may take up to twice it.)
                 let mut stopped = connection.stopped.clone();
                 let h2 = tokio::select! {
+                    biased;
                     h2 = speaks_h2(&stream, header_timeout) => h2,
                     _ = stopped.changed() => None,
                 };
                 if let Some(h2) = h2 {
-                    let left = header_timeout.saturating_sub(began.elapsed());
-                    let connection = Connection {
-                        header_timeout: left.max(Duration::from_millis(1)),
-                        ..connection
-                    };
                     connection
                         .serve(Stalled::new(stream, WRITE_STALL), h2)
                         .await;
