@@ -19,11 +19,59 @@ pub fn text(bytes: &[u8]) -> String {
 }
 
 /// A fresh directory for one test: `wfhost-<suite>-<name>-<pid>` in the temporary directory.
+/// Removed when the test process exits, unless a test in it failed (its files are then kept
+/// to look at).
 pub fn tempdir(suite: &str, name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("wfhost-{suite}-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    cleanup::remove_at_exit(&dir);
     dir
+}
+
+/// The test directories a test process made, removed as it exits if none of its tests failed
+/// (a run of the CLI's tests left about 2 GiB in the temporary directory, its stores and
+/// built modules).
+mod cleanup {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Mutex, Once};
+
+    static DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    static FAILED: AtomicBool = AtomicBool::new(false);
+    static WATCH: Once = Once::new();
+
+    pub fn remove_at_exit(dir: &Path) {
+        WATCH.call_once(|| {
+            // A test fails by panicking: its directory is kept.
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                FAILED.store(true, Ordering::Relaxed);
+                previous(info);
+            }));
+            // SAFETY: `remove` is an `extern "C"` function without arguments that cannot
+            // unwind: it calls nothing that panics (a poisoned lock and a failed removal are
+            // passed over).
+            #[cfg(unix)]
+            unsafe {
+                libc::atexit(remove);
+            }
+        });
+        if let Ok(mut dirs) = DIRS.lock() {
+            dirs.push(dir.to_path_buf());
+        }
+    }
+
+    extern "C" fn remove() {
+        if FAILED.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Ok(dirs) = DIRS.lock() {
+            for dir in dirs.iter() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
 }
 
 /// Waits until `done` holds, checking every 20 ms, for up to [`PATIENCE`].
