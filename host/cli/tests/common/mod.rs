@@ -30,8 +30,8 @@ pub fn tempdir(suite: &str, name: &str) -> PathBuf {
 }
 
 /// The test directories a test process made, removed as it exits if none of its tests failed
-/// (a run of the CLI's tests left about 2 GiB in the temporary directory, its stores and
-/// built modules).
+/// (each run of the CLI's tests left a few hundred MiB of stores and built modules in the
+/// temporary directory, and they piled up).
 mod cleanup {
     use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicBool, Ordering};
