@@ -56,7 +56,9 @@ describe("a server restart", { timeout: 120_000 }, () => {
       await server.start();
       const workflow = await status;
       assert.equal(workflow.id, id);
-      assert.equal(workflow.status, "running");
+      // Both were asked again once the server was back, in either order: the message may have
+      // ended the workflow before its status was read.
+      assert.ok(["running", "completed"].includes(workflow.status), workflow.status);
       assert.equal(typeof (await sending), "number");
       assert.ok(watcher.count >= 2, `${watcher.count} requests`);
       assert.ok(refusedSend.count >= 2, `${refusedSend.count} requests`);
