@@ -665,7 +665,7 @@ impl Backend for StoreBackend {
             .map_err(store_error)?
             .journal;
         self.prune_with(query, deadline, |ops| {
-            journal.commit(&ops).map_err(store_error)
+            journal.commit(&ops).map(drop).map_err(store_error)
         })
     }
 }

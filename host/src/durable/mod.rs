@@ -502,7 +502,7 @@ impl Durable {
 impl Durable {
     /// Writes `ops` and waits until they are on disk.
     pub(crate) fn write(&self, ops: Vec<store::Op>) -> crate::Result<()> {
-        self.writer.write(ops).map_err(store_error)
+        self.writer.write(ops).map(drop).map_err(store_error)
     }
 
     /// Refuses new work once the store has failed.

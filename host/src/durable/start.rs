@@ -100,22 +100,39 @@ impl Durable {
         let id: Arc<str> = Arc::from(id);
         let pid = engine.handle.reserve_pid();
         if let Some(running) = self.ids.claim(pid, &id) {
-            self.same_start(&id, &hash, entry, &encoded)?;
+            if let Some(stored) = self.same_start(running, &id, &hash, entry, &encoded)? {
+                return Ok((stored, None));
+            }
             return engine.follow(running).map(|spawned| (spawned, None));
         }
         let claimed = Claim(self, pid);
-        let stored = self.reader.lock().workflow(&id).map_err(store_error)?;
-        if let Some(workflow) = stored {
-            return self
-                .existing(workflow, &hash, entry, &encoded)
-                .map(|spawned| (spawned, None));
+        // On the host's own file, a start of an id the store has is found by a read first (a
+        // local one), and nothing runs. On a store hosts share, where a read is a round trip to
+        // the database, the start is written as one that gives way to a workflow of the same
+        // id, and its commit says whether it did: the read comes only then.
+        let shared = self.shared();
+        if !shared {
+            if let Some(existing) = self.stored_start(&id, &hash, entry, &encoded)? {
+                return Ok((existing, None));
+            }
         }
         // Its start runs now, before anything is written: nothing is written for an input the
         // entry point does not take.
         let started = now_millis();
-        let process = self
-            .started_process(engine, loaded, pid, &id, entry, &input)?
-            .traced(trace, entry, (Some(started), false));
+        let process = match self.started_process(engine, loaded, pid, &id, entry, &input) {
+            Ok(process) => process,
+            // A start of an id the store has follows that workflow (or conflicts with it), as
+            // it does where the read comes first, whatever this input does.
+            Err(refused) if shared => {
+                return match self.stored_start(&id, &hash, entry, &encoded) {
+                    Ok(Some(existing)) => Ok((existing, None)),
+                    // None under the id, or the store could not say: the refusal.
+                    Ok(None) | Err(_) => Err(refused),
+                };
+            }
+            Err(refused) => return Err(refused),
+        }
+        .traced(trace, entry, (Some(started), false));
         let start = NewWorkflow {
             num: pid.0,
             id: id.to_string(),
@@ -134,11 +151,8 @@ impl Durable {
         let in_flight = self.lease.get().map(|_| InFlight::new(self, pid));
         let record = start.clone();
         if !self.write_start(start)? {
-            let stored = self.reader.lock().workflow(&id).map_err(store_error)?;
-            return match stored {
-                Some(workflow) => self
-                    .existing(workflow, &hash, entry, &encoded)
-                    .map(|spawned| (spawned, None)),
+            return match self.stored_start(&id, &hash, entry, &encoded)? {
+                Some(existing) => Ok((existing, None)),
                 None => Err(Error::new(
                     ErrorKind::Unavailable,
                     format!("workflow '{id}' was being started elsewhere: ask again"),
@@ -175,9 +189,16 @@ impl Durable {
             // under the id afterwards says whose start won.
             Some(_) => {
                 let (id, num) = (start.id.clone(), start.num);
-                self.write(vec![Op::StartOnce(start)])?;
-                let stored = self.reader.lock().workflow(&id).map_err(store_error)?;
-                let won = stored.is_some_and(|w| w.start.num == num);
+                let committed = self
+                    .writer
+                    .write(vec![Op::StartOnce(start)])
+                    .map_err(store_error)?;
+                // Every start of the commit written: this one too. Otherwise (some gave way, or
+                // the commit's answer was lost) the row under the id says whose start won.
+                let won = committed.every_start_written || {
+                    let stored = self.reader.lock().workflow(&id).map_err(store_error)?;
+                    stored.is_some_and(|w| w.start.num == num)
+                };
                 if let (true, Some(metrics)) = (won, &self.metrics) {
                     let kind = crate::metrics::Kind { kind: "top_level" };
                     metrics.core.started.get_or_create(&kind).inc();
@@ -227,6 +248,21 @@ impl Durable {
         }
     }
 
+    /// A start of workflow `id` as the store has it, if it does: its run if it started with
+    /// the same module, entry point and input (see [`existing`](Self::existing)).
+    fn stored_start(
+        &self,
+        id: &str,
+        hash: &str,
+        entry: &str,
+        input: &[u8],
+    ) -> Result<Option<Spawned>> {
+        let stored = self.reader.lock().workflow(id).map_err(store_error)?;
+        stored
+            .map(|workflow| self.existing(workflow, hash, entry, input))
+            .transpose()
+    }
+
     /// A start of workflow `id`, which the store has already: its run if it started with the
     /// same module, entry point and input (finished: its stored result), a conflict otherwise.
     fn existing(
@@ -266,13 +302,28 @@ impl Durable {
         }
     }
 
-    /// Whether a start of `id`, which runs here, names what it started with.
-    fn same_start(&self, id: &str, hash: &str, entry: &str, input: &[u8]) -> Result<()> {
+    /// Whether a start of `id`, which runs here as `running` (or is being started as it),
+    /// names what it started with. `Some`: the store has another workflow under the id (on a
+    /// store hosts share, the start under way here will give way to it), whose start this is.
+    fn same_start(
+        &self,
+        running: Pid,
+        id: &str,
+        hash: &str,
+        entry: &str,
+        input: &[u8],
+    ) -> Result<Option<Spawned>> {
         let stored = self.reader.lock().workflow(id).map_err(store_error)?;
         match stored {
-            Some(workflow) => Ok(workflow.start.may_follow(hash, entry, input)?),
+            Some(workflow) if self.shared() && workflow.start.num != running.0 => {
+                self.existing(workflow, hash, entry, input).map(Some)
+            }
+            Some(workflow) => {
+                workflow.start.may_follow(hash, entry, input)?;
+                Ok(None)
+            }
             // Its start is being written: it is this one's twin or not, as the store will say.
-            None => Ok(()),
+            None => Ok(None),
         }
     }
 

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use wfcontract::Pid;
 use wfhost_scheduler::Release;
 
-use super::store::{Journal, Op, StoreError, StoreErrorKind};
+use super::store::{Committed, Journal, Op, StoreError, StoreErrorKind};
 use super::waiters::Waiters;
 use crate::metrics::{ending_outcome, Kind, Metrics, Outcome};
 
@@ -32,7 +32,7 @@ pub(crate) enum Done {
     /// journal): one fewer of its steps ahead of the disk. Lost, the process is stopped.
     Ahead(Arc<AtomicU32>, Pid),
     /// A caller waiting (a start, a message from the host, a cancel).
-    Reply(Sender<Result<(), StoreError>>),
+    Reply(Sender<Result<Committed, StoreError>>),
     /// Nobody waits.
     Nothing,
 }
@@ -168,8 +168,8 @@ impl Writer {
         self.sender.lock().as_ref().map_or(0, Sender::len)
     }
 
-    /// Writes `ops` and waits until they are on disk.
-    pub(crate) fn write(&self, ops: Vec<Op>) -> Result<(), StoreError> {
+    /// Writes `ops` and waits until they are on disk: what the commit says of its starts.
+    pub(crate) fn write(&self, ops: Vec<Op>) -> Result<Committed, StoreError> {
         let (reply, answer) = crossbeam_channel::bounded(1);
         self.submit(Submission {
             ops,
@@ -262,7 +262,7 @@ fn run(
         }
         for entry in batch.drain(..) {
             match (entry.done, &result) {
-                (Done::Release(release, _), Ok(())) => release.release(),
+                (Done::Release(release, _), Ok(_)) => release.release(),
                 (Done::Ahead(ahead, _), _) => {
                     ahead.fetch_sub(1, Ordering::AcqRel);
                 }
@@ -273,7 +273,7 @@ fn run(
             }
         }
         match &result {
-            Ok(()) => hooks.committed(&ops, took),
+            Ok(_) => hooks.committed(&ops, took),
             Err(_) if !ops.is_empty() => hooks.failed(),
             Err(_) => {}
         }

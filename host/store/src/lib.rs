@@ -31,7 +31,8 @@ pub use ops::{
 pub use postgres::{PgStore, PgTaskBoard};
 pub use redact::redact;
 pub use roles::{
-    Cluster, Filter, Held, Journal, PruneCandidate, PruneFilter, Read, StateCounts, Submit,
+    Cluster, Committed, Filter, Held, Journal, PruneCandidate, PruneFilter, Read, StateCounts,
+    Submit,
 };
 pub use rows::{Cancel, HostInfo, HostRow, ModuleName, State, Step, StoredMessage, Workflow};
 pub use sqlite::{Holder, SqliteStore};

@@ -260,6 +260,16 @@ impl StateCounts {
     }
 }
 
+/// What a commit says beyond that it is on disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// Whether every start of the batch was written (an [`Op::Start`] is, or the commit fails;
+    /// an [`Op::StartOnce`] gives way to a workflow of the same id). `false`: some may have
+    /// given way, and who won is read from the store (also when the store cannot tell, as
+    /// after a commit whose answer was lost with its connection).
+    pub every_start_written: bool,
+}
+
 /// What a host writes: its journal. Writes come in batches from one writer; reads may come from
 /// another connection at the same time ([`Journal::reader`]).
 pub trait Journal: Read {
@@ -268,7 +278,7 @@ pub trait Journal: Read {
 
     /// Writes `ops` in one transaction, durably (as the store's sync setting says) before it
     /// returns.
-    fn commit(&mut self, ops: &[Op]) -> StoreResult<()>;
+    fn commit(&mut self, ops: &[Op]) -> StoreResult<Committed>;
 
     /// Work the store does between commits, after the steps of the last one were let go (the
     /// SQLite store moves its log of steps into the table ordered by workflow once the log is

@@ -185,6 +185,59 @@ fn messages_sent_and_taken(location: &Location) {
     assert_eq!(store.high_water().unwrap(), (2, 10));
 }
 
+/// On PostgreSQL, a start that gives way to a workflow of the same id (a host's, on a store
+/// hosts share) writes nothing, and its commit says so: a host learns from the commit that its
+/// start won without reading the row back.
+#[test]
+fn a_commit_says_whether_every_start_that_gives_way_was_written() {
+    let location = Location::Postgres(Postgres::shared().database("start_once"));
+    let mut store = open(&location);
+    let once = |num: u64, id: &str| {
+        let Op::Start(mut workflow) = start(num) else {
+            unreachable!()
+        };
+        workflow.id = id.to_string();
+        Op::StartOnce(workflow)
+    };
+    let committed = store.commit(&[once(1, "a"), once(2, "b")]).unwrap();
+    assert!(committed.every_start_written);
+    // "a" is workflow 1's: the start of 3 under it gives way, the start of 4 is written.
+    let committed = store.commit(&[once(3, "a"), once(4, "c")]).unwrap();
+    assert!(!committed.every_start_written);
+    // Gave way in the second of two segments of one batch (a cancel between them).
+    let committed = store
+        .commit(&[once(5, "d"), Op::Cancel { num: 5 }, once(6, "b")])
+        .unwrap();
+    assert!(!committed.every_start_written);
+    // Nothing but steps: nothing gave way.
+    assert!(
+        store
+            .commit(&[step(1, 1, vec![])])
+            .unwrap()
+            .every_start_written
+    );
+    let ids: Vec<(String, u64)> = store
+        .workflows(false)
+        .unwrap()
+        .into_iter()
+        .map(|w| (w.start.id, w.start.num))
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            ("a".into(), 1),
+            ("b".into(), 2),
+            ("c".into(), 4),
+            ("d".into(), 5)
+        ]
+    );
+    // On SQLite, whose one host reads before it starts, a start of an id it has is an error.
+    let path = super::common::tempdir("store-start-once").join("wf.db");
+    let mut sqlite = open(&Location::Sqlite(path));
+    assert!(sqlite.commit(&[once(1, "a")]).unwrap().every_start_written);
+    assert!(sqlite.commit(&[once(2, "a")]).is_err());
+}
+
 #[test]
 fn counts_by_status_and_the_children_of_a_workflow_read_alike_in_both_stores() {
     for location in locations("counts") {
@@ -590,6 +643,35 @@ fn batch_order(location: &Location) {
     // The reader sees what the writer wrote.
     let mut reader = store.reader().unwrap();
     assert_eq!(reader.workflows(false).unwrap().len(), 3);
+    // Started, stepped and failed in one batch, beside another's start: each as it was asked.
+    store
+        .commit(&[
+            start(4),
+            snapshot(4, 1),
+            step(4, 1, vec![]),
+            Op::End {
+                num: 4,
+                ending: Ending::Failed {
+                    kind: "trap".into(),
+                    message: "out of bounds".into(),
+                },
+                at: 100,
+            },
+            start(5),
+        ])
+        .unwrap();
+    let four = store.workflow("w4").unwrap().unwrap();
+    assert_eq!(four.state, State::Failed);
+    assert_eq!(
+        four.ending,
+        Some(Ending::Failed {
+            kind: "trap".into(),
+            message: "out of bounds".into()
+        })
+    );
+    assert_eq!((four.finished, four.steps), (Some(100), 1));
+    assert_eq!(store.snapshot(4).unwrap(), None);
+    assert_eq!(store.workflow("w5").unwrap().unwrap().state, State::Running);
 }
 
 /// Both stores keep the journal's tables, columns and indexes as `shape.rs` describes them: the
@@ -1054,13 +1136,15 @@ fn name(location: &Location, store: &mut dyn Store, name: &str, hash: &str) {
             .unwrap()
             .submit_module_name(name, hash)
             .unwrap(),
-        _ => store
-            .commit(&[Op::NameModule {
-                name: name.into(),
-                hash: hash.into(),
-                at: 5,
-            }])
-            .unwrap(),
+        _ => {
+            store
+                .commit(&[Op::NameModule {
+                    name: name.into(),
+                    hash: hash.into(),
+                    at: 5,
+                }])
+                .unwrap();
+        }
     }
 }
 

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    Cluster, Filter, HostInfo, Journal, NewWorkflow, Op, Read, StateCounts, StoreError,
+    Cluster, Committed, Filter, HostInfo, Journal, NewWorkflow, Op, Read, StateCounts, StoreError,
     StoreErrorKind, StoreResult, Submit, SyncMode,
 };
 use crate::redact::redact;
@@ -369,7 +369,7 @@ impl Journal for PgStore {
         Ok(())
     }
 
-    fn commit(&mut self, ops: &[Op]) -> StoreResult<()> {
+    fn commit(&mut self, ops: &[Op]) -> StoreResult<Committed> {
         let url = redact(&self.url);
         let plan = write::Plan::new(ops, self.member.joined()).map_err(|why| {
             StoreError::new(
@@ -389,7 +389,7 @@ impl Journal for PgStore {
             let conn = self.conn(None)?;
             let backend = conn.backend;
             let error = match plan.commit(conn, host, batch) {
-                Ok(()) => return Ok(()),
+                Ok(committed) => return Ok(committed),
                 Err(error) if retryable(&error) => error,
                 Err(error) => return Err(write::failure(&url, &error)),
             };
@@ -418,7 +418,12 @@ impl Journal for PgStore {
                 let conn = self.conn(None)?;
                 let _ = conn.query("SELECT pg_terminate_backend($1)", &[&backend]);
                 match write::committed(conn, host) {
-                    Ok(last) if last == batch => return Ok(()),
+                    // Written, with what its starts did lost: the callers read who won.
+                    Ok(last) if last == batch => {
+                        return Ok(Committed {
+                            every_start_written: false,
+                        })
+                    }
                     Ok(_) => break,
                     Err(error) if retryable(&error) => {
                         self.conn = None;

@@ -1,8 +1,9 @@
 //! One commit: a batch of [`Op`]s as a few statements in one transaction.
 //!
-//! Consecutive ops that commute (modules, starts, messages, steps, snapshots) are gathered into a
-//! segment and written with one statement per kind, over arrays; an end, a cancel or a refusal is
-//! written on its own, in its place, so the batch means what it means in order.
+//! Consecutive ops that commute (modules, starts, messages, steps, snapshots, ends) are gathered
+//! into a segment and written with one statement per kind, over arrays, the ends last; a cancel,
+//! a pause, a prune, a refusal, damage or an upgrade is written on its own, in its place, so the
+//! batch means what it means in order.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -14,11 +15,12 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Error, Statement};
 
 use super::{describe, Conn};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::ops::elided;
 use crate::{
-    Ending, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, StoreError, StoreErrorKind,
+    Committed, Ending, NewMessage, NewSnapshot, NewStep, NewWorkflow, Op, StoreError,
+    StoreErrorKind,
 };
 
 /// A batch, checked and laid out for writing.
@@ -31,14 +33,6 @@ pub(super) struct Plan<'a> {
 
 enum Part<'a> {
     Segment(Box<Segment<'a>>),
-    End {
-        num: i64,
-        state: i16,
-        result: Option<&'a [u8]>,
-        kind: Option<Text<'a>>,
-        message: Option<Text<'a>>,
-        at: i64,
-    },
     Cancel(i64),
     Pause(i64, bool),
     Prune(Vec<i64>, i64, i64),
@@ -76,11 +70,67 @@ struct Segment<'a> {
     snapshot_seq: Vec<i64>,
     snapshot_module: Vec<Text<'a>>,
     snapshot_state: Vec<&'a [u8]>,
+    /// Each snapshot's place in the columns above, by workflow.
+    snapshot_at: HashMap<i64, usize>,
     /// Messages to the host, kept once per sender and tag.
     outbox_num: Vec<i64>,
     outbox_tag: Vec<i64>,
     outbox_at: Vec<i64>,
     outbox_payload: Vec<&'a [u8]>,
+    /// Workflows' ends, written after everything else of the segment: nothing else in a
+    /// segment depends on a workflow's state, and what an end removes (its snapshot, its
+    /// tasks) is removed also where the segment wrote it before the end. (A snapshot or a
+    /// start of a workflow after its end begins a new segment.)
+    ends: Ends<'a>,
+}
+
+/// Workflows' ends, as the columns of the statement that writes them.
+#[derive(Default)]
+struct Ends<'a> {
+    num: Vec<i64>,
+    state: Vec<i16>,
+    result: Vec<Option<&'a [u8]>>,
+    kind: Vec<Option<Text<'a>>>,
+    message: Vec<Option<Text<'a>>>,
+    at: Vec<i64>,
+    /// The workflows ended: a second end of one is ignored, as the store ignores an end of a
+    /// workflow that has ended.
+    ended: HashSet<i64>,
+}
+
+/// The workflow a start or a snapshot writes the row of, which its end removes or changes.
+fn reopens(op: &Op) -> Option<u64> {
+    match op {
+        Op::Start(w) | Op::StartOnce(w) => Some(w.num),
+        Op::Snapshot(snapshot) => Some(snapshot.num),
+        _ => None,
+    }
+}
+
+impl<'a> Ends<'a> {
+    /// Whether workflow `num` ends in these.
+    fn has(&self, num: u64) -> bool {
+        i64::try_from(num).is_ok_and(|num| self.ended.contains(&num))
+    }
+
+    fn add(&mut self, num: u64, ending: &'a Ending, at: u64) -> Result<(), String> {
+        let num = int(num, "workflow")?;
+        let at = int(at, "time")?;
+        if !self.ended.insert(num) {
+            return Ok(());
+        }
+        let (state, result, kind, message) = match ending {
+            Ending::Done(result) => (1, Some(&result[..]), None, None),
+            Ending::Failed { kind, message } => (2, None, Some(text(kind)), Some(text(message))),
+        };
+        self.num.push(num);
+        self.state.push(state);
+        self.result.push(result);
+        self.kind.push(kind);
+        self.message.push(message);
+        self.at.push(at);
+        Ok(())
+    }
 }
 
 /// Workflows' starts, as the columns of their table.
@@ -138,7 +188,7 @@ impl<'a> Starts<'a> {
         if self.num.is_empty() {
             return;
         }
-        pipeline.push(
+        pipeline.push_counted(
             client,
             statement,
             vec![
@@ -154,6 +204,7 @@ impl<'a> Starts<'a> {
                 owner,
                 &self.trace,
             ],
+            self.num.len(),
         );
     }
 }
@@ -167,6 +218,7 @@ impl Segment<'_> {
             && self.message_id.is_empty()
             && self.snapshot_num.is_empty()
             && self.outbox_num.is_empty()
+            && self.ends.num.is_empty()
     }
 }
 
@@ -196,6 +248,12 @@ impl<'a> Plan<'a> {
         let mut parts = Vec::new();
         let mut segment = Segment::default();
         for op in ops {
+            // Ends go last in their segment: a start or a snapshot of a workflow the segment
+            // ended (which no host writes) begins another, so the batch still means what it
+            // means in order.
+            if reopens(op).is_some_and(|num| segment.ends.has(num)) {
+                parts.push(Part::Segment(Box::new(std::mem::take(&mut segment))));
+            }
             match op {
                 Op::Module { hash, bytes } => {
                     segment.module_hash.push(text(hash));
@@ -210,6 +268,7 @@ impl<'a> Plan<'a> {
                     }
                 }
                 Op::Snapshot(snapshot) => segment.add_snapshot(snapshot)?,
+                Op::End { num, ending, at } => segment.ends.add(*num, ending, *at)?,
                 Op::HostMessage(message) => {
                     segment.outbox_num.push(int(message.num, "workflow")?);
                     segment.outbox_tag.push(int(message.tag, "tag")?);
@@ -247,8 +306,7 @@ impl<'a> Plan<'a> {
                             .into(),
                     )
                 }
-                Op::End { .. }
-                | Op::Cancel { .. }
+                Op::Cancel { .. }
                 | Op::Pause { .. }
                 | Op::Prune { .. }
                 | Op::Refused { .. }
@@ -275,8 +333,14 @@ impl<'a> Plan<'a> {
     /// Writes the batch in one transaction, as commit `batch` of host `host`. Every statement
     /// of it, from `BEGIN` to `COMMIT`, is sent before the first answer is read: one round trip.
     /// A statement that fails aborts the transaction (the server answers the rest with errors,
-    /// and `COMMIT` with a rollback); the first failure is the one returned.
-    pub(super) fn commit(&self, conn: &mut Conn, host: i64, batch: i64) -> Result<(), Error> {
+    /// and `COMMIT` with a rollback); the first failure is the one returned. Committed, it says
+    /// whether every start was written (none gave way to a workflow of the same id).
+    pub(super) fn commit(
+        &self,
+        conn: &mut Conn,
+        host: i64,
+        batch: i64,
+    ) -> Result<Committed, Error> {
         // Prepared before the transaction: a statement prepared once serves every commit.
         let statements = Statements::prepare(conn)?;
         let client = &conn.client;
@@ -287,18 +351,6 @@ impl<'a> Plan<'a> {
         for part in &self.parts {
             match part {
                 Part::Segment(s) => s.write(client, &statements, &owner, &mut pipeline),
-                Part::End {
-                    num,
-                    state,
-                    result,
-                    kind,
-                    message,
-                    at,
-                } => pipeline.push(
-                    client,
-                    &statements.end,
-                    vec![num, state, result, kind, message, at],
-                ),
                 Part::Cancel(num) => pipeline.push(client, &statements.cancel, vec![num, &owner]),
                 Part::Pause(num, paused) => {
                     pipeline.push(client, &statements.pause, vec![num, paused])
@@ -336,6 +388,9 @@ type Pending<'p> = Pin<Box<MaybeDone<Pin<Box<dyn Future<Output = Result<u64, Err
 #[derive(Default)]
 struct Pipeline<'p> {
     pending: Vec<Pending<'p>>,
+    /// Statements that write rows only where none of the same key exists: each one's place in
+    /// `pending` and the rows it writes when none exists.
+    counted: Vec<(usize, u64)>,
 }
 
 impl<'p> Pipeline<'p> {
@@ -345,16 +400,31 @@ impl<'p> Pipeline<'p> {
         self.pending.push(Box::pin(maybe_done(execute)));
     }
 
+    /// As [`push`](Self::push), for a statement that writes `rows` rows unless some give way:
+    /// the commit says whether all were written.
+    fn push_counted(
+        &mut self,
+        client: &'p Client,
+        statement: &'p Statement,
+        params: Params<'p>,
+        rows: usize,
+    ) {
+        self.counted
+            .push((self.pending.len(), u64::try_from(rows).unwrap_or(u64::MAX)));
+        self.push(client, statement, params);
+    }
+
     /// Sends every statement, in order (each is sent when first polled), then `COMMIT`, then
     /// reads the answers: the first error, if any. A statement that failed before it was sent
     /// (its parameters could not be encoded) leaves no trace on the server, which would commit
-    /// the rest: then `ROLLBACK` goes instead of `COMMIT`.
+    /// the rest: then `ROLLBACK` goes instead of `COMMIT`. Committed: whether every counted
+    /// statement wrote all its rows.
     async fn run(
         mut self,
         client: &'p Client,
         commit: &'p Statement,
         rollback: &'p Statement,
-    ) -> Result<(), Error> {
+    ) -> Result<Committed, Error> {
         for pending in &mut self.pending {
             let _ = futures::poll!(pending.as_mut());
         }
@@ -367,13 +437,27 @@ impl<'p> Pipeline<'p> {
             let _ = futures::poll!(last.as_mut());
         }
         let mut first = None;
-        for pending in &mut self.pending {
+        let mut every_start_written = true;
+        for (at, pending) in self.pending.iter_mut().enumerate() {
             pending.as_mut().await;
-            if let Some(Err(error)) = pending.as_mut().take_output() {
-                first.get_or_insert(error);
+            match pending.as_mut().take_output() {
+                Some(Err(error)) => {
+                    first.get_or_insert(error);
+                }
+                Some(Ok(rows)) => {
+                    if let Some((_, expected)) = self.counted.iter().find(|(i, _)| *i == at) {
+                        every_start_written &= rows == *expected;
+                    }
+                }
+                None => {}
             }
         }
-        first.map_or(Ok(()), Err)
+        first.map_or(
+            Ok(Committed {
+                every_start_written,
+            }),
+            Err,
+        )
     }
 }
 
@@ -411,7 +495,7 @@ struct Statements {
     consumed: Statement,
     calls_done: Statement,
     snapshots: Statement,
-    end: Statement,
+    ends: Statement,
     cancel: Statement,
     refused: Statement,
     damaged: Statement,
@@ -471,11 +555,15 @@ impl Statements {
             // Its snapshot is of no use once it ended. Messages it never read stay, counted as
             // unread: they were acknowledged to whoever sent them.
             // Nor are the tasks of its calls: nothing will take their outcomes.
-            end: conn.prepare(
-                "WITH ended AS (UPDATE workflows SET state = $2, result = $3, error_kind = $4, \
-                 error = $5, finished = $6 WHERE num = $1 AND state = 0), \
-                 calls AS (DELETE FROM tasks WHERE workflow = $1) \
-                 DELETE FROM snapshots WHERE num = $1",
+            // A workflow that ended already stays as it ended.
+            ends: conn.prepare(
+                "WITH e AS (SELECT * FROM unnest($1::int8[], $2::int2[], $3::bytea[], \
+                 $4::text[], $5::text[], $6::int8[]) AS t(num, state, result, kind, message, at)), \
+                 ended AS (UPDATE workflows w SET state = e.state, result = e.result, \
+                 error_kind = e.kind, error = e.message, finished = e.at \
+                 FROM e WHERE w.num = e.num AND w.state = 0), \
+                 calls AS (DELETE FROM tasks t USING e WHERE t.workflow = e.num) \
+                 DELETE FROM snapshots s USING e WHERE s.num = e.num",
             )?,
             // Delivered by the host that asks (its own workflow, or its child).
             cancel: conn.prepare(
@@ -631,6 +719,21 @@ impl<'a> Segment<'a> {
                 ],
             );
         }
+        let ends = &self.ends;
+        if !ends.num.is_empty() {
+            pipeline.push(
+                client,
+                &statements.ends,
+                vec![
+                    &ends.num,
+                    &ends.state,
+                    &ends.result,
+                    &ends.kind,
+                    &ends.message,
+                    &ends.at,
+                ],
+            );
+        }
     }
 }
 
@@ -691,7 +794,7 @@ pub(super) fn failure(url: &str, error: &Error) -> StoreError {
     )
 }
 
-/// The rows (steps, messages, starts) of each part of a batch's plan; 0 for an end, a cancel or a
+/// The rows (steps, messages, starts, ends) of each part of a batch's plan; 0 for a cancel or a
 /// refusal.
 #[cfg(test)]
 fn segments(ops: &[Op]) -> Vec<usize> {
@@ -701,7 +804,11 @@ fn segments(ops: &[Op]) -> Vec<usize> {
         .iter()
         .map(|p| match p {
             Part::Segment(s) => {
-                s.step_num.len() + s.message_id.len() + s.starts.num.len() + s.starts_once.num.len()
+                s.step_num.len()
+                    + s.message_id.len()
+                    + s.starts.num.len()
+                    + s.starts_once.num.len()
+                    + s.ends.num.len()
             }
             _ => 0,
         })
@@ -743,13 +850,14 @@ impl<'a> Segment<'a> {
     fn add_snapshot(&mut self, snapshot: &'a NewSnapshot) -> Result<(), String> {
         let num = int(snapshot.num, "workflow")?;
         let seq = int(snapshot.seq, "step")?;
-        match self.snapshot_num.iter().position(|n| *n == num) {
-            Some(i) => {
+        match self.snapshot_at.get(&num) {
+            Some(&i) => {
                 self.snapshot_seq[i] = seq;
                 self.snapshot_module[i] = text(&snapshot.module);
                 self.snapshot_state[i] = &snapshot.state;
             }
             None => {
+                self.snapshot_at.insert(num, self.snapshot_num.len());
                 self.snapshot_num.push(num);
                 self.snapshot_seq.push(seq);
                 self.snapshot_module.push(text(&snapshot.module));
@@ -760,25 +868,9 @@ impl<'a> Segment<'a> {
     }
 }
 
-/// The part of its own an op written in order takes: an end, a cancel, a refusal, damage.
+/// The part of its own an op written in order takes: a cancel, a refusal, damage.
 fn part_of(op: &Op) -> Result<Part<'_>, String> {
     Ok(match op {
-        Op::End { num, ending, at } => {
-            let (state, result, kind, message) = match ending {
-                Ending::Done(result) => (1, Some(&result[..]), None, None),
-                Ending::Failed { kind, message } => {
-                    (2, None, Some(text(kind)), Some(text(message)))
-                }
-            };
-            Part::End {
-                num: int(*num, "workflow")?,
-                state,
-                result,
-                kind,
-                message,
-                at: int(*at, "time")?,
-            }
-        }
         Op::Cancel { num } => Part::Cancel(int(*num, "workflow")?),
         Op::Pause { num, paused } => Part::Pause(int(*num, "workflow")?, *paused),
         Op::Prune {
@@ -809,7 +901,7 @@ fn part_of(op: &Op) -> Result<Part<'_>, String> {
             *unowned,
         ),
         _ => unreachable!(
-            "only ends, cancels, pauses, prunes, refusals, damage and upgrades are parts of their own"
+            "only cancels, pauses, prunes, refusals, damage and upgrades are parts of their own"
         ),
     })
 }
@@ -841,12 +933,24 @@ mod tests {
         })
     }
 
+    fn end(num: u64, result: u8) -> Op {
+        Op::End {
+            num,
+            ending: Ending::Done(vec![result]),
+            at: 0,
+        }
+    }
+
     #[test]
-    fn ends_cancels_and_refusals_split_a_batch_and_the_rest_is_gathered() {
+    fn cancels_and_refusals_split_a_batch_and_the_rest_is_gathered() {
         let ops = vec![
             step(1, 1, vec![]),
+            end(1, 1),
             message(5, 2),
             step(2, 1, vec![5]),
+            end(2, 2),
+            // A second end of a workflow that ended is ignored.
+            end(1, 3),
             Op::Cancel { num: 3 },
             step(3, 1, vec![]),
             Op::Refused {
@@ -854,14 +958,28 @@ mod tests {
                 error: "full".into(),
             },
         ];
-        // The message taken in the same batch is not written: 2 steps, then the cancel, then
-        // 1 step, then the refusal.
-        assert_eq!(segments(&ops), vec![2, 0, 1, 0]);
+        // The message taken in the same batch is not written: 2 steps and 2 ends, then the
+        // cancel, then 1 step, then the refusal.
+        assert_eq!(segments(&ops), vec![4, 0, 1, 0]);
         let plan = Plan::new(&ops, false).unwrap();
         let Part::Segment(first) = &plan.parts[0] else {
             panic!("a segment comes first")
         };
         assert!(first.consumed.is_empty());
+        assert_eq!(first.ends.num, [1, 2]);
+        assert_eq!(first.ends.result, [Some(&[1u8][..]), Some(&[2u8][..])]);
+        // A snapshot of a workflow after its end (which no host writes) is written after it,
+        // in a segment of its own, as in order; one of another workflow is not.
+        let snapshot = |num: u64| {
+            Op::Snapshot(crate::NewSnapshot {
+                num,
+                seq: 1,
+                module: String::new(),
+                state: Vec::new(),
+            })
+        };
+        let ops = vec![end(1, 1), snapshot(2), snapshot(1), step(3, 1, vec![])];
+        assert_eq!(segments(&ops), vec![1, 1]);
         assert_eq!(plan.last_message, Some(5));
     }
 

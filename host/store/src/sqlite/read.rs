@@ -7,9 +7,9 @@ use super::int;
 use super::{sql, SqliteStore};
 use crate::roles::Visit;
 use crate::{
-    Cancel, Ending, Filter, Held, HostMessage, Journal, ModuleName, NewMessage, NewSnapshot,
-    NewWorkflow, Op, Read, ScheduleRow, State, StateCounts, Step, StoreResult, StoredMessage,
-    Workflow,
+    Cancel, Committed, Ending, Filter, Held, HostMessage, Journal, ModuleName, NewMessage,
+    NewSnapshot, NewWorkflow, Op, Read, ScheduleRow, State, StateCounts, Step, StoreResult,
+    StoredMessage, Workflow,
 };
 
 const WORKFLOW_COLUMNS: &str = "num, id, parent, module, module_name, entry, input, started, \
@@ -62,8 +62,12 @@ impl Journal for SqliteStore {
         Ok(Box::new(self.open_reader()?))
     }
 
-    fn commit(&mut self, ops: &[Op]) -> StoreResult<()> {
-        self.commit_ops(ops)
+    fn commit(&mut self, ops: &[Op]) -> StoreResult<Committed> {
+        // A start of an id the store has is an error here (its one host checks first): every
+        // start of a commit that succeeded was written.
+        self.commit_ops(ops).map(|()| Committed {
+            every_start_written: true,
+        })
     }
 
     fn tidy(&mut self, all: bool) -> StoreResult<()> {
