@@ -124,8 +124,11 @@ impl Durable {
             // A start of an id the store has follows that workflow (or conflicts with it), as
             // it does where the read comes first, whatever this input does.
             Err(refused) if shared => {
-                return match self.stored_start(&id, &hash, entry, &encoded) {
-                    Ok(Some(existing)) => Ok((existing, None)),
+                let stored = self.reader.lock().workflow(&id);
+                return match stored {
+                    Ok(Some(workflow)) => self
+                        .existing(workflow, &hash, entry, &encoded)
+                        .map(|existing| (existing, None)),
                     // None under the id, or the store could not say: the refusal.
                     Ok(None) | Err(_) => Err(refused),
                 };

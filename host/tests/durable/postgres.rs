@@ -231,3 +231,56 @@ fn hosts_starting_the_same_ids_at_once_start_each_once() {
         host.shutdown(Duration::from_secs(10));
     }
 }
+
+/// On a shared store a host's start reads nothing first: a start of an id the store has is
+/// written as one that gives way, and then answered from the store as a read first answered it.
+/// Running, it is followed; finished, its stored result is given and it does not run again; with
+/// another entry point or input, or an input its entry point refuses, it is a conflict.
+#[test]
+fn starting_an_id_again_on_a_shared_store_is_idempotent() {
+    let url = Postgres::shared().database("idempotent");
+    let host = Host::builder()
+        .workers(2)
+        .store(url.as_str(), wfhost::SyncMode::Full)
+        .build()
+        .unwrap();
+    host.load_module("probe", wfhost_test_programs::PROBE)
+        .unwrap();
+    let first = host.start("w", "probe", "nap", json(json!(50))).unwrap();
+    let second = host.start("w", "probe", "nap", json(json!(50))).unwrap();
+    assert_eq!(first.pid(), second.pid());
+    let a = first.wait_timeout(PATIENCE).unwrap().unwrap();
+    assert_eq!(second.wait_timeout(PATIENCE).unwrap().unwrap(), a);
+    let mut store = Location::parse(&url).open_existing().unwrap();
+    let before = store.workflow("w").unwrap().unwrap();
+    assert_eq!(before.state, State::Done);
+    let again = host
+        .start(
+            "w",
+            "probe",
+            "nap",
+            wfhost::Payload::json_bytes(b" 50 ".to_vec()),
+        )
+        .unwrap();
+    assert_eq!(again.pid(), first.pid());
+    assert_eq!(again.wait_timeout(PATIENCE).unwrap().unwrap(), a);
+    for (entry, input, differs) in [
+        ("echo", json!("other"), "another entry point"),
+        ("nap", json!(51), "another input"),
+        // Refused by `nap` (not a number): the id's workflow answers, as it did.
+        ("nap", json!("x"), "another input"),
+    ] {
+        let error = host.start("w", "probe", entry, json(input)).unwrap_err();
+        assert_eq!(error.kind(), wfhost::ErrorKind::Conflict, "{error}");
+        assert!(error.message().contains(differs), "{error}");
+    }
+    // Nothing ran again, and nothing more was written.
+    let after = store.workflow("w").unwrap().unwrap();
+    assert_eq!(
+        (after.steps, after.finished),
+        (before.steps, before.finished)
+    );
+    assert_eq!(store.workflows(false).unwrap().len(), 1);
+    assert!(host.store_failure().is_none());
+    host.shutdown(Duration::from_secs(10));
+}
