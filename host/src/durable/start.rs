@@ -188,8 +188,8 @@ impl Durable {
         match self.lease.get() {
             // Hosts share the store: the start is written once whoever asks, and the host that
             // wrote it owns the workflow.
-            // Written by the journal's writer, in a commit shared with others; the row it finds
-            // under the id afterwards says whose start won.
+            // Written by the journal's writer, in a commit shared with others, which says
+            // whether it was written or gave way.
             Some(_) => {
                 let (id, num) = (start.id.clone(), start.num);
                 let committed = self
