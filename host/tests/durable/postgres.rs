@@ -158,6 +158,18 @@ fn top_level_ids_cannot_take_a_childs() {
     assert_eq!(wfhost::bad_id("order-1"), None);
 }
 
+/// A host of two workers on the store at `url`, with the probe module.
+fn probe_host(url: &str) -> Host {
+    let host = Host::builder()
+        .workers(2)
+        .store(url, wfhost::SyncMode::Full)
+        .build()
+        .unwrap();
+    host.load_module("probe", wfhost_test_programs::PROBE)
+        .unwrap();
+    host
+}
+
 /// Two hosts on one database start the same 40 ids at once, from 8 threads each (their starts
 /// sharing their writers' commits): every start succeeds or says the other host runs it, each id
 /// is one workflow, run once, by one of them, with the result its input gives.
@@ -165,17 +177,7 @@ fn top_level_ids_cannot_take_a_childs() {
 fn hosts_starting_the_same_ids_at_once_start_each_once() {
     const IDS: u64 = 40;
     let url = Postgres::shared().database("start_race");
-    let host = || {
-        let host = Host::builder()
-            .workers(2)
-            .store(url.as_str(), wfhost::SyncMode::Full)
-            .build()
-            .unwrap();
-        host.load_module("probe", wfhost_test_programs::PROBE)
-            .unwrap();
-        host
-    };
-    let hosts = [host(), host()];
+    let hosts = [probe_host(&url), probe_host(&url)];
     let client = &wfhost::Client::open(url.as_str());
     let results: Vec<(String, Value)> = std::thread::scope(|scope| {
         let mut threads = Vec::new();
@@ -239,13 +241,7 @@ fn hosts_starting_the_same_ids_at_once_start_each_once() {
 #[test]
 fn starting_an_id_again_on_a_shared_store_is_idempotent() {
     let url = Postgres::shared().database("idempotent");
-    let host = Host::builder()
-        .workers(2)
-        .store(url.as_str(), wfhost::SyncMode::Full)
-        .build()
-        .unwrap();
-    host.load_module("probe", wfhost_test_programs::PROBE)
-        .unwrap();
+    let host = probe_host(&url);
     let first = host.start("w", "probe", "nap", json(json!(50))).unwrap();
     let second = host.start("w", "probe", "nap", json(json!(50))).unwrap();
     assert_eq!(first.pid(), second.pid());

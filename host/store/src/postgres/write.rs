@@ -407,6 +407,20 @@ mod tests {
         })
     }
 
+    fn workflow(num: u64, parent: Option<u64>) -> NewWorkflow {
+        NewWorkflow {
+            num,
+            id: format!("w{num}"),
+            parent,
+            module: String::new(),
+            module_name: String::new(),
+            entry: String::new(),
+            input: Vec::new(),
+            started: 0,
+            trace: None,
+        }
+    }
+
     fn end(num: u64, result: u8) -> Op {
         Op::End {
             num,
@@ -455,19 +469,7 @@ mod tests {
                 state: Vec::new(),
             })
         };
-        let start = |num: u64| {
-            Op::Start(NewWorkflow {
-                num,
-                id: format!("w{num}"),
-                parent: None,
-                module: String::new(),
-                module_name: String::new(),
-                entry: String::new(),
-                input: Vec::new(),
-                started: 0,
-                trace: None,
-            })
-        };
+        let start = |num: u64| Op::Start(workflow(num, None));
         // Written after the end, in a segment of their own, as in order (no host writes
         // either); those of other workflows stay in the end's segment.
         let ops = vec![
@@ -484,21 +486,10 @@ mod tests {
 
     #[test]
     fn starts_that_give_way_are_written_apart_from_the_others() {
-        let start = |num: u64, parent: Option<u64>| NewWorkflow {
-            num,
-            id: format!("w{num}"),
-            parent,
-            module: String::new(),
-            module_name: String::new(),
-            entry: String::new(),
-            input: Vec::new(),
-            started: 0,
-            trace: None,
-        };
         let ops = vec![
-            Op::StartOnce(start(1, None)),
-            Op::Start(start(2, Some(1))),
-            Op::StartOnce(start(3, None)),
+            Op::StartOnce(workflow(1, None)),
+            Op::Start(workflow(2, Some(1))),
+            Op::StartOnce(workflow(3, None)),
             step(1, 1, vec![]),
         ];
         assert_eq!(segments(&ops), vec![4]);
